@@ -1,0 +1,269 @@
+//! Node and step energy bookkeeping, independent of where the energy comes from.
+//!
+//! Energy is kept in microjoules from the source's monotonic total; Slurm gets whole joules.
+//! CurrentWatts is the power over the most recent window of at least one second (sub-second
+//! timestamps); AveWatts is the true average since the first reading. A reading older than
+//! the staleness limit makes the record unavailable (`None`, i.e. `NO_VAL64`), never 0.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::source::Reading;
+
+/// CurrentWatts is averaged over at least this long, so two reads microseconds apart do
+/// not produce a meaningless figure.
+const WATTS_WINDOW: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    pub at: Instant,
+    pub wall: SystemTime,
+    pub energy_uj: u64,
+}
+
+impl Point {
+    fn unix_secs(&self) -> i64 {
+        unix_secs(self.wall)
+    }
+}
+
+pub fn unix_secs(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// What Slurm's `acct_gather_energy_t` carries, in safe types.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EnergyRecord {
+    /// `None` when unavailable (`NO_VAL64`).
+    pub consumed_j: Option<u64>,
+    /// Joules since the previous record of the same view.
+    pub base_consumed_j: u64,
+    pub previous_consumed_j: u64,
+    /// `None` when unknown (`NO_VAL`; scontrol shows `n/s`).
+    pub current_watts: Option<u32>,
+    pub ave_watts: u32,
+    /// Unix time of the hardware reading the record is built from.
+    pub poll_time: i64,
+    /// Unix time this process started measuring.
+    pub start_time: i64,
+}
+
+impl EnergyRecord {
+    pub fn unavailable(start_time: i64) -> Self {
+        Self {
+            start_time,
+            ..Self::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Accounting {
+    first: Option<Point>,
+    /// The latest reading in which every counter was read.
+    last: Option<Point>,
+    window: Option<Point>,
+    current_watts: Option<f64>,
+    /// When the process started measuring (for `slurmd_start_time`).
+    started: Option<SystemTime>,
+}
+
+impl Accounting {
+    pub fn new(started: SystemTime) -> Self {
+        Self {
+            started: Some(started),
+            ..Self::default()
+        }
+    }
+
+    pub fn record(&mut self, reading: &Reading, at: Instant, wall: SystemTime) {
+        if !reading.complete {
+            return;
+        }
+        let point = Point {
+            at,
+            wall,
+            energy_uj: reading.energy_uj,
+        };
+        self.first.get_or_insert(point);
+        self.last = Some(point);
+        match self.window {
+            Some(start) if at.saturating_duration_since(start.at) >= WATTS_WINDOW => {
+                self.current_watts = Some(watts_between(&start, &point));
+                self.window = Some(point);
+            }
+            Some(_) => {}
+            None => self.window = Some(point),
+        }
+    }
+
+    /// The latest complete reading, unless it is older than `stale_after`.
+    pub fn fresh(&self, now: Instant, stale_after: Duration) -> Option<Point> {
+        self.last
+            .filter(|p| now.saturating_duration_since(p.at) <= stale_after)
+    }
+
+    fn start_time(&self) -> i64 {
+        self.started.map(unix_secs).unwrap_or(0)
+    }
+
+    /// The node's record: energy since this process started measuring.
+    pub fn node_record(&self, now: Instant, stale_after: Duration) -> EnergyRecord {
+        match (self.first, self.fresh(now, stale_after)) {
+            (Some(first), Some(last)) => {
+                let consumed = (last.energy_uj - first.energy_uj) / 1_000_000;
+                EnergyRecord {
+                    consumed_j: Some(consumed),
+                    base_consumed_j: 0,
+                    previous_consumed_j: 0,
+                    current_watts: self.current_watts_u32(),
+                    ave_watts: average_watts(&first, &last).unwrap_or(0.0).round() as u32,
+                    poll_time: last.unix_secs(),
+                    start_time: self.start_time(),
+                }
+            }
+            _ => EnergyRecord::unavailable(self.start_time()),
+        }
+    }
+
+    fn current_watts_u32(&self) -> Option<u32> {
+        self.current_watts.map(|w| w.round().max(0.0) as u32)
+    }
+}
+
+/// One consumer's view (a step): energy since its first poll.
+#[derive(Debug, Clone, Copy)]
+pub struct Baseline {
+    origin: Point,
+    previous_j: u64,
+}
+
+impl Baseline {
+    /// Starts at the latest fresh reading, if there is one.
+    pub fn start(accounting: &Accounting, now: Instant, stale_after: Duration) -> Option<Self> {
+        accounting.fresh(now, stale_after).map(|origin| Self {
+            origin,
+            previous_j: 0,
+        })
+    }
+
+    pub fn record(
+        &mut self,
+        accounting: &Accounting,
+        now: Instant,
+        stale_after: Duration,
+    ) -> EnergyRecord {
+        let Some(last) = accounting.fresh(now, stale_after) else {
+            return EnergyRecord::unavailable(accounting.start_time());
+        };
+        let consumed = last.energy_uj.saturating_sub(self.origin.energy_uj) / 1_000_000;
+        let record = EnergyRecord {
+            consumed_j: Some(consumed),
+            base_consumed_j: consumed.saturating_sub(self.previous_j),
+            previous_consumed_j: self.previous_j,
+            current_watts: accounting.current_watts_u32(),
+            ave_watts: average_watts(&self.origin, &last)
+                .or(accounting.current_watts)
+                .unwrap_or(0.0)
+                .round() as u32,
+            poll_time: last.unix_secs(),
+            start_time: accounting.start_time(),
+        };
+        self.previous_j = consumed;
+        record
+    }
+}
+
+fn watts_between(a: &Point, b: &Point) -> f64 {
+    let secs = b.at.saturating_duration_since(a.at).as_secs_f64();
+    if secs <= 0.0 {
+        return 0.0;
+    }
+    b.energy_uj.saturating_sub(a.energy_uj) as f64 / 1e6 / secs
+}
+
+fn average_watts(first: &Point, last: &Point) -> Option<f64> {
+    (last.at > first.at).then(|| watts_between(first, last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STALE: Duration = Duration::from_secs(10);
+
+    fn reading(energy_uj: u64) -> Reading {
+        Reading {
+            energy_uj,
+            complete: true,
+            problems: vec![],
+        }
+    }
+
+    fn after(t0: Instant, secs: f64) -> Instant {
+        t0 + Duration::from_secs_f64(secs)
+    }
+
+    #[test]
+    fn node_record_counts_from_first_reading_with_true_average() {
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let mut acc = Accounting::new(wall);
+        acc.record(&reading(5_000_000), t0, wall);
+        // 100 W for 0.5 s, then 300 W for 1.5 s
+        acc.record(&reading(55_000_000), after(t0, 0.5), wall);
+        acc.record(&reading(505_000_000), after(t0, 2.0), wall);
+        let rec = acc.node_record(after(t0, 2.0), STALE);
+        assert_eq!(rec.consumed_j, Some(500));
+        assert_eq!(rec.ave_watts, 250);
+        // the window closed at 2.0 s, opened at 0 s: (505-5) J / 2 s
+        assert_eq!(rec.current_watts, Some(250));
+    }
+
+    #[test]
+    fn current_watts_uses_sub_second_timestamps() {
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let mut acc = Accounting::new(wall);
+        acc.record(&reading(0), t0, wall);
+        acc.record(&reading(180_000_000), after(t0, 1.2), wall); // 150 W over 1.2 s
+        assert_eq!(acc.node_record(after(t0, 1.2), STALE).current_watts, Some(150));
+    }
+
+    #[test]
+    fn stale_or_missing_readings_are_unavailable_not_zero() {
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let mut acc = Accounting::new(wall);
+        assert_eq!(acc.node_record(t0, STALE).consumed_j, None);
+        acc.record(&reading(1_000_000), t0, wall);
+        let incomplete = Reading {
+            complete: false,
+            ..reading(9_000_000)
+        };
+        acc.record(&incomplete, after(t0, 5.0), wall);
+        assert_eq!(acc.node_record(after(t0, 5.0), STALE).consumed_j, Some(0));
+        let rec = acc.node_record(after(t0, 11.0), STALE);
+        assert_eq!(rec.consumed_j, None);
+        assert_eq!(rec.current_watts, None);
+    }
+
+    #[test]
+    fn a_baseline_reports_energy_since_its_first_poll() {
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let mut acc = Accounting::new(wall);
+        acc.record(&reading(7_000_000), t0, wall);
+        let mut step = Baseline::start(&acc, t0, STALE).expect("fresh reading");
+        acc.record(&reading(207_000_000), after(t0, 1.0), wall);
+        let first = step.record(&acc, after(t0, 1.0), STALE);
+        assert_eq!(first.consumed_j, Some(200));
+        assert_eq!(first.ave_watts, 200);
+        acc.record(&reading(257_500_000), after(t0, 2.0), wall);
+        let second = step.record(&acc, after(t0, 2.0), STALE);
+        assert_eq!(second.consumed_j, Some(250));
+        assert_eq!(second.previous_consumed_j, 200);
+        assert_eq!(second.base_consumed_j, 50);
+    }
+}

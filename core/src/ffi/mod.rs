@@ -1,0 +1,1 @@
+//! Everything that touches Slurm: exported symbols, pointers, logging, acct_gather.conf.

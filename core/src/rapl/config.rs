@@ -1,0 +1,175 @@
+//! The rust_rapl keys of acct_gather.conf.
+
+use std::path::PathBuf;
+
+use super::domain::Domain;
+use crate::config::{ConfigError, KeyValues};
+
+pub const KEY_SOURCE: &str = "EnergyRaplSource";
+pub const KEY_MSR_DEVICE: &str = "EnergyRaplMsrDevice";
+pub const KEY_DOMAINS: &str = "EnergyRaplDomains";
+
+const DEFAULT_MSR_DEVICE: &str = "/dev/cpu/%d/msr";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SourceChoice {
+    /// powercap when its counters are readable, else MSRs.
+    #[default]
+    Auto,
+    Powercap,
+    Msr,
+}
+
+impl SourceChoice {
+    fn as_str(self) -> &'static str {
+        match self {
+            SourceChoice::Auto => "auto",
+            SourceChoice::Powercap => "powercap",
+            SourceChoice::Msr => "msr",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaplConfig {
+    pub source: SourceChoice,
+    /// A path with one `%d`, replaced by the CPU number.
+    pub msr_device: String,
+    /// `None`: package, and dram where present.
+    pub domains: Option<Vec<Domain>>,
+}
+
+impl Default for RaplConfig {
+    fn default() -> Self {
+        Self {
+            source: SourceChoice::Auto,
+            msr_device: DEFAULT_MSR_DEVICE.into(),
+            domains: None,
+        }
+    }
+}
+
+impl RaplConfig {
+    pub fn msr_path(&self, cpu: u32) -> PathBuf {
+        PathBuf::from(self.msr_device.replacen("%d", &cpu.to_string(), 1))
+    }
+
+    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        if let Some(v) = values.get(KEY_SOURCE) {
+            config.source = [SourceChoice::Auto, SourceChoice::Powercap, SourceChoice::Msr]
+                .into_iter()
+                .find(|c| c.as_str().eq_ignore_ascii_case(v))
+                .ok_or_else(|| {
+                    ConfigError::new(KEY_SOURCE, v, "expected auto, powercap or msr")
+                })?;
+        }
+        if let Some(v) = values.get(KEY_MSR_DEVICE) {
+            if !v.starts_with('/') || v.matches("%d").count() != 1 || v.contains("%%") {
+                return Err(ConfigError::new(
+                    KEY_MSR_DEVICE,
+                    v,
+                    "expected an absolute path with one %d for the CPU number, \
+                     e.g. /dev/cpu/%d/msr_safe",
+                ));
+            }
+            config.msr_device = v.to_string();
+        }
+        if let Some(v) = values.get(KEY_DOMAINS) {
+            config.domains = Some(parse_domains(v)?);
+        }
+        Ok(config)
+    }
+
+    pub fn show(&self) -> Vec<(&'static str, String)> {
+        let domains = match &self.domains {
+            Some(list) => list
+                .iter()
+                .map(|d| d.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            None => "package,dram(where present)".into(),
+        };
+        vec![
+            (KEY_SOURCE, self.source.as_str().into()),
+            (KEY_MSR_DEVICE, self.msr_device.clone()),
+            (KEY_DOMAINS, domains),
+        ]
+    }
+}
+
+fn parse_domains(v: &str) -> Result<Vec<Domain>, ConfigError> {
+    let mut domains = Vec::new();
+    for word in v.split(',') {
+        let domain: Domain = word.parse().map_err(|()| {
+            ConfigError::new(
+                KEY_DOMAINS,
+                v,
+                format!("unknown domain {:?}; expected package, dram or psys", word.trim()),
+            )
+        })?;
+        if domains.contains(&domain) {
+            return Err(ConfigError::new(
+                KEY_DOMAINS,
+                v,
+                format!("{domain} is listed twice"),
+            ));
+        }
+        domains.push(domain);
+    }
+    Ok(domains)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(pairs: &[(&'static str, &str)]) -> Result<RaplConfig, ConfigError> {
+        let mut values = KeyValues::new();
+        for (k, v) in pairs {
+            values.set(k, *v);
+        }
+        RaplConfig::parse(&values)
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).expect("defaults");
+        assert_eq!(c, RaplConfig::default());
+        assert_eq!(c.msr_path(3), PathBuf::from("/dev/cpu/3/msr"));
+    }
+
+    #[test]
+    fn valid_values() {
+        let c = parse(&[
+            (KEY_SOURCE, "MSR"),
+            (KEY_MSR_DEVICE, "/dev/cpu/%d/msr_safe"),
+            (KEY_DOMAINS, "package, dram,psys"),
+        ])
+        .expect("valid");
+        assert_eq!(c.source, SourceChoice::Msr);
+        assert_eq!(c.msr_path(12), PathBuf::from("/dev/cpu/12/msr_safe"));
+        assert_eq!(
+            c.domains,
+            Some(vec![Domain::Package, Domain::Dram, Domain::Psys])
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_value() {
+        let cases = [
+            (KEY_SOURCE, "sysfs"),
+            (KEY_MSR_DEVICE, "/dev/cpu/0/msr"),
+            (KEY_MSR_DEVICE, "dev/%d/msr"),
+            (KEY_MSR_DEVICE, "/dev/%d/%d"),
+            (KEY_DOMAINS, "package,gpu"),
+            (KEY_DOMAINS, "dram,dram"),
+            (KEY_DOMAINS, ""),
+        ];
+        for (key, value) in cases {
+            let err = parse(&[(key, value)]).expect_err(value);
+            let text = err.to_string();
+            assert!(text.contains(&format!("{key}={value}")), "{text}");
+        }
+    }
+}

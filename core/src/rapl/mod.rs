@@ -1,0 +1,511 @@
+//! Node energy from RAPL counters, through powercap sysfs or MSRs, on Intel and AMD.
+
+mod config;
+mod domain;
+mod msr;
+mod powercap;
+mod topology;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use config::{KEY_DOMAINS, KEY_MSR_DEVICE, KEY_SOURCE, RaplConfig, SourceChoice};
+pub use domain::Domain;
+pub use topology::{CpuModel, Package, parse_cpuinfo};
+
+use crate::config::{ConfigError, KeyValues};
+use crate::counter::{Advance, WrappingCounter};
+use crate::source::{EnergySource, Reading};
+
+/// Sample at least this many times per shortest wrap at maximum power.
+const SAMPLES_PER_WRAP: f64 = 4.0;
+const MIN_PERIOD: Duration = Duration::from_millis(50);
+/// Even when counters never wrap, sample this often so CurrentWatts stays current.
+const MAX_PERIOD: Duration = Duration::from_secs(10);
+
+/// Where the kernel's files are; tests point these at temp trees.
+#[derive(Debug, Clone)]
+pub struct SystemPaths {
+    pub sys: PathBuf,
+    pub cpuinfo: PathBuf,
+}
+
+impl Default for SystemPaths {
+    fn default() -> Self {
+        Self {
+            sys: PathBuf::from("/sys"),
+            cpuinfo: PathBuf::from("/proc/cpuinfo"),
+        }
+    }
+}
+
+/// A counter's unit: one count is `uj_numerator / 2^shift` microjoules, so conversion of a
+/// count total is exact integer arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Unit {
+    uj_numerator: u64,
+    shift: u32,
+}
+
+impl Unit {
+    const MICROJOULE: Unit = Unit {
+        uj_numerator: 1,
+        shift: 0,
+    };
+
+    fn esu(esu: u32) -> Unit {
+        Unit {
+            uj_numerator: 1_000_000,
+            shift: esu,
+        }
+    }
+
+    fn to_uj(self, units: u64) -> u64 {
+        let uj = (u128::from(units) * u128::from(self.uj_numerator)) >> self.shift;
+        u64::try_from(uj).unwrap_or(u64::MAX)
+    }
+
+    fn uj_per_unit(self) -> f64 {
+        self.uj_numerator as f64 / (1u64 << self.shift) as f64
+    }
+}
+
+#[derive(Debug)]
+enum Raw {
+    Msr(msr::Register),
+    Powercap(powercap::EnergyFile),
+}
+
+impl Raw {
+    fn read(&self) -> std::io::Result<u64> {
+        match self {
+            Raw::Msr(r) => r.read_raw(),
+            Raw::Powercap(f) => f.read_raw(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct DomainCounter {
+    label: String,
+    domain: Domain,
+    raw: Raw,
+    unit: Unit,
+    modulus: u64,
+    counter: WrappingCounter,
+}
+
+impl DomainCounter {
+    fn new(label: String, domain: Domain, raw: Raw, unit: Unit, modulus: u64) -> Self {
+        let max_units_per_sec = domain.max_watts() * 1e6 / unit.uj_per_unit();
+        Self {
+            label,
+            domain,
+            raw,
+            unit,
+            modulus,
+            counter: WrappingCounter::new(modulus, max_units_per_sec),
+        }
+    }
+
+    /// The shortest time in which the counter can wrap.
+    fn shortest_wrap(&self) -> Duration {
+        let range_j = self.unit.to_uj(self.modulus) as f64 / 1e6;
+        Duration::from_secs_f64((range_j / self.domain.max_watts()).max(0.0))
+    }
+}
+
+/// The RAPL energy source.
+#[derive(Debug)]
+pub struct Rapl {
+    counters: Vec<DomainCounter>,
+    how: String,
+}
+
+impl EnergySource for Rapl {
+    type Config = RaplConfig;
+    const KEYS: &'static [&'static str] = &[KEY_SOURCE, KEY_MSR_DEVICE, KEY_DOMAINS];
+
+    fn parse_config(values: &KeyValues) -> Result<RaplConfig, ConfigError> {
+        RaplConfig::parse(values)
+    }
+
+    fn show_config(config: &RaplConfig) -> Vec<(&'static str, String)> {
+        config.show()
+    }
+
+    fn open(config: &RaplConfig) -> Result<Self, String> {
+        Self::open_at(config, &SystemPaths::default())
+    }
+
+    fn describe(&self) -> String {
+        let labels: Vec<&str> = self.counters.iter().map(|c| c.label.as_str()).collect();
+        format!(
+            "{}: {}; sampling every {:.2} s",
+            self.how,
+            labels.join(", "),
+            self.sample_period().as_secs_f64()
+        )
+    }
+
+    fn read(&mut self, now: Instant) -> Reading {
+        let mut reading = Reading {
+            energy_uj: 0,
+            complete: true,
+            problems: Vec::new(),
+        };
+        for c in &mut self.counters {
+            match c.raw.read() {
+                Ok(raw) => {
+                    if let Advance::Glitch {
+                        raw_delta,
+                        estimated_units,
+                    } = c.counter.advance(raw, now)
+                    {
+                        reading.problems.push(format!(
+                            "{}: the counter moved by {raw_delta} units, more than {} W can \
+                             produce (a reset or a bad read, not a wrap); counted {:.1} J from \
+                             the last measured power instead",
+                            c.label,
+                            c.domain.max_watts(),
+                            c.unit.to_uj(estimated_units) as f64 / 1e6
+                        ));
+                    }
+                }
+                Err(e) => {
+                    reading.complete = false;
+                    reading.problems.push(format!("{}: {e}", c.label));
+                }
+            }
+            reading.energy_uj = reading
+                .energy_uj
+                .saturating_add(c.unit.to_uj(c.counter.total_units()));
+        }
+        reading
+    }
+
+    fn sample_period(&self) -> Duration {
+        self.counters
+            .iter()
+            .map(|c| c.shortest_wrap().div_f64(SAMPLES_PER_WRAP))
+            .min()
+            .unwrap_or(MAX_PERIOD)
+            .clamp(MIN_PERIOD, MAX_PERIOD)
+    }
+}
+
+impl Rapl {
+    /// Opens the counters the configuration asks for, under the given system paths.
+    pub fn open_at(config: &RaplConfig, paths: &SystemPaths) -> Result<Self, String> {
+        let rapl = match config.source {
+            SourceChoice::Powercap => Self::open_powercap(config, paths)?,
+            SourceChoice::Msr => Self::open_msr(config, paths)?,
+            SourceChoice::Auto => match Self::open_powercap(config, paths) {
+                Ok(rapl) => rapl,
+                Err(powercap) => Self::open_msr(config, paths).map_err(|msr| {
+                    format!("powercap: {powercap}; MSR: {msr}")
+                })?,
+            },
+        };
+        if rapl.has(Domain::Psys) && rapl.has(Domain::Package) {
+            log::warn!(
+                "{KEY_DOMAINS} selects psys with package: psys already includes the package \
+                 energy, so the node energy counts it twice"
+            );
+        }
+        Ok(rapl)
+    }
+
+    fn has(&self, domain: Domain) -> bool {
+        self.counters.iter().any(|c| c.domain == domain)
+    }
+
+    fn open_powercap(config: &RaplConfig, paths: &SystemPaths) -> Result<Self, String> {
+        let (zones, problems) = powercap::zones(&paths.sys);
+        let counters: Vec<DomainCounter> = zones
+            .into_iter()
+            .filter(|z| wanted(config, z.domain))
+            .map(|z| {
+                DomainCounter::new(
+                    z.name,
+                    z.domain,
+                    Raw::Powercap(z.energy),
+                    Unit::MICROJOULE,
+                    z.max_energy_range_uj.saturating_add(1),
+                )
+            })
+            .collect();
+        let how = format!(
+            "powercap {}",
+            paths.sys.join("class/powercap").display()
+        );
+        Self::checked(counters, config, &how)
+            .map_err(|e| [e].into_iter().chain(problems).collect::<Vec<_>>().join("; "))
+            .map(|counters| Rapl { counters, how })
+    }
+
+    fn open_msr(config: &RaplConfig, paths: &SystemPaths) -> Result<Self, String> {
+        let cpuinfo = std::fs::read_to_string(&paths.cpuinfo)
+            .map_err(|e| format!("cannot read {}: {e}", paths.cpuinfo.display()))?;
+        let cpu = parse_cpuinfo(&cpuinfo).ok_or_else(|| {
+            format!("no vendor_id/cpu family/model in {}", paths.cpuinfo.display())
+        })?;
+        let layout = msr::Layout::for_cpu(&cpu)?;
+        let packages = topology::packages(&paths.sys)?;
+        let mut counters = Vec::new();
+        for (index, package) in packages.iter().enumerate() {
+            let device = msr::Device::open(&config.msr_path(package.first_cpu))?;
+            let unit_register = device.read(layout.unit).map_err(|e| {
+                format!(
+                    "cannot read the RAPL unit register {:#x} from {}: {e}",
+                    layout.unit,
+                    device.path().display()
+                )
+            })?;
+            if unit_register == 0 {
+                return Err(format!(
+                    "the RAPL unit register {:#x} of {} reads 0: RAPL is not enabled",
+                    layout.unit,
+                    device.path().display()
+                ));
+            }
+            let esu = msr::energy_status_unit(unit_register);
+            for domain in Domain::ALL {
+                // the platform counter is one per system: read it through the first package
+                let Some(address) = layout.register(domain) else {
+                    continue;
+                };
+                if !wanted(config, domain) || (domain == Domain::Psys && index > 0) {
+                    continue;
+                }
+                let register = msr::Register {
+                    device: Arc::clone(&device),
+                    address,
+                };
+                if register.read_raw().is_err() {
+                    continue; // the domain does not exist on this part
+                }
+                let unit = match (domain, layout.dram_esu) {
+                    (Domain::Dram, Some(dram_esu)) => Unit::esu(dram_esu),
+                    _ => Unit::esu(esu),
+                };
+                let label = match domain {
+                    Domain::Psys => "psys".to_string(),
+                    _ => format!("{domain}-{}", package.id),
+                };
+                counters.push(DomainCounter::new(
+                    label,
+                    domain,
+                    Raw::Msr(register),
+                    unit,
+                    msr::COUNTER_MODULUS,
+                ));
+            }
+        }
+        let how = format!(
+            "{} MSRs via {} ({} family {:#x} model {:#x}, {} package(s))",
+            layout.vendor,
+            config.msr_device,
+            cpu.vendor,
+            cpu.family,
+            cpu.model,
+            packages.len()
+        );
+        Self::checked(counters, config, &how).map(|counters| Rapl { counters, how })
+    }
+
+    /// Every explicitly requested domain must exist; without a request, a package must.
+    fn checked(
+        counters: Vec<DomainCounter>,
+        config: &RaplConfig,
+        how: &str,
+    ) -> Result<Vec<DomainCounter>, String> {
+        let required: Vec<Domain> = config
+            .domains
+            .clone()
+            .unwrap_or_else(|| vec![Domain::Package]);
+        for domain in required {
+            if !counters.iter().any(|c| c.domain == domain) {
+                return Err(format!("no readable {domain} counter in {how}"));
+            }
+        }
+        Ok(counters)
+    }
+}
+
+fn wanted(config: &RaplConfig, domain: Domain) -> bool {
+    match &config.domains {
+        Some(list) => list.contains(&domain),
+        None => matches!(domain, Domain::Package | Domain::Dram),
+    }
+}
+
+/// Writes fake RAPL hardware for tests: sysfs topology, cpuinfo, MSR files, powercap zones.
+#[cfg(test)]
+pub(crate) mod fake {
+    use super::*;
+    use std::path::Path;
+    use std::fs;
+    use std::os::unix::fs::FileExt;
+
+    pub fn cpus(root: &Path, packages: &[i32], vendor: &str, family: u32, model: u32) -> SystemPaths {
+        let sys = root.join("sys");
+        for (cpu, pkg) in packages.iter().enumerate() {
+            let dir = sys.join(format!("devices/system/cpu/cpu{cpu}/topology"));
+            fs::create_dir_all(&dir).expect("mkdir");
+            fs::write(dir.join("physical_package_id"), format!("{pkg}\n")).expect("write");
+        }
+        let cpuinfo = root.join("cpuinfo");
+        fs::write(
+            &cpuinfo,
+            format!("processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: {model}\n"),
+        )
+        .expect("cpuinfo");
+        SystemPaths { sys, cpuinfo }
+    }
+
+    pub fn msr(root: &Path, cpu: u32, register: u64, value: u64) {
+        let path = root.join(format!("msr{cpu}"));
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .expect("open msr");
+        file.write_all_at(&value.to_le_bytes(), register).expect("write msr");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::path::Path;
+
+    const AMD_UNIT: u64 = 0xC001_0299;
+    const AMD_PKG: u64 = 0xC001_029B;
+
+    fn msr_config(root: &Path) -> RaplConfig {
+        RaplConfig {
+            source: SourceChoice::Msr,
+            msr_device: format!("{}/msr%d", root.display()),
+            domains: None,
+        }
+    }
+
+    #[test]
+    fn amd_msr_two_packages_exact_energy_across_wraps() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        let paths = fake::cpus(root, &[0, 0, 1, 1], "AuthenticAMD", 0x19, 1);
+        // ESU 16: one count is 2^-16 J
+        for cpu in [0, 2] {
+            fake::msr(root, cpu, AMD_UNIT, 0x0004_1003);
+            fake::msr(root, cpu, AMD_PKG, 0xFFFF_0000);
+        }
+        let mut rapl = Rapl::open_at(&msr_config(root), &paths).expect("open");
+        assert!(rapl.describe().contains("package-0, package-1"), "{}", rapl.describe());
+        let t0 = Instant::now();
+        assert_eq!(rapl.read(t0).energy_uj, 0);
+        // package 0 wraps: +0x10000 + 0x8000 counts = 1.5 J; package 1 +1 J
+        fake::msr(root, 0, AMD_PKG, 0x8000);
+        fake::msr(root, 2, AMD_PKG, 0xFFFF_0000 + 0x1_0000);
+        let r = rapl.read(t0 + Duration::from_millis(100));
+        assert!(r.complete);
+        assert_eq!(r.energy_uj, 2_500_000);
+        // 4 samples per shortest wrap: 65536 J / 1000 W / 4
+        assert_eq!(rapl.sample_period(), MAX_PERIOD);
+    }
+
+    #[test]
+    fn intel_server_dram_counts_in_its_fixed_unit() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        let paths = fake::cpus(root, &[0], "GenuineIntel", 6, 85);
+        fake::msr(root, 0, 0x606, 0x000A_0E03); // ESU 14
+        fake::msr(root, 0, 0x611, 0);
+        fake::msr(root, 0, 0x619, 0);
+        let mut rapl = Rapl::open_at(&msr_config(root), &paths).expect("open");
+        let t0 = Instant::now();
+        rapl.read(t0);
+        fake::msr(root, 0, 0x611, 1 << 14); // 1 J in package units
+        fake::msr(root, 0, 0x619, 1 << 16); // 1 J in the fixed DRAM unit
+        let r = rapl.read(t0 + Duration::from_millis(100));
+        // Slurm <= 24.11 would report 1 J + 4 J here
+        assert_eq!(r.energy_uj, 2_000_000);
+    }
+
+    #[test]
+    fn a_failed_read_is_incomplete_and_catches_up() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        let paths = fake::cpus(root, &[0], "AuthenticAMD", 0x17, 1);
+        fake::msr(root, 0, AMD_UNIT, 0x0004_1003);
+        fake::msr(root, 0, AMD_PKG, 100);
+        let mut rapl = Rapl::open_at(&msr_config(root), &paths).expect("open");
+        let t0 = Instant::now();
+        rapl.read(t0);
+        // the register vanishes: the file shrinks below it
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(root.join("msr0"))
+            .expect("open");
+        file.set_len(AMD_PKG).expect("truncate");
+        let r = rapl.read(t0 + Duration::from_secs(1));
+        assert!(!r.complete && r.problems[0].contains("package-0"), "{r:?}");
+        fake::msr(root, 0, AMD_PKG, 100 + (3 << 16));
+        let r = rapl.read(t0 + Duration::from_secs(2));
+        assert!(r.complete);
+        assert_eq!(r.energy_uj, 3_000_000);
+    }
+
+    #[test]
+    fn powercap_package_and_dram_with_the_kernel_range() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let sys = tmp.path().join("sys");
+        let zone = |id: &str, name: &str, energy: u64, range: u64| {
+            let dir = sys.join("class/powercap").join(id);
+            fs::create_dir_all(&dir).expect("mkdir");
+            fs::write(dir.join("name"), format!("{name}\n")).expect("w");
+            fs::write(dir.join("energy_uj"), format!("{energy}\n")).expect("w");
+            fs::write(dir.join("max_energy_range_uj"), format!("{range}\n")).expect("w");
+        };
+        zone("intel-rapl:0", "package-0", 999_000, 999_999);
+        zone("intel-rapl:0:0", "dram", 10, 999_999);
+        let paths = SystemPaths {
+            sys: sys.clone(),
+            cpuinfo: tmp.path().join("none"),
+        };
+        let mut rapl = Rapl::open_at(&RaplConfig::default(), &paths).expect("auto -> powercap");
+        let t0 = Instant::now();
+        rapl.read(t0);
+        // package wraps at 999_999 -> 0: 1_000 uJ to the top, +500 after
+        zone("intel-rapl:0", "package-0", 500, 999_999);
+        zone("intel-rapl:0:0", "dram", 20, 999_999);
+        let r = rapl.read(t0 + Duration::from_millis(10));
+        assert_eq!(r.energy_uj, 1_500 + 10);
+        // 1 J range at 1000 W: one wrap per ms, sampling clamps to the minimum
+        assert_eq!(rapl.sample_period(), MIN_PERIOD);
+    }
+
+    #[test]
+    fn missing_hardware_or_domains_say_why() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        let paths = fake::cpus(root, &[0], "AuthenticAMD", 0x19, 1);
+        let auto = RaplConfig {
+            source: SourceChoice::Auto,
+            ..msr_config(root)
+        };
+        let err = Rapl::open_at(&auto, &paths).expect_err("no hardware");
+        assert!(err.contains("powercap") && err.contains("msr0"), "{err}");
+
+        fake::msr(root, 0, AMD_UNIT, 0x0004_1003);
+        fake::msr(root, 0, AMD_PKG, 1);
+        let mut config = msr_config(root);
+        config.domains = Some(vec![Domain::Package, Domain::Dram]);
+        let err = Rapl::open_at(&config, &paths).expect_err("AMD has no DRAM domain");
+        assert!(err.contains("dram"), "{err}");
+    }
+}

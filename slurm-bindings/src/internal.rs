@@ -1,0 +1,139 @@
+//! Hand mirrors of Slurm types and functions that are not in the installed public headers.
+//!
+//! Each item names the Slurm source file it mirrors. Layouts that changed between releases
+//! are selected by the cfgs `build.rs` derives from `SLURM_VERSION_NUMBER`.
+
+use core::ffi::{c_char, c_int, c_void};
+
+/// `slurm_parser_enum_t` (`src/common/parse_config.h`), unchanged 22.05 -> master.
+pub const S_P_STRING: c_int = 1;
+
+/// `log_level_t` (`src/common/log.h`), unchanged 22.05 -> master.
+pub mod log_level {
+    use core::ffi::c_int;
+    pub const ERROR: c_int = 2;
+    pub const INFO: c_int = 3;
+    pub const VERBOSE: c_int = 4;
+    pub const DEBUG: c_int = 5;
+    pub const DEBUG2: c_int = 6;
+}
+
+/// `enum acct_gather_profile_info` value `ACCT_GATHER_PROFILE_RUNNING`.
+pub const ACCT_GATHER_PROFILE_RUNNING: c_int = 2;
+/// `acct_gather_profile_field_type_t` value `PROFILE_FIELD_UINT64`.
+pub const PROFILE_FIELD_UINT64: c_int = 1;
+/// `NO_PARENT` for `acct_gather_profile_g_create_dataset`.
+pub const PROFILE_NO_PARENT: i64 = -1;
+
+/// `s_p_options_t` (`src/common/parse_config.h`): 40 bytes in 22.05, 56 from 23.02.
+/// Only `key` and `type_` are ever set by the plugins; the rest stay NULL.
+#[repr(C)]
+pub struct s_p_options_t {
+    pub key: *const c_char,
+    pub type_: c_int,
+    pub handler: *mut c_void,
+    pub destroy: *mut c_void,
+    pub line_options: *mut c_void,
+    #[cfg(slurm_sp_options_pack)]
+    pub pack: *mut c_void,
+    #[cfg(slurm_sp_options_pack)]
+    pub unpack: *mut c_void,
+}
+
+#[cfg(not(slurm_sp_options_pack))]
+const _: () = assert!(core::mem::size_of::<s_p_options_t>() == 40);
+#[cfg(slurm_sp_options_pack)]
+const _: () = assert!(core::mem::size_of::<s_p_options_t>() == 56);
+
+impl s_p_options_t {
+    /// An option entry; `key == NULL` terminates an array.
+    pub const fn new(key: *const c_char, type_: c_int) -> Self {
+        Self {
+            key,
+            type_,
+            handler: core::ptr::null_mut(),
+            destroy: core::ptr::null_mut(),
+            line_options: core::ptr::null_mut(),
+            #[cfg(slurm_sp_options_pack)]
+            pack: core::ptr::null_mut(),
+            #[cfg(slurm_sp_options_pack)]
+            unpack: core::ptr::null_mut(),
+        }
+    }
+}
+
+/// Opaque `s_p_hashtbl_t`.
+#[repr(C)]
+pub struct s_p_hashtbl_t {
+    _private: [u8; 0],
+}
+
+/// Opaque `struct xlist` (`List` up to 24.05, `list_t` from 24.11: same ABI).
+#[repr(C)]
+pub struct xlist {
+    _private: [u8; 0],
+}
+
+/// `config_key_pair_t` (`src/common/read_config.h`), unchanged 22.05 -> master.
+#[repr(C)]
+pub struct config_key_pair_t {
+    pub name: *mut c_char,
+    pub value: *mut c_char,
+}
+const _: () = assert!(core::mem::size_of::<config_key_pair_t>() == 16);
+
+/// `acct_gather_profile_dataset_t` (`acct_gather_profile.h`), unchanged 22.05 -> master.
+#[repr(C)]
+pub struct acct_gather_profile_dataset_t {
+    pub name: *const c_char,
+    pub type_: c_int,
+}
+const _: () = assert!(core::mem::size_of::<acct_gather_profile_dataset_t>() == 16);
+
+unsafe extern "C" {
+    pub fn slurm_xcalloc(
+        count: usize,
+        size: usize,
+        clear: bool,
+        try_: bool,
+        file: *const c_char,
+        line: c_int,
+        func: *const c_char,
+    ) -> *mut c_void;
+    pub fn slurm_xfree(ptr: *mut *mut c_void);
+    pub fn slurm_xstrdup(s: *const c_char) -> *mut c_char;
+    pub fn slurm_list_append(list: *mut xlist, item: *mut c_void) -> *mut c_void;
+
+    pub fn slurm_log_var(level: c_int, fmt: *const c_char, ...);
+    pub fn slurm_error(fmt: *const c_char, ...) -> c_int;
+    pub fn slurm_get_log_level() -> c_int;
+
+    pub fn slurm_running_in_slurmd() -> bool;
+    pub fn slurm_running_in_slurmstepd() -> bool;
+
+    pub fn slurm_transfer_s_p_options(
+        full_options: *mut *mut s_p_options_t,
+        options: *mut s_p_options_t,
+        full_options_cnt: *mut c_int,
+    );
+    pub fn slurm_s_p_get_string(
+        value: *mut *mut c_char,
+        key: *const c_char,
+        tbl: *const s_p_hashtbl_t,
+    ) -> c_int;
+
+    pub fn acct_gather_profile_g_get(info_type: c_int, data: *mut c_void) -> c_int;
+    pub fn acct_gather_profile_g_create_dataset(
+        name: *const c_char,
+        parent: i64,
+        dataset: *mut acct_gather_profile_dataset_t,
+    ) -> c_int;
+    pub fn acct_gather_profile_g_add_sample_data(
+        dataset_id: c_int,
+        data: *mut c_void,
+        sample_time: libc_time_t,
+    ) -> c_int;
+}
+
+/// `time_t` on the LP64 Linux targets Slurm supports.
+pub type libc_time_t = i64;

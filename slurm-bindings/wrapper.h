@@ -1,0 +1,4 @@
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+#include <slurm/slurm.h>
