@@ -1,0 +1,102 @@
+//! `energy_plugin!`: every symbol Slurm's loader looks up, each a thin shim into [`Plugin`].
+//!
+//! [`Plugin`]: super::Plugin
+
+/// Exports a complete `acct_gather_energy` plugin.
+///
+/// ```ignore
+/// slurm_energy::energy_plugin! {
+///     name: "AcctGatherEnergy RAPL plugin (Rust)",
+///     kind: "rust_rapl",                 // plugin_type "acct_gather_energy/rust_rapl"
+///     source: slurm_energy::rapl::Rapl,
+/// }
+/// ```
+#[macro_export]
+macro_rules! energy_plugin {
+    (name: $name:literal, kind: $kind:literal, source: $source:ty $(,)?) => {
+        static PLUGIN: $crate::ffi::Plugin<$source> =
+            $crate::ffi::Plugin::new(concat!("acct_gather_energy/", $kind));
+
+        #[unsafe(no_mangle)]
+        #[allow(non_upper_case_globals)]
+        pub static plugin_name: [u8; $name.len() + 1] = $crate::ffi::nul_terminated($name);
+
+        #[unsafe(no_mangle)]
+        #[allow(non_upper_case_globals)]
+        pub static plugin_type: [u8; concat!("acct_gather_energy/", $kind).len() + 1] =
+            $crate::ffi::nul_terminated(concat!("acct_gather_energy/", $kind));
+
+        #[unsafe(no_mangle)]
+        #[allow(non_upper_case_globals)]
+        pub static plugin_version: u32 = $crate::ffi::SLURM_VERSION_NUMBER;
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn init() -> ::core::ffi::c_int {
+            PLUGIN.init()
+        }
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn fini() -> ::core::ffi::c_int {
+            PLUGIN.fini()
+        }
+
+        #[unsafe(no_mangle)]
+        pub extern "C" fn acct_gather_energy_p_update_node_energy() -> ::core::ffi::c_int {
+            PLUGIN.update_node_energy()
+        }
+
+        /// # Safety
+        /// Called by Slurm with the `data` its `data_type` defines.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn acct_gather_energy_p_get_data(
+            data_type: u32,
+            data: *mut ::core::ffi::c_void,
+        ) -> ::core::ffi::c_int {
+            // SAFETY: forwarded from Slurm.
+            unsafe { PLUGIN.get_data(data_type, data) }
+        }
+
+        /// # Safety
+        /// Called by Slurm with the `data` its `data_type` defines.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn acct_gather_energy_p_set_data(
+            data_type: u32,
+            data: *mut ::core::ffi::c_void,
+        ) -> ::core::ffi::c_int {
+            // SAFETY: forwarded from Slurm.
+            unsafe { PLUGIN.set_data(data_type, data) }
+        }
+
+        /// # Safety
+        /// Called by Slurm with its option table.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn acct_gather_energy_p_conf_options(
+            full_options: *mut *mut $crate::ffi::sys::s_p_options_t,
+            full_options_cnt: *mut ::core::ffi::c_int,
+        ) {
+            // SAFETY: forwarded from Slurm.
+            unsafe { PLUGIN.conf_options(full_options, full_options_cnt) }
+        }
+
+        /// # Safety
+        /// Called by Slurm with the parsed acct_gather.conf, or NULL.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn acct_gather_energy_p_conf_set(
+            _context_id: ::core::ffi::c_int,
+            tbl: *mut $crate::ffi::sys::s_p_hashtbl_t,
+        ) {
+            // SAFETY: forwarded from Slurm.
+            unsafe { PLUGIN.conf_set(tbl) }
+        }
+
+        /// # Safety
+        /// Called by Slurm with the list `scontrol show config` prints.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn acct_gather_energy_p_conf_values(
+            data: *mut *mut $crate::ffi::sys::xlist,
+        ) {
+            // SAFETY: forwarded from Slurm.
+            unsafe { PLUGIN.conf_values(data) }
+        }
+    };
+}

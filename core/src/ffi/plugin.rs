@@ -1,0 +1,285 @@
+//! One plugin's state in one process, and what each Slurm call does with it.
+
+use core::ffi::{c_int, c_void};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use slurm_sys::{
+    SLURM_ERROR, SLURM_SUCCESS, acct_energy_type, acct_gather_energy_t, libc_time_t,
+    s_p_hashtbl_t, s_p_options_t, xlist,
+};
+
+use super::guard::guard;
+use super::log::SlurmLogger;
+use super::profile::Profile;
+use super::{conf, daemon, energy};
+use crate::accounting::{Baseline, EnergyRecord};
+use crate::meter::Meter;
+use crate::source::EnergySource;
+
+/// The node record is the only record: SENSOR_CNT and STRUCT agree on one.
+const SENSOR_COUNT: u16 = 1;
+
+pub struct Plugin<S: EnergySource> {
+    logger: SlurmLogger,
+    state: Mutex<Option<State<S>>>,
+}
+
+enum Config<C> {
+    /// conf_set has not run yet: defaults apply.
+    Unset,
+    Valid(C),
+    /// The error was logged; the plugin reports no energy.
+    Invalid,
+}
+
+enum Hardware<S: EnergySource> {
+    NotOpened,
+    /// Not measured in this process (slurmctld), or the reason was logged once.
+    Unavailable,
+    Open(Meter<S>),
+}
+
+struct State<S: EnergySource> {
+    config: Config<S::Config>,
+    hardware: Hardware<S>,
+    /// This process's step: energy since its first NODE_ENERGY_UP poll. Kept here rather
+    /// than in the caller's struct, so stacked plugins and task exits cannot reset it.
+    step: Option<Baseline>,
+    profile: Profile,
+}
+
+impl<S: EnergySource> State<S> {
+    fn new() -> Self {
+        Self {
+            config: Config::Unset,
+            hardware: Hardware::NotOpened,
+            step: None,
+            profile: Profile::default(),
+        }
+    }
+
+    fn open(&mut self) {
+        if !daemon::measures_here() {
+            self.hardware = Hardware::Unavailable;
+            return;
+        }
+        let config = match &self.config {
+            Config::Valid(c) => c.clone(),
+            Config::Unset => S::Config::default(),
+            Config::Invalid => {
+                self.hardware = Hardware::Unavailable;
+                return;
+            }
+        };
+        self.hardware = match S::open(&config) {
+            Ok(source) => {
+                log::info!("measuring {}", source.describe());
+                Hardware::Open(Meter::new(source))
+            }
+            Err(why) => {
+                log::error!("no energy can be measured on this node: {why}; energy is reported as unavailable");
+                Hardware::Unavailable
+            }
+        };
+    }
+
+    /// The meter, opened on first use, with its sampler running.
+    fn meter(&mut self) -> Option<&mut Meter<S>> {
+        if matches!(self.hardware, Hardware::NotOpened) {
+            self.open();
+        }
+        match &mut self.hardware {
+            Hardware::Open(meter) => {
+                meter.ensure_sampling();
+                Some(meter)
+            }
+            _ => None,
+        }
+    }
+
+    /// The node's record, read from the hardware now when `refresh`.
+    fn node_record(&mut self, refresh: bool) -> EnergyRecord {
+        match self.meter() {
+            Some(meter) => {
+                let accounting = if refresh {
+                    meter.refresh()
+                } else {
+                    meter.snapshot()
+                };
+                accounting.node_record(Instant::now(), meter.stale_after())
+            }
+            None => EnergyRecord::unavailable(0),
+        }
+    }
+
+    fn step_record(&mut self) -> EnergyRecord {
+        let Some(meter) = self.meter() else {
+            return EnergyRecord::unavailable(0);
+        };
+        let accounting = meter.refresh();
+        let (now, stale) = (Instant::now(), meter.stale_after());
+        if self.step.is_none() {
+            self.step = Baseline::start(&accounting, now, stale);
+        }
+        match &mut self.step {
+            Some(step) => step.record(&accounting, now, stale),
+            None => accounting.node_record(now, stale),
+        }
+    }
+
+    fn shown_config(&self) -> Vec<(&'static str, String)> {
+        match &self.config {
+            Config::Valid(c) => S::show_config(c),
+            Config::Unset => S::show_config(&S::Config::default()),
+            Config::Invalid => S::KEYS
+                .iter()
+                .map(|&k| (k, "(invalid, see the log)".to_string()))
+                .collect(),
+        }
+    }
+}
+
+impl<S: EnergySource> Plugin<S> {
+    pub const fn new(plugin_type: &'static str) -> Self {
+        Self {
+            logger: SlurmLogger::new(plugin_type),
+            state: Mutex::new(None),
+        }
+    }
+
+    /// Runs `f` on the state (created if needed) behind the panic guard.
+    fn with_state<R>(&self, what: &str, on_panic: R, f: impl FnOnce(&mut State<S>) -> R) -> R {
+        guard(what, on_panic, || {
+            let mut state: MutexGuard<'_, Option<State<S>>> =
+                self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            f(state.get_or_insert_with(State::new))
+        })
+    }
+
+    pub fn init(&'static self) -> c_int {
+        self.logger.install();
+        self.with_state("init", SLURM_ERROR, |_| SLURM_SUCCESS)
+    }
+
+    pub fn fini(&self) -> c_int {
+        guard("fini", SLURM_ERROR, || {
+            // Dropping the state stops and joins the sampler before Slurm unloads us.
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner).take();
+            drop(state);
+            SLURM_SUCCESS
+        })
+    }
+
+    pub fn update_node_energy(&self) -> c_int {
+        self.with_state("update_node_energy", SLURM_ERROR, |state| {
+            state.node_record(true);
+            SLURM_SUCCESS
+        })
+    }
+
+    /// # Safety
+    /// `data` is what Slurm passes for `data_type` (slurm-abi.md §2.1).
+    pub unsafe fn get_data(&self, data_type: u32, data: *mut c_void) -> c_int {
+        if data.is_null() {
+            return SLURM_ERROR;
+        }
+        self.with_state("get_data", SLURM_ERROR, |state| {
+            let record = match data_type {
+                acct_energy_type::ENERGY_DATA_JOULES_TASK
+                | acct_energy_type::ENERGY_DATA_NODE_ENERGY => state.node_record(true),
+                acct_energy_type::ENERGY_DATA_STRUCT => state.node_record(false),
+                acct_energy_type::ENERGY_DATA_NODE_ENERGY_UP => state.step_record(),
+                acct_energy_type::ENERGY_DATA_LAST_POLL => {
+                    let poll_time = state.node_record(false).poll_time;
+                    // SAFETY: LAST_POLL passes a time_t.
+                    unsafe { *data.cast::<libc_time_t>() = poll_time };
+                    return SLURM_SUCCESS;
+                }
+                acct_energy_type::ENERGY_DATA_SENSOR_CNT => {
+                    // SAFETY: SENSOR_CNT passes a uint16_t.
+                    unsafe { *data.cast::<u16>() = SENSOR_COUNT };
+                    return SLURM_SUCCESS;
+                }
+                other => {
+                    log::error!("get_data: unknown data type {other}");
+                    return SLURM_ERROR;
+                }
+            };
+            // SAFETY: every remaining type passes one acct_gather_energy_t (or an array of
+            // SENSOR_COUNT = 1 of them) of this release's layout.
+            energy::write(unsafe { &mut *data.cast::<acct_gather_energy_t>() }, &record);
+            SLURM_SUCCESS
+        })
+    }
+
+    /// # Safety
+    /// `data` is what Slurm passes for `data_type` (slurm-abi.md §2.1).
+    pub unsafe fn set_data(&self, data_type: u32, _data: *mut c_void) -> c_int {
+        self.with_state("set_data", SLURM_ERROR, |state| {
+            match data_type {
+                // State survives reconfiguration: the node's energy must not restart.
+                acct_energy_type::ENERGY_DATA_RECONFIG | acct_energy_type::ENERGY_DATA_STEP_PTR => {}
+                acct_energy_type::ENERGY_DATA_PROFILE => {
+                    let record = state.node_record(true);
+                    if let Some(watts) = record.current_watts {
+                        state.profile.send(watts, record.poll_time);
+                    }
+                }
+                other => {
+                    log::error!("set_data: unknown data type {other}");
+                    return SLURM_ERROR;
+                }
+            }
+            SLURM_SUCCESS
+        })
+    }
+
+    /// # Safety
+    /// The pointers Slurm passes to `conf_options`.
+    pub unsafe fn conf_options(&self, full: *mut *mut s_p_options_t, count: *mut c_int) {
+        // SAFETY: forwarded from Slurm.
+        self.with_state("conf_options", (), |_| unsafe { conf::register(S::KEYS, full, count) });
+    }
+
+    /// # Safety
+    /// `tbl` is NULL or the parsed acct_gather.conf Slurm passes to `conf_set`.
+    pub unsafe fn conf_set(&self, tbl: *const s_p_hashtbl_t) {
+        self.with_state("conf_set", (), |state| {
+            // SAFETY: forwarded from Slurm.
+            let values = unsafe { conf::values(S::KEYS, tbl) };
+            let parsed = S::parse_config(&values);
+            if let Hardware::Open(_) = state.hardware {
+                // reconfigure: keep measuring so the node's energy does not restart
+                if !matches!(&state.config, Config::Valid(c) if Ok(c) == parsed.as_ref()) {
+                    log::info!("acct_gather.conf changed; the new values take effect when slurmd restarts");
+                }
+                if let Err(e) = parsed {
+                    log::error!("{e}");
+                }
+                return;
+            }
+            state.config = match parsed {
+                Ok(c) => Config::Valid(c),
+                Err(e) => {
+                    log::error!("{e}; this node reports no energy until it is fixed");
+                    Config::Invalid
+                }
+            };
+            // Open now: slurmstepd reads acct_gather.conf before it changes identity, and
+            // the devices need root. The sampler thread starts at the first poll.
+            if daemon::measures_here() {
+                state.open();
+            }
+        });
+    }
+
+    /// # Safety
+    /// `data` is the `List *` Slurm passes to `conf_values`.
+    pub unsafe fn conf_values(&self, data: *mut *mut xlist) {
+        self.with_state("conf_values", (), |state| {
+            // SAFETY: forwarded from Slurm.
+            unsafe { conf::show(data, &state.shown_config()) }
+        });
+    }
+}
