@@ -59,8 +59,6 @@ fn main() {
         .allowlist_type("acct_gather_energy_t")
         .allowlist_type("acct_energy_type")
         .allowlist_var("SLURM_VERSION_NUMBER")
-        .allowlist_var("NO_VAL")
-        .allowlist_var("NO_VAL64")
         .allowlist_var("ACCT_GATHER_PROFILE_ENERGY")
         .allowlist_function("slurm_get_node_energy")
         .constified_enum_module("acct_energy_type")

@@ -228,7 +228,10 @@ mod tests {
         let mut acc = Accounting::new(wall);
         acc.record(&reading(0), t0, wall);
         acc.record(&reading(180_000_000), after(t0, 1.2), wall); // 150 W over 1.2 s
-        assert_eq!(acc.node_record(after(t0, 1.2), STALE).current_watts, Some(150));
+        assert_eq!(
+            acc.node_record(after(t0, 1.2), STALE).current_watts,
+            Some(150)
+        );
     }
 
     #[test]

@@ -18,7 +18,10 @@ pub enum Advance {
     Counted { units: u64 },
     /// The delta was impossible for the domain's maximum power; `estimated_units` were added
     /// instead, from the last measured power over the elapsed time.
-    Glitch { raw_delta: u64, estimated_units: u64 },
+    Glitch {
+        raw_delta: u64,
+        estimated_units: u64,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -112,7 +115,10 @@ mod tests {
         let t0 = Instant::now();
         let mut c = WrappingCounter::new(M, 1e9);
         assert_eq!(c.advance(M - 100, t0), Advance::Started);
-        assert_eq!(c.advance(M - 40, at(t0, 1.0)), Advance::Counted { units: 60 });
+        assert_eq!(
+            c.advance(M - 40, at(t0, 1.0)),
+            Advance::Counted { units: 60 }
+        );
         // wraps through zero
         assert_eq!(c.advance(25, at(t0, 2.0)), Advance::Counted { units: 65 });
         assert_eq!(c.total_units(), 125);
@@ -159,7 +165,10 @@ mod tests {
         let mut c = WrappingCounter::new(modulus, 100_000.0);
         c.advance(0, t0);
         // 0.01 s at 25_000 units/s
-        assert_eq!(c.advance(250, at(t0, 0.01)), Advance::Counted { units: 250 });
+        assert_eq!(
+            c.advance(250, at(t0, 0.01)),
+            Advance::Counted { units: 250 }
+        );
         // 1 s later at the same power: 25_000 units = 2 wraps + 5_000
         assert_eq!(
             c.advance(5_250, at(t0, 1.01)),

@@ -102,10 +102,10 @@ impl<S: EnergySource> Meter<S> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = true;
         self.shared.wake.notify_all();
-        if let Some(handle) = self.sampler.take() {
-            if handle.join().is_err() {
-                log::error!("the sampling thread panicked");
-            }
+        if let Some(handle) = self.sampler.take()
+            && handle.join().is_err()
+        {
+            log::error!("the sampling thread panicked");
         }
     }
 }

@@ -5,6 +5,11 @@
 
 use core::ffi::{c_char, c_int, c_void};
 
+/// `NO_VAL`/`NO_VAL64` (`slurm/slurm.h`): "no value". bindgen types the 64-bit macro as
+/// `i32` (-2), so both are spelled here with the types of the fields they fill.
+pub const NO_VAL: u32 = 0xffff_fffe;
+pub const NO_VAL64: u64 = 0xffff_ffff_ffff_fffe;
+
 /// `slurm_parser_enum_t` (`src/common/parse_config.h`), unchanged 22.05 -> master.
 pub const S_P_STRING: c_int = 1;
 

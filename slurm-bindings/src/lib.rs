@@ -12,7 +12,11 @@
 #[doc(hidden)]
 mod bindings {
     #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
-    #![allow(clippy::all, clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+    #![allow(
+        clippy::all,
+        clippy::undocumented_unsafe_blocks,
+        unsafe_op_in_unsafe_fn
+    )]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
 pub use bindings::*;

@@ -22,7 +22,10 @@ pub const SLURM_VERSION_NUMBER: u32 = slurm_sys::SLURM_VERSION_NUMBER;
 /// `char[]` through `dlsym`.
 pub const fn nul_terminated<const N: usize>(text: &str) -> [u8; N] {
     let bytes = text.as_bytes();
-    assert!(bytes.len() + 1 == N, "array length must be the text length + 1");
+    assert!(
+        bytes.len() + 1 == N,
+        "array length must be the text length + 1"
+    );
     let mut out = [0u8; N];
     let mut i = 0;
     while i < bytes.len() {

@@ -5,8 +5,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use slurm_sys::{
-    SLURM_ERROR, SLURM_SUCCESS, acct_energy_type, acct_gather_energy_t, libc_time_t,
-    s_p_hashtbl_t, s_p_options_t, xlist,
+    SLURM_ERROR, SLURM_SUCCESS, acct_energy_type, acct_gather_energy_t, libc_time_t, s_p_hashtbl_t,
+    s_p_options_t, xlist,
 };
 
 use super::guard::guard;
@@ -78,7 +78,9 @@ impl<S: EnergySource> State<S> {
                 Hardware::Open(Meter::new(source))
             }
             Err(why) => {
-                log::error!("no energy can be measured on this node: {why}; energy is reported as unavailable");
+                log::error!(
+                    "no energy can be measured on this node: {why}; energy is reported as unavailable"
+                );
                 Hardware::Unavailable
             }
         };
@@ -165,7 +167,11 @@ impl<S: EnergySource> Plugin<S> {
     pub fn fini(&self) -> c_int {
         guard("fini", SLURM_ERROR, || {
             // Dropping the state stops and joins the sampler before Slurm unloads us.
-            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner).take();
+            let state = self
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
             drop(state);
             SLURM_SUCCESS
         })
@@ -208,7 +214,10 @@ impl<S: EnergySource> Plugin<S> {
             };
             // SAFETY: every remaining type passes one acct_gather_energy_t (or an array of
             // SENSOR_COUNT = 1 of them) of this release's layout.
-            energy::write(unsafe { &mut *data.cast::<acct_gather_energy_t>() }, &record);
+            energy::write(
+                unsafe { &mut *data.cast::<acct_gather_energy_t>() },
+                &record,
+            );
             SLURM_SUCCESS
         })
     }
@@ -219,7 +228,8 @@ impl<S: EnergySource> Plugin<S> {
         self.with_state("set_data", SLURM_ERROR, |state| {
             match data_type {
                 // State survives reconfiguration: the node's energy must not restart.
-                acct_energy_type::ENERGY_DATA_RECONFIG | acct_energy_type::ENERGY_DATA_STEP_PTR => {}
+                acct_energy_type::ENERGY_DATA_RECONFIG | acct_energy_type::ENERGY_DATA_STEP_PTR => {
+                }
                 acct_energy_type::ENERGY_DATA_PROFILE => {
                     let record = state.node_record(true);
                     if let Some(watts) = record.current_watts {
@@ -239,7 +249,9 @@ impl<S: EnergySource> Plugin<S> {
     /// The pointers Slurm passes to `conf_options`.
     pub unsafe fn conf_options(&self, full: *mut *mut s_p_options_t, count: *mut c_int) {
         // SAFETY: forwarded from Slurm.
-        self.with_state("conf_options", (), |_| unsafe { conf::register(S::KEYS, full, count) });
+        self.with_state("conf_options", (), |_| unsafe {
+            conf::register(S::KEYS, full, count)
+        });
     }
 
     /// # Safety
@@ -252,7 +264,9 @@ impl<S: EnergySource> Plugin<S> {
             if let Hardware::Open(_) = state.hardware {
                 // reconfigure: keep measuring so the node's energy does not restart
                 if !matches!(&state.config, Config::Valid(c) if Ok(c) == parsed.as_ref()) {
-                    log::info!("acct_gather.conf changed; the new values take effect when slurmd restarts");
+                    log::info!(
+                        "acct_gather.conf changed; the new values take effect when slurmd restarts"
+                    );
                 }
                 if let Err(e) = parsed {
                     log::error!("{e}");

@@ -5,8 +5,9 @@ use core::ffi::c_int;
 
 use slurm_sys::{
     ACCT_GATHER_PROFILE_ENERGY, ACCT_GATHER_PROFILE_RUNNING, PROFILE_FIELD_UINT64,
-    PROFILE_NO_PARENT, SLURM_ERROR, acct_gather_profile_dataset_t, acct_gather_profile_g_add_sample_data,
-    acct_gather_profile_g_create_dataset, acct_gather_profile_g_get,
+    PROFILE_NO_PARENT, SLURM_ERROR, acct_gather_profile_dataset_t,
+    acct_gather_profile_g_add_sample_data, acct_gather_profile_g_create_dataset,
+    acct_gather_profile_g_get,
 };
 
 #[derive(Debug, Default)]
@@ -18,7 +19,12 @@ impl Profile {
     pub fn send(&mut self, watts: u32, poll_time: i64) {
         let mut running: u32 = 0;
         // SAFETY: RUNNING fills a uint32_t.
-        unsafe { acct_gather_profile_g_get(ACCT_GATHER_PROFILE_RUNNING, (&mut running as *mut u32).cast()) };
+        unsafe {
+            acct_gather_profile_g_get(
+                ACCT_GATHER_PROFILE_RUNNING,
+                (&mut running as *mut u32).cast(),
+            )
+        };
         if running & ACCT_GATHER_PROFILE_ENERGY == 0 {
             return;
         }

@@ -57,12 +57,14 @@ impl RaplConfig {
     pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
         let mut config = Self::default();
         if let Some(v) = values.get(KEY_SOURCE) {
-            config.source = [SourceChoice::Auto, SourceChoice::Powercap, SourceChoice::Msr]
-                .into_iter()
-                .find(|c| c.as_str().eq_ignore_ascii_case(v))
-                .ok_or_else(|| {
-                    ConfigError::new(KEY_SOURCE, v, "expected auto, powercap or msr")
-                })?;
+            config.source = [
+                SourceChoice::Auto,
+                SourceChoice::Powercap,
+                SourceChoice::Msr,
+            ]
+            .into_iter()
+            .find(|c| c.as_str().eq_ignore_ascii_case(v))
+            .ok_or_else(|| ConfigError::new(KEY_SOURCE, v, "expected auto, powercap or msr"))?;
         }
         if let Some(v) = values.get(KEY_MSR_DEVICE) {
             if !v.starts_with('/') || v.matches("%d").count() != 1 || v.contains("%%") {
@@ -105,7 +107,10 @@ fn parse_domains(v: &str) -> Result<Vec<Domain>, ConfigError> {
             ConfigError::new(
                 KEY_DOMAINS,
                 v,
-                format!("unknown domain {:?}; expected package, dram or psys", word.trim()),
+                format!(
+                    "unknown domain {:?}; expected package, dram or psys",
+                    word.trim()
+                ),
             )
         })?;
         if domains.contains(&domain) {

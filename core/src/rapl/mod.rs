@@ -21,8 +21,11 @@ use crate::source::{EnergySource, Reading};
 /// Sample at least this many times per shortest wrap at maximum power.
 const SAMPLES_PER_WRAP: f64 = 4.0;
 const MIN_PERIOD: Duration = Duration::from_millis(50);
-/// Even when counters never wrap, sample this often so CurrentWatts stays current.
-const MAX_PERIOD: Duration = Duration::from_secs(10);
+/// Sample at least this often even when counters wrap slowly: a reset or a bad read is
+/// only told apart from a wrap when it jumps further than the maximum power allows since
+/// the previous read, so the period bounds what an undetected glitch could cost. One
+/// `pread` per counter per second is negligible.
+const MAX_PERIOD: Duration = Duration::from_secs(1);
 
 /// Where the kernel's files are; tests point these at temp trees.
 #[derive(Debug, Clone)]
@@ -203,9 +206,8 @@ impl Rapl {
             SourceChoice::Msr => Self::open_msr(config, paths)?,
             SourceChoice::Auto => match Self::open_powercap(config, paths) {
                 Ok(rapl) => rapl,
-                Err(powercap) => Self::open_msr(config, paths).map_err(|msr| {
-                    format!("powercap: {powercap}; MSR: {msr}")
-                })?,
+                Err(powercap) => Self::open_msr(config, paths)
+                    .map_err(|msr| format!("powercap: {powercap}; MSR: {msr}"))?,
             },
         };
         if rapl.has(Domain::Psys) && rapl.has(Domain::Package) {
@@ -236,12 +238,14 @@ impl Rapl {
                 )
             })
             .collect();
-        let how = format!(
-            "powercap {}",
-            paths.sys.join("class/powercap").display()
-        );
+        let how = format!("powercap {}", paths.sys.join("class/powercap").display());
         Self::checked(counters, config, &how)
-            .map_err(|e| [e].into_iter().chain(problems).collect::<Vec<_>>().join("; "))
+            .map_err(|e| {
+                [e].into_iter()
+                    .chain(problems)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            })
             .map(|counters| Rapl { counters, how })
     }
 
@@ -249,7 +253,10 @@ impl Rapl {
         let cpuinfo = std::fs::read_to_string(&paths.cpuinfo)
             .map_err(|e| format!("cannot read {}: {e}", paths.cpuinfo.display()))?;
         let cpu = parse_cpuinfo(&cpuinfo).ok_or_else(|| {
-            format!("no vendor_id/cpu family/model in {}", paths.cpuinfo.display())
+            format!(
+                "no vendor_id/cpu family/model in {}",
+                paths.cpuinfo.display()
+            )
         })?;
         let layout = msr::Layout::for_cpu(&cpu)?;
         let packages = topology::packages(&paths.sys)?;
@@ -345,11 +352,17 @@ fn wanted(config: &RaplConfig, domain: Domain) -> bool {
 #[cfg(test)]
 pub(crate) mod fake {
     use super::*;
-    use std::path::Path;
     use std::fs;
     use std::os::unix::fs::FileExt;
+    use std::path::Path;
 
-    pub fn cpus(root: &Path, packages: &[i32], vendor: &str, family: u32, model: u32) -> SystemPaths {
+    pub fn cpus(
+        root: &Path,
+        packages: &[i32],
+        vendor: &str,
+        family: u32,
+        model: u32,
+    ) -> SystemPaths {
         let sys = root.join("sys");
         for (cpu, pkg) in packages.iter().enumerate() {
             let dir = sys.join(format!("devices/system/cpu/cpu{cpu}/topology"));
@@ -373,7 +386,8 @@ pub(crate) mod fake {
             .write(true)
             .open(&path)
             .expect("open msr");
-        file.write_all_at(&value.to_le_bytes(), register).expect("write msr");
+        file.write_all_at(&value.to_le_bytes(), register)
+            .expect("write msr");
     }
 }
 
@@ -405,7 +419,11 @@ mod tests {
             fake::msr(root, cpu, AMD_PKG, 0xFFFF_0000);
         }
         let mut rapl = Rapl::open_at(&msr_config(root), &paths).expect("open");
-        assert!(rapl.describe().contains("package-0, package-1"), "{}", rapl.describe());
+        assert!(
+            rapl.describe().contains("package-0, package-1"),
+            "{}",
+            rapl.describe()
+        );
         let t0 = Instant::now();
         assert_eq!(rapl.read(t0).energy_uj, 0);
         // package 0 wraps: +0x10000 + 0x8000 counts = 1.5 J; package 1 +1 J
@@ -414,7 +432,7 @@ mod tests {
         let r = rapl.read(t0 + Duration::from_millis(100));
         assert!(r.complete);
         assert_eq!(r.energy_uj, 2_500_000);
-        // 4 samples per shortest wrap: 65536 J / 1000 W / 4
+        // 4 samples per shortest wrap would be 65536 J / 1000 W / 4 = 16 s: capped
         assert_eq!(rapl.sample_period(), MAX_PERIOD);
     }
 

@@ -117,7 +117,10 @@ impl Device {
         if n != buf.len() {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("short read of MSR {register:#x} from {}", self.path.display()),
+                format!(
+                    "short read of MSR {register:#x} from {}",
+                    self.path.display()
+                ),
             ));
         }
         Ok(u64::from_le_bytes(buf))
@@ -137,7 +140,9 @@ pub struct Register {
 
 impl Register {
     pub fn read_raw(&self) -> io::Result<u64> {
-        self.device.read(self.address).map(|v| v & (COUNTER_MODULUS - 1))
+        self.device
+            .read(self.address)
+            .map(|v| v & (COUNTER_MODULUS - 1))
     }
 }
 
@@ -185,8 +190,11 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("msr");
         let file = File::create(&path).expect("create");
-        file.write_all_at(&0xDEAD_0000_1234_5678u64.to_le_bytes(), AMD_PKG_ENERGY_STATUS)
-            .expect("write");
+        file.write_all_at(
+            &0xDEAD_0000_1234_5678u64.to_le_bytes(),
+            AMD_PKG_ENERGY_STATUS,
+        )
+        .expect("write");
         let device = Device::open(&path).expect("open");
         let reg = Register {
             device: Arc::clone(&device),

@@ -27,7 +27,12 @@ pub fn zones(sys: &Path) -> (Vec<Zone>, Vec<String>) {
             .filter(|e| e.file_name().to_string_lossy().starts_with("intel-rapl:"))
             .map(|e| e.path())
             .collect(),
-        Err(e) => return (vec![], vec![format!("cannot list {}: {e}", class.display())]),
+        Err(e) => {
+            return (
+                vec![],
+                vec![format!("cannot list {}: {e}", class.display())],
+            );
+        }
     };
     // sub-zones (intel-rapl:0:0) are listed flat in the class directory too
     dirs.sort();
@@ -170,7 +175,11 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let sys = tmp.path();
         fake_zone(sys, "intel-rapl:0", "package-0", 10, 100);
-        fs::write(sys.join("class/powercap/intel-rapl:0/max_energy_range_uj"), "x").expect("w");
+        fs::write(
+            sys.join("class/powercap/intel-rapl:0/max_energy_range_uj"),
+            "x",
+        )
+        .expect("w");
         let (zones, problems) = zones(sys);
         assert!(zones.is_empty());
         assert!(problems[0].contains("max_energy_range_uj"), "{problems:?}");

@@ -116,8 +116,14 @@ mod tests {
         assert_eq!(
             pkgs,
             vec![
-                Package { id: 0, first_cpu: 2 },
-                Package { id: 3, first_cpu: 1 }
+                Package {
+                    id: 0,
+                    first_cpu: 2
+                },
+                Package {
+                    id: 3,
+                    first_cpu: 1
+                }
             ]
         );
     }
@@ -128,7 +134,13 @@ mod tests {
         fake_cpu(tmp.path(), 10, 1);
         fake_cpu(tmp.path(), 2, 1);
         let pkgs = packages(tmp.path()).expect("packages");
-        assert_eq!(pkgs, vec![Package { id: 1, first_cpu: 2 }]);
+        assert_eq!(
+            pkgs,
+            vec![Package {
+                id: 1,
+                first_cpu: 2
+            }]
+        );
     }
 
     #[test]

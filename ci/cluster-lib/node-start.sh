@@ -1,0 +1,31 @@
+#!/bin/sh
+# Runs as the last step before slurmd, already INSIDE the node's private mount
+# and UTS namespaces (and its network namespace when the cluster is isolated),
+# e.g.:  unshare --mount --uts --propagation private -- node-start.sh ...
+# Everything done here (NODE_HOOK bind mounts, hostname) is therefore only
+# visible to this slurmd and the slurmstepds/tasks it forks.
+#
+# usage: node-start.sh INDEX NAME DIR SLURMD-COMMAND [ARGS...]
+# env:   NODE_HOOK (optional executable, run as: NODE_HOOK INDEX NAME DIR)
+set -u
+idx=$1 name=$2 dir=$3
+shift 3
+
+# Give the node its own hostname so `srun hostname` shows n1, n2, ...
+hostname "$name" 2>/dev/null || printf '%s\n' "$name" >/proc/sys/kernel/hostname || exit 96
+
+# Remember this mount namespace: `cluster.sh down` uses it as a fallback to find
+# leftover processes of this node should the supervisor itself have been killed.
+readlink /proc/self/ns/mnt >>"$dir/run/mntns"
+
+if [ -n "${NODE_HOOK:-}" ]; then
+    "$NODE_HOOK" "$idx" "$name" "$dir" >"$dir/log/hook-$name.log" 2>&1
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+        echo "node-start: NODE_HOOK $NODE_HOOK $idx $name $dir failed with status $rc" >&2
+        cat "$dir/log/hook-$name.log" >&2
+        exit 97
+    fi
+fi
+
+exec "$@"

@@ -1,0 +1,770 @@
+#!/usr/bin/env bash
+# ci/cluster.sh - start/stop a private, self-contained Slurm cluster for tests.
+#
+#   ci/cluster.sh up DIR              start everything, block until ready, print "cluster up"
+#   ci/cluster.sh down DIR            stop what this cluster started (idempotent)
+#   ci/cluster.sh env DIR             print `export ...` lines for clients (eval them)
+#   ci/cluster.sh restart-slurmd DIR NODE   restart one slurmd, keep its slurmstepds
+#   ci/cluster.sh reconfigure DIR     scontrol reconfigure
+#   ci/cluster.sh node-exec DIR NODE CMD...  run CMD in NODE's namespaces (sees NODE_HOOK mounts)
+#   ci/cluster.sh status DIR          show recorded processes and namespaces
+#
+# Everything (configs, munge key, MariaDB datadir, spool/state, logs, pid
+# records, client wrappers) lives under DIR.  Nothing under /etc is touched and
+# no system service is used; daemons get their own sockets, pid files and free
+# TCP ports, so this coexists with a system Slurm/munge/MariaDB and with other
+# clusters started from other DIRs.
+#
+# Environment read by `up` (all optional):
+#   NODES=1                 number of slurmd nodes n1..nN
+#   NETNS=auto              auto: NODES=1 -> host loopback, NODES>1 -> network
+#                           namespaces; 1 forces namespaces even for one node
+#   ENERGY_TYPE=acct_gather_energy/none     AcctGatherEnergyType
+#   EXTRA_PLUGIN_DIR=       appended to PluginDir (colon list)
+#   NODE_FREQ=5             AcctGatherNodeFreq
+#   JOBACCT_FREQ=5          JobAcctGatherFrequency=task=N,energy=N
+#   ACCT_GATHER_CONF=       file copied to DIR/etc/acct_gather.conf
+#   NODE_HOOK=              executable run as `NODE_HOOK IDX NAME DIR` inside each
+#                           slurmd's private mount namespace right before slurmd
+#   SLURM_PREFIX=           use a Slurm installed under this prefix
+#   SLURM_BIN, SLURM_SBIN, SLURM_PLUGIN_DIR   override individual locations
+#   CLUSTER_NAME=           default: "t" + 8 hex digits derived from DIR
+#   DAEMON_DEBUG=info       SlurmctldDebug/SlurmdDebug/slurmdbd DebugLevel
+#   DEBUG_FLAGS=            e.g. Energy,Profile (DebugFlags)
+#   EXTRA_SLURM_CONF=       file whose content is appended to slurm.conf
+#   UP_TIMEOUT=60           seconds `up` waits for each readiness step
+#
+# Network layout.  NODES=1 (host mode): every daemon runs in the host network
+# namespace; MariaDB listens on 127.0.0.1 only, munged on a unix socket, and
+# the Slurm daemons on random free ports (Slurm itself binds them to all
+# addresses, like any Slurm install).  NODES>1 (netns mode): a "ctl" namespace
+# holds a bridge 10.201.0.1/24 plus munged/MariaDB/slurmdbd/slurmctld; node K
+# gets its own namespace with a veth into that bridge (10.201.0.(10+K)).  No
+# address is added to the host namespace, so clients must run inside the ctl
+# namespace: `env` therefore puts DIR/bin first in PATH, which holds wrappers
+# (srun, sbatch, sacct, ...) that enter it.  Namespace names are derived from
+# DIR, so two clusters can coexist (same subnet, but separate namespaces).
+#
+# Process tracking.  Every daemon is started with setsid and recorded as
+# "pid starttime" in DIR/run/pid/NAME (starttime guards against pid reuse).
+# Each slurmd runs under cluster-lib/nodesup.py, a child subreaper: the
+# slurmstepds that slurmd double-forks are re-parented to it, so stopping a
+# node means stopping that supervisor's children - never matching by name.
+
+set -euo pipefail
+
+ORIG_PATH=$PATH
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LIB=$HERE/cluster-lib
+SUBNET=10.201.0            # only used inside our own namespaces
+CTL_IP_NETNS=$SUBNET.1
+export PATH="$PATH:/usr/sbin:/sbin"   # munged, mariadbd, ip may live in sbin
+
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+log() { echo "cluster.sh: $*" >&2; }
+
+usage() {
+    sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+# ---------------------------------------------------------------- helpers ---
+
+# set DIR (absolute, may not exist yet) and derived names
+set_dir() {
+    [ -n "${1:-}" ] || usage
+    DIR=$(realpath -m -- "$1")
+    case "$DIR" in
+    / | /tmp | /root | /home | /usr | /var | /etc) die "refusing to use $DIR as cluster directory" ;;
+    esac
+    local h
+    h=$(printf %s "$DIR" | sha1sum | cut -c1-8)
+    NS_PREFIX=slc$h              # netns names: slcXXXXXXXX-ctl, slcXXXXXXXX-n1, ...
+    DEFAULT_CLUSTER=t$h
+    PIDDIR=$DIR/run/pid
+    CONF=$DIR/etc/slurm.conf
+}
+
+# load settings saved by `up` (ports, mode, binaries); harmless if missing
+load_state() {
+    NETNS_MODE=0
+    NODES=${NODES:-1}
+    if [ -r "$DIR/run/cluster.env" ]; then
+        # shellcheck disable=SC1091
+        . "$DIR/run/cluster.env"
+    fi
+}
+
+# single-quote for `eval`
+q() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
+
+# "<state> <starttime>" of a pid, from /proc/PID/stat (fields 3 and 22)
+proc_state_start() {
+    local s
+    s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    s=${s##*) }
+    # shellcheck disable=SC2086
+    set -- $s
+    echo "$1 ${20}"
+}
+
+# record NAME PID: remember a process we started
+record() {
+    local ss
+    ss=$(proc_state_start "$2") || ss="X dead"
+    echo "$2 ${ss#* }" >"$PIDDIR/$1"
+}
+
+# rec_pid NAME: print pid if the recorded process is still the same and alive
+rec_pid() {
+    local f=$PIDDIR/$1 pid st ss
+    [ -r "$f" ] || return 1
+    read -r pid st <"$f" || return 1
+    ss=$(proc_state_start "$pid") || return 1
+    [ "${ss%% *}" != Z ] && [ "${ss#* }" = "$st" ] || return 1
+    echo "$pid"
+}
+
+# Environment for daemons: drop SLURM_* variables of the caller (tests may
+# themselves run inside a Slurm job, and SLURM_SBIN etc. are ours), keep the
+# rest (PATH, RUST_LOG, ... are useful for plugins under test).
+daemon_env() {
+    DENV=(env)
+    local v
+    for v in $(compgen -e); do
+        case "$v" in SLURM_*) DENV+=(-u "$v") ;; esac
+    done
+    DENV+=("SLURM_CONF=$CONF")
+}
+
+# start_daemon NAME CMD...: start detached (own session, stdio to log) and record
+start_daemon() {
+    local name=$1
+    shift
+    # setsid: not killed by a Ctrl-C aimed at the test; `down` stops it.
+    # (A background child of a non-interactive shell is no process-group
+    # leader, so setsid does not fork and $! stays the daemon's pid.)
+    # (the saved copies of our stdout/stderr must not leak into daemons, or a
+    # caller reading our output until EOF would hang)
+    setsid "$@" </dev/null >>"$DIR/log/$name.out" 2>&1 {SAVED_OUT}>&- {SAVED_ERR}>&- &
+    LAST_PID=$!
+    record "$name" "$LAST_PID"
+}
+
+# signal a recorded process (only if it is still the one we started).  Daemons
+# were started with setsid, so their process group holds exactly them and
+# their helpers (slurmctld's slurmscriptd, install-db's bootstrap mariadbd):
+# signal the group.  Node supervisors get the signal alone, they orchestrate
+# the shutdown of their node themselves.
+signal_rec() {
+    local sig=$1 name=$2 pid s
+    pid=$(rec_pid "$name") || return 1
+    s=$(cat "/proc/$pid/stat" 2>/dev/null) || return 0
+    s=${s##*) }
+    # shellcheck disable=SC2086
+    set -- $s # $1 state, $2 ppid, $3 pgrp
+    if [ "$3" = "$pid" ] && [[ "$name" != nodesup-* ]]; then
+        kill "-$sig" -- "-$pid" 2>/dev/null || true
+    else
+        kill "-$sig" "$pid" 2>/dev/null || true
+    fi
+}
+
+# stop_recs TIMEOUT NAME...: TERM the given records, KILL whatever is left
+# after TIMEOUT seconds, wait until they are gone.
+stop_recs() {
+    local timeout=$1 n left i
+    shift
+    for n in "$@"; do signal_rec TERM "$n" || true; done
+    for ((i = 0; i < timeout * 10; i++)); do
+        left=0
+        for n in "$@"; do rec_pid "$n" >/dev/null && left=1; done
+        [ $left = 0 ] && return 0
+        sleep 0.1
+    done
+    for n in "$@"; do
+        if rec_pid "$n" >/dev/null; then
+            log "$n did not stop after ${timeout}s, sending SIGKILL"
+            signal_rec KILL "$n" || true
+            KILLED_HARD=1
+        fi
+    done
+    for ((i = 0; i < 50; i++)); do
+        left=0
+        for n in "$@"; do rec_pid "$n" >/dev/null && left=1; done
+        [ $left = 0 ] && return 0
+        sleep 0.1
+    done
+    return 0
+}
+
+# ns prefix for commands that must run in the ctl / node network namespace
+ctl_ns() {
+    if [ "$NETNS_MODE" = 1 ]; then
+        CTL=(nsenter "--net=/run/netns/$NS_PREFIX-ctl" --)
+    else
+        CTL=()
+    fi
+}
+node_ns() {
+    if [ "$NETNS_MODE" = 1 ]; then
+        NODE=(nsenter "--net=/run/netns/$NS_PREFIX-n$1" --)
+    else
+        NODE=()
+    fi
+}
+
+# client command through our wrappers (they pick the namespace and SLURM_CONF)
+client() {
+    local c=$1
+    shift
+    SLURM_CONF="$CONF" "$DIR/bin/$c" "$@"
+}
+
+tail_logs() {
+    local f
+    for f in "$@"; do
+        [ -s "$f" ] || continue
+        echo "----- tail $f -----" >&2
+        tail -n 40 "$f" >&2
+    done
+}
+
+# logs relevant to a record name
+logs_of() {
+    case "$1" in
+    nodesup-*)
+        local n=${1#nodesup-}
+        echo "$DIR/log/hook-$n.log $DIR/log/slurmd-$n.out $DIR/log/slurmd-$n.log $DIR/log/nodesup-$n.out"
+        ;;
+    mariadbd) echo "$DIR/log/mariadbd.log $DIR/log/mariadbd.out" ;;
+    installdb) echo "$DIR/log/installdb.out" ;;
+    *) echo "$DIR/log/$1.out $DIR/log/$1.log" ;;
+    esac
+}
+
+# fail MSG [RECORD...]: print message and the logs of the given records
+fail() {
+    local msg=$1 r
+    shift
+    log "up failed: $msg"
+    for r in "$@"; do
+        # shellcheck disable=SC2046
+        tail_logs $(logs_of "$r")
+    done
+    exit 1
+}
+
+# wait_for DESC WATCH CMD...: poll CMD until it succeeds (UP_TIMEOUT), failing
+# early when a process in WATCH (space separated record names) died or a
+# slurmd exited (its supervisor writes DIR/run/slurmd-NODE.exit).
+wait_for() {
+    local desc=$1 watch=$2 deadline r f
+    shift 2
+    deadline=$((SECONDS + UP_TIMEOUT))
+    while :; do
+        "$@" >/dev/null 2>&1 && return 0
+        for r in $watch; do
+            rec_pid "$r" >/dev/null || fail "$r died while waiting for $desc" "$r"
+        done
+        for f in "$DIR"/run/slurmd-*.exit; do
+            [ -e "$f" ] || continue
+            r=${f##*/slurmd-}
+            r=${r%.exit}
+            fail "slurmd on $r $(cat "$f") while waiting for $desc" "nodesup-$r"
+        done
+        [ $SECONDS -lt $deadline ] || fail "timeout (${UP_TIMEOUT}s) waiting for $desc" $watch
+        sleep 0.2
+    done
+}
+
+# ------------------------------------------------------------------- up ----
+
+cmd_up() {
+    set_dir "$1"
+    if [ -d "$DIR" ] && [ -n "$(ls -A "$DIR")" ] && [ ! -e "$DIR/.slurm-test-cluster" ]; then
+        die "$DIR is not empty and was not created by cluster.sh; refusing to use it"
+    fi
+    if [ -d "$PIDDIR" ]; then
+        local f
+        for f in "$PIDDIR"/*; do
+            [ -e "$f" ] || continue
+            rec_pid "${f##*/}" >/dev/null && die "a cluster is already running in $DIR (run: $0 down $DIR)"
+        done
+    fi
+    # leftovers of an earlier run that was not taken down (e.g. namespaces)
+    (DOWN_QUIET=1 do_down)
+
+    # ---- settings
+    NODES=${NODES:-1}
+    [[ "$NODES" =~ ^[0-9]+$ ]] && [ "$NODES" -ge 1 ] && [ "$NODES" -le 200 ] || die "NODES must be 1..200"
+    case "${NETNS:-auto}" in
+    auto) if [ "$NODES" -gt 1 ]; then NETNS_MODE=1; else NETNS_MODE=0; fi ;;
+    1 | yes | true) NETNS_MODE=1 ;;
+    0 | no | false) [ "$NODES" -eq 1 ] || die "NODES>1 needs network namespaces"; NETNS_MODE=0 ;;
+    *) die "NETNS must be auto, 0 or 1" ;;
+    esac
+    local energy_type=${ENERGY_TYPE:-acct_gather_energy/none}
+    local node_freq=${NODE_FREQ:-5} jobacct_freq=${JOBACCT_FREQ:-5}
+    local cluster=${CLUSTER_NAME:-$DEFAULT_CLUSTER}
+    local dbg=${DAEMON_DEBUG:-info}
+    UP_TIMEOUT=${UP_TIMEOUT:-60}
+    if [ -n "${SLURM_PREFIX:-}" ]; then
+        SLURM_BIN=${SLURM_BIN:-$SLURM_PREFIX/bin}
+        SLURM_SBIN=${SLURM_SBIN:-$SLURM_PREFIX/sbin}
+        SLURM_PLUGIN_DIR=${SLURM_PLUGIN_DIR:-$SLURM_PREFIX/lib/slurm}
+    else
+        SLURM_BIN=${SLURM_BIN:-/usr/bin}
+        SLURM_SBIN=${SLURM_SBIN:-/usr/sbin}
+        SLURM_PLUGIN_DIR=${SLURM_PLUGIN_DIR:-/usr/lib/$(uname -m)-linux-gnu/slurm-wlm}
+    fi
+    local plugin_dir=$SLURM_PLUGIN_DIR${EXTRA_PLUGIN_DIR:+:$EXTRA_PLUGIN_DIR}
+    local hook=${NODE_HOOK:-}
+    if [ -n "$hook" ]; then
+        # absolute, because slurmd's supervisor does not run in the caller's cwd
+        case "$hook" in */*) hook=$(realpath -- "$hook") ;; esac
+        [ -x "$hook" ] || command -v "$hook" >/dev/null || die "NODE_HOOK $hook is not executable"
+    fi
+    if [ -n "${ACCT_GATHER_CONF:-}" ]; then
+        [ -r "$ACCT_GATHER_CONF" ] || die "ACCT_GATHER_CONF $ACCT_GATHER_CONF is not readable"
+    fi
+    if [ -n "${EXTRA_SLURM_CONF:-}" ]; then
+        [ -r "$EXTRA_SLURM_CONF" ] || die "EXTRA_SLURM_CONF $EXTRA_SLURM_CONF is not readable"
+    fi
+
+    local b k
+    for b in "$SLURM_SBIN/slurmctld" "$SLURM_SBIN/slurmd" "$SLURM_SBIN/slurmdbd" \
+        "$SLURM_BIN/sinfo" "$SLURM_BIN/scontrol" "$SLURM_BIN/sacctmgr"; do
+        [ -x "$b" ] || die "missing $b"
+    done
+    [ -d "$SLURM_PLUGIN_DIR" ] || die "missing plugin dir $SLURM_PLUGIN_DIR"
+    for b in munged mariadbd mariadb-install-db mariadb-admin setsid unshare nsenter python3; do
+        command -v "$b" >/dev/null || die "missing command $b"
+    done
+    [ "$NETNS_MODE" = 0 ] || command -v ip >/dev/null || die "missing command ip (iproute2)"
+    [ "$(id -u)" = 0 ] || die "must run as root (namespaces, SlurmUser=root)"
+    local py
+    py=$(command -v /usr/bin/python3 || command -v python3)
+
+    # Unix socket paths are limited to 108 bytes; slurmd's step sockets
+    # (DIR/spool/nK/nK_<jobid>.<stepid>) are the longest ones we create.
+    [ ${#DIR} -le 70 ] || die "DIR path too long (${#DIR} > 70 chars): unix sockets under it would not fit"
+
+    # ---- fresh directory layout (only our own subdirectories are removed)
+    mkdir -p "$DIR"
+    touch "$DIR/.slurm-test-cluster"
+    rm -rf "${DIR:?}"/{etc,run,state,spool,db,bin,log}
+    mkdir -p "$DIR"/{etc,run/pid,state,spool,db,bin,log}
+    for ((k = 1; k <= NODES; k++)); do mkdir -p "$DIR/spool/n$k"; done
+    chmod 755 "$DIR" "$DIR/run" # munged checks its socket directory
+
+    # ---- ports and addresses
+    local ports ctld_port slurmd_port dbd_port db_port ctl_ip
+    # bind port 0 on loopback to let the kernel pick free ports (all four
+    # sockets are held at once so they are distinct)
+    ports=$("$py" -c '
+import socket
+ss = [socket.socket() for _ in range(4)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))')
+    read -r ctld_port slurmd_port dbd_port db_port <<<"$ports"
+    if [ "$NETNS_MODE" = 1 ]; then ctl_ip=$CTL_IP_NETNS; else ctl_ip=127.0.0.1; fi
+
+    # Hardware description of a node = this machine (every node runs here).
+    local hw
+    hw=$(SLURM_CONF=/nonexistent "$SLURM_SBIN/slurmd" -C | head -n1 | sed 's/^NodeName=[^ ]* //')
+    [ -n "$hw" ] || die "slurmd -C printed nothing"
+
+    # ---- saved state for the other subcommands
+    {
+        printf 'NODES=%q\nNETNS_MODE=%q\nSLURM_BIN=%q\nSLURM_SBIN=%q\nCLUSTER=%q\n' \
+            "$NODES" "$NETNS_MODE" "$SLURM_BIN" "$SLURM_SBIN" "$cluster"
+        printf 'CTLD_PORT=%q\nSLURMD_PORT=%q\nDBD_PORT=%q\nDB_PORT=%q\n' \
+            "$ctld_port" "$slurmd_port" "$dbd_port" "$db_port"
+    } >"$DIR/run/cluster.env"
+
+    # ---- configuration files
+    local sock=$DIR/run/munge.sock
+    dd if=/dev/urandom of="$DIR/etc/munge.key" bs=1024 count=1 status=none
+    chmod 400 "$DIR/etc/munge.key"
+    : >"$DIR/etc/plugstack.conf"
+    if [ -n "${ACCT_GATHER_CONF:-}" ]; then
+        cat -- "$ACCT_GATHER_CONF" >"$DIR/etc/acct_gather.conf"
+    fi
+
+    local nodeaddr
+    {
+        cat <<EOF
+# generated by ci/cluster.sh - private test cluster, do not edit
+ClusterName=$cluster
+# "localhost" is replaced by Slurm with this machine's hostname, which makes
+# the host/controller check pass; the address in parentheses is what is used.
+SlurmctldHost=localhost($ctl_ip)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$sock
+PluginDir=$plugin_dir
+PlugStackConfig=$DIR/etc/plugstack.conf
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=$jobacct_freq,energy=$jobacct_freq
+AcctGatherEnergyType=$energy_type
+AcctGatherNodeFreq=$node_freq
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=$ctl_ip
+AccountingStoragePort=$dbd_port
+# clients (sacct, sacctmgr) authenticate to slurmdbd through this munge socket
+AccountingStoragePass=$sock
+JobCompType=jobcomp/none
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool/%n
+SlurmctldPidFile=$DIR/run/slurmctld.pid
+SlurmdPidFile=$DIR/run/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+SlurmctldDebug=$dbg
+SlurmdDebug=$dbg
+${DEBUG_FLAGS:+DebugFlags=$DEBUG_FLAGS}
+MailProg=/bin/true
+# fast turnaround for tests
+ReturnToService=2
+KillWait=2
+MinJobAge=10
+MessageTimeout=10
+SlurmctldTimeout=30
+SlurmdTimeout=30
+InactiveLimit=0
+Waittime=0
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+EOF
+        for ((k = 1; k <= NODES; k++)); do
+            if [ "$NETNS_MODE" = 1 ]; then nodeaddr=$SUBNET.$((10 + k)); else nodeaddr=127.0.0.1; fi
+            echo "NodeName=n$k NodeAddr=$nodeaddr NodeHostname=n$k $hw State=UNKNOWN"
+        done
+        echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+        if [ -n "${EXTRA_SLURM_CONF:-}" ]; then
+            echo "# ---- from $EXTRA_SLURM_CONF"
+            cat -- "$EXTRA_SLURM_CONF"
+        fi
+    } >"$CONF"
+
+    # slurmdbd reads slurmdbd.conf from SLURM_CONF's directory; must be 0600
+    (
+        umask 077
+        cat >"$DIR/etc/slurmdbd.conf" <<EOF
+# generated by ci/cluster.sh
+DbdHost=localhost
+DbdAddr=$ctl_ip
+DbdPort=$dbd_port
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$sock
+PluginDir=$plugin_dir
+PidFile=$DIR/run/slurmdbd.pid
+LogFile=$DIR/log/slurmdbd.log
+DebugLevel=$dbg
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$db_port
+StorageUser=root
+StorageLoc=slurm_acct_db
+EOF
+    )
+
+    # ---- client wrappers (DIR/bin, first in PATH after `eval $(cluster.sh env DIR)`)
+    local c w
+    for c in sacct sacctmgr salloc sattach sbatch sbcast scancel scontrol scrontab sdiag \
+        sinfo sprio squeue sreport srun sshare sstat strigger sh5util sjobexitmod; do
+        [ -x "$SLURM_BIN/$c" ] || continue
+        w=$DIR/bin/$c
+        {
+            echo '#!/bin/sh'
+            echo "# generated by ci/cluster.sh: run $c against the cluster in $DIR"
+            echo ": \"\${SLURM_CONF:=$CONF}\"; export SLURM_CONF"
+            if [ "$NETNS_MODE" = 1 ]; then
+                echo "exec nsenter --net=/run/netns/$NS_PREFIX-ctl -- $(q "$SLURM_BIN/$c") \"\$@\""
+            else
+                echo "exec $(q "$SLURM_BIN/$c") \"\$@\""
+            fi
+        } >"$w"
+        chmod 755 "$w"
+    done
+
+    # ---- from here on, any failure or interruption tears down what we started
+    UP_OK=0
+    # The trap may fire while a command with redirected output runs (e.g. a
+    # client call writing to a log file): restore the original stdout/stderr
+    # saved here so the teardown messages reach the caller.
+    exec {SAVED_OUT}>&1 {SAVED_ERR}>&2
+    trap 'rc=$?; exec 1>&$SAVED_OUT 2>&$SAVED_ERR; if [ "$UP_OK" != 1 ]; then log "tearing down after failed up"; do_down >&2 || true; fi; exit $rc' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    local t0=$SECONDS
+
+    # ---- network namespaces
+    if [ "$NETNS_MODE" = 1 ]; then
+        local ctlns=$NS_PREFIX-ctl nodens
+        ip netns add "$ctlns"
+        ip -n "$ctlns" link set lo up
+        ip -n "$ctlns" link add br0 type bridge
+        ip -n "$ctlns" addr add "$ctl_ip/24" dev br0
+        ip -n "$ctlns" link set br0 up
+        for ((k = 1; k <= NODES; k++)); do
+            nodens=$NS_PREFIX-n$k
+            ip netns add "$nodens"
+            ip -n "$nodens" link set lo up
+            # create the pair inside the namespaces directly: no host-side names
+            ip -n "$ctlns" link add "v$k" type veth peer name eth0 netns "$nodens"
+            ip -n "$ctlns" link set "v$k" master br0 up
+            ip -n "$nodens" addr add "$SUBNET.$((10 + k))/24" dev eth0
+            ip -n "$nodens" link set eth0 up
+        done
+    fi
+    ctl_ns
+    daemon_env
+
+    # ---- munged + MariaDB datadir in parallel
+    start_daemon munged "${CTL[@]}" munged --foreground --force \
+        --socket="$sock" --key-file="$DIR/etc/munge.key" --pid-file="$DIR/run/munged.pid" \
+        --log-file="$DIR/log/munged.log" --seed-file="$DIR/run/munged.seed"
+    # --no-defaults: ignore /etc/mysql; small log file keeps DIR small and fast
+    local mdb_opts=(--no-defaults "--datadir=$DIR/db" --user=root
+        --innodb-log-file-size=8M --innodb-buffer-pool-size=64M)
+    start_daemon installdb mariadb-install-db "${mdb_opts[@]}" \
+        --auth-root-authentication-method=normal --skip-test-db --skip-name-resolve
+    local installdb_pid=$LAST_PID
+
+    wait_for "munged" "munged" test -S "$sock"
+    wait "$installdb_pid" || fail "mariadb-install-db failed" installdb
+    # --skip-grant-tables: no users/passwords needed; 127.0.0.1 only
+    start_daemon mariadbd "${CTL[@]}" mariadbd "${mdb_opts[@]}" \
+        --skip-grant-tables --skip-name-resolve --bind-address=127.0.0.1 --port="$db_port" \
+        --socket="$DIR/run/mariadb.sock" --pid-file="$DIR/run/mariadbd.pid" \
+        --log-error="$DIR/log/mariadbd.log" --skip-log-bin \
+        --innodb-flush-log-at-trx-commit=2 --innodb-doublewrite=0
+    wait_for "mariadbd" "mariadbd" mariadb-admin --no-defaults --socket="$DIR/run/mariadb.sock" ping
+
+    # ---- slurmdbd, cluster registration
+    start_daemon slurmdbd "${DENV[@]}" "${CTL[@]}" "$SLURM_SBIN/slurmdbd" -D
+    wait_for "slurmdbd" "slurmdbd mariadbd munged" client sacctmgr -n -P list cluster
+    # register the cluster before slurmctld starts, so its first connection
+    # to slurmdbd already finds it (and sacct works right away)
+    client sacctmgr -i add cluster "$cluster" >"$DIR/log/sacctmgr-add.out" 2>&1 ||
+        fail "sacctmgr add cluster failed: $(cat "$DIR/log/sacctmgr-add.out")" slurmdbd
+
+    # ---- slurmctld and the nodes (slurmds retry until slurmctld answers)
+    start_daemon slurmctld "${DENV[@]}" "${CTL[@]}" "$SLURM_SBIN/slurmctld" -D
+    local watch="slurmctld slurmdbd mariadbd munged"
+    for ((k = 1; k <= NODES; k++)); do
+        node_ns "$k"
+        start_daemon "nodesup-n$k" "${DENV[@]}" "NODE_HOOK=$hook" \
+            "$py" "$LIB/nodesup.py" "$PIDDIR/slurmd-n$k" "$DIR/run/slurmd-n$k.exit" \
+            "$DIR/log/slurmd-n$k.out" -- \
+            "${NODE[@]}" unshare --mount --uts --propagation private -- \
+            sh "$LIB/node-start.sh" "$k" "n$k" "$DIR" "$SLURM_SBIN/slurmd" -D -N "n$k"
+        watch="$watch nodesup-n$k"
+    done
+    wait_for "slurmctld" "$watch" client scontrol ping
+    wait_for "$NODES node(s) idle" "$watch" nodes_idle "$NODES"
+
+    UP_OK=1
+    trap - EXIT INT TERM
+    echo "cluster up ($NODES node(s), cluster $cluster, $((SECONDS - t0))s, DIR $DIR)" >&2
+    echo "cluster up"
+}
+
+# all N nodes known to slurmctld are idle
+nodes_idle() {
+    local out
+    out=$(client sinfo -h -N -o '%N %T') || return 1
+    [ "$(grep -c ' idle$' <<<"$out")" -eq "$1" ]
+}
+
+# ----------------------------------------------------------------- down ----
+
+cmd_down() {
+    set_dir "$1"
+    do_down
+}
+
+# Kill processes that are in one of this cluster's node mount namespaces and
+# started after the node's supervisor did: only needed when a supervisor itself
+# was killed hard and its slurmstepds got re-parented elsewhere.
+sweep_mntns() {
+    [ -s "$DIR/run/mntns" ] || return 0
+    local since="" f pid st p ns ss
+    for f in "$PIDDIR"/nodesup-*; do
+        [ -r "$f" ] || continue
+        read -r pid st <"$f" || continue
+        [ "$st" != dead ] || continue
+        if [ -z "$since" ] || [ "$st" -lt "$since" ]; then since=$st; fi
+    done
+    [ -n "$since" ] || return 0
+    for p in /proc/[0-9]*; do
+        ns=$(readlink "$p/ns/mnt" 2>/dev/null) || continue
+        grep -qxF "$ns" "$DIR/run/mntns" || continue
+        ss=$(proc_state_start "${p#/proc/}") || continue
+        [ "${ss#* }" -ge "$since" ] || continue
+        log "killing leftover pid ${p#/proc/} ($(cat "$p/comm" 2>/dev/null)) of a node namespace"
+        kill -KILL "${p#/proc/}" 2>/dev/null || true
+    done
+    return 0
+}
+
+do_down() {
+    local f names=() n
+    KILLED_HARD=0
+    if [ -d "$PIDDIR" ]; then
+        # 1. nodes: each supervisor stops slurmd, then its slurmstepds/tasks
+        for f in "$PIDDIR"/nodesup-*; do
+            [ -e "$f" ] || continue
+            rec_pid "${f##*/}" >/dev/null || KILLED_HARD=1 # died before: sweep below
+            names+=("${f##*/}")
+        done
+        if [ ${#names[@]} -gt 0 ]; then
+            stop_recs 15 "${names[@]}"
+            [ "$KILLED_HARD" = 0 ] || sweep_mntns
+        fi
+        # a slurmd whose supervisor vanished (only possible after a SIGKILL)
+        for f in "$PIDDIR"/slurmd-*; do
+            [ -e "$f" ] || continue
+            signal_rec KILL "${f##*/}" && log "killed orphaned ${f##*/}"
+        done
+        # 2. the rest (slurmctld first in the list, it is the heaviest user of the others)
+        names=()
+        for n in slurmctld slurmdbd mariadbd installdb munged; do
+            [ -e "$PIDDIR/$n" ] && names+=("$n")
+        done
+        [ ${#names[@]} -eq 0 ] || stop_recs 10 "${names[@]}"
+    fi
+    # 3. our network namespaces: everything still inside them is ours
+    if command -v ip >/dev/null; then
+        local ns pids
+        for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NS_PREFIX-" || true); do
+            pids=$(ip netns pids "$ns" 2>/dev/null || true)
+            if [ -n "$pids" ]; then
+                log "killing leftover processes in netns $ns: $pids"
+                # shellcheck disable=SC2086
+                kill -KILL $pids 2>/dev/null || true
+            fi
+            ip netns del "$ns" 2>/dev/null || log "could not delete netns $ns"
+        done
+    fi
+    if [ -d "$PIDDIR" ]; then
+        rm -f "$PIDDIR"/* "$DIR"/run/slurmd-*.exit
+    fi
+    [ "${DOWN_QUIET:-0}" = 1 ] || echo "cluster down"
+}
+
+# ------------------------------------------------------------ the others ---
+
+cmd_env() {
+    set_dir "$1"
+    load_state
+    local p=":$ORIG_PATH:"
+    p=${p//:$DIR\/bin:/:}  # idempotent when eval'ed repeatedly
+    p=${p#:}
+    p=${p%:}
+    echo "export SLURM_CONF=$(q "$CONF")"
+    # wrappers: right client binaries, and the ctl network namespace if any
+    echo "export PATH=$(q "$DIR/bin:$p")"
+}
+
+cmd_reconfigure() {
+    set_dir "$1"
+    load_state
+    client scontrol reconfigure
+}
+
+# node_state NODE: "State SlurmdStartTime(epoch)" of a node
+node_state() {
+    SLURM_TIME_FORMAT=%s client scontrol -o show node "$1" 2>/dev/null |
+        sed -n 's/.* State=\([^ ]*\) .*SlurmdStartTime=\([^ ]*\).*/\1 \2/p'
+}
+
+cmd_restart_slurmd() {
+    set_dir "$1"
+    local node=${2:-}
+    [ -n "$node" ] || usage
+    load_state
+    UP_TIMEOUT=${UP_TIMEOUT:-60}
+    local sup old new t0 st
+    sup=$(rec_pid "nodesup-$node") || die "no running supervisor for node $node in $DIR"
+    old=$(rec_pid "slurmd-$node" || echo none)
+    # "responding again" is judged by SlurmdStartTime >= t0 (1 s resolution):
+    # make sure t0 is strictly later than the current slurmd's start time
+    st=$(node_state "$node")
+    while [ "$(date +%s)" -le "${st#* }" ] 2>/dev/null; do sleep 0.1; done
+    t0=$(date +%s)
+    rm -f "$DIR/run/slurmd-$node.exit"
+    # the supervisor TERMs slurmd only (slurmstepds are left alone) and starts
+    # it again through node-start.sh: new mount namespace, NODE_HOOK again
+    kill -USR1 "$sup"
+    local deadline=$((SECONDS + UP_TIMEOUT))
+    while :; do
+        if [ -e "$DIR/run/slurmd-$node.exit" ]; then
+            log "restarted slurmd on $node $(cat "$DIR/run/slurmd-$node.exit")"
+            # shellcheck disable=SC2046
+            tail_logs $(logs_of "nodesup-$node")
+            exit 1
+        fi
+        new=$(rec_pid "slurmd-$node" || echo none)
+        if [ "$new" != none ] && [ "$new" != "$old" ]; then
+            st=$(node_state "$node")
+            # responding again: registered after the restart and not flagged
+            case "${st%% *}" in
+            *NOT_RESPONDING* | *DOWN* | *UNKNOWN* | "") ;;
+            *) [ "${st#* }" -ge "$t0" ] 2>/dev/null && break ;;
+            esac
+        fi
+        if [ $SECONDS -ge $deadline ]; then
+            log "timeout waiting for $node to respond after restart (state: ${st:-?})"
+            # shellcheck disable=SC2046
+            tail_logs $(logs_of "nodesup-$node")
+            exit 1
+        fi
+        sleep 0.2
+    done
+    echo "slurmd $node restarted (pid $new)"
+}
+
+cmd_node_exec() {
+    set_dir "$1"
+    local node=${2:-} pid
+    [ -n "$node" ] && [ $# -ge 3 ] || usage
+    shift 2
+    pid=$(rec_pid "slurmd-$node") || die "slurmd of $node is not running"
+    exec nsenter -t "$pid" --mount --uts --net -- env SLURM_CONF="$CONF" "$@"
+}
+
+cmd_status() {
+    set_dir "$1"
+    load_state
+    local f n pid
+    for f in "$PIDDIR"/*; do
+        [ -e "$f" ] || continue
+        n=${f##*/}
+        if pid=$(rec_pid "$n"); then echo "$n: running (pid $pid)"; else echo "$n: not running"; fi
+    done
+    ip netns list 2>/dev/null | grep "^$NS_PREFIX-" || true
+}
+
+case "${1:-}" in
+up) [ $# -eq 2 ] || usage; cmd_up "$2" ;;
+down) [ $# -eq 2 ] || usage; cmd_down "$2" ;;
+env) [ $# -eq 2 ] || usage; cmd_env "$2" ;;
+restart-slurmd) [ $# -eq 3 ] || usage; cmd_restart_slurmd "$2" "$3" ;;
+reconfigure) [ $# -eq 2 ] || usage; cmd_reconfigure "$2" ;;
+node-exec) shift; cmd_node_exec "$@" ;;
+status) [ $# -eq 2 ] || usage; cmd_status "$2" ;;
+*) usage ;;
+esac

@@ -1,0 +1,207 @@
+//! `energy-driver`: loads the acct_gather_energy plugin named in a slurm.conf through
+//! Slurm's own framework (`slurm_conf_init`, `acct_gather_conf_init`, which runs the
+//! plugin's `conf_options`/`conf_set` over acct_gather.conf, then the
+//! `acct_gather_energy_g_*` calls slurmd and slurmstepd make), and prints one line per call.
+//!
+//! ```text
+//! energy-driver SLURM_CONF PROGRAM CMD...
+//!   PROGRAM  slurmd | slurmstepd | slurmctld   (what running_in_*() will answer)
+//!   CMD      update | node | step | struct | joules | sensors | last-poll | profile
+//!            | config | sleep=MS | bench=N
+//! ```
+//! An energy line reads `node consumed=J current=W ave=W poll=T` with `NO_VAL` spelled
+//! `unavailable`. `bench=N` times N rounds of `update` + `node` and prints ns per round.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use slurm_sys::{
+    NO_VAL, NO_VAL64, acct_energy_type as kind, acct_gather_energy_t, config_key_pair_t, xlist,
+};
+
+unsafe extern "C" {
+    static mut slurm_prog_name: *mut c_char;
+    fn slurm_conf_init(file: *const c_char) -> c_int;
+    fn acct_gather_conf_init() -> c_int;
+    fn acct_gather_conf_destroy() -> c_int;
+    fn acct_gather_conf_values() -> *mut xlist;
+    fn acct_gather_energy_g_update_node_energy() -> c_int;
+    fn acct_gather_energy_g_get_sum(data_type: u32, energy: *mut acct_gather_energy_t) -> c_int;
+    fn acct_gather_energy_g_get_data(context: c_int, data_type: u32, data: *mut c_void) -> c_int;
+    fn acct_gather_energy_g_set_data(data_type: u32, data: *mut c_void) -> c_int;
+    fn slurm_list_iterator_create(list: *mut xlist) -> *mut c_void;
+    fn slurm_list_next(it: *mut c_void) -> *mut c_void;
+    fn slurm_list_iterator_destroy(it: *mut c_void);
+    fn slurm_list_destroy(list: *mut xlist);
+    fn slurm_log_var(level: c_int, fmt: *const c_char, ...);
+}
+
+fn show(label: &str, e: &acct_gather_energy_t) {
+    let consumed = if e.consumed_energy == NO_VAL64 {
+        "unavailable".to_string()
+    } else {
+        e.consumed_energy.to_string()
+    };
+    let current = if e.current_watts == NO_VAL {
+        "unavailable".to_string()
+    } else {
+        e.current_watts.to_string()
+    };
+    println!(
+        "{label} consumed={consumed} current={current} ave={} poll={}",
+        e.ave_watts, e.poll_time
+    );
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 3 {
+        eprintln!("usage: energy-driver SLURM_CONF slurmd|slurmstepd|slurmctld CMD...");
+        return ExitCode::from(2);
+    }
+    let (Ok(conf), Ok(program)) = (
+        CString::new(args[1].as_str()),
+        CString::new(args[2].as_str()),
+    ) else {
+        return ExitCode::from(2);
+    };
+    // SAFETY: single-threaded start-up; Slurm's globals are set before any Slurm call reads
+    // them, and the strings live until exit.
+    unsafe {
+        slurm_prog_name = program.into_raw();
+        slurm_log_var(
+            3,
+            c"%s".as_ptr(),
+            c"energy-driver: logging to stderr".as_ptr(),
+        );
+        if slurm_conf_init(conf.as_ptr()) != 0 {
+            eprintln!("slurm_conf_init failed");
+            return ExitCode::FAILURE;
+        }
+        if acct_gather_conf_init() != 0 {
+            eprintln!("acct_gather_conf_init failed");
+            return ExitCode::FAILURE;
+        }
+    }
+    for cmd in &args[3..] {
+        let mut energy = acct_gather_energy_t::default();
+        // SAFETY: each call passes what acct_gather_energy.h defines for its type.
+        unsafe {
+            match cmd.as_str() {
+                "update" => println!("update rc={}", acct_gather_energy_g_update_node_energy()),
+                "node" => {
+                    acct_gather_energy_g_get_sum(kind::ENERGY_DATA_NODE_ENERGY, &mut energy);
+                    show("node", &energy);
+                }
+                "step" => {
+                    acct_gather_energy_g_get_sum(kind::ENERGY_DATA_NODE_ENERGY_UP, &mut energy);
+                    show("step", &energy);
+                }
+                "struct" | "joules" => {
+                    let t = if cmd == "struct" {
+                        kind::ENERGY_DATA_STRUCT
+                    } else {
+                        kind::ENERGY_DATA_JOULES_TASK
+                    };
+                    acct_gather_energy_g_get_data(
+                        0,
+                        t,
+                        (&mut energy as *mut acct_gather_energy_t).cast(),
+                    );
+                    show(cmd, &energy);
+                }
+                "sensors" => {
+                    let mut count: u16 = 0;
+                    acct_gather_energy_g_get_data(
+                        0,
+                        kind::ENERGY_DATA_SENSOR_CNT,
+                        (&mut count as *mut u16).cast(),
+                    );
+                    println!("sensors count={count}");
+                }
+                "last-poll" => {
+                    let mut t: i64 = 0;
+                    acct_gather_energy_g_get_data(
+                        0,
+                        kind::ENERGY_DATA_LAST_POLL,
+                        (&mut t as *mut i64).cast(),
+                    );
+                    println!("last-poll time={t}");
+                }
+                "profile" => {
+                    let mut delta: c_int = 0;
+                    let rc = acct_gather_energy_g_set_data(
+                        kind::ENERGY_DATA_PROFILE,
+                        (&mut delta as *mut c_int).cast(),
+                    );
+                    println!("profile rc={rc}");
+                }
+                "config" => print_config(),
+                other => {
+                    if let Some(ms) = other.strip_prefix("sleep=").and_then(|v| v.parse().ok()) {
+                        std::thread::sleep(Duration::from_millis(ms));
+                    } else if let Some(n) = other
+                        .strip_prefix("bench=")
+                        .and_then(|v| v.parse::<u32>().ok())
+                    {
+                        bench(n);
+                    } else {
+                        eprintln!("unknown command {other}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+        }
+    }
+    // SAFETY: unloads the plugin (its fini) as slurmd does at shutdown.
+    unsafe { acct_gather_conf_destroy() };
+    println!("done");
+    ExitCode::SUCCESS
+}
+
+/// # Safety
+/// The framework is initialised.
+unsafe fn bench(rounds: u32) {
+    let mut energy = acct_gather_energy_t::default();
+    let start = Instant::now();
+    for _ in 0..rounds {
+        // SAFETY: as in main.
+        unsafe {
+            acct_gather_energy_g_update_node_energy();
+            acct_gather_energy_g_get_sum(kind::ENERGY_DATA_NODE_ENERGY, &mut energy);
+        }
+    }
+    let ns = start.elapsed().as_nanos() / u128::from(rounds.max(1));
+    println!("bench rounds={rounds} ns_per_round={ns}");
+}
+
+/// # Safety
+/// The framework is initialised.
+unsafe fn print_config() {
+    // SAFETY: the list and its config_key_pair_t items belong to Slurm until destroyed.
+    unsafe {
+        let list = acct_gather_conf_values();
+        if list.is_null() {
+            println!("config none");
+            return;
+        }
+        let it = slurm_list_iterator_create(list);
+        loop {
+            let item = slurm_list_next(it).cast::<config_key_pair_t>();
+            if item.is_null() {
+                break;
+            }
+            let text = |p: *mut c_char| {
+                if p.is_null() {
+                    String::new()
+                } else {
+                    CStr::from_ptr(p).to_string_lossy().into_owned()
+                }
+            };
+            println!("config {}={}", text((*item).name), text((*item).value));
+        }
+        slurm_list_iterator_destroy(it);
+        slurm_list_destroy(list);
+    }
+}

@@ -1,0 +1,207 @@
+//! Shared test support: the simulator, the built plugin, private mount namespaces.
+#![allow(dead_code)] // each test file uses a different part
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn bin(name: &str) -> PathBuf {
+    match name {
+        "raplsim" => PathBuf::from(env!("CARGO_BIN_EXE_raplsim")),
+        "energy-driver" => PathBuf::from(env!("CARGO_BIN_EXE_energy-driver")),
+        other => panic!("no binary {other}"),
+    }
+}
+
+/// These tests mount over /dev/cpu, /proc/cpuinfo and /sys inside private namespaces and
+/// run Slurm daemons: they need root. Anywhere else they fail loudly, unless
+/// ENERGY_TESTS_ALLOW_SKIP=1 says skipping is intended (then they print that they skip).
+pub fn root_or_skip(test: &str) -> bool {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } == 0 {
+        return true;
+    }
+    if std::env::var("ENERGY_TESTS_ALLOW_SKIP").as_deref() == Ok("1") {
+        eprintln!("SKIPPED {test}: needs root (ENERGY_TESTS_ALLOW_SKIP=1)");
+        return false;
+    }
+    panic!(
+        "{test} needs root (mount namespaces, Slurm daemons); run as root or set ENERGY_TESTS_ALLOW_SKIP=1 to skip"
+    );
+}
+
+/// The plugin as Slurm will load it: `acct_gather_energy_rust_rapl.so` in a PluginDir.
+pub fn plugin_dir(tmp: &Path) -> PathBuf {
+    let built = bin("energy-driver")
+        .parent()
+        .expect("target dir")
+        .join("libacct_gather_energy_rust_rapl.so");
+    assert!(
+        built.exists(),
+        "{} is missing: build the plugins first (cargo build --release --workspace; ci/test.sh does)",
+        built.display()
+    );
+    let dir = tmp.join("plugins");
+    fs::create_dir_all(&dir).expect("mkdir plugins");
+    fs::copy(&built, dir.join("acct_gather_energy_rust_rapl.so")).expect("copy plugin");
+    dir
+}
+
+/// A running `raplsim`; killed on drop.
+pub struct Sim {
+    pub dir: PathBuf,
+    child: Child,
+}
+
+impl Sim {
+    pub fn start(dir: &Path, args: &[&str]) -> Sim {
+        fs::create_dir_all(dir).expect("mkdir sim");
+        let child = Command::new(bin("raplsim"))
+            .arg("run")
+            .arg(dir)
+            .args(args)
+            .spawn()
+            .expect("start raplsim");
+        let sim = Sim {
+            dir: dir.to_path_buf(),
+            child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !dir.join("truth").exists() {
+            assert!(Instant::now() < deadline, "raplsim did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        sim
+    }
+
+    pub fn set(&self, assignments: &[&str]) {
+        let status = Command::new(bin("raplsim"))
+            .arg("set")
+            .arg(&self.dir)
+            .args(assignments)
+            .status()
+            .expect("raplsim set");
+        assert!(status.success());
+    }
+
+    pub fn glitch(&self, what: &str, counter: &str, secs: f64) {
+        let status = Command::new(bin("raplsim"))
+            .args(["glitch"])
+            .arg(&self.dir)
+            .args([what, counter, &secs.to_string()])
+            .status()
+            .expect("raplsim glitch");
+        assert!(status.success());
+    }
+
+    /// True joules since the simulator started, over all counters.
+    pub fn truth(&self) -> f64 {
+        let text = fs::read_to_string(self.dir.join("truth")).expect("truth");
+        text.split_whitespace()
+            .next()
+            .and_then(|t| t.parse().ok())
+            .expect("truth value")
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A minimal slurm.conf for the framework (no daemons), and acct_gather.conf beside it.
+pub fn slurm_conf(tmp: &Path, energy_type: &str, plugin_dir: &Path, acct_gather: &str) -> PathBuf {
+    let conf = tmp.join("slurm.conf");
+    fs::write(
+        &conf,
+        format!(
+            "ClusterName=loader\nSlurmctldHost=localhost\n\
+             PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{}\n\
+             AcctGatherEnergyType={energy_type}\nNodeName=localhost CPUs=1\n\
+             PartitionName=debug Nodes=ALL\n",
+            plugin_dir.display()
+        ),
+    )
+    .expect("slurm.conf");
+    fs::write(tmp.join("acct_gather.conf"), acct_gather).expect("acct_gather.conf");
+    conf
+}
+
+/// Runs the driver as `program`; inside a private mount namespace showing `sim`'s
+/// hardware when given.
+pub fn driver(sim: Option<&Sim>, conf: &Path, program: &str, cmds: &[&str]) -> Child {
+    let mut command = match sim {
+        Some(sim) => {
+            let mut c = Command::new("unshare");
+            c.args(["-m", "--propagation", "private", "sh", "-c"])
+                .arg(r#"sim=$1; shift; "$0" "$sim" && exec "$@""#)
+                .arg(workspace().join("tests/fakehw/bind-rapl.sh"))
+                .arg(&sim.dir)
+                .arg(bin("energy-driver"));
+            c
+        }
+        None => Command::new(bin("energy-driver")),
+    };
+    command
+        .arg(conf)
+        .arg(program)
+        .args(cmds)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start energy-driver")
+}
+
+pub fn finish(child: Child) -> (String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = child.wait_with_output().expect("driver output");
+    let (out, err) = (
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    );
+    assert!(status.success(), "driver failed: {status}\n{out}\n{err}");
+    (out, err)
+}
+
+/// The `key=value` fields of the `n`th output line starting with `label`.
+pub fn field(out: &str, label: &str, n: usize, key: &str) -> String {
+    let line = out
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some(label))
+        .nth(n)
+        .unwrap_or_else(|| panic!("no line {n} for {label} in:\n{out}"));
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        .to_string()
+}
+
+pub fn joules(out: &str, label: &str, n: usize) -> f64 {
+    let v = field(out, label, n, "consumed");
+    v.parse()
+        .unwrap_or_else(|_| panic!("{label} #{n} consumed={v} is not a number:\n{out}"))
+}
+
+pub fn assert_close(what: &str, measured: f64, truth: f64, relative: f64) {
+    // Slurm carries whole joules: allow the truncation on top of the relative error.
+    let error = (measured - truth).abs();
+    println!(
+        "{what}: measured {measured:.1} J, true {truth:.3} J, error {:.4}%",
+        100.0 * error / truth.max(1e-9)
+    );
+    assert!(
+        error <= truth * relative + 1.0,
+        "{what}: measured {measured} J vs true {truth:.3} J (allowed {:.3}%)",
+        relative * 100.0
+    );
+}
