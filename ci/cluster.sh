@@ -7,6 +7,7 @@
 #   ci/cluster.sh restart-slurmd DIR NODE   restart one slurmd, keep its slurmstepds
 #   ci/cluster.sh reconfigure DIR     scontrol reconfigure
 #   ci/cluster.sh node-exec DIR NODE CMD...  run CMD in NODE's namespaces (sees NODE_HOOK mounts)
+#   ci/cluster.sh wait-job DIR JOBID [SECS]  wait until sacct shows JOBID and its steps finished
 #   ci/cluster.sh status DIR          show recorded processes and namespaces
 #
 # Everything (configs, munge key, MariaDB datadir, spool/state, logs, pid
@@ -64,7 +65,7 @@ die() { echo "cluster.sh: $*" >&2; exit 1; }
 log() { echo "cluster.sh: $*" >&2; }
 
 usage() {
-    sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -214,11 +215,12 @@ node_ns() {
     fi
 }
 
-# client command through our wrappers (they pick the namespace and SLURM_CONF)
+# client command through our wrappers (they pick the namespace and SLURM_CONF);
+# bounded in time so a hung daemon cannot stall the polling loops
 client() {
     local c=$1
     shift
-    SLURM_CONF="$CONF" "$DIR/bin/$c" "$@"
+    SLURM_CONF="$CONF" timeout 30 "$DIR/bin/$c" "$@"
 }
 
 tail_logs() {
@@ -356,7 +358,7 @@ cmd_up() {
     rm -rf "${DIR:?}"/{etc,run,state,spool,db,bin,log}
     mkdir -p "$DIR"/{etc,run/pid,state,spool,db,bin,log}
     for ((k = 1; k <= NODES; k++)); do mkdir -p "$DIR/spool/n$k"; done
-    chmod 755 "$DIR" "$DIR/run" # munged checks its socket directory
+    chmod 755 "$DIR/run" # munged warns about sockets in directories others cannot enter
 
     # ---- ports and addresses
     local ports ctld_port slurmd_port dbd_port db_port ctl_ip
@@ -746,6 +748,27 @@ cmd_node_exec() {
     exec nsenter -t "$pid" --mount --uts --net -- env SLURM_CONF="$CONF" "$@"
 }
 
+# Job end records reach slurmdbd asynchronously (~0.2 s after srun returns,
+# longer under load): poll until the allocation and all its steps are in a
+# final state, then print them.
+cmd_wait_job() {
+    set_dir "$1"
+    local id=$2 secs=${3:-60} out deadline
+    [[ "$id" =~ ^[0-9]+$ ]] || die "wait-job: JOBID must be numeric"
+    deadline=$((SECONDS + secs))
+    while :; do
+        if [ -z "$(client squeue -h -j "$id" 2>/dev/null)" ]; then
+            out=$(client sacct -n -P -j "$id" -o JobID,State 2>/dev/null || true)
+            if [ -n "$out" ] && ! grep -q -E '\|(PENDING|RUNNING|REQUEUED|RESIZING|SUSPENDED|COMPLETING|CONFIGURING|SIGNALING|STAGE_OUT)' <<<"$out"; then
+                echo "$out"
+                return 0
+            fi
+        fi
+        [ $SECONDS -lt $deadline ] || die "wait-job: job $id not finished after ${secs}s: ${out:-no sacct record}"
+        sleep 0.2
+    done
+}
+
 cmd_status() {
     set_dir "$1"
     load_state
@@ -766,5 +789,6 @@ restart-slurmd) [ $# -eq 3 ] || usage; cmd_restart_slurmd "$2" "$3" ;;
 reconfigure) [ $# -eq 2 ] || usage; cmd_reconfigure "$2" ;;
 node-exec) shift; cmd_node_exec "$@" ;;
 status) [ $# -eq 2 ] || usage; cmd_status "$2" ;;
+wait-job) [ $# -ge 3 ] && [ $# -le 4 ] || usage; cmd_wait_job "$2" "$3" "${4:-60}" ;;
 *) usage ;;
 esac

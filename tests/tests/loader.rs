@@ -109,7 +109,7 @@ fn intel_package_and_dram_through_msr_and_powercap() {
         let before = sim.truth();
         sim.set(&["package0=150", "package1=140", "dram0=25", "dram1=30"]);
         sleep(Duration::from_millis(1500));
-        sim.set(&["all=0", "dram0=0", "dram1=0"]);
+        sim.set(&["all=0"]);
         let truth = sim.truth() - before;
         let (out, err) = finish(driver);
         println!("{out}{err}");
@@ -164,7 +164,7 @@ fn c_rapl_plugin_on_the_same_counters_for_comparison() {
     let before = sim.truth();
     sim.set(&["package0=150", "package1=140", "dram0=25", "dram1=30"]);
     sleep(Duration::from_millis(1500));
-    sim.set(&["all=0", "dram0=0", "dram1=0"]);
+    sim.set(&["all=0"]);
     let truth = sim.truth() - before;
     let (out, _) = finish(driver);
     let measured = joules(&out, "node", 1);

@@ -3,7 +3,7 @@
 //! ```text
 //! raplsim run DIR [--vendor amd|intel] [--packages N] [--cpus N] [--esu E] [--model M]
 //!                 [--tick-ms MS] [--watts W]
-//! raplsim set DIR package0=W package1=W dram0=W ... | all=W   change power (atomic)
+//! raplsim set DIR package0=W package1=W dram0=W ... | all=W   change power (all: every counter)
 //! raplsim glitch DIR reset|stuck|vanish DOMAIN [SECONDS]      misbehave on command
 //! raplsim truth DIR                                          print the true joules
 //! raplsim mark DIR NAME                                      append "NAME joules" to DIR/marks
@@ -372,10 +372,8 @@ fn set(dir: &Path, assignments: &[String]) -> Result<(), String> {
             .parse::<f64>()
             .map_err(|_| format!("{a}: watts is not a number"))?;
         if name == "all" {
-            for (k, v) in power.iter_mut() {
-                if k.starts_with("package") {
-                    *v = watts.to_string();
-                }
+            for v in power.values_mut() {
+                *v = watts.to_string();
             }
         } else if power.contains_key(name) {
             power.insert(name.to_string(), watts.to_string());

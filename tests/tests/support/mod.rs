@@ -1,6 +1,8 @@
 //! Shared test support: the simulator, the built plugin, private mount namespaces.
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod cluster;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -1,0 +1,210 @@
+//! A private Slurm cluster (ci/cluster.sh) whose nodes see simulated RAPL hardware.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::{Sim, bin, workspace};
+
+pub struct ClusterSpec<'a> {
+    pub nodes: usize,
+    pub energy_type: &'a str,
+    pub acct_gather: &'a str,
+    pub node_freq: u32,
+    pub jobacct_freq: u32,
+    /// raplsim options per node; `None` leaves a node without RAPL.
+    pub sim_args: Vec<Option<Vec<&'a str>>>,
+}
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub sims: Vec<Option<Sim>>,
+}
+
+impl Cluster {
+    pub fn up(root: &Path, plugin_dir: &Path, spec: &ClusterSpec) -> Cluster {
+        let dir = root.join("cluster");
+        let sim_root = root.join("sim");
+        let sims = (1..=spec.nodes)
+            .map(|k| {
+                spec.sim_args
+                    .get(k - 1)
+                    .cloned()
+                    .flatten()
+                    .map(|args| Sim::start(&sim_root.join(format!("n{k}")), &args))
+            })
+            .collect();
+        let acct_gather = root.join("acct_gather.conf.in");
+        fs::write(&acct_gather, spec.acct_gather).expect("acct_gather.conf");
+        let extra = root.join("slurm.conf.extra");
+        // the extern step then carries the job's energy, which is not summed over steps
+        fs::write(&extra, "PrologFlags=Contain\n").expect("extra conf");
+        let cluster = Cluster { dir, sims };
+        let out = Command::new(workspace().join("ci/cluster.sh"))
+            .arg("up")
+            .arg(&cluster.dir)
+            .env("NODES", spec.nodes.to_string())
+            .env("ENERGY_TYPE", spec.energy_type)
+            .env("EXTRA_PLUGIN_DIR", plugin_dir)
+            .env("NODE_FREQ", spec.node_freq.to_string())
+            .env("JOBACCT_FREQ", spec.jobacct_freq.to_string())
+            .env("ACCT_GATHER_CONF", &acct_gather)
+            .env("EXTRA_SLURM_CONF", &extra)
+            .env("NODE_HOOK", workspace().join("tests/fakehw/node-hook.sh"))
+            .env("SIM_ROOT", &sim_root)
+            .output()
+            .expect("run ci/cluster.sh up");
+        assert!(
+            out.status.success(),
+            "cluster did not come up:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster
+    }
+
+    pub fn sim(&self, node: usize) -> &Sim {
+        self.sims[node - 1].as_ref().expect("node has a simulator")
+    }
+
+    /// Runs a Slurm client command against this cluster; returns stdout.
+    pub fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(r#"eval "$("$0" env "$1")"; shift; exec "$@""#)
+            .arg(workspace().join("ci/cluster.sh"))
+            .arg(&self.dir)
+            .args(args)
+            .output()
+            .expect("client command");
+        assert!(
+            out.status.success(),
+            "{args:?} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn sbatch(&self, script: &str) -> u32 {
+        let path = self.dir.join(format!("job-{}.sh", script.len()));
+        fs::write(&path, script).expect("job script");
+        let out = self.run(&[
+            "sbatch",
+            "--parsable",
+            "-o",
+            "/dev/null",
+            path.to_str().expect("path"),
+        ]);
+        out.trim()
+            .split(';')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("sbatch said {out:?}"))
+    }
+
+    /// Waits until the job and all its steps are finished in accounting.
+    pub fn wait_job(&self, job: u32, timeout: Duration) {
+        let id = job.to_string();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let states = self.run(&["sacct", "-n", "-P", "-j", &id, "-o", "State"]);
+            let done = !states.trim().is_empty()
+                && states.lines().all(|s| {
+                    !matches!(
+                        s.trim(),
+                        "RUNNING" | "PENDING" | "COMPLETING" | "REQUEUED" | ""
+                    )
+                });
+            if done {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {job} not finished: {states}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    /// `(JobID, ConsumedEnergyRaw)` per job, step and array element.
+    pub fn energy(&self, job: u32) -> Vec<(String, Option<u64>)> {
+        self.run(&[
+            "sacct",
+            "-n",
+            "-P",
+            "-j",
+            &job.to_string(),
+            "-o",
+            "JobID,ConsumedEnergyRaw,State",
+        ])
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('|');
+            Some((f.next()?.to_string(), f.next()?.trim().parse().ok()))
+        })
+        .collect()
+    }
+
+    pub fn logs(&self) -> String {
+        let mut text = String::new();
+        if let Ok(entries) = fs::read_dir(self.dir.join("log")) {
+            for e in entries.flatten() {
+                let body = fs::read_to_string(e.path()).unwrap_or_default();
+                let tail: Vec<&str> = body.lines().rev().take(30).collect();
+                text.push_str(&format!("==> {}\n", e.path().display()));
+                for l in tail.iter().rev() {
+                    text.push_str(l);
+                    text.push('\n');
+                }
+            }
+        }
+        text
+    }
+
+    pub fn log(&self, name: &str) -> String {
+        fs::read_to_string(self.dir.join("log").join(name)).unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(workspace().join("ci/cluster.sh"))
+            .arg("down")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+/// Marks written by jobs: `raplsim mark SIM NAME` appends "NAME joules".
+pub fn marks(sim: &Sim) -> Vec<(String, f64)> {
+    fs::read_to_string(sim.dir.join("marks"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (name, joules) = l.split_once(' ')?;
+            Some((name.to_string(), joules.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+pub fn mark(sim: &Sim, name: &str) -> Option<f64> {
+    marks(sim)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, j)| j)
+}
+
+/// Shell text that brackets a phase of set power with marks.
+pub fn phase_commands(sim: &Sim, name: &str, phases: &[(&str, u32)]) -> String {
+    let s = bin("raplsim").display().to_string();
+    let d = sim.dir.display().to_string();
+    let mut text = format!("{s} mark {d} {name}_start; ");
+    for (power, secs) in phases {
+        text.push_str(&format!("{s} set {d} {power}; sleep {secs}; "));
+    }
+    text.push_str(&format!("{s} set {d} all=0; {s} mark {d} {name}_end"));
+    text
+}
