@@ -132,7 +132,12 @@ impl Accounting {
     }
 }
 
-/// One consumer's view (a step): energy since its first poll.
+/// A step's view: energy since its slurmstepd started measuring.
+///
+/// slurmstepd opens the hardware while it reads acct_gather.conf, before any task of the
+/// step runs; its first poll comes later (after the first task starts), so counting from
+/// the first poll would miss the step's first milliseconds. The origin is therefore the
+/// process's first reading.
 #[derive(Debug, Clone, Copy)]
 pub struct Baseline {
     origin: Point,
@@ -140,9 +145,9 @@ pub struct Baseline {
 }
 
 impl Baseline {
-    /// Starts at the latest fresh reading, if there is one.
-    pub fn start(accounting: &Accounting, now: Instant, stale_after: Duration) -> Option<Self> {
-        accounting.fresh(now, stale_after).map(|origin| Self {
+    /// Starts at the process's first complete reading, if there is one.
+    pub fn start(accounting: &Accounting) -> Option<Self> {
+        accounting.first.map(|origin| Self {
             origin,
             previous_j: 0,
         })
@@ -253,13 +258,15 @@ mod tests {
     }
 
     #[test]
-    fn a_baseline_reports_energy_since_its_first_poll() {
+    fn a_baseline_reports_energy_since_the_first_reading() {
         let t0 = Instant::now();
         let wall = SystemTime::now();
         let mut acc = Accounting::new(wall);
+        assert!(Baseline::start(&acc).is_none());
         acc.record(&reading(7_000_000), t0, wall);
-        let mut step = Baseline::start(&acc, t0, STALE).expect("fresh reading");
         acc.record(&reading(207_000_000), after(t0, 1.0), wall);
+        // the first poll comes after energy was already used
+        let mut step = Baseline::start(&acc).expect("a reading");
         let first = step.record(&acc, after(t0, 1.0), STALE);
         assert_eq!(first.consumed_j, Some(200));
         assert_eq!(first.ave_watts, 200);

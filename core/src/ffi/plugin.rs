@@ -43,8 +43,9 @@ enum Hardware<S: EnergySource> {
 struct State<S: EnergySource> {
     config: Config<S::Config>,
     hardware: Hardware<S>,
-    /// This process's step: energy since its first NODE_ENERGY_UP poll. Kept here rather
-    /// than in the caller's struct, so stacked plugins and task exits cannot reset it.
+    /// This process's step (one slurmstepd runs one step): energy since the process
+    /// started measuring. Kept here rather than in the caller's struct, so stacked plugins
+    /// and task exits cannot reset it.
     step: Option<Baseline>,
     profile: Profile,
 }
@@ -75,7 +76,14 @@ impl<S: EnergySource> State<S> {
         self.hardware = match S::open(&config) {
             Ok(source) => {
                 log::info!("measuring {}", source.describe());
-                Hardware::Open(Meter::new(source))
+                let mut meter = Meter::new(source);
+                // A step may not be polled until it ends (JobAcctGatherFrequency=0), so its
+                // sampler must run from the start. slurmd starts it at its first call
+                // instead: it may still fork into the background after loading plugins.
+                if daemon::in_slurmstepd() {
+                    meter.ensure_sampling();
+                }
+                Hardware::Open(meter)
             }
             Err(why) => {
                 log::error!(
@@ -122,7 +130,7 @@ impl<S: EnergySource> State<S> {
         let accounting = meter.refresh();
         let (now, stale) = (Instant::now(), meter.stale_after());
         if self.step.is_none() {
-            self.step = Baseline::start(&accounting, now, stale);
+            self.step = Baseline::start(&accounting);
         }
         match &mut self.step {
             Some(step) => step.record(&accounting, now, stale),
@@ -281,7 +289,7 @@ impl<S: EnergySource> Plugin<S> {
                 }
             };
             // Open now: slurmstepd reads acct_gather.conf before it changes identity, and
-            // the devices need root. The sampler thread starts at the first poll.
+            // the devices need root.
             if daemon::measures_here() {
                 state.open();
             }
