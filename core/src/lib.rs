@@ -10,5 +10,7 @@ pub mod config;
 pub mod counter;
 pub mod ffi;
 pub mod meter;
+pub mod power;
 pub mod rapl;
+pub mod remote;
 pub mod source;

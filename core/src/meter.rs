@@ -11,13 +11,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::accounting::Accounting;
-use crate::source::EnergySource;
+use crate::source::EnergyReader;
 
 /// Readings older than this many sample periods (and at least `MIN_STALE`) are unavailable.
 const STALE_PERIODS: u32 = 3;
 const MIN_STALE: Duration = Duration::from_secs(10);
 
-pub struct Meter<S: EnergySource> {
+pub struct Meter<S: EnergyReader> {
     shared: Arc<Shared<S>>,
     sampler: Option<JoinHandle<()>>,
 }
@@ -36,8 +36,8 @@ struct Metered<S> {
     failing: bool,
 }
 
-impl<S: EnergySource> Meter<S> {
-    /// Takes the first reading now; sampling starts with [`Meter::ensure_sampling`].
+impl<S: EnergyReader> Meter<S> {
+    /// Takes the first reading now; sampling starts with [`Metering::ensure_sampling`].
     pub fn new(source: S) -> Self {
         let period = source.sample_period();
         let shared = Arc::new(Shared {
@@ -61,39 +61,6 @@ impl<S: EnergySource> Meter<S> {
         self.shared.period
     }
 
-    pub fn stale_after(&self) -> Duration {
-        (self.shared.period * STALE_PERIODS).max(MIN_STALE)
-    }
-
-    /// Starts the sampling thread unless it runs. Called from Slurm's calls rather than at
-    /// load time, so that a daemon that forks after loading plugins keeps its sampler.
-    pub fn ensure_sampling(&mut self) {
-        if self.sampler.is_some() {
-            return;
-        }
-        let shared = Arc::clone(&self.shared);
-        match std::thread::Builder::new()
-            .name("energy-sampler".into())
-            .spawn(move || shared.run())
-        {
-            Ok(handle) => self.sampler = Some(handle),
-            Err(e) => log::error!(
-                "cannot start the sampling thread ({e}); energy is read only when Slurm polls, \
-                 so counter wraps between polls may be missed"
-            ),
-        }
-    }
-
-    /// Reads the hardware now and returns the accounting.
-    pub fn refresh(&self) -> Accounting {
-        self.shared.sample()
-    }
-
-    /// The accounting as of the latest reading.
-    pub fn snapshot(&self) -> Accounting {
-        self.shared.lock().accounting
-    }
-
     /// Stops and joins the sampler.
     pub fn stop(&mut self) {
         *self
@@ -110,13 +77,56 @@ impl<S: EnergySource> Meter<S> {
     }
 }
 
-impl<S: EnergySource> Drop for Meter<S> {
+/// A meter of any source, as the plugin holds it.
+pub trait Metering: Send {
+    /// Starts the sampling thread unless it runs (again, if starting it failed before).
+    fn ensure_sampling(&mut self);
+    /// Reads the source now and returns the accounting.
+    fn refresh(&self) -> Accounting;
+    /// The accounting as of the latest reading.
+    fn snapshot(&self) -> Accounting;
+    /// Readings older than this are unavailable.
+    fn stale_after(&self) -> Duration;
+}
+
+impl<S: EnergyReader> Metering for Meter<S> {
+    fn stale_after(&self) -> Duration {
+        (self.shared.period * STALE_PERIODS).max(MIN_STALE)
+    }
+
+    fn ensure_sampling(&mut self) {
+        if self.sampler.is_some() {
+            return;
+        }
+        let shared = Arc::clone(&self.shared);
+        match std::thread::Builder::new()
+            .name("energy-sampler".into())
+            .spawn(move || shared.run())
+        {
+            Ok(handle) => self.sampler = Some(handle),
+            Err(e) => log::error!(
+                "cannot start the sampling thread ({e}); energy is read only when Slurm polls, \
+                 so counter wraps between polls may be missed"
+            ),
+        }
+    }
+
+    fn refresh(&self) -> Accounting {
+        self.shared.sample()
+    }
+
+    fn snapshot(&self) -> Accounting {
+        self.shared.lock().accounting
+    }
+}
+
+impl<S: EnergyReader> Drop for Meter<S> {
     fn drop(&mut self) {
         self.stop();
     }
 }
 
-impl<S: EnergySource> Shared<S> {
+impl<S: EnergyReader> Shared<S> {
     fn lock(&self) -> MutexGuard<'_, Metered<S>> {
         self.metered.lock().unwrap_or_else(PoisonError::into_inner)
     }

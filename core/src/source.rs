@@ -4,15 +4,31 @@ use std::time::{Duration, Instant};
 
 use crate::config::{ConfigError, KeyValues};
 
-/// A node energy source: probed once, then read many times.
+/// What a meter samples: the node's energy so far.
 ///
-/// `read` must be cheap (a few `pread`s): the meter calls it from Slurm's calls as well as
-/// from its own sampling thread.
-pub trait EnergySource: Sized + Send + 'static {
+/// `read` must return quickly (a few `pread`s, a cache): the meter calls it from Slurm's
+/// calls as well as from its own sampling thread.
+pub trait EnergyReader: Send + 'static {
+    /// One line for the log: what was found and how it is read.
+    fn describe(&self) -> String;
+
+    /// Reads every counter once at `now`.
+    fn read(&mut self, now: Instant) -> Reading;
+
+    /// How often the meter samples, e.g. so that no counter wrap is ever missed.
+    fn sample_period(&self) -> Duration;
+}
+
+/// A configurable node energy source: probed once, then read many times.
+pub trait EnergySource: EnergyReader + Sized {
     type Config: Default + Clone + PartialEq + Send + std::fmt::Debug + 'static;
 
     /// The acct_gather.conf keys this source reads (all parsed as strings by Slurm).
     const KEYS: &'static [&'static str];
+
+    /// In slurmstepd, take the node's energy from slurmd (`slurm_get_node_energy`) instead
+    /// of opening the source: for sensors with one owner per node (a BMC session).
+    const FROM_SLURMD_IN_STEPS: bool = false;
 
     /// Validates the keys; an error names the key and the value.
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError>;
@@ -22,15 +38,6 @@ pub trait EnergySource: Sized + Send + 'static {
 
     /// Finds the hardware. An error says, for the admin, why there is no energy.
     fn open(config: &Self::Config) -> Result<Self, String>;
-
-    /// One line for the log: what was found and how it is read.
-    fn describe(&self) -> String;
-
-    /// Reads every counter once at `now`.
-    fn read(&mut self, now: Instant) -> Reading;
-
-    /// How often the counters must be read so that no wrap is ever missed.
-    fn sample_period(&self) -> Duration;
 }
 
 /// The node's energy since the source was opened.

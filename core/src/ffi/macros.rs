@@ -82,11 +82,11 @@ macro_rules! energy_plugin {
         /// Called by Slurm with the parsed acct_gather.conf, or NULL.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn acct_gather_energy_p_conf_set(
-            _context_id: ::core::ffi::c_int,
+            context_id: ::core::ffi::c_int,
             tbl: *mut $crate::ffi::sys::s_p_hashtbl_t,
         ) {
             // SAFETY: forwarded from Slurm.
-            unsafe { PLUGIN.conf_set(tbl) }
+            unsafe { PLUGIN.conf_set(context_id, tbl) }
         }
 
         /// # Safety

@@ -9,6 +9,7 @@ mod log;
 mod macros;
 mod plugin;
 mod profile;
+mod slurmd_node;
 
 pub use self::log::SlurmLogger;
 pub use plugin::Plugin;

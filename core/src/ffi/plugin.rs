@@ -12,10 +12,11 @@ use slurm_sys::{
 use super::guard::guard;
 use super::log::SlurmLogger;
 use super::profile::Profile;
+use super::slurmd_node::SlurmdNode;
 use super::{conf, daemon, energy};
 use crate::accounting::{Baseline, EnergyRecord};
-use crate::meter::Meter;
-use crate::source::EnergySource;
+use crate::meter::{Meter, Metering};
+use crate::source::{EnergyReader, EnergySource};
 
 /// The node record is the only record: SENSOR_CNT and STRUCT agree on one.
 const SENSOR_COUNT: u16 = 1;
@@ -33,16 +34,18 @@ enum Config<C> {
     Invalid,
 }
 
-enum Hardware<S: EnergySource> {
+enum Hardware {
     NotOpened,
     /// Not measured in this process (slurmctld), or the reason was logged once.
     Unavailable,
-    Open(Meter<S>),
+    Open(Box<dyn Metering>),
 }
 
 struct State<S: EnergySource> {
     config: Config<S::Config>,
-    hardware: Hardware<S>,
+    /// This plugin's index among stacked energy plugins, for asking slurmd.
+    context_id: u16,
+    hardware: Hardware,
     /// This process's step (one slurmstepd runs one step): energy since the process
     /// started measuring. Kept here rather than in the caller's struct, so stacked plugins
     /// and task exits cannot reset it.
@@ -54,6 +57,7 @@ impl<S: EnergySource> State<S> {
     fn new() -> Self {
         Self {
             config: Config::Unset,
+            context_id: 0,
             hardware: Hardware::NotOpened,
             step: None,
             profile: Profile::default(),
@@ -73,29 +77,27 @@ impl<S: EnergySource> State<S> {
                 return;
             }
         };
-        self.hardware = match S::open(&config) {
-            Ok(source) => {
-                log::info!("measuring {}", source.describe());
-                let mut meter = Meter::new(source);
-                // A step may not be polled until it ends (JobAcctGatherFrequency=0), so its
-                // sampler must run from the start. slurmd starts it at its first call
-                // instead: it may still fork into the background after loading plugins.
-                if daemon::in_slurmstepd() {
-                    meter.ensure_sampling();
-                }
+        let meter = if S::FROM_SLURMD_IN_STEPS && daemon::in_slurmstepd() {
+            SlurmdNode::start(self.context_id).map(metered)
+        } else {
+            S::open(&config).map(metered)
+        };
+        self.hardware = match meter {
+            Ok(mut meter) => {
+                // Threads may start here: slurmd loads this configuration after it
+                // daemonizes, and slurmstepd never forks without exec afterwards.
+                meter.ensure_sampling();
                 Hardware::Open(meter)
             }
             Err(why) => {
-                log::error!(
-                    "no energy can be measured on this node: {why}; energy is reported as unavailable"
-                );
+                log::error!("no energy can be measured on this node: {why}; energy is reported as unavailable");
                 Hardware::Unavailable
             }
         };
     }
 
     /// The meter, opened on first use, with its sampler running.
-    fn meter(&mut self) -> Option<&mut Meter<S>> {
+    fn meter(&mut self) -> Option<&mut Box<dyn Metering>> {
         if matches!(self.hardware, Hardware::NotOpened) {
             self.open();
         }
@@ -148,6 +150,12 @@ impl<S: EnergySource> State<S> {
                 .collect(),
         }
     }
+}
+
+/// Logs what will be measured, and wraps the reader in a meter.
+fn metered<R: EnergyReader>(reader: R) -> Box<dyn Metering> {
+    log::info!("measuring {}", reader.describe());
+    Box::new(Meter::new(reader))
 }
 
 impl<S: EnergySource> Plugin<S> {
@@ -264,8 +272,9 @@ impl<S: EnergySource> Plugin<S> {
 
     /// # Safety
     /// `tbl` is NULL or the parsed acct_gather.conf Slurm passes to `conf_set`.
-    pub unsafe fn conf_set(&self, tbl: *const s_p_hashtbl_t) {
+    pub unsafe fn conf_set(&self, context_id: c_int, tbl: *const s_p_hashtbl_t) {
         self.with_state("conf_set", (), |state| {
+            state.context_id = u16::try_from(context_id).unwrap_or(0);
             // SAFETY: forwarded from Slurm.
             let values = unsafe { conf::values(S::KEYS, tbl) };
             let parsed = S::parse_config(&values);

@@ -16,7 +16,7 @@ pub use topology::{CpuModel, Package, parse_cpuinfo};
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
-use crate::source::{EnergySource, Reading};
+use crate::source::{EnergyReader, EnergySource, Reading};
 
 /// Sample at least this many times per shortest wrap at maximum power.
 const SAMPLES_PER_WRAP: f64 = 4.0;
@@ -141,7 +141,9 @@ impl EnergySource for Rapl {
     fn open(config: &RaplConfig) -> Result<Self, String> {
         Self::open_at(config, &SystemPaths::default())
     }
+}
 
+impl EnergyReader for Rapl {
     fn describe(&self) -> String {
         let labels: Vec<&str> = self.counters.iter().map(|c| c.label.as_str()).collect();
         format!(

@@ -1,0 +1,198 @@
+//! In slurmstepd, the node's energy as the local slurmd reports it
+//! (`slurm_get_node_energy`), for sources with one owner per node (a BMC session, a
+//! Variorum sampler) that only slurmd opens.
+//!
+//! The RPC runs in a worker thread. A read asks the worker for a fresh answer and waits for
+//! it at most `FRESH_WAIT`; slurmd answers from its cache in well under a millisecond, and
+//! if it hangs or restarts the read returns the last answer and the step's figure goes
+//! stale (unavailable) instead of the call blocking.
+
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use slurm_sys::{NO_VAL, NO_VAL64, SLURM_SUCCESS, acct_gather_energy_t};
+
+use crate::remote::{NodeReport, RemoteTotal};
+use crate::source::{EnergyReader, Reading};
+
+const FRESH_WAIT: Duration = Duration::from_millis(200);
+/// The meter asks this often in between Slurm's polls, to see restarts and keep the
+/// figure fresh.
+const SAMPLE_PERIOD: Duration = Duration::from_secs(5);
+/// An answer older than this is not a current reading.
+const FRESH_FOR: Duration = Duration::from_secs(15);
+
+unsafe extern "C" {
+    fn slurm_get_node_energy(
+        host: *mut core::ffi::c_char,
+        context_id: u16,
+        delta: u16,
+        sensor_cnt: *mut u16,
+        energy: *mut *mut acct_gather_energy_t,
+    ) -> core::ffi::c_int;
+    fn acct_gather_energy_destroy(energy: *mut acct_gather_energy_t);
+}
+
+#[derive(Default)]
+struct State {
+    /// Requests made / answered, so a reader can wait for an answer newer than its request.
+    requested: u64,
+    answered: u64,
+    total: RemoteTotal,
+    last_ok: Option<Instant>,
+    failing: bool,
+    stop: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// The worker waits here for requests, readers for answers.
+    changed: Condvar,
+}
+
+pub struct SlurmdNode {
+    shared: Arc<Shared>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl SlurmdNode {
+    pub fn start(context_id: u16) -> Result<Self, String> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        });
+        let worker_shared = Arc::clone(&shared);
+        let worker = std::thread::Builder::new()
+            .name("slurmd-energy".into())
+            .spawn(move || worker_shared.serve(context_id))
+            .map_err(|e| format!("cannot start the thread that asks slurmd: {e}"))?;
+        Ok(Self {
+            shared,
+            worker: Some(worker),
+        })
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn serve(&self, context_id: u16) {
+        let mut served = 0;
+        loop {
+            {
+                let mut state = self.lock();
+                while state.requested == served && !state.stop {
+                    state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+                }
+                if state.stop {
+                    return;
+                }
+                served = state.requested;
+            }
+            let answer = ask_slurmd(context_id);
+            let now = Instant::now();
+            let mut state = self.lock();
+            match answer {
+                Ok(report) => {
+                    if let Some(note) = state.total.update(report, now) {
+                        log::warn!("{note}");
+                    }
+                    state.last_ok = Some(now);
+                    if state.failing {
+                        log::info!("slurmd answers again");
+                        state.failing = false;
+                    }
+                }
+                Err(e) if !state.failing => {
+                    log::error!("cannot get the node energy from slurmd: {e}");
+                    state.failing = true;
+                }
+                Err(_) => {}
+            }
+            state.answered = served;
+            self.changed.notify_all();
+        }
+    }
+}
+
+fn ask_slurmd(context_id: u16) -> Result<NodeReport, String> {
+    let mut count: u16 = 0;
+    let mut energy: *mut acct_gather_energy_t = std::ptr::null_mut();
+    // SAFETY: NULL host = this node's slurmd; on success Slurm allocates `count` records,
+    // freed below with Slurm's allocator.
+    let rc = unsafe { slurm_get_node_energy(std::ptr::null_mut(), context_id, 0, &mut count, &mut energy) };
+    if rc != SLURM_SUCCESS || energy.is_null() || count == 0 {
+        if !energy.is_null() {
+            // SAFETY: allocated by Slurm for us.
+            unsafe { acct_gather_energy_destroy(energy) };
+        }
+        return Err(format!("slurm_get_node_energy returned {rc} with {count} records"));
+    }
+    // SAFETY: at least one record.
+    let node = unsafe { *energy };
+    // SAFETY: allocated by Slurm for us, not used after.
+    unsafe { acct_gather_energy_destroy(energy) };
+    if node.consumed_energy == NO_VAL64 {
+        return Err("slurmd has no energy reading".into());
+    }
+    Ok(NodeReport {
+        consumed_j: node.consumed_energy,
+        watts: (node.current_watts != NO_VAL).then_some(node.current_watts),
+    })
+}
+
+impl EnergyReader for SlurmdNode {
+    fn describe(&self) -> String {
+        "node energy from the local slurmd".into()
+    }
+
+    fn read(&mut self, now: Instant) -> Reading {
+        let mut state = self.shared.lock();
+        state.requested += 1;
+        let wanted = state.requested;
+        self.shared.changed.notify_all();
+        let deadline = now + FRESH_WAIT;
+        while state.answered < wanted {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = self
+                .shared
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        let fresh = state
+            .last_ok
+            .is_some_and(|t| Instant::now().saturating_duration_since(t) <= FRESH_FOR);
+        Reading {
+            energy_uj: state.total.total_uj(),
+            complete: fresh,
+            problems: if fresh || state.last_ok.is_none() {
+                vec![]
+            } else {
+                vec!["slurmd has not answered for too long".into()]
+            },
+        }
+    }
+
+    fn sample_period(&self) -> Duration {
+        SAMPLE_PERIOD
+    }
+}
+
+impl Drop for SlurmdNode {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.changed.notify_all();
+        // an RPC in progress ends within slurm's MessageTimeout
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Sources that report watts (a BMC, Variorum): a poller thread reads them and integrates
+//! the power into energy; Slurm's calls only ever see the cached result.
+//!
+//! Reading such a sensor can block (a hung BMC, a stalled library), so it happens only in
+//! the poller thread, which reconnects with backoff after failures. Energy is the trapezoid
+//! of successive samples with sub-second timestamps; across a gap (a frozen BMC) the
+//! trapezoid between the last sample before and the first after is the estimate, as in
+//! Slurm's ipmi plugin. A cache whose last sample is older than `STALE_PERIODS` periods
+//! makes the reading incomplete, so Slurm gets "unavailable", never 0 or a stale figure.
+
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::config::{ConfigError, KeyValues};
+use crate::source::{EnergyReader, EnergySource, Reading};
+
+const STALE_PERIODS: u32 = 3;
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// A sensor of whole-node power.
+pub trait PowerSensor: Sized + Send + 'static {
+    type Config: Default + Clone + PartialEq + Send + std::fmt::Debug + 'static;
+    const KEYS: &'static [&'static str];
+
+    fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError>;
+    fn show_config(config: &Self::Config) -> Vec<(&'static str, String)>;
+
+    /// How often the poller reads the sensor.
+    fn period(config: &Self::Config) -> Duration;
+
+    /// Connects. Runs in the poller thread; may block up to the sensor's own timeouts.
+    fn connect(config: &Self::Config) -> Result<Self, String>;
+
+    /// What was connected to, for the log.
+    fn describe(&self) -> String;
+
+    /// One reading of the node's power. Runs in the poller thread; may block up to the
+    /// sensor's own timeouts. An error drops the connection.
+    fn read_watts(&mut self) -> Result<f64, String>;
+}
+
+/// Integrated power so far, shared between the poller and the readers.
+#[derive(Debug, Default, Clone, Copy)]
+struct Integral {
+    energy_uj: f64,
+    last: Option<(Instant, f64)>,
+}
+
+impl Integral {
+    fn add(&mut self, at: Instant, watts: f64) {
+        if let Some((t0, w0)) = self.last {
+            let secs = at.saturating_duration_since(t0).as_secs_f64();
+            self.energy_uj += secs * (w0 + watts) / 2.0 * 1e6;
+        }
+        self.last = Some((at, watts));
+    }
+}
+
+struct Shared {
+    integral: Mutex<Integral>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Shared {
+    /// Sleeps up to `d`; true when asked to stop.
+    fn sleep(&self, d: Duration) -> bool {
+        let stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
+        if *stop {
+            return true;
+        }
+        let (stop, _) = self
+            .wake
+            .wait_timeout(stop, d)
+            .unwrap_or_else(PoisonError::into_inner);
+        *stop
+    }
+}
+
+/// An [`EnergySource`] over a [`PowerSensor`] polled by its own thread.
+pub struct Polled<P: PowerSensor> {
+    shared: Arc<Shared>,
+    period: Duration,
+    poller: Option<JoinHandle<()>>,
+    _sensor: std::marker::PhantomData<fn() -> P>,
+}
+
+impl<P: PowerSensor> Polled<P> {
+    fn poll(shared: &Shared, config: &P::Config, period: Duration) {
+        let mut sensor: Option<P> = None;
+        let mut backoff = period;
+        let mut failing = false;
+        loop {
+            if sensor.is_none() {
+                match P::connect(config) {
+                    Ok(s) => {
+                        log::info!("connected: {}", s.describe());
+                        sensor = Some(s);
+                    }
+                    Err(e) => {
+                        if !failing {
+                            log::error!("cannot connect to the power sensor: {e}; retrying with backoff up to {} s", MAX_BACKOFF.as_secs());
+                            failing = true;
+                        }
+                        if shared.sleep(backoff) {
+                            return;
+                        }
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        continue;
+                    }
+                }
+            }
+            let Some(s) = sensor.as_mut() else { continue };
+            match s.read_watts() {
+                Ok(watts) if watts.is_finite() && watts >= 0.0 => {
+                    let now = Instant::now();
+                    shared
+                        .integral
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .add(now, watts);
+                    if failing {
+                        log::info!("power readings are back ({watts:.0} W)");
+                        failing = false;
+                    }
+                    backoff = period;
+                }
+                Ok(watts) => {
+                    log::error!("the sensor returned an impossible power {watts} W; reconnecting");
+                    sensor = None;
+                }
+                Err(e) => {
+                    if !failing {
+                        log::error!("reading power failed: {e}; reconnecting");
+                        failing = true;
+                    }
+                    sensor = None;
+                }
+            }
+            if shared.sleep(period) {
+                return;
+            }
+        }
+    }
+
+    /// Stops and joins the poller; a sensor call in progress finishes first (bounded by
+    /// its own timeouts).
+    fn stop(&mut self) {
+        *self.shared.stop.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.shared.wake.notify_all();
+        if let Some(handle) = self.poller.take()
+            && handle.join().is_err()
+        {
+            log::error!("the power poller panicked");
+        }
+    }
+}
+
+impl<P: PowerSensor> Drop for Polled<P> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl<P: PowerSensor> EnergySource for Polled<P> {
+    type Config = P::Config;
+    const KEYS: &'static [&'static str] = P::KEYS;
+    const FROM_SLURMD_IN_STEPS: bool = true;
+
+    fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
+        P::parse_config(values)
+    }
+
+    fn show_config(config: &Self::Config) -> Vec<(&'static str, String)> {
+        P::show_config(config)
+    }
+
+    /// Starts the poller and returns at once: connecting happens in the poller.
+    fn open(config: &Self::Config) -> Result<Self, String> {
+        let period = P::period(config);
+        let shared = Arc::new(Shared {
+            integral: Mutex::new(Integral::default()),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let poller_shared = Arc::clone(&shared);
+        let poller_config = config.clone();
+        let poller = std::thread::Builder::new()
+            .name("power-poller".into())
+            .spawn(move || {
+                // a panic in the sensor code ends polling (readings go stale), not slurmd
+                let run = std::panic::AssertUnwindSafe(|| Self::poll(&poller_shared, &poller_config, period));
+                if std::panic::catch_unwind(run).is_err() {
+                    log::error!("the power poller stopped after an internal error; energy is now unavailable");
+                }
+            })
+            .map_err(|e| format!("cannot start the power poller thread: {e}"))?;
+        Ok(Self {
+            shared,
+            period,
+            poller: Some(poller),
+            _sensor: std::marker::PhantomData,
+        })
+    }
+}
+
+impl<P: PowerSensor> EnergyReader for Polled<P> {
+    fn describe(&self) -> String {
+        format!("power polled every {:.1} s", self.period.as_secs_f64())
+    }
+
+    fn read(&mut self, now: Instant) -> Reading {
+        let integral = *self.shared.integral.lock().unwrap_or_else(PoisonError::into_inner);
+        let fresh = integral
+            .last
+            .is_some_and(|(at, _)| now.saturating_duration_since(at) <= self.period * STALE_PERIODS);
+        Reading {
+            energy_uj: integral.energy_uj as u64,
+            complete: fresh,
+            problems: if fresh || integral.last.is_none() {
+                vec![]
+            } else {
+                vec!["no power reading for too long".into()]
+            },
+        }
+    }
+
+    /// The cache is in memory: reading it often costs nothing and keeps CurrentWatts fresh.
+    fn sample_period(&self) -> Duration {
+        Duration::from_secs(1).min(self.period)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trapezoid_with_sub_second_timestamps() {
+        let t0 = Instant::now();
+        let mut i = Integral::default();
+        i.add(t0, 100.0);
+        i.add(t0 + Duration::from_millis(500), 300.0); // 0.5 s * 200 W = 100 J
+        i.add(t0 + Duration::from_millis(2500), 300.0); // 2 s * 300 W = 600 J
+        assert!((i.energy_uj - 700e6).abs() < 1.0, "{}", i.energy_uj);
+    }
+}
