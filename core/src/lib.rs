@@ -9,6 +9,8 @@ pub mod accounting;
 pub mod config;
 pub mod counter;
 pub mod ffi;
+#[cfg(feature = "ipmi")]
+pub mod ipmi;
 pub mod meter;
 pub mod power;
 pub mod rapl;

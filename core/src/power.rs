@@ -38,6 +38,19 @@ pub trait PowerSensor: Sized + Send + 'static {
     /// One reading of the node's power. Runs in the poller thread; may block up to the
     /// sensor's own timeouts. An error drops the connection.
     fn read_watts(&mut self) -> Result<f64, String>;
+
+    /// Extrapolate the energy from the last reading to the time it is read, at the last
+    /// power (Slurm's `EnergyIPMICalcAdjustment`).
+    fn extrapolate(_config: &Self::Config) -> bool {
+        false
+    }
+}
+
+/// Runs sensor code, turning a panic inside it (third-party protocol code) into an error
+/// that makes the poller reconnect.
+fn contained<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(format!("internal error while {what}")))
 }
 
 /// Integrated power so far, shared between the poller and the readers.
@@ -45,6 +58,9 @@ pub trait PowerSensor: Sized + Send + 'static {
 struct Integral {
     energy_uj: f64,
     last: Option<(Instant, f64)>,
+    /// The most ever reported, so an extrapolation followed by a lower reading never
+    /// makes energy go backwards.
+    reported_uj: u64,
 }
 
 impl Integral {
@@ -82,6 +98,7 @@ impl Shared {
 pub struct Polled<P: PowerSensor> {
     shared: Arc<Shared>,
     period: Duration,
+    extrapolate: bool,
     poller: Option<JoinHandle<()>>,
     _sensor: std::marker::PhantomData<fn() -> P>,
 }
@@ -93,7 +110,7 @@ impl<P: PowerSensor> Polled<P> {
         let mut failing = false;
         loop {
             if sensor.is_none() {
-                match P::connect(config) {
+                match contained("connecting", || P::connect(config)) {
                     Ok(s) => {
                         log::info!("connected: {}", s.describe());
                         sensor = Some(s);
@@ -112,7 +129,7 @@ impl<P: PowerSensor> Polled<P> {
                 }
             }
             let Some(s) = sensor.as_mut() else { continue };
-            match s.read_watts() {
+            match contained("reading power", || s.read_watts()) {
                 Ok(watts) if watts.is_finite() && watts >= 0.0 => {
                     let now = Instant::now();
                     shared
@@ -199,6 +216,7 @@ impl<P: PowerSensor> EnergySource for Polled<P> {
         Ok(Self {
             shared,
             period,
+            extrapolate: P::extrapolate(config),
             poller: Some(poller),
             _sensor: std::marker::PhantomData,
         })
@@ -211,12 +229,17 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
     }
 
     fn read(&mut self, now: Instant) -> Reading {
-        let integral = *self.shared.integral.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut integral = self.shared.integral.lock().unwrap_or_else(PoisonError::into_inner);
         let fresh = integral
             .last
             .is_some_and(|(at, _)| now.saturating_duration_since(at) <= self.period * STALE_PERIODS);
+        let mut energy_uj = integral.energy_uj;
+        if let (true, Some((at, watts))) = (self.extrapolate, integral.last) {
+            energy_uj += watts * now.saturating_duration_since(at).as_secs_f64() * 1e6;
+        }
+        integral.reported_uj = integral.reported_uj.max(energy_uj as u64);
         Reading {
-            energy_uj: integral.energy_uj as u64,
+            energy_uj: integral.reported_uj,
             complete: fresh,
             problems: if fresh || integral.last.is_none() {
                 vec![]

@@ -1,0 +1,379 @@
+//! The rust_ipmi keys of acct_gather.conf: Slurm's ipmi plugin keys, with their meaning,
+//! plus `EnergyIPMIHost` for out-of-band access. A working acct_gather.conf of Slurm's
+//! plugin keeps working: the freeipmi tuning keys it has are accepted, and a notice says
+//! they have no effect here.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::{ConfigError, KeyValues};
+
+pub const KEY_HOST: &str = "EnergyIPMIHost";
+pub const KEY_USERNAME: &str = "EnergyIPMIUsername";
+pub const KEY_PASSWORD: &str = "EnergyIPMIPassword";
+pub const KEY_FREQUENCY: &str = "EnergyIPMIFrequency";
+pub const KEY_TIMEOUT: &str = "EnergyIPMITimeout";
+pub const KEY_CALC_ADJUSTMENT: &str = "EnergyIPMICalcAdjustment";
+pub const KEY_POWER_SENSORS: &str = "EnergyIPMIPowerSensors";
+pub const KEY_DRIVER_DEVICE: &str = "EnergyIPMIDriverDevice";
+pub const KEY_VARIABLE: &str = "EnergyIPMIVariable";
+
+/// Keys of Slurm's ipmi plugin that tune freeipmi; accepted, without effect.
+pub const IGNORED_KEYS: &[&str] = &[
+    "EnergyIPMIDriverType",
+    "EnergyIPMIDisableAutoProbe",
+    "EnergyIPMIDriverAddress",
+    "EnergyIPMIRegisterSpacing",
+    "EnergyIPMIProtocolVersion",
+    "EnergyIPMIPrivilegeLevel",
+    "EnergyIPMIAuthenticationType",
+    "EnergyIPMICipherSuiteId",
+    "EnergyIPMISessionTimeout",
+    "EnergyIPMIRetransmissionTimeout",
+    "EnergyIPMIWorkaroundFlags",
+    "EnergyIPMIRereadSdrCache",
+    "EnergyIPMIIgnoreNonInterpretableSensors",
+    "EnergyIPMIBridgeSensors",
+    "EnergyIPMIInterpretOemData",
+    "EnergyIPMISharedSensors",
+    "EnergyIPMIDiscreteReading",
+    "EnergyIPMIIgnoreScanningDisabled",
+    "EnergyIPMIAssumeBmcOwner",
+    "EnergyIPMIEntitySensorNames",
+];
+
+pub const KEYS: &[&str] = &[
+    KEY_HOST,
+    KEY_USERNAME,
+    KEY_PASSWORD,
+    KEY_FREQUENCY,
+    KEY_TIMEOUT,
+    KEY_CALC_ADJUSTMENT,
+    KEY_POWER_SENSORS,
+    KEY_DRIVER_DEVICE,
+    KEY_VARIABLE,
+    "EnergyIPMIDriverType",
+    "EnergyIPMIDisableAutoProbe",
+    "EnergyIPMIDriverAddress",
+    "EnergyIPMIRegisterSpacing",
+    "EnergyIPMIProtocolVersion",
+    "EnergyIPMIPrivilegeLevel",
+    "EnergyIPMIAuthenticationType",
+    "EnergyIPMICipherSuiteId",
+    "EnergyIPMISessionTimeout",
+    "EnergyIPMIRetransmissionTimeout",
+    "EnergyIPMIWorkaroundFlags",
+    "EnergyIPMIRereadSdrCache",
+    "EnergyIPMIIgnoreNonInterpretableSensors",
+    "EnergyIPMIBridgeSensors",
+    "EnergyIPMIInterpretOemData",
+    "EnergyIPMISharedSensors",
+    "EnergyIPMIDiscreteReading",
+    "EnergyIPMIIgnoreScanningDisabled",
+    "EnergyIPMIAssumeBmcOwner",
+    "EnergyIPMIEntitySensorNames",
+];
+
+const DEFAULT_DEVICE: &str = "/dev/ipmi0";
+const DEFAULT_LAN_PORT: u16 = 623;
+/// Slurm's default is 30 s; BMC sessions expire after 30-60 s idle, and a shorter period
+/// follows power changes closely, so 10 s.
+const DEFAULT_FREQUENCY: u32 = 10;
+const DEFAULT_TIMEOUT: u32 = 10;
+
+/// A password that never appears in a log or `scontrol show config`.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<hidden>")
+    }
+}
+
+/// Which readings make the node's power (`EnergyIPMIPowerSensors`, `Node=...`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PowerSensors {
+    /// DCMI where the BMC supports it, else the first Watts sensor.
+    #[default]
+    Auto,
+    /// DCMI Get Power Reading; `enhanced` uses the enhanced statistics mode.
+    Dcmi { enhanced: bool },
+    /// These SDR record ids, summed.
+    Records(Vec<u16>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// In-band through the local IPMI device.
+    Device(PathBuf),
+    /// Out of band, RMCP+.
+    Lan { host: String, port: u16 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpmiConfig {
+    pub target: Target,
+    pub username: Option<String>,
+    pub password: Secret,
+    pub frequency: Duration,
+    pub timeout: Duration,
+    pub calc_adjustment: bool,
+    pub sensors: PowerSensors,
+}
+
+impl Default for IpmiConfig {
+    fn default() -> Self {
+        Self {
+            target: Target::Device(PathBuf::from(DEFAULT_DEVICE)),
+            username: None,
+            password: Secret::default(),
+            frequency: Duration::from_secs(DEFAULT_FREQUENCY.into()),
+            timeout: Duration::from_secs(DEFAULT_TIMEOUT.into()),
+            calc_adjustment: false,
+            sensors: PowerSensors::Auto,
+        }
+    }
+}
+
+impl IpmiConfig {
+    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
+        let mut c = Self::default();
+        if let Some(v) = values.get(KEY_DRIVER_DEVICE) {
+            if !v.starts_with('/') {
+                return Err(ConfigError::new(KEY_DRIVER_DEVICE, v, "expected an absolute device path"));
+            }
+            c.target = Target::Device(PathBuf::from(v));
+        }
+        if let Some(v) = values.get(KEY_HOST) {
+            c.target = parse_host(v)?;
+        }
+        c.username = values.get(KEY_USERNAME).map(str::to_string);
+        if let Some(v) = values.get(KEY_PASSWORD) {
+            c.password = Secret(v.to_string());
+        }
+        if let Some(v) = values.get(KEY_FREQUENCY) {
+            c.frequency = Duration::from_secs(positive(KEY_FREQUENCY, v)?.into());
+        }
+        if let Some(v) = values.get(KEY_TIMEOUT) {
+            c.timeout = Duration::from_secs(positive(KEY_TIMEOUT, v)?.into());
+        }
+        if let Some(v) = values.get(KEY_CALC_ADJUSTMENT) {
+            c.calc_adjustment = boolean(KEY_CALC_ADJUSTMENT, v)?;
+        }
+        if let Some(v) = values.get(KEY_POWER_SENSORS) {
+            c.sensors = parse_power_sensors(v)?;
+        }
+        if let Some(v) = values.get(KEY_VARIABLE)
+            && !v.eq_ignore_ascii_case("watts")
+        {
+            return Err(ConfigError::new(
+                KEY_VARIABLE,
+                v,
+                "only Watts makes energy; leave the key out",
+            ));
+        }
+        if let (Target::Lan { .. }, Some(u)) = (&c.target, &c.username)
+            && (u.len() > 16 || !u.is_ascii())
+        {
+            return Err(ConfigError::new(KEY_USERNAME, u, "IPMI user names are at most 16 ASCII characters"));
+        }
+        if c.password.0.len() > 20 {
+            // never echo the password itself
+            return Err(ConfigError::new(KEY_PASSWORD, "<hidden>", "IPMI passwords are at most 20 bytes"));
+        }
+        for key in IGNORED_KEYS {
+            if values.get(key).is_some() {
+                log::info!("{key} is accepted for compatibility with acct_gather_energy/ipmi and has no effect here");
+            }
+        }
+        Ok(c)
+    }
+
+    /// For `scontrol show config`: every key in effect except the password.
+    pub fn show(&self) -> Vec<(&'static str, String)> {
+        let (host, device) = match &self.target {
+            Target::Device(d) => ("(in-band)".to_string(), d.display().to_string()),
+            Target::Lan { host, port } => (format!("{host}:{port}"), "(out-of-band)".into()),
+        };
+        let sensors = match &self.sensors {
+            PowerSensors::Auto => "(auto: DCMI, else the first Watts sensor)".to_string(),
+            PowerSensors::Dcmi { enhanced: false } => "Node=DCMI".into(),
+            PowerSensors::Dcmi { enhanced: true } => "Node=DCMI_ENHANCED".into(),
+            PowerSensors::Records(ids) => format!(
+                "Node={}",
+                ids.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+            ),
+        };
+        vec![
+            (KEY_HOST, host),
+            (KEY_DRIVER_DEVICE, device),
+            (KEY_USERNAME, self.username.clone().unwrap_or_default()),
+            (KEY_FREQUENCY, self.frequency.as_secs().to_string()),
+            (KEY_TIMEOUT, self.timeout.as_secs().to_string()),
+            (KEY_CALC_ADJUSTMENT, if self.calc_adjustment { "yes" } else { "no" }.into()),
+            (KEY_POWER_SENSORS, sensors),
+        ]
+    }
+}
+
+fn parse_host(v: &str) -> Result<Target, ConfigError> {
+    let err = |why: &str| ConfigError::new(KEY_HOST, v, why);
+    // [v6::addr]:port, host:port, or host
+    let (host, port) = if let Some(rest) = v.strip_prefix('[') {
+        let (h, after) = rest.split_once(']').ok_or_else(|| err("unclosed ["))?;
+        match after.strip_prefix(':') {
+            Some(p) => (h, Some(p)),
+            None if after.is_empty() => (h, None),
+            None => return Err(err("expected [address]:port")),
+        }
+    } else if v.matches(':').count() == 1 {
+        let (h, p) = v.split_once(':').ok_or_else(|| err("expected host[:port]"))?;
+        (h, Some(p))
+    } else {
+        (v, None)
+    };
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return Err(err("expected host[:port]"));
+    }
+    let port = match port {
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| err("the port must be 1-65535"))?,
+        None => DEFAULT_LAN_PORT,
+    };
+    Ok(Target::Lan {
+        host: host.to_string(),
+        port,
+    })
+}
+
+fn positive(key: &'static str, v: &str) -> Result<u32, ConfigError> {
+    v.parse::<u32>()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| ConfigError::new(key, v, "expected a whole number of seconds, at least 1"))
+}
+
+fn boolean(key: &'static str, v: &str) -> Result<bool, ConfigError> {
+    match v.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" | "on" => Ok(true),
+        "no" | "false" | "0" | "off" => Ok(false),
+        _ => Err(ConfigError::new(key, v, "expected yes or no")),
+    }
+}
+
+/// Slurm's syntax: `Node=DCMI`, `Node=DCMI_ENHANCED`, `Node=16,19;Socket0=16`. The node's
+/// power is the sum of the `Node` sensors; other labels are accepted and not used.
+pub fn parse_power_sensors(v: &str) -> Result<PowerSensors, ConfigError> {
+    let err = |why: String| ConfigError::new(KEY_POWER_SENSORS, v, why);
+    let mut node = None;
+    for part in v.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (label, list) = part
+            .split_once('=')
+            .ok_or_else(|| err(format!("{part:?} is not LABEL=ids")))?;
+        let label = label.trim();
+        if label.is_empty() || !label.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(err(format!("bad label {label:?}")));
+        }
+        let sensors = match list.trim() {
+            l if l.eq_ignore_ascii_case("DCMI") => PowerSensors::Dcmi { enhanced: false },
+            l if l.eq_ignore_ascii_case("DCMI_ENHANCED") => PowerSensors::Dcmi { enhanced: true },
+            l => PowerSensors::Records(
+                l.split(',')
+                    .map(|id| {
+                        id.trim()
+                            .parse::<u16>()
+                            .map_err(|_| err(format!("{:?} is not a sensor record id", id.trim())))
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
+        if label.eq_ignore_ascii_case("Node") {
+            if node.is_some() {
+                return Err(err("Node is given twice".into()));
+            }
+            node = Some(sensors);
+        }
+    }
+    node.ok_or_else(|| err("Node=... is required (the sensors that make the node's power)".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(pairs: &[(&'static str, &str)]) -> Result<IpmiConfig, ConfigError> {
+        let mut values = KeyValues::new();
+        for (k, v) in pairs {
+            values.set(k, *v);
+        }
+        IpmiConfig::parse(&values)
+    }
+
+    #[test]
+    fn defaults_are_in_band() {
+        let c = parse(&[]).expect("defaults");
+        assert_eq!(c.target, Target::Device("/dev/ipmi0".into()));
+        assert_eq!(c.frequency, Duration::from_secs(10));
+        assert_eq!(c.sensors, PowerSensors::Auto);
+    }
+
+    #[test]
+    fn out_of_band_and_slurm_keys() {
+        let c = parse(&[
+            (KEY_HOST, "bmc-n1:9623"),
+            (KEY_USERNAME, "slurm"),
+            (KEY_PASSWORD, "s3cret"),
+            (KEY_FREQUENCY, "2"),
+            (KEY_CALC_ADJUSTMENT, "Yes"),
+            (KEY_POWER_SENSORS, "Node=16,19;Socket0=16"),
+            ("EnergyIPMIWorkaroundFlags", "16"),
+        ])
+        .expect("valid");
+        assert_eq!(c.target, Target::Lan { host: "bmc-n1".into(), port: 9623 });
+        assert_eq!(c.sensors, PowerSensors::Records(vec![16, 19]));
+        assert!(c.calc_adjustment);
+        assert_eq!(parse(&[(KEY_HOST, "[fe80::1]")]).expect("v6").target, Target::Lan { host: "fe80::1".into(), port: 623 });
+        assert_eq!(parse_power_sensors("Node=DCMI_ENHANCED"), Ok(PowerSensors::Dcmi { enhanced: true }));
+    }
+
+    #[test]
+    fn the_password_is_never_shown() {
+        let c = parse(&[(KEY_PASSWORD, "topsecret"), (KEY_HOST, "h")]).expect("valid");
+        assert!(!format!("{c:?}").contains("topsecret"));
+        assert!(c.show().iter().all(|(k, v)| *k != KEY_PASSWORD && !v.contains("topsecret")));
+        let long = "x".repeat(21);
+        let err = parse(&[(KEY_PASSWORD, &long)]).expect_err("too long");
+        assert!(!err.to_string().contains(&long));
+    }
+
+    #[test]
+    fn errors_name_the_key_and_value() {
+        for (key, value) in [
+            (KEY_FREQUENCY, "0"),
+            (KEY_FREQUENCY, "ten"),
+            (KEY_TIMEOUT, "-1"),
+            (KEY_CALC_ADJUSTMENT, "maybe"),
+            (KEY_POWER_SENSORS, "Socket0=16"),
+            (KEY_POWER_SENSORS, "Node=16,x"),
+            (KEY_POWER_SENSORS, "Node"),
+            (KEY_HOST, "bmc:0"),
+            (KEY_HOST, "bmc:http"),
+            (KEY_VARIABLE, "Temp"),
+            (KEY_DRIVER_DEVICE, "ipmi0"),
+        ] {
+            let text = parse(&[(key, value)]).expect_err(value).to_string();
+            assert!(text.contains(&format!("{key}={value}")), "{text}");
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! Node power from the BMC over IPMI (ipmi-rs): DCMI Get Power Reading or SDR power
+//! sensors, in-band (`/dev/ipmi0`) or out of band (RMCP+).
+
+mod bmc;
+mod config;
+mod protocol;
+
+pub use bmc::Bmc;
+pub use config::{IpmiConfig, PowerSensors, Target};
+
+/// The rust_ipmi source: the BMC polled by a thread in slurmd; steps ask slurmd.
+pub type Ipmi = crate::power::Polled<Bmc>;
