@@ -88,6 +88,10 @@ impl Accounting {
         };
         self.first.get_or_insert(point);
         self.last = Some(point);
+        if let Some(watts) = reading.watts {
+            self.current_watts = Some(watts);
+            return;
+        }
         match self.window {
             Some(start) if at.saturating_duration_since(start.at) >= WATTS_WINDOW => {
                 self.current_watts = Some(watts_between(&start, &point));
@@ -203,6 +207,7 @@ mod tests {
             energy_uj,
             complete: true,
             problems: vec![],
+            watts: None,
         }
     }
 

@@ -143,7 +143,7 @@ impl<S: EnergyReader> Shared<S> {
             for problem in &reading.problems {
                 log::warn!("{problem}");
             }
-        } else if !metered.failing {
+        } else if !metered.failing && !reading.problems.is_empty() {
             log::error!(
                 "reading energy failed: {}; reporting the last good reading until it is older \
                  than {} s, then no energy (NO_VAL)",

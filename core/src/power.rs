@@ -117,7 +117,10 @@ impl<P: PowerSensor> Polled<P> {
                     }
                     Err(e) => {
                         if !failing {
-                            log::error!("cannot connect to the power sensor: {e}; retrying with backoff up to {} s", MAX_BACKOFF.as_secs());
+                            log::error!(
+                                "cannot connect to the power sensor: {e}; retrying with backoff up to {} s",
+                                MAX_BACKOFF.as_secs()
+                            );
                             failing = true;
                         }
                         if shared.sleep(backoff) {
@@ -164,7 +167,11 @@ impl<P: PowerSensor> Polled<P> {
     /// Stops and joins the poller; a sensor call in progress finishes first (bounded by
     /// its own timeouts).
     fn stop(&mut self) {
-        *self.shared.stop.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        *self
+            .shared
+            .stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = true;
         self.shared.wake.notify_all();
         if let Some(handle) = self.poller.take()
             && handle.join().is_err()
@@ -229,10 +236,14 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
     }
 
     fn read(&mut self, now: Instant) -> Reading {
-        let mut integral = self.shared.integral.lock().unwrap_or_else(PoisonError::into_inner);
-        let fresh = integral
-            .last
-            .is_some_and(|(at, _)| now.saturating_duration_since(at) <= self.period * STALE_PERIODS);
+        let mut integral = self
+            .shared
+            .integral
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let fresh = integral.last.is_some_and(|(at, _)| {
+            now.saturating_duration_since(at) <= self.period * STALE_PERIODS
+        });
         let mut energy_uj = integral.energy_uj;
         if let (true, Some((at, watts))) = (self.extrapolate, integral.last) {
             energy_uj += watts * now.saturating_duration_since(at).as_secs_f64() * 1e6;
@@ -246,6 +257,7 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
             } else {
                 vec!["no power reading for too long".into()]
             },
+            watts: integral.last.map(|(_, w)| w),
         }
     }
 

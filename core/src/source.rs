@@ -49,4 +49,7 @@ pub struct Reading {
     pub complete: bool,
     /// Counters that failed or misbehaved in this read, for the log.
     pub problems: Vec<String>,
+    /// The power a sensor reported with this energy; counters leave it out and CurrentWatts
+    /// is then derived from the energy.
+    pub watts: Option<f64>,
 }

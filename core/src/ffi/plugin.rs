@@ -90,7 +90,9 @@ impl<S: EnergySource> State<S> {
                 Hardware::Open(meter)
             }
             Err(why) => {
-                log::error!("no energy can be measured on this node: {why}; energy is reported as unavailable");
+                log::error!(
+                    "no energy can be measured on this node: {why}; energy is reported as unavailable"
+                );
                 Hardware::Unavailable
             }
         };

@@ -41,6 +41,7 @@ struct State {
     answered: u64,
     total: RemoteTotal,
     last_ok: Option<Instant>,
+    watts: Option<u32>,
     failing: bool,
     stop: bool,
 }
@@ -85,7 +86,10 @@ impl Shared {
             {
                 let mut state = self.lock();
                 while state.requested == served && !state.stop {
-                    state = self.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+                    state = self
+                        .changed
+                        .wait(state)
+                        .unwrap_or_else(PoisonError::into_inner);
                 }
                 if state.stop {
                     return;
@@ -101,6 +105,7 @@ impl Shared {
                         log::warn!("{note}");
                     }
                     state.last_ok = Some(now);
+                    state.watts = report.watts;
                     if state.failing {
                         log::info!("slurmd answers again");
                         state.failing = false;
@@ -123,13 +128,17 @@ fn ask_slurmd(context_id: u16) -> Result<NodeReport, String> {
     let mut energy: *mut acct_gather_energy_t = std::ptr::null_mut();
     // SAFETY: NULL host = this node's slurmd; on success Slurm allocates `count` records,
     // freed below with Slurm's allocator.
-    let rc = unsafe { slurm_get_node_energy(std::ptr::null_mut(), context_id, 0, &mut count, &mut energy) };
+    let rc = unsafe {
+        slurm_get_node_energy(std::ptr::null_mut(), context_id, 0, &mut count, &mut energy)
+    };
     if rc != SLURM_SUCCESS || energy.is_null() || count == 0 {
         if !energy.is_null() {
             // SAFETY: allocated by Slurm for us.
             unsafe { acct_gather_energy_destroy(energy) };
         }
-        return Err(format!("slurm_get_node_energy returned {rc} with {count} records"));
+        return Err(format!(
+            "slurm_get_node_energy returned {rc} with {count} records"
+        ));
     }
     // SAFETY: at least one record.
     let node = unsafe { *energy };
@@ -178,6 +187,7 @@ impl EnergyReader for SlurmdNode {
             } else {
                 vec!["slurmd has not answered for too long".into()]
             },
+            watts: state.watts.map(f64::from),
         }
     }
 

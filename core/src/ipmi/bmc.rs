@@ -6,7 +6,9 @@ use ipmi_rs::connection::{IpmiConnection, LogicalUnit, Message, Request, Request
 use ipmi_rs::rmcp::Rmcp;
 use ipmi_rs::storage::sdr::record::Record;
 
-use super::config::{IpmiConfig, KEY_PASSWORD, KEY_POWER_SENSORS, KEY_USERNAME, PowerSensors, Target};
+use super::config::{
+    IpmiConfig, KEY_PASSWORD, KEY_POWER_SENSORS, KEY_USERNAME, PowerSensors, Target,
+};
 use super::protocol::{self as p, WattsSensor};
 use crate::config::{ConfigError, KeyValues};
 use crate::power::PowerSensor;
@@ -17,7 +19,7 @@ const MAX_SDR_RECORDS: usize = 1024;
 const CC_RESERVATION_CANCELLED: u8 = 0xC5;
 
 enum Link {
-    Lan(Rmcp),
+    Lan(Box<Rmcp>),
     Local(ipmi_rs::File),
 }
 
@@ -36,7 +38,10 @@ impl std::fmt::Display for CallError {
     }
 }
 
-fn exchange<C: IpmiConnection>(c: &mut C, request: &mut Request) -> Result<(u8, Vec<u8>), CallError> {
+fn exchange<C: IpmiConnection>(
+    c: &mut C,
+    request: &mut Request,
+) -> Result<(u8, Vec<u8>), CallError> {
     c.send_recv(request)
         .map(|r| (r.cc(), r.data().to_vec()))
         .map_err(|e| CallError::Transport(format!("{e:?}")))
@@ -49,7 +54,7 @@ impl Link {
             RequestTargetAddress::Bmc(LogicalUnit::from_low_bits(lun)),
         );
         let (cc, data) = match self {
-            Link::Lan(c) => exchange(c, &mut request)?,
+            Link::Lan(c) => exchange(c.as_mut(), &mut request)?,
             Link::Local(c) => exchange(c, &mut request)?,
         };
         if cc != 0 {
@@ -75,7 +80,12 @@ impl Bmc {
         match &config.target {
             Target::Device(path) => ipmi_rs::File::new(path, config.timeout)
                 .map(|f| (Link::Local(f), path.display().to_string()))
-                .map_err(|e| format!("cannot open {}: {e} (is the ipmi_devintf module loaded?)", path.display())),
+                .map_err(|e| {
+                    format!(
+                        "cannot open {}: {e} (is the ipmi_devintf module loaded?)",
+                        path.display()
+                    )
+                }),
             Target::Lan { host, port } => {
                 let text = format!("{host}:{port}");
                 let mut rmcp = Rmcp::new((host.as_str(), *port), config.timeout)
@@ -97,7 +107,7 @@ impl Bmc {
                         format!("cannot open an RMCP+ session with {text}: {e}")
                     }
                 })?;
-                Ok((Link::Lan(rmcp), format!("BMC {text} over RMCP+")))
+                Ok((Link::Lan(Box::new(rmcp)), format!("BMC {text} over RMCP+")))
             }
         }
     }
@@ -105,14 +115,24 @@ impl Bmc {
     fn dcmi_watts(&mut self, enhanced: bool) -> Result<f64, String> {
         let data = self
             .link
-            .call(p::NETFN_GROUP_EXT, p::CMD_DCMI_GET_POWER_READING, 0, p::dcmi_power_request(enhanced))
+            .call(
+                p::NETFN_GROUP_EXT,
+                p::CMD_DCMI_GET_POWER_READING,
+                0,
+                p::dcmi_power_request(enhanced),
+            )
             .map_err(|e| format!("DCMI Get Power Reading: {e}"))?;
         p::parse_dcmi_power(&data).map(f64::from)
     }
 
     fn sensor_watts(link: &mut Link, sensor: &WattsSensor) -> Result<f64, String> {
         let data = link
-            .call(p::NETFN_SENSOR, p::CMD_GET_SENSOR_READING, sensor.lun, vec![sensor.number])
+            .call(
+                p::NETFN_SENSOR,
+                p::CMD_GET_SENSOR_READING,
+                sensor.lun,
+                vec![sensor.number],
+            )
             .map_err(|e| format!("reading sensor {} ({}): {e}", sensor.record_id, sensor.name))?;
         p::parse_sensor_reading(&data)
             .map(|raw| sensor.watts(raw))
@@ -131,11 +151,20 @@ impl Bmc {
     fn walk_sdr(&mut self) -> Result<Vec<Record>, CallError> {
         let call = |link: &mut Link, data| link.call(p::NETFN_STORAGE, p::CMD_GET_SDR, 0, data);
         let bad = |e: String| CallError::Transport(e);
-        let reservation = p::parse_reservation(&self.link.call(p::NETFN_STORAGE, p::CMD_RESERVE_SDR_REPOSITORY, 0, vec![])?).map_err(bad)?;
+        let reservation = p::parse_reservation(&self.link.call(
+            p::NETFN_STORAGE,
+            p::CMD_RESERVE_SDR_REPOSITORY,
+            0,
+            vec![],
+        )?)
+        .map_err(bad)?;
         let mut records = Vec::new();
         let mut id = 0u16;
         for _ in 0..MAX_SDR_RECORDS {
-            let header = call(&mut self.link, p::get_sdr_request(reservation, id, 0, p::SDR_HEADER_LEN))?;
+            let header = call(
+                &mut self.link,
+                p::get_sdr_request(reservation, id, 0, p::SDR_HEADER_LEN),
+            )?;
             let (next, bytes) = p::parse_get_sdr(&header).map_err(bad)?;
             let Some(&body_len) = bytes.get(usize::from(p::SDR_HEADER_LEN) - 1) else {
                 return Err(bad(format!("short header of SDR record {id}")));
@@ -143,9 +172,14 @@ impl Bmc {
             let total = usize::from(p::SDR_HEADER_LEN) + usize::from(body_len);
             let mut record = bytes[..usize::from(p::SDR_HEADER_LEN)].to_vec();
             while record.len() < total {
-                let offset = u8::try_from(record.len()).map_err(|_| bad(format!("SDR record {id} is too long")))?;
-                let want = p::SDR_CHUNK.min(u8::try_from(total - record.len()).unwrap_or(p::SDR_CHUNK));
-                let chunk = call(&mut self.link, p::get_sdr_request(reservation, id, offset, want))?;
+                let offset = u8::try_from(record.len())
+                    .map_err(|_| bad(format!("SDR record {id} is too long")))?;
+                let want =
+                    p::SDR_CHUNK.min(u8::try_from(total - record.len()).unwrap_or(p::SDR_CHUNK));
+                let chunk = call(
+                    &mut self.link,
+                    p::get_sdr_request(reservation, id, offset, want),
+                )?;
                 let (_, bytes) = p::parse_get_sdr(&chunk).map_err(bad)?;
                 if bytes.is_empty() {
                     return Err(bad(format!("empty chunk of SDR record {id}")));
@@ -168,7 +202,9 @@ impl Bmc {
         match wanted {
             PowerSensors::Dcmi { enhanced } => {
                 self.dcmi_watts(*enhanced)?;
-                Ok(Method::Dcmi { enhanced: *enhanced })
+                Ok(Method::Dcmi {
+                    enhanced: *enhanced,
+                })
             }
             PowerSensors::Records(ids) => {
                 let records = self.sdr_records()?;
@@ -178,8 +214,11 @@ impl Bmc {
                         let record = records
                             .iter()
                             .find(|r| r.header.id.value() == *id)
-                            .ok_or_else(|| format!("{KEY_POWER_SENSORS}: the BMC has no SDR record {id}"))?;
-                        WattsSensor::from_record(record).map_err(|e| format!("{KEY_POWER_SENSORS}: {e}"))
+                            .ok_or_else(|| {
+                                format!("{KEY_POWER_SENSORS}: the BMC has no SDR record {id}")
+                            })?;
+                        WattsSensor::from_record(record)
+                            .map_err(|e| format!("{KEY_POWER_SENSORS}: {e}"))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(Method::Sensors(sensors))
@@ -191,7 +230,9 @@ impl Bmc {
                     let sensor = records
                         .iter()
                         .find_map(|r| WattsSensor::from_record(r).ok())
-                        .ok_or_else(|| format!("no DCMI power reading ({dcmi}) and no Watts sensor in the SDR"))?;
+                        .ok_or_else(|| {
+                            format!("no DCMI power reading ({dcmi}) and no Watts sensor in the SDR")
+                        })?;
                     Ok(Method::Sensors(vec![sensor]))
                 }
             },
@@ -224,7 +265,12 @@ impl PowerSensor for Bmc {
         if matches!(link, Link::Lan(_)) {
             // Sessions start at USER; some BMCs (ipmi_sim) want ADMIN for DCMI. A BMC that
             // refuses keeps the session as it is.
-            let _ = link.call(p::NETFN_APP, p::CMD_SET_SESSION_PRIVILEGE, 0, vec![p::PRIVILEGE_ADMIN]);
+            let _ = link.call(
+                p::NETFN_APP,
+                p::CMD_SET_SESSION_PRIVILEGE,
+                0,
+                vec![p::PRIVILEGE_ADMIN],
+            );
         }
         let mut bmc = Bmc {
             link,
@@ -238,11 +284,16 @@ impl PowerSensor for Bmc {
     fn describe(&self) -> String {
         match &self.method {
             Method::Dcmi { enhanced: false } => format!("{}: DCMI power reading", self.target),
-            Method::Dcmi { enhanced: true } => format!("{}: DCMI enhanced power reading", self.target),
+            Method::Dcmi { enhanced: true } => {
+                format!("{}: DCMI enhanced power reading", self.target)
+            }
             Method::Sensors(s) => format!(
                 "{}: sum of SDR sensors {}",
                 self.target,
-                s.iter().map(|s| format!("{} ({})", s.record_id, s.name)).collect::<Vec<_>>().join(", ")
+                s.iter()
+                    .map(|s| format!("{} ({})", s.record_id, s.name))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         }
     }

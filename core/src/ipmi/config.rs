@@ -148,7 +148,11 @@ impl IpmiConfig {
         let mut c = Self::default();
         if let Some(v) = values.get(KEY_DRIVER_DEVICE) {
             if !v.starts_with('/') {
-                return Err(ConfigError::new(KEY_DRIVER_DEVICE, v, "expected an absolute device path"));
+                return Err(ConfigError::new(
+                    KEY_DRIVER_DEVICE,
+                    v,
+                    "expected an absolute device path",
+                ));
             }
             c.target = Target::Device(PathBuf::from(v));
         }
@@ -160,7 +164,7 @@ impl IpmiConfig {
             c.password = Secret(v.to_string());
         }
         if let Some(v) = values.get(KEY_FREQUENCY) {
-            c.frequency = Duration::from_secs(positive(KEY_FREQUENCY, v)?.into());
+            c.frequency = frequency(v)?;
         }
         if let Some(v) = values.get(KEY_TIMEOUT) {
             c.timeout = Duration::from_secs(positive(KEY_TIMEOUT, v)?.into());
@@ -183,15 +187,25 @@ impl IpmiConfig {
         if let (Target::Lan { .. }, Some(u)) = (&c.target, &c.username)
             && (u.len() > 16 || !u.is_ascii())
         {
-            return Err(ConfigError::new(KEY_USERNAME, u, "IPMI user names are at most 16 ASCII characters"));
+            return Err(ConfigError::new(
+                KEY_USERNAME,
+                u,
+                "IPMI user names are at most 16 ASCII characters",
+            ));
         }
         if c.password.0.len() > 20 {
             // never echo the password itself
-            return Err(ConfigError::new(KEY_PASSWORD, "<hidden>", "IPMI passwords are at most 20 bytes"));
+            return Err(ConfigError::new(
+                KEY_PASSWORD,
+                "<hidden>",
+                "IPMI passwords are at most 20 bytes",
+            ));
         }
         for key in IGNORED_KEYS {
             if values.get(key).is_some() {
-                log::info!("{key} is accepted for compatibility with acct_gather_energy/ipmi and has no effect here");
+                log::info!(
+                    "{key} is accepted for compatibility with acct_gather_energy/ipmi and has no effect here"
+                );
             }
         }
         Ok(c)
@@ -216,9 +230,12 @@ impl IpmiConfig {
             (KEY_HOST, host),
             (KEY_DRIVER_DEVICE, device),
             (KEY_USERNAME, self.username.clone().unwrap_or_default()),
-            (KEY_FREQUENCY, self.frequency.as_secs().to_string()),
+            (KEY_FREQUENCY, self.frequency.as_secs_f64().to_string()),
             (KEY_TIMEOUT, self.timeout.as_secs().to_string()),
-            (KEY_CALC_ADJUSTMENT, if self.calc_adjustment { "yes" } else { "no" }.into()),
+            (
+                KEY_CALC_ADJUSTMENT,
+                if self.calc_adjustment { "yes" } else { "no" }.into(),
+            ),
             (KEY_POWER_SENSORS, sensors),
         ]
     }
@@ -235,7 +252,9 @@ fn parse_host(v: &str) -> Result<Target, ConfigError> {
             None => return Err(err("expected [address]:port")),
         }
     } else if v.matches(':').count() == 1 {
-        let (h, p) = v.split_once(':').ok_or_else(|| err("expected host[:port]"))?;
+        let (h, p) = v
+            .split_once(':')
+            .ok_or_else(|| err("expected host[:port]"))?;
         (h, Some(p))
     } else {
         (v, None)
@@ -255,6 +274,17 @@ fn parse_host(v: &str) -> Result<Target, ConfigError> {
         host: host.to_string(),
         port,
     })
+}
+
+/// Seconds between BMC readings. Slurm takes whole seconds; fractions are accepted too,
+/// since energy between two readings is interpolated and a power step costs up to half a
+/// period of that step.
+fn frequency(v: &str) -> Result<Duration, ConfigError> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && (0.1..=3600.0).contains(s))
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| ConfigError::new(KEY_FREQUENCY, v, "expected seconds between 0.1 and 3600"))
 }
 
 fn positive(key: &'static str, v: &str) -> Result<u32, ConfigError> {
@@ -334,24 +364,44 @@ mod tests {
             (KEY_HOST, "bmc-n1:9623"),
             (KEY_USERNAME, "slurm"),
             (KEY_PASSWORD, "s3cret"),
-            (KEY_FREQUENCY, "2"),
+            (KEY_FREQUENCY, "0.5"),
             (KEY_CALC_ADJUSTMENT, "Yes"),
             (KEY_POWER_SENSORS, "Node=16,19;Socket0=16"),
             ("EnergyIPMIWorkaroundFlags", "16"),
         ])
         .expect("valid");
-        assert_eq!(c.target, Target::Lan { host: "bmc-n1".into(), port: 9623 });
+        assert_eq!(
+            c.target,
+            Target::Lan {
+                host: "bmc-n1".into(),
+                port: 9623
+            }
+        );
         assert_eq!(c.sensors, PowerSensors::Records(vec![16, 19]));
+        assert_eq!(c.frequency, Duration::from_millis(500));
         assert!(c.calc_adjustment);
-        assert_eq!(parse(&[(KEY_HOST, "[fe80::1]")]).expect("v6").target, Target::Lan { host: "fe80::1".into(), port: 623 });
-        assert_eq!(parse_power_sensors("Node=DCMI_ENHANCED"), Ok(PowerSensors::Dcmi { enhanced: true }));
+        assert_eq!(
+            parse(&[(KEY_HOST, "[fe80::1]")]).expect("v6").target,
+            Target::Lan {
+                host: "fe80::1".into(),
+                port: 623
+            }
+        );
+        assert_eq!(
+            parse_power_sensors("Node=DCMI_ENHANCED"),
+            Ok(PowerSensors::Dcmi { enhanced: true })
+        );
     }
 
     #[test]
     fn the_password_is_never_shown() {
         let c = parse(&[(KEY_PASSWORD, "topsecret"), (KEY_HOST, "h")]).expect("valid");
         assert!(!format!("{c:?}").contains("topsecret"));
-        assert!(c.show().iter().all(|(k, v)| *k != KEY_PASSWORD && !v.contains("topsecret")));
+        assert!(
+            c.show()
+                .iter()
+                .all(|(k, v)| *k != KEY_PASSWORD && !v.contains("topsecret"))
+        );
         let long = "x".repeat(21);
         let err = parse(&[(KEY_PASSWORD, &long)]).expect_err("too long");
         assert!(!err.to_string().contains(&long));
@@ -361,6 +411,7 @@ mod tests {
     fn errors_name_the_key_and_value() {
         for (key, value) in [
             (KEY_FREQUENCY, "0"),
+            (KEY_FREQUENCY, "0.01"),
             (KEY_FREQUENCY, "ten"),
             (KEY_TIMEOUT, "-1"),
             (KEY_CALC_ADJUSTMENT, "maybe"),

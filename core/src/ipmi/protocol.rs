@@ -34,7 +34,10 @@ pub fn dcmi_power_request(enhanced: bool) -> Vec<u8> {
 /// group, current, min, max, average, timestamp, period, state).
 pub fn parse_dcmi_power(data: &[u8]) -> Result<u16, String> {
     if data.len() < 18 || data[0] != DCMI_GROUP {
-        return Err(format!("malformed DCMI power reading ({} bytes)", data.len()));
+        return Err(format!(
+            "malformed DCMI power reading ({} bytes)",
+            data.len()
+        ));
     }
     if data[17] & 0x40 == 0 {
         return Err("the BMC says power measurement is not active".into());
@@ -88,7 +91,9 @@ impl WattsSensor {
         let common = full.common();
         let name = common.sensor_id.to_string();
         if common.sensor_units.base_unit != Unit::Watt {
-            return Err(format!("sensor {record_id} ({name}) does not measure watts"));
+            return Err(format!(
+                "sensor {record_id} ({name}) does not measure watts"
+            ));
         }
         if !matches!(full.linearization, Linearization::Linear) {
             return Err(format!("sensor {record_id} ({name}) is not linear"));
@@ -146,11 +151,11 @@ mod tests {
     /// The "Pwr Consumption" record of the simulated BMC (tests/ipmisim, compiled by
     /// sdrcomp): Full sensor record 2, sensor 3, Watts, unsigned, linear, M=4.
     pub const SIM_POWER_RECORD: &[u8] = &[
-        0x02, 0x00, 0x51, 0x01, 0x3A, 0x20, 0x00, 0x03, 0x0A, 0x01, 0x45, 0x00, 0x03, 0x01,
-        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x04, 0x00, 0x00, 0x01,
-        0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0xFF, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x00, 0x00, 0xCF, 0x50, 0x77, 0x72, 0x20, 0x43, 0x6F, 0x6E, 0x73,
-        0x75, 0x6D, 0x70, 0x74, 0x69, 0x6F, 0x6E,
+        0x02, 0x00, 0x51, 0x01, 0x3A, 0x20, 0x00, 0x03, 0x0A, 0x01, 0x45, 0x00, 0x03, 0x01, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x04, 0x00, 0x00, 0x01, 0x01, 0x00,
+        0x00, 0x00, 0x00, 0x00, 0xFF, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0xCF, 0x50, 0x77, 0x72, 0x20, 0x43, 0x6F, 0x6E, 0x73, 0x75, 0x6D, 0x70, 0x74,
+        0x69, 0x6F, 0x6E,
     ];
 
     #[test]
@@ -167,8 +172,14 @@ mod tests {
 
     #[test]
     fn sdr_chunks() {
-        assert_eq!(get_sdr_request(0x1234, 2, 5, 16), vec![0x34, 0x12, 2, 0, 5, 16]);
-        assert_eq!(parse_get_sdr(&[3, 0, 0xAA, 0xBB]), Ok((3, &[0xAA, 0xBB][..])));
+        assert_eq!(
+            get_sdr_request(0x1234, 2, 5, 16),
+            vec![0x34, 0x12, 2, 0, 5, 16]
+        );
+        assert_eq!(
+            parse_get_sdr(&[3, 0, 0xAA, 0xBB]),
+            Ok((3, &[0xAA, 0xBB][..]))
+        );
         assert!(parse_get_sdr(&[1]).is_err());
         assert_eq!(parse_reservation(&[0x01, 0x02]), Ok(0x0201));
     }
@@ -201,7 +212,7 @@ mod tests {
         s.format = DataFormat::TwosComplement;
         close(s.watts(0xFE), (2.0 * -2.0 + 50.0) / 10.0);
         s.format = DataFormat::OnesComplement;
-        close(s.watts(0xFE), (2.0 * -1.0 + 50.0) / 10.0);
+        close(s.watts(0xFE), (-2.0 + 50.0) / 10.0); // -1 in ones' complement, M = 2
     }
 
     #[test]

@@ -159,6 +159,7 @@ impl EnergyReader for Rapl {
             energy_uj: 0,
             complete: true,
             problems: Vec::new(),
+            watts: None,
         };
         for c in &mut self.counters {
             match c.raw.read() {

@@ -7,10 +7,11 @@
 //! energy-driver SLURM_CONF PROGRAM CMD...
 //!   PROGRAM  slurmd | slurmstepd | slurmctld   (what running_in_*() will answer)
 //!   CMD      update | node | step | struct | joules | sensors | last-poll | profile
-//!            | config | sleep=MS | bench=N
+//!            | config | sleep=MS | bench=N | probe=N
 //! ```
 //! An energy line reads `node consumed=J current=W ave=W poll=T` with `NO_VAL` spelled
-//! `unavailable`. `bench=N` times N rounds of `update` + `node` and prints ns per round.
+//! `unavailable`. `bench=N` times N rounds of `update` + `node` and prints ns per round;
+//! `probe=N` makes N such rounds 100 ms apart and prints the slowest call, in microseconds.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::process::ExitCode;
@@ -146,6 +147,11 @@ fn main() -> ExitCode {
                         .and_then(|v| v.parse::<u32>().ok())
                     {
                         bench(n);
+                    } else if let Some(n) = other
+                        .strip_prefix("probe=")
+                        .and_then(|v| v.parse::<u32>().ok())
+                    {
+                        probe(n);
                     } else {
                         eprintln!("unknown command {other}");
                         return ExitCode::from(2);
@@ -174,6 +180,30 @@ unsafe fn bench(rounds: u32) {
     }
     let ns = start.elapsed().as_nanos() / u128::from(rounds.max(1));
     println!("bench rounds={rounds} ns_per_round={ns}");
+}
+
+/// # Safety
+/// The framework is initialised.
+unsafe fn probe(rounds: u32) {
+    let mut energy = acct_gather_energy_t::default();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..rounds {
+        for call in 0..2 {
+            let start = Instant::now();
+            // SAFETY: as in main.
+            unsafe {
+                if call == 0 {
+                    acct_gather_energy_g_update_node_energy();
+                } else {
+                    acct_gather_energy_g_get_sum(kind::ENERGY_DATA_NODE_ENERGY, &mut energy);
+                }
+            }
+            slowest = slowest.max(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    show("probe-last", &energy);
+    println!("probe rounds={rounds} slowest_us={}", slowest.as_micros());
 }
 
 /// # Safety

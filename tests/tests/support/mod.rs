@@ -1,6 +1,7 @@
 //! Shared test support: the simulator, the built plugin, private mount namespaces.
 #![allow(dead_code)] // each test file uses a different part
 
+pub mod bmc;
 pub mod cluster;
 
 use std::fs;
@@ -37,20 +38,27 @@ pub fn root_or_skip(test: &str) -> bool {
     );
 }
 
-/// The plugin as Slurm will load it: `acct_gather_energy_rust_rapl.so` in a PluginDir.
+/// The plugins as Slurm will load them: `acct_gather_energy_rust_<kind>.so` in a PluginDir.
 pub fn plugin_dir(tmp: &Path) -> PathBuf {
-    let built = bin("energy-driver")
+    let target = bin("energy-driver")
         .parent()
         .expect("target dir")
-        .join("libacct_gather_energy_rust_rapl.so");
-    assert!(
-        built.exists(),
-        "{} is missing: build the plugins first (cargo build --release --workspace; ci/test.sh does)",
-        built.display()
-    );
+        .to_path_buf();
     let dir = tmp.join("plugins");
     fs::create_dir_all(&dir).expect("mkdir plugins");
-    fs::copy(&built, dir.join("acct_gather_energy_rust_rapl.so")).expect("copy plugin");
+    for kind in ["rapl", "ipmi"] {
+        let built = target.join(format!("libacct_gather_energy_rust_{kind}.so"));
+        assert!(
+            built.exists(),
+            "{} is missing: build the plugins first (cargo build --release --workspace; ci/test.sh does)",
+            built.display()
+        );
+        fs::copy(
+            &built,
+            dir.join(format!("acct_gather_energy_rust_{kind}.so")),
+        )
+        .expect("copy plugin");
+    }
     dir
 }
 
@@ -118,6 +126,19 @@ impl Drop for Sim {
     }
 }
 
+/// The plugin directory of the Slurm under test, as ci/cluster.sh picks it:
+/// `SLURM_PLUGIN_DIR`, else `SLURM_PREFIX/lib/slurm`, else Debian's.
+pub fn slurm_plugin_dir() -> PathBuf {
+    match (
+        std::env::var_os("SLURM_PLUGIN_DIR"),
+        std::env::var_os("SLURM_PREFIX"),
+    ) {
+        (Some(dir), _) if !dir.is_empty() => PathBuf::from(dir),
+        (_, Some(prefix)) if !prefix.is_empty() => Path::new(&prefix).join("lib/slurm"),
+        _ => PathBuf::from("/usr/lib/x86_64-linux-gnu/slurm-wlm"),
+    }
+}
+
 /// A minimal slurm.conf for the framework (no daemons), and acct_gather.conf beside it.
 pub fn slurm_conf(tmp: &Path, energy_type: &str, plugin_dir: &Path, acct_gather: &str) -> PathBuf {
     let conf = tmp.join("slurm.conf");
@@ -125,9 +146,10 @@ pub fn slurm_conf(tmp: &Path, energy_type: &str, plugin_dir: &Path, acct_gather:
         &conf,
         format!(
             "ClusterName=loader\nSlurmctldHost=localhost\n\
-             PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm:{}\n\
+             PluginDir={}:{}\n\
              AcctGatherEnergyType={energy_type}\nNodeName=localhost CPUs=1\n\
              PartitionName=debug Nodes=ALL\n",
+            slurm_plugin_dir().display(),
             plugin_dir.display()
         ),
     )
