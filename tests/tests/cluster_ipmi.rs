@@ -1,0 +1,131 @@
+//! rust_ipmi in a real Slurm cluster: slurmd polls a simulated BMC over RMCP+, steps get
+//! node energy from slurmd; sacct against the true integral of the power schedule, and a
+//! BMC frozen mid-job while slurmd must keep answering.
+
+mod support;
+
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use support::bmc::BmcSim;
+use support::cluster::{Cluster, ClusterSpec};
+use support::*;
+
+const IPMI: &str = "acct_gather_energy/rust_ipmi";
+
+fn ipmi_cluster(tmp: &std::path::Path, sim: &BmcSim) -> Cluster {
+    Cluster::up(
+        tmp,
+        &plugin_dir(tmp),
+        &ClusterSpec {
+            nodes: 1,
+            energy_type: IPMI,
+            acct_gather: &sim.acct_gather(""),
+            node_freq: 5,
+            jobacct_freq: 5,
+            sim_args: vec![None],
+        },
+    )
+}
+
+fn energy_of(rows: &[(String, Option<u64>)], id: &str) -> f64 {
+    rows.iter()
+        .find(|(i, _)| i == id)
+        .and_then(|(_, e)| *e)
+        .unwrap_or_else(|| panic!("no energy for {id} in {rows:?}")) as f64
+}
+
+/// Power is 0 W outside the step, so the step, the extern step and the job all see exactly
+/// the schedule's energy.
+#[test]
+fn rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth() {
+    if !root_or_skip("rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let sim = BmcSim::start(&tmp.path().join("bmc"), 0);
+    let cluster = ipmi_cluster(tmp.path(), &sim);
+    let s = |w| sim.set_command(w);
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\nsrun -n1 sh -c 'sleep 2; {}; sleep 12; {}; sleep 12; {}; sleep 10; {}; sleep 2'\n",
+        s(300),
+        s(220),
+        s(340),
+        s(0)
+    ));
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truth = sim.true_joules();
+    let rows = cluster.energy(job);
+    for id in [format!("{job}.0"), format!("{job}.extern"), job.to_string()] {
+        assert_close(&id, energy_of(&rows, &id), truth, 0.02);
+    }
+}
+
+fn timed(cluster: &Cluster, args: &[&str]) -> Duration {
+    let start = Instant::now();
+    cluster.run(args);
+    start.elapsed()
+}
+
+/// A BMC that stops answering (SIGSTOP) for 15 s in the middle of a job: slurmd answers at
+/// once throughout, the log says what happened, the job completes, and accounting holds the
+/// energy (the gap is bridged between the readings before and after, at constant power).
+#[test]
+fn a_frozen_bmc_mid_job_never_slows_slurmd() {
+    if !root_or_skip("a_frozen_bmc_mid_job_never_slows_slurmd") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let sim = BmcSim::start(&tmp.path().join("bmc"), 0);
+    let cluster = ipmi_cluster(tmp.path(), &sim);
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\nsrun -n1 sh -c 'sleep 2; {}; sleep 36; {}; sleep 2'\n",
+        sim.set_command(260),
+        sim.set_command(0)
+    ));
+    sleep(Duration::from_secs(8));
+    sim.freeze();
+    let frozen = Instant::now();
+    let mut slowest = Duration::ZERO;
+    while frozen.elapsed() < Duration::from_secs(15) {
+        slowest = slowest
+            .max(timed(&cluster, &["scontrol", "show", "slurmd"]))
+            .max(timed(
+                &cluster,
+                &[
+                    "sstat",
+                    "-n",
+                    "-P",
+                    "-j",
+                    &format!("{job}.0"),
+                    "-o",
+                    "ConsumedEnergyRaw",
+                ],
+            ));
+        sleep(Duration::from_millis(500));
+    }
+    sim.thaw();
+    println!("slowest slurmd answer while the BMC was frozen: {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "an answer took {slowest:?}"
+    );
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truth = sim.true_joules();
+    let rows = cluster.energy(job);
+    assert_close(
+        &format!("{job}.0 across the freeze"),
+        energy_of(&rows, &format!("{job}.0")),
+        truth,
+        0.02,
+    );
+    let log = cluster.log("slurmd-n1.log");
+    assert!(
+        log.contains("reading power failed"),
+        "the failure is logged"
+    );
+    assert!(
+        log.contains("power readings are back"),
+        "the recovery is logged"
+    );
+}
