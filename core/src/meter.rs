@@ -32,6 +32,8 @@ struct Shared<S> {
 struct Metered<S> {
     source: S,
     accounting: Accounting,
+    /// When the source was last read, successfully or not.
+    sampled_at: Instant,
     /// A failure episode is logged once, not at every read.
     failing: bool,
 }
@@ -44,6 +46,7 @@ impl<S: EnergyReader> Meter<S> {
             metered: Mutex::new(Metered {
                 source,
                 accounting: Accounting::new(SystemTime::now()),
+                sampled_at: Instant::now(),
                 failing: false,
             }),
             stop: Mutex::new(false),
@@ -83,6 +86,8 @@ pub trait Metering: Send {
     fn ensure_sampling(&mut self);
     /// Reads the source now and returns the accounting.
     fn refresh(&self) -> Accounting;
+    /// The accounting, reading the source only if the sampler has not within one period.
+    fn recent(&self) -> Accounting;
     /// The accounting as of the latest reading.
     fn snapshot(&self) -> Accounting;
     /// Readings older than this are unavailable.
@@ -115,6 +120,15 @@ impl<S: EnergyReader> Metering for Meter<S> {
         self.shared.sample()
     }
 
+    fn recent(&self) -> Accounting {
+        let metered = self.shared.lock();
+        if metered.sampled_at.elapsed() <= self.shared.period {
+            return metered.accounting;
+        }
+        drop(metered);
+        self.shared.sample()
+    }
+
     fn snapshot(&self) -> Accounting {
         self.shared.lock().accounting
     }
@@ -134,6 +148,7 @@ impl<S: EnergyReader> Shared<S> {
     fn sample(&self) -> Accounting {
         let mut metered = self.lock();
         let now = Instant::now();
+        metered.sampled_at = now;
         let reading = metered.source.read(now);
         if reading.complete {
             if metered.failing {

@@ -99,11 +99,13 @@ fn intel_package_and_dram_through_msr_and_powercap() {
             &plugin_dir(tmp.path()),
             &format!("EnergyRaplSource={source}\n"),
         );
+        // slurmd's node figure is the sampler's (at most one period, 1 s, old): read it
+        // more than a period after the power went off
         let driver = driver(
             Some(&sim),
             &conf,
             "slurmd",
-            &["update", "node", "sleep=3000", "update", "node", "config"],
+            &["update", "node", "sleep=4000", "update", "node", "config"],
         );
         sleep(Duration::from_millis(700));
         let before = sim.truth();

@@ -21,6 +21,18 @@ use crate::source::{EnergyReader, EnergySource};
 /// The node record is the only record: SENSOR_CNT and STRUCT agree on one.
 const SENSOR_COUNT: u16 = 1;
 
+/// How fresh a figure must be.
+#[derive(Clone, Copy)]
+enum Read {
+    /// Read the hardware now: a step's figure at its last poll is its final energy.
+    Now,
+    /// The sampler's reading if it is less than a period old (it always is, unless the
+    /// sampler could not start): node figures for slurmctld, at no cost per poll.
+    Recent,
+    /// The latest reading, whatever its age.
+    Cached,
+}
+
 pub struct Plugin<S: EnergySource> {
     logger: SlurmLogger,
     state: Mutex<Option<State<S>>>,
@@ -112,14 +124,14 @@ impl<S: EnergySource> State<S> {
         }
     }
 
-    /// The node's record, read from the hardware now when `refresh`.
-    fn node_record(&mut self, refresh: bool) -> EnergyRecord {
+    /// The node's record, from a reading as fresh as `read` asks.
+    fn node_record(&mut self, read: Read) -> EnergyRecord {
         match self.meter() {
             Some(meter) => {
-                let accounting = if refresh {
-                    meter.refresh()
-                } else {
-                    meter.snapshot()
+                let accounting = match read {
+                    Read::Now => meter.refresh(),
+                    Read::Recent => meter.recent(),
+                    Read::Cached => meter.snapshot(),
                 };
                 accounting.node_record(Instant::now(), meter.stale_after())
             }
@@ -197,7 +209,7 @@ impl<S: EnergySource> Plugin<S> {
 
     pub fn update_node_energy(&self) -> c_int {
         self.with_state("update_node_energy", SLURM_ERROR, |state| {
-            state.node_record(true);
+            state.node_record(Read::Recent);
             SLURM_SUCCESS
         })
     }
@@ -210,12 +222,16 @@ impl<S: EnergySource> Plugin<S> {
         }
         self.with_state("get_data", SLURM_ERROR, |state| {
             let record = match data_type {
-                acct_energy_type::ENERGY_DATA_JOULES_TASK
-                | acct_energy_type::ENERGY_DATA_NODE_ENERGY => state.node_record(true),
-                acct_energy_type::ENERGY_DATA_STRUCT => state.node_record(false),
+                acct_energy_type::ENERGY_DATA_JOULES_TASK => state.node_record(Read::Recent),
+                // in slurmstepd (--profile=energy) this is the step's figure
+                acct_energy_type::ENERGY_DATA_NODE_ENERGY if daemon::in_slurmstepd() => {
+                    state.node_record(Read::Now)
+                }
+                acct_energy_type::ENERGY_DATA_NODE_ENERGY => state.node_record(Read::Recent),
+                acct_energy_type::ENERGY_DATA_STRUCT => state.node_record(Read::Cached),
                 acct_energy_type::ENERGY_DATA_NODE_ENERGY_UP => state.step_record(),
                 acct_energy_type::ENERGY_DATA_LAST_POLL => {
-                    let poll_time = state.node_record(false).poll_time;
+                    let poll_time = state.node_record(Read::Cached).poll_time;
                     // SAFETY: LAST_POLL passes a time_t.
                     unsafe { *data.cast::<libc_time_t>() = poll_time };
                     return SLURM_SUCCESS;
@@ -249,7 +265,7 @@ impl<S: EnergySource> Plugin<S> {
                 acct_energy_type::ENERGY_DATA_RECONFIG | acct_energy_type::ENERGY_DATA_STEP_PTR => {
                 }
                 acct_energy_type::ENERGY_DATA_PROFILE => {
-                    let record = state.node_record(true);
+                    let record = state.node_record(Read::Now);
                     if let Some(watts) = record.current_watts {
                         state.profile.send(watts, record.poll_time);
                     }

@@ -7,11 +7,12 @@
 //! energy-driver SLURM_CONF PROGRAM CMD...
 //!   PROGRAM  slurmd | slurmstepd | slurmctld   (what running_in_*() will answer)
 //!   CMD      update | node | step | struct | joules | sensors | last-poll | profile
-//!            | config | sleep=MS | bench=N | probe=N
+//!            | config | sleep=MS | bench=N | bench-step=N | probe=N
 //! ```
 //! An energy line reads `node consumed=J current=W ave=W poll=T` with `NO_VAL` spelled
 //! `unavailable`. `bench=N` times N rounds of `update` + `node` and prints ns per round;
-//! `probe=N` makes N such rounds 100 ms apart and prints the slowest call, in microseconds.
+//! `bench-step=N` times N `get_sum(NODE_ENERGY_UP)`, a step's poll in slurmstepd; `probe=N`
+//! makes N rounds of `update` + `node` 100 ms apart and prints the slowest call, in µs.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::process::ExitCode;
@@ -146,7 +147,12 @@ fn main() -> ExitCode {
                         .strip_prefix("bench=")
                         .and_then(|v| v.parse::<u32>().ok())
                     {
-                        bench(n);
+                        bench(n, kind::ENERGY_DATA_NODE_ENERGY, true);
+                    } else if let Some(n) = other
+                        .strip_prefix("bench-step=")
+                        .and_then(|v| v.parse::<u32>().ok())
+                    {
+                        bench(n, kind::ENERGY_DATA_NODE_ENERGY_UP, false);
                     } else if let Some(n) = other
                         .strip_prefix("probe=")
                         .and_then(|v| v.parse::<u32>().ok())
@@ -168,14 +174,16 @@ fn main() -> ExitCode {
 
 /// # Safety
 /// The framework is initialised.
-unsafe fn bench(rounds: u32) {
+unsafe fn bench(rounds: u32, data_type: u32, update: bool) {
     let mut energy = acct_gather_energy_t::default();
     let start = Instant::now();
     for _ in 0..rounds {
         // SAFETY: as in main.
         unsafe {
-            acct_gather_energy_g_update_node_energy();
-            acct_gather_energy_g_get_sum(kind::ENERGY_DATA_NODE_ENERGY, &mut energy);
+            if update {
+                acct_gather_energy_g_update_node_energy();
+            }
+            acct_gather_energy_g_get_sum(data_type, &mut energy);
         }
     }
     let ns = start.elapsed().as_nanos() / u128::from(rounds.max(1));
