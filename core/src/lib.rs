@@ -16,3 +16,5 @@ pub mod power;
 pub mod rapl;
 pub mod remote;
 pub mod source;
+#[cfg(feature = "variorum")]
+pub mod variorum;

@@ -16,7 +16,45 @@ use crate::config::{ConfigError, KeyValues};
 use crate::source::{EnergyReader, EnergySource, Reading};
 
 const STALE_PERIODS: u32 = 3;
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Reconnecting backs off, doubling from one period up to this many periods (within
+/// `BACKOFF_BOUNDS`): a sensor that comes back is read again soon, so the energy of the
+/// gap is bridged before the steps that need it end.
+const BACKOFF_PERIODS: u32 = 4;
+const BACKOFF_BOUNDS: (Duration, Duration) = (Duration::from_secs(2), Duration::from_secs(60));
+
+/// A power reading and when it was taken (which for a sensor read through a helper process
+/// is earlier than when the poller receives it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub watts: f64,
+    pub at: Instant,
+}
+
+impl Sample {
+    pub fn now(watts: f64) -> Self {
+        Self {
+            watts,
+            at: Instant::now(),
+        }
+    }
+}
+
+/// Why there is no reading.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReadError {
+    /// The connection works but this reading is not usable (e.g. all zero): skip it.
+    #[error("{0}")]
+    Skip(String),
+    /// The connection is broken: drop it and reconnect.
+    #[error("{0}")]
+    Broken(String),
+}
+
+impl From<String> for ReadError {
+    fn from(e: String) -> Self {
+        ReadError::Broken(e)
+    }
+}
 
 /// A sensor of whole-node power.
 pub trait PowerSensor: Sized + Send + 'static {
@@ -36,21 +74,24 @@ pub trait PowerSensor: Sized + Send + 'static {
     fn describe(&self) -> String;
 
     /// One reading of the node's power. Runs in the poller thread; may block up to the
-    /// sensor's own timeouts. An error drops the connection.
-    fn read_watts(&mut self) -> Result<f64, String>;
+    /// sensor's own timeouts.
+    fn read_watts(&mut self) -> Result<Sample, ReadError>;
 
     /// Extrapolate the energy from the last reading to the time it is read, at the last
     /// power (Slurm's `EnergyIPMICalcAdjustment`).
     fn extrapolate(_config: &Self::Config) -> bool {
         false
     }
+
+    /// See [`EnergySource::plugin_located`].
+    fn plugin_located(_dir: &std::path::Path) {}
 }
 
 /// Runs sensor code, turning a panic inside it (third-party protocol code) into an error
 /// that makes the poller reconnect.
-fn contained<T>(what: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+fn contained<T, E: From<String>>(what: &str, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .unwrap_or_else(|_| Err(format!("internal error while {what}")))
+        .unwrap_or_else(|_| Err(E::from(format!("internal error while {what}"))))
 }
 
 /// Integrated power so far, shared between the poller and the readers.
@@ -66,6 +107,9 @@ struct Integral {
 impl Integral {
     fn add(&mut self, at: Instant, watts: f64) {
         if let Some((t0, w0)) = self.last {
+            if at <= t0 {
+                return; // the same sample again, or out of order
+            }
             let secs = at.saturating_duration_since(t0).as_secs_f64();
             self.energy_uj += secs * (w0 + watts) / 2.0 * 1e6;
         }
@@ -106,6 +150,7 @@ pub struct Polled<P: PowerSensor> {
 impl<P: PowerSensor> Polled<P> {
     fn poll(shared: &Shared, config: &P::Config, period: Duration) {
         let mut sensor: Option<P> = None;
+        let max_backoff = (period * BACKOFF_PERIODS).clamp(BACKOFF_BOUNDS.0, BACKOFF_BOUNDS.1);
         let mut backoff = period;
         let mut failing = false;
         loop {
@@ -119,38 +164,43 @@ impl<P: PowerSensor> Polled<P> {
                         if !failing {
                             log::error!(
                                 "cannot connect to the power sensor: {e}; retrying with backoff up to {} s",
-                                MAX_BACKOFF.as_secs()
+                                max_backoff.as_secs()
                             );
                             failing = true;
                         }
                         if shared.sleep(backoff) {
                             return;
                         }
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        backoff = (backoff * 2).min(max_backoff);
                         continue;
                     }
                 }
             }
             let Some(s) = sensor.as_mut() else { continue };
             match contained("reading power", || s.read_watts()) {
-                Ok(watts) if watts.is_finite() && watts >= 0.0 => {
-                    let now = Instant::now();
+                Ok(Sample { watts, at }) if watts.is_finite() && watts >= 0.0 => {
                     shared
                         .integral
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
-                        .add(now, watts);
+                        .add(at, watts);
                     if failing {
                         log::info!("power readings are back ({watts:.0} W)");
                         failing = false;
                     }
                     backoff = period;
                 }
-                Ok(watts) => {
+                Ok(Sample { watts, .. }) => {
                     log::error!("the sensor returned an impossible power {watts} W; reconnecting");
                     sensor = None;
                 }
-                Err(e) => {
+                Err(ReadError::Skip(e)) => {
+                    if !failing {
+                        log::error!("reading power failed: {e}; skipping such readings");
+                        failing = true;
+                    }
+                }
+                Err(ReadError::Broken(e)) => {
                     if !failing {
                         log::error!("reading power failed: {e}; reconnecting");
                         failing = true;
@@ -194,6 +244,10 @@ impl<P: PowerSensor> EnergySource for Polled<P> {
 
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
         P::parse_config(values)
+    }
+
+    fn plugin_located(dir: &std::path::Path) {
+        P::plugin_located(dir);
     }
 
     fn show_config(config: &Self::Config) -> Vec<(&'static str, String)> {

@@ -38,6 +38,10 @@ pub trait EnergySource: EnergyReader + Sized {
 
     /// Finds the hardware. An error says, for the admin, why there is no energy.
     fn open(config: &Self::Config) -> Result<Self, String>;
+
+    /// Told once, at load, the directory of the plugin's `.so` (where a source may keep
+    /// helper programs).
+    fn plugin_located(_dir: &std::path::Path) {}
 }
 
 /// The node's energy since the source was opened.

@@ -5,6 +5,7 @@ mod conf;
 mod daemon;
 mod energy;
 mod guard;
+mod location;
 mod log;
 mod macros;
 mod plugin;

@@ -191,7 +191,12 @@ impl<S: EnergySource> Plugin<S> {
 
     pub fn init(&'static self) -> c_int {
         self.logger.install();
-        self.with_state("init", SLURM_ERROR, |_| SLURM_SUCCESS)
+        self.with_state("init", SLURM_ERROR, |_| {
+            if let Some(dir) = super::location::plugin_directory() {
+                S::plugin_located(&dir);
+            }
+            SLURM_SUCCESS
+        })
     }
 
     pub fn fini(&self) -> c_int {

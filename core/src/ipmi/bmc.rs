@@ -11,7 +11,7 @@ use super::config::{
 };
 use super::protocol::{self as p, WattsSensor};
 use crate::config::{ConfigError, KeyValues};
-use crate::power::PowerSensor;
+use crate::power::{PowerSensor, ReadError, Sample};
 
 /// Enough for any real SDR repository; bounds a BMC that links its records in a loop.
 const MAX_SDR_RECORDS: usize = 1024;
@@ -298,7 +298,7 @@ impl PowerSensor for Bmc {
         }
     }
 
-    fn read_watts(&mut self) -> Result<f64, String> {
+    fn read_watts(&mut self) -> Result<Sample, ReadError> {
         match &self.method {
             Method::Dcmi { enhanced } => self.dcmi_watts(*enhanced),
             Method::Sensors(sensors) => sensors
@@ -306,5 +306,7 @@ impl PowerSensor for Bmc {
                 .map(|s| Self::sensor_watts(&mut self.link, s))
                 .sum(),
         }
+        .map(Sample::now)
+        .map_err(ReadError::Broken)
     }
 }

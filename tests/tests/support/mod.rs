@@ -46,7 +46,10 @@ pub fn plugin_dir(tmp: &Path) -> PathBuf {
         .to_path_buf();
     let dir = tmp.join("plugins");
     fs::create_dir_all(&dir).expect("mkdir plugins");
-    for kind in ["rapl", "ipmi"] {
+    // the Variorum sampler lives beside its plugin
+    let sampler = "acct_gather_energy_rust_variorum_sampler";
+    fs::copy(target.join(sampler), dir.join(sampler)).expect("copy the variorum sampler");
+    for kind in ["rapl", "ipmi", "variorum"] {
         let built = target.join(format!("libacct_gather_energy_rust_{kind}.so"));
         assert!(
             built.exists(),

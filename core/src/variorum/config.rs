@@ -1,0 +1,210 @@
+//! The rust_variorum keys of acct_gather.conf.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::config::{ConfigError, KeyValues};
+
+pub const KEY_LIBRARY: &str = "EnergyVariorumLibrary";
+pub const KEY_FREQUENCY: &str = "EnergyVariorumFrequency";
+pub const KEY_SAMPLER: &str = "EnergyVariorumSampler";
+pub const KEY_TIMEOUT: &str = "EnergyVariorumTimeout";
+
+/// Variorum sets no SONAME version, so this is the name every install has; a bare name
+/// lets the dynamic loader search (`LD_LIBRARY_PATH`, ld.so.cache), as pyVariorum does.
+pub const DEFAULT_LIBRARY: &str = "libvariorum.so";
+/// The sampler executable's name; by default it is installed beside the plugin.
+pub const SAMPLER_FILE_NAME: &str = "acct_gather_energy_rust_variorum_sampler";
+
+const DEFAULT_PERIOD_SECS: u64 = 10;
+const DEFAULT_TIMEOUT_SECS: u64 = 10;
+/// Upper bound for the two durations: larger values are typing errors, and bounding them
+/// keeps every `Instant + Duration` far from overflow.
+const MAX_SECS: u64 = 86_400;
+
+/// The sampler executable that goes with a plugin installed in `plugin_dir`.
+pub fn default_sampler_path(plugin_dir: &Path) -> PathBuf {
+    plugin_dir.join(SAMPLER_FILE_NAME)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VariorumConfig {
+    /// An absolute path, or a bare file name for the dynamic loader to search.
+    pub library: String,
+    /// How often the sampler calls Variorum (and the poller reads a sample).
+    pub period: Duration,
+    /// `None`: [`SAMPLER_FILE_NAME`] in the plugin's directory (see
+    /// [`super::set_plugin_dir`]).
+    pub sampler: Option<PathBuf>,
+    /// How long to wait for a sample before the sampler is killed and restarted.
+    pub timeout: Duration,
+}
+
+impl Default for VariorumConfig {
+    fn default() -> Self {
+        Self {
+            library: DEFAULT_LIBRARY.into(),
+            period: Duration::from_secs(DEFAULT_PERIOD_SECS),
+            sampler: None,
+            timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+        }
+    }
+}
+
+impl VariorumConfig {
+    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        if let Some(v) = values.get(KEY_LIBRARY) {
+            // A relative path with a slash would be resolved against slurmd's working
+            // directory, which is rarely what was meant.
+            let bare_name = !v.is_empty() && !v.contains('/');
+            if !(bare_name || v.starts_with('/')) || v.contains('\0') {
+                return Err(ConfigError::new(
+                    KEY_LIBRARY,
+                    v,
+                    "expected an absolute path (e.g. /opt/variorum/lib/libvariorum.so) \
+                     or a bare file name for the dynamic loader to search",
+                ));
+            }
+            config.library = v.to_string();
+        }
+        if let Some(v) = values.get(KEY_FREQUENCY) {
+            config.period = seconds(KEY_FREQUENCY, v)?;
+        }
+        if let Some(v) = values.get(KEY_SAMPLER) {
+            if !v.starts_with('/') || v.ends_with('/') || v.contains('\0') {
+                return Err(ConfigError::new(
+                    KEY_SAMPLER,
+                    v,
+                    format!("expected the absolute path of the {SAMPLER_FILE_NAME} executable"),
+                ));
+            }
+            config.sampler = Some(PathBuf::from(v));
+        }
+        if let Some(v) = values.get(KEY_TIMEOUT) {
+            config.timeout = seconds(KEY_TIMEOUT, v)?;
+        }
+        Ok(config)
+    }
+
+    pub fn show(&self) -> Vec<(&'static str, String)> {
+        let sampler = match self.sampler_path() {
+            Ok(path) => path.display().to_string(),
+            Err(_) => format!("{SAMPLER_FILE_NAME} beside the plugin"),
+        };
+        vec![
+            (KEY_LIBRARY, self.library.clone()),
+            (KEY_FREQUENCY, self.period.as_secs().to_string()),
+            (KEY_SAMPLER, sampler),
+            (KEY_TIMEOUT, self.timeout.as_secs().to_string()),
+        ]
+    }
+
+    /// The sampler to run: the configured one, else the one beside the plugin.
+    pub fn sampler_path(&self) -> Result<PathBuf, String> {
+        if let Some(path) = &self.sampler {
+            return Ok(path.clone());
+        }
+        super::plugin_dir()
+            .map(|dir| default_sampler_path(&dir))
+            .ok_or_else(|| {
+                format!(
+                    "{KEY_SAMPLER} is not set and the plugin's directory is unknown; \
+                     set {KEY_SAMPLER}=/path/to/{SAMPLER_FILE_NAME}"
+                )
+            })
+    }
+}
+
+fn seconds(key: &'static str, v: &str) -> Result<Duration, ConfigError> {
+    match v.parse::<u64>() {
+        Ok(n) if (1..=MAX_SECS).contains(&n) => Ok(Duration::from_secs(n)),
+        _ => Err(ConfigError::new(
+            key,
+            v,
+            format!("expected whole seconds from 1 to {MAX_SECS}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(pairs: &[(&'static str, &str)]) -> Result<VariorumConfig, ConfigError> {
+        let mut values = KeyValues::new();
+        for (k, v) in pairs {
+            values.set(k, *v);
+        }
+        VariorumConfig::parse(&values)
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&[]).expect("defaults");
+        assert_eq!(c, VariorumConfig::default());
+        assert_eq!(c.library, "libvariorum.so");
+        assert_eq!(c.period, Duration::from_secs(10));
+        assert_eq!(c.timeout, Duration::from_secs(10));
+        assert_eq!(c.sampler, None);
+        assert_eq!(
+            default_sampler_path(Path::new("/usr/lib/slurm")),
+            PathBuf::from("/usr/lib/slurm/acct_gather_energy_rust_variorum_sampler")
+        );
+    }
+
+    #[test]
+    fn valid_values() {
+        let c = parse(&[
+            (KEY_LIBRARY, " /opt/variorum-0.8.0/lib/libvariorum.so "),
+            (KEY_FREQUENCY, "30"),
+            (
+                KEY_SAMPLER,
+                "/usr/libexec/slurm/acct_gather_energy_rust_variorum_sampler",
+            ),
+            (KEY_TIMEOUT, "5"),
+        ])
+        .expect("valid");
+        assert_eq!(c.library, "/opt/variorum-0.8.0/lib/libvariorum.so");
+        assert_eq!(c.period, Duration::from_secs(30));
+        assert_eq!(c.timeout, Duration::from_secs(5));
+        assert_eq!(
+            c.sampler_path().expect("configured"),
+            PathBuf::from("/usr/libexec/slurm/acct_gather_energy_rust_variorum_sampler")
+        );
+        let show = c.show();
+        assert!(
+            show.contains(&(KEY_FREQUENCY, "30".to_string())),
+            "{show:?}"
+        );
+        assert_eq!(
+            parse(&[(KEY_LIBRARY, "libvariorum.so.0")])
+                .expect("bare")
+                .library,
+            "libvariorum.so.0"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_value() {
+        let cases = [
+            (KEY_LIBRARY, ""),
+            (KEY_LIBRARY, "lib/libvariorum.so"),
+            (KEY_FREQUENCY, "0"),
+            (KEY_FREQUENCY, "-5"),
+            (KEY_FREQUENCY, "2.5"),
+            (KEY_FREQUENCY, "ten"),
+            (KEY_FREQUENCY, "86401"),
+            (KEY_FREQUENCY, "99999999999999999999999"),
+            (KEY_SAMPLER, "acct_gather_energy_rust_variorum_sampler"),
+            (KEY_SAMPLER, "/usr/lib/slurm/"),
+            (KEY_TIMEOUT, "0"),
+            (KEY_TIMEOUT, "1s"),
+        ];
+        for (key, value) in cases {
+            let err = parse(&[(key, value)]).expect_err(value);
+            let text = err.to_string();
+            assert!(text.contains(&format!("{key}={value}")), "{text}");
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Node power from LLNL Variorum, called in a separate sampler process.
+//!
+//! Variorum cannot run inside slurmd: it calls `exit(-1)` on hwloc or ROCm SMI failures,
+//! segfaults on some paths, prints to stdout, can hang in vendor libraries, and keeps
+//! global state without locks. So the plugin starts `acct_gather_energy_rust_variorum_sampler`
+//! (crate `plugins/variorum-sampler`), which loads the library and writes one line per
+//! sample into a pipe (protocol in [`sampler`]). Here, [`Variorum`] is a
+//! [`PowerSensor`]: `connect` starts a fresh sampler, `read_watts` waits for its next
+//! sample up to `EnergyVariorumTimeout`, and anything wrong (timeout, exit, crash, garbage,
+//! a Variorum error) kills and reaps the sampler and returns an error, after which the
+//! poller reconnects with backoff. The sampler also dies with its parent thread
+//! (`PR_SET_PDEATHSIG`) and when the pipe is closed.
+//!
+//! Energy comes from integrating these power samples (the poller does it), not from
+//! `variorum_get_energy_json`: that function exists only in 0.8.0, is wired for three
+//! Intel models and IBM Power9 only, segfaults elsewhere (llnl/variorum#537), returns raw
+//! wrapping 32-bit counters on Intel and millijoules labelled joules on IBM.
+
+pub mod config;
+pub mod json;
+pub mod sampler;
+
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+pub use config::{
+    DEFAULT_LIBRARY, KEY_FREQUENCY, KEY_LIBRARY, KEY_SAMPLER, KEY_TIMEOUT, SAMPLER_FILE_NAME,
+    VariorumConfig, default_sampler_path,
+};
+pub use json::{DevicePower, JsonError, NodePower, NodeSource, Schema, SocketPower};
+pub use sampler::SamplerError;
+
+use crate::config::{ConfigError, KeyValues};
+use crate::power::{PowerSensor, ReadError, Sample};
+use sampler::{Line, Sampler};
+
+/// The sampler waits this long after its first (discarded) call before the first sample:
+/// Intel power is a delta between calls, and the first call after loading reports 0 W.
+/// Must match `WARMUP` in the sampler.
+const SAMPLER_WARMUP: Duration = Duration::from_millis(250);
+
+static PLUGIN_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Tells where the plugin's `.so` is (found with `dladdr` at load time), so that the
+/// sampler is looked for beside it when `EnergyVariorumSampler` is not set.
+pub fn set_plugin_dir(dir: PathBuf) {
+    *PLUGIN_DIR.lock().unwrap_or_else(PoisonError::into_inner) = Some(dir);
+}
+
+fn plugin_dir() -> Option<PathBuf> {
+    PLUGIN_DIR
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
+/// The rust_variorum source: the sampler polled by a thread in slurmd; steps ask slurmd.
+pub type Source = crate::power::Polled<Variorum>;
+
+/// A connected sampler.
+pub struct Variorum {
+    sampler: Sampler,
+    config: VariorumConfig,
+    program: PathBuf,
+    api: String,
+    version: Option<String>,
+    first_read: bool,
+    last: Option<NodePower>,
+    /// When the sampler read the last sample.
+    last_at: Instant,
+}
+
+impl Variorum {
+    /// Starts a sampler and waits (up to the timeout) until it has loaded Variorum and
+    /// made one successful call.
+    pub fn start(config: &VariorumConfig) -> Result<Self, VariorumError> {
+        let program = config.sampler_path().map_err(VariorumError::Config)?;
+        let mut sampler = Sampler::spawn(&program, &config.library, config.period)?;
+        let deadline = Instant::now() + config.timeout;
+        let (api, version) = match sampler.oldest(deadline, "start-up report")? {
+            Line::Ready { api, version } => (api, version),
+            Line::Failed(error) => {
+                sampler.kill();
+                return Err(SamplerError::Variorum(error).into());
+            }
+            Line::Sample { .. } => {
+                sampler.kill();
+                return Err(
+                    SamplerError::Protocol("a sample before the start-up report".into()).into(),
+                );
+            }
+        };
+        Ok(Self {
+            sampler,
+            config: config.clone(),
+            program,
+            api,
+            version,
+            first_read: true,
+            last: None,
+            last_at: Instant::now(),
+        })
+    }
+
+    /// The next sample, parsed. Any failure leaves the sampler killed and reaped.
+    pub fn sample(&mut self) -> Result<&NodePower, VariorumError> {
+        let mut wait = self.config.timeout;
+        if std::mem::take(&mut self.first_read) {
+            wait += SAMPLER_WARMUP;
+        }
+        let result = match self.sampler.newest(Instant::now() + wait, "sample") {
+            Ok(Line::Sample { json, at }) => {
+                self.last_at = at.unwrap_or_else(Instant::now);
+                json::parse(&json).map_err(SamplerError::from)
+            }
+            Ok(Line::Failed(error)) => Err(SamplerError::Variorum(error)),
+            Ok(Line::Ready { .. }) => {
+                Err(SamplerError::Protocol("a second start-up report".into()))
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(power) => Ok(self.last.insert(power)),
+            // a well-formed sample without power: the sampler itself is fine
+            Err(e @ SamplerError::Json(JsonError::ZeroPower | JsonError::NoPower)) => Err(e.into()),
+            Err(e) => {
+                self.sampler.kill();
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The per-socket (and per-GPU) breakdown of the last good sample.
+    pub fn last_sample(&self) -> Option<&NodePower> {
+        self.last.as_ref()
+    }
+
+    /// The symbol the sampler calls, e.g. `variorum_get_power_json`.
+    pub fn api(&self) -> &str {
+        &self.api
+    }
+
+    /// What `variorum_get_current_version` says, when the library has it. Unreliable:
+    /// 0.8.0 builds report "0.5.0".
+    pub fn reported_version(&self) -> Option<&str> {
+        self.version.as_deref()
+    }
+
+    pub fn sampler_pid(&self) -> u32 {
+        self.sampler.pid()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VariorumError {
+    #[error("{0}")]
+    Config(String),
+    #[error(transparent)]
+    Sampler(#[from] SamplerError),
+}
+
+impl PowerSensor for Variorum {
+    type Config = VariorumConfig;
+    const KEYS: &'static [&'static str] = &[KEY_LIBRARY, KEY_FREQUENCY, KEY_SAMPLER, KEY_TIMEOUT];
+
+    fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
+        VariorumConfig::parse(values)
+    }
+
+    fn plugin_located(dir: &std::path::Path) {
+        set_plugin_dir(dir.to_path_buf());
+    }
+
+    fn show_config(config: &Self::Config) -> Vec<(&'static str, String)> {
+        config.show()
+    }
+
+    fn period(config: &Self::Config) -> Duration {
+        config.period
+    }
+
+    fn connect(config: &Self::Config) -> Result<Self, String> {
+        Self::start(config).map_err(|e| e.to_string())
+    }
+
+    fn describe(&self) -> String {
+        let version = self
+            .version
+            .as_deref()
+            .map(|v| format!(", says version {v}"))
+            .unwrap_or_default();
+        format!(
+            "Variorum {} ({}{version}) in sampler {} pid {}",
+            self.config.library,
+            self.api,
+            self.program.display(),
+            self.sampler.pid()
+        )
+    }
+
+    fn read_watts(&mut self) -> Result<Sample, ReadError> {
+        let watts = match self.sample() {
+            Ok(power) => power.node_watts,
+            Err(
+                e @ VariorumError::Sampler(SamplerError::Json(
+                    JsonError::ZeroPower | JsonError::NoPower,
+                )),
+            ) => {
+                return Err(ReadError::Skip(e.to_string()));
+            }
+            Err(e) => return Err(ReadError::Broken(e.to_string())),
+        };
+        Ok(Sample {
+            watts,
+            at: self.last_at,
+        })
+    }
+}

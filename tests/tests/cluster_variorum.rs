@@ -1,0 +1,198 @@
+//! rust_variorum in a real Slurm cluster, over a stand-in libvariorum.so of each API
+//! generation: sacct against the true integral of the power schedule, and a library that
+//! crashes or hangs mid-job while slurmd must keep answering.
+
+#[path = "../fakevariorum/harness.rs"]
+mod fakevariorum;
+mod support;
+
+use std::fs;
+use std::path::Path;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use fakevariorum::{FakeLib, Generation};
+use support::cluster::{Cluster, ClusterSpec};
+use support::*;
+
+const VARIORUM: &str = "acct_gather_energy/rust_variorum";
+
+fn set_power_command(lib: &FakeLib, watts: u32) -> String {
+    format!(
+        "sh {} {} {watts}",
+        workspace()
+            .join("tests/fakevariorum/set_power.sh")
+            .display(),
+        lib.dir.path().display()
+    )
+}
+
+fn set_power(lib: &FakeLib, watts: u32) {
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(set_power_command(lib, watts))
+        .status()
+        .expect("set_power.sh");
+    assert!(status.success());
+}
+
+/// A real node never draws 0 W, and the plugin rightly takes an all-zero Variorum sample
+/// for "no reading": between jobs the fake node idles at this power.
+const IDLE_WATTS: u32 = 10;
+
+fn schedule(dir: &Path) -> Vec<(f64, f64)> {
+    fs::read_to_string(dir.join("power.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (t, w) = l.split_once(' ')?;
+            Some((t.parse().ok()?, w.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// True joules between the job's first and last power change (the entries after the
+/// first `skip`): the step's script opens and closes with one, at idle power, so the step
+/// measures the same interval give or take a few milliseconds of idle.
+fn job_joules(dir: &Path, skip: usize) -> f64 {
+    let s = schedule(dir);
+    let job = &s[skip.min(s.len())..];
+    job.windows(2)
+        .map(|w| w[0].1 * (w[1].0 - w[0].0) / 1e9)
+        .sum()
+}
+
+fn variorum_cluster(tmp: &Path, lib: &FakeLib) -> Cluster {
+    Cluster::up(
+        tmp,
+        &plugin_dir(tmp),
+        &ClusterSpec {
+            nodes: 1,
+            energy_type: VARIORUM,
+            acct_gather: &format!(
+                "EnergyVariorumLibrary={}\nEnergyVariorumFrequency=1\nEnergyVariorumTimeout=3\n",
+                lib.library()
+            ),
+            node_freq: 5,
+            jobacct_freq: 5,
+            sim_args: vec![None],
+        },
+    )
+}
+
+fn step_energy(cluster: &Cluster, job: u32) -> Option<u64> {
+    cluster
+        .energy(job)
+        .into_iter()
+        .find(|(id, _)| *id == format!("{job}.0"))
+        .and_then(|(_, e)| e)
+}
+
+/// Power sampled once a second and integrated: each of the 4 power changes costs at most
+/// half a second of its step; 10 s phases keep that within the 2% the issue asks.
+#[test]
+fn rust_variorum_job_energy_matches_the_truth_with_both_api_generations() {
+    if !root_or_skip("rust_variorum_job_energy_matches_the_truth_with_both_api_generations") {
+        return;
+    }
+    for generation in [Generation::V080, Generation::V070] {
+        let Some(lib) = FakeLib::new("rust_variorum cluster", generation) else {
+            return;
+        };
+        set_power(&lib, IDLE_WATTS);
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cluster = variorum_cluster(tmp.path(), &lib);
+        let s = |w| set_power_command(&lib, w);
+        let before = schedule(lib.dir.path()).len();
+        let job = cluster.sbatch(&format!(
+            "#!/bin/sh\nsrun -n1 sh -c '{}; sleep 3; {}; sleep 10; {}; sleep 10; {}; sleep 10; {}; sleep 3; {}'\n",
+            s(IDLE_WATTS),
+            s(300),
+            s(200),
+            s(360),
+            s(IDLE_WATTS),
+            s(IDLE_WATTS)
+        ));
+        cluster.wait_job(job, Duration::from_secs(120));
+        let truth = job_joules(lib.dir.path(), before);
+        let measured = step_energy(&cluster, job).expect("step energy") as f64;
+        assert_close(&format!("{generation:?} step"), measured, truth, 0.02);
+    }
+}
+
+/// The library crashes (SIGSEGV) and then hangs mid-job: the sampler dies or is killed and
+/// restarted, slurmd answers at once throughout, and accounting holds no bogus figure.
+#[test]
+fn a_crashing_or_hanging_library_never_slows_slurmd() {
+    if !root_or_skip("a_crashing_or_hanging_library_never_slows_slurmd") {
+        return;
+    }
+    let Some(lib) = FakeLib::new("rust_variorum faults", Generation::V080) else {
+        return;
+    };
+    set_power(&lib, IDLE_WATTS);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = variorum_cluster(tmp.path(), &lib);
+    let s = |w| set_power_command(&lib, w);
+    let before = schedule(lib.dir.path()).len();
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\nsrun -n1 sh -c '{}; sleep 2; {}; sleep 34; {}; sleep 3; {}'\n",
+        s(IDLE_WATTS),
+        s(240),
+        s(IDLE_WATTS),
+        s(IDLE_WATTS)
+    ));
+    sleep(Duration::from_secs(6));
+    let mut slowest = Duration::ZERO;
+    for mode in ["crash", "hang"] {
+        lib.set_mode(mode);
+        let until = Instant::now() + Duration::from_secs(8);
+        while Instant::now() < until {
+            let start = Instant::now();
+            cluster.run(&["scontrol", "show", "slurmd"]);
+            cluster.run(&[
+                "sstat",
+                "-n",
+                "-P",
+                "-j",
+                &format!("{job}.0"),
+                "-o",
+                "ConsumedEnergyRaw",
+            ]);
+            slowest = slowest.max(start.elapsed());
+            sleep(Duration::from_millis(500));
+        }
+        lib.set_mode("ok");
+        sleep(Duration::from_secs(4));
+    }
+    println!("slowest scontrol+sstat pair while Variorum misbehaved: {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(2),
+        "slurmd answered in {slowest:?}"
+    );
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truth = job_joules(lib.dir.path(), before);
+    let measured = step_energy(&cluster, job).expect("step energy") as f64;
+    println!(
+        "{}\n{}",
+        cluster.log("slurmd-n1.log"),
+        cluster.run(&[
+            "sacct",
+            "-j",
+            &job.to_string(),
+            "-o",
+            "JobID,State,ExitCode,ConsumedEnergyRaw"
+        ])
+    );
+    // the gaps are bridged between the samples before and after, at constant power
+    assert_close("step across crash and hang", measured, truth, 0.05);
+    let log = cluster.log("slurmd-n1.log");
+    assert!(
+        log.contains("reading power failed"),
+        "the failure is logged:\n{log}"
+    );
+    assert!(
+        log.contains("power readings are back"),
+        "the recovery is logged"
+    );
+}
