@@ -20,7 +20,7 @@ pub const KEY_DRIVER_DEVICE: &str = "EnergyIPMIDriverDevice";
 pub const KEY_VARIABLE: &str = "EnergyIPMIVariable";
 
 /// Keys of Slurm's ipmi plugin that tune freeipmi; accepted, without effect.
-pub const IGNORED_KEYS: &[&str] = &[
+pub const IGNORED_KEYS: [&str; 20] = [
     "EnergyIPMIDriverType",
     "EnergyIPMIDisableAutoProbe",
     "EnergyIPMIDriverAddress",
@@ -43,7 +43,8 @@ pub const IGNORED_KEYS: &[&str] = &[
     "EnergyIPMIEntitySensorNames",
 ];
 
-pub const KEYS: &[&str] = &[
+/// The keys rust_ipmi uses.
+const USED_KEYS: [&str; 9] = [
     KEY_HOST,
     KEY_USERNAME,
     KEY_PASSWORD,
@@ -53,27 +54,23 @@ pub const KEYS: &[&str] = &[
     KEY_POWER_SENSORS,
     KEY_DRIVER_DEVICE,
     KEY_VARIABLE,
-    "EnergyIPMIDriverType",
-    "EnergyIPMIDisableAutoProbe",
-    "EnergyIPMIDriverAddress",
-    "EnergyIPMIRegisterSpacing",
-    "EnergyIPMIProtocolVersion",
-    "EnergyIPMIPrivilegeLevel",
-    "EnergyIPMIAuthenticationType",
-    "EnergyIPMICipherSuiteId",
-    "EnergyIPMISessionTimeout",
-    "EnergyIPMIRetransmissionTimeout",
-    "EnergyIPMIWorkaroundFlags",
-    "EnergyIPMIRereadSdrCache",
-    "EnergyIPMIIgnoreNonInterpretableSensors",
-    "EnergyIPMIBridgeSensors",
-    "EnergyIPMIInterpretOemData",
-    "EnergyIPMISharedSensors",
-    "EnergyIPMIDiscreteReading",
-    "EnergyIPMIIgnoreScanningDisabled",
-    "EnergyIPMIAssumeBmcOwner",
-    "EnergyIPMIEntitySensorNames",
 ];
+
+/// Every key registered with Slurm: an acct_gather.conf key no plugin registers is fatal
+/// to the daemons, so Slurm's freeipmi keys are registered too.
+pub const KEYS: &[&str] = &{
+    let mut all = [""; USED_KEYS.len() + IGNORED_KEYS.len()];
+    let mut i = 0;
+    while i < all.len() {
+        all[i] = if i < USED_KEYS.len() {
+            USED_KEYS[i]
+        } else {
+            IGNORED_KEYS[i - USED_KEYS.len()]
+        };
+        i += 1;
+    }
+    all
+};
 
 const DEFAULT_DEVICE: &str = "/dev/ipmi0";
 const DEFAULT_LAN_PORT: u16 = 623;
@@ -201,7 +198,7 @@ impl IpmiConfig {
                 "IPMI passwords are at most 20 bytes",
             ));
         }
-        for key in IGNORED_KEYS {
+        for key in &IGNORED_KEYS {
             if values.get(key).is_some() {
                 log::info!(
                     "{key} is accepted for compatibility with acct_gather_energy/ipmi and has no effect here"
