@@ -425,3 +425,43 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text for any key parses or names the key; never panics, never echoes a
+        /// password.
+        #[test]
+        fn any_value_parses_or_names_its_key(key in proptest::sample::select(KEYS.to_vec()), value in ".{0,40}") {
+            let mut values = KeyValues::new();
+            values.set(key, value.clone());
+            if let Err(e) = IpmiConfig::parse(&values) {
+                prop_assert_eq!(e.key, key);
+                if key == KEY_PASSWORD {
+                    prop_assert!(!e.to_string().contains(&value) || value.is_empty() || "<hidden>".contains(&value));
+                }
+            }
+        }
+
+        /// Generated valid sensor lists round-trip.
+        #[test]
+        fn record_lists_round_trip(ids in proptest::collection::vec(any::<u16>(), 1..8), extra in "[A-Za-z0-9_]{1,8}") {
+            let list = ids.iter().map(u16::to_string).collect::<Vec<_>>().join(",");
+            let text = format!("{extra}=1;Node={list}");
+            let parsed = parse_power_sensors(&text);
+            if extra.eq_ignore_ascii_case("Node") {
+                prop_assert!(parsed.is_err());
+            } else {
+                prop_assert_eq!(parsed, Ok(PowerSensors::Records(ids)));
+            }
+        }
+
+        #[test]
+        fn hosts_with_ports_round_trip(host in "[a-z][a-z0-9.-]{0,20}", port in 1u16..) {
+            prop_assert_eq!(parse_host(&format!("{host}:{port}")), Ok(Target::Lan { host, port }));
+        }
+    }
+}

@@ -223,3 +223,32 @@ mod tests {
         assert!(parse_sensor_reading(&[75]).is_err());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever a BMC answers, decoding gives a value or an error.
+        #[test]
+        fn decoders_never_panic(data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = parse_dcmi_power(&data);
+            let _ = parse_get_sdr(&data);
+            let _ = parse_reservation(&data);
+            let _ = parse_sensor_reading(&data);
+            if let Ok(record) = Record::parse(&data) {
+                let _ = WattsSensor::from_record(&record).map(|s| s.watts(data.first().copied().unwrap_or(0)));
+            }
+        }
+
+        #[test]
+        fn dcmi_current_power_is_bytes_1_and_2(current in any::<u16>(), rest in proptest::collection::vec(any::<u8>(), 14)) {
+            let mut data = vec![0xDC];
+            data.extend(current.to_le_bytes());
+            data.extend(rest);
+            data.push(0x40);
+            prop_assert_eq!(parse_dcmi_power(&data), Ok(current));
+        }
+    }
+}
