@@ -129,3 +129,40 @@ fn a_frozen_bmc_mid_job_never_slows_slurmd() {
         "the recovery is logged"
     );
 }
+
+/// slurmd restarted in the middle of a job: its node energy starts again from zero, and
+/// the step, which takes the node's energy from slurmd, must neither go negative nor jump:
+/// it keeps what it had, adds the new slurmd's figure, and estimates the gap.
+#[test]
+fn a_slurmd_restart_mid_job_keeps_the_step_energy() {
+    if !root_or_skip("a_slurmd_restart_mid_job_keeps_the_step_energy") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let sim = BmcSim::start(&tmp.path().join("bmc"), 0);
+    let cluster = ipmi_cluster(tmp.path(), &sim);
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\nsrun -n1 sh -c 'sleep 2; {}; sleep 30; {}; sleep 2'\n",
+        sim.set_command(280),
+        sim.set_command(0)
+    ));
+    sleep(Duration::from_secs(12));
+    let restart = std::process::Command::new(workspace().join("ci/cluster.sh"))
+        .arg("restart-slurmd")
+        .arg(&cluster.dir)
+        .arg("n1")
+        .status()
+        .expect("restart-slurmd");
+    assert!(restart.success());
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truth = sim.true_joules();
+    let rows = cluster.energy(job);
+    // the restart's gap (slurmd down, then its first BMC readings) is estimated from the
+    // power before it, which is exact at constant power
+    assert_close(
+        &format!("{job}.0 across a slurmd restart"),
+        energy_of(&rows, &format!("{job}.0")),
+        truth,
+        0.02,
+    );
+}
