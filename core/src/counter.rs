@@ -6,8 +6,20 @@
 //! process), the number of wraps is chosen so the implied power is closest to the last
 //! measured power. A delta larger than the maximum power allows is not a wrap but a reset or
 //! a bogus read: it is never counted as energy; the gap is estimated from the last power.
+//!
+//! Counters move in steps (the hardware updates about every millisecond; a stalled counter
+//! catches up later), so two reads microseconds apart can see a large step. The energy of
+//! an increment accrued after the last read that still saw the previous value, and before
+//! this read: that window, not the time since the previous read, bounds what is plausible.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long the hardware may have held the first value read before it was read (it
+/// updates about every millisecond; generous).
+const FIRST_VALUE_AGE: Duration = Duration::from_millis(100);
+/// The measured power (for estimating a glitch's gap, or the wraps in a long gap) is taken
+/// over at least this long, so steps between close reads do not make it jump.
+const RATE_WINDOW: Duration = Duration::from_millis(500);
 
 /// How one read advanced the counter.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -24,15 +36,26 @@ pub enum Advance {
     },
 }
 
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    value: u64,
+    at: Instant,
+    /// The energy in the next increment accrued after this instant: the last read that saw
+    /// the value before `value`.
+    since: Instant,
+}
+
 #[derive(Debug, Clone)]
 pub struct WrappingCounter {
     /// Values lie in `0..modulus`.
     modulus: u64,
     /// Units per second the domain can never exceed.
     max_units_per_sec: f64,
-    last: Option<(u64, Instant)>,
-    /// Units per second over the last counted interval.
-    last_rate: f64,
+    last: Option<Last>,
+    /// Units per second, measured over at least `RATE_WINDOW`.
+    rate: f64,
+    /// Where the current rate measurement started: (when, total units then).
+    rate_from: Option<(Instant, u64)>,
     total_units: u64,
 }
 
@@ -42,7 +65,8 @@ impl WrappingCounter {
             modulus,
             max_units_per_sec,
             last: None,
-            last_rate: 0.0,
+            rate: 0.0,
+            rate_from: None,
             total_units: 0,
         }
     }
@@ -53,17 +77,32 @@ impl WrappingCounter {
     }
 
     pub fn advance(&mut self, raw: u64, now: Instant) -> Advance {
-        let Some((prev, prev_at)) = self.last else {
-            self.last = Some((raw % self.modulus, now));
+        let Some(last) = self.last else {
+            self.rate_from = Some((now, 0));
+            self.last = Some(Last {
+                value: raw % self.modulus,
+                at: now,
+                since: now.checked_sub(FIRST_VALUE_AGE).unwrap_or(now),
+            });
             return Advance::Started;
         };
-        let elapsed = now.saturating_duration_since(prev_at).as_secs_f64();
-        self.last = Some((raw % self.modulus, now));
-        let max_units = self.max_units_per_sec * elapsed;
+        if raw == last.value {
+            // unchanged: the increment still to come keeps accruing since `last.since`
+            self.last = Some(Last { at: now, ..last });
+            return Advance::Counted { units: 0 };
+        }
+        self.last = Some(Last {
+            value: raw % self.modulus,
+            at: now,
+            since: last.at,
+        });
+        let window = now.saturating_duration_since(last.since).as_secs_f64();
+        let elapsed = now.saturating_duration_since(last.at).as_secs_f64();
+        let max_units = self.max_units_per_sec * window;
         let delta = if raw >= self.modulus {
             u64::MAX // out of range: never a valid counter value
         } else {
-            raw.wrapping_sub(prev).wrapping_add(self.modulus) % self.modulus
+            raw.wrapping_sub(last.value).wrapping_add(self.modulus) % self.modulus
         };
 
         let counted = if (delta as f64) <= max_units {
@@ -74,24 +113,32 @@ impl WrappingCounter {
                 self.with_likely_wraps(delta, elapsed, wraps_possible)
             }
         } else {
-            let estimated_units = (self.last_rate * elapsed).round() as u64;
-            self.total_units = self.total_units.saturating_add(estimated_units);
+            let estimated_units = (self.rate * elapsed).round() as u64;
+            self.add(estimated_units, now);
             return Advance::Glitch {
                 raw_delta: delta,
                 estimated_units,
             };
         };
-        if elapsed > 0.0 {
-            self.last_rate = counted as f64 / elapsed;
-        }
-        self.total_units = self.total_units.saturating_add(counted);
+        self.add(counted, now);
         Advance::Counted { units: counted }
     }
 
+    fn add(&mut self, units: u64, now: Instant) {
+        self.total_units = self.total_units.saturating_add(units);
+        if let Some((from, total_then)) = self.rate_from {
+            let secs = now.saturating_duration_since(from);
+            if secs >= RATE_WINDOW {
+                self.rate = (self.total_units - total_then) as f64 / secs.as_secs_f64();
+                self.rate_from = Some((now, self.total_units));
+            }
+        }
+    }
+
     /// After a gap long enough for several wraps, pick the wrap count whose energy is
-    /// closest to what the last measured power predicts.
+    /// closest to what the measured power predicts.
     fn with_likely_wraps(&self, delta: u64, elapsed: f64, wraps_possible: u64) -> u64 {
-        let expected = self.last_rate * elapsed;
+        let expected = self.rate * elapsed;
         let wraps = ((expected - delta as f64) / self.modulus as f64)
             .round()
             .clamp(0.0, wraps_possible as f64) as u64;
@@ -160,19 +207,63 @@ mod tests {
     #[test]
     fn several_wraps_during_a_long_gap_follow_the_last_power() {
         let t0 = Instant::now();
-        let modulus = 10_000;
-        // the domain could do 100_000 units/s: a 1 s gap may hide up to 10 wraps
-        let mut c = WrappingCounter::new(modulus, 100_000.0);
+        let modulus = 100_000;
+        // the domain could do 1_000_000 units/s: a 10 s gap may hide up to 100 wraps
+        let mut c = WrappingCounter::new(modulus, 1_000_000.0);
         c.advance(0, t0);
-        // 0.01 s at 25_000 units/s
+        // 0.5 s at 25_000 units/s
         assert_eq!(
-            c.advance(250, at(t0, 0.01)),
-            Advance::Counted { units: 250 }
+            c.advance(12_500, at(t0, 0.5)),
+            Advance::Counted { units: 12_500 }
         );
-        // 1 s later at the same power: 25_000 units = 2 wraps + 5_000
+        // 10 s later at the same power: 250_000 units = 2 wraps + 50_000
         assert_eq!(
-            c.advance(5_250, at(t0, 1.01)),
-            Advance::Counted { units: 25_000 }
+            c.advance(62_500, at(t0, 10.5)),
+            Advance::Counted { units: 250_000 }
+        );
+    }
+
+    #[test]
+    fn steps_seen_by_reads_microseconds_apart_are_counted() {
+        let t0 = Instant::now();
+        // 1000 units/s at most; the counter steps by 10 units every 10 ms (1 W-ish)
+        let mut c = WrappingCounter::new(M, 1000.0);
+        c.advance(100, t0);
+        // reads 1 µs apart straddle a step: the increment accrued since before t0
+        assert_eq!(
+            c.advance(100, at(t0, 0.009_999)),
+            Advance::Counted { units: 0 }
+        );
+        assert_eq!(
+            c.advance(110, at(t0, 0.010_000)),
+            Advance::Counted { units: 10 }
+        );
+        assert_eq!(
+            c.advance(110, at(t0, 0.019_999)),
+            Advance::Counted { units: 0 }
+        );
+        assert_eq!(
+            c.advance(120, at(t0, 0.020_001)),
+            Advance::Counted { units: 10 }
+        );
+        assert_eq!(c.total_units(), 20);
+    }
+
+    #[test]
+    fn a_stalled_counter_catching_up_between_close_reads_is_counted() {
+        let t0 = Instant::now();
+        let mut c = WrappingCounter::new(M, 1000.0);
+        c.advance(0, t0);
+        for k in 1..=60 {
+            assert_eq!(
+                c.advance(0, at(t0, 0.01 * k as f64)),
+                Advance::Counted { units: 0 }
+            );
+        }
+        // 0.6 s of energy appears at once, 2 µs after the previous read
+        assert_eq!(
+            c.advance(500, at(t0, 0.600_002)),
+            Advance::Counted { units: 500 }
         );
     }
 
