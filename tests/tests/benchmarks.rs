@@ -428,6 +428,10 @@ fn benchmarks() {
         println!("{row}");
         let _ = writeln!(md, "{row}");
     }
+    let _ = writeln!(
+        md,
+        "\nWhere Slurm's rapl is off: it starts a step's count at the step's first poll (the first JobAcctGatherFrequency tick), so whatever the step used before that is missed when the step draws power from its start, as in most rows (rust_rapl counts from the moment slurmstepd starts measuring, before the step's tasks run); with polls further apart than a wrap it adds at most one wrap per poll; it takes a reset counter for a wrap (2^32 units, 262 kJ here); on Skylake-SP it multiplies DRAM counts by the package unit (fixed in Slurm 25.05). Errors are absolute; every figure is a single run."
+    );
 
     // ---- footprint
     let _ = writeln!(
