@@ -45,6 +45,11 @@
 # namespace: `env` therefore puts DIR/bin first in PATH, which holds wrappers
 # (srun, sbatch, sacct, ...) that enter it.  Namespace names are derived from
 # DIR, so two clusters can coexist (same subnet, but separate namespaces).
+# As on a real cluster, each node then also has its own munged (same key): a
+# munged refuses to decode a credential twice (replay), and from Slurm 23.11 every
+# node of a step decodes the same launch credential.  All munge sockets are at
+# the one path of AuthInfo; in a node's mount namespace its own munged's socket
+# directory is bind-mounted there.
 #
 # Process tracking.  Every daemon is started with setsid and recorded as
 # "pid starttime" in DIR/run/pid/NAME (starttime guards against pid reuse).
@@ -94,6 +99,14 @@ load_state() {
         # shellcheck disable=SC1091
         . "$DIR/run/cluster.env"
     fi
+}
+
+# version_ge A B: release A (e.g. 24.11.5) is B (MAJOR.MINOR) or later
+version_ge() {
+    local a1 a2 b1 b2 rest
+    IFS=. read -r a1 a2 rest <<<"$1"
+    IFS=. read -r b1 b2 rest <<<"$2"
+    [ $((10#$a1 * 100 + 10#$a2)) -ge $((10#$b1 * 100 + 10#$b2)) ]
 }
 
 # single-quote for `eval`
@@ -358,7 +371,12 @@ cmd_up() {
     rm -rf "${DIR:?}"/{etc,run,state,spool,db,bin,log}
     mkdir -p "$DIR"/{etc,run/pid,state,spool,db,bin,log}
     for ((k = 1; k <= NODES; k++)); do mkdir -p "$DIR/spool/n$k"; done
-    chmod 755 "$DIR/run" # munged warns about sockets in directories others cannot enter
+    mkdir -p "$DIR/run/munge"
+    if [ "$NODES" -gt 1 ]; then
+        for ((k = 1; k <= NODES; k++)); do mkdir -p "$DIR/run/munge-n$k"; done
+    fi
+    # munged warns about sockets in directories others cannot enter
+    chmod 755 "$DIR/run" "$DIR"/run/munge*
 
     # ---- ports and addresses
     local ports ctld_port slurmd_port dbd_port db_port ctl_ip
@@ -376,6 +394,10 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')
     local hw
     hw=$(SLURM_CONF=/nonexistent "$SLURM_SBIN/slurmd" -C | head -n1 | sed 's/^NodeName=[^ ]* //')
     [ -n "$hw" ] || die "slurmd -C printed nothing"
+    # the release ("slurm 24.11.5", "slurm-wlm 22.05.8"), for settings that differ
+    local slurm_version
+    slurm_version=$("$SLURM_SBIN/slurmd" -V 2>/dev/null | awk '{ print $2 }')
+    [[ "$slurm_version" =~ ^[0-9]+\.[0-9]+ ]] || die "cannot tell the release of $SLURM_SBIN/slurmd (-V: $slurm_version)"
 
     # ---- saved state for the other subcommands
     {
@@ -386,12 +408,19 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')
     } >"$DIR/run/cluster.env"
 
     # ---- configuration files
-    local sock=$DIR/run/munge.sock
+    local sock=$DIR/run/munge/munge.sock
     dd if=/dev/urandom of="$DIR/etc/munge.key" bs=1024 count=1 status=none
     chmod 400 "$DIR/etc/munge.key"
     : >"$DIR/etc/plugstack.conf"
     if [ -n "${ACCT_GATHER_CONF:-}" ]; then
         cat -- "$ACCT_GATHER_CONF" >"$DIR/etc/acct_gather.conf"
+    fi
+    # Nothing here uses cgroups (proctrack/linuxproc, task/none, jobacct_gather/linux),
+    # but slurmd loads a cgroup plugin anyway (CgroupPlugin=autodetect), and fails where
+    # the one for this machine's cgroup version was not built (cgroup/v2 needs dbus).
+    # 24.05 and later can be told not to; 22.05 has no such value.
+    if version_ge "$slurm_version" 24.05; then
+        echo "CgroupPlugin=disabled" >"$DIR/etc/cgroup.conf"
     fi
 
     local nodeaddr
@@ -538,6 +567,17 @@ EOF
     start_daemon munged "${CTL[@]}" munged --foreground --force \
         --socket="$sock" --key-file="$DIR/etc/munge.key" --pid-file="$DIR/run/munged.pid" \
         --log-file="$DIR/log/munged.log" --seed-file="$DIR/run/munged.seed"
+    local mungeds="munged"
+    if [ "$NODES" -gt 1 ]; then
+        # one per node (see "Network layout" above); node-start.sh mounts its socket
+        for ((k = 1; k <= NODES; k++)); do
+            start_daemon "munged-n$k" munged --foreground --force \
+                --socket="$DIR/run/munge-n$k/munge.sock" --key-file="$DIR/etc/munge.key" \
+                --pid-file="$DIR/run/munged-n$k.pid" --log-file="$DIR/log/munged-n$k.log" \
+                --seed-file="$DIR/run/munged-n$k.seed"
+            mungeds="$mungeds munged-n$k"
+        done
+    fi
     # --no-defaults: ignore /etc/mysql; small log file keeps DIR small and fast
     local mdb_opts=(--no-defaults "--datadir=$DIR/db" --user=root
         --innodb-log-file-size=8M --innodb-buffer-pool-size=64M)
@@ -546,6 +586,9 @@ EOF
     local installdb_pid=$LAST_PID
 
     wait_for "munged" "munged" test -S "$sock"
+    for ((k = 1; k <= NODES && NODES > 1; k++)); do
+        wait_for "munged of n$k" "munged-n$k" test -S "$DIR/run/munge-n$k/munge.sock"
+    done
     wait "$installdb_pid" || fail "mariadb-install-db failed" installdb
     # --skip-grant-tables: no users/passwords needed; 127.0.0.1 only
     start_daemon mariadbd "${CTL[@]}" mariadbd "${mdb_opts[@]}" \
@@ -565,7 +608,7 @@ EOF
 
     # ---- slurmctld and the nodes (slurmds retry until slurmctld answers)
     start_daemon slurmctld "${DENV[@]}" "${CTL[@]}" "$SLURM_SBIN/slurmctld" -D
-    local watch="slurmctld slurmdbd mariadbd munged"
+    local watch="slurmctld slurmdbd mariadbd $mungeds"
     for ((k = 1; k <= NODES; k++)); do
         node_ns "$k"
         start_daemon "nodesup-n$k" "${DENV[@]}" "NODE_HOOK=$hook" \
@@ -645,6 +688,9 @@ do_down() {
         names=()
         for n in slurmctld slurmdbd mariadbd installdb munged; do
             [ -e "$PIDDIR/$n" ] && names+=("$n")
+        done
+        for f in "$PIDDIR"/munged-*; do
+            [ -e "$f" ] && names+=("${f##*/}")
         done
         [ ${#names[@]} -eq 0 ] || stop_recs 10 "${names[@]}"
     fi

@@ -3,7 +3,8 @@
 //! Slurm's loader accepts a plugin only if `plugin_version` equals its own
 //! `SLURM_VERSION_NUMBER` (major, minor and micro), and `acct_gather_energy_t` changed
 //! layout inside the 24.11 series, so everything here comes from the headers found at
-//! `SLURM_INCLUDE_DIR` (default `/usr/include`) and never from a hard-coded table.
+//! `SLURM_INCLUDE_DIR` (default `SLURM_PREFIX/include` if `SLURM_PREFIX` is set, else
+//! `/usr/include`) and never from a hard-coded table.
 
 use std::env;
 use std::fs;
@@ -21,14 +22,21 @@ const VERSION_CFGS: &[(u32, &str)] = &[
 
 fn main() {
     println!("cargo::rerun-if-env-changed=SLURM_INCLUDE_DIR");
+    println!("cargo::rerun-if-env-changed=SLURM_PREFIX");
     println!("cargo::rerun-if-env-changed=SLURM_EXPECTED_VERSION");
     println!("cargo::rerun-if-changed=wrapper.h");
     for (_, cfg) in VERSION_CFGS {
         println!("cargo::rustc-check-cfg=cfg({cfg})");
     }
 
-    let include_dir =
-        PathBuf::from(env::var("SLURM_INCLUDE_DIR").unwrap_or_else(|_| "/usr/include".into()));
+    // SLURM_INCLUDE_DIR, else SLURM_PREFIX/include (a Slurm built with --prefix), else
+    // the system's headers.
+    let nonempty = |name: &str| env::var(name).ok().filter(|v| !v.is_empty());
+    let include_dir = PathBuf::from(
+        nonempty("SLURM_INCLUDE_DIR")
+            .or_else(|| nonempty("SLURM_PREFIX").map(|p| format!("{p}/include")))
+            .unwrap_or_else(|| "/usr/include".into()),
+    );
     let version_header = include_dir.join("slurm/slurm_version.h");
     println!("cargo::rerun-if-changed={}", version_header.display());
     let version = match fs::read_to_string(&version_header) {
@@ -59,7 +67,6 @@ fn main() {
         .allowlist_type("acct_gather_energy_t")
         .allowlist_type("acct_energy_type")
         .allowlist_var("SLURM_VERSION_NUMBER")
-        .allowlist_var("ACCT_GATHER_PROFILE_ENERGY")
         .allowlist_function("slurm_get_node_energy")
         .constified_enum_module("acct_energy_type")
         .derive_default(true)

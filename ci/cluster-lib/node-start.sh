@@ -14,6 +14,12 @@ shift 3
 # Give the node its own hostname so `srun hostname` shows n1, n2, ...
 hostname "$name" 2>/dev/null || printf '%s\n' "$name" >/proc/sys/kernel/hostname || exit 96
 
+# This node's own munged, when it has one (multi-node clusters): its socket directory
+# takes the place of the one slurm.conf names (AuthInfo=socket=DIR/run/munge/munge.sock).
+if [ -d "$dir/run/munge-$name" ]; then
+    mount --bind "$dir/run/munge-$name" "$dir/run/munge" || exit 95
+fi
+
 # Remember this mount namespace: `cluster.sh down` uses it as a fallback to find
 # leftover processes of this node should the supervisor itself have been killed.
 readlink /proc/self/ns/mnt >>"$dir/run/mntns"

@@ -23,6 +23,10 @@ pub mod log_level {
     pub const DEBUG2: c_int = 6;
 }
 
+/// `ACCT_GATHER_PROFILE_ENERGY` (`slurm/slurm.h`), bit 1 of the profile mask in every
+/// release. Mirrored by hand: from 23.02 the header spells it `SLURM_BIT(1)`, a
+/// function-like macro bindgen does not evaluate.
+pub const ACCT_GATHER_PROFILE_ENERGY: u32 = 1 << 1;
 /// `enum acct_gather_profile_info` value `ACCT_GATHER_PROFILE_RUNNING`.
 pub const ACCT_GATHER_PROFILE_RUNNING: c_int = 2;
 /// `acct_gather_profile_field_type_t` value `PROFILE_FIELD_UINT64`.

@@ -1,0 +1,191 @@
+#!/bin/sh
+# build-slurm.sh VERSION: provides Slurm VERSION (e.g. 24.11.5) built from the upstream
+# tarball of Debian's source package slurm-wlm, installed under
+#   ${SLURM_CACHE:-/var/cache/rust-energy-slurm}/slurm-VERSION
+# and prints that prefix as the last line on stdout (progress goes to stderr). An install
+# that completed earlier (its stamp file is written last) is reused at once.
+#
+# The source comes from the Debian mirror this machine already uses, through apt with a
+# private sources list and lists directory (nothing under /etc or /var/lib/apt is
+# written): `apt-get source --download-only slurm-wlm=DEBVERSION` from a deb-src line for
+# SLURM_DEB_SUITE; where the mirror serves the .orig.tar.gz but not the .dsc, the tarball
+# is fetched from the pool with curl. Either way its SHA-256 is checked against the
+# (signed) Sources index.
+#
+# Environment (all optional):
+#   SLURM_CACHE=/var/cache/rust-energy-slurm   where installs and build logs are kept
+#   SLURM_DEB_MIRROR=     Debian mirror URL (default: the one in /etc/apt/sources.list*)
+#   SLURM_DEB_SUITE=trixie          suite whose Sources list has VERSION
+#   SLURM_DEB_VERSION=    Debian version of slurm-wlm (default: the newest VERSION-N there)
+#   SLURM_TARBALL=        a Slurm VERSION source tarball to use instead of downloading
+#   SLURM_BUILD_JOBS=     make -j (default: number of CPUs)
+#
+# Build dependencies (build-essential, pkg-config, libmunge-dev, libmariadb-dev, curl) are
+# installed with apt-get when missing and running as root; package scripts are kept from
+# starting services. The build takes 2-4 minutes on 2 cores (shared libraries only).
+set -eu
+
+log() { echo "build-slurm.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+usage() { echo "usage: ci/build-slurm.sh VERSION   (e.g. 24.11.5)" >&2; exit 2; }
+
+[ $# -eq 1 ] || usage
+version=$1
+echo "$version" | grep -Eqx '[0-9]+\.[0-9]+\.[0-9]+' || usage
+
+cache=${SLURM_CACHE:-/var/cache/rust-energy-slurm}
+prefix=$cache/slurm-$version
+stamp=$prefix/.build-complete
+if [ -e "$stamp" ]; then
+    echo "$prefix"
+    exit 0
+fi
+
+mkdir -p "$cache"
+cache=$(cd "$cache" && pwd)
+prefix=$cache/slurm-$version
+stamp=$prefix/.build-complete
+# one build per version at a time; a second caller waits and then finds the stamp
+exec 9>"$cache/.lock-slurm-$version"
+flock 9
+if [ -e "$stamp" ]; then
+    echo "$prefix"
+    exit 0
+fi
+buildlog=$cache/slurm-$version.build.log
+: >"$buildlog"
+t0=$(date +%s)
+
+# ---- build dependencies
+need=""
+for p in build-essential pkg-config libmunge-dev libmariadb-dev curl ca-certificates; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
+done
+if [ -n "$need" ]; then
+    [ "$(id -u)" = 0 ] || die "missing Debian packages:$need (run as root to install them)"
+    log "installing:$need"
+    added_policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+        chmod +x /usr/sbin/policy-rc.d
+        added_policy=1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    rc=0
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends $need; } >>"$buildlog" 2>&1 || rc=$?
+    [ -z "$added_policy" ] || rm -f /usr/sbin/policy-rc.d
+    [ "$rc" = 0 ] || { tail -n 30 "$buildlog" >&2; die "apt-get install failed"; }
+fi
+
+work=$(mktemp -d "$cache/build-$version.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- the source tarball
+# The first deb URI of this machine's own suite (not -security/-updates), from one-line
+# .list files or deb822 .sources files.
+host_mirror() {
+    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -r "$f" ] || continue
+        awk -v s="$codename" '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+            if ($(i + 1) == s) { print $i; exit } }' "$f"
+    done
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -r "$f" ] || continue
+        awk -v s="$codename" '
+            function flush() { if (types ~ /(^| )deb( |$)/ && (" " suites " ") ~ (" " s " ") && enabled != "no" && uris != "") { split(uris, u, " "); print u[1] }
+                               types = suites = uris = enabled = "" }
+            /^[ \t]*$/ { flush(); next }
+            /^#/ { next }
+            { key = tolower($1); sub(/:$/, "", key); $1 = ""; sub(/^ +/, "")
+              if (key == "types") types = $0; else if (key == "suites") suites = $0
+              else if (key == "uris") uris = $0; else if (key == "enabled") enabled = tolower($0) }
+            END { flush() }' "$f"
+    done
+}
+
+tarball=${SLURM_TARBALL:-}
+if [ -z "$tarball" ]; then
+    mirror=${SLURM_DEB_MIRROR:-$(host_mirror | head -n 1)}
+    [ -n "$mirror" ] || die "no Debian mirror found in /etc/apt/sources.list*; set SLURM_DEB_MIRROR"
+    mirror=${mirror%/}
+    suite=${SLURM_DEB_SUITE:-trixie}
+    log "Slurm $version: source package slurm-wlm from $mirror $suite"
+    mkdir -p "$work/apt/lists/partial" "$work/apt/cache/archives/partial" "$work/src"
+    keyring=""
+    [ -r /usr/share/keyrings/debian-archive-keyring.gpg ] &&
+        keyring="[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
+    echo "deb-src $keyring$mirror $suite main" >"$work/apt/sources.list"
+    set -- -o "Dir::Etc::SourceList=$work/apt/sources.list" -o Dir::Etc::SourceParts=/dev/null \
+        -o "Dir::State::Lists=$work/apt/lists" -o "Dir::Cache=$work/apt/cache" \
+        -o Acquire::Languages=none -o APT::Sandbox::User=root
+    apt-get "$@" -q update >>"$buildlog" 2>&1 ||
+        { tail -n 20 "$buildlog" >&2; die "apt-get update for $mirror $suite (deb-src) failed"; }
+    apt-cache "$@" showsrc slurm-wlm >"$work/showsrc" 2>>"$buildlog" || true
+    debversion=${SLURM_DEB_VERSION:-$(awk -v v="$version" '/^Version: / && index($2, v "-") == 1 { print $2 }' \
+        "$work/showsrc" | sort -V | tail -n 1)}
+    [ -n "$debversion" ] || die "slurm-wlm $version-* is not in $suite's Sources (has: $(awk '/^Version: / { printf "%s ", $2 }' "$work/showsrc")); set SLURM_DEB_SUITE or SLURM_TARBALL"
+    # name and SHA-256 of the upstream tarball in that version's record
+    awk -v d="$debversion" '
+        /^Package: / { rec = ""; ver = "" }
+        /^Version: / { ver = $2 }
+        /^Checksums-Sha256:/ { in_sum = 1; next }
+        /^[^ ]/ { in_sum = 0 }
+        in_sum && ver == d && $3 ~ /\.orig\.tar\./ { print $1, $3; exit }' "$work/showsrc" >"$work/orig"
+    read -r sha orig <"$work/orig" || die "no .orig.tar in the Sources record of slurm-wlm $debversion"
+    dir=$(awk -v d="$debversion" '/^Version: / { ver = $2 } /^Directory: / && ver == d { print $2; exit }' "$work/showsrc")
+    log "slurm-wlm $debversion: $orig"
+    (cd "$work/src" && apt-get "$@" -q source --download-only "slurm-wlm=$debversion") >>"$buildlog" 2>&1 ||
+        log "apt-get source did not fetch everything (see $buildlog); using the .orig tarball alone"
+    if [ ! -s "$work/src/$orig" ]; then
+        log "fetching $mirror/${dir:-pool/main/s/slurm-wlm}/$orig"
+        curl -fsSL --retry 3 -o "$work/src/$orig" "$mirror/${dir:-pool/main/s/slurm-wlm}/$orig" ||
+            die "cannot download $orig"
+    fi
+    echo "$sha  $work/src/$orig" | sha256sum -c --quiet - >&2 ||
+        die "$orig does not match the SHA-256 of the Sources index"
+    tarball=$work/src/$orig
+fi
+
+# ---- configure, make, make install
+mkdir -p "$work/slurm"
+tar -xf "$tarball" -C "$work/slurm" --strip-components=1
+cd "$work/slurm"
+grep -Eq "^ *Major:[[:space:]]+${version%%.*}\$" META &&
+    grep -Eq "^ *Micro:[[:space:]]+${version##*.}\$" META ||
+    die "$tarball is not Slurm $version (META: $(grep -E 'Major|Minor|Micro' META | tr -s ' \t\n' ' '))"
+rm -rf "$prefix"
+jobs=${SLURM_BUILD_JOBS:-$(nproc)}
+log "configure (log: $buildlog)"
+./configure --prefix="$prefix" --sysconfdir="$prefix/etc" --with-munge=/usr \
+    --disable-static --disable-dependency-tracking >>"$buildlog" 2>&1 ||
+    { tail -n 30 "$buildlog" >&2; die "configure failed"; }
+# munge is mandatory (configure fails without it); MySQL only warns: check it was found
+grep -q '^#define HAVE_MYSQL 1' config.h ||
+    die "configure found no MySQL/MariaDB client library (libmariadb-dev): accounting_storage/mysql would be missing"
+log "make -j$jobs (2-4 minutes on 2 cores)"
+make -j"$jobs" >>"$buildlog" 2>&1 || { tail -n 40 "$buildlog" >&2; die "make failed"; }
+log "make install"
+make install >>"$buildlog" 2>&1 || { tail -n 30 "$buildlog" >&2; die "make install failed"; }
+
+for f in lib/slurm/libslurmfull.so lib/slurm/auth_munge.so lib/slurm/cred_munge.so \
+    lib/slurm/accounting_storage_mysql.so lib/slurm/acct_gather_energy_rapl.so \
+    sbin/slurmctld sbin/slurmd sbin/slurmdbd sbin/slurmstepd bin/sacct bin/scontrol \
+    include/slurm/slurm.h; do
+    [ -e "$prefix/$f" ] || die "the install lacks $prefix/$f"
+done
+number=$(echo "$version" | awk -F. '{ printf "0x%02x%02x%02x", $1, $2, $3 }')
+grep -Eiq "^#define SLURM_VERSION_NUMBER $number\$" "$prefix/include/slurm/slurm_version.h" ||
+    die "$prefix/include/slurm/slurm_version.h is not $version ($number)"
+
+mkdir -p "$prefix/etc"
+{
+    echo "version=$version"
+    echo "source=${debversion:+slurm-wlm $debversion }$(basename "$tarball")"
+    echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ) seconds=$(($(date +%s) - t0))"
+} >"$stamp.tmp"
+mv "$stamp.tmp" "$stamp"
+log "Slurm $version installed in $prefix ($(($(date +%s) - t0)) s)"
+echo "$prefix"
