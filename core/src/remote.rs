@@ -2,7 +2,10 @@
 //!
 //! slurmd reports the node's joules since *it* started. When slurmd restarts during a step,
 //! the figure falls back towards zero: the step must neither go negative nor lose what was
-//! counted before. The restarted slurmd's figure is added whole, and the gap between the
+//! counted before. A restart shows as a changed start time (24.11+ carries slurmd's start
+//! in the record) or, on any release, as a figure lower than the last one; the step asks
+//! again soon after slurmd fails to answer, so the restarted slurmd's figure is still
+//! small when it is first seen. The restarted slurmd's figure is added whole, and the gap between the
 //! last report of the old slurmd and the start of the new one is estimated from the last
 //! known power (the new slurmd's start is derived from its figure and its power).
 
@@ -13,6 +16,8 @@ use std::time::Instant;
 pub struct NodeReport {
     pub consumed_j: u64,
     pub watts: Option<u32>,
+    /// When slurmd started, where the release reports it.
+    pub started: Option<i64>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -26,6 +31,7 @@ struct Last {
     at: Instant,
     consumed_j: u64,
     watts: f64,
+    started: Option<i64>,
 }
 
 impl RemoteTotal {
@@ -39,7 +45,9 @@ impl RemoteTotal {
         let watts = report.watts.map(f64::from);
         let mut note = None;
         if let Some(last) = self.last {
-            if report.consumed_j >= last.consumed_j {
+            let restarted = report.consumed_j < last.consumed_j
+                || matches!((last.started, report.started), (Some(a), Some(b)) if a != b);
+            if !restarted {
                 self.total_uj += (report.consumed_j - last.consumed_j) * 1_000_000;
             } else {
                 let elapsed = at.saturating_duration_since(last.at).as_secs_f64();
@@ -61,6 +69,7 @@ impl RemoteTotal {
             at,
             consumed_j: report.consumed_j,
             watts: watts.or(self.last.map(|l| l.watts)).unwrap_or(0.0),
+            started: report.started,
         });
         note
     }
@@ -75,6 +84,7 @@ mod tests {
         NodeReport {
             consumed_j,
             watts: Some(watts),
+            started: None,
         }
     }
 
@@ -101,5 +111,23 @@ mod tests {
         assert_eq!(r.total_uj(), (200 + 600 + 1400) * 1_000_000);
         r.update(report(800, 200), t0 + Duration::from_secs(12));
         assert_eq!(r.total_uj(), (200 + 600 + 1400 + 200) * 1_000_000);
+    }
+
+    #[test]
+    fn a_restart_seen_late_is_told_by_the_start_time() {
+        let t0 = Instant::now();
+        let mut r = RemoteTotal::default();
+        let at = |started, consumed_j| NodeReport {
+            consumed_j,
+            watts: Some(100),
+            started: Some(started),
+        };
+        r.update(at(1000, 500), t0);
+        r.update(at(1000, 600), t0 + Duration::from_secs(1));
+        // the new slurmd already counted more than the old one had when first seen
+        let note = r.update(at(2000, 900), t0 + Duration::from_secs(11));
+        assert!(note.is_some());
+        // 100 + 900 + the gap: 10 s elapsed, 9 s of it since the new start, 1 s at 100 W
+        assert_eq!(r.total_uj(), (100 + 900 + 100) * 1_000_000);
     }
 }

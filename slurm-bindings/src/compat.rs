@@ -8,6 +8,9 @@ pub trait EnergyFieldsExt {
     fn set_slurmd_start_time(&mut self, start: i64);
     /// `last_adjustment` (24.11.4+): only the ipmi CalcAdjustment logic uses it.
     fn clear_last_adjustment(&mut self);
+    /// `slurmd_start_time` (24.11+) of a record slurmd sent (`slurm_get_node_energy`):
+    /// it changes when slurmd restarts. `None` where the release lacks the field.
+    fn slurmd_start_time(&self) -> Option<i64>;
 }
 
 impl EnergyFieldsExt for acct_gather_energy_t {
@@ -23,6 +26,17 @@ impl EnergyFieldsExt for acct_gather_energy_t {
         #[cfg(slurm_energy_last_adjustment)]
         {
             self.last_adjustment = 0;
+        }
+    }
+
+    fn slurmd_start_time(&self) -> Option<i64> {
+        #[cfg(slurm_energy_start_time)]
+        {
+            Some(self.slurmd_start_time)
+        }
+        #[cfg(not(slurm_energy_start_time))]
+        {
+            None
         }
     }
 }

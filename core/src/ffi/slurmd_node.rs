@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use slurm_sys::{NO_VAL, NO_VAL64, SLURM_SUCCESS, acct_gather_energy_t};
+use slurm_sys::{EnergyFieldsExt, NO_VAL, NO_VAL64, SLURM_SUCCESS, acct_gather_energy_t};
 
 use crate::remote::{NodeReport, RemoteTotal};
 use crate::source::{EnergyReader, Reading};
@@ -22,6 +22,9 @@ const FRESH_WAIT: Duration = Duration::from_millis(200);
 const SAMPLE_PERIOD: Duration = Duration::from_secs(5);
 /// An answer older than this is not a current reading.
 const FRESH_FOR: Duration = Duration::from_secs(15);
+/// After slurmd failed to answer (restarting?), ask again this soon, without waiting for a
+/// poll: a restarted slurmd is then seen while its own figure is still small.
+const RETRY: Duration = Duration::from_millis(500);
 
 unsafe extern "C" {
     fn slurm_get_node_energy(
@@ -86,10 +89,21 @@ impl Shared {
             {
                 let mut state = self.lock();
                 while state.requested == served && !state.stop {
-                    state = self
-                        .changed
-                        .wait(state)
-                        .unwrap_or_else(PoisonError::into_inner);
+                    if state.failing {
+                        let (s, timeout) = self
+                            .changed
+                            .wait_timeout(state, RETRY)
+                            .unwrap_or_else(PoisonError::into_inner);
+                        state = s;
+                        if timeout.timed_out() {
+                            break;
+                        }
+                    } else {
+                        state = self
+                            .changed
+                            .wait(state)
+                            .unwrap_or_else(PoisonError::into_inner);
+                    }
                 }
                 if state.stop {
                     return;
@@ -150,6 +164,7 @@ fn ask_slurmd(context_id: u16) -> Result<NodeReport, String> {
     Ok(NodeReport {
         consumed_j: node.consumed_energy,
         watts: (node.current_watts != NO_VAL).then_some(node.current_watts),
+        started: node.slurmd_start_time(),
     })
 }
 

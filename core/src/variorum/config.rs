@@ -69,7 +69,7 @@ impl VariorumConfig {
             config.library = v.to_string();
         }
         if let Some(v) = values.get(KEY_FREQUENCY) {
-            config.period = seconds(KEY_FREQUENCY, v)?;
+            config.period = period(v)?;
         }
         if let Some(v) = values.get(KEY_SAMPLER) {
             if !v.starts_with('/') || v.ends_with('/') || v.contains('\0') {
@@ -94,7 +94,7 @@ impl VariorumConfig {
         };
         vec![
             (KEY_LIBRARY, self.library.clone()),
-            (KEY_FREQUENCY, self.period.as_secs().to_string()),
+            (KEY_FREQUENCY, self.period.as_secs_f64().to_string()),
             (KEY_SAMPLER, sampler),
             (KEY_TIMEOUT, self.timeout.as_secs().to_string()),
         ]
@@ -114,6 +114,22 @@ impl VariorumConfig {
                 )
             })
     }
+}
+
+/// Seconds between samples; fractions are accepted, since energy between two samples is
+/// interpolated and a power step costs up to half a period of that step.
+fn period(v: &str) -> Result<Duration, ConfigError> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && (0.1..=MAX_SECS as f64).contains(s))
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            ConfigError::new(
+                KEY_FREQUENCY,
+                v,
+                format!("expected seconds from 0.1 to {MAX_SECS}"),
+            )
+        })
 }
 
 fn seconds(key: &'static str, v: &str) -> Result<Duration, ConfigError> {
@@ -192,7 +208,7 @@ mod tests {
             (KEY_LIBRARY, "lib/libvariorum.so"),
             (KEY_FREQUENCY, "0"),
             (KEY_FREQUENCY, "-5"),
-            (KEY_FREQUENCY, "2.5"),
+            (KEY_FREQUENCY, "0.05"),
             (KEY_FREQUENCY, "ten"),
             (KEY_FREQUENCY, "86401"),
             (KEY_FREQUENCY, "99999999999999999999999"),
