@@ -62,7 +62,8 @@ fn job_joules(dir: &Path, skip: usize) -> f64 {
         .sum()
 }
 
-fn variorum_cluster(tmp: &Path, lib: &FakeLib) -> Cluster {
+/// `period`: EnergyVariorumFrequency.
+fn variorum_cluster(tmp: &Path, lib: &FakeLib, period: &str) -> Cluster {
     Cluster::up(
         tmp,
         &plugin_dir(tmp),
@@ -70,7 +71,7 @@ fn variorum_cluster(tmp: &Path, lib: &FakeLib) -> Cluster {
             nodes: 1,
             energy_type: VARIORUM,
             acct_gather: &format!(
-                "EnergyVariorumLibrary={}\nEnergyVariorumFrequency=0.25\nEnergyVariorumTimeout=3\n",
+                "EnergyVariorumLibrary={}\nEnergyVariorumFrequency={period}\nEnergyVariorumTimeout=3\n",
                 lib.library()
             ),
             node_freq: 5,
@@ -101,7 +102,7 @@ fn rust_variorum_job_energy_matches_the_truth_with_both_api_generations() {
         };
         set_power(&lib, IDLE_WATTS);
         let tmp = tempfile::tempdir().expect("tempdir");
-        let cluster = variorum_cluster(tmp.path(), &lib);
+        let cluster = variorum_cluster(tmp.path(), &lib, "0.25");
         let s = |w| set_power_command(&lib, w);
         let before = schedule(lib.dir.path()).len();
         let job = cluster.sbatch(&format!(
@@ -132,7 +133,7 @@ fn a_crashing_or_hanging_library_never_slows_slurmd() {
     };
     set_power(&lib, IDLE_WATTS);
     let tmp = tempfile::tempdir().expect("tempdir");
-    let cluster = variorum_cluster(tmp.path(), &lib);
+    let cluster = variorum_cluster(tmp.path(), &lib, "1");
     let s = |w| set_power_command(&lib, w);
     let before = schedule(lib.dir.path()).len();
     let job = cluster.sbatch(&format!(
