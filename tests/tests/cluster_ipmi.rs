@@ -83,7 +83,7 @@ fn a_frozen_bmc_mid_job_never_slows_slurmd() {
         sim.set_command(260),
         sim.set_command(0)
     ));
-    sleep(Duration::from_secs(8));
+    wait_for_power(&sim.power_log(), 0, 260, Duration::from_secs(2));
     sim.freeze();
     let frozen = Instant::now();
     let mut slowest = Duration::ZERO;
@@ -146,7 +146,7 @@ fn a_slurmd_restart_mid_job_keeps_the_step_energy() {
         sim.set_command(280),
         sim.set_command(0)
     ));
-    sleep(Duration::from_secs(12));
+    wait_for_power(&sim.power_log(), 0, 280, Duration::from_secs(4));
     let restart = std::process::Command::new(workspace().join("ci/cluster.sh"))
         .arg("restart-slurmd")
         .arg(&cluster.dir)

@@ -6,7 +6,6 @@
 mod fakevariorum;
 mod support;
 
-use std::fs;
 use std::path::Path;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -40,22 +39,11 @@ fn set_power(lib: &FakeLib, watts: u32) {
 /// for "no reading": between jobs the fake node idles at this power.
 const IDLE_WATTS: u32 = 10;
 
-fn schedule(dir: &Path) -> Vec<(f64, f64)> {
-    fs::read_to_string(dir.join("power.log"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let (t, w) = l.split_once(' ')?;
-            Some((t.parse().ok()?, w.trim().parse().ok()?))
-        })
-        .collect()
-}
-
 /// True joules between the job's first and last power change (the entries after the
 /// first `skip`): the step's script opens and closes with one, at idle power, so the step
 /// measures the same interval give or take a few milliseconds of idle.
 fn job_joules(dir: &Path, skip: usize) -> f64 {
-    let s = schedule(dir);
+    let s = power_schedule(&dir.join("power.log"));
     let job = &s[skip.min(s.len())..];
     job.windows(2)
         .map(|w| w[0].1 * (w[1].0 - w[0].0) / 1e9)
@@ -81,19 +69,6 @@ fn variorum_cluster(tmp: &Path, lib: &FakeLib, period: &str) -> Cluster {
     )
 }
 
-/// Waits until the schedule, after its first `skip` entries, sets `watts`.
-fn wait_for_level(lib: &FakeLib, skip: usize, watts: u32) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while !schedule(lib.dir.path())
-        .iter()
-        .skip(skip)
-        .any(|&(_, w)| w == f64::from(watts))
-    {
-        assert!(Instant::now() < until, "the job never set {watts} W");
-        sleep(Duration::from_millis(50));
-    }
-}
-
 fn step_energy(cluster: &Cluster, job: u32) -> Option<u64> {
     cluster
         .energy(job)
@@ -117,7 +92,7 @@ fn rust_variorum_job_energy_matches_the_truth_with_both_api_generations() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let cluster = variorum_cluster(tmp.path(), &lib, "0.25");
         let s = |w| set_power_command(&lib, w);
-        let before = schedule(lib.dir.path()).len();
+        let before = power_schedule(&lib.dir.path().join("power.log")).len();
         let job = cluster.sbatch(&format!(
             "#!/bin/sh\nsrun -n1 sh -c '{}; sleep 3; {}; sleep 10; {}; sleep 10; {}; sleep 10; {}; sleep 3; {}'\n",
             s(IDLE_WATTS),
@@ -148,7 +123,7 @@ fn a_crashing_or_hanging_library_never_slows_slurmd() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let cluster = variorum_cluster(tmp.path(), &lib, "0.25");
     let s = |w| set_power_command(&lib, w);
-    let before = schedule(lib.dir.path()).len();
+    let before = power_schedule(&lib.dir.path().join("power.log")).len();
     let job = cluster.sbatch(&format!(
         "#!/bin/sh\nsrun -n1 sh -c '{}; sleep 2; {}; sleep 34; {}; sleep 3; {}'\n",
         s(IDLE_WATTS),
@@ -156,11 +131,12 @@ fn a_crashing_or_hanging_library_never_slows_slurmd() {
         s(IDLE_WATTS),
         s(IDLE_WATTS)
     ));
-    // Across an outage the energy is the trapezoid of the samples before and after it, so
-    // the faults start only once the job's power level has been sampled: an outage that
-    // began at the rise from idle would (rightly) be bridged at the mean of both levels.
-    wait_for_level(&lib, before, 240);
-    sleep(Duration::from_secs(1));
+    wait_for_power(
+        &lib.dir.path().join("power.log"),
+        before,
+        240,
+        Duration::from_secs(1),
+    );
     let mut slowest = Duration::ZERO;
     for mode in ["crash", "hang"] {
         lib.set_mode(mode);

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::workspace;
+use super::{power_schedule, workspace};
 
 pub struct BmcSim {
     pub run: PathBuf,
@@ -106,20 +106,18 @@ impl BmcSim {
         self.signal(libc::SIGCONT);
     }
 
+    /// Every power change: "<unix ns> <watts>" lines.
+    pub fn power_log(&self) -> PathBuf {
+        self.run.join("power.log")
+    }
+
     /// True joules of the power schedule so far.
     pub fn true_joules(&self) -> f64 {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .expect("clock")
             .as_nanos() as f64;
-        let schedule: Vec<(f64, f64)> = fs::read_to_string(self.run.join("power.log"))
-            .expect("power.log")
-            .lines()
-            .filter_map(|l| {
-                let (t, w) = l.split_once(' ')?;
-                Some((t.parse().ok()?, w.trim().parse().ok()?))
-            })
-            .collect();
+        let schedule = power_schedule(&self.power_log());
         schedule
             .iter()
             .enumerate()

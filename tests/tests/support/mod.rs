@@ -219,6 +219,35 @@ pub fn joules(out: &str, label: &str, n: usize) -> f64 {
         .unwrap_or_else(|_| panic!("{label} #{n} consumed={v} is not a number:\n{out}"))
 }
 
+/// A simulator's power schedule (`power.log`: "<unix ns> <watts>" per change).
+pub fn power_schedule(log: &Path) -> Vec<(f64, f64)> {
+    fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (t, w) = l.split_once(' ')?;
+            Some((t.parse().ok()?, w.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Waits until the schedule, after its first `skip` changes, sets `watts`, then for
+/// `settle` so the plugin has sampled the new level. Fault tests start their fault only
+/// then: a gap is bridged between the samples before and after it, so a fault that began
+/// at a power step would (rightly) be bridged at the mean of both levels, not the truth.
+pub fn wait_for_power(log: &Path, skip: usize, watts: u32, settle: Duration) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while !power_schedule(log)
+        .iter()
+        .skip(skip)
+        .any(|&(_, w)| w == f64::from(watts))
+    {
+        assert!(Instant::now() < until, "the job never set {watts} W");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(settle);
+}
+
 pub fn assert_close(what: &str, measured: f64, truth: f64, relative: f64) {
     // Slurm carries whole joules: allow the truncation on top of the relative error.
     let error = (measured - truth).abs();
