@@ -17,9 +17,12 @@ use crate::remote::{NodeReport, RemoteTotal};
 use crate::source::{EnergyReader, Reading};
 
 const FRESH_WAIT: Duration = Duration::from_millis(200);
-/// The meter asks this often in between Slurm's polls, to see restarts and keep the
-/// figure fresh.
-const SAMPLE_PERIOD: Duration = Duration::from_secs(5);
+/// The meter asks this often in between Slurm's polls, to keep the figure fresh and to see
+/// slurmd restarts. Before 24.11 the record carries no start time, so a restart shows only
+/// as a figure lower than the last one: asked every 2 s, a restarted slurmd (counting from
+/// its first reading, a second or more after it starts) is seen below the old figure unless
+/// the old slurmd had itself been measuring for only about as long.
+const SAMPLE_PERIOD: Duration = Duration::from_secs(2);
 /// An answer older than this is not a current reading.
 const FRESH_FOR: Duration = Duration::from_secs(15);
 /// After slurmd failed to answer (restarting?), ask again this soon, without waiting for a
