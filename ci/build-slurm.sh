@@ -20,7 +20,8 @@
 #   SLURM_TARBALL=        a Slurm VERSION source tarball to use instead of downloading
 #   SLURM_BUILD_JOBS=     make -j (default: number of CPUs)
 #
-# Build dependencies (build-essential, pkg-config, libmunge-dev, libmariadb-dev, curl) are
+# Build dependencies (build-essential, pkg-config, libmunge-dev, libmariadb-dev,
+# libcurl4-openssl-dev for the influxdb profile plugin, curl) are
 # installed with apt-get when missing and running as root; package scripts are kept from
 # starting services. The build takes 2-4 minutes on 2 cores (shared libraries only).
 set -eu
@@ -36,7 +37,16 @@ echo "$version" | grep -Eqx '[0-9]+\.[0-9]+\.[0-9]+' || usage
 cache=${SLURM_CACHE:-/var/cache/rust-energy-slurm}
 prefix=$cache/slurm-$version
 stamp=$prefix/.build-complete
-if [ -e "$stamp" ]; then
+# what the tests use; a cached build that lacks any of it (an older recipe) is rebuilt
+required="lib/slurm/libslurmfull.so lib/slurm/auth_munge.so lib/slurm/cred_munge.so
+    lib/slurm/accounting_storage_mysql.so lib/slurm/acct_gather_energy_rapl.so
+    lib/slurm/acct_gather_profile_influxdb.so sbin/slurmctld sbin/slurmd sbin/slurmdbd
+    sbin/slurmstepd bin/sacct bin/scontrol include/slurm/slurm.h"
+complete() {
+    [ -e "$stamp" ] || return 1
+    for f in $required; do [ -e "$prefix/$f" ] || return 1; done
+}
+if complete; then
     echo "$prefix"
     exit 0
 fi
@@ -48,7 +58,7 @@ stamp=$prefix/.build-complete
 # one build per version at a time; a second caller waits and then finds the stamp
 exec 9>"$cache/.lock-slurm-$version"
 flock 9
-if [ -e "$stamp" ]; then
+if complete; then
     echo "$prefix"
     exit 0
 fi
@@ -58,7 +68,7 @@ t0=$(date +%s)
 
 # ---- build dependencies
 need=""
-for p in build-essential pkg-config libmunge-dev libmariadb-dev curl ca-certificates; do
+for p in build-essential pkg-config libmunge-dev libmariadb-dev libcurl4-openssl-dev curl ca-certificates; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
 done
 if [ -n "$need" ]; then
@@ -170,10 +180,7 @@ make -j"$jobs" >>"$buildlog" 2>&1 || { tail -n 40 "$buildlog" >&2; die "make fai
 log "make install"
 make install >>"$buildlog" 2>&1 || { tail -n 30 "$buildlog" >&2; die "make install failed"; }
 
-for f in lib/slurm/libslurmfull.so lib/slurm/auth_munge.so lib/slurm/cred_munge.so \
-    lib/slurm/accounting_storage_mysql.so lib/slurm/acct_gather_energy_rapl.so \
-    sbin/slurmctld sbin/slurmd sbin/slurmdbd sbin/slurmstepd bin/sacct bin/scontrol \
-    include/slurm/slurm.h; do
+for f in $required; do
     [ -e "$prefix/$f" ] || die "the install lacks $prefix/$f"
 done
 number=$(echo "$version" | awk -F. '{ printf "0x%02x%02x%02x", $1, $2, $3 }')

@@ -1,11 +1,11 @@
 #!/bin/sh
 # deps.sh: installs, from Debian 12 packages, what building and testing needs: Slurm
-# 22.05 (daemons, client, headers), munge, MariaDB, libclang for bindgen, iproute2 for
-# network namespaces, OpenIPMI's ipmi_sim (the simulated BMC), gcc and jansson (for the
-# stand-in libvariorum.so). Run as root. Package scripts are kept from starting system daemons.
+# 22.05 (daemons, client, headers, the influxdb profile plugin), munge, MariaDB, libclang
+# for bindgen, iproute2 for network namespaces, OpenIPMI's ipmi_sim (the simulated BMC),
+# gcc and jansson (for the stand-in libvariorum.so). Run as root. Package scripts are kept from starting system daemons.
 set -eu
 need=""
-for p in slurmd slurmctld slurmdbd slurm-client libslurm-dev munge mariadb-server \
+for p in slurmd slurmctld slurmdbd slurm-client libslurm-dev slurm-wlm-influxdb-plugin munge mariadb-server \
          libclang-dev clang gcc libc6-dev iproute2 util-linux procps python3 ca-certificates curl \
          openipmi libopenipmi-dev ipmitool libjansson4; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"

@@ -21,18 +21,7 @@ const C_RAPL: &str = "acct_gather_energy/rapl";
 const RUST_IPMI: &str = "acct_gather_energy/rust_ipmi";
 /// Two Intel client sockets (Kaby Lake, model 158): DRAM counts in the package unit there,
 /// so Slurm's C plugin reads these counters right and each row isolates one effect.
-const INTEL: &[&str] = &[
-    "--vendor",
-    "intel",
-    "--packages",
-    "2",
-    "--cpus",
-    "2",
-    "--esu",
-    "14",
-    "--model",
-    "158",
-];
+const INTEL: &str = "--vendor intel --packages 2 --cpus 2 --esu 14 --model 158";
 
 /// Runs the driver as slurmd inside a namespace showing `sim`, behind `prefix` (strace,
 /// valgrind); returns (stdout, stderr).
@@ -75,7 +64,7 @@ struct PollCost {
 fn poll_cost(energy_type: &str, mode: &str, tmp: &Path) -> PollCost {
     let sim = Sim::start(&tmp.join("sim"), INTEL);
     sim.set(&["package0=150", "package1=140", "dram0=20", "dram1=25"]);
-    let conf = slurm_conf(tmp, energy_type, &plugin_dir(tmp), "");
+    let conf = slurm_conf(tmp, energy_type, "");
     // time: the median of 5 runs of 100k rounds of update_node_energy + get_sum(NODE_ENERGY)
     let mut times: Vec<f64> = (0..5)
         .map(|_| {
@@ -131,46 +120,22 @@ struct Accuracy {
 /// One job on a fresh cluster; errors (measured - true) / true of step 0 and of the job.
 fn accuracy(scenario: &str, energy_type: &str) -> Accuracy {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let fast_wrap = [
-        "--vendor",
-        "intel",
-        "--packages",
-        "2",
-        "--cpus",
-        "2",
-        "--esu",
-        "20",
-        "--model",
-        "158",
-    ];
-    let server = [
-        "--vendor",
-        "intel",
-        "--packages",
-        "2",
-        "--cpus",
-        "2",
-        "--esu",
-        "14",
-        "--model",
-        "85",
-    ];
-    let (sim_args, nodes, node_freq, jobacct_freq): (&[&str], usize, u32, u32) = match scenario {
-        "poll interval longer than the wrap time" => (&fast_wrap, 1, 300, 0),
+    let fast_wrap = "--vendor intel --packages 2 --cpus 2 --esu 20 --model 158";
+    let (sim_args, nodes, node_freq, jobacct_freq): (&str, usize, u32, u32) = match scenario {
+        "poll interval longer than the wrap time" => (fast_wrap, 1, 300, 0),
         "multi-node (3 nodes)" => (INTEL, 3, 5, 5),
-        "Intel server DRAM units" => (&server, 1, 5, 5),
+        "Intel server DRAM units" => (INTEL_SERVER, 1, 5, 5),
         _ => (INTEL, 1, 5, 5),
     };
     let cluster = Cluster::up(
         tmp.path(),
-        &plugin_dir(tmp.path()),
         &ClusterSpec {
             nodes,
             energy_type,
-            acct_gather: "",
             node_freq,
             jobacct_freq,
-            sim_args: vec![Some(sim_args.to_vec()); nodes],
+            sim_args: vec![Some(sim_args); nodes],
+            ..ClusterSpec::default()
         },
     );
     let sim = cluster.sim(1);
@@ -260,14 +225,11 @@ fn footprint(energy_type: &str) -> (u64, u64) {
     };
     let cluster = Cluster::up(
         tmp.path(),
-        &plugin_dir(tmp.path()),
         &ClusterSpec {
-            nodes: 1,
             energy_type,
             acct_gather: &acct,
-            node_freq: 5,
-            jobacct_freq: 5,
-            sim_args: vec![Some(INTEL.to_vec())],
+            sim_args: vec![Some(INTEL)],
+            ..ClusterSpec::default()
         },
     );
     // a job loads the plugin's step side once; then let slurmd settle
@@ -360,20 +322,10 @@ fn benchmarks() {
     // ---- rust_ipmi: cached path, frozen BMC
     let ipmi_tmp = tempfile::tempdir().expect("tempdir");
     let bmc = BmcSim::start(&ipmi_tmp.path().join("bmc"), 250);
-    let conf = slurm_conf(
-        ipmi_tmp.path(),
-        RUST_IPMI,
-        &plugin_dir(ipmi_tmp.path()),
-        &bmc.acct_gather(""),
-    );
-    let (out, _) = finish(driver(
-        None,
-        &conf,
-        "slurmd",
-        &["sleep=1000", "bench=100000"],
-    ));
+    let conf = slurm_conf(ipmi_tmp.path(), RUST_IPMI, &bmc.acct_gather(""));
+    let (out, _) = finish(driver(None, &conf, "slurmd", "sleep=1000 bench=100000"));
     let cached_ns = number_after(&out, "ns_per_round=");
-    let probe = driver(None, &conf, "slurmd", &["sleep=1500", "probe=150"]);
+    let probe = driver(None, &conf, "slurmd", "sleep=1500 probe=150");
     sleep(Duration::from_secs(2));
     bmc.freeze();
     sleep(Duration::from_secs(16));

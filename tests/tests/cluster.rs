@@ -7,21 +7,13 @@ mod support;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use support::cluster::{Cluster, ClusterSpec, mark, phase_commands};
+use support::cluster::{Cluster, ClusterSpec, energy_of, mark, phase_commands};
+use support::influxdb::FakeInfluxDb;
 use support::*;
 
 const RAPL: &str = "acct_gather_energy/rust_rapl";
 /// AMD counters with a 2^-20 J unit wrap every 4096 J: ~15 s at the power set below.
-const AMD_FAST_WRAP: &[&str] = &[
-    "--vendor",
-    "amd",
-    "--packages",
-    "2",
-    "--cpus",
-    "2",
-    "--esu",
-    "20",
-];
+const AMD_FAST_WRAP: &str = "--vendor amd --packages 2 --cpus 2 --esu 20";
 
 fn wait_for_mark(cluster: &Cluster, name: &str, timeout: Duration) -> f64 {
     let deadline = Instant::now() + timeout;
@@ -46,13 +38,6 @@ fn scontrol_field(cluster: &Cluster, node: &str, key: &str) -> String {
         .to_string()
 }
 
-fn step_energy(rows: &[(String, Option<u64>)], id: &str) -> f64 {
-    rows.iter()
-        .find(|(i, _)| i == id)
-        .and_then(|(_, e)| *e)
-        .unwrap_or_else(|| panic!("no energy for {id} in {rows:?}")) as f64
-}
-
 /// The issue's acceptance run: a 40 s job over AMD counters that wrap every ~15 s.
 #[test]
 fn rust_rapl_job_energy_matches_the_truth_on_wrapping_amd_counters() {
@@ -60,17 +45,13 @@ fn rust_rapl_job_energy_matches_the_truth_on_wrapping_amd_counters() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let plugins = plugin_dir(tmp.path());
     let cluster = Cluster::up(
         tmp.path(),
-        &plugins,
         &ClusterSpec {
-            nodes: 1,
             energy_type: RAPL,
             acct_gather: "EnergyRaplSource=msr\n",
-            node_freq: 5,
-            jobacct_freq: 5,
-            sim_args: vec![Some(AMD_FAST_WRAP.to_vec())],
+            sim_args: vec![Some(AMD_FAST_WRAP)],
+            ..ClusterSpec::default()
         },
     );
     let sim = cluster.sim(1);
@@ -142,14 +123,14 @@ fn rust_rapl_job_energy_matches_the_truth_on_wrapping_amd_counters() {
         "JobID", "sacct J", "true J", "error"
     );
     for (id, truth) in &steps {
-        let measured = step_energy(&rows, id);
+        let measured = energy_of(&rows, id);
         println!(
             "{id:<14} {measured:>12.0} {truth:>14.3} {:>8.3}%",
             100.0 * (measured - truth) / truth
         );
     }
     for (id, truth) in &steps {
-        assert_close(id, step_energy(&rows, id), *truth, 0.01);
+        assert_close(id, energy_of(&rows, id), *truth, 0.01);
     }
     let ave: f64 = scontrol_field(&cluster, "n1", "AveWatts")
         .parse()
@@ -163,14 +144,14 @@ fn assert_rows(rows: &[(String, Option<u64>)], expected: &[(String, f64)]) {
         "JobID", "sacct J", "true J", "error"
     );
     for (id, truth) in expected {
-        let measured = step_energy(rows, id);
+        let measured = energy_of(rows, id);
         println!(
             "{id:<14} {measured:>12.0} {truth:>14.3} {:>8.3}%",
             100.0 * (measured - truth) / truth
         );
     }
     for (id, truth) in expected {
-        assert_close(id, step_energy(rows, id), *truth, 0.01);
+        assert_close(id, energy_of(rows, id), *truth, 0.01);
     }
 }
 
@@ -183,17 +164,14 @@ fn slow_polls_back_to_back_jobs_an_array_and_a_slurmd_restart() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let plugins = plugin_dir(tmp.path());
     let cluster = Cluster::up(
         tmp.path(),
-        &plugins,
         &ClusterSpec {
-            nodes: 1,
             energy_type: RAPL,
-            acct_gather: "",
             node_freq: 300,
             jobacct_freq: 0,
-            sim_args: vec![Some(AMD_FAST_WRAP.to_vec())],
+            sim_args: vec![Some(AMD_FAST_WRAP)],
+            ..ClusterSpec::default()
         },
     );
     let sim = cluster.sim(1);
@@ -266,17 +244,13 @@ fn three_node_job_energy_is_the_sum_of_its_nodes() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let plugins = plugin_dir(tmp.path());
     let cluster = Cluster::up(
         tmp.path(),
-        &plugins,
         &ClusterSpec {
             nodes: 3,
             energy_type: RAPL,
-            acct_gather: "",
-            node_freq: 5,
-            jobacct_freq: 5,
-            sim_args: vec![Some(AMD_FAST_WRAP.to_vec()); 3],
+            sim_args: vec![Some(AMD_FAST_WRAP); 3],
+            ..ClusterSpec::default()
         },
     );
     let rs = bin("raplsim").display().to_string();
@@ -309,6 +283,78 @@ fn three_node_job_energy_is_the_sum_of_its_nodes() {
     );
 }
 
+/// `--profile=energy` through Slurm's influxdb profile plugin: the step's node power
+/// reaches the time-series database every second (JobAcctGatherFrequency energy=1), and
+/// each sample is the simulated power, held constant through the step.
+#[test]
+fn profile_energy_samples_reach_influxdb_with_the_true_power() {
+    if !root_or_skip("profile_energy_samples_reach_influxdb_with_the_true_power") {
+        return;
+    }
+    let influx = FakeInfluxDb::start();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: RAPL,
+            acct_gather: &format!(
+                "ProfileInfluxDBHost={}\nProfileInfluxDBDatabase=energy\n\
+                 ProfileInfluxDBRTPolicy=autogen\n",
+                influx.url()
+            ),
+            jobacct_freq: 1,
+            extra_conf: "AcctGatherProfileType=acct_gather_profile/influxdb\n",
+            sim_args: vec![Some(AMD_FAST_WRAP)],
+            ..ClusterSpec::default()
+        },
+    );
+    let sim = cluster.sim(1);
+    sim.set(&["package0=300", "package1=240"]);
+    let job = cluster.sbatch("#!/bin/sh\nsrun -n1 --profile=energy sleep 12\n");
+    cluster.wait_job(job, Duration::from_secs(120));
+    let tags = format!("Power,job={job},step=0,task=Energy,host=n1 ");
+    let samples: Vec<(f64, u64)> = influx
+        .lines()
+        .iter()
+        .filter_map(|l| l.strip_prefix(&tags))
+        .filter_map(|rest| {
+            let (value, time) = rest.strip_prefix("value=")?.split_once(' ')?;
+            Some((value.parse().ok()?, time.parse().ok()?))
+        })
+        .collect();
+    println!("{} samples of 540 W: {samples:?}", samples.len());
+    assert!(
+        influx
+            .requests()
+            .iter()
+            .all(|r| r.starts_with("POST /write?db=energy&rp=autogen&precision=s ")),
+        "{:?}",
+        influx.requests()
+    );
+    // the first call of a step has no 1 s window yet and sends nothing
+    assert!(
+        samples.len() >= 8,
+        "{} samples for a 12 s step: {:?}",
+        samples.len(),
+        influx.lines()
+    );
+    // each sample is the power over the last >= 1 s window, which the simulator's counter
+    // updates (a few ms apart, later under load) make jitter by about 1%; the mean is exact
+    for (watts, _) in &samples {
+        assert!(
+            (watts - 540.0).abs() <= 540.0 * 0.03,
+            "{watts} W: {samples:?}"
+        );
+    }
+    let mean = samples.iter().map(|(w, _)| w).sum::<f64>() / samples.len() as f64;
+    println!("mean of the samples {mean:.2} W, simulated 540 W");
+    assert!(
+        (mean - 540.0).abs() <= 540.0 * 0.005,
+        "mean {mean} W: {samples:?}"
+    );
+    assert!(samples.windows(2).all(|w| w[0].1 <= w[1].1), "{samples:?}");
+}
+
 /// Slurm's own rapl plugin on the same kind of scenario, as the baseline it is measured
 /// against (Intel counters, which it can read; its DRAM figures use the package unit).
 /// Printed, not asserted.
@@ -317,31 +363,14 @@ fn baseline_slurm_c_rapl_plugin_on_the_same_scenario() {
     if !root_or_skip("baseline_slurm_c_rapl_plugin_on_the_same_scenario") {
         return;
     }
-    let intel = vec![
-        "--vendor",
-        "intel",
-        "--packages",
-        "2",
-        "--cpus",
-        "2",
-        "--esu",
-        "14",
-        "--model",
-        "85",
-    ];
     for energy_type in [RAPL, "acct_gather_energy/rapl"] {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let plugins = plugin_dir(tmp.path());
         let cluster = Cluster::up(
             tmp.path(),
-            &plugins,
             &ClusterSpec {
-                nodes: 1,
                 energy_type,
-                acct_gather: "",
-                node_freq: 5,
-                jobacct_freq: 5,
-                sim_args: vec![Some(intel.clone())],
+                sim_args: vec![Some(INTEL_SERVER)],
+                ..ClusterSpec::default()
             },
         );
         let sim = cluster.sim(1);
@@ -359,7 +388,7 @@ fn baseline_slurm_c_rapl_plugin_on_the_same_scenario() {
         cluster.wait_job(job, Duration::from_secs(120));
         let truth = mark(sim, "s_end").expect("end") - mark(sim, "s_start").expect("start");
         let rows = cluster.energy(job);
-        let measured = step_energy(&rows, &format!("{job}.0"));
+        let measured = energy_of(&rows, &format!("{job}.0"));
         println!(
             "baseline {energy_type}: step {measured} J for {truth:.1} J true: error {:+.2}%",
             100.0 * (measured - truth) / truth

@@ -16,12 +16,7 @@ const IPMI: &str = "acct_gather_energy/rust_ipmi";
 /// Power changes every few seconds; the plugin samples the BMC every second and integrates
 /// (trapezoid): each change costs at most half a sample of the power step.
 fn run_schedule(sim: &BmcSim, conf: &std::path::Path) -> (String, f64) {
-    let driver = driver(
-        None,
-        conf,
-        "slurmd",
-        &["update", "node", "sleep=19000", "update", "node"],
-    );
+    let driver = driver(None, conf, "slurmd", "update node sleep=19000 update node");
     sleep(Duration::from_secs(2));
     for watts in [320, 180, 400, 240] {
         sim.set(watts);
@@ -37,12 +32,7 @@ fn run_schedule(sim: &BmcSim, conf: &std::path::Path) -> (String, f64) {
 fn dcmi_energy_over_rmcp_plus_matches_the_truth() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let sim = BmcSim::start(&tmp.path().join("bmc"), 0);
-    let conf = slurm_conf(
-        tmp.path(),
-        IPMI,
-        &plugin_dir(tmp.path()),
-        &sim.acct_gather(""),
-    );
+    let conf = slurm_conf(tmp.path(), IPMI, &sim.acct_gather(""));
     let (out, truth) = run_schedule(&sim, &conf);
     assert_close("node energy (DCMI)", joules(&out, "node", 1), truth, 0.02);
 }
@@ -56,7 +46,6 @@ fn sdr_sensor_energy_matches_the_truth() {
     let conf = slurm_conf(
         tmp.path(),
         IPMI,
-        &plugin_dir(tmp.path()),
         &sim.acct_gather("EnergyIPMIPowerSensors=Node=2\n"),
     );
     let (out, truth) = run_schedule(&sim, &conf);
@@ -75,27 +64,13 @@ fn sdr_sensor_energy_matches_the_truth() {
 fn a_frozen_bmc_never_blocks_a_call_and_goes_unavailable() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let sim = BmcSim::start(&tmp.path().join("bmc"), 200);
-    let conf = slurm_conf(
-        tmp.path(),
-        IPMI,
-        &plugin_dir(tmp.path()),
-        &sim.acct_gather(""),
-    );
+    let conf = slurm_conf(tmp.path(), IPMI, &sim.acct_gather(""));
     // 20 rounds of update + get_sum, 100 ms apart, with the BMC frozen from 0.5 s on
     let probe = driver(
         None,
         &conf,
         "slurmd",
-        &[
-            "sleep=1500",
-            "node",
-            "probe=20",
-            "node",
-            "sleep=12000",
-            "node",
-            "probe=30",
-            "node",
-        ],
+        "sleep=1500 node probe=20 node sleep=12000 node probe=30 node",
     );
     sleep(Duration::from_millis(2000));
     let frozen_at = Instant::now();
@@ -123,13 +98,8 @@ fn a_wrong_password_is_reported_without_revealing_it() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let sim = BmcSim::start(&tmp.path().join("bmc"), 200);
     let acct = sim.acct_gather("").replace("slurmpass", "hunter2-wrong");
-    let conf = slurm_conf(tmp.path(), IPMI, &plugin_dir(tmp.path()), &acct);
-    let (out, err) = finish(driver(
-        None,
-        &conf,
-        "slurmd",
-        &["probe=20", "node", "config"],
-    ));
+    let conf = slurm_conf(tmp.path(), IPMI, &acct);
+    let (out, err) = finish(driver(None, &conf, "slurmd", "probe=20 node config"));
     assert!(err.contains("refused the login"), "{err}");
     assert!(
         !err.contains("hunter2") && !out.contains("hunter2"),
@@ -147,18 +117,8 @@ fn slurms_ipmi_keys_are_accepted() {
     let sim = BmcSim::start(&tmp.path().join("bmc"), 200);
     let slurm_keys = "EnergyIPMIDriverType=LAN_2_0\nEnergyIPMIPrivilegeLevel=4\nEnergyIPMIWorkaroundFlags=16\n\
                       EnergyIPMIRereadSdrCache=no\nEnergyIPMICalcAdjustment=yes\nEnergyIPMIVariable=Watts\n";
-    let conf = slurm_conf(
-        tmp.path(),
-        IPMI,
-        &plugin_dir(tmp.path()),
-        &sim.acct_gather(slurm_keys),
-    );
-    let (out, err) = finish(driver(
-        None,
-        &conf,
-        "slurmd",
-        &["node", "sleep=3000", "node"],
-    ));
+    let conf = slurm_conf(tmp.path(), IPMI, &sim.acct_gather(slurm_keys));
+    let (out, err) = finish(driver(None, &conf, "slurmd", "node sleep=3000 node"));
     assert!(
         err.contains("EnergyIPMIWorkaroundFlags is accepted for compatibility"),
         "{err}"

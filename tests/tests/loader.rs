@@ -21,36 +21,14 @@ fn amd_msr_energy_matches_the_truth_across_wraps() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let sim = Sim::start(
         &tmp.path().join("sim"),
-        &[
-            "--vendor",
-            "amd",
-            "--packages",
-            "2",
-            "--cpus",
-            "2",
-            "--esu",
-            "24",
-        ],
+        "--vendor amd --packages 2 --cpus 2 --esu 24",
     );
-    let conf = slurm_conf(
-        tmp.path(),
-        RAPL,
-        &plugin_dir(tmp.path()),
-        "EnergyRaplSource=msr\n",
-    );
+    let conf = slurm_conf(tmp.path(), RAPL, "EnergyRaplSource=msr\n");
     let driver = driver(
         Some(&sim),
         &conf,
         "slurmstepd",
-        &[
-            "step",
-            "sleep=6000",
-            "update",
-            "node",
-            "step",
-            "sensors",
-            "struct",
-        ],
+        "step sleep=6000 update node step sensors struct",
     );
     sleep(Duration::from_millis(1000));
     let before = sim.truth();
@@ -69,6 +47,16 @@ fn amd_msr_energy_matches_the_truth_across_wraps() {
     assert!(err.contains("AMD MSRs via /dev/cpu/%d/msr"), "{err}");
 }
 
+/// 1.5 s of package and DRAM power, starting 0.7 s after the driver: the true joules.
+fn package_and_dram_burst(sim: &Sim) -> f64 {
+    sleep(Duration::from_millis(700));
+    let before = sim.truth();
+    sim.set(&["package0=150", "package1=140", "dram0=25", "dram1=30"]);
+    sleep(Duration::from_millis(1500));
+    sim.set(&["all=0"]);
+    sim.truth() - before
+}
+
 /// Intel server DRAM counts 15.3 uJ units whatever the package unit; through powercap the
 /// kernel has already converted to microjoules. Both paths must agree with the truth.
 #[test]
@@ -78,41 +66,17 @@ fn intel_package_and_dram_through_msr_and_powercap() {
     }
     for source in ["msr", "powercap"] {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let sim = Sim::start(
-            &tmp.path().join("sim"),
-            &[
-                "--vendor",
-                "intel",
-                "--packages",
-                "2",
-                "--cpus",
-                "2",
-                "--esu",
-                "14",
-                "--model",
-                "85",
-            ],
-        );
-        let conf = slurm_conf(
-            tmp.path(),
-            RAPL,
-            &plugin_dir(tmp.path()),
-            &format!("EnergyRaplSource={source}\n"),
-        );
+        let sim = Sim::start(&tmp.path().join("sim"), INTEL_SERVER);
+        let conf = slurm_conf(tmp.path(), RAPL, &format!("EnergyRaplSource={source}\n"));
         // slurmd's node figure is the sampler's (at most one period, 1 s, old): read it
         // more than a period after the power went off
         let driver = driver(
             Some(&sim),
             &conf,
             "slurmd",
-            &["update", "node", "sleep=4000", "update", "node", "config"],
+            "update node sleep=4000 update node config",
         );
-        sleep(Duration::from_millis(700));
-        let before = sim.truth();
-        sim.set(&["package0=150", "package1=140", "dram0=25", "dram1=30"]);
-        sleep(Duration::from_millis(1500));
-        sim.set(&["all=0"]);
-        let truth = sim.truth() - before;
+        let truth = package_and_dram_burst(&sim);
         let (out, err) = finish(driver);
         println!("{out}{err}");
         assert_close(
@@ -135,39 +99,15 @@ fn c_rapl_plugin_on_the_same_counters_for_comparison() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let sim = Sim::start(
-        &tmp.path().join("sim"),
-        &[
-            "--vendor",
-            "intel",
-            "--packages",
-            "2",
-            "--cpus",
-            "2",
-            "--esu",
-            "14",
-            "--model",
-            "85",
-        ],
-    );
-    let conf = slurm_conf(
-        tmp.path(),
-        "acct_gather_energy/rapl",
-        &plugin_dir(tmp.path()),
-        "",
-    );
+    let sim = Sim::start(&tmp.path().join("sim"), INTEL_SERVER);
+    let conf = slurm_conf(tmp.path(), "acct_gather_energy/rapl", "");
     let driver = driver(
         Some(&sim),
         &conf,
         "slurmd",
-        &["update", "node", "sleep=3000", "update", "node"],
+        "update node sleep=3000 update node",
     );
-    sleep(Duration::from_millis(700));
-    let before = sim.truth();
-    sim.set(&["package0=150", "package1=140", "dram0=25", "dram1=30"]);
-    sleep(Duration::from_millis(1500));
-    sim.set(&["all=0"]);
-    let truth = sim.truth() - before;
+    let truth = package_and_dram_burst(&sim);
     let (out, _) = finish(driver);
     let measured = joules(&out, "node", 1);
     println!(
@@ -187,29 +127,10 @@ fn counter_reset_and_vanished_device_are_not_wraps() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let sim = Sim::start(
             &tmp.path().join("sim"),
-            &[
-                "--vendor",
-                "amd",
-                "--packages",
-                "2",
-                "--cpus",
-                "2",
-                "--esu",
-                "16",
-            ],
+            "--vendor amd --packages 2 --cpus 2 --esu 16",
         );
-        let conf = slurm_conf(
-            tmp.path(),
-            RAPL,
-            &plugin_dir(tmp.path()),
-            &format!("EnergyRaplSource={source}\n"),
-        );
-        let driver = driver(
-            Some(&sim),
-            &conf,
-            "slurmstepd",
-            &["step", "sleep=9000", "step"],
-        );
+        let conf = slurm_conf(tmp.path(), RAPL, &format!("EnergyRaplSource={source}\n"));
+        let driver = driver(Some(&sim), &conf, "slurmstepd", "step sleep=9000 step");
         sleep(Duration::from_millis(800));
         let before = sim.truth();
         sim.set(&["all=200"]);
@@ -249,18 +170,8 @@ fn invalid_values_name_the_key_and_report_no_energy() {
         "EnergyRaplMsrDevice=/dev/cpu/0/msr",
         "EnergyRaplDomains=package,gpu",
     ] {
-        let conf = slurm_conf(
-            tmp.path(),
-            RAPL,
-            &plugin_dir(tmp.path()),
-            &format!("{bad}\n"),
-        );
-        let (out, err) = finish(driver(
-            None,
-            &conf,
-            "slurmd",
-            &["update", "node", "step", "config"],
-        ));
+        let conf = slurm_conf(tmp.path(), RAPL, &format!("{bad}\n"));
+        let (out, err) = finish(driver(None, &conf, "slurmd", "update node step config"));
         assert!(err.contains(&format!("invalid {bad}")), "{bad}: {err}");
         assert_eq!(field(&out, "node", 0, "consumed"), "unavailable", "{bad}");
         assert_eq!(field(&out, "node", 0, "current"), "unavailable", "{bad}");
@@ -274,14 +185,13 @@ fn a_node_without_rapl_reports_unavailable_and_says_why_once() {
     let conf = slurm_conf(
         tmp.path(),
         RAPL,
-        &plugin_dir(tmp.path()),
         "EnergyRaplMsrDevice=/nonexistent/cpu%d/msr\n",
     );
     let (out, err) = finish(driver(
         None,
         &conf,
         "slurmd",
-        &["update", "node", "update", "node", "sensors"],
+        "update node update node sensors",
     ));
     assert_eq!(field(&out, "node", 1, "consumed"), "unavailable");
     assert_eq!(err.matches("no energy can be measured").count(), 1, "{err}");
@@ -291,13 +201,8 @@ fn a_node_without_rapl_reports_unavailable_and_says_why_once() {
 #[test]
 fn slurmctld_only_reads_the_configuration() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let conf = slurm_conf(
-        tmp.path(),
-        RAPL,
-        &plugin_dir(tmp.path()),
-        "EnergyRaplDomains=package\n",
-    );
-    let (out, err) = finish(driver(None, &conf, "slurmctld", &["node", "config"]));
+    let conf = slurm_conf(tmp.path(), RAPL, "EnergyRaplDomains=package\n");
+    let (out, err) = finish(driver(None, &conf, "slurmctld", "node config"));
     assert_eq!(field(&out, "node", 0, "consumed"), "unavailable");
     assert!(out.contains("config EnergyRaplDomains=package\n"), "{out}");
     assert!(!err.contains("no energy can be measured"), "{err}");

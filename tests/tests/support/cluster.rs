@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{Sim, bin, workspace};
+use super::{Sim, bin, plugin_dir, workspace};
 
 pub struct ClusterSpec<'a> {
     pub nodes: usize,
@@ -14,7 +14,24 @@ pub struct ClusterSpec<'a> {
     pub node_freq: u32,
     pub jobacct_freq: u32,
     /// raplsim options per node; `None` leaves a node without RAPL.
-    pub sim_args: Vec<Option<Vec<&'a str>>>,
+    pub sim_args: Vec<Option<&'a str>>,
+    /// More slurm.conf lines.
+    pub extra_conf: &'a str,
+}
+
+impl Default for ClusterSpec<'_> {
+    /// One node without RAPL, Slurm's usual 5 s polls, no energy plugin.
+    fn default() -> Self {
+        Self {
+            nodes: 1,
+            energy_type: "acct_gather_energy/none",
+            acct_gather: "",
+            node_freq: 5,
+            jobacct_freq: 5,
+            sim_args: vec![None],
+            extra_conf: "",
+        }
+    }
 }
 
 pub struct Cluster {
@@ -23,30 +40,32 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub fn up(root: &Path, plugin_dir: &Path, spec: &ClusterSpec) -> Cluster {
+    /// Starts a cluster in `root/cluster` that loads the built plugins.
+    pub fn up(root: &Path, spec: &ClusterSpec) -> Cluster {
+        let plugin_dir = plugin_dir(root);
         let dir = root.join("cluster");
         let sim_root = root.join("sim");
         let sims = (1..=spec.nodes)
             .map(|k| {
                 spec.sim_args
                     .get(k - 1)
-                    .cloned()
+                    .copied()
                     .flatten()
-                    .map(|args| Sim::start(&sim_root.join(format!("n{k}")), &args))
+                    .map(|args| Sim::start(&sim_root.join(format!("n{k}")), args))
             })
             .collect();
         let acct_gather = root.join("acct_gather.conf.in");
         fs::write(&acct_gather, spec.acct_gather).expect("acct_gather.conf");
         let extra = root.join("slurm.conf.extra");
         // the extern step then carries the job's energy, which is not summed over steps
-        fs::write(&extra, "PrologFlags=Contain\n").expect("extra conf");
+        fs::write(&extra, format!("PrologFlags=Contain\n{}", spec.extra_conf)).expect("extra conf");
         let cluster = Cluster { dir, sims };
         let out = Command::new(workspace().join("ci/cluster.sh"))
             .arg("up")
             .arg(&cluster.dir)
             .env("NODES", spec.nodes.to_string())
             .env("ENERGY_TYPE", spec.energy_type)
-            .env("EXTRA_PLUGIN_DIR", plugin_dir)
+            .env("EXTRA_PLUGIN_DIR", &plugin_dir)
             .env("NODE_FREQ", spec.node_freq.to_string())
             .env("JOBACCT_FREQ", spec.jobacct_freq.to_string())
             .env("ACCT_GATHER_CONF", &acct_gather)
@@ -148,6 +167,28 @@ impl Cluster {
         .collect()
     }
 
+    /// The slowest answer over `duration`, asking every half second: slurmd's own
+    /// (`scontrol show slurmd`) and step `job.0`'s energy (`sstat`, which slurmd relays to
+    /// the step's slurmstepd).
+    pub fn slowest_answer(&self, job: u32, duration: Duration) -> Duration {
+        let step = format!("{job}.0");
+        let asks: [&[&str]; 2] = [
+            &["scontrol", "show", "slurmd"],
+            &["sstat", "-n", "-P", "-j", &step, "-o", "ConsumedEnergyRaw"],
+        ];
+        let until = Instant::now() + duration;
+        let mut slowest = Duration::ZERO;
+        while Instant::now() < until {
+            for args in asks {
+                let start = Instant::now();
+                self.run(args);
+                slowest = slowest.max(start.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        slowest
+    }
+
     pub fn logs(&self) -> String {
         let mut text = String::new();
         if let Ok(entries) = fs::read_dir(self.dir.join("log")) {
@@ -179,6 +220,14 @@ impl Drop for Cluster {
 }
 
 /// Marks written by jobs: `raplsim mark SIM NAME` appends "NAME joules".
+/// The energy of `id` (a job, step or array element) in [`Cluster::energy`]'s rows.
+pub fn energy_of(rows: &[(String, Option<u64>)], id: &str) -> f64 {
+    rows.iter()
+        .find(|(i, _)| i == id)
+        .and_then(|(_, e)| *e)
+        .unwrap_or_else(|| panic!("no energy for {id} in {rows:?}")) as f64
+}
+
 pub fn marks(sim: &Sim) -> Vec<(String, f64)> {
     fs::read_to_string(sim.dir.join("marks"))
         .unwrap_or_default()

@@ -3,6 +3,7 @@
 
 pub mod bmc;
 pub mod cluster;
+pub mod influxdb;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -65,6 +66,10 @@ pub fn plugin_dir(tmp: &Path) -> PathBuf {
     dir
 }
 
+/// Two Intel server sockets (Skylake-SP, model 85), whose DRAM counts in its own
+/// 15.3 uJ unit whatever the package unit (raplsim's options).
+pub const INTEL_SERVER: &str = "--vendor intel --packages 2 --cpus 2 --esu 14 --model 85";
+
 /// A running `raplsim`; killed on drop.
 pub struct Sim {
     pub dir: PathBuf,
@@ -72,12 +77,13 @@ pub struct Sim {
 }
 
 impl Sim {
-    pub fn start(dir: &Path, args: &[&str]) -> Sim {
+    /// `args`: raplsim's options, e.g. [`INTEL_SERVER`].
+    pub fn start(dir: &Path, args: &str) -> Sim {
         fs::create_dir_all(dir).expect("mkdir sim");
         let child = Command::new(bin("raplsim"))
             .arg("run")
             .arg(dir)
-            .args(args)
+            .args(args.split_whitespace())
             .spawn()
             .expect("start raplsim");
         let sim = Sim {
@@ -142,8 +148,9 @@ pub fn slurm_plugin_dir() -> PathBuf {
     }
 }
 
-/// A minimal slurm.conf for the framework (no daemons), and acct_gather.conf beside it.
-pub fn slurm_conf(tmp: &Path, energy_type: &str, plugin_dir: &Path, acct_gather: &str) -> PathBuf {
+/// A minimal slurm.conf for the framework (no daemons) whose PluginDir has the built
+/// plugins, and acct_gather.conf beside it, in `tmp`.
+pub fn slurm_conf(tmp: &Path, energy_type: &str, acct_gather: &str) -> PathBuf {
     let conf = tmp.join("slurm.conf");
     fs::write(
         &conf,
@@ -153,7 +160,7 @@ pub fn slurm_conf(tmp: &Path, energy_type: &str, plugin_dir: &Path, acct_gather:
              AcctGatherEnergyType={energy_type}\nNodeName=localhost CPUs=1\n\
              PartitionName=debug Nodes=ALL\n",
             slurm_plugin_dir().display(),
-            plugin_dir.display()
+            plugin_dir(tmp).display()
         ),
     )
     .expect("slurm.conf");
@@ -161,9 +168,9 @@ pub fn slurm_conf(tmp: &Path, energy_type: &str, plugin_dir: &Path, acct_gather:
     conf
 }
 
-/// Runs the driver as `program`; inside a private mount namespace showing `sim`'s
-/// hardware when given.
-pub fn driver(sim: Option<&Sim>, conf: &Path, program: &str, cmds: &[&str]) -> Child {
+/// Runs the driver as `program` with its commands (`cmds`, whitespace-separated); inside a
+/// private mount namespace showing `sim`'s hardware when given.
+pub fn driver(sim: Option<&Sim>, conf: &Path, program: &str, cmds: &str) -> Child {
     let mut command = match sim {
         Some(sim) => {
             let mut c = Command::new("unshare");
@@ -179,7 +186,7 @@ pub fn driver(sim: Option<&Sim>, conf: &Path, program: &str, cmds: &[&str]) -> C
     command
         .arg(conf)
         .arg(program)
-        .args(cmds)
+        .args(cmds.split_whitespace())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
