@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench.sh: regenerates BENCHMARKS.md (cost per poll, rust_ipmi latency, accuracy against
 # Slurm's rapl plugin on identical simulated counters, footprint). Root, Debian 12; about
-# 20 minutes. Prints every figure as it goes.
+# 13 minutes on a 2-CPU machine. Prints every figure as it goes.
 set -eu
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench.sh needs root (Slurm daemons, mount namespaces)" >&2; exit 1; }
