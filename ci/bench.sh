@@ -6,8 +6,7 @@ set -eu
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "bench.sh needs root (Slurm daemons, mount namespaces)" >&2; exit 1; }
 sh ci/deps.sh
-command -v strace >/dev/null && command -v valgrind >/dev/null || \
-    { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends strace valgrind; }
+sh ci/apt-install.sh strace valgrind
 [ -x "$HOME/.cargo/bin/cargo" ] && PATH="$HOME/.cargo/bin:$PATH"
 cargo build --release --workspace
 SLURM_VERSIONS=22.05 cargo test --release -p energy-tests --test benchmarks -- --ignored --nocapture

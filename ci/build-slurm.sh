@@ -67,25 +67,9 @@ buildlog=$cache/slurm-$version.build.log
 t0=$(date +%s)
 
 # ---- build dependencies
-need=""
-for p in build-essential pkg-config libmunge-dev libmariadb-dev libcurl4-openssl-dev curl ca-certificates; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
-done
-if [ -n "$need" ]; then
-    [ "$(id -u)" = 0 ] || die "missing Debian packages:$need (run as root to install them)"
-    log "installing:$need"
-    added_policy=""
-    if [ ! -e /usr/sbin/policy-rc.d ]; then
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-        chmod +x /usr/sbin/policy-rc.d
-        added_policy=1
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    rc=0
-    { apt-get update -qq && apt-get install -y -qq --no-install-recommends $need; } >>"$buildlog" 2>&1 || rc=$?
-    [ -z "$added_policy" ] || rm -f /usr/sbin/policy-rc.d
-    [ "$rc" = 0 ] || { tail -n 30 "$buildlog" >&2; die "apt-get install failed"; }
-fi
+sh "$(dirname "$0")/apt-install.sh" build-essential pkg-config libmunge-dev libmariadb-dev \
+    libcurl4-openssl-dev curl ca-certificates >>"$buildlog" 2>&1 ||
+    { tail -n 30 "$buildlog" >&2; die "installing the build dependencies failed"; }
 
 work=$(mktemp -d "$cache/build-$version.XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -1,6 +1,7 @@
 //! acct_gather.conf values as Slurm hands them over, and the errors that name bad ones.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// The raw string value of each key a source declared; absent keys are not in the map.
 #[derive(Debug, Default, Clone)]
@@ -36,4 +37,14 @@ impl ConfigError {
             reason: reason.into(),
         }
     }
+}
+
+/// A sampling period in seconds, fractions accepted, from 0.1 to `max_secs`: energy between
+/// two samples is interpolated, and a power step costs up to half a period of that step.
+pub fn period_secs(key: &'static str, v: &str, max_secs: u64) -> Result<Duration, ConfigError> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && (0.1..=max_secs as f64).contains(s))
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| ConfigError::new(key, v, format!("expected seconds from 0.1 to {max_secs}")))
 }

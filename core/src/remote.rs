@@ -5,9 +5,10 @@
 //! counted before. A restart shows as a changed start time (24.11+ carries slurmd's start
 //! in the record) or, on any release, as a figure lower than the last one; the step asks
 //! again soon after slurmd fails to answer, so the restarted slurmd's figure is still
-//! small when it is first seen. The restarted slurmd's figure is added whole, and the gap between the
-//! last report of the old slurmd and the start of the new one is estimated from the last
-//! known power (the new slurmd's start is derived from its figure and its power).
+//! small when it is first seen. The restarted slurmd's figure is added whole, and the gap
+//! between the last report of the old slurmd and the start of the new one is estimated
+//! from the last known power (the new slurmd's start is derived from its figure and its
+//! power).
 
 use std::time::Instant;
 

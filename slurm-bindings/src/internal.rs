@@ -131,6 +131,10 @@ unsafe extern "C" {
         tbl: *const s_p_hashtbl_t,
     ) -> c_int;
 
+    /// Frees the records `slurm_get_node_energy` allocated (`acct_gather_energy.h`,
+    /// under src/common before 23.02, src/interfaces after).
+    pub fn acct_gather_energy_destroy(energy: *mut crate::acct_gather_energy_t);
+
     pub fn acct_gather_profile_g_get(info_type: c_int, data: *mut c_void) -> c_int;
     pub fn acct_gather_profile_g_create_dataset(
         name: *const c_char,

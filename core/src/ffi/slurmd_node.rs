@@ -11,7 +11,10 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use slurm_sys::{EnergyFieldsExt, NO_VAL, NO_VAL64, SLURM_SUCCESS, acct_gather_energy_t};
+use slurm_sys::{
+    EnergyFieldsExt, NO_VAL, NO_VAL64, SLURM_SUCCESS, acct_gather_energy_destroy,
+    acct_gather_energy_t, slurm_get_node_energy,
+};
 
 use crate::remote::{NodeReport, RemoteTotal};
 use crate::source::{EnergyReader, Reading};
@@ -28,17 +31,6 @@ const FRESH_FOR: Duration = Duration::from_secs(15);
 /// After slurmd failed to answer (restarting?), ask again this soon, without waiting for a
 /// poll: a restarted slurmd is then seen while its own figure is still small.
 const RETRY: Duration = Duration::from_millis(500);
-
-unsafe extern "C" {
-    fn slurm_get_node_energy(
-        host: *mut core::ffi::c_char,
-        context_id: u16,
-        delta: u16,
-        sensor_cnt: *mut u16,
-        energy: *mut *mut acct_gather_energy_t,
-    ) -> core::ffi::c_int;
-    fn acct_gather_energy_destroy(energy: *mut acct_gather_energy_t);
-}
 
 #[derive(Default)]
 struct State {

@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::{ConfigError, KeyValues};
+use crate::config::{ConfigError, KeyValues, period_secs};
 
 pub const KEY_HOST: &str = "EnergyIPMIHost";
 pub const KEY_USERNAME: &str = "EnergyIPMIUsername";
@@ -161,7 +161,8 @@ impl IpmiConfig {
             c.password = Secret(v.to_string());
         }
         if let Some(v) = values.get(KEY_FREQUENCY) {
-            c.frequency = frequency(v)?;
+            // Slurm takes whole seconds; fractions are accepted too
+            c.frequency = period_secs(KEY_FREQUENCY, v, 3600)?;
         }
         if let Some(v) = values.get(KEY_TIMEOUT) {
             c.timeout = Duration::from_secs(positive(KEY_TIMEOUT, v)?.into());
@@ -271,17 +272,6 @@ fn parse_host(v: &str) -> Result<Target, ConfigError> {
         host: host.to_string(),
         port,
     })
-}
-
-/// Seconds between BMC readings. Slurm takes whole seconds; fractions are accepted too,
-/// since energy between two readings is interpolated and a power step costs up to half a
-/// period of that step.
-fn frequency(v: &str) -> Result<Duration, ConfigError> {
-    v.parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && (0.1..=3600.0).contains(s))
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| ConfigError::new(KEY_FREQUENCY, v, "expected seconds between 0.1 and 3600"))
 }
 
 fn positive(key: &'static str, v: &str) -> Result<u32, ConfigError> {

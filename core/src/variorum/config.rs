@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::config::{ConfigError, KeyValues};
+use crate::config::{ConfigError, KeyValues, period_secs};
 
 pub const KEY_LIBRARY: &str = "EnergyVariorumLibrary";
 pub const KEY_FREQUENCY: &str = "EnergyVariorumFrequency";
@@ -69,7 +69,7 @@ impl VariorumConfig {
             config.library = v.to_string();
         }
         if let Some(v) = values.get(KEY_FREQUENCY) {
-            config.period = period(v)?;
+            config.period = period_secs(KEY_FREQUENCY, v, MAX_SECS)?;
         }
         if let Some(v) = values.get(KEY_SAMPLER) {
             if !v.starts_with('/') || v.ends_with('/') || v.contains('\0') {
@@ -114,22 +114,6 @@ impl VariorumConfig {
                 )
             })
     }
-}
-
-/// Seconds between samples; fractions are accepted, since energy between two samples is
-/// interpolated and a power step costs up to half a period of that step.
-fn period(v: &str) -> Result<Duration, ConfigError> {
-    v.parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && (0.1..=MAX_SECS as f64).contains(s))
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| {
-            ConfigError::new(
-                KEY_FREQUENCY,
-                v,
-                format!("expected seconds from 0.1 to {MAX_SECS}"),
-            )
-        })
 }
 
 fn seconds(key: &'static str, v: &str) -> Result<Duration, ConfigError> {
