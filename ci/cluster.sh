@@ -331,7 +331,7 @@ cmd_up() {
     else
         SLURM_BIN=${SLURM_BIN:-/usr/bin}
         SLURM_SBIN=${SLURM_SBIN:-/usr/sbin}
-        SLURM_PLUGIN_DIR=${SLURM_PLUGIN_DIR:-/usr/lib/$(uname -m)-linux-gnu/slurm-wlm}
+        SLURM_PLUGIN_DIR=${SLURM_PLUGIN_DIR:-/usr/lib/$(sh "$HERE/multiarch.sh")/slurm-wlm}
     fi
     local plugin_dir=$SLURM_PLUGIN_DIR${EXTRA_PLUGIN_DIR:+:$EXTRA_PLUGIN_DIR}
     local hook=${NODE_HOOK:-}

@@ -13,8 +13,7 @@ include=${include:-/usr/include}
 plugin_dir=${1:-}
 if [ -z "$plugin_dir" ]; then
     prefix=$(dirname "$include")
-    for d in "$prefix/lib/x86_64-linux-gnu/slurm-wlm" "$prefix/lib/slurm" "$prefix/lib64/slurm" \
-             "$prefix/lib/aarch64-linux-gnu/slurm-wlm"; do
+    for d in "$prefix/lib/$(sh ci/multiarch.sh)/slurm-wlm" "$prefix/lib/slurm" "$prefix/lib64/slurm"; do
         if [ -e "$d/acct_gather_energy_none.so" ]; then plugin_dir=$d; break; fi
     done
     [ -n "$plugin_dir" ] || { echo "install.sh: no Slurm plugin directory found under $prefix; give one: ci/install.sh /path/to/PluginDir" >&2; exit 1; }

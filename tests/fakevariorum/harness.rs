@@ -73,28 +73,16 @@ fn source() -> PathBuf {
 }
 
 /// The system's jansson (Debian: libjansson4, a dependency of binutils and of Slurm's
-/// libjwt0), which the 0.4/0.5 fakes link against as the real Variorum does.
+/// libjwt0), which the 0.4/0.5 fakes link against as the real Variorum does: where gcc,
+/// which links them, finds it for this machine's architecture.
 pub fn jansson() -> Option<PathBuf> {
-    let from_cache = Command::new("/sbin/ldconfig")
-        .arg("-p")
+    let out = Command::new("gcc")
+        .arg("-print-file-name=libjansson.so.4")
         .output()
-        .ok()
-        .and_then(|out| {
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter(|l| l.trim_start().starts_with("libjansson.so.4 ") && l.contains("x86-64"))
-                .find_map(|l| l.rsplit("=> ").next().map(|p| PathBuf::from(p.trim())))
-        });
-    from_cache.or_else(|| {
-        [
-            "/usr/lib/x86_64-linux-gnu/libjansson.so.4",
-            "/usr/lib64/libjansson.so.4",
-            "/usr/lib/libjansson.so.4",
-        ]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-    })
+        .ok()?;
+    // gcc prints the bare name back when it finds no such file
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    (out.status.success() && path.is_absolute() && path.exists()).then_some(path)
 }
 
 /// Like the other energy tests: a missing prerequisite fails loudly unless

@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod json;
+pub mod protocol;
 pub mod sampler;
 
 use std::path::PathBuf;
@@ -33,12 +34,8 @@ pub use sampler::SamplerError;
 
 use crate::config::{ConfigError, KeyValues};
 use crate::power::{PowerSensor, ReadError, Sample};
-use sampler::{Line, Sampler};
-
-/// The sampler waits this long after its first (discarded) call before the first sample:
-/// Intel power is a delta between calls, and the first call after loading reports 0 W.
-/// Must match `WARMUP` in the sampler.
-const SAMPLER_WARMUP: Duration = Duration::from_millis(250);
+use protocol::Line;
+use sampler::Sampler;
 
 static PLUGIN_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
@@ -66,9 +63,6 @@ pub struct Variorum {
     api: String,
     version: Option<String>,
     first_read: bool,
-    last: Option<NodePower>,
-    /// When the sampler read the last sample.
-    last_at: Instant,
 }
 
 impl Variorum {
@@ -98,21 +92,26 @@ impl Variorum {
             api,
             version,
             first_read: true,
-            last: None,
-            last_at: Instant::now(),
         })
     }
 
-    /// The next sample, parsed. Any failure leaves the sampler killed and reaped.
-    pub fn sample(&mut self) -> Result<&NodePower, VariorumError> {
+    /// The next sample, parsed, and when the sampler took it. Any failure but a sample
+    /// without power leaves the sampler killed and reaped.
+    fn sample(&mut self) -> Result<(NodePower, Instant), VariorumError> {
         let mut wait = self.config.timeout;
         if std::mem::take(&mut self.first_read) {
-            wait += SAMPLER_WARMUP;
+            // the sampler's warm-up comes before its first sample
+            wait += protocol::WARMUP;
         }
         let result = match self.sampler.newest(Instant::now() + wait, "sample") {
-            Ok(Line::Sample { json, at }) => {
-                self.last_at = at.unwrap_or_else(Instant::now);
-                json::parse(&json).map_err(SamplerError::from)
+            Ok(Line::Sample { json, t_ns }) => {
+                // it integrates with the time of the call, not the time it was read here
+                let at = t_ns
+                    .and_then(protocol::instant_of)
+                    .unwrap_or_else(Instant::now);
+                json::parse(&json)
+                    .map(|power| (power, at))
+                    .map_err(SamplerError::from)
             }
             Ok(Line::Failed(error)) => Err(SamplerError::Variorum(error)),
             Ok(Line::Ready { .. }) => {
@@ -121,7 +120,7 @@ impl Variorum {
             Err(e) => Err(e),
         };
         match result {
-            Ok(power) => Ok(self.last.insert(power)),
+            Ok(sample) => Ok(sample),
             // a well-formed sample without power: the sampler itself is fine
             Err(e @ SamplerError::Json(JsonError::ZeroPower | JsonError::NoPower)) => Err(e.into()),
             Err(e) => {
@@ -129,26 +128,6 @@ impl Variorum {
                 Err(e.into())
             }
         }
-    }
-
-    /// The per-socket (and per-GPU) breakdown of the last good sample.
-    pub fn last_sample(&self) -> Option<&NodePower> {
-        self.last.as_ref()
-    }
-
-    /// The symbol the sampler calls, e.g. `variorum_get_power_json`.
-    pub fn api(&self) -> &str {
-        &self.api
-    }
-
-    /// What `variorum_get_current_version` says, when the library has it. Unreliable:
-    /// 0.8.0 builds report "0.5.0".
-    pub fn reported_version(&self) -> Option<&str> {
-        self.version.as_deref()
-    }
-
-    pub fn sampler_pid(&self) -> u32 {
-        self.sampler.pid()
     }
 }
 
@@ -200,8 +179,8 @@ impl PowerSensor for Variorum {
     }
 
     fn read_watts(&mut self) -> Result<Sample, ReadError> {
-        let watts = match self.sample() {
-            Ok(power) => power.node_watts,
+        let (watts, at) = match self.sample() {
+            Ok((power, at)) => (power.node_watts, at),
             Err(
                 e @ VariorumError::Sampler(SamplerError::Json(
                     JsonError::ZeroPower | JsonError::NoPower,
@@ -211,9 +190,6 @@ impl PowerSensor for Variorum {
             }
             Err(e) => return Err(ReadError::Broken(e.to_string())),
         };
-        Ok(Sample {
-            watts,
-            at: self.last_at,
-        })
+        Ok(Sample { watts, at })
     }
 }

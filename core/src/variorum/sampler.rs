@@ -1,15 +1,6 @@
-//! The sampler process, seen from the plugin: start it, read its lines with a deadline,
-//! kill and reap it.
-//!
-//! Protocol (one JSON object per line on the sampler's standard output, which is a pipe
-//! to us; the sampler moves that pipe off fd 1 before loading Variorum, so nothing the
-//! library prints can land in it):
-//!
-//! - `{"ready":true,"api":"variorum_get_power_json","version":"0.8.0"}` once, after the
-//!   library was loaded and a first (discarded) call succeeded; `version` only when the
-//!   library has `variorum_get_current_version` (its value is unreliable: 0.8.0 says 0.5.0).
-//! - `{"ok":true,"json":"<Variorum's JSON, as a string>"}` per sample, every period.
-//! - `{"ok":false,"error":"..."}` when a call failed (or loading failed: then it exits).
+//! The sampler process, seen from the plugin: start it, read its lines (see
+//! [`super::protocol`]) with a deadline, kill and reap it. The sampler moves the pipe off
+//! its fd 1 before loading Variorum, so nothing the library prints can land in it.
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
@@ -21,13 +12,9 @@ use std::time::{Duration, Instant};
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use serde_json::Value;
 
 use super::json::JsonError;
-
-/// A sample is a few kB (Variorum indents with 4 spaces); anything this long without a
-/// newline is not the sampler talking.
-pub const MAX_LINE: usize = 1 << 20;
+use super::protocol::{Invocation, Line, MAX_LINE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SamplerError {
@@ -51,64 +38,6 @@ pub enum SamplerError {
     Json(#[from] JsonError),
 }
 
-/// One decoded line.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Line {
-    Ready {
-        api: String,
-        version: Option<String>,
-    },
-    /// Variorum's JSON, and when the sampler read it (`t_ns`), if it said.
-    Sample {
-        json: String,
-        at: Option<Instant>,
-    },
-    Failed(String),
-}
-
-/// The `Instant` of a CLOCK_MONOTONIC time (std's `Instant` is that clock on Linux, but
-/// cannot be built from a raw value): now minus the age.
-fn monotonic_instant(t_ns: u64) -> Option<Instant> {
-    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok()?;
-    let now_ns = (now.tv_sec() as u64) * 1_000_000_000 + now.tv_nsec() as u64;
-    Instant::now().checked_sub(Duration::from_nanos(now_ns.checked_sub(t_ns)?))
-}
-
-pub fn decode(line: &str) -> Result<Line, SamplerError> {
-    let value: Value = serde_json::from_str(line)
-        .map_err(|e| SamplerError::Protocol(format!("{e}: {}", excerpt(line))))?;
-    let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_string);
-    if value.get("ready").and_then(Value::as_bool) == Some(true) {
-        return Ok(Line::Ready {
-            api: text("api").unwrap_or_default(),
-            version: text("version"),
-        });
-    }
-    match (
-        value.get("ok").and_then(Value::as_bool),
-        text("json"),
-        text("error"),
-    ) {
-        (Some(true), Some(json), _) => Ok(Line::Sample {
-            json,
-            at: value
-                .get("t_ns")
-                .and_then(Value::as_u64)
-                .and_then(monotonic_instant),
-        }),
-        (Some(false), _, Some(error)) => Ok(Line::Failed(error)),
-        _ => Err(SamplerError::Protocol(excerpt(line))),
-    }
-}
-
-fn excerpt(line: &str) -> String {
-    const MAX: usize = 120;
-    match line.char_indices().nth(MAX) {
-        Some((end, _)) => format!("{}...", &line[..end]),
-        None => line.to_string(),
-    }
-}
-
 /// A running sampler. Dropping it kills and reaps the process.
 pub struct Sampler {
     child: Child,
@@ -123,15 +52,14 @@ impl Sampler {
     /// passes exactly that one descriptor (its other pipe ends are `O_CLOEXEC`), and the
     /// sampler closes anything else it inherited from slurmd before loading Variorum.
     pub fn spawn(program: &Path, library: &str, period: Duration) -> Result<Self, SamplerError> {
+        let invocation = Invocation {
+            library: library.to_string(),
+            period,
+            result_fd: 1,
+            parent: Some(std::process::id()),
+        };
         let mut child = Command::new(program)
-            .arg("--library")
-            .arg(library)
-            .arg("--period")
-            .arg(format!("{:.3}", period.as_secs_f64()))
-            .arg("--result-fd")
-            .arg("1")
-            .arg("--parent")
-            .arg(std::process::id().to_string())
+            .args(invocation.args())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             // The sampler points its stderr elsewhere once it runs; before that only a
@@ -284,6 +212,10 @@ impl Sampler {
     }
 }
 
+fn decode(line: &str) -> Result<Line, SamplerError> {
+    Line::decode(line).map_err(|e| SamplerError::Protocol(e.to_string()))
+}
+
 impl Drop for Sampler {
     fn drop(&mut self) {
         self.kill();
@@ -308,38 +240,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decodes_every_kind_of_line() {
-        assert_eq!(
-            decode(r#"{"ready":true,"api":"variorum_get_power_json","version":"0.5.0"}"#)
-                .expect("ready"),
-            Line::Ready {
-                api: "variorum_get_power_json".into(),
-                version: Some("0.5.0".into())
-            }
-        );
-        assert_eq!(
-            decode(r#"{"ok":true,"json":"{\n    \"h\": {}\n}"}"#).expect("sample"),
-            Line::Sample {
-                json: "{\n    \"h\": {}\n}".into(),
-                at: None
-            }
-        );
-        assert_eq!(
-            decode(r#"{"ok":false,"error":"variorum_get_power_json returned -1"}"#)
-                .expect("failed"),
-            Line::Failed("variorum_get_power_json returned -1".into())
-        );
-        for bad in [
-            "",
-            "garbage",
-            "{\"ok\":true}",
-            "[1]",
-            "{\"ok\":\"yes\",\"json\":\"{}\"}",
-        ] {
-            assert!(
-                matches!(decode(bad), Err(SamplerError::Protocol(_))),
-                "{bad}"
-            );
+    fn unreadable_lines_are_protocol_errors() {
+        for bad in ["garbage", "{\"ok\":true}"] {
+            let err = decode(bad).expect_err(bad);
+            assert!(matches!(err, SamplerError::Protocol(_)), "{bad}");
+            assert!(err.to_string().contains(bad), "{err}");
         }
     }
 
@@ -362,7 +267,7 @@ mod tests {
             s.oldest(deadline, "line").expect("one"),
             Line::Sample {
                 json: "one".into(),
-                at: None
+                t_ns: None
             }
         );
         std::thread::sleep(Duration::from_millis(600));
@@ -370,7 +275,7 @@ mod tests {
             s.newest(deadline, "line").expect("newest"),
             Line::Sample {
                 json: "three".into(),
-                at: None
+                t_ns: None
             }
         );
         let start = Instant::now();

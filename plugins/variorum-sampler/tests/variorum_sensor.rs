@@ -10,12 +10,14 @@
 #[path = "../../../tests/fakevariorum/harness.rs"]
 mod fakevariorum;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fakevariorum::{FakeLib, Generation, open_fds, process_state, processes_with};
 use slurm_energy::power::{PowerSensor, ReadError};
-use slurm_energy::variorum::{NodeSource, Variorum, VariorumConfig};
+use slurm_energy::variorum::protocol::Line;
+use slurm_energy::variorum::sampler::Sampler;
+use slurm_energy::variorum::{NodePower, NodeSource, Variorum, VariorumConfig, json};
 
 const SAMPLER: &str = env!("CARGO_BIN_EXE_acct_gather_energy_rust_variorum_sampler");
 const PERIOD: Duration = Duration::from_millis(100);
@@ -46,6 +48,26 @@ fn settle(fake: &FakeLib) {
     );
 }
 
+/// The one sampler running for this fake library.
+fn sampler_pid(fake: &FakeLib) -> u32 {
+    let samplers = processes_with(&fake.library());
+    assert_eq!(samplers.len(), 1, "one sampler: {samplers:?}");
+    samplers[0].0
+}
+
+/// The per-socket breakdown of the fake's power now: the sampler's next sample as the
+/// plugin parses it.
+fn breakdown(fake: &FakeLib) -> NodePower {
+    let mut sampler = Sampler::spawn(Path::new(SAMPLER), &fake.library(), PERIOD).expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let ready = sampler.oldest(deadline, "start-up report").expect("ready");
+    assert!(matches!(ready, Line::Ready { .. }), "{ready:?}");
+    match sampler.oldest(deadline, "sample").expect("sample") {
+        Line::Sample { json, .. } => json::parse(&json).expect("Variorum's JSON"),
+        other => panic!("{:?}: {other:?}", fake.generation),
+    }
+}
+
 fn connect(fake: &FakeLib) -> Variorum {
     match Variorum::connect(&config(fake)) {
         Ok(v) => v,
@@ -67,29 +89,39 @@ fn every_generation_reports_the_power_it_is_given() {
              cpu1=77.0 mem1=23.0 gpu1=66.0",
         );
         let mut v = connect(&fake);
-        assert_eq!(v.api(), generation.api());
         let version = match generation {
-            Generation::V080 => Some("0.5.0"), // sic: 0.8.0 reports its stale CMake version
-            Generation::V070 => Some("0.7.0"),
-            _ => None,
+            Generation::V080 => "0.5.0", // sic: 0.8.0 reports its stale CMake version
+            Generation::V070 => "0.7.0",
+            _ => "",
         };
-        assert_eq!(v.reported_version(), version);
-        assert!(v.describe().contains(&v.sampler_pid().to_string()));
+        let described = v.describe();
+        let says = if version.is_empty() {
+            format!("({})", generation.api())
+        } else {
+            format!("({}, says version {version})", generation.api())
+        };
+        assert!(described.contains(&says), "{described}");
+        assert!(
+            described.ends_with(&format!(" pid {}", sampler_pid(&fake))),
+            "{described}"
+        );
         for _ in 0..3 {
             let w = v.read_watts().expect("read").watts;
             assert!(close(w, 384.0), "{generation:?}: {w}");
         }
-        let last = v.last_sample().expect("breakdown");
+        drop(v);
+        let last = breakdown(&fake);
         assert_eq!(last.source, NodeSource::Reported);
         assert_eq!(last.host.as_deref(), Some("corona285"));
         assert_eq!(last.sockets.len(), 2);
         assert_eq!(last.sockets[1].cpu_watts, Some(77.0));
 
         fake.set_power("node=-1.0 cpu0=50.5 mem0=5 gpu0=-1.0 cpu1=44.5 mem1=-1.0");
-        settle(&fake);
+        let mut v = connect(&fake);
         let w = v.read_watts().expect("read the sum").watts;
         assert!(close(w, 100.0), "{generation:?}: {w}");
-        let last = v.last_sample().expect("breakdown");
+        drop(v);
+        let last = breakdown(&fake);
         assert_eq!(last.source, NodeSource::SumOfComponents);
         assert_eq!(last.sockets[0].gpu_watts, None);
         assert_eq!(last.sockets[1].mem_watts, None);
@@ -107,7 +139,7 @@ fn nested_json_with_gpus() {
     let mut v = connect(&fake);
     let w = v.read_watts().expect("gpu only").watts;
     assert!(close(w, 282.5), "{w}");
-    let last = v.last_sample().expect("breakdown");
+    let last = breakdown(&fake);
     assert_eq!(last.sockets[0].gpus.len(), 2);
     assert_eq!(last.sockets[1].gpus[1].name, "GPU_3");
     assert!(close(last.sockets[0].gpu_watts.expect("gpu"), 142.5));
@@ -146,7 +178,7 @@ fn a_sample_without_power_is_an_error() {
     };
     fake.set_power("host=icx1");
     let mut v = connect(&fake);
-    let pid = v.sampler_pid();
+    let pid = sampler_pid(&fake);
     let err = v.read_watts().expect_err("no power");
     assert!(matches!(err, ReadError::Skip(_)), "{err:?}");
     assert!(err.to_string().contains("no power values"), "{err}");
@@ -164,7 +196,7 @@ fn misbehaviour(test: &str, mode: &str, connect_fails: bool, expect: &str) {
         fake.set_power("node=300.0 cpu0=140 mem0=10 cpu1=140 mem1=10");
         let mut v = connect(&fake);
         assert!(close(v.read_watts().expect("before").watts, 300.0));
-        let pid = v.sampler_pid();
+        let pid = sampler_pid(&fake);
 
         fake.set_mode(mode);
         let n = fake.calls().len();
@@ -216,7 +248,7 @@ fn misbehaviour(test: &str, mode: &str, connect_fails: bool, expect: &str) {
             Err(e) => assert!(connect_fails, "{generation:?} {mode}: connect failed: {e}"),
             Ok(mut v) => {
                 assert!(!connect_fails, "{generation:?} {mode}: connect worked");
-                let pid = v.sampler_pid();
+                let pid = sampler_pid(&fake);
                 match v.read_watts() {
                     // well-formed JSON without power: skipped, the sampler kept until dropped
                     Err(ReadError::Skip(_)) => drop(v),
@@ -238,7 +270,7 @@ fn misbehaviour(test: &str, mode: &str, connect_fails: bool, expect: &str) {
             close(v.read_watts().expect("after").watts, 300.0),
             "{generation:?} {mode}"
         );
-        let pid = v.sampler_pid();
+        let pid = sampler_pid(&fake);
         drop(v);
         assert_eq!(process_state(pid), None, "dropping kills and reaps");
     }
@@ -314,7 +346,7 @@ fn no_descriptor_leaks_into_the_sampler() {
     assert!(fd >= 0);
     let mut v = connect(&fake);
     v.read_watts().expect("read");
-    let fds = open_fds(v.sampler_pid());
+    let fds = open_fds(sampler_pid(&fake));
     // SAFETY: closing the descriptor opened above.
     unsafe { libc::close(fd) };
     let pipes: Vec<_> = fds.iter().filter(|(_, t)| t.starts_with("pipe:")).collect();

@@ -136,7 +136,7 @@ impl Drop for Sim {
 }
 
 /// The plugin directory of the Slurm under test, as ci/cluster.sh picks it:
-/// `SLURM_PLUGIN_DIR`, else `SLURM_PREFIX/lib/slurm`, else Debian's.
+/// `SLURM_PLUGIN_DIR`, else `SLURM_PREFIX/lib/slurm`, else Debian's for this architecture.
 pub fn slurm_plugin_dir() -> PathBuf {
     match (
         std::env::var_os("SLURM_PLUGIN_DIR"),
@@ -144,7 +144,7 @@ pub fn slurm_plugin_dir() -> PathBuf {
     ) {
         (Some(dir), _) if !dir.is_empty() => PathBuf::from(dir),
         (_, Some(prefix)) if !prefix.is_empty() => Path::new(&prefix).join("lib/slurm"),
-        _ => PathBuf::from("/usr/lib/x86_64-linux-gnu/slurm-wlm"),
+        _ => PathBuf::from(env!("ENERGY_TESTS_DEBIAN_SLURM_DIR")),
     }
 }
 
