@@ -5,7 +5,8 @@
 //! every symbol it needs is exported by the libslurmfull it was built for (the daemons'
 //! own library, which they load globally) or by libc's family (libc, libm, libgcc_s, the
 //! dynamic linker). The plugins are found through `cargo metadata` (each `cdylib` of the
-//! workspace), so a new plugin is checked without touching this file.
+//! workspace, [`support::built_plugins`]), so a new plugin is checked without touching
+//! this file.
 //!
 //! Build the workspace first (`cargo build --release --workspace`; ci/test.sh does).
 
@@ -16,6 +17,9 @@ use std::process::Command;
 
 use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_LOCAL, RTLD_NOW};
 use object::{Object, ObjectSymbol, SymbolKind};
+
+mod support;
+use support::built_plugins as plugins;
 
 /// What `plugin_load_from_file` and `acct_gather_energy_init` look up (slurm-abi.md §1.1).
 const DATA: [&str; 3] = ["plugin_name", "plugin_type", "plugin_version"];
@@ -50,74 +54,6 @@ fn libslurmfull() -> PathBuf {
     let path = Path::new(env!("ENERGY_TESTS_SLURM_LIB_DIR")).join("libslurmfull.so");
     assert!(path.exists(), "{} is missing", path.display());
     path
-}
-
-/// Where cargo put the workspace's binaries (this build's profile and target dir).
-fn target_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_energy-driver"))
-        .parent()
-        .expect("target dir")
-        .to_path_buf()
-}
-
-/// Every `cdylib` of the workspace, by library name, as `cargo metadata` lists them.
-fn workspace_cdylibs() -> Vec<String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args([
-            "metadata",
-            "--no-deps",
-            "--offline",
-            "--format-version",
-            "1",
-        ])
-        .arg("--manifest-path")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml"))
-        .output()
-        .expect("run cargo metadata");
-    assert!(
-        out.status.success(),
-        "cargo metadata: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata");
-    let packages = metadata["packages"].as_array().expect("packages");
-    let mut names: Vec<String> = packages
-        .iter()
-        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
-        .filter(|t| {
-            t["crate_types"]
-                .as_array()
-                .is_some_and(|types| types.iter().any(|c| c == "cdylib"))
-        })
-        .filter_map(|t| t["name"].as_str().map(|n| n.replace('-', "_")))
-        .collect();
-    names.sort();
-    names
-}
-
-/// The built plugins: `lib<name>.so` of each cdylib, which must all be
-/// `acct_gather_energy` plugins.
-fn plugins() -> Vec<(String, PathBuf)> {
-    let names = workspace_cdylibs();
-    assert!(!names.is_empty(), "no cdylib in the workspace");
-    names
-        .into_iter()
-        .map(|name| {
-            assert!(
-                name.starts_with("acct_gather_energy_"),
-                "{name} is a cdylib but not an acct_gather_energy plugin: extend this test \
-                 with the symbols its plugin type needs"
-            );
-            let path = target_dir().join(format!("lib{name}.so"));
-            assert!(
-                path.exists(),
-                "{} is missing: build the workspace first (cargo build --release --workspace)",
-                path.display()
-            );
-            (name, path)
-        })
-        .collect()
 }
 
 /// The defined, global dynamic symbols of a shared object, with their kinds (libc's

@@ -41,29 +41,80 @@ pub fn root_or_skip(test: &str) -> bool {
 
 /// The plugins as Slurm will load them: `acct_gather_energy_rust_<kind>.so` in a PluginDir.
 pub fn plugin_dir(tmp: &Path) -> PathBuf {
-    let target = bin("energy-driver")
-        .parent()
-        .expect("target dir")
-        .to_path_buf();
     let dir = tmp.join("plugins");
     fs::create_dir_all(&dir).expect("mkdir plugins");
     // the Variorum sampler lives beside its plugin
     let sampler = "acct_gather_energy_rust_variorum_sampler";
-    fs::copy(target.join(sampler), dir.join(sampler)).expect("copy the variorum sampler");
-    for kind in ["rapl", "ipmi", "variorum"] {
-        let built = target.join(format!("libacct_gather_energy_rust_{kind}.so"));
-        assert!(
-            built.exists(),
-            "{} is missing: build the plugins first (cargo build --release --workspace; ci/test.sh does)",
-            built.display()
-        );
-        fs::copy(
-            &built,
-            dir.join(format!("acct_gather_energy_rust_{kind}.so")),
-        )
-        .expect("copy plugin");
+    fs::copy(target_dir().join(sampler), dir.join(sampler)).expect("copy the variorum sampler");
+    for (name, built) in built_plugins() {
+        fs::copy(&built, dir.join(format!("{name}.so"))).expect("copy plugin");
     }
     dir
+}
+
+/// Where cargo put the workspace's binaries (this build's profile and target dir).
+pub fn target_dir() -> PathBuf {
+    bin("energy-driver")
+        .parent()
+        .expect("target dir")
+        .to_path_buf()
+}
+
+/// Every plugin the workspace builds, found through `cargo metadata` (each `cdylib`, which
+/// must be an `acct_gather_energy` plugin), so that a new one needs no list updated: its
+/// library name (`acct_gather_energy_rust_rapl`, the file name Slurm looks for, without
+/// `.so`) and the built `lib<name>.so`.
+pub fn built_plugins() -> Vec<(String, PathBuf)> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .arg("--manifest-path")
+        .arg(workspace().join("Cargo.toml"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata");
+    let mut names: Vec<String> = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter(|t| {
+            t["crate_types"]
+                .as_array()
+                .is_some_and(|types| types.iter().any(|c| c == "cdylib"))
+        })
+        .filter_map(|t| t["name"].as_str().map(|n| n.replace('-', "_")))
+        .collect();
+    names.sort();
+    assert!(!names.is_empty(), "no cdylib in the workspace");
+    names
+        .into_iter()
+        .map(|name| {
+            assert!(
+                name.starts_with("acct_gather_energy_"),
+                "{name} is a cdylib but not an acct_gather_energy plugin: the tests do not \
+                 know how to load it"
+            );
+            let built = target_dir().join(format!("lib{name}.so"));
+            assert!(
+                built.exists(),
+                "{} is missing: build the plugins first (cargo build --release --workspace; ci/test.sh does)",
+                built.display()
+            );
+            (name, built)
+        })
+        .collect()
 }
 
 /// Two Intel server sockets (Skylake-SP, model 85), whose DRAM counts in its own
