@@ -119,15 +119,16 @@ impl Variorum {
             }
             Err(e) => Err(e),
         };
-        match result {
-            Ok(sample) => Ok(sample),
+        result.map_err(|e| {
             // a well-formed sample without power: the sampler itself is fine
-            Err(e @ SamplerError::Json(JsonError::ZeroPower | JsonError::NoPower)) => Err(e.into()),
-            Err(e) => {
+            if !matches!(
+                e,
+                SamplerError::Json(JsonError::ZeroPower | JsonError::NoPower)
+            ) {
                 self.sampler.kill();
-                Err(e.into())
             }
-        }
+            e.into()
+        })
     }
 }
 
