@@ -89,3 +89,19 @@ pub fn quit(code: i32) -> ! {
     // SAFETY: _exit has no preconditions.
     unsafe { libc::_exit(code) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (Closing descriptors and `_exit` are tested on the sampler process, in
+    /// tests/tests/variorum_sampler.rs and tests/variorum_sensor.rs.)
+    #[test]
+    fn the_parent_is_gone_when_it_is_not_ours_any_more() {
+        let ours = u32::try_from(nix::unistd::getppid().as_raw()).expect("a parent");
+        assert!(!parent_gone(None), "no parent given: never gone");
+        assert!(!parent_gone(Some(ours)));
+        assert!(parent_gone(Some(ours + 1)));
+        assert!(parent_gone(Some(u32::MAX)), "not even a pid");
+    }
+}
