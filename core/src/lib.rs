@@ -1,20 +1,24 @@
 //! The shared core of the Rust `acct_gather_energy` plugins.
 //!
 //! Layers: [`ffi`] is the only place that touches Slurm (raw pointers, `unsafe`); it turns
-//! Slurm's calls into calls on the safe [`meter`], which samples an [`source::EnergySource`]
-//! into [`accounting`]. Sources (`rapl`, ...) are plain Rust over files, testable without
-//! Slurm or the hardware.
+//! Slurm's calls into calls on the safe [`runtime`], which keeps a [`meter`] sampling the
+//! plugin's [`source::Source`] into [`accounting`]. Sources (`rapl`, ...) are plain Rust
+//! over files, testable without Slurm or the hardware. Every background thread is a
+//! [`worker::Worker`].
 
 pub mod accounting;
 pub mod config;
 pub mod counter;
 pub mod ffi;
+mod guard;
 #[cfg(feature = "ipmi")]
 pub mod ipmi;
 pub mod meter;
 pub mod power;
 pub mod rapl;
 pub mod remote;
+pub mod runtime;
 pub mod source;
 #[cfg(feature = "variorum")]
 pub mod variorum;
+pub mod worker;

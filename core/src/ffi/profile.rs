@@ -16,6 +16,10 @@ pub struct Profile {
 }
 
 impl Profile {
+    pub const fn new() -> Self {
+        Self { dataset: None }
+    }
+
     pub fn send(&mut self, watts: u32, poll_time: i64) {
         let mut running: u32 = 0;
         // SAFETY: RUNNING fills a uint32_t.

@@ -32,7 +32,7 @@ pub use json::{DevicePower, JsonError, NodePower, NodeSource, Schema, SocketPowe
 pub use sampler::SamplerError;
 
 use crate::config::{ConfigError, KeyValues};
-use crate::power::{PowerSensor, ReadError, Sample};
+use crate::power::{Polled, PowerSensor, ReadError, Sample};
 use sampler::{Line, Sampler};
 
 /// The sampler waits this long after its first (discarded) call before the first sample:
@@ -56,7 +56,7 @@ fn plugin_dir() -> Option<PathBuf> {
 }
 
 /// The rust_variorum source: the sampler polled by a thread in slurmd; steps ask slurmd.
-pub type Source = crate::power::Polled<Variorum>;
+pub type Source = Variorum;
 
 /// A connected sampler.
 pub struct Variorum {
@@ -160,9 +160,11 @@ pub enum VariorumError {
     Sampler(#[from] SamplerError),
 }
 
-impl PowerSensor for Variorum {
+impl crate::source::Source for Variorum {
     type Config = VariorumConfig;
+    type Reader = Polled<Variorum>;
     const KEYS: &'static [&'static str] = &[KEY_LIBRARY, KEY_FREQUENCY, KEY_SAMPLER, KEY_TIMEOUT];
+    const FROM_SLURMD_IN_STEPS: bool = true;
 
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
         VariorumConfig::parse(values)
@@ -176,6 +178,12 @@ impl PowerSensor for Variorum {
         config.show()
     }
 
+    fn open(config: &Self::Config) -> Result<Polled<Variorum>, String> {
+        Polled::start(config)
+    }
+}
+
+impl PowerSensor for Variorum {
     fn period(config: &Self::Config) -> Duration {
         config.period
     }
