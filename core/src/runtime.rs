@@ -313,13 +313,16 @@ impl<S: Source, H: Host> Runtime<S, H> {
 
     pub fn get(&self, query: Query) -> Result<Answer, CallFailed> {
         self.with_state("get_data", |state, host| match query {
-            Query::JoulesTask => Answer::Record(state.node_record(host, Read::Recent)),
+            // slurmd answers a step's REQUEST_ACCT_GATHER_ENERGY with JOULES_TASK, or with
+            // STRUCT when it polled within the same second: the step's figure must be
+            // current to the request (a power source's cached figure is up to a sample
+            // period old: at 350 W and 1 s, up to 350 J short at the step's end).
+            Query::JoulesTask | Query::Struct => Answer::Record(state.node_record(host, Read::Now)),
             // in slurmstepd (--profile=energy) this is the step's current figure
             Query::NodeEnergy if host.daemon() == Daemon::Slurmstepd => {
                 Answer::Record(state.node_record(host, Read::Now))
             }
             Query::NodeEnergy => Answer::Record(state.node_record(host, Read::Recent)),
-            Query::Struct => Answer::Record(state.node_record(host, Read::Cached)),
             Query::NodeEnergyUp => Answer::Record(state.step_record(host)),
             Query::LastPoll => Answer::PollTime(state.node_record(host, Read::Cached).poll_time),
             Query::SensorCount => Answer::SensorCount(SENSOR_COUNT),
