@@ -12,8 +12,11 @@ pub mod ffi;
 #[cfg(feature = "ipmi")]
 pub mod ipmi;
 pub mod meter;
+pub mod pm_counters;
 pub mod power;
 pub mod rapl;
+#[cfg(feature = "redfish")]
+pub mod redfish;
 pub mod remote;
 pub mod source;
 #[cfg(feature = "variorum")]

@@ -18,9 +18,6 @@ use crate::accounting::{Baseline, EnergyRecord};
 use crate::meter::{Meter, Metering};
 use crate::source::{EnergyReader, EnergySource};
 
-/// The node record is the only record: SENSOR_CNT and STRUCT agree on one.
-const SENSOR_COUNT: u16 = 1;
-
 /// How fresh a figure must be.
 #[derive(Clone, Copy)]
 enum Read {
@@ -154,6 +151,18 @@ impl<S: EnergySource> State<S> {
         }
     }
 
+    /// The records of the node's parts (pm_counters' cpu, memory, accelN) that follow the
+    /// node's in SENSOR_CNT, STRUCT and JOULES_TASK. Their number is fixed by the meter's
+    /// first reading, taken when it opens, so SENSOR_CNT and the array it sizes agree.
+    fn sensor_records(&mut self) -> Vec<(&'static str, EnergyRecord)> {
+        match self.meter() {
+            Some(meter) => meter
+                .snapshot()
+                .sensor_records(Instant::now(), meter.stale_after()),
+            None => Vec::new(),
+        }
+    }
+
     fn shown_config(&self) -> Vec<(&'static str, String)> {
         match &self.config {
             Config::Valid(c) => S::show_config(c),
@@ -242,8 +251,10 @@ impl<S: EnergySource> Plugin<S> {
                     return SLURM_SUCCESS;
                 }
                 acct_energy_type::ENERGY_DATA_SENSOR_CNT => {
+                    // the node's record, then its parts'
+                    let count = 1 + state.sensor_records().len();
                     // SAFETY: SENSOR_CNT passes a uint16_t.
-                    unsafe { *data.cast::<u16>() = SENSOR_COUNT };
+                    unsafe { *data.cast::<u16>() = u16::try_from(count).unwrap_or(1) };
                     return SLURM_SUCCESS;
                 }
                 other => {
@@ -251,12 +262,21 @@ impl<S: EnergySource> Plugin<S> {
                     return SLURM_ERROR;
                 }
             };
-            // SAFETY: every remaining type passes one acct_gather_energy_t (or an array of
-            // SENSOR_COUNT = 1 of them) of this release's layout.
-            energy::write(
-                unsafe { &mut *data.cast::<acct_gather_energy_t>() },
-                &record,
-            );
+            let records = data.cast::<acct_gather_energy_t>();
+            // SAFETY: every remaining type passes at least one acct_gather_energy_t of this
+            // release's layout.
+            energy::write(unsafe { &mut *records }, &record);
+            // Only slurmd's energy RPC asks for STRUCT and JOULES_TASK, with an array of
+            // SENSOR_CNT records: the parts follow the node's.
+            if matches!(
+                data_type,
+                acct_energy_type::ENERGY_DATA_STRUCT | acct_energy_type::ENERGY_DATA_JOULES_TASK
+            ) {
+                for (i, (_, part)) in state.sensor_records().iter().enumerate() {
+                    // SAFETY: Slurm sized the array by our SENSOR_CNT, 1 + this many parts.
+                    energy::write(unsafe { &mut *records.add(1 + i) }, part);
+                }
+            }
             SLURM_SUCCESS
         })
     }
@@ -271,8 +291,9 @@ impl<S: EnergySource> Plugin<S> {
                 }
                 acct_energy_type::ENERGY_DATA_PROFILE => {
                     let record = state.node_record(Read::Now);
+                    let parts = state.sensor_records();
                     if let Some(watts) = record.current_watts {
-                        state.profile.send(watts, record.poll_time);
+                        state.profile.send(watts, &parts, record.poll_time);
                     }
                 }
                 other => {
