@@ -83,7 +83,7 @@ impl Bmc {
         let mut watts = 0.0;
         let mut at = Instant::now();
         for c in &mut self.chassis {
-            let doc = self.client.get(&c.method.path().to_string())?;
+            let doc = self.client.get(c.method.path())?;
             let now = Instant::now();
             at = now;
             let r = c.method.read(&doc)?;
