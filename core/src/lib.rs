@@ -14,8 +14,11 @@ mod guard;
 #[cfg(feature = "ipmi")]
 pub mod ipmi;
 pub mod meter;
+pub mod pm_counters;
 pub mod power;
 pub mod rapl;
+#[cfg(feature = "redfish")]
+pub mod redfish;
 pub mod remote;
 pub mod runtime;
 pub mod source;

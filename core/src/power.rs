@@ -26,6 +26,10 @@ const BACKOFF_BOUNDS: (Duration, Duration) = (Duration::from_secs(2), Duration::
 pub struct Sample {
     pub watts: f64,
     pub at: Instant,
+    /// The sensor's own energy counter in joules, where it has one (a Redfish BMC's
+    /// EnergyJoules): the energy between two samples is then the counter's rise, and the
+    /// power is integrated only where the counter cannot be used.
+    pub energy_j: Option<f64>,
 }
 
 impl Sample {
@@ -33,9 +37,14 @@ impl Sample {
         Self {
             watts,
             at: Instant::now(),
+            energy_j: None,
         }
     }
 }
+
+/// More than any node draws: a counter rising faster is not counted (a reset or a bad
+/// reading); the power is integrated over that interval instead.
+const MAX_COUNTER_WATTS: f64 = 1e6;
 
 /// Why there is no reading.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -96,21 +105,37 @@ fn contained<T, E: From<String>>(what: &str, f: impl FnOnce() -> Result<T, E>) -
 struct Integral {
     energy_uj: f64,
     last: Option<(Instant, f64)>,
+    /// The energy counter of the last sample, if it had one.
+    last_counter_j: Option<f64>,
     /// The most ever reported, so an extrapolation followed by a lower reading never
     /// makes energy go backwards.
     reported_uj: u64,
 }
 
 impl Integral {
-    fn add(&mut self, at: Instant, watts: f64) {
+    fn add(&mut self, sample: &Sample) {
+        let Sample {
+            watts,
+            at,
+            energy_j,
+        } = *sample;
         if let Some((t0, w0)) = self.last {
             if at <= t0 {
                 return; // the same sample again, or out of order
             }
             let secs = at.saturating_duration_since(t0).as_secs_f64();
-            self.energy_uj += secs * (w0 + watts) / 2.0 * 1e6;
+            let rise_j = match (self.last_counter_j, energy_j) {
+                (Some(before), Some(now)) => Some(now - before),
+                _ => None,
+            }
+            .filter(|rise| (0.0..=MAX_COUNTER_WATTS * secs).contains(rise));
+            self.energy_uj += match rise_j {
+                Some(rise) => rise * 1e6,
+                None => secs * (w0 + watts) / 2.0 * 1e6,
+            };
         }
         self.last = Some((at, watts));
+        self.last_counter_j = energy_j;
     }
 
     /// The energy as of `now`: up to the last sample, plus (when `extrapolate`) the time
@@ -186,11 +211,12 @@ impl<P: PowerSensor> Polled<P> {
             }
             let Some(s) = sensor.as_mut() else { continue };
             match contained("reading power", || s.read_watts()) {
-                Ok(Sample { watts, at }) if watts.is_finite() && watts >= 0.0 => {
+                Ok(sample) if sample.watts.is_finite() && sample.watts >= 0.0 => {
+                    let watts = sample.watts;
                     integral
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
-                        .add(at, watts);
+                        .add(&sample);
                     if failing {
                         log::info!("power readings are back ({watts:.0} W)");
                         failing = false;
@@ -242,6 +268,7 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
                 vec!["no power reading for too long".into()]
             },
             watts: integral.last.map(|(_, w)| w),
+            sensors: Vec::new(),
         }
     }
 
@@ -259,9 +286,24 @@ mod tests {
     fn trapezoid_with_sub_second_timestamps() {
         let t0 = Instant::now();
         let mut i = Integral::default();
-        i.add(t0, 100.0);
-        i.add(t0 + Duration::from_millis(500), 300.0); // 0.5 s * 200 W = 100 J
-        i.add(t0 + Duration::from_millis(2500), 300.0); // 2 s * 300 W = 600 J
+        let at = |ms| t0 + Duration::from_millis(ms);
+        i.add(&Sample {
+            watts: 100.0,
+            at: at(0),
+            energy_j: None,
+        });
+        // 0.5 s * 200 W = 100 J
+        i.add(&Sample {
+            watts: 300.0,
+            at: at(500),
+            energy_j: None,
+        });
+        // 2 s * 300 W = 600 J
+        i.add(&Sample {
+            watts: 300.0,
+            at: at(2500),
+            energy_j: None,
+        });
         assert!((i.energy_uj - 700e6).abs() < 1.0, "{}", i.energy_uj);
     }
 
@@ -270,19 +312,47 @@ mod tests {
         let t0 = Instant::now();
         let limit = Duration::from_secs(10);
         let mut i = Integral::default();
-        i.add(t0, 300.0);
-        i.add(t0 + Duration::from_secs(1), 300.0); // 300 J
+        let power = |ms, watts| Sample {
+            watts,
+            at: t0 + Duration::from_millis(ms),
+            energy_j: None,
+        };
+        i.add(&power(0, 300.0));
+        i.add(&power(1000, 300.0)); // 300 J
         let at = |ms| t0 + Duration::from_millis(ms);
         // 0.5 s after the last sample at 300 W
         assert_eq!(i.energy_at(at(1500), true, limit), 450_000_000);
         assert_eq!(i.energy_at(at(1500), false, limit), 450_000_000); // never backwards
         // the power had fallen to 0: the trapezoid (375 J) is below what was reported
-        i.add(at(1500), 0.0);
+        i.add(&power(1500, 0.0));
         assert_eq!(i.energy_at(at(2500), true, limit), 450_000_000);
-        i.add(at(2500), 0.0);
-        i.add(at(3500), 300.0); // 375 + 150 J
+        i.add(&power(2500, 0.0));
+        i.add(&power(3500, 300.0)); // 375 + 150 J
         assert_eq!(i.energy_at(at(3500), false, limit), 525_000_000);
         // a stale sample is extrapolated only up to the limit: 525 J + 10 s at 300 W
         assert_eq!(i.energy_at(at(60_000), true, limit), 3_525_000_000);
+    }
+
+    #[test]
+    fn an_energy_counter_is_counted_and_a_reset_falls_back_to_the_power() {
+        let t0 = Instant::now();
+        let mut i = Integral::default();
+        let mut add = |ms, watts, energy_j| {
+            i.add(&Sample {
+                watts,
+                at: t0 + Duration::from_millis(ms),
+                energy_j,
+            });
+            i.energy_uj
+        };
+        add(0, 100.0, Some(5000.0));
+        // the counter, not the trapezoid (which would say 200 J)
+        assert!((add(1000, 300.0, Some(5150.0)) - 150e6).abs() < 1.0);
+        // the counter fell (a BMC reset): 1 s at 300 W, integrated
+        assert!((add(2000, 300.0, Some(10.0)) - 450e6).abs() < 1.0);
+        assert!((add(3000, 300.0, Some(310.0)) - 750e6).abs() < 1.0);
+        // no counter in this sample: integrated, and the next counter starts afresh
+        assert!((add(4000, 100.0, None) - 950e6).abs() < 1.0);
+        assert!((add(5000, 100.0, Some(900.0)) - 1050e6).abs() < 1.0);
     }
 }

@@ -17,9 +17,6 @@ use crate::guard::guard;
 use crate::meter::{Meter, Metering};
 use crate::source::{EnergyReader, Source};
 
-/// The node record is the only record: SENSOR_CNT and STRUCT agree on one.
-const SENSOR_COUNT: u16 = 1;
-
 /// The Slurm program the plugin runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Daemon {
@@ -50,9 +47,12 @@ pub enum Query {
     SensorCount,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     Record(EnergyRecord),
+    /// The node's record, then one per part of the node the source measures beside it
+    /// (pm_counters' cpu, memory, accelN): as many as [`Answer::SensorCount`] says.
+    Records(Vec<EnergyRecord>),
     PollTime(i64),
     SensorCount(u16),
 }
@@ -66,10 +66,11 @@ pub enum Update {
     Profile,
 }
 
-/// A power sample for the profile plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A power sample for the profile plugin: the node's, and its parts'.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProfileSample {
     pub watts: u32,
+    pub parts: Vec<(&'static str, EnergyRecord)>,
     pub poll_time: i64,
 }
 
@@ -200,6 +201,17 @@ impl<S: Source> State<S> {
         }
     }
 
+    /// The records of the node's parts. Their number is fixed by the meter's first
+    /// reading, taken when it opens, so SENSOR_CNT and the array it sizes agree.
+    fn sensor_records(&mut self, host: &dyn Host) -> Vec<(&'static str, EnergyRecord)> {
+        match self.meter(host) {
+            Some(meter) => meter
+                .snapshot()
+                .sensor_records(Instant::now(), meter.stale_after()),
+            None => Vec::new(),
+        }
+    }
+
     fn step_record(&mut self, host: &dyn Host) -> EnergyRecord {
         let Some(meter) = self.meter(host) else {
             return EnergyRecord::unavailable(0);
@@ -317,7 +329,13 @@ impl<S: Source, H: Host> Runtime<S, H> {
             // STRUCT when it polled within the same second: the step's figure must be
             // current to the request (a power source's cached figure is up to a sample
             // period old: at 350 W and 1 s, up to 350 J short at the step's end).
-            Query::JoulesTask | Query::Struct => Answer::Record(state.node_record(host, Read::Now)),
+            // Only that RPC asks for these two, with an array of SENSOR_CNT records: the
+            // parts follow the node's.
+            Query::JoulesTask | Query::Struct => {
+                let node = state.node_record(host, Read::Now);
+                let parts = state.sensor_records(host).into_iter().map(|(_, r)| r);
+                Answer::Records(std::iter::once(node).chain(parts).collect())
+            }
             // in slurmstepd (--profile=energy) this is the step's current figure
             Query::NodeEnergy if host.daemon() == Daemon::Slurmstepd => {
                 Answer::Record(state.node_record(host, Read::Now))
@@ -325,7 +343,11 @@ impl<S: Source, H: Host> Runtime<S, H> {
             Query::NodeEnergy => Answer::Record(state.node_record(host, Read::Recent)),
             Query::NodeEnergyUp => Answer::Record(state.step_record(host)),
             Query::LastPoll => Answer::PollTime(state.node_record(host, Read::Cached).poll_time),
-            Query::SensorCount => Answer::SensorCount(SENSOR_COUNT),
+            // the node's record, then its parts'
+            Query::SensorCount => {
+                let count = 1 + state.sensor_records(host).len();
+                Answer::SensorCount(u16::try_from(count).unwrap_or(1))
+            }
         })
     }
 
@@ -336,8 +358,10 @@ impl<S: Source, H: Host> Runtime<S, H> {
             Update::Reconfig | Update::StepPtr => None,
             Update::Profile => {
                 let record = state.node_record(host, Read::Now);
+                let parts = state.sensor_records(host);
                 record.current_watts.map(|watts| ProfileSample {
                     watts,
+                    parts,
                     poll_time: record.poll_time,
                 })
             }

@@ -58,7 +58,7 @@ pub trait Source: 'static {
 }
 
 /// The node's energy since the source was opened.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Reading {
     pub energy_uj: u64,
     /// Every counter was read. When not, `energy_uj` lags behind; the failed counters
@@ -68,6 +68,20 @@ pub struct Reading {
     pub problems: Vec<String>,
     /// The power a sensor reported with this energy; counters leave it out and CurrentWatts
     /// is then derived from the energy.
+    pub watts: Option<f64>,
+    /// Parts of the node measured beside it (pm_counters' cpu, memory, accelN), always
+    /// the same list from the same source: extra records after the node's, never added to
+    /// it.
+    pub sensors: Vec<SensorReading>,
+}
+
+/// One part of the node in a [`Reading`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SensorReading {
+    /// Names the part in the log and the profile (`<label>Power`), e.g. `Cpu`, `Accel0`.
+    pub label: &'static str,
+    /// Energy since the source was opened; `None` when this part could not be read now.
+    pub energy_uj: Option<u64>,
     pub watts: Option<f64>,
 }
 

@@ -88,10 +88,17 @@ impl<S: Source> Plugin<S> {
         };
         match self.runtime.get(query) {
             Ok(Answer::Record(record)) => {
-                // SAFETY: these types pass one acct_gather_energy_t (or an array of
-                // SENSOR_CNT = 1 of them) of this release's layout.
+                // SAFETY: these types pass one acct_gather_energy_t of this release's layout.
                 let dst = unsafe { &mut *data.cast::<acct_gather_energy_t>() };
                 energy::write(dst, &record)
+            }
+            Ok(Answer::Records(records)) => {
+                let array = data.cast::<acct_gather_energy_t>();
+                for (i, record) in records.iter().enumerate() {
+                    // SAFETY: STRUCT and JOULES_TASK pass an array that Slurm sized by our
+                    // SENSOR_CNT, which counts exactly these records.
+                    energy::write(unsafe { &mut *array.add(i) }, record);
+                }
             }
             // SAFETY: LAST_POLL passes a time_t.
             Ok(Answer::PollTime(t)) => unsafe { *data.cast::<libc_time_t>() = t },
@@ -114,7 +121,7 @@ impl<S: Source> Plugin<S> {
                 self.profile
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .send(sample.watts, sample.poll_time);
+                    .send(sample.watts, &sample.parts, sample.poll_time);
                 SLURM_SUCCESS
             }),
             Ok(None) => SLURM_SUCCESS,

@@ -172,6 +172,7 @@ impl EnergyReader for SlurmdNode {
                 vec!["slurmd has not answered for too long".into()]
             },
             watts: state.watts.map(f64::from),
+            sensors: Vec::new(),
         }
     }
 

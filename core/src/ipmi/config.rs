@@ -3,11 +3,11 @@
 //! plugin keeps working: the freeipmi tuning keys it has are accepted, and a notice says
 //! they have no effect here.
 
-use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::{ConfigError, KeyValues, period_secs};
+pub use crate::config::Secret;
+use crate::config::{ConfigError, KeyValues, boolean, period_secs};
 
 pub const KEY_HOST: &str = "EnergyIPMIHost";
 pub const KEY_USERNAME: &str = "EnergyIPMIUsername";
@@ -84,22 +84,6 @@ const DEFAULT_FREQUENCY: u32 = 1;
 const DEFAULT_CALC_ADJUSTMENT: bool = true;
 const DEFAULT_TIMEOUT: u32 = 10;
 
-/// A password that never appears in a log or `scontrol show config`.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<hidden>")
-    }
-}
-
 /// Which readings make the node's power (`EnergyIPMIPowerSensors`, `Node=...`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum PowerSensors {
@@ -163,7 +147,7 @@ impl IpmiConfig {
         }
         c.username = values.get(KEY_USERNAME).map(str::to_string);
         if let Some(v) = values.get(KEY_PASSWORD) {
-            c.password = Secret(v.to_string());
+            c.password = Secret::new(v);
         }
         if let Some(v) = values.get(KEY_FREQUENCY) {
             // Slurm takes whole seconds; fractions are accepted too
@@ -196,7 +180,7 @@ impl IpmiConfig {
                 "IPMI user names are at most 16 ASCII characters",
             ));
         }
-        if c.password.0.len() > 20 {
+        if c.password.expose().len() > 20 {
             // never echo the password itself
             return Err(ConfigError::new(
                 KEY_PASSWORD,
@@ -284,14 +268,6 @@ fn positive(key: &'static str, v: &str) -> Result<u32, ConfigError> {
         .ok()
         .filter(|n| *n > 0)
         .ok_or_else(|| ConfigError::new(key, v, "expected a whole number of seconds, at least 1"))
-}
-
-fn boolean(key: &'static str, v: &str) -> Result<bool, ConfigError> {
-    match v.to_ascii_lowercase().as_str() {
-        "yes" | "true" | "1" | "on" => Ok(true),
-        "no" | "false" | "0" | "off" => Ok(false),
-        _ => Err(ConfigError::new(key, v, "expected yes or no")),
-    }
 }
 
 /// Slurm's syntax: `Node=DCMI`, `Node=DCMI_ENHANCED`, `Node=16,19;Socket0=16`. The node's

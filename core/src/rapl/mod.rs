@@ -161,6 +161,7 @@ impl EnergyReader for Rapl {
             complete: true,
             problems: Vec::new(),
             watts: None,
+            sensors: Vec::new(),
         };
         for c in &mut self.counters {
             match c.raw.read() {

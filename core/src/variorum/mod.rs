@@ -222,6 +222,7 @@ impl PowerSensor for Variorum {
         Ok(Sample {
             watts,
             at: self.last_at,
+            energy_j: None,
         })
     }
 }

@@ -4,6 +4,8 @@
 pub mod bmc;
 pub mod cluster;
 pub mod influxdb;
+pub mod pmsim;
+pub mod redfish;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ pub fn bin(name: &str) -> PathBuf {
     match name {
         "raplsim" => PathBuf::from(env!("CARGO_BIN_EXE_raplsim")),
         "energy-driver" => PathBuf::from(env!("CARGO_BIN_EXE_energy-driver")),
+        "pmsim" => PathBuf::from(env!("CARGO_BIN_EXE_pmsim")),
         other => panic!("no binary {other}"),
     }
 }
@@ -50,7 +53,7 @@ pub fn plugin_dir(tmp: &Path) -> PathBuf {
     // the Variorum sampler lives beside its plugin
     let sampler = "acct_gather_energy_rust_variorum_sampler";
     fs::copy(target.join(sampler), dir.join(sampler)).expect("copy the variorum sampler");
-    for kind in ["rapl", "ipmi", "variorum"] {
+    for kind in ["rapl", "ipmi", "variorum", "pm_counters", "redfish"] {
         let built = target.join(format!("libacct_gather_energy_rust_{kind}.so"));
         assert!(
             built.exists(),
