@@ -2,12 +2,24 @@
 # deps.sh: installs, from Debian 12 packages, what building and testing needs: Slurm
 # 22.05 (daemons, client, headers, the influxdb profile plugin), munge, MariaDB, libclang
 # for bindgen, iproute2 for network namespaces, OpenIPMI's ipmi_sim (the simulated BMC),
-# gcc and jansson (for the stand-in libvariorum.so), through ci/apt-install.sh (root when
-# something is missing; package scripts never start system daemons).
+# gcc and jansson (for the stand-in libvariorum.so), openssl (test certificates), through
+# ci/apt-install.sh (root when something is missing; package scripts never start system
+# daemons); and sushy-tools (a real Redfish server, sushy-static) from PyPI into a virtual
+# environment cached under /var/cache/rust-energy-slurm.
 set -eu
 sh "$(dirname "$0")/apt-install.sh" slurmd slurmctld slurmdbd slurm-client libslurm-dev \
     slurm-wlm-influxdb-plugin munge mariadb-server libclang-dev clang gcc libc6-dev iproute2 \
-    util-linux procps python3 ca-certificates curl openipmi libopenipmi-dev ipmitool libjansson4
+    util-linux procps python3 python3-venv ca-certificates curl openssl openipmi libopenipmi-dev \
+    ipmitool libjansson4
+
+sushy=/var/cache/rust-energy-slurm/sushy-tools
+if [ ! -x "$sushy/bin/sushy-static" ]; then
+    echo "== installing sushy-tools into $sushy"
+    mkdir -p "$(dirname "$sushy")"
+    rm -rf "$sushy"
+    /usr/bin/python3 -m venv "$sushy"
+    "$sushy/bin/pip" install -q sushy-tools==2.2.0
+fi
 
 # Rust: the machine's toolchain (rustup) if present; Debian 12's rustc is too old.
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then

@@ -7,11 +7,13 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::source::Reading;
+use crate::source::{Reading, SensorReading};
 
 /// CurrentWatts is averaged over at least this long, so two reads microseconds apart do
 /// not produce a meaningless figure.
 const WATTS_WINDOW: Duration = Duration::from_secs(1);
+/// Parts of a node reported beside it (pm_counters: cpu, memory, up to 8 accelerators).
+pub const MAX_SENSORS: usize = 10;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Point {
@@ -67,6 +69,53 @@ pub struct Accounting {
     current_watts: Option<f64>,
     /// When the process started measuring (for `slurmd_start_time`).
     started: Option<SystemTime>,
+    /// The parts of the node its source measures beside it, fixed by the first reading
+    /// (Slurm sizes its array by the count, then has it filled).
+    sensors: [Option<SensorTrack>; MAX_SENSORS],
+    sensors_fixed: bool,
+}
+
+/// One part of the node: energy since its first reading, as the node's.
+#[derive(Debug, Clone, Copy)]
+struct SensorTrack {
+    label: &'static str,
+    first: Option<Point>,
+    last: Option<Point>,
+    watts: Option<f64>,
+}
+
+impl SensorTrack {
+    fn record(&mut self, reading: &SensorReading, at: Instant, wall: SystemTime) {
+        let Some(energy_uj) = reading.energy_uj else {
+            return;
+        };
+        let point = Point {
+            at,
+            wall,
+            energy_uj,
+        };
+        self.first.get_or_insert(point);
+        self.last = Some(point);
+        self.watts = reading.watts;
+    }
+
+    fn record_at(&self, now: Instant, stale_after: Duration, start_time: i64) -> EnergyRecord {
+        let last = self
+            .last
+            .filter(|p| now.saturating_duration_since(p.at) <= stale_after);
+        match (self.first, last) {
+            (Some(first), Some(last)) => EnergyRecord {
+                consumed_j: Some(last.energy_uj.saturating_sub(first.energy_uj) / 1_000_000),
+                base_consumed_j: 0,
+                previous_consumed_j: 0,
+                current_watts: self.watts.map(|w| w.round().max(0.0) as u32),
+                ave_watts: average_watts(&first, &last).unwrap_or(0.0).round() as u32,
+                poll_time: last.unix_secs(),
+                start_time,
+            },
+            _ => EnergyRecord::unavailable(start_time),
+        }
+    }
 }
 
 impl Accounting {
@@ -78,6 +127,7 @@ impl Accounting {
     }
 
     pub fn record(&mut self, reading: &Reading, at: Instant, wall: SystemTime) {
+        self.record_sensors(&reading.sensors, at, wall);
         if !reading.complete {
             return;
         }
@@ -100,6 +150,50 @@ impl Accounting {
             Some(_) => {}
             None => self.window = Some(point),
         }
+    }
+
+    /// The parts are recorded whether or not the node's reading is complete: each has its
+    /// own files. Their list is fixed by the first reading; a part is found by its label.
+    fn record_sensors(&mut self, sensors: &[SensorReading], at: Instant, wall: SystemTime) {
+        if !self.sensors_fixed {
+            self.sensors_fixed = true;
+            for (slot, s) in self.sensors.iter_mut().zip(sensors) {
+                *slot = Some(SensorTrack {
+                    label: s.label,
+                    first: None,
+                    last: None,
+                    watts: None,
+                });
+            }
+        }
+        for s in sensors {
+            if let Some(track) = self
+                .sensors
+                .iter_mut()
+                .flatten()
+                .find(|t| t.label == s.label)
+            {
+                track.record(s, at, wall);
+            }
+        }
+    }
+
+    /// How many parts are reported beside the node.
+    pub fn sensor_count(&self) -> usize {
+        self.sensors.iter().flatten().count()
+    }
+
+    /// Each part's label and record, in the order of [`Self::sensor_count`].
+    pub fn sensor_records(
+        &self,
+        now: Instant,
+        stale_after: Duration,
+    ) -> Vec<(&'static str, EnergyRecord)> {
+        self.sensors
+            .iter()
+            .flatten()
+            .map(|t| (t.label, t.record_at(now, stale_after, self.start_time())))
+            .collect()
     }
 
     /// The latest complete reading, unless it is older than `stale_after`.
@@ -208,6 +302,7 @@ mod tests {
             complete: true,
             problems: vec![],
             watts: None,
+            sensors: vec![],
         }
     }
 
@@ -280,5 +375,48 @@ mod tests {
         assert_eq!(second.consumed_j, Some(250));
         assert_eq!(second.previous_consumed_j, 200);
         assert_eq!(second.base_consumed_j, 50);
+    }
+
+    #[test]
+    fn parts_are_fixed_by_the_first_reading_and_do_not_change_the_node() {
+        let t0 = Instant::now();
+        let wall = SystemTime::now();
+        let part = |label, energy_uj: Option<u64>| SensorReading {
+            label,
+            energy_uj,
+            watts: Some(50.0),
+        };
+        let mut acc = Accounting::new(wall);
+        let mut r = reading(0);
+        r.sensors = vec![part("Cpu", Some(1_000_000)), part("Accel0", None)];
+        acc.record(&r, t0, wall);
+        assert_eq!(acc.sensor_count(), 2);
+        let mut r = reading(300_000_000);
+        // a part that appears later is not added; a part read later starts then
+        r.sensors = vec![
+            part("Cpu", Some(101_000_000)),
+            part("Accel0", Some(5_000_000)),
+            part("Memory", Some(1)),
+        ];
+        acc.record(&r, after(t0, 2.0), wall);
+        let mut r = reading(600_000_000);
+        r.sensors = vec![
+            part("Cpu", Some(201_000_000)),
+            part("Accel0", Some(45_000_000)),
+        ];
+        r.complete = false;
+        acc.record(&r, after(t0, 4.0), wall);
+        assert_eq!(acc.sensor_count(), 2);
+        let parts = acc.sensor_records(after(t0, 4.0), STALE);
+        assert_eq!(parts[0].0, "Cpu");
+        assert_eq!(parts[0].1.consumed_j, Some(200));
+        assert_eq!(parts[0].1.ave_watts, 50);
+        assert_eq!(parts[1].1.consumed_j, Some(40));
+        // the node keeps its own figure (the last complete reading)
+        assert_eq!(acc.node_record(after(t0, 4.0), STALE).consumed_j, Some(300));
+        assert_eq!(
+            acc.sensor_records(after(t0, 15.0), STALE)[0].1.consumed_j,
+            None
+        );
     }
 }

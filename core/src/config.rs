@@ -1,6 +1,7 @@
 //! acct_gather.conf values as Slurm hands them over, and the errors that name bad ones.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::time::Duration;
 
 /// The raw string value of each key a source declared; absent keys are not in the map.
@@ -47,4 +48,33 @@ pub fn period_secs(key: &'static str, v: &str, max_secs: u64) -> Result<Duration
         .filter(|s| s.is_finite() && (0.1..=max_secs as f64).contains(s))
         .map(Duration::from_secs_f64)
         .ok_or_else(|| ConfigError::new(key, v, format!("expected seconds from 0.1 to {max_secs}")))
+}
+
+/// A password that never appears in a log or `scontrol show config`.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(text: &str) -> Self {
+        Self(text.to_string())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<hidden>")
+    }
+}
+
+/// yes/no, true/false, on/off, 1/0.
+pub fn boolean(key: &'static str, v: &str) -> Result<bool, ConfigError> {
+    match v.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" | "on" => Ok(true),
+        "no" | "false" | "0" | "off" => Ok(false),
+        _ => Err(ConfigError::new(key, v, "expected yes or no")),
+    }
 }

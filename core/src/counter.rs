@@ -113,15 +113,35 @@ impl WrappingCounter {
                 self.with_likely_wraps(delta, elapsed, wraps_possible)
             }
         } else {
-            let estimated_units = (self.rate * elapsed).round() as u64;
-            self.add(estimated_units, now);
-            return Advance::Glitch {
-                raw_delta: delta,
-                estimated_units,
-            };
+            return self.estimate_gap(delta, elapsed, now);
         };
         self.add(counted, now);
         Advance::Counted { units: counted }
+    }
+
+    /// The hardware says its counter started again (a node controller's restart) at an
+    /// unknown moment since the last read: the energy since then is estimated from the
+    /// last measured power, and counting goes on from `raw`.
+    pub fn restarted(&mut self, raw: u64, now: Instant) -> Advance {
+        let Some(last) = self.last else {
+            return self.advance(raw, now);
+        };
+        self.last = Some(Last {
+            value: raw % self.modulus,
+            at: now,
+            since: last.at,
+        });
+        let elapsed = now.saturating_duration_since(last.at).as_secs_f64();
+        self.estimate_gap(raw.wrapping_sub(last.value), elapsed, now)
+    }
+
+    fn estimate_gap(&mut self, raw_delta: u64, elapsed: f64, now: Instant) -> Advance {
+        let estimated_units = (self.rate * elapsed).round() as u64;
+        self.add(estimated_units, now);
+        Advance::Glitch {
+            raw_delta,
+            estimated_units,
+        }
     }
 
     fn add(&mut self, units: u64, now: Instant) {
@@ -191,6 +211,27 @@ mod tests {
         // counting resumes from the new value
         assert_eq!(c.advance(300, at(t0, 2.5)), Advance::Counted { units: 300 });
         assert_eq!(c.total_units(), 500 + 500 + 300);
+    }
+
+    #[test]
+    fn a_restart_counts_the_gap_from_the_last_power_even_when_the_value_rose() {
+        let t0 = Instant::now();
+        let mut c = WrappingCounter::new(M, 1e6);
+        c.advance(1000, t0);
+        c.advance(1500, at(t0, 1.0)); // 500 units/s
+        // restarted from zero and already past the old value: not counted as a rise
+        assert_eq!(
+            c.restarted(2000, at(t0, 2.0)),
+            Advance::Glitch {
+                raw_delta: 500,
+                estimated_units: 500
+            }
+        );
+        assert_eq!(
+            c.advance(2100, at(t0, 2.2)),
+            Advance::Counted { units: 100 }
+        );
+        assert_eq!(c.total_units(), 1100);
     }
 
     #[test]

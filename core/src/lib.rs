@@ -1,9 +1,10 @@
 //! The shared core of the Rust `acct_gather_energy` plugins.
 //!
 //! Layers: [`ffi`] is the only place that touches Slurm (raw pointers, `unsafe`); it turns
-//! Slurm's calls into calls on the safe [`meter`], which samples an [`source::EnergySource`]
-//! into [`accounting`]. Sources (`rapl`, ...) are plain Rust over files, testable without
-//! Slurm or the hardware.
+//! Slurm's calls into calls on the safe [`runtime`], which keeps a [`meter`] sampling the
+//! plugin's [`source::Source`] into [`accounting`]. Sources (`rapl`, ...) are plain Rust
+//! over files, testable without Slurm or the hardware. Every background thread is a
+//! [`worker::Worker`].
 //!
 //! `unsafe` is denied everywhere but in [`ffi`] (the only exception: CI fails on any
 //! other), so that the logic stays safe Rust and the unsafe part stays small enough to
@@ -17,15 +18,21 @@ pub mod counter;
 // The one exception: raw pointers from Slurm and calls into libslurmfull.
 #[allow(unsafe_code)]
 pub mod ffi;
+mod guard;
 #[cfg(feature = "ipmi")]
 pub mod ipmi;
 pub mod meter;
+pub mod pm_counters;
 pub mod power;
 pub mod rapl;
+#[cfg(feature = "redfish")]
+pub mod redfish;
 pub mod remote;
+pub mod runtime;
 pub mod source;
 #[cfg(feature = "variorum")]
 pub mod variorum;
+pub mod worker;
 
 #[cfg(test)]
 mod rules {

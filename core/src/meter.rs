@@ -6,26 +6,20 @@
 //! the hardware, so each figure Slurm gets is current. All reads go through one mutex; a read
 //! is a few `pread`s, so no Slurm call waits on anything slow.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::accounting::Accounting;
-use crate::source::EnergyReader;
-
-/// Readings older than this many sample periods (and at least `MIN_STALE`) are unavailable.
-const STALE_PERIODS: u32 = 3;
-const MIN_STALE: Duration = Duration::from_secs(10);
+use crate::source::{EnergyReader, stale_after};
+use crate::worker::Worker;
 
 pub struct Meter<S: EnergyReader> {
     shared: Arc<Shared<S>>,
-    sampler: Option<JoinHandle<()>>,
+    sampler: Option<Worker>,
 }
 
 struct Shared<S> {
     metered: Mutex<Metered<S>>,
-    stop: Mutex<bool>,
-    wake: Condvar,
     period: Duration,
 }
 
@@ -49,8 +43,6 @@ impl<S: EnergyReader> Meter<S> {
                 sampled_at: Instant::now(),
                 failing: false,
             }),
-            stop: Mutex::new(false),
-            wake: Condvar::new(),
             period,
         });
         shared.sample();
@@ -59,30 +51,11 @@ impl<S: EnergyReader> Meter<S> {
             sampler: None,
         }
     }
-
-    pub fn sample_period(&self) -> Duration {
-        self.shared.period
-    }
-
-    /// Stops and joins the sampler.
-    pub fn stop(&mut self) {
-        *self
-            .shared
-            .stop
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = true;
-        self.shared.wake.notify_all();
-        if let Some(handle) = self.sampler.take()
-            && handle.join().is_err()
-        {
-            log::error!("the sampling thread panicked");
-        }
-    }
 }
 
 /// A meter of any source, as the plugin holds it.
 pub trait Metering: Send {
-    /// Starts the sampling thread unless it runs (again, if starting it failed before).
+    /// Starts the sampling thread unless it runs (again, if it ended or could not start).
     fn ensure_sampling(&mut self);
     /// Reads the source now and returns the accounting.
     fn refresh(&self) -> Accounting;
@@ -96,22 +69,24 @@ pub trait Metering: Send {
 
 impl<S: EnergyReader> Metering for Meter<S> {
     fn stale_after(&self) -> Duration {
-        (self.shared.period * STALE_PERIODS).max(MIN_STALE)
+        stale_after(self.shared.period)
     }
 
     fn ensure_sampling(&mut self) {
-        if self.sampler.is_some() {
+        if self.sampler.as_ref().is_some_and(|s| !s.has_ended()) {
             return;
         }
         let shared = Arc::clone(&self.shared);
-        match std::thread::Builder::new()
-            .name("energy-sampler".into())
-            .spawn(move || shared.run())
-        {
-            Ok(handle) => self.sampler = Some(handle),
+        let period = self.shared.period;
+        match Worker::spawn("energy-sampler", move |control| {
+            while control.wait(Some(period)) {
+                shared.sample();
+            }
+        }) {
+            Ok(worker) => self.sampler = Some(worker),
             Err(e) => log::error!(
-                "cannot start the sampling thread ({e}); energy is read only when Slurm polls, \
-                 so counter wraps between polls may be missed"
+                "{e}; energy is read only when Slurm polls, so counter wraps between polls \
+                 may be missed"
             ),
         }
     }
@@ -131,12 +106,6 @@ impl<S: EnergyReader> Metering for Meter<S> {
 
     fn snapshot(&self) -> Accounting {
         self.shared.lock().accounting
-    }
-}
-
-impl<S: EnergyReader> Drop for Meter<S> {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
@@ -163,29 +132,11 @@ impl<S: EnergyReader> Shared<S> {
                 "reading energy failed: {}; reporting the last good reading until it is older \
                  than {} s, then no energy (NO_VAL)",
                 reading.problems.join("; "),
-                (self.period * STALE_PERIODS).max(MIN_STALE).as_secs()
+                stale_after(self.period).as_secs()
             );
             metered.failing = true;
         }
         metered.accounting.record(&reading, now, SystemTime::now());
         metered.accounting
-    }
-
-    fn run(&self) {
-        let mut stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            let (guard, _) = self
-                .wake
-                .wait_timeout(stop, self.period)
-                .unwrap_or_else(PoisonError::into_inner);
-            stop = guard;
-            if *stop {
-                return;
-            }
-            // Never hold `stop` while reading: `Meter::stop` must not wait for a read.
-            drop(stop);
-            self.sample();
-            stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
-        }
     }
 }

@@ -5,17 +5,15 @@
 //! the poller thread, which reconnects with backoff after failures. Energy is the trapezoid
 //! of successive samples with sub-second timestamps; across a gap (a frozen BMC) the
 //! trapezoid between the last sample before and the first after is the estimate, as in
-//! Slurm's ipmi plugin. A cache whose last sample is older than `STALE_PERIODS` periods
+//! Slurm's ipmi plugin. A cache whose last sample is older than [`stale_after`] the period
 //! makes the reading incomplete, so Slurm gets "unavailable", never 0 or a stale figure.
 
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::config::{ConfigError, KeyValues};
-use crate::source::{EnergyReader, EnergySource, Reading};
+use crate::source::{EnergyReader, Reading, Source, stale_after};
+use crate::worker::{Control, Worker};
 
-const STALE_PERIODS: u32 = 3;
 /// Reconnecting backs off, doubling from one period up to this many periods (within
 /// `BACKOFF_BOUNDS`): a sensor that comes back is read again soon, so the energy of the
 /// gap is bridged before the steps that need it end.
@@ -28,6 +26,10 @@ const BACKOFF_BOUNDS: (Duration, Duration) = (Duration::from_secs(2), Duration::
 pub struct Sample {
     pub watts: f64,
     pub at: Instant,
+    /// The sensor's own energy counter in joules, where it has one (a Redfish BMC's
+    /// EnergyJoules): the energy between two samples is then the counter's rise, and the
+    /// power is integrated only where the counter cannot be used.
+    pub energy_j: Option<f64>,
 }
 
 impl Sample {
@@ -35,9 +37,14 @@ impl Sample {
         Self {
             watts,
             at: Instant::now(),
+            energy_j: None,
         }
     }
 }
+
+/// More than any node draws: a counter rising faster is not counted (a reset or a bad
+/// reading); the power is integrated over that interval instead.
+const MAX_COUNTER_WATTS: f64 = 1e6;
 
 /// Why there is no reading.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -56,14 +63,15 @@ impl From<String> for ReadError {
     }
 }
 
-/// A sensor of whole-node power.
-pub trait PowerSensor: Sized + Send + 'static {
-    type Config: Default + Clone + PartialEq + Send + std::fmt::Debug + 'static;
-    const KEYS: &'static [&'static str];
-
-    fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError>;
-    fn show_config(config: &Self::Config) -> Vec<(&'static str, String)>;
-
+/// A sensor of whole-node power: the part of a [`Source`] that only the poller thread
+/// touches.
+///
+/// Why a second trait beside [`EnergyReader`]: a counter is read in a few microseconds, so
+/// Slurm's calls may read it directly; a power sensor may block for seconds (a hung BMC, a
+/// stalled library), so it is read only by the poller, and [`Polled`] turns its samples
+/// into the [`EnergyReader`] Slurm's calls see. A power source's [`Source::open`] is
+/// [`Polled::start`].
+pub trait PowerSensor: Source + Sized + Send {
     /// How often the poller reads the sensor.
     fn period(config: &Self::Config) -> Duration;
 
@@ -77,14 +85,12 @@ pub trait PowerSensor: Sized + Send + 'static {
     /// sensor's own timeouts.
     fn read_watts(&mut self) -> Result<Sample, ReadError>;
 
-    /// Extrapolate the energy from the last reading to the time it is read, at the last
-    /// power (Slurm's `EnergyIPMICalcAdjustment`).
+    /// Bring the energy from the last sample up to the moment it is read, at the last
+    /// power (Slurm's `EnergyIPMICalcAdjustment`), so that a step's final figure is not a
+    /// period old.
     fn extrapolate(_config: &Self::Config) -> bool {
-        false
+        true
     }
-
-    /// See [`EnergySource::plugin_located`].
-    fn plugin_located(_dir: &std::path::Path) {}
 }
 
 /// Runs sensor code, turning a panic inside it (third-party protocol code) into an error
@@ -99,56 +105,83 @@ fn contained<T, E: From<String>>(what: &str, f: impl FnOnce() -> Result<T, E>) -
 struct Integral {
     energy_uj: f64,
     last: Option<(Instant, f64)>,
+    /// The energy counter of the last sample, if it had one.
+    last_counter_j: Option<f64>,
     /// The most ever reported, so an extrapolation followed by a lower reading never
     /// makes energy go backwards.
     reported_uj: u64,
 }
 
 impl Integral {
-    fn add(&mut self, at: Instant, watts: f64) {
+    fn add(&mut self, sample: &Sample) {
+        let Sample {
+            watts,
+            at,
+            energy_j,
+        } = *sample;
         if let Some((t0, w0)) = self.last {
             if at <= t0 {
                 return; // the same sample again, or out of order
             }
             let secs = at.saturating_duration_since(t0).as_secs_f64();
-            self.energy_uj += secs * (w0 + watts) / 2.0 * 1e6;
+            let rise_j = match (self.last_counter_j, energy_j) {
+                (Some(before), Some(now)) => Some(now - before),
+                _ => None,
+            }
+            .filter(|rise| (0.0..=MAX_COUNTER_WATTS * secs).contains(rise));
+            self.energy_uj += match rise_j {
+                Some(rise) => rise * 1e6,
+                None => secs * (w0 + watts) / 2.0 * 1e6,
+            };
         }
         self.last = Some((at, watts));
+        self.last_counter_j = energy_j;
     }
-}
 
-struct Shared {
-    integral: Mutex<Integral>,
-    stop: Mutex<bool>,
-    wake: Condvar,
-}
-
-impl Shared {
-    /// Sleeps up to `d`; true when asked to stop.
-    fn sleep(&self, d: Duration) -> bool {
-        let stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
-        if *stop {
-            return true;
+    /// The energy as of `now`: up to the last sample, plus (when `extrapolate`) the time
+    /// since at the last power, up to `limit` (a stale sample is not extrapolated).
+    fn energy_at(&mut self, now: Instant, extrapolate: bool, limit: Duration) -> u64 {
+        let mut energy_uj = self.energy_uj;
+        if let (true, Some((at, watts))) = (extrapolate, self.last) {
+            let since = now.saturating_duration_since(at).min(limit);
+            energy_uj += watts * since.as_secs_f64() * 1e6;
         }
-        let (stop, _) = self
-            .wake
-            .wait_timeout(stop, d)
-            .unwrap_or_else(PoisonError::into_inner);
-        *stop
+        self.reported_uj = self.reported_uj.max(energy_uj as u64);
+        self.reported_uj
     }
 }
 
-/// An [`EnergySource`] over a [`PowerSensor`] polled by its own thread.
+/// The [`EnergyReader`] of a [`PowerSensor`] polled by its own thread.
 pub struct Polled<P: PowerSensor> {
-    shared: Arc<Shared>,
+    integral: Arc<Mutex<Integral>>,
     period: Duration,
     extrapolate: bool,
-    poller: Option<JoinHandle<()>>,
+    _poller: Worker,
     _sensor: std::marker::PhantomData<fn() -> P>,
 }
 
 impl<P: PowerSensor> Polled<P> {
-    fn poll(shared: &Shared, config: &P::Config, period: Duration) {
+    /// Starts the poller and returns at once: connecting happens in the poller.
+    pub fn start(config: &P::Config) -> Result<Self, String> {
+        let period = P::period(config);
+        let integral = Arc::new(Mutex::new(Integral::default()));
+        let theirs = Arc::clone(&integral);
+        let config_copy = config.clone();
+        // A panic in the sensor code is contained by `contained` (reconnect) and, failing
+        // that, by the worker: polling ends, readings go stale, slurmd keeps running.
+        let poller = Worker::spawn("power-poller", move |control| {
+            Self::poll(control, &theirs, &config_copy, period)
+        })?;
+        Ok(Self {
+            integral,
+            period,
+            extrapolate: P::extrapolate(config),
+            _poller: poller,
+            _sensor: std::marker::PhantomData,
+        })
+    }
+
+    fn poll(control: &Control, integral: &Mutex<Integral>, config: &P::Config, period: Duration) {
         let mut sensor: Option<P> = None;
         let max_backoff = (period * BACKOFF_PERIODS).clamp(BACKOFF_BOUNDS.0, BACKOFF_BOUNDS.1);
         let mut backoff = period;
@@ -168,7 +201,7 @@ impl<P: PowerSensor> Polled<P> {
                             );
                             failing = true;
                         }
-                        if shared.sleep(backoff) {
+                        if !control.wait(Some(backoff)) {
                             return;
                         }
                         backoff = (backoff * 2).min(max_backoff);
@@ -178,12 +211,12 @@ impl<P: PowerSensor> Polled<P> {
             }
             let Some(s) = sensor.as_mut() else { continue };
             match contained("reading power", || s.read_watts()) {
-                Ok(Sample { watts, at }) if watts.is_finite() && watts >= 0.0 => {
-                    shared
-                        .integral
+                Ok(sample) if sample.watts.is_finite() && sample.watts >= 0.0 => {
+                    let watts = sample.watts;
+                    integral
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
-                        .add(at, watts);
+                        .add(&sample);
                     if failing {
                         log::info!("power readings are back ({watts:.0} W)");
                         failing = false;
@@ -208,79 +241,10 @@ impl<P: PowerSensor> Polled<P> {
                     sensor = None;
                 }
             }
-            if shared.sleep(period) {
+            if !control.wait(Some(period)) {
                 return;
             }
         }
-    }
-
-    /// Stops and joins the poller; a sensor call in progress finishes first (bounded by
-    /// its own timeouts).
-    fn stop(&mut self) {
-        *self
-            .shared
-            .stop
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = true;
-        self.shared.wake.notify_all();
-        if let Some(handle) = self.poller.take()
-            && handle.join().is_err()
-        {
-            log::error!("the power poller panicked");
-        }
-    }
-}
-
-impl<P: PowerSensor> Drop for Polled<P> {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-impl<P: PowerSensor> EnergySource for Polled<P> {
-    type Config = P::Config;
-    const KEYS: &'static [&'static str] = P::KEYS;
-    const FROM_SLURMD_IN_STEPS: bool = true;
-
-    fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
-        P::parse_config(values)
-    }
-
-    fn plugin_located(dir: &std::path::Path) {
-        P::plugin_located(dir);
-    }
-
-    fn show_config(config: &Self::Config) -> Vec<(&'static str, String)> {
-        P::show_config(config)
-    }
-
-    /// Starts the poller and returns at once: connecting happens in the poller.
-    fn open(config: &Self::Config) -> Result<Self, String> {
-        let period = P::period(config);
-        let shared = Arc::new(Shared {
-            integral: Mutex::new(Integral::default()),
-            stop: Mutex::new(false),
-            wake: Condvar::new(),
-        });
-        let poller_shared = Arc::clone(&shared);
-        let poller_config = config.clone();
-        let poller = std::thread::Builder::new()
-            .name("power-poller".into())
-            .spawn(move || {
-                // a panic in the sensor code ends polling (readings go stale), not slurmd
-                let run = std::panic::AssertUnwindSafe(|| Self::poll(&poller_shared, &poller_config, period));
-                if std::panic::catch_unwind(run).is_err() {
-                    log::error!("the power poller stopped after an internal error; energy is now unavailable");
-                }
-            })
-            .map_err(|e| format!("cannot start the power poller thread: {e}"))?;
-        Ok(Self {
-            shared,
-            period,
-            extrapolate: P::extrapolate(config),
-            poller: Some(poller),
-            _sensor: std::marker::PhantomData,
-        })
     }
 }
 
@@ -290,21 +254,13 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
     }
 
     fn read(&mut self, now: Instant) -> Reading {
-        let mut integral = self
-            .shared
-            .integral
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let fresh = integral.last.is_some_and(|(at, _)| {
-            now.saturating_duration_since(at) <= self.period * STALE_PERIODS
-        });
-        let mut energy_uj = integral.energy_uj;
-        if let (true, Some((at, watts))) = (self.extrapolate, integral.last) {
-            energy_uj += watts * now.saturating_duration_since(at).as_secs_f64() * 1e6;
-        }
-        integral.reported_uj = integral.reported_uj.max(energy_uj as u64);
+        let mut integral = self.integral.lock().unwrap_or_else(PoisonError::into_inner);
+        let stale = stale_after(self.period);
+        let fresh = integral
+            .last
+            .is_some_and(|(at, _)| now.saturating_duration_since(at) <= stale);
         Reading {
-            energy_uj: integral.reported_uj,
+            energy_uj: integral.energy_at(now, self.extrapolate, stale),
             complete: fresh,
             problems: if fresh || integral.last.is_none() {
                 vec![]
@@ -312,6 +268,7 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
                 vec!["no power reading for too long".into()]
             },
             watts: integral.last.map(|(_, w)| w),
+            sensors: Vec::new(),
         }
     }
 
@@ -329,9 +286,73 @@ mod tests {
     fn trapezoid_with_sub_second_timestamps() {
         let t0 = Instant::now();
         let mut i = Integral::default();
-        i.add(t0, 100.0);
-        i.add(t0 + Duration::from_millis(500), 300.0); // 0.5 s * 200 W = 100 J
-        i.add(t0 + Duration::from_millis(2500), 300.0); // 2 s * 300 W = 600 J
+        let at = |ms| t0 + Duration::from_millis(ms);
+        i.add(&Sample {
+            watts: 100.0,
+            at: at(0),
+            energy_j: None,
+        });
+        // 0.5 s * 200 W = 100 J
+        i.add(&Sample {
+            watts: 300.0,
+            at: at(500),
+            energy_j: None,
+        });
+        // 2 s * 300 W = 600 J
+        i.add(&Sample {
+            watts: 300.0,
+            at: at(2500),
+            energy_j: None,
+        });
         assert!((i.energy_uj - 700e6).abs() < 1.0, "{}", i.energy_uj);
+    }
+
+    #[test]
+    fn extrapolation_brings_energy_to_the_call_and_never_goes_back() {
+        let t0 = Instant::now();
+        let limit = Duration::from_secs(10);
+        let mut i = Integral::default();
+        let power = |ms, watts| Sample {
+            watts,
+            at: t0 + Duration::from_millis(ms),
+            energy_j: None,
+        };
+        i.add(&power(0, 300.0));
+        i.add(&power(1000, 300.0)); // 300 J
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // 0.5 s after the last sample at 300 W
+        assert_eq!(i.energy_at(at(1500), true, limit), 450_000_000);
+        assert_eq!(i.energy_at(at(1500), false, limit), 450_000_000); // never backwards
+        // the power had fallen to 0: the trapezoid (375 J) is below what was reported
+        i.add(&power(1500, 0.0));
+        assert_eq!(i.energy_at(at(2500), true, limit), 450_000_000);
+        i.add(&power(2500, 0.0));
+        i.add(&power(3500, 300.0)); // 375 + 150 J
+        assert_eq!(i.energy_at(at(3500), false, limit), 525_000_000);
+        // a stale sample is extrapolated only up to the limit: 525 J + 10 s at 300 W
+        assert_eq!(i.energy_at(at(60_000), true, limit), 3_525_000_000);
+    }
+
+    #[test]
+    fn an_energy_counter_is_counted_and_a_reset_falls_back_to_the_power() {
+        let t0 = Instant::now();
+        let mut i = Integral::default();
+        let mut add = |ms, watts, energy_j| {
+            i.add(&Sample {
+                watts,
+                at: t0 + Duration::from_millis(ms),
+                energy_j,
+            });
+            i.energy_uj
+        };
+        add(0, 100.0, Some(5000.0));
+        // the counter, not the trapezoid (which would say 200 J)
+        assert!((add(1000, 300.0, Some(5150.0)) - 150e6).abs() < 1.0);
+        // the counter fell (a BMC reset): 1 s at 300 W, integrated
+        assert!((add(2000, 300.0, Some(10.0)) - 450e6).abs() < 1.0);
+        assert!((add(3000, 300.0, Some(310.0)) - 750e6).abs() < 1.0);
+        // no counter in this sample: integrated, and the next counter starts afresh
+        assert!((add(4000, 100.0, None) - 950e6).abs() < 1.0);
+        assert!((add(5000, 100.0, Some(900.0)) - 1050e6).abs() < 1.0);
     }
 }

@@ -1,8 +1,18 @@
-//! What an energy source provides to the meter.
+//! What an energy source provides: its acct_gather.conf keys, and a reader the meter samples.
 
 use std::time::{Duration, Instant};
 
 use crate::config::{ConfigError, KeyValues};
+
+/// Readings older than this many sample periods (and at least [`MIN_STALE`]) are
+/// unavailable (`NO_VAL64`): the one staleness rule, for every source and every reader.
+const STALE_PERIODS: u32 = 3;
+const MIN_STALE: Duration = Duration::from_secs(10);
+
+/// How old a reading of something sampled every `period` may be and still count as current.
+pub fn stale_after(period: Duration) -> Duration {
+    (period * STALE_PERIODS).max(MIN_STALE)
+}
 
 /// What a meter samples: the node's energy so far.
 ///
@@ -19,9 +29,12 @@ pub trait EnergyReader: Send + 'static {
     fn sample_period(&self) -> Duration;
 }
 
-/// A configurable node energy source: probed once, then read many times.
-pub trait EnergySource: EnergyReader + Sized {
+/// A plugin's source: the keys it reads, and how it is opened. Every plugin of the family
+/// names one type that implements this (counters directly, power sensors through
+/// [`crate::power::Polled`]).
+pub trait Source: 'static {
     type Config: Default + Clone + PartialEq + Send + std::fmt::Debug + 'static;
+    type Reader: EnergyReader;
 
     /// The acct_gather.conf keys this source reads (all parsed as strings by Slurm).
     const KEYS: &'static [&'static str];
@@ -37,7 +50,7 @@ pub trait EnergySource: EnergyReader + Sized {
     fn show_config(config: &Self::Config) -> Vec<(&'static str, String)>;
 
     /// Finds the hardware. An error says, for the admin, why there is no energy.
-    fn open(config: &Self::Config) -> Result<Self, String>;
+    fn open(config: &Self::Config) -> Result<Self::Reader, String>;
 
     /// Told once, at load, the directory of the plugin's `.so` (where a source may keep
     /// helper programs).
@@ -45,7 +58,7 @@ pub trait EnergySource: EnergyReader + Sized {
 }
 
 /// The node's energy since the source was opened.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Reading {
     pub energy_uj: u64,
     /// Every counter was read. When not, `energy_uj` lags behind; the failed counters
@@ -56,4 +69,32 @@ pub struct Reading {
     /// The power a sensor reported with this energy; counters leave it out and CurrentWatts
     /// is then derived from the energy.
     pub watts: Option<f64>,
+    /// Parts of the node measured beside it (pm_counters' cpu, memory, accelN), always
+    /// the same list from the same source: extra records after the node's, never added to
+    /// it.
+    pub sensors: Vec<SensorReading>,
+}
+
+/// One part of the node in a [`Reading`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SensorReading {
+    /// Names the part in the log and the profile (`<label>Power`), e.g. `Cpu`, `Accel0`.
+    pub label: &'static str,
+    /// Energy since the source was opened; `None` when this part could not be read now.
+    pub energy_uj: Option<u64>,
+    pub watts: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staleness_is_three_periods_but_never_under_ten_seconds() {
+        assert_eq!(stale_after(Duration::from_secs(1)), MIN_STALE);
+        assert_eq!(
+            stale_after(Duration::from_secs(10)),
+            Duration::from_secs(30)
+        );
+    }
 }

@@ -13,11 +13,15 @@ use support::*;
 const IPMI: &str = "acct_gather_energy/rust_ipmi";
 
 fn ipmi_cluster(tmp: &std::path::Path, sim: &BmcSim) -> Cluster {
+    ipmi_cluster_with(tmp, &sim.acct_gather(""))
+}
+
+fn ipmi_cluster_with(tmp: &std::path::Path, acct_gather: &str) -> Cluster {
     Cluster::up(
         tmp,
         &ClusterSpec {
             energy_type: IPMI,
-            acct_gather: &sim.acct_gather(""),
+            acct_gather,
             ..ClusterSpec::default()
         },
     )
@@ -47,6 +51,24 @@ fn rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth() {
     for id in [format!("{job}.0"), format!("{job}.extern"), job.to_string()] {
         assert_close(&id, energy_of(&rows, &id), truth, 0.02);
     }
+}
+
+/// What an admin who sets only the BMC's address gets: a 40 s job whose power steps from
+/// 150 to 350 W mid-job, within 2% (at Slurm's 30 s or our former 10 s default a step cost
+/// up to half a period of it: 10%).
+#[test]
+fn at_default_settings_a_power_step_is_within_two_percent() {
+    if !root_or_skip("at_default_settings_a_power_step_is_within_two_percent") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let sim = BmcSim::start(&tmp.path().join("bmc"), 150);
+    let cluster = ipmi_cluster_with(tmp.path(), &sim.acct_gather_defaults());
+    let job = cluster.sbatch(&power_step_script(tmp.path(), &sim.set_command(350)));
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truth = power_step_truth(tmp.path(), &sim.power_log());
+    let measured = energy_of(&cluster.energy(job), &format!("{job}.0"));
+    assert_close("step at defaults", measured, truth, 0.02);
 }
 
 /// A BMC that stops answering (SIGSTOP) for 15 s in the middle of a job: slurmd answers at

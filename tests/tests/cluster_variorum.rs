@@ -50,16 +50,16 @@ fn job_joules(dir: &Path, skip: usize) -> f64 {
         .sum()
 }
 
-/// `period`: EnergyVariorumFrequency.
-fn variorum_cluster(tmp: &Path, lib: &FakeLib, period: &str) -> Cluster {
+/// `period`: EnergyVariorumFrequency, with a 3 s timeout; `None`: both at their defaults.
+fn variorum_cluster(tmp: &Path, lib: &FakeLib, period: Option<&str>) -> Cluster {
+    let timing = period
+        .map(|p| format!("EnergyVariorumFrequency={p}\nEnergyVariorumTimeout=3\n"))
+        .unwrap_or_default();
     Cluster::up(
         tmp,
         &ClusterSpec {
             energy_type: VARIORUM,
-            acct_gather: &format!(
-                "EnergyVariorumLibrary={}\nEnergyVariorumFrequency={period}\nEnergyVariorumTimeout=3\n",
-                lib.library()
-            ),
+            acct_gather: &format!("EnergyVariorumLibrary={}\n{timing}", lib.library()),
             ..ClusterSpec::default()
         },
     )
@@ -78,7 +78,7 @@ fn rust_variorum_job_energy_matches_the_truth_with_both_api_generations() {
         };
         set_power(&lib, IDLE_WATTS);
         let tmp = tempfile::tempdir().expect("tempdir");
-        let cluster = variorum_cluster(tmp.path(), &lib, "0.25");
+        let cluster = variorum_cluster(tmp.path(), &lib, Some("0.25"));
         let s = |w| set_power_command(&lib, w);
         let before = power_schedule(&lib.dir.path().join("power.log")).len();
         let job = cluster.sbatch(&format!(
@@ -97,6 +97,30 @@ fn rust_variorum_job_energy_matches_the_truth_with_both_api_generations() {
     }
 }
 
+/// What an admin who names only the library gets: a 40 s job whose power steps from 150
+/// to 350 W mid-job, within 2% (at the former 10 s default: -10%).
+#[test]
+fn at_default_settings_a_power_step_is_within_two_percent() {
+    if !root_or_skip("at_default_settings_a_power_step_is_within_two_percent") {
+        return;
+    }
+    let Some(lib) = FakeLib::new("rust_variorum defaults", Generation::V080) else {
+        return;
+    };
+    set_power(&lib, 150);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = variorum_cluster(tmp.path(), &lib, None);
+    let job = cluster.sbatch(&power_step_script(
+        tmp.path(),
+        &set_power_command(&lib, 350),
+    ));
+    cluster.wait_job(job, Duration::from_secs(120));
+    set_power(&lib, IDLE_WATTS);
+    let truth = power_step_truth(tmp.path(), &lib.dir.path().join("power.log"));
+    let measured = energy_of(&cluster.energy(job), &format!("{job}.0"));
+    assert_close("step at defaults", measured, truth, 0.02);
+}
+
 /// The library crashes (SIGSEGV) and then hangs mid-job: the sampler dies or is killed and
 /// restarted, slurmd answers at once throughout, and accounting holds no bogus figure.
 #[test]
@@ -109,7 +133,7 @@ fn a_crashing_or_hanging_library_never_slows_slurmd() {
     };
     set_power(&lib, IDLE_WATTS);
     let tmp = tempfile::tempdir().expect("tempdir");
-    let cluster = variorum_cluster(tmp.path(), &lib, "0.25");
+    let cluster = variorum_cluster(tmp.path(), &lib, Some("0.25"));
     let s = |w| set_power_command(&lib, w);
     let before = power_schedule(&lib.dir.path().join("power.log")).len();
     let job = cluster.sbatch(&format!(

@@ -4,7 +4,7 @@
 mod conf;
 mod daemon;
 mod energy;
-mod guard;
+mod host;
 mod location;
 mod log;
 mod macros;

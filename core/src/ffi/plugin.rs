@@ -1,222 +1,79 @@
-//! One plugin's state in one process, and what each Slurm call does with it.
+//! Slurm's calls into one plugin: pointers in, [`Runtime`] calls, pointers out.
 
 use core::ffi::{c_int, c_void};
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::sync::{Mutex, PoisonError};
 
 use slurm_sys::{
     SLURM_ERROR, SLURM_SUCCESS, acct_energy_type, acct_gather_energy_t, libc_time_t, s_p_hashtbl_t,
     s_p_options_t, xlist,
 };
 
-use super::guard::guard;
+use super::host::SlurmHost;
 use super::log::SlurmLogger;
 use super::profile::Profile;
-use super::slurmd_node::SlurmdNode;
-use super::{conf, daemon, energy};
-use crate::accounting::{Baseline, EnergyRecord};
-use crate::meter::{Meter, Metering};
-use crate::source::{EnergyReader, EnergySource};
+use super::{conf, energy};
+use crate::guard::guard;
+use crate::runtime::{Answer, Query, Runtime, Update};
+use crate::source::Source;
 
-/// The node record is the only record: SENSOR_CNT and STRUCT agree on one.
-const SENSOR_COUNT: u16 = 1;
-
-/// How fresh a figure must be.
-#[derive(Clone, Copy)]
-enum Read {
-    /// Read the hardware now: a step's figure at its last poll is its final energy.
-    Now,
-    /// The sampler's reading if it is less than a period old (it always is, unless the
-    /// sampler could not start): node figures for slurmctld, at no cost per poll.
-    Recent,
-    /// The latest reading, whatever its age.
-    Cached,
-}
-
-pub struct Plugin<S: EnergySource> {
+pub struct Plugin<S: Source> {
     logger: SlurmLogger,
-    state: Mutex<Option<State<S>>>,
+    runtime: Runtime<S, SlurmHost>,
+    profile: Mutex<Profile>,
 }
 
-enum Config<C> {
-    /// conf_set has not run yet: defaults apply.
-    Unset,
-    Valid(C),
-    /// The error was logged; the plugin reports no energy.
-    Invalid,
-}
-
-enum Hardware {
-    NotOpened,
-    /// Not measured in this process (slurmctld), or the reason was logged once.
-    Unavailable,
-    Open(Box<dyn Metering>),
-}
-
-struct State<S: EnergySource> {
-    config: Config<S::Config>,
-    /// This plugin's index among stacked energy plugins, for asking slurmd.
-    context_id: u16,
-    hardware: Hardware,
-    /// This process's step (one slurmstepd runs one step): energy since the process
-    /// started measuring. Kept here rather than in the caller's struct, so stacked plugins
-    /// and task exits cannot reset it.
-    step: Option<Baseline>,
-    profile: Profile,
-}
-
-impl<S: EnergySource> State<S> {
-    fn new() -> Self {
-        Self {
-            config: Config::Unset,
-            context_id: 0,
-            hardware: Hardware::NotOpened,
-            step: None,
-            profile: Profile::default(),
-        }
-    }
-
-    fn open(&mut self) {
-        if !daemon::measures_here() {
-            self.hardware = Hardware::Unavailable;
-            return;
-        }
-        let config = match &self.config {
-            Config::Valid(c) => c.clone(),
-            Config::Unset => S::Config::default(),
-            Config::Invalid => {
-                self.hardware = Hardware::Unavailable;
-                return;
-            }
-        };
-        let meter = if S::FROM_SLURMD_IN_STEPS && daemon::in_slurmstepd() {
-            SlurmdNode::start(self.context_id).map(metered)
-        } else {
-            S::open(&config).map(metered)
-        };
-        self.hardware = match meter {
-            Ok(mut meter) => {
-                // Threads may start here: slurmd loads this configuration after it
-                // daemonizes, and slurmstepd never forks without exec afterwards.
-                meter.ensure_sampling();
-                Hardware::Open(meter)
-            }
-            Err(why) => {
-                log::error!(
-                    "no energy can be measured on this node: {why}; energy is reported as unavailable"
-                );
-                Hardware::Unavailable
-            }
-        };
-    }
-
-    /// The meter, opened on first use, with its sampler running.
-    fn meter(&mut self) -> Option<&mut Box<dyn Metering>> {
-        if matches!(self.hardware, Hardware::NotOpened) {
-            self.open();
-        }
-        match &mut self.hardware {
-            Hardware::Open(meter) => {
-                meter.ensure_sampling();
-                Some(meter)
-            }
-            _ => None,
-        }
-    }
-
-    /// The node's record, from a reading as fresh as `read` asks.
-    fn node_record(&mut self, read: Read) -> EnergyRecord {
-        match self.meter() {
-            Some(meter) => {
-                let accounting = match read {
-                    Read::Now => meter.refresh(),
-                    Read::Recent => meter.recent(),
-                    Read::Cached => meter.snapshot(),
-                };
-                accounting.node_record(Instant::now(), meter.stale_after())
-            }
-            None => EnergyRecord::unavailable(0),
-        }
-    }
-
-    fn step_record(&mut self) -> EnergyRecord {
-        let Some(meter) = self.meter() else {
-            return EnergyRecord::unavailable(0);
-        };
-        let accounting = meter.refresh();
-        let (now, stale) = (Instant::now(), meter.stale_after());
-        if self.step.is_none() {
-            self.step = Baseline::start(&accounting);
-        }
-        match &mut self.step {
-            Some(step) => step.record(&accounting, now, stale),
-            None => accounting.node_record(now, stale),
-        }
-    }
-
-    fn shown_config(&self) -> Vec<(&'static str, String)> {
-        match &self.config {
-            Config::Valid(c) => S::show_config(c),
-            Config::Unset => S::show_config(&S::Config::default()),
-            Config::Invalid => S::KEYS
-                .iter()
-                .map(|&k| (k, "(invalid, see the log)".to_string()))
-                .collect(),
-        }
+fn status<T, E>(result: Result<T, E>) -> c_int {
+    if result.is_ok() {
+        SLURM_SUCCESS
+    } else {
+        SLURM_ERROR
     }
 }
 
-/// Logs what will be measured, and wraps the reader in a meter.
-fn metered<R: EnergyReader>(reader: R) -> Box<dyn Metering> {
-    log::info!("measuring {}", reader.describe());
-    Box::new(Meter::new(reader))
+fn query(data_type: u32) -> Option<Query> {
+    Some(match data_type {
+        acct_energy_type::ENERGY_DATA_JOULES_TASK => Query::JoulesTask,
+        acct_energy_type::ENERGY_DATA_NODE_ENERGY => Query::NodeEnergy,
+        acct_energy_type::ENERGY_DATA_NODE_ENERGY_UP => Query::NodeEnergyUp,
+        acct_energy_type::ENERGY_DATA_STRUCT => Query::Struct,
+        acct_energy_type::ENERGY_DATA_LAST_POLL => Query::LastPoll,
+        acct_energy_type::ENERGY_DATA_SENSOR_CNT => Query::SensorCount,
+        _ => return None,
+    })
 }
 
-impl<S: EnergySource> Plugin<S> {
+fn update(data_type: u32) -> Option<Update> {
+    Some(match data_type {
+        acct_energy_type::ENERGY_DATA_RECONFIG => Update::Reconfig,
+        acct_energy_type::ENERGY_DATA_STEP_PTR => Update::StepPtr,
+        acct_energy_type::ENERGY_DATA_PROFILE => Update::Profile,
+        _ => return None,
+    })
+}
+
+impl<S: Source> Plugin<S> {
     pub const fn new(plugin_type: &'static str) -> Self {
         Self {
             logger: SlurmLogger::new(plugin_type),
-            state: Mutex::new(None),
+            runtime: Runtime::new(SlurmHost),
+            profile: Mutex::new(Profile::new()),
         }
-    }
-
-    /// Runs `f` on the state (created if needed) behind the panic guard.
-    fn with_state<R>(&self, what: &str, on_panic: R, f: impl FnOnce(&mut State<S>) -> R) -> R {
-        guard(what, on_panic, || {
-            let mut state: MutexGuard<'_, Option<State<S>>> =
-                self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            f(state.get_or_insert_with(State::new))
-        })
     }
 
     pub fn init(&'static self) -> c_int {
         self.logger.install();
-        self.with_state("init", SLURM_ERROR, |_| {
-            if let Some(dir) = super::location::plugin_directory() {
-                S::plugin_located(&dir);
-            }
-            SLURM_SUCCESS
-        })
+        status(
+            self.runtime
+                .init(super::location::plugin_directory().as_deref()),
+        )
     }
 
     pub fn fini(&self) -> c_int {
-        guard("fini", SLURM_ERROR, || {
-            // Dropping the state stops and joins the sampler before Slurm unloads us.
-            let state = self
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            drop(state);
-            SLURM_SUCCESS
-        })
+        status(self.runtime.fini())
     }
 
     pub fn update_node_energy(&self) -> c_int {
-        self.with_state("update_node_energy", SLURM_ERROR, |state| {
-            state.node_record(Read::Recent);
-            SLURM_SUCCESS
-        })
+        status(self.runtime.update_node_energy())
     }
 
     /// # Safety
@@ -225,70 +82,58 @@ impl<S: EnergySource> Plugin<S> {
         if data.is_null() {
             return SLURM_ERROR;
         }
-        self.with_state("get_data", SLURM_ERROR, |state| {
-            let record = match data_type {
-                acct_energy_type::ENERGY_DATA_JOULES_TASK => state.node_record(Read::Recent),
-                // in slurmstepd (--profile=energy) this is the step's figure
-                acct_energy_type::ENERGY_DATA_NODE_ENERGY if daemon::in_slurmstepd() => {
-                    state.node_record(Read::Now)
+        let Some(query) = query(data_type) else {
+            log::error!("get_data: unknown data type {data_type}");
+            return SLURM_ERROR;
+        };
+        match self.runtime.get(query) {
+            Ok(Answer::Record(record)) => {
+                // SAFETY: these types pass one acct_gather_energy_t of this release's layout.
+                let dst = unsafe { &mut *data.cast::<acct_gather_energy_t>() };
+                energy::write(dst, &record)
+            }
+            Ok(Answer::Records(records)) => {
+                let array = data.cast::<acct_gather_energy_t>();
+                for (i, record) in records.iter().enumerate() {
+                    // SAFETY: STRUCT and JOULES_TASK pass an array that Slurm sized by our
+                    // SENSOR_CNT, which counts exactly these records.
+                    energy::write(unsafe { &mut *array.add(i) }, record);
                 }
-                acct_energy_type::ENERGY_DATA_NODE_ENERGY => state.node_record(Read::Recent),
-                acct_energy_type::ENERGY_DATA_STRUCT => state.node_record(Read::Cached),
-                acct_energy_type::ENERGY_DATA_NODE_ENERGY_UP => state.step_record(),
-                acct_energy_type::ENERGY_DATA_LAST_POLL => {
-                    let poll_time = state.node_record(Read::Cached).poll_time;
-                    // SAFETY: LAST_POLL passes a time_t.
-                    unsafe { *data.cast::<libc_time_t>() = poll_time };
-                    return SLURM_SUCCESS;
-                }
-                acct_energy_type::ENERGY_DATA_SENSOR_CNT => {
-                    // SAFETY: SENSOR_CNT passes a uint16_t.
-                    unsafe { *data.cast::<u16>() = SENSOR_COUNT };
-                    return SLURM_SUCCESS;
-                }
-                other => {
-                    log::error!("get_data: unknown data type {other}");
-                    return SLURM_ERROR;
-                }
-            };
-            // SAFETY: every remaining type passes one acct_gather_energy_t (or an array of
-            // SENSOR_COUNT = 1 of them) of this release's layout.
-            energy::write(
-                unsafe { &mut *data.cast::<acct_gather_energy_t>() },
-                &record,
-            );
-            SLURM_SUCCESS
-        })
+            }
+            // SAFETY: LAST_POLL passes a time_t.
+            Ok(Answer::PollTime(t)) => unsafe { *data.cast::<libc_time_t>() = t },
+            // SAFETY: SENSOR_CNT passes a uint16_t.
+            Ok(Answer::SensorCount(n)) => unsafe { *data.cast::<u16>() = n },
+            Err(_) => return SLURM_ERROR,
+        }
+        SLURM_SUCCESS
     }
 
     /// # Safety
-    /// `data` is what Slurm passes for `data_type` (slurm-abi.md §2.1).
+    /// `data` is what Slurm passes for `data_type` (slurm-abi.md §2.1); it is not used.
     pub unsafe fn set_data(&self, data_type: u32, _data: *mut c_void) -> c_int {
-        self.with_state("set_data", SLURM_ERROR, |state| {
-            match data_type {
-                // State survives reconfiguration: the node's energy must not restart.
-                acct_energy_type::ENERGY_DATA_RECONFIG | acct_energy_type::ENERGY_DATA_STEP_PTR => {
-                }
-                acct_energy_type::ENERGY_DATA_PROFILE => {
-                    let record = state.node_record(Read::Now);
-                    if let Some(watts) = record.current_watts {
-                        state.profile.send(watts, record.poll_time);
-                    }
-                }
-                other => {
-                    log::error!("set_data: unknown data type {other}");
-                    return SLURM_ERROR;
-                }
-            }
-            SLURM_SUCCESS
-        })
+        let Some(update) = update(data_type) else {
+            log::error!("set_data: unknown data type {data_type}");
+            return SLURM_ERROR;
+        };
+        match self.runtime.set(update) {
+            Ok(Some(sample)) => guard("set_data", SLURM_ERROR, || {
+                self.profile
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .send(sample.watts, &sample.parts, sample.poll_time);
+                SLURM_SUCCESS
+            }),
+            Ok(None) => SLURM_SUCCESS,
+            Err(_) => SLURM_ERROR,
+        }
     }
 
     /// # Safety
     /// The pointers Slurm passes to `conf_options`.
     pub unsafe fn conf_options(&self, full: *mut *mut s_p_options_t, count: *mut c_int) {
         // SAFETY: forwarded from Slurm.
-        self.with_state("conf_options", (), |_| unsafe {
+        guard("conf_options", (), || unsafe {
             conf::register(S::KEYS, full, count)
         });
     }
@@ -296,44 +141,23 @@ impl<S: EnergySource> Plugin<S> {
     /// # Safety
     /// `tbl` is NULL or the parsed acct_gather.conf Slurm passes to `conf_set`.
     pub unsafe fn conf_set(&self, context_id: c_int, tbl: *const s_p_hashtbl_t) {
-        self.with_state("conf_set", (), |state| {
-            state.context_id = u16::try_from(context_id).unwrap_or(0);
+        let values = guard("conf_set", None, || {
             // SAFETY: forwarded from Slurm.
-            let values = unsafe { conf::values(S::KEYS, tbl) };
-            let parsed = S::parse_config(&values);
-            if let Hardware::Open(_) = state.hardware {
-                // reconfigure: keep measuring so the node's energy does not restart
-                if !matches!(&state.config, Config::Valid(c) if Ok(c) == parsed.as_ref()) {
-                    log::info!(
-                        "acct_gather.conf changed; the new values take effect when slurmd restarts"
-                    );
-                }
-                if let Err(e) = parsed {
-                    log::error!("{e}");
-                }
-                return;
-            }
-            state.config = match parsed {
-                Ok(c) => Config::Valid(c),
-                Err(e) => {
-                    log::error!("{e}; this node reports no energy until it is fixed");
-                    Config::Invalid
-                }
-            };
-            // Open now: slurmstepd reads acct_gather.conf before it changes identity, and
-            // the devices need root.
-            if daemon::measures_here() {
-                state.open();
-            }
+            Some(unsafe { conf::values(S::KEYS, tbl) })
         });
+        if let Some(values) = values {
+            let _ = self
+                .runtime
+                .configure(u16::try_from(context_id).unwrap_or(0), &values);
+        }
     }
 
     /// # Safety
     /// `data` is the `List *` Slurm passes to `conf_values`.
     pub unsafe fn conf_values(&self, data: *mut *mut xlist) {
-        self.with_state("conf_values", (), |state| {
+        if let Ok(shown) = self.runtime.shown_config() {
             // SAFETY: forwarded from Slurm.
-            unsafe { conf::show(data, &state.shown_config()) }
-        });
+            guard("conf_values", (), || unsafe { conf::show(data, &shown) });
+        }
     }
 }

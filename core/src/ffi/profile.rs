@@ -1,7 +1,9 @@
 //! Samples for `--profile=energy` (HDF5/InfluxDB), as Slurm's rapl plugin sends them: a
-//! dataset "Energy" with one field "Power" (watts).
+//! dataset "Energy" with a field "Power" (the node's watts), and, as Slurm's ipmi plugin
+//! names its sensors, one "<label>Power" per part of the node the source measures.
 
 use core::ffi::c_int;
+use std::ffi::CString;
 
 use slurm_sys::{
     ACCT_GATHER_PROFILE_ENERGY, ACCT_GATHER_PROFILE_RUNNING, PROFILE_FIELD_UINT64,
@@ -10,13 +12,21 @@ use slurm_sys::{
     acct_gather_profile_g_get,
 };
 
+use crate::accounting::EnergyRecord;
+
 #[derive(Debug, Default)]
 pub struct Profile {
     dataset: Option<c_int>,
 }
 
 impl Profile {
-    pub fn send(&mut self, watts: u32, poll_time: i64) {
+    pub const fn new() -> Self {
+        Self { dataset: None }
+    }
+
+    /// `parts`: the node's parts, always the same list (fixed at the first reading); one
+    /// that is unavailable now reports 0 W, as Slurm's plugins do.
+    pub fn send(&mut self, watts: u32, parts: &[(&'static str, EnergyRecord)], poll_time: i64) {
         let mut running: u32 = 0;
         // SAFETY: RUNNING fills a uint32_t.
         unsafe {
@@ -29,16 +39,21 @@ impl Profile {
             return;
         }
         let dataset = *self.dataset.get_or_insert_with(|| {
-            let mut fields = [
-                acct_gather_profile_dataset_t {
-                    name: c"Power".as_ptr(),
+            let names: Vec<CString> = std::iter::once("Power".to_string())
+                .chain(parts.iter().map(|(label, _)| format!("{label}Power")))
+                .map(|n| super::c_string(&n))
+                .collect();
+            let mut fields: Vec<acct_gather_profile_dataset_t> = names
+                .iter()
+                .map(|name| acct_gather_profile_dataset_t {
+                    name: name.as_ptr(),
                     type_: PROFILE_FIELD_UINT64,
-                },
-                acct_gather_profile_dataset_t {
+                })
+                .chain(std::iter::once(acct_gather_profile_dataset_t {
                     name: std::ptr::null(),
                     type_: 0,
-                },
-            ];
+                }))
+                .collect();
             // SAFETY: a NULL-name-terminated field list, copied by the profile plugin.
             let id = unsafe {
                 acct_gather_profile_g_create_dataset(
@@ -55,7 +70,13 @@ impl Profile {
         if dataset == SLURM_ERROR {
             return;
         }
-        let mut sample: [u64; 1] = [u64::from(watts)];
+        let mut sample: Vec<u64> = std::iter::once(u64::from(watts))
+            .chain(
+                parts
+                    .iter()
+                    .map(|(_, p)| u64::from(p.current_watts.unwrap_or(0))),
+            )
+            .collect();
         // SAFETY: one uint64 per declared field.
         unsafe {
             acct_gather_profile_g_add_sample_data(dataset, sample.as_mut_ptr().cast(), poll_time)

@@ -7,8 +7,7 @@
 //! if it hangs or restarts the read returns the last answer and the step's figure goes
 //! stale (unavailable) instead of the call blocking.
 
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use slurm_sys::{
@@ -17,7 +16,8 @@ use slurm_sys::{
 };
 
 use crate::remote::{NodeReport, RemoteTotal};
-use crate::source::{EnergyReader, Reading};
+use crate::source::{EnergyReader, Reading, stale_after};
+use crate::worker::{Control, Worker};
 
 const FRESH_WAIT: Duration = Duration::from_millis(200);
 /// The meter asks this often in between Slurm's polls, to keep the figure fresh and to see
@@ -26,8 +26,6 @@ const FRESH_WAIT: Duration = Duration::from_millis(200);
 /// its first reading, a second or more after it starts) is seen below the old figure unless
 /// the old slurmd had itself been measuring for only about as long.
 const SAMPLE_PERIOD: Duration = Duration::from_secs(2);
-/// An answer older than this is not a current reading.
-const FRESH_FOR: Duration = Duration::from_secs(15);
 /// After slurmd failed to answer (restarting?), ask again this soon, without waiting for a
 /// poll: a restarted slurmd is then seen while its own figure is still small.
 const RETRY: Duration = Duration::from_millis(500);
@@ -41,70 +39,46 @@ struct State {
     last_ok: Option<Instant>,
     watts: Option<u32>,
     failing: bool,
-    stop: bool,
 }
 
+#[derive(Default)]
 struct Shared {
     state: Mutex<State>,
-    /// The worker waits here for requests, readers for answers.
-    changed: Condvar,
+    /// Readers wait here for answers.
+    answered: Condvar,
 }
 
 pub struct SlurmdNode {
     shared: Arc<Shared>,
-    worker: Option<JoinHandle<()>>,
+    /// Asks slurmd when woken by a reader (or every `RETRY` while slurmd fails). Declared
+    /// last: dropped, it stops and joins the thread; an RPC in progress ends within
+    /// Slurm's MessageTimeout.
+    worker: Worker,
 }
 
 impl SlurmdNode {
     pub fn start(context_id: u16) -> Result<Self, String> {
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
-            changed: Condvar::new(),
-        });
-        let worker_shared = Arc::clone(&shared);
-        let worker = std::thread::Builder::new()
-            .name("slurmd-energy".into())
-            .spawn(move || worker_shared.serve(context_id))
-            .map_err(|e| format!("cannot start the thread that asks slurmd: {e}"))?;
-        Ok(Self {
-            shared,
-            worker: Some(worker),
-        })
+        let shared = Arc::new(Shared::default());
+        let theirs = Arc::clone(&shared);
+        let worker = Worker::spawn("slurmd-energy", move |control| {
+            theirs.serve(control, context_id)
+        })?;
+        Ok(Self { shared, worker })
     }
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn serve(&self, context_id: u16) {
-        let mut served = 0;
+    fn serve(&self, control: &Control, context_id: u16) {
         loop {
-            {
-                let mut state = self.lock();
-                while state.requested == served && !state.stop {
-                    if state.failing {
-                        let (s, timeout) = self
-                            .changed
-                            .wait_timeout(state, RETRY)
-                            .unwrap_or_else(PoisonError::into_inner);
-                        state = s;
-                        if timeout.timed_out() {
-                            break;
-                        }
-                    } else {
-                        state = self
-                            .changed
-                            .wait(state)
-                            .unwrap_or_else(PoisonError::into_inner);
-                    }
-                }
-                if state.stop {
-                    return;
-                }
-                served = state.requested;
+            let failing = self.lock().failing;
+            if !control.wait(failing.then_some(RETRY)) {
+                return;
             }
+            let serving = self.lock().requested;
             let answer = ask_slurmd(context_id);
             let now = Instant::now();
             let mut state = self.lock();
@@ -126,8 +100,8 @@ impl Shared {
                 }
                 Err(_) => {}
             }
-            state.answered = served;
-            self.changed.notify_all();
+            state.answered = serving;
+            self.answered.notify_all();
         }
     }
 }
@@ -172,7 +146,7 @@ impl EnergyReader for SlurmdNode {
         let mut state = self.shared.lock();
         state.requested += 1;
         let wanted = state.requested;
-        self.shared.changed.notify_all();
+        self.worker.control().wake();
         let deadline = now + FRESH_WAIT;
         while state.answered < wanted {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -181,14 +155,14 @@ impl EnergyReader for SlurmdNode {
             }
             state = self
                 .shared
-                .changed
+                .answered
                 .wait_timeout(state, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        let fresh = state
-            .last_ok
-            .is_some_and(|t| Instant::now().saturating_duration_since(t) <= FRESH_FOR);
+        let fresh = state.last_ok.is_some_and(|t| {
+            Instant::now().saturating_duration_since(t) <= stale_after(SAMPLE_PERIOD)
+        });
         Reading {
             energy_uj: state.total.total_uj(),
             complete: fresh,
@@ -198,21 +172,11 @@ impl EnergyReader for SlurmdNode {
                 vec!["slurmd has not answered for too long".into()]
             },
             watts: state.watts.map(f64::from),
+            sensors: Vec::new(),
         }
     }
 
     fn sample_period(&self) -> Duration {
         SAMPLE_PERIOD
-    }
-}
-
-impl Drop for SlurmdNode {
-    fn drop(&mut self) {
-        self.shared.lock().stop = true;
-        self.shared.changed.notify_all();
-        // an RPC in progress ends within slurm's MessageTimeout
-        if let Some(worker) = self.worker.take() {
-            let _ = worker.join();
-        }
     }
 }

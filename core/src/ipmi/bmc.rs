@@ -11,7 +11,8 @@ use super::config::{
 };
 use super::protocol::{self as p, WattsSensor};
 use crate::config::{ConfigError, KeyValues};
-use crate::power::{PowerSensor, ReadError, Sample};
+use crate::power::{Polled, PowerSensor, ReadError, Sample};
+use crate::source::Source;
 
 /// Enough for any real SDR repository; bounds a BMC that links its records in a loop.
 const MAX_SDR_RECORDS: usize = 1024;
@@ -240,9 +241,11 @@ impl Bmc {
     }
 }
 
-impl PowerSensor for Bmc {
+impl Source for Bmc {
     type Config = IpmiConfig;
+    type Reader = Polled<Bmc>;
     const KEYS: &'static [&'static str] = super::config::KEYS;
+    const FROM_SLURMD_IN_STEPS: bool = true;
 
     fn parse_config(values: &KeyValues) -> Result<IpmiConfig, ConfigError> {
         IpmiConfig::parse(values)
@@ -252,6 +255,12 @@ impl PowerSensor for Bmc {
         config.show()
     }
 
+    fn open(config: &IpmiConfig) -> Result<Polled<Bmc>, String> {
+        Polled::start(config)
+    }
+}
+
+impl PowerSensor for Bmc {
     fn period(config: &IpmiConfig) -> Duration {
         config.frequency
     }

@@ -9,4 +9,4 @@ pub use bmc::Bmc;
 pub use config::{IpmiConfig, PowerSensors, Target};
 
 /// The rust_ipmi source: the BMC polled by a thread in slurmd; steps ask slurmd.
-pub type Ipmi = crate::power::Polled<Bmc>;
+pub type Ipmi = Bmc;

@@ -16,7 +16,7 @@ pub use topology::{CpuModel, Package, parse_cpuinfo};
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
-use crate::source::{EnergyReader, EnergySource, Reading};
+use crate::source::{EnergyReader, Reading, Source};
 
 /// Sample at least this many times per shortest wrap at maximum power.
 const SAMPLES_PER_WRAP: f64 = 4.0;
@@ -126,8 +126,9 @@ pub struct Rapl {
     how: String,
 }
 
-impl EnergySource for Rapl {
+impl Source for Rapl {
     type Config = RaplConfig;
+    type Reader = Self;
     const KEYS: &'static [&'static str] = &[KEY_SOURCE, KEY_MSR_DEVICE, KEY_DOMAINS];
 
     fn parse_config(values: &KeyValues) -> Result<RaplConfig, ConfigError> {
@@ -160,6 +161,7 @@ impl EnergyReader for Rapl {
             complete: true,
             problems: Vec::new(),
             watts: None,
+            sensors: Vec::new(),
         };
         for c in &mut self.counters {
             match c.raw.read() {

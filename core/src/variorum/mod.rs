@@ -33,7 +33,7 @@ pub use json::{DevicePower, JsonError, NodePower, NodeSource, Schema, SocketPowe
 pub use sampler::SamplerError;
 
 use crate::config::{ConfigError, KeyValues};
-use crate::power::{PowerSensor, ReadError, Sample};
+use crate::power::{Polled, PowerSensor, ReadError, Sample};
 use protocol::Line;
 use sampler::Sampler;
 
@@ -53,7 +53,7 @@ fn plugin_dir() -> Option<PathBuf> {
 }
 
 /// The rust_variorum source: the sampler polled by a thread in slurmd; steps ask slurmd.
-pub type Source = crate::power::Polled<Variorum>;
+pub type Source = Variorum;
 
 /// A connected sampler.
 pub struct Variorum {
@@ -140,9 +140,11 @@ pub enum VariorumError {
     Sampler(#[from] SamplerError),
 }
 
-impl PowerSensor for Variorum {
+impl crate::source::Source for Variorum {
     type Config = VariorumConfig;
+    type Reader = Polled<Variorum>;
     const KEYS: &'static [&'static str] = &[KEY_LIBRARY, KEY_FREQUENCY, KEY_SAMPLER, KEY_TIMEOUT];
+    const FROM_SLURMD_IN_STEPS: bool = true;
 
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
         VariorumConfig::parse(values)
@@ -156,6 +158,12 @@ impl PowerSensor for Variorum {
         config.show()
     }
 
+    fn open(config: &Self::Config) -> Result<Polled<Variorum>, String> {
+        Polled::start(config)
+    }
+}
+
+impl PowerSensor for Variorum {
     fn period(config: &Self::Config) -> Duration {
         config.period
     }
@@ -191,6 +199,10 @@ impl PowerSensor for Variorum {
             }
             Err(e) => return Err(ReadError::Broken(e.to_string())),
         };
-        Ok(Sample { watts, at })
+        Ok(Sample {
+            watts,
+            at,
+            energy_j: None,
+        })
     }
 }

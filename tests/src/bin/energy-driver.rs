@@ -10,7 +10,8 @@
 //!            | config | sleep=MS | bench=N | bench-step=N | probe=N
 //! ```
 //! An energy line reads `node consumed=J current=W ave=W poll=T` with `NO_VAL` spelled
-//! `unavailable`. `bench=N` times N rounds of `update` + `node` and prints ns per round;
+//! `unavailable`; `struct` and `joules` print the node's record, then `struct[i]` for each
+//! further record (the node's parts) of the SENSOR_CNT Slurm's energy RPC asks for. `bench=N` times N rounds of `update` + `node` and prints ns per round;
 //! `bench-step=N` times N `get_sum(NODE_ENERGY_UP)`, a step's poll in slurmstepd; `probe=N`
 //! makes N rounds of `update` + `node` 100 ms apart and prints the slowest call, in µs.
 
@@ -106,12 +107,20 @@ fn main() -> ExitCode {
                     } else {
                         kind::ENERGY_DATA_JOULES_TASK
                     };
+                    // as slurmd's energy RPC does: an array of SENSOR_CNT records
+                    let mut count: u16 = 0;
                     acct_gather_energy_g_get_data(
                         0,
-                        t,
-                        (&mut energy as *mut acct_gather_energy_t).cast(),
+                        kind::ENERGY_DATA_SENSOR_CNT,
+                        (&mut count as *mut u16).cast(),
                     );
-                    show(cmd, &energy);
+                    let mut records =
+                        vec![acct_gather_energy_t::default(); usize::from(count.max(1))];
+                    acct_gather_energy_g_get_data(0, t, records.as_mut_ptr().cast());
+                    show(cmd, &records[0]);
+                    for (i, part) in records.iter().enumerate().skip(1) {
+                        show(&format!("{cmd}[{i}]"), part);
+                    }
                 }
                 "sensors" => {
                     let mut count: u16 = 0;

@@ -130,10 +130,18 @@ impl BmcSim {
 
     /// acct_gather.conf for this BMC. Readings every 0.25 s: a power step costs up to half
     /// a period of the step (trapezoid), which this keeps far below the tests' tolerance.
+    /// The keys for this BMC, polled every 0.25 s with a 2 s timeout, and `extra`.
     pub fn acct_gather(&self, extra: &str) -> String {
         format!(
-            "EnergyIPMIHost=127.0.0.1:{}\nEnergyIPMIUsername=slurm\nEnergyIPMIPassword=slurmpass\n\
-             EnergyIPMIFrequency=0.25\nEnergyIPMITimeout=2\n{extra}",
+            "{}EnergyIPMIFrequency=0.25\nEnergyIPMITimeout=2\n{extra}",
+            self.acct_gather_defaults()
+        )
+    }
+
+    /// Only what reaching this BMC needs: every other key at its default.
+    pub fn acct_gather_defaults(&self) -> String {
+        format!(
+            "EnergyIPMIHost=127.0.0.1:{}\nEnergyIPMIUsername=slurm\nEnergyIPMIPassword=slurmpass\n",
             self.port
         )
     }

@@ -4,6 +4,8 @@
 pub mod bmc;
 pub mod cluster;
 pub mod influxdb;
+pub mod pmsim;
+pub mod redfish;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ pub fn bin(name: &str) -> PathBuf {
     match name {
         "raplsim" => PathBuf::from(env!("CARGO_BIN_EXE_raplsim")),
         "energy-driver" => PathBuf::from(env!("CARGO_BIN_EXE_energy-driver")),
+        "pmsim" => PathBuf::from(env!("CARGO_BIN_EXE_pmsim")),
         other => panic!("no binary {other}"),
     }
 }
@@ -287,6 +290,39 @@ pub fn power_schedule(log: &Path) -> Vec<(f64, f64)> {
             Some((t.parse().ok()?, w.trim().parse().ok()?))
         })
         .collect()
+}
+
+/// True joules from `start_ns` to `end_ns` (unix ns) under a schedule of `(unix ns, watts)`
+/// changes, each holding until the next.
+pub fn joules_between(schedule: &[(f64, f64)], start_ns: f64, end_ns: f64) -> f64 {
+    let mut joules = 0.0;
+    for (i, &(t, w)) in schedule.iter().enumerate() {
+        let next = schedule.get(i + 1).map_or(f64::INFINITY, |&(t, _)| t);
+        let (from, to) = (t.max(start_ns), next.min(end_ns));
+        if to > from {
+            joules += w * (to - from) / 1e9;
+        }
+    }
+    joules
+}
+
+/// The default-settings scenario: a step that runs 20 s at the power set before it, then
+/// `set_350` and 20 s more; it writes its start and end (unix ns) into `marks`.
+pub fn power_step_script(marks: &Path, set_350: &str) -> String {
+    let m = marks.display();
+    format!(
+        "#!/bin/sh\nsrun -n1 sh -c 'date +%s%N > {m}/start; sleep 20; {set_350}; sleep 20; \
+         date +%s%N > {m}/end'\n"
+    )
+}
+
+/// True joules of the step `power_step_script` ran, from its marks and the power log.
+pub fn power_step_truth(marks: &Path, power_log: &Path) -> f64 {
+    let mark = |name: &str| -> f64 {
+        let text = fs::read_to_string(marks.join(name)).expect("the step wrote its marks");
+        text.trim().parse().expect("a unix time in ns")
+    };
+    joules_between(&power_schedule(power_log), mark("start"), mark("end"))
 }
 
 /// Waits until the schedule, after its first `skip` changes, sets `watts`, then for

@@ -1,0 +1,404 @@
+//! Node energy from an HPE Cray EX node controller's meter, `/sys/cray/pm_counters`.
+//!
+//! The node's energy is the controller's own counter (`energy`, joules), read in
+//! consistent scans (see [`files`]); `power` is CurrentWatts. The cpu, memory and
+//! accelerator counters are reported as parts beside the node, never added to it. When
+//! the controller restarts (`startup` changes, or the counter falls), its counters start
+//! again from zero: nothing negative or bogus is counted; the gap since the last read is
+//! estimated from the last measured power, and counting goes on from the new value.
+
+mod config;
+mod files;
+
+use std::time::{Duration, Instant};
+
+pub use config::{KEY_DIR, PmCountersConfig};
+pub use files::{FileError, Value, parse_value};
+
+use crate::config::{ConfigError, KeyValues};
+use crate::counter::{Advance, WrappingCounter};
+use crate::source::{EnergyReader, Reading, SensorReading, Source};
+use files::{Files, Pair, PairValues};
+
+/// The controller scans about ten times a second; a sample a second keeps CurrentWatts
+/// fresh and bounds what a controller restart's gap can cost, for a few small reads.
+const SAMPLE_PERIOD: Duration = Duration::from_secs(1);
+/// More than any node draws: a rise beyond this since the last read is no energy.
+const MAX_NODE_WATTS: f64 = 50_000.0;
+/// The counters are 64-bit joules that never wrap in practice.
+const MODULUS: u64 = 1 << 63;
+/// Labels of the parts (for the log and the profile's `<label>Power` fields).
+const PART_LABELS: [(&str, &str); 10] = [
+    ("cpu", "Cpu"),
+    ("memory", "Memory"),
+    ("accel0", "Accel0"),
+    ("accel1", "Accel1"),
+    ("accel2", "Accel2"),
+    ("accel3", "Accel3"),
+    ("accel4", "Accel4"),
+    ("accel5", "Accel5"),
+    ("accel6", "Accel6"),
+    ("accel7", "Accel7"),
+];
+
+/// One energy counter of the controller, in joules.
+#[derive(Debug)]
+struct Joules {
+    counter: WrappingCounter,
+}
+
+impl Joules {
+    fn new() -> Self {
+        Self {
+            counter: WrappingCounter::new(MODULUS, MAX_NODE_WATTS),
+        }
+    }
+
+    /// A problem for the log when the value could not be counted as it is.
+    fn advance(&mut self, value: u64, at: Instant, restarted: bool, what: &str) -> Option<String> {
+        let advance = if restarted {
+            self.counter.restarted(value, at)
+        } else {
+            self.counter.advance(value, at)
+        };
+        match advance {
+            Advance::Glitch {
+                estimated_units, ..
+            } => Some(format!(
+                "{what}: the node controller's counter restarted ({}); counted {estimated_units} J \
+                 for the gap from the last measured power, and counting goes on from {value} J",
+                if restarted {
+                    "startup changed"
+                } else {
+                    "the counter fell or jumped"
+                }
+            )),
+            _ => None,
+        }
+    }
+
+    fn total_uj(&self) -> u64 {
+        self.counter.total_units().saturating_mul(1_000_000)
+    }
+}
+
+#[derive(Debug)]
+struct Part {
+    pair: Pair,
+    label: &'static str,
+    joules: Joules,
+    failing: bool,
+}
+
+/// The rust_pm_counters source.
+#[derive(Debug)]
+pub struct PmCounters {
+    files: Files,
+    node: Joules,
+    parts: Vec<Part>,
+    startup: Option<String>,
+    /// The controller's time of the first scan, and when it was read: controller times
+    /// map to instants from here, so rates follow the controller's own clock.
+    anchor: Option<(u64, Instant)>,
+}
+
+impl PmCounters {
+    fn at(&mut self, value: &Value, now: Instant) -> Instant {
+        let (at_us, then) = *self.anchor.get_or_insert((value.at_us, now));
+        then.checked_add(Duration::from_micros(value.at_us.saturating_sub(at_us)))
+            .unwrap_or(now)
+    }
+
+    fn count_node(&mut self, values: &PairValues, restarted: bool, now: Instant) -> Option<String> {
+        let at = self.at(&values.energy_j, now);
+        self.node
+            .advance(values.energy_j.value, at, restarted, "energy")
+    }
+}
+
+impl Source for PmCounters {
+    type Config = PmCountersConfig;
+    type Reader = Self;
+    const KEYS: &'static [&'static str] = config::KEYS;
+
+    fn parse_config(values: &KeyValues) -> Result<PmCountersConfig, ConfigError> {
+        PmCountersConfig::parse(values)
+    }
+
+    fn show_config(config: &PmCountersConfig) -> Vec<(&'static str, String)> {
+        config.show()
+    }
+
+    fn open(config: &PmCountersConfig) -> Result<Self, String> {
+        let files = Files {
+            dir: config.dir.clone(),
+        };
+        let pairs = files.parts().map_err(|e| {
+            format!(
+                "cannot read {}: {e} (not an HPE Cray EX node? set {KEY_DIR})",
+                config.dir.display()
+            )
+        })?;
+        let scan = files.scan(&[]);
+        if let Err(e) = &scan.node {
+            return Err(format!("{}/{e}", config.dir.display()));
+        }
+        let mut parts = Vec::new();
+        for pair in pairs {
+            match PART_LABELS.iter().find(|(p, _)| *p == pair.prefix) {
+                Some((_, label)) => parts.push(Part {
+                    pair,
+                    label,
+                    joules: Joules::new(),
+                    failing: false,
+                }),
+                None => log::info!(
+                    "{}_energy is not reported (at most {} parts)",
+                    pair.prefix,
+                    PART_LABELS.len()
+                ),
+            }
+        }
+        Ok(Self {
+            files,
+            node: Joules::new(),
+            parts,
+            startup: None,
+            anchor: None,
+        })
+    }
+}
+
+impl EnergyReader for PmCounters {
+    fn describe(&self) -> String {
+        let parts: Vec<&str> = self.parts.iter().map(|p| p.pair.prefix.as_str()).collect();
+        format!(
+            "the node controller's meter in {}: energy and power{}; sampling every {} s",
+            self.files.dir.display(),
+            if parts.is_empty() {
+                String::new()
+            } else {
+                format!(", parts {} beside the node", parts.join(", "))
+            },
+            SAMPLE_PERIOD.as_secs()
+        )
+    }
+
+    fn read(&mut self, now: Instant) -> Reading {
+        let pairs: Vec<Pair> = self.parts.iter().map(|p| p.pair.clone()).collect();
+        let scan = self.files.scan(&pairs);
+        let restarted = !scan.startup.is_empty()
+            && self
+                .startup
+                .replace(scan.startup.clone())
+                .is_some_and(|before| before != scan.startup);
+        let mut reading = Reading {
+            energy_uj: self.node.total_uj(),
+            complete: scan.node.is_ok(),
+            ..Reading::default()
+        };
+        if scan.torn {
+            reading.problems.push(
+                "the controller's values kept changing while read; taken as they were".into(),
+            );
+        }
+        match &scan.node {
+            Ok(values) => {
+                reading
+                    .problems
+                    .extend(self.count_node(values, restarted, now));
+                reading.energy_uj = self.node.total_uj();
+                reading.watts = Some(values.watts.value as f64);
+            }
+            Err(e) => reading.problems.push(e.to_string()),
+        }
+        for (i, result) in scan.parts.iter().enumerate() {
+            let at = result.as_ref().ok().map(|v| self.at(&v.energy_j, now));
+            let part = &mut self.parts[i];
+            let watts = match (result, at) {
+                (Ok(values), Some(at)) => {
+                    if part.failing {
+                        log::info!("{} readings are back", part.pair.prefix);
+                        part.failing = false;
+                    }
+                    reading.problems.extend(part.joules.advance(
+                        values.energy_j.value,
+                        at,
+                        restarted,
+                        &format!("{}_energy", part.pair.prefix),
+                    ));
+                    Some(values.watts.value as f64)
+                }
+                (Err(e), _) => {
+                    if !part.failing {
+                        log::warn!("{e}; {} is unavailable until it can be read", part.label);
+                        part.failing = true;
+                    }
+                    None
+                }
+                (Ok(_), None) => None,
+            };
+            reading.sensors.push(SensorReading {
+                label: part.label,
+                energy_uj: watts.map(|_| part.joules.total_uj()),
+                watts,
+            });
+        }
+        reading
+    }
+
+    fn sample_period(&self) -> Duration {
+        SAMPLE_PERIOD
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::path::Path;
+
+    /// A controller directory written as the real one is.
+    struct Controller {
+        dir: tempfile::TempDir,
+        freshness: u64,
+        at_us: u64,
+    }
+
+    impl Controller {
+        fn new() -> Self {
+            let c = Controller {
+                dir: tempfile::tempdir().expect("tempdir"),
+                freshness: 0,
+                at_us: 1_734_094_386_000_000,
+            };
+            c.write("startup", "1734000000000000");
+            c.write("version", "2");
+            c
+        }
+
+        fn path(&self) -> &Path {
+            self.dir.path()
+        }
+
+        fn write(&self, name: &str, text: &str) {
+            fs::write(self.path().join(name), format!("{text}\n")).expect("write");
+        }
+
+        /// One scan 100 ms after the previous: node and parts.
+        fn scan(&mut self, node_j: u64, watts: u64, parts: &[(&str, u64)]) {
+            self.at_us += 100_000;
+            self.freshness += 1;
+            let at = self.at_us;
+            self.write("energy", &format!("{node_j} J {at} us"));
+            self.write("power", &format!("{watts} W {at} us"));
+            for (prefix, j) in parts {
+                self.write(&format!("{prefix}_energy"), &format!("{j} J {at} us"));
+                self.write(&format!("{prefix}_power"), &format!("10 W {at} us"));
+            }
+            self.write("freshness", &self.freshness.to_string());
+        }
+
+        fn open(&self) -> PmCounters {
+            PmCounters::open(&PmCountersConfig {
+                dir: self.path().into(),
+            })
+            .expect("open")
+        }
+    }
+
+    fn read(pm: &mut PmCounters) -> Reading {
+        pm.read(Instant::now())
+    }
+
+    #[test]
+    fn counts_the_controllers_counter_and_reports_parts_beside_the_node() {
+        let mut c = Controller::new();
+        c.scan(5000, 300, &[("cpu", 100), ("memory", 50), ("accel0", 7)]);
+        let mut pm = c.open();
+        let first = read(&mut pm);
+        assert!(first.complete);
+        assert_eq!(first.energy_uj, 0);
+        assert_eq!(first.watts, Some(300.0));
+        let labels: Vec<&str> = first.sensors.iter().map(|s| s.label).collect();
+        assert_eq!(labels, ["Cpu", "Memory", "Accel0"]);
+        c.scan(5030, 300, &[("cpu", 120), ("memory", 52), ("accel0", 9)]);
+        let r = read(&mut pm);
+        assert_eq!(r.energy_uj, 30_000_000);
+        assert_eq!(r.sensors[0].energy_uj, Some(20_000_000));
+        assert_eq!(r.sensors[2].watts, Some(10.0));
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
+    }
+
+    #[test]
+    fn a_controller_restart_is_never_negative_and_counts_on_from_the_new_value() {
+        let mut c = Controller::new();
+        c.scan(10_000, 300, &[]);
+        let mut pm = c.open();
+        read(&mut pm);
+        // 300 W for 1 s, in 10 scans
+        for k in 1..=10 {
+            c.scan(10_000 + 30 * k, 300, &[]);
+        }
+        assert_eq!(read(&mut pm).energy_uj, 300_000_000);
+        // restart: startup changes, the counter starts again from zero
+        for _ in 0..5 {
+            c.scan(0, 300, &[]);
+        }
+        c.write("startup", "1734094399000000");
+        c.scan(150, 300, &[]);
+        let r = read(&mut pm);
+        // the gap (0.6 s of controller time) at the last power: 180 J
+        assert_eq!(r.energy_uj, 480_000_000, "{:?}", r.problems);
+        assert!(
+            r.problems[0].contains("startup changed"),
+            "{:?}",
+            r.problems
+        );
+        c.scan(180, 300, &[]);
+        assert_eq!(read(&mut pm).energy_uj, 510_000_000);
+        // a fall without a new startup is a restart too
+        c.scan(3, 300, &[]);
+        let r = read(&mut pm);
+        assert!(r.energy_uj >= 510_000_000 && r.energy_uj <= 540_000_000);
+        assert!(r.problems[0].contains("fell"), "{:?}", r.problems);
+    }
+
+    #[test]
+    fn a_vanished_or_garbage_file_is_unavailable_then_catches_up() {
+        let mut c = Controller::new();
+        c.scan(1000, 200, &[("cpu", 10)]);
+        let mut pm = c.open();
+        read(&mut pm);
+        fs::remove_file(c.path().join("energy")).expect("rm");
+        let r = read(&mut pm);
+        assert!(!r.complete);
+        assert!(r.problems[0].starts_with("energy: "), "{:?}", r.problems);
+        c.scan(1100, 200, &[("cpu", 12)]);
+        c.write("cpu_energy", "garbage");
+        let r = read(&mut pm);
+        assert!(r.complete);
+        assert_eq!(r.energy_uj, 100_000_000);
+        assert_eq!(r.sensors[0].energy_uj, None);
+        c.write("energy", "\u{1}\u{2} J");
+        let r = read(&mut pm);
+        assert!(!r.complete);
+        assert!(r.problems[0].contains("cannot read"), "{:?}", r.problems);
+        c.scan(1200, 200, &[("cpu", 30)]);
+        let r = read(&mut pm);
+        assert_eq!(r.energy_uj, 200_000_000);
+        assert_eq!(r.sensors[0].energy_uj, Some(20_000_000));
+    }
+
+    #[test]
+    fn a_missing_directory_says_why() {
+        let e = PmCounters::open(&PmCountersConfig {
+            dir: "/nonexistent/pm_counters".into(),
+        })
+        .expect_err("missing");
+        assert!(
+            e.contains("/nonexistent/pm_counters") && e.contains(KEY_DIR),
+            "{e}"
+        );
+    }
+}

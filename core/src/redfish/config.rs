@@ -1,0 +1,237 @@
+//! The rust_redfish keys of acct_gather.conf.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::{ConfigError, KeyValues, Secret, boolean, period_secs};
+
+pub const KEY_URL: &str = "EnergyRedfishUrl";
+pub const KEY_USERNAME: &str = "EnergyRedfishUsername";
+pub const KEY_PASSWORD: &str = "EnergyRedfishPassword";
+pub const KEY_CA_FILE: &str = "EnergyRedfishCaFile";
+pub const KEY_INSECURE: &str = "EnergyRedfishInsecure";
+pub const KEY_FREQUENCY: &str = "EnergyRedfishFrequency";
+pub const KEY_TIMEOUT: &str = "EnergyRedfishTimeout";
+pub const KEY_CHASSIS: &str = "EnergyRedfishChassis";
+
+pub const KEYS: &[&str] = &[
+    KEY_URL,
+    KEY_USERNAME,
+    KEY_PASSWORD,
+    KEY_CA_FILE,
+    KEY_INSECURE,
+    KEY_FREQUENCY,
+    KEY_TIMEOUT,
+    KEY_CHASSIS,
+];
+
+/// BMCs refresh their power readings every few seconds at best; more often costs the BMC.
+const DEFAULT_FREQUENCY: Duration = Duration::from_secs(5);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedfishConfig {
+    /// `http://host[:port]` or `https://host[:port]`, no path.
+    pub url: Option<String>,
+    pub username: Option<String>,
+    pub password: Secret,
+    pub ca_file: Option<PathBuf>,
+    pub insecure: bool,
+    pub frequency: Duration,
+    pub timeout: Duration,
+    /// `None`: every chassis member, summed.
+    pub chassis: Option<String>,
+}
+
+impl Default for RedfishConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            username: None,
+            password: Secret::default(),
+            ca_file: None,
+            insecure: false,
+            frequency: DEFAULT_FREQUENCY,
+            timeout: DEFAULT_TIMEOUT,
+            chassis: None,
+        }
+    }
+}
+
+impl RedfishConfig {
+    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
+        let mut c = Self::default();
+        if let Some(v) = values.get(KEY_URL) {
+            c.url = Some(parse_url(v)?);
+        }
+        c.username = values
+            .get(KEY_USERNAME)
+            .filter(|u| !u.is_empty())
+            .map(str::to_string);
+        if let Some(v) = values.get(KEY_PASSWORD) {
+            c.password = Secret::new(v);
+        }
+        if let Some(v) = values.get(KEY_CA_FILE) {
+            if !v.starts_with('/') {
+                return Err(ConfigError::new(
+                    KEY_CA_FILE,
+                    v,
+                    "expected an absolute path",
+                ));
+            }
+            c.ca_file = Some(PathBuf::from(v));
+        }
+        if let Some(v) = values.get(KEY_INSECURE) {
+            c.insecure = boolean(KEY_INSECURE, v)?;
+        }
+        if let Some(v) = values.get(KEY_FREQUENCY) {
+            c.frequency = period_secs(KEY_FREQUENCY, v, 3600)?;
+        }
+        if let Some(v) = values.get(KEY_TIMEOUT) {
+            c.timeout = period_secs(KEY_TIMEOUT, v, 60)?;
+        }
+        if let Some(v) = values.get(KEY_CHASSIS) {
+            if v.is_empty() || v.contains(['/', '?', '#', ' ']) {
+                return Err(ConfigError::new(
+                    KEY_CHASSIS,
+                    v,
+                    "expected a chassis Id (the last part of /redfish/v1/Chassis/<Id>)",
+                ));
+            }
+            c.chassis = Some(v.to_string());
+        }
+        Ok(c)
+    }
+
+    /// For `scontrol show config`: every key in effect except the password.
+    pub fn show(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                KEY_URL,
+                self.url.clone().unwrap_or_else(|| "(not set)".into()),
+            ),
+            (KEY_USERNAME, self.username.clone().unwrap_or_default()),
+            (
+                KEY_CA_FILE,
+                self.ca_file
+                    .as_ref()
+                    .map_or_else(|| "(system roots)".into(), |p| p.display().to_string()),
+            ),
+            (
+                KEY_INSECURE,
+                if self.insecure { "yes" } else { "no" }.into(),
+            ),
+            (KEY_FREQUENCY, self.frequency.as_secs_f64().to_string()),
+            (KEY_TIMEOUT, self.timeout.as_secs_f64().to_string()),
+            (
+                KEY_CHASSIS,
+                self.chassis
+                    .clone()
+                    .unwrap_or_else(|| "(all, summed)".into()),
+            ),
+        ]
+    }
+}
+
+/// `http(s)://host[:port]`, with an optional trailing `/` (or `/redfish/v1`, which is
+/// where every request goes anyway).
+fn parse_url(v: &str) -> Result<String, ConfigError> {
+    let err = |why: &str| ConfigError::new(KEY_URL, v, why);
+    let (scheme, rest) = v
+        .split_once("://")
+        .ok_or_else(|| err("expected http://host[:port] or https://host[:port]"))?;
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme != "http" && scheme != "https" {
+        return Err(err("the scheme must be http or https"));
+    }
+    let authority = rest
+        .trim_end_matches('/')
+        .trim_end_matches("/redfish/v1")
+        .trim_end_matches('/');
+    if authority.is_empty() || authority.contains(['/', '?', '#', '@', ' ']) {
+        return Err(err(
+            "expected host[:port] after the scheme, no path or user",
+        ));
+    }
+    let port = if let Some(inner) = authority.strip_prefix('[') {
+        let (_, after) = inner.split_once(']').ok_or_else(|| err("unclosed ["))?;
+        after.strip_prefix(':')
+    } else {
+        authority.split_once(':').map(|(_, p)| p)
+    };
+    if let Some(p) = port
+        && p.parse::<u16>().ok().filter(|p| *p > 0).is_none()
+    {
+        return Err(err("the port must be 1-65535"));
+    }
+    Ok(format!("{scheme}://{authority}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(pairs: &[(&'static str, &str)]) -> Result<RedfishConfig, ConfigError> {
+        let mut values = KeyValues::new();
+        for (k, v) in pairs {
+            values.set(k, *v);
+        }
+        RedfishConfig::parse(&values)
+    }
+
+    #[test]
+    fn valid_keys() {
+        let c = parse(&[
+            (KEY_URL, "https://bmc-n1:8443/redfish/v1/"),
+            (KEY_USERNAME, "root"),
+            (KEY_PASSWORD, "calvin"),
+            (KEY_CA_FILE, "/etc/slurm/bmc-ca.pem"),
+            (KEY_FREQUENCY, "0.5"),
+            (KEY_TIMEOUT, "2"),
+            (KEY_CHASSIS, "1"),
+        ])
+        .expect("valid");
+        assert_eq!(c.url.as_deref(), Some("https://bmc-n1:8443"));
+        assert_eq!(c.frequency, Duration::from_millis(500));
+        assert_eq!(c.chassis.as_deref(), Some("1"));
+        assert_eq!(
+            parse(&[(KEY_URL, "HTTP://[fe80::1]:80")])
+                .expect("v6")
+                .url
+                .as_deref(),
+            Some("http://[fe80::1]:80")
+        );
+    }
+
+    #[test]
+    fn the_password_is_never_shown() {
+        let c = parse(&[(KEY_PASSWORD, "topsecret")]).expect("valid");
+        assert!(!format!("{c:?}").contains("topsecret"));
+        assert!(
+            c.show()
+                .iter()
+                .all(|(k, v)| *k != KEY_PASSWORD && !v.contains("topsecret"))
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key_and_value() {
+        for (key, value) in [
+            (KEY_URL, "bmc-n1"),
+            (KEY_URL, "ftp://bmc"),
+            (KEY_URL, "https://"),
+            (KEY_URL, "https://bmc:0"),
+            (KEY_URL, "https://bmc:x"),
+            (KEY_URL, "https://user@bmc"),
+            (KEY_URL, "https://bmc/other/path"),
+            (KEY_CA_FILE, "ca.pem"),
+            (KEY_INSECURE, "maybe"),
+            (KEY_FREQUENCY, "0"),
+            (KEY_TIMEOUT, "61"),
+            (KEY_CHASSIS, "a/b"),
+        ] {
+            let text = parse(&[(key, value)]).expect_err(value).to_string();
+            assert!(text.contains(&format!("{key}={value}")), "{text}");
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! One plugin's state in one process, and what each of Slurm's calls does with it.
+//!
+//! This is the plugin's behaviour without Slurm: which daemon it runs in and how it reaches
+//! slurmd are told by a [`Host`] (Slurm's in [`crate::ffi`], a fake in tests), and Slurm's
+//! `data_type`s arrive as [`Query`]/[`Update`]. `ffi` only converts pointers and calls.
+//!
+//! Every call runs behind the one panic guard and recovers a poisoned lock: a panic in a
+//! source makes that call return an error, and the next call works.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use crate::accounting::{Baseline, EnergyRecord};
+use crate::config::KeyValues;
+use crate::guard::guard;
+use crate::meter::{Meter, Metering};
+use crate::source::{EnergyReader, Source};
+
+/// The Slurm program the plugin runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Daemon {
+    Slurmd,
+    Slurmstepd,
+    /// slurmctld or a client: loads the plugin for its configuration only, never measures.
+    Other,
+}
+
+/// What the runtime needs from its surroundings.
+pub trait Host: Send + Sync + 'static {
+    fn daemon(&self) -> Daemon;
+
+    /// In slurmstepd, a meter of the node's energy as the local slurmd reports it, for
+    /// sources with one owner per node ([`Source::FROM_SLURMD_IN_STEPS`]). `context_id` is
+    /// the plugin's index among stacked energy plugins.
+    fn slurmd_node(&self, context_id: u16) -> Result<Box<dyn Metering>, String>;
+}
+
+/// What `get_data` asks for (Slurm's `ENERGY_DATA_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Query {
+    JoulesTask,
+    NodeEnergy,
+    NodeEnergyUp,
+    Struct,
+    LastPoll,
+    SensorCount,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    Record(EnergyRecord),
+    /// The node's record, then one per part of the node the source measures beside it
+    /// (pm_counters' cpu, memory, accelN): as many as [`Answer::SensorCount`] says.
+    Records(Vec<EnergyRecord>),
+    PollTime(i64),
+    SensorCount(u16),
+}
+
+/// What `set_data` tells (Slurm's `ENERGY_DATA_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Update {
+    Reconfig,
+    StepPtr,
+    /// Send a `--profile=energy` sample.
+    Profile,
+}
+
+/// A power sample for the profile plugin: the node's, and its parts'.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileSample {
+    pub watts: u32,
+    pub parts: Vec<(&'static str, EnergyRecord)>,
+    pub poll_time: i64,
+}
+
+/// The call panicked; the panic was logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("internal error (logged)")]
+pub struct CallFailed;
+
+/// How fresh a figure must be.
+#[derive(Clone, Copy)]
+enum Read {
+    /// Read the hardware now: a step's figure at its last poll is its final energy.
+    Now,
+    /// The sampler's reading if it is less than a period old (it always is, unless the
+    /// sampler could not start): node figures for slurmd's polls, at no cost per poll.
+    Recent,
+    /// The latest reading, whatever its age.
+    Cached,
+}
+
+enum Config<C> {
+    /// conf_set has not run yet: defaults apply.
+    Unset,
+    Valid(C),
+    /// The error was logged; the plugin reports no energy.
+    Invalid,
+}
+
+enum Hardware {
+    NotOpened,
+    /// Not measured in this process (slurmctld), or the reason was logged once.
+    Unavailable,
+    Open(Box<dyn Metering>),
+}
+
+struct State<S: Source> {
+    config: Config<S::Config>,
+    /// This plugin's index among stacked energy plugins, for asking slurmd.
+    context_id: u16,
+    hardware: Hardware,
+    /// This process's step (one slurmstepd runs one step): energy since the process
+    /// started measuring. Kept here rather than in the caller's struct, so stacked plugins
+    /// and task exits cannot reset it.
+    step: Option<Baseline>,
+}
+
+/// Wraps a reader in a meter, logging what will be measured.
+pub fn metered<R: EnergyReader>(reader: R) -> Box<dyn Metering> {
+    log::info!("measuring {}", reader.describe());
+    Box::new(Meter::new(reader))
+}
+
+fn measures(daemon: Daemon) -> bool {
+    matches!(daemon, Daemon::Slurmd | Daemon::Slurmstepd)
+}
+
+impl<S: Source> State<S> {
+    fn new() -> Self {
+        Self {
+            config: Config::Unset,
+            context_id: 0,
+            hardware: Hardware::NotOpened,
+            step: None,
+        }
+    }
+
+    fn open(&mut self, host: &dyn Host) {
+        let daemon = host.daemon();
+        if !measures(daemon) {
+            self.hardware = Hardware::Unavailable;
+            return;
+        }
+        let config = match &self.config {
+            Config::Valid(c) => c.clone(),
+            Config::Unset => S::Config::default(),
+            Config::Invalid => {
+                self.hardware = Hardware::Unavailable;
+                return;
+            }
+        };
+        let meter = if S::FROM_SLURMD_IN_STEPS && daemon == Daemon::Slurmstepd {
+            host.slurmd_node(self.context_id)
+        } else {
+            S::open(&config).map(metered)
+        };
+        self.hardware = match meter {
+            Ok(mut meter) => {
+                // Threads may start here: slurmd loads this configuration after it
+                // daemonizes, and slurmstepd never forks without exec afterwards.
+                meter.ensure_sampling();
+                Hardware::Open(meter)
+            }
+            Err(why) => {
+                log::error!(
+                    "no energy can be measured on this node: {why}; energy is reported as unavailable"
+                );
+                Hardware::Unavailable
+            }
+        };
+    }
+
+    /// The meter, opened on first use, with its sampler running.
+    fn meter(&mut self, host: &dyn Host) -> Option<&mut Box<dyn Metering>> {
+        if matches!(self.hardware, Hardware::NotOpened) {
+            self.open(host);
+        }
+        match &mut self.hardware {
+            Hardware::Open(meter) => {
+                meter.ensure_sampling();
+                Some(meter)
+            }
+            _ => None,
+        }
+    }
+
+    /// The node's record, from a reading as fresh as `read` asks.
+    fn node_record(&mut self, host: &dyn Host, read: Read) -> EnergyRecord {
+        match self.meter(host) {
+            Some(meter) => {
+                let accounting = match read {
+                    Read::Now => meter.refresh(),
+                    Read::Recent => meter.recent(),
+                    Read::Cached => meter.snapshot(),
+                };
+                accounting.node_record(Instant::now(), meter.stale_after())
+            }
+            None => EnergyRecord::unavailable(0),
+        }
+    }
+
+    /// The records of the node's parts. Their number is fixed by the meter's first
+    /// reading, taken when it opens, so SENSOR_CNT and the array it sizes agree.
+    fn sensor_records(&mut self, host: &dyn Host) -> Vec<(&'static str, EnergyRecord)> {
+        match self.meter(host) {
+            Some(meter) => meter
+                .snapshot()
+                .sensor_records(Instant::now(), meter.stale_after()),
+            None => Vec::new(),
+        }
+    }
+
+    fn step_record(&mut self, host: &dyn Host) -> EnergyRecord {
+        let Some(meter) = self.meter(host) else {
+            return EnergyRecord::unavailable(0);
+        };
+        let accounting = meter.refresh();
+        let (now, stale) = (Instant::now(), meter.stale_after());
+        if self.step.is_none() {
+            self.step = Baseline::start(&accounting);
+        }
+        match &mut self.step {
+            Some(step) => step.record(&accounting, now, stale),
+            None => accounting.node_record(now, stale),
+        }
+    }
+
+    fn configure(&mut self, host: &dyn Host, context_id: u16, values: &KeyValues) {
+        self.context_id = context_id;
+        let parsed = S::parse_config(values);
+        if let Hardware::Open(_) = self.hardware {
+            // reconfigure: keep measuring so the node's energy does not restart
+            if !matches!(&self.config, Config::Valid(c) if Ok(c) == parsed.as_ref()) {
+                log::info!(
+                    "acct_gather.conf changed; the new values take effect when slurmd restarts"
+                );
+            }
+            if let Err(e) = parsed {
+                log::error!("{e}");
+            }
+            return;
+        }
+        self.config = match parsed {
+            Ok(c) => Config::Valid(c),
+            Err(e) => {
+                log::error!("{e}; this node reports no energy until it is fixed");
+                Config::Invalid
+            }
+        };
+        // Open now: slurmstepd reads acct_gather.conf before it changes identity, and
+        // the devices need root.
+        if measures(host.daemon()) {
+            self.open(host);
+        }
+    }
+
+    fn shown_config(&self) -> Vec<(&'static str, String)> {
+        match &self.config {
+            Config::Valid(c) => S::show_config(c),
+            Config::Unset => S::show_config(&S::Config::default()),
+            Config::Invalid => S::KEYS
+                .iter()
+                .map(|&k| (k, "(invalid, see the log)".to_string()))
+                .collect(),
+        }
+    }
+}
+
+/// One plugin in one process: Slurm's calls, as safe functions.
+pub struct Runtime<S: Source, H: Host> {
+    host: H,
+    state: Mutex<Option<State<S>>>,
+}
+
+impl<S: Source, H: Host> Runtime<S, H> {
+    pub const fn new(host: H) -> Self {
+        Self {
+            host,
+            state: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<State<S>>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `f` on the state (created if needed) behind the panic guard.
+    fn with_state<R>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&mut State<S>, &dyn Host) -> R,
+    ) -> Result<R, CallFailed> {
+        guard(what, Err(CallFailed), || {
+            let mut state = self.lock();
+            Ok(f(state.get_or_insert_with(State::new), &self.host))
+        })
+    }
+
+    /// `init`: `plugin_dir` is where the plugin's `.so` was loaded from.
+    pub fn init(&self, plugin_dir: Option<&Path>) -> Result<(), CallFailed> {
+        self.with_state("init", |_, _| {
+            if let Some(dir) = plugin_dir {
+                S::plugin_located(dir);
+            }
+        })
+    }
+
+    /// `fini`: stops and joins every thread before Slurm unloads the plugin.
+    pub fn fini(&self) -> Result<(), CallFailed> {
+        guard("fini", Err(CallFailed), || {
+            let state = self.lock().take();
+            drop(state);
+            Ok(())
+        })
+    }
+
+    /// `update_node_energy`: slurmd's periodic node poll.
+    pub fn update_node_energy(&self) -> Result<(), CallFailed> {
+        self.with_state("update_node_energy", |state, host| {
+            state.node_record(host, Read::Recent);
+        })
+    }
+
+    pub fn get(&self, query: Query) -> Result<Answer, CallFailed> {
+        self.with_state("get_data", |state, host| match query {
+            // slurmd answers a step's REQUEST_ACCT_GATHER_ENERGY with JOULES_TASK, or with
+            // STRUCT when it polled within the same second: the step's figure must be
+            // current to the request (a power source's cached figure is up to a sample
+            // period old: at 350 W and 1 s, up to 350 J short at the step's end).
+            // Only that RPC asks for these two, with an array of SENSOR_CNT records: the
+            // parts follow the node's.
+            Query::JoulesTask | Query::Struct => {
+                let node = state.node_record(host, Read::Now);
+                let parts = state.sensor_records(host).into_iter().map(|(_, r)| r);
+                Answer::Records(std::iter::once(node).chain(parts).collect())
+            }
+            // in slurmstepd (--profile=energy) this is the step's current figure
+            Query::NodeEnergy if host.daemon() == Daemon::Slurmstepd => {
+                Answer::Record(state.node_record(host, Read::Now))
+            }
+            Query::NodeEnergy => Answer::Record(state.node_record(host, Read::Recent)),
+            Query::NodeEnergyUp => Answer::Record(state.step_record(host)),
+            Query::LastPoll => Answer::PollTime(state.node_record(host, Read::Cached).poll_time),
+            // the node's record, then its parts'
+            Query::SensorCount => {
+                let count = 1 + state.sensor_records(host).len();
+                Answer::SensorCount(u16::try_from(count).unwrap_or(1))
+            }
+        })
+    }
+
+    /// `set_data`: a profile request returns the sample to send, when the power is known.
+    pub fn set(&self, update: Update) -> Result<Option<ProfileSample>, CallFailed> {
+        self.with_state("set_data", |state, host| match update {
+            // State survives reconfiguration: the node's energy must not restart.
+            Update::Reconfig | Update::StepPtr => None,
+            Update::Profile => {
+                let record = state.node_record(host, Read::Now);
+                let parts = state.sensor_records(host);
+                record.current_watts.map(|watts| ProfileSample {
+                    watts,
+                    parts,
+                    poll_time: record.poll_time,
+                })
+            }
+        })
+    }
+
+    /// `conf_set`: the values of this plugin's keys in acct_gather.conf.
+    pub fn configure(&self, context_id: u16, values: &KeyValues) -> Result<(), CallFailed> {
+        self.with_state("conf_set", |state, host| {
+            state.configure(host, context_id, values)
+        })
+    }
+
+    /// `conf_values`: what `scontrol show config` shows (never a password).
+    pub fn shown_config(&self) -> Result<Vec<(&'static str, String)>, CallFailed> {
+        self.with_state("conf_values", |state, _| state.shown_config())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,304 @@
+//! The runtime driven as Slurm drives it, over a fake source whose energy the test sets.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::config::ConfigError;
+use crate::source::Reading;
+
+/// Hardware a test controls: energy so far, and whether reading it panics.
+#[derive(Default)]
+struct FakeHardware {
+    energy_uj: AtomicU64,
+    watts: AtomicU32,
+    panics: AtomicBool,
+    opened: AtomicU32,
+}
+
+static HARDWARE: LazyLock<Mutex<HashMap<u32, Arc<FakeHardware>>>> = LazyLock::new(Default::default);
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+/// New hardware, named by the id its config selects.
+fn hardware(joules: u64) -> (u32, Arc<FakeHardware>) {
+    let id = NEXT_ID.fetch_add(1, Ordering::SeqCst);
+    let hw = Arc::new(FakeHardware::default());
+    hw.energy_uj.store(joules * 1_000_000, Ordering::SeqCst);
+    hw.watts.store(250, Ordering::SeqCst);
+    HARDWARE.lock().expect("lock").insert(id, Arc::clone(&hw));
+    (id, hw)
+}
+
+fn set_joules(hw: &FakeHardware, joules: u64) {
+    hw.energy_uj.store(joules * 1_000_000, Ordering::SeqCst);
+}
+
+struct FakeReader(Arc<FakeHardware>);
+
+impl EnergyReader for FakeReader {
+    fn describe(&self) -> String {
+        "fake".into()
+    }
+
+    fn read(&mut self, _now: Instant) -> Reading {
+        assert!(
+            !self.0.panics.load(Ordering::SeqCst),
+            "the fake source panics"
+        );
+        Reading {
+            energy_uj: self.0.energy_uj.load(Ordering::SeqCst),
+            complete: true,
+            problems: vec![],
+            watts: Some(f64::from(self.0.watts.load(Ordering::SeqCst))),
+            sensors: vec![],
+        }
+    }
+
+    /// Long, so that the sampler thread never reads between a test's steps.
+    fn sample_period(&self) -> Duration {
+        Duration::from_secs(3600)
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq)]
+struct FakeConfig {
+    id: u32,
+}
+
+const KEY_ID: &str = "EnergyFakeId";
+
+/// A fake source; `SLURMD` makes steps read the node's energy from slurmd (the host).
+struct Fake<const SLURMD: bool>;
+
+impl<const SLURMD: bool> Source for Fake<SLURMD> {
+    type Config = FakeConfig;
+    type Reader = FakeReader;
+    const KEYS: &'static [&'static str] = &[KEY_ID];
+    const FROM_SLURMD_IN_STEPS: bool = SLURMD;
+
+    fn parse_config(values: &KeyValues) -> Result<FakeConfig, ConfigError> {
+        let id = values.get(KEY_ID).unwrap_or("0");
+        id.parse()
+            .map(|id| FakeConfig { id })
+            .map_err(|_| ConfigError::new(KEY_ID, id, "expected a number"))
+    }
+
+    fn show_config(config: &FakeConfig) -> Vec<(&'static str, String)> {
+        vec![(KEY_ID, config.id.to_string())]
+    }
+
+    fn open(config: &FakeConfig) -> Result<FakeReader, String> {
+        let hw = HARDWARE
+            .lock()
+            .expect("lock")
+            .get(&config.id)
+            .cloned()
+            .ok_or_else(|| format!("no fake hardware {}", config.id))?;
+        hw.opened.fetch_add(1, Ordering::SeqCst);
+        Ok(FakeReader(hw))
+    }
+}
+
+/// A host in `daemon` whose slurmd reports the energy of `slurmd_hw`.
+struct TestHost {
+    daemon: Daemon,
+    slurmd_hw: Option<Arc<FakeHardware>>,
+}
+
+impl Host for TestHost {
+    fn daemon(&self) -> Daemon {
+        self.daemon
+    }
+
+    fn slurmd_node(&self, _context_id: u16) -> Result<Box<dyn Metering>, String> {
+        self.slurmd_hw
+            .clone()
+            .map(|hw| metered(FakeReader(hw)))
+            .ok_or_else(|| "slurmd is not running".into())
+    }
+}
+
+fn runtime<const SLURMD: bool>(daemon: Daemon) -> Runtime<Fake<SLURMD>, TestHost> {
+    Runtime::new(TestHost {
+        daemon,
+        slurmd_hw: None,
+    })
+}
+
+fn config(id: u32) -> KeyValues {
+    let mut values = KeyValues::new();
+    values.set(KEY_ID, id.to_string());
+    values
+}
+
+fn record(rt: &Runtime<impl Source, TestHost>, query: Query) -> EnergyRecord {
+    match rt.get(query) {
+        Ok(Answer::Record(r)) => r,
+        Ok(Answer::Records(r)) if r.len() == 1 => r[0],
+        Ok(Answer::Records(r)) if r.len() == 1 => r[0],
+        other => panic!("{query:?} gave {other:?}"),
+    }
+}
+
+fn consumed(rt: &Runtime<impl Source, TestHost>, query: Query) -> Option<u64> {
+    record(rt, query).consumed_j
+}
+
+#[test]
+fn slurmd_answers_every_query_from_the_node_energy_since_it_opened() {
+    let (id, hw) = hardware(5_000);
+    let rt = runtime::<false>(Daemon::Slurmd);
+    rt.configure(0, &config(id)).expect("conf_set");
+    set_joules(&hw, 5_100);
+    assert_eq!(consumed(&rt, Query::NodeEnergyUp), Some(100));
+    // the node figures: since slurmd's first reading
+    assert_eq!(consumed(&rt, Query::NodeEnergy), Some(100));
+    assert_eq!(consumed(&rt, Query::JoulesTask), Some(100));
+    assert_eq!(consumed(&rt, Query::Struct), Some(100));
+    let r = record(&rt, Query::Struct);
+    assert_eq!(r.current_watts, Some(250));
+    assert!(r.poll_time > 0);
+    assert_eq!(rt.get(Query::LastPoll), Ok(Answer::PollTime(r.poll_time)));
+    assert_eq!(rt.get(Query::SensorCount), Ok(Answer::SensorCount(1)));
+    assert_eq!(hw.opened.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_step_counts_from_its_own_first_reading_and_reports_increments() {
+    let (id, hw) = hardware(70_000);
+    let rt = runtime::<false>(Daemon::Slurmstepd);
+    rt.configure(1, &config(id)).expect("conf_set");
+    set_joules(&hw, 70_300);
+    let first = record(&rt, Query::NodeEnergyUp);
+    assert_eq!(first.consumed_j, Some(300));
+    assert_eq!(first.base_consumed_j, 300);
+    set_joules(&hw, 70_450);
+    let second = record(&rt, Query::NodeEnergyUp);
+    assert_eq!(second.consumed_j, Some(450));
+    assert_eq!(second.base_consumed_j, 150);
+    assert_eq!(second.previous_consumed_j, 300);
+}
+
+#[test]
+fn slurmctld_never_opens_the_source_and_reports_unavailable() {
+    let (id, hw) = hardware(1);
+    let rt = runtime::<false>(Daemon::Other);
+    rt.configure(0, &config(id)).expect("conf_set");
+    rt.update_node_energy().expect("poll");
+    assert_eq!(consumed(&rt, Query::NodeEnergy), None);
+    assert_eq!(consumed(&rt, Query::NodeEnergyUp), None);
+    assert_eq!(hw.opened.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        rt.shown_config(),
+        Ok(vec![(KEY_ID, id.to_string())]),
+        "scontrol show config still shows the keys"
+    );
+}
+
+#[test]
+fn an_invalid_config_reports_no_val_never_zero() {
+    let (_, hw) = hardware(1);
+    let rt = runtime::<false>(Daemon::Slurmd);
+    let mut values = KeyValues::new();
+    values.set(KEY_ID, "twelve");
+    rt.configure(0, &values).expect("conf_set never fails");
+    for query in [
+        Query::NodeEnergy,
+        Query::NodeEnergyUp,
+        Query::Struct,
+        Query::JoulesTask,
+    ] {
+        let r = record(&rt, query);
+        assert_eq!(r.consumed_j, None, "{query:?}");
+        assert_eq!(r.current_watts, None, "{query:?}");
+    }
+    assert_eq!(hw.opened.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        rt.shown_config(),
+        Ok(vec![(KEY_ID, "(invalid, see the log)".to_string())])
+    );
+}
+
+#[test]
+fn a_source_that_cannot_open_reports_unavailable() {
+    let rt = runtime::<false>(Daemon::Slurmd);
+    rt.configure(0, &config(u32::MAX)).expect("conf_set");
+    assert_eq!(consumed(&rt, Query::NodeEnergy), None);
+    assert!(rt.update_node_energy().is_ok());
+}
+
+#[test]
+fn reconfigure_keeps_the_node_energy_and_the_open_source() {
+    let (id, hw) = hardware(1_000);
+    let (other, _) = hardware(0);
+    let rt = runtime::<false>(Daemon::Slurmd);
+    rt.configure(0, &config(id)).expect("conf_set");
+    set_joules(&hw, 1_200);
+    assert_eq!(consumed(&rt, Query::NodeEnergyUp), Some(200));
+    // scontrol reconfigure: Slurm calls conf_set again, here with changed values
+    rt.set(Update::Reconfig).expect("reconfig");
+    rt.configure(0, &config(other)).expect("conf_set");
+    set_joules(&hw, 1_500);
+    assert_eq!(consumed(&rt, Query::NodeEnergyUp), Some(500));
+    assert_eq!(consumed(&rt, Query::NodeEnergy), Some(500));
+    assert_eq!(hw.opened.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_panicking_source_fails_that_call_only_and_the_poisoned_lock_recovers() {
+    let (id, hw) = hardware(10);
+    let rt = runtime::<false>(Daemon::Slurmd);
+    rt.configure(0, &config(id)).expect("conf_set");
+    hw.panics.store(true, Ordering::SeqCst);
+    assert_eq!(rt.get(Query::NodeEnergyUp), Err(CallFailed));
+    assert_eq!(rt.set(Update::Profile), Err(CallFailed));
+    assert!(rt.state.is_poisoned(), "the panic happened under the lock");
+    hw.panics.store(false, Ordering::SeqCst);
+    set_joules(&hw, 60);
+    assert_eq!(consumed(&rt, Query::NodeEnergyUp), Some(50));
+    assert_eq!(
+        rt.set(Update::Profile),
+        Ok(Some(ProfileSample {
+            watts: 250,
+            parts: vec![],
+            poll_time: record(&rt, Query::Struct).poll_time
+        }))
+    );
+}
+
+#[test]
+fn steps_of_a_one_owner_source_read_slurmd_not_the_sensor() {
+    let (id, own) = hardware(0);
+    let (_, node) = hardware(20_000);
+    let rt: Runtime<Fake<true>, TestHost> = Runtime::new(TestHost {
+        daemon: Daemon::Slurmstepd,
+        slurmd_hw: Some(Arc::clone(&node)),
+    });
+    rt.configure(0, &config(id)).expect("conf_set");
+    set_joules(&node, 20_042);
+    assert_eq!(consumed(&rt, Query::NodeEnergyUp), Some(42));
+    assert_eq!(own.opened.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_step_whose_slurmd_cannot_be_reached_reports_unavailable() {
+    let (id, _) = hardware(0);
+    let rt = runtime::<true>(Daemon::Slurmstepd);
+    rt.configure(0, &config(id)).expect("conf_set");
+    assert_eq!(consumed(&rt, Query::NodeEnergyUp), None);
+}
+
+#[test]
+fn fini_stops_everything_and_a_later_call_starts_afresh() {
+    let (id, hw) = hardware(100);
+    let rt = runtime::<false>(Daemon::Slurmd);
+    rt.init(None).expect("init");
+    rt.configure(0, &config(id)).expect("conf_set");
+    rt.fini().expect("fini");
+    assert!(rt.lock().is_none());
+    // with the defaults (no conf_set since): id 0, which has no hardware
+    assert_eq!(consumed(&rt, Query::NodeEnergy), None);
+    assert_eq!(hw.opened.load(Ordering::SeqCst), 1);
+}

@@ -1,0 +1,9 @@
+//! `acct_gather_energy/rust_redfish`: node energy from a Redfish BMC (an energy counter
+//! where the BMC has one, else its power integrated), polled by a thread in slurmd; steps
+//! ask slurmd. Configuration keys: see `conf/acct_gather.conf.rust_redfish`.
+
+slurm_energy::energy_plugin! {
+    name: "AcctGatherEnergy Redfish plugin (Rust)",
+    kind: "rust_redfish",
+    source: slurm_energy::redfish::Redfish,
+}

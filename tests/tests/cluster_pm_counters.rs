@@ -1,0 +1,43 @@
+//! rust_pm_counters in a real Slurm cluster: slurmd and every slurmstepd read a simulated
+//! HPE Cray EX node controller (pmsim, `EnergyPmCountersDir`); sacct against its true
+//! joules.
+
+mod support;
+
+use std::time::Duration;
+
+use support::cluster::{Cluster, ClusterSpec, energy_of};
+use support::pmsim::PmSim;
+use support::*;
+
+/// A 40 s job with a power step; 0 W outside the step, so the step, the extern step and
+/// the job all see exactly the step's energy.
+#[test]
+fn rust_pm_counters_job_energy_matches_the_truth() {
+    if !root_or_skip("rust_pm_counters_job_energy_matches_the_truth") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let sim = PmSim::start(&tmp.path().join("pm"), "--accels 2");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_pm_counters",
+            acct_gather: &sim.acct_gather(),
+            ..ClusterSpec::default()
+        },
+    );
+    let s = |w| sim.set_command(w);
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\nsrun -n1 sh -c 'sleep 2; {}; sleep 20; {}; sleep 16; {}; sleep 2'\n",
+        s(300),
+        s(420),
+        s(0)
+    ));
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truth = sim.node_truth();
+    let rows = cluster.energy(job);
+    for id in [format!("{job}.0"), format!("{job}.extern"), job.to_string()] {
+        assert_close(&id, energy_of(&rows, &id), truth, 0.001);
+    }
+}

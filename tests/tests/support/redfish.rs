@@ -1,0 +1,202 @@
+//! A Redfish BMC for tests: sushy-tools' `sushy-static` (a real Redfish server) on a free
+//! loopback port, serving a mockup from tests/redfish whose readings `redfishsim` keeps
+//! current, over http or https (a test CA and a server certificate, made at test time).
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::{power_schedule, workspace};
+
+pub const PASSWORD: &str = "redfish-secret-42";
+
+/// `SUSHY_STATIC`, else ci/deps.sh's virtual environment, else `sushy-static` on PATH.
+fn sushy_static() -> PathBuf {
+    if let Some(p) = std::env::var_os("SUSHY_STATIC").filter(|p| !p.is_empty()) {
+        return p.into();
+    }
+    let cached = Path::new("/var/cache/rust-energy-slurm/sushy-tools/bin/sushy-static");
+    if cached.exists() {
+        return cached.into();
+    }
+    "sushy-static".into()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+pub struct RedfishSim {
+    pub dir: PathBuf,
+    pub port: u16,
+    pub https: bool,
+    sim: Child,
+    server: Option<Child>,
+}
+
+impl RedfishSim {
+    /// `mockup`: a directory of tests/redfish (`legacy`, `metrics`, `two-chassis`).
+    pub fn start(dir: &Path, mockup: &str, https: bool) -> RedfishSim {
+        fs::create_dir_all(dir).expect("mkdir redfish");
+        let sim = Command::new(env!("CARGO_BIN_EXE_redfishsim"))
+            .arg("run")
+            .arg(dir)
+            .arg(workspace().join("tests/redfish").join(mockup))
+            .spawn()
+            .expect("start redfishsim");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !dir.join("truth").exists() {
+            assert!(Instant::now() < deadline, "redfishsim did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if https {
+            let status = Command::new("sh")
+                .arg(workspace().join("tests/redfish/make-certs.sh"))
+                .arg(dir.join("tls"))
+                .status()
+                .expect("make-certs.sh");
+            assert!(status.success(), "make-certs.sh failed");
+        }
+        let mut sim = RedfishSim {
+            dir: dir.to_path_buf(),
+            port: free_port(),
+            https,
+            sim,
+            server: None,
+        };
+        sim.start_server();
+        sim
+    }
+
+    /// Starts sushy-static and waits until it answers.
+    pub fn start_server(&mut self) {
+        let log = fs::File::create(self.dir.join("sushy.log")).expect("sushy log");
+        let mut command = Command::new(sushy_static());
+        command
+            .args(["-i", "127.0.0.1", "-p", &self.port.to_string(), "-m"])
+            .arg(self.dir.join("mockup"))
+            .stdout(Stdio::from(log.try_clone().expect("log")))
+            .stderr(Stdio::from(log));
+        if self.https {
+            command
+                .arg("-c")
+                .arg(self.dir.join("tls/server.pem"))
+                .arg("-k")
+                .arg(self.dir.join("tls/server.key"));
+        }
+        self.server = Some(
+            command
+                .spawn()
+                .expect("start sushy-static (ci/deps.sh installs it)"),
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "sushy-static did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn signal(&self, signal: i32) {
+        if let Some(server) = &self.server {
+            // SAFETY: kill(2) on the server this struct started.
+            unsafe { libc::kill(server.id() as i32, signal) };
+        }
+    }
+
+    /// SIGSTOP: the BMC accepts connections (the kernel does) and never answers.
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    pub fn thaw(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// The BMC is gone: connections are refused.
+    pub fn kill_server(&mut self) {
+        self.thaw();
+        if let Some(mut server) = self.server.take() {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+    }
+
+    pub fn url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// acct_gather.conf for this BMC, readings every 0.25 s.
+    pub fn acct_gather(&self, extra: &str) -> String {
+        let ca = if self.https {
+            format!(
+                "EnergyRedfishCaFile={}\n",
+                self.dir.join("tls/ca.pem").display()
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "EnergyRedfishUrl={}\nEnergyRedfishUsername=slurm\nEnergyRedfishPassword={PASSWORD}\n\
+             EnergyRedfishFrequency=0.25\nEnergyRedfishTimeout=1\n{ca}{extra}",
+            self.url()
+        )
+    }
+
+    /// Shell text that sets the power (for job scripts).
+    pub fn set_command(&self, watts: u32) -> String {
+        format!(
+            "{} set {} {watts}",
+            env!("CARGO_BIN_EXE_redfishsim"),
+            self.dir.display()
+        )
+    }
+
+    pub fn set(&self, watts: u32) {
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(self.set_command(watts))
+            .status()
+            .expect("redfishsim set");
+        assert!(status.success());
+    }
+
+    pub fn power_log(&self) -> PathBuf {
+        self.dir.join("power.log")
+    }
+
+    /// True joules so far: the simulator's own integral.
+    pub fn truth(&self) -> f64 {
+        fs::read_to_string(self.dir.join("truth"))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .expect("truth")
+    }
+
+    /// The schedule's integral up to now (for a cross-check).
+    pub fn schedule_joules(&self) -> f64 {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos() as f64;
+        let schedule = power_schedule(&self.power_log());
+        schedule
+            .iter()
+            .enumerate()
+            .map(|(i, (t, w))| w * (schedule.get(i + 1).map_or(now, |(n, _)| *n) - t) / 1e9)
+            .sum()
+    }
+}
+
+impl Drop for RedfishSim {
+    fn drop(&mut self) {
+        self.kill_server();
+        let _ = self.sim.kill();
+        let _ = self.sim.wait();
+    }
+}
