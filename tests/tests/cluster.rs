@@ -275,12 +275,6 @@ fn a_counter_reading_a_wrong_constant_mid_job_costs_nothing() {
         cluster.wait_job(job, Duration::from_secs(120));
         let truth =
             mark(sim, "s_end").expect("end mark") - mark(sim, "s_start").expect("start mark");
-        let log = cluster.log("slurmd-n1.log");
-        assert!(
-            log.contains("continues its last good value"),
-            "the bogus read was not seen:\n{}",
-            cluster.logs()
-        );
         // power is off outside the step, so every record sees exactly the step's energy
         assert_rows(
             &cluster.energy(job),
@@ -291,6 +285,12 @@ fn a_counter_reading_a_wrong_constant_mid_job_costs_nothing() {
                 (format!("{job}.extern"), truth),
             ],
             0.001,
+        );
+        let log = cluster.log("slurmd-n1.log");
+        assert!(
+            log.contains("continues its last good value"),
+            "the bogus read was not seen:\n{}",
+            cluster.logs()
         );
     }
 }
