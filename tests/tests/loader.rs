@@ -143,7 +143,7 @@ fn counter_reset_and_vanished_device_are_not_wraps() {
         let truth = sim.truth() - before;
         let (out, err) = finish(driver);
         println!("{out}{err}");
-        // the reset's gap (up to one sample period) is estimated from the last power
+        // the reset's gap (up to one sample period) is estimated from the power after it
         assert_close(
             &format!("step with glitches via {source}"),
             joules(&out, "step", 1),
