@@ -52,9 +52,9 @@ pub enum Advance {
     /// `units` of energy since the last good read (wraps included).
     Counted { units: u64 },
     /// The read is further from the last good value than the maximum power allows
-    /// (`raw_delta` units on): a reset or a bogus read. Nothing is counted until a later
-    /// read tells which.
-    Suspect { raw_delta: u64 },
+    /// (`raw_delta` units on; `None`: outside the counter's range): a reset or a bogus
+    /// read. Nothing is counted until a later read tells which.
+    Suspect { raw_delta: Option<u64> },
     /// The read repeats the suspect: still undecided, nothing counted.
     Held,
     /// The read continues the last good value: the suspect reads before it were bogus and
@@ -181,7 +181,7 @@ impl WrappingCounter {
 
     /// The units from `from` to `raw`, if the domain can have produced them by `now`.
     fn plausible_from(&self, from: Seen, raw: u64, now: Instant) -> Option<u64> {
-        let delta = self.delta(from.value, raw);
+        let delta = self.delta(from.value, raw)?;
         let window = now.saturating_duration_since(from.since).as_secs_f64();
         let max_units = self.max_units_per_sec * window;
         if delta as f64 > max_units {
@@ -195,14 +195,11 @@ impl WrappingCounter {
         Some(self.with_likely_wraps(delta, elapsed, wraps_possible))
     }
 
-    /// `raw - from` modulo the counter's range; `u64::MAX` for a value out of range (never
+    /// `raw - from` modulo the counter's range; `None` for a value out of range (never
     /// plausible).
-    fn delta(&self, from: u64, raw: u64) -> u64 {
-        if raw >= self.modulus {
-            u64::MAX
-        } else {
-            raw.wrapping_sub(from).wrapping_add(self.modulus) % self.modulus
-        }
+    fn delta(&self, from: u64, raw: u64) -> Option<u64> {
+        (raw < self.modulus)
+            .then(|| raw.wrapping_sub(from).wrapping_add(self.modulus) % self.modulus)
     }
 
     fn confirm_reset(
@@ -299,7 +296,7 @@ mod tests {
         assert_eq!(
             steps[2],
             Advance::Suspect {
-                raw_delta: M - 499_500
+                raw_delta: Some(M - 499_500)
             }
         );
         // counting resumes from the new value; the 1 s gap is estimated at the 600 units/s

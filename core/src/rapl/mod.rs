@@ -119,10 +119,15 @@ impl DomainCounter {
         match self.counter.advance(raw, now) {
             Advance::Started | Advance::Counted { .. } | Advance::Held => None,
             Advance::Suspect { raw_delta } => Some(format!(
-                "{label}: the counter read {raw}, {raw_delta} units on from its last good \
-                 value, more than {} W can produce: a reset or a bad read, not a wrap; nothing \
-                 is counted for it until the next reads tell which",
-                self.domain.max_watts()
+                "{label}: the counter read {raw}, {}: a reset or a bad read, not a wrap; \
+                 nothing is counted for it until the next reads tell which",
+                match raw_delta {
+                    Some(delta) => format!(
+                        "{delta} units on from its last good value, more than {} W can produce",
+                        self.domain.max_watts()
+                    ),
+                    None => format!("outside its range (0 to {})", self.modulus - 1),
+                }
             )),
             Advance::Recovered { units } => Some(format!(
                 "{label}: the counter continues its last good value ({:.1} J on): the read(s) \
