@@ -17,6 +17,7 @@ mod bindings {
         clippy::undocumented_unsafe_blocks,
         unsafe_op_in_unsafe_fn
     )]
+    use super::internal::xlist;
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
 pub use bindings::*;
