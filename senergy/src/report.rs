@@ -11,7 +11,7 @@ use crate::tres::{self, ENERGY};
 
 /// `job_states` (`slurm.h`) as sacct names them.
 fn state_name(state: u32) -> &'static str {
-    use slurm_sys::job_states::*;
+    use slurm_sys::job_states;
     match state {
         job_states::JOB_PENDING => "PENDING",
         job_states::JOB_RUNNING => "RUNNING",
@@ -131,16 +131,27 @@ pub fn step_report(step: &StepRow) -> StepReport {
     };
     let max = node(raw_max, in_max_nodeid);
     let min = node(raw_min, in_min_nodeid);
-    let total = tres::joules(step.consumed_energy)
-        .or_else(|| tres::count(in_tot, ENERGY).and_then(tres::joules));
-    // a node that reported no energy (NO_VAL64) wins the max; a 0 J run did not measure
-    let unmeasured = |j: Option<u64>| j.is_none_or(|j| j == 0 && step.elapsed_s >= MEASURED_RUN_S);
     let every_node_known = [&max, &min]
         .iter()
         .all(|n| n.as_ref().is_none_or(|(_, n)| n.energy_j.is_some()));
+    // sacct's step ConsumedEnergy; the TRES total only where no node lacks energy (a sum
+    // that included NO_VAL64 wrapped around)
+    let total = tres::joules(step.consumed_energy).or_else(|| {
+        tres::count(in_tot, ENERGY)
+            .and_then(tres::joules)
+            .filter(|_| every_node_known)
+    });
+    // a node that reported no energy (NO_VAL64) wins the max; a 0 J run did not measure
+    let unmeasured = |j: Option<u64>| j.is_none_or(|j| j == 0 && step.elapsed_s >= MEASURED_RUN_S);
     let data = match (unmeasured(total), every_node_known) {
         (false, true) => Presence::Complete,
-        (true, _) if max.as_ref().is_none_or(|(_, n)| unmeasured(n.energy_j)) => Presence::Missing,
+        (true, _)
+            if [&max, &min]
+                .iter()
+                .all(|n| n.as_ref().is_none_or(|(_, n)| unmeasured(n.energy_j))) =>
+        {
+            Presence::Missing
+        }
         _ => Presence::Partial,
     };
     let energy_j = total.filter(|_| data != Presence::Missing);
@@ -297,7 +308,7 @@ fn so_far(steps: &[StepReport], running: bool) -> (Option<u64>, Presence) {
 mod tests {
     use super::*;
     use crate::record::BATCH_STEP;
-    use slurm_sys::job_states::{JOB_COMPLETE, JOB_RUNNING};
+    use slurm_sys::job_states;
 
     const NO_VAL64: u64 = 0xffff_ffff_ffff_fffe;
 
