@@ -19,6 +19,9 @@ use crate::record::{JobRow, StepRow, StepUsage, user_name};
 /// `JOBCOND_FLAG_NO_TRUNC` (`slurmdb.h`, `SLURM_BIT(2)`): report jobs' real start and end,
 /// not clipped to the query's window.
 const JOBCOND_FLAG_NO_TRUNC: u32 = 1 << 2;
+/// `SLURMDB_JOB_FLAG_NOTSET` (`slurmdb.h`, `SLURM_BIT(0)`): no filter on the jobs'
+/// scheduling flags (0 would select only jobs with none of them: none).
+const SLURMDB_JOB_FLAG_NOTSET: u32 = 1;
 
 unsafe extern "C" {
     /// libslurm's configuration (`src/common/read_config.h`), loaded by `slurm_init`.
@@ -172,6 +175,7 @@ impl Accounting {
 
         let mut cond = slurmdb_job_cond_t {
             flags: JOBCOND_FLAG_NO_TRUNC,
+            db_flags: SLURMDB_JOB_FLAG_NOTSET,
             acct_list: list_ptr(&account_list),
             userid_list: list_ptr(&uid_list),
             cluster_list: list_ptr(&cluster_list),
