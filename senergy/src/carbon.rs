@@ -182,7 +182,8 @@ mod tests {
 
     #[test]
     fn static_intensity_and_price() {
-        let t = Tariff::new(Some(350.0), None, Some(0.25), Some("EUR".into())).unwrap();
+        let t = Tariff::new(Some(350.0), None, Some(0.25), Some("EUR".into()))
+            .expect("valid in this test");
         // 7.2 MJ = 2 kWh
         assert_eq!(t.emissions_g(7.2e6, 0, 100), Some(700.0));
         assert_eq!(t.cost(7.2e6), Some(0.5));
@@ -193,14 +194,19 @@ mod tests {
 
     #[test]
     fn hourly_is_integrated_over_the_run() {
-        let h = hourly("hour,g\n2025-01-01T00:00:00Z,100\n1735693200,300\n").unwrap();
+        let h = hourly("hour,g\n2025-01-01T00:00:00Z,100\n1735693200,300\n")
+            .expect("valid in this test");
         let t0 = 1_735_689_600; // 2025-01-01T00:00:00Z
-        let t = Tariff::new(None, Some(h), None, None).unwrap();
+        let t = Tariff::new(None, Some(h), None, None).expect("valid in this test");
         // 1 kWh over 00:30-01:30: half at 100, half at 300
-        let g = t.emissions_g(3.6e6, t0 + 1800, t0 + 5400).unwrap();
+        let g = t
+            .emissions_g(3.6e6, t0 + 1800, t0 + 5400)
+            .expect("valid in this test");
         assert!((g - 200.0).abs() < 1e-9, "{g}");
         // a quarter in the first hour
-        let g = t.emissions_g(3.6e6, t0 + 2700, t0 + 6300).unwrap();
+        let g = t
+            .emissions_g(3.6e6, t0 + 2700, t0 + 6300)
+            .expect("valid in this test");
         assert!((g - (0.25 * 100.0 + 0.75 * 300.0)).abs() < 1e-9, "{g}");
         // an hour the table lacks and no static fallback: unknown
         assert_eq!(t.emissions_g(3.6e6, t0 + 3600, t0 + 7300), None);
@@ -210,7 +216,7 @@ mod tests {
         };
         let g = with_static
             .emissions_g(3.6e6, t0 + 5400, t0 + 9000)
-            .unwrap();
+            .expect("valid in this test");
         assert!((g - (0.5 * 300.0 + 0.5 * 500.0)).abs() < 1e-9, "{g}");
     }
 
@@ -243,12 +249,14 @@ mod tests {
             Path::new("s.conf"),
             "carbon_intensity = 350\nprice_per_kwh = 0.25\ncurrency = \"EUR\"\n",
         )
-        .unwrap();
+        .expect("valid in this test");
         assert_eq!(f.carbon_intensity, Some(350.0));
         assert_eq!(f.currency.as_deref(), Some("EUR"));
-        let e = SiteFile::parse(Path::new("s.conf"), "carbon_intensty = 3\n").unwrap_err();
+        let e = SiteFile::parse(Path::new("s.conf"), "carbon_intensty = 3\n")
+            .expect_err("invalid in this test");
         assert!(e.to_string().contains("carbon_intensty"), "{e}");
-        let e = SiteFile::parse(Path::new("s.conf"), "price_per_kwh = \"cheap\"\n").unwrap_err();
+        let e = SiteFile::parse(Path::new("s.conf"), "price_per_kwh = \"cheap\"\n")
+            .expect_err("invalid in this test");
         assert!(e.to_string().contains("price_per_kwh"), "{e}");
         assert!(Tariff::new(Some(-1.0), None, None, None).is_err());
         assert!(Tariff::new(None, None, Some(f64::NAN), None).is_err());

@@ -67,13 +67,22 @@ mod tests {
 
     #[test]
     fn expands_ranges_in_order() {
-        assert_eq!(expand("n[1-3]").unwrap(), ["n1", "n2", "n3"]);
         assert_eq!(
-            expand("a1,gpu[01-02,7],b").unwrap(),
+            expand("n[1-3]").expect("valid in this test"),
+            ["n1", "n2", "n3"]
+        );
+        assert_eq!(
+            expand("a1,gpu[01-02,7],b").expect("valid in this test"),
             ["a1", "gpu01", "gpu02", "gpu7", "b"]
         );
-        assert_eq!(expand("r[8-10]x").unwrap(), ["r8x", "r9x", "r10x"]);
-        assert_eq!(expand("").unwrap(), Vec::<String>::new());
+        assert_eq!(
+            expand("r[8-10]x").expect("valid in this test"),
+            ["r8x", "r9x", "r10x"]
+        );
+        assert_eq!(
+            expand("").expect("valid in this test"),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

@@ -349,8 +349,8 @@ mod tests {
 
     #[test]
     fn job_ids() {
-        assert_eq!(job_id("123").unwrap(), (123, None));
-        assert_eq!(job_id("123_4").unwrap(), (123, Some(4)));
+        assert_eq!(job_id("123").expect("valid in this test"), (123, None));
+        assert_eq!(job_id("123_4").expect("valid in this test"), (123, Some(4)));
         for bad in ["", "12a", "1_", "_3", "1.2"] {
             assert!(job_id(bad).is_err(), "{bad}");
         }
@@ -358,8 +358,14 @@ mod tests {
 
     #[test]
     fn times() {
-        assert_eq!(when("1735689600").unwrap(), 1_735_689_600);
-        assert_eq!(when("2025-01-01T00:00:00Z").unwrap(), 1_735_689_600);
+        assert_eq!(
+            when("1735689600").expect("valid in this test"),
+            1_735_689_600
+        );
+        assert_eq!(
+            when("2025-01-01T00:00:00Z").expect("valid in this test"),
+            1_735_689_600
+        );
         assert!(when("2025-01-01").is_ok());
         assert!(when("2025-01-01T10:30").is_ok());
         assert!(when("yesterday").is_err());

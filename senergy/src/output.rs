@@ -252,16 +252,8 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
         if !j.steps.is_empty() {
             let _ = writeln!(
                 t,
-                "  {:<12} {:>5} {:>10} {:>12} {:>9} {:>6}  {:<20} {:<20} {}",
-                "STEP",
-                "NODES",
-                "ELAPSED",
-                "ENERGY_J",
-                "AVG_W",
-                "MAX_W",
-                "MIN_NODE",
-                "MAX_NODE",
-                "DATA"
+                "  {:<12} {:>5} {:>10} {:>12} {:>9} {:>6}  {:<20} {:<20} DATA",
+                "STEP", "NODES", "ELAPSED", "ENERGY_J", "AVG_W", "MAX_W", "MIN_NODE", "MAX_NODE",
             );
         }
         for s in &j.steps {

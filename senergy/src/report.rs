@@ -464,7 +464,8 @@ mod tests {
     fn job_energy_emissions_and_cost_follow_the_formula() {
         let mut ext = three_nodes();
         ext.step_id = EXTERN_STEP;
-        let tariff = Tariff::new(Some(350.0), None, Some(0.3), Some("EUR".into())).unwrap();
+        let tariff = Tariff::new(Some(350.0), None, Some(0.3), Some("EUR".into()))
+            .expect("valid in this test");
         let r = job_report(
             &job(
                 vec![ext, three_nodes()],
@@ -518,7 +519,7 @@ mod tests {
         assert_eq!(r.data, Presence::Missing);
         assert_eq!(r.energy_j, None);
         assert_eq!(r.kwh, None);
-        let tariff = Tariff::new(Some(350.0), None, Some(1.0), None).unwrap();
+        let tariff = Tariff::new(Some(350.0), None, Some(1.0), None).expect("valid in this test");
         let s = step(0, "n1", 1, ["", "", "", "", "", ""], NO_VAL64);
         let r = job_report(
             &job(vec![s], &format!("3={NO_VAL64}"), job_states::JOB_COMPLETE),

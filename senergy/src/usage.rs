@@ -110,7 +110,8 @@ mod tests {
             tres_alloc: tres.into(),
             ..JobRow::default()
         };
-        let tariff = Tariff::new(Some(400.0), None, Some(0.2), Some("EUR".into())).unwrap();
+        let tariff = Tariff::new(Some(400.0), None, Some(0.2), Some("EUR".into()))
+            .expect("valid in this test");
         job_report(&row, &tariff, 0)
     }
 
@@ -148,8 +149,8 @@ mod tests {
         assert_eq!(u.total.energy_j, 12_600_000);
         assert_eq!(u.total.jobs, 4);
         assert!((u.total.kwh - 3.5).abs() < 1e-12);
-        assert!((u.total.emissions_g.unwrap() - 3.5 * 400.0).abs() < 1e-9);
-        assert!((u.total.cost.unwrap() - 3.5 * 0.2).abs() < 1e-12);
+        assert!((u.total.emissions_g.expect("valid in this test") - 3.5 * 400.0).abs() < 1e-9);
+        assert!((u.total.cost.expect("valid in this test") - 3.5 * 0.2).abs() < 1e-12);
         let u = usage(&jobs, 1000, 2000, (false, false));
         assert_eq!((u.total.emissions_g, u.total.cost), (None, None));
     }
