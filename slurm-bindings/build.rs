@@ -78,7 +78,7 @@ fn main() {
         .allowlist_var("JOB_STATE_BASE")
         .allowlist_function("slurmdb_(connection_get|connection_close|jobs_get)")
         .allowlist_function("slurm_list_(create|destroy|iterator_create|iterator_destroy|next)")
-        .allowlist_function("slurm_(init|get_errno|strerror)")
+        .allowlist_function("slurm_(init|strerror)")
         // the opaque list type and slurm_list_append are declared in internal.rs
         .blocklist_type("xlist")
         .constified_enum_module("acct_energy_type")

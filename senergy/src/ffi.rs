@@ -6,7 +6,7 @@ use std::ptr;
 use std::sync::Once;
 
 use slurm_sys::{
-    JOB_STATE_BASE, NO_VAL, slurm_conf_t, slurm_get_errno, slurm_init, slurm_list_append,
+    JOB_STATE_BASE, NO_VAL, slurm_conf_t, slurm_init, slurm_list_append,
     slurm_list_create, slurm_list_destroy, slurm_list_iterator_create, slurm_list_iterator_destroy,
     slurm_list_next, slurm_selected_step_t, slurm_step_id_t, slurm_strerror,
     slurmdb_connection_close, slurmdb_connection_get, slurmdb_job_cond_t, slurmdb_job_rec_t,
@@ -51,9 +51,12 @@ pub struct Accounting {
     conn: *mut c_void,
 }
 
+/// Slurm's message for `errno` (where libslurm leaves its error codes; slurm_get_errno
+/// is gone from 24.11).
 fn last_error() -> String {
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
     // SAFETY: slurm_strerror returns a static string for any error number.
-    unsafe { text(slurm_strerror(slurm_get_errno())) }
+    unsafe { text(slurm_strerror(errno)) }
 }
 
 /// # Safety
@@ -145,7 +148,9 @@ impl Accounting {
                 job_id,
                 step_het_comp: NO_VAL,
                 step_id: NO_VAL,
+                ..Default::default()
             },
+            ..Default::default()
         };
         let mut steps: Vec<_> = query
             .jobs
