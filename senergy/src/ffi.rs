@@ -6,11 +6,11 @@ use std::ptr;
 use std::sync::Once;
 
 use slurm_sys::{
-    JOB_STATE_BASE, NO_VAL, slurm_conf_t, slurm_init, slurm_list_append,
-    slurm_list_create, slurm_list_destroy, slurm_list_iterator_create, slurm_list_iterator_destroy,
-    slurm_list_next, slurm_selected_step_t, slurm_step_id_t, slurm_strerror,
-    slurmdb_connection_close, slurmdb_connection_get, slurmdb_job_cond_t, slurmdb_job_rec_t,
-    slurmdb_jobs_get, slurmdb_step_rec_t, xlist,
+    JOB_STATE_BASE, NO_VAL, slurm_conf_t, slurm_init, slurm_list_append, slurm_list_create,
+    slurm_list_destroy, slurm_list_iterator_create, slurm_list_iterator_destroy, slurm_list_next,
+    slurm_selected_step_t, slurm_step_id_t, slurm_strerror, slurmdb_connection_close,
+    slurmdb_connection_get, slurmdb_job_cond_t, slurmdb_job_rec_t, slurmdb_jobs_get,
+    slurmdb_step_rec_t, xlist,
 };
 use thiserror::Error;
 

@@ -252,15 +252,24 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
         if !j.steps.is_empty() {
             let _ = writeln!(
                 t,
-                "  {:<12} {:>5} {:>10} {:>12} {:>9} {:>6}  {:<20} {:<20} DATA",
-                "STEP", "NODES", "ELAPSED", "ENERGY_J", "AVG_W", "MAX_W", "MIN_NODE", "MAX_NODE",
+                "  {:<8} {:<10} {:>5} {:>10} {:>12} {:>9} {:>6}  {:<20} {:<20} DATA",
+                "STEP",
+                "NAME",
+                "NODES",
+                "ELAPSED",
+                "ENERGY_J",
+                "AVG_W",
+                "MAX_W",
+                "MIN_NODE",
+                "MAX_NODE",
             );
         }
         for s in &j.steps {
             let _ = writeln!(
                 t,
-                "  {:<12} {:>5} {:>10} {:>12} {:>9} {:>6}  {:<20} {:<20} {}",
+                "  {:<8} {:<10} {:>5} {:>10} {:>12} {:>9} {:>6}  {:<20} {:<20} {}",
                 s.step,
+                s.name,
                 s.nodes,
                 duration(s.elapsed_s),
                 s.energy_j
@@ -278,7 +287,7 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
                     .iter()
                     .map(|n| format!("{} {}", n.name, joules(n.energy_j)))
                     .collect();
-                let _ = writeln!(t, "  {:<12} per node: {}", "", each.join(", "));
+                let _ = writeln!(t, "  {:<19} per node: {}", "", each.join(", "));
             }
         }
         t.push('\n');

@@ -199,8 +199,23 @@ fn job_report_names_the_right_nodes_and_matches_sacct() {
         text.lines().count(),
         1 + 1 + report["steps"].as_array().map_or(0, Vec::len)
     );
-    let table = cluster.client(None, &senergy, &["job", &id]);
-    assert!(String::from_utf8_lossy(&table.stdout).contains(&format!("Job {job}")));
+    let table = cluster.client(
+        None,
+        &senergy,
+        &[
+            "job",
+            &id,
+            "--carbon-intensity",
+            "300",
+            "--price",
+            "0.2",
+            "--currency",
+            "EUR",
+        ],
+    );
+    let table = String::from_utf8_lossy(&table.stdout);
+    println!("{table}");
+    assert!(table.contains(&format!("Job {job}")), "{table}");
 
     // bad input: a clear message and its own exit status, never a panic
     let unknown = cluster.client(None, &senergy, &["job", "999999"]);
