@@ -141,6 +141,8 @@ impl Accounting {
     }
 
     pub fn jobs(&self, query: &JobQuery) -> Result<Vec<JobRow>, AccountingError> {
+        // 24.11 added fields (sluid, array_bitmap) that stay zero; 22.05 has none more
+        #[allow(clippy::needless_update)]
         let no_val_step = |job_id, task: Option<u32>| slurm_selected_step_t {
             array_task_id: task.unwrap_or(NO_VAL),
             het_job_offset: NO_VAL,
