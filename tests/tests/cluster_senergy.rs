@@ -369,6 +369,28 @@ fn usage_sums_two_accounts_and_private_data_limits_what_users_see() {
     for (job, _) in &jobs {
         cluster.wait_job(*job, Duration::from_secs(120));
     }
+    // a running job: reported so far and marked so; no period counts it before it ends
+    let running = cluster.sbatch("#!/bin/sh\nsleep 300\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let live = loop {
+        // slurmdbd learns of the job a moment after sbatch returns: unknown (3) until then
+        let out = cluster.client(None, &senergy(), &["job", &running.to_string(), "--json"]);
+        if out.status.code() != Some(3) || std::time::Instant::now() > deadline {
+            let doc = json(&out);
+            if doc["jobs"][0]["state"] == "RUNNING" || std::time::Instant::now() > deadline {
+                break doc;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let live = &live["jobs"][0];
+    assert_eq!(
+        (&live["state"], &live["running"]),
+        (&"RUNNING".into(), &true.into()),
+        "{live}"
+    );
+    assert!(live["end"].is_null(), "{live}");
+    assert_ne!(live["data"], "complete", "{live}");
     let end = (start + 3600).to_string();
     let start = start.to_string();
     let senergy = senergy();
@@ -451,6 +473,26 @@ fn usage_sums_two_accounts_and_private_data_limits_what_users_see() {
         alice.name
     );
     assert_eq!(as_user(carol, &bob_job).status.code(), Some(3));
+    // --accounts and --users narrow root's report
+    let narrowed = |flag: &str, value: &str| {
+        json(&cluster.client(
+            None,
+            &senergy,
+            &[
+                "usage", "--start", &start, "--end", &end, "--json", flag, value,
+            ],
+        ))
+    };
+    let only_b = narrowed("--accounts", "acct_b");
+    assert_eq!(only_b["rows"].as_array().map(Vec::len), Some(1), "{only_b}");
+    assert_eq!(row(&only_b, bob), Some(sum_of(bob)));
+    let only_alice = narrowed("--users", alice.name);
+    assert_eq!(
+        only_alice["rows"].as_array().map(Vec::len),
+        Some(1),
+        "{only_alice}"
+    );
+    assert_eq!(row(&only_alice, alice), Some(sum_of(alice)));
     let coordinated = usage(Some(carol));
     assert_eq!(
         row(&coordinated, alice),
