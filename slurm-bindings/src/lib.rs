@@ -5,7 +5,9 @@
 //! layout is asserted at compile time. Every function declared here is exported by
 //! `libslurmfull` in every supported release: a Rust cdylib binds all its symbols when it
 //! is `dlopen`ed, so one missing symbol in slurmctld, slurmd or slurmstepd would make the
-//! plugin fail to load there.
+//! plugin fail to load there. The slurmdb API declarations (`slurmdb_*`, `slurm_list_*`,
+//! `slurm_init`) are for senergy, which links libslurm; the plugins never call them, and an
+//! unused declaration binds no symbol.
 
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 
