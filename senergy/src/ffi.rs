@@ -74,15 +74,17 @@ unsafe fn text(p: *const c_char) -> String {
 struct BorrowedList(*mut xlist);
 
 impl BorrowedList {
-    fn new<T>(items: &mut [T]) -> Option<BorrowedList> {
+    /// A list of `items` (for a list of `char *`, the string pointers themselves).
+    fn new(items: Vec<*mut c_void>) -> Option<BorrowedList> {
         if items.is_empty() {
             return None;
         }
-        // SAFETY: a list without destructor; the items outlive it (see `jobs`).
+        // SAFETY: a list without destructor; what the items point to outlives it (see
+        // `jobs`).
         unsafe {
             let list = slurm_list_create(None);
-            for item in items.iter_mut() {
-                slurm_list_append(list, ptr::from_mut(item).cast());
+            for item in items {
+                slurm_list_append(list, item);
             }
             Some(BorrowedList(list))
         }
@@ -168,17 +170,17 @@ impl Accounting {
         let uids = cstrings(&query.uids.iter().map(u32::to_string).collect::<Vec<_>>());
         // SAFETY: slurm_init loaded slurm_conf; cluster_name is NULL or a string.
         let cluster = unsafe { text(slurm_conf.cluster_name) };
-        let clusters = cstrings(&[cluster]);
+        // this cluster's jobs, as sacct's default (slurmdbd may hold several clusters')
+        let clusters = cstrings(&Vec::from_iter(Some(cluster).filter(|c| !c.is_empty())));
         // the lists hold pointers to the strings' bytes, not to the CStrings
-        let ptrs = |v: &[CString]| -> Vec<*mut c_char> {
-            v.iter().map(|s| s.as_ptr().cast_mut()).collect()
+        let ptrs = |v: &[CString]| -> Vec<*mut c_void> {
+            v.iter().map(|s| s.as_ptr().cast_mut().cast()).collect()
         };
-        let (mut account_ptrs, mut uid_ptrs, mut cluster_ptrs) =
-            (ptrs(&accounts), ptrs(&uids), ptrs(&clusters));
-        let account_list = BorrowedList::new_strings(&mut account_ptrs);
-        let uid_list = BorrowedList::new_strings(&mut uid_ptrs);
-        let cluster_list = BorrowedList::new_strings(&mut cluster_ptrs);
-        let step_list = BorrowedList::new(&mut steps);
+        let account_list = BorrowedList::new(ptrs(&accounts));
+        let uid_list = BorrowedList::new(ptrs(&uids));
+        let cluster_list = BorrowedList::new(ptrs(&clusters));
+        let step_list =
+            BorrowedList::new(steps.iter_mut().map(|s| ptr::from_mut(s).cast()).collect());
 
         let mut cond = slurmdb_job_cond_t {
             flags: JOBCOND_FLAG_NO_TRUNC,
@@ -204,24 +206,6 @@ impl Accounting {
         // SAFETY: the list's own destructor frees the records.
         unsafe { slurm_list_destroy(result) };
         Ok(rows)
-    }
-}
-
-impl BorrowedList {
-    /// A list of `char *` (the list items are the pointers themselves).
-    fn new_strings(ptrs: &mut [*mut c_char]) -> Option<BorrowedList> {
-        if ptrs.is_empty() {
-            return None;
-        }
-        // SAFETY: a list without destructor whose items are the string pointers; the
-        // strings outlive it.
-        unsafe {
-            let list = slurm_list_create(None);
-            for &p in ptrs.iter() {
-                slurm_list_append(list, p.cast());
-            }
-            Some(BorrowedList(list))
-        }
     }
 }
 

@@ -21,6 +21,7 @@ use ffi::{Accounting, JobQuery};
 
 /// Exit statuses (documented in --help).
 mod exit {
+    pub const USAGE: u8 = 2;
     pub const NOT_FOUND: u8 = 3;
     pub const CONFIG: u8 = 4;
     pub const ACCOUNTING: u8 = 5;
@@ -144,7 +145,7 @@ impl Failure {
     fn code(&self) -> u8 {
         match self {
             Failure::Tariff(_) => exit::CONFIG,
-            Failure::Input(_) => 2,
+            Failure::Input(_) => exit::USAGE,
             Failure::Accounting(_) => exit::ACCOUNTING,
         }
     }
