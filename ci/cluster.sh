@@ -8,6 +8,7 @@
 #   ci/cluster.sh reconfigure DIR     scontrol reconfigure
 #   ci/cluster.sh node-exec DIR NODE CMD...  run CMD in NODE's namespaces (sees NODE_HOOK mounts)
 #   ci/cluster.sh wait-job DIR JOBID [SECS]  wait until sacct shows JOBID and its steps finished
+#   ci/cluster.sh client DIR CMD...   run any client CMD against the cluster (SLURM_CONF, ctl netns)
 #   ci/cluster.sh status DIR          show recorded processes and namespaces
 #
 # Everything (configs, munge key, MariaDB datadir, spool/state, logs, pid
@@ -33,6 +34,7 @@
 #   DAEMON_DEBUG=info       SlurmctldDebug/SlurmdDebug/slurmdbd DebugLevel
 #   DEBUG_FLAGS=            e.g. Energy,Profile (DebugFlags)
 #   EXTRA_SLURM_CONF=       file whose content is appended to slurm.conf
+#   EXTRA_SLURMDBD_CONF=    file whose content is appended to slurmdbd.conf
 #   UP_TIMEOUT=60           seconds `up` waits for each readiness step
 #
 # Network layout.  NODES=1 (host mode): every daemon runs in the host network
@@ -70,7 +72,7 @@ die() { echo "cluster.sh: $*" >&2; exit 1; }
 log() { echo "cluster.sh: $*" >&2; }
 
 usage() {
-    sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -509,6 +511,9 @@ StoragePort=$db_port
 StorageUser=root
 StorageLoc=slurm_acct_db
 EOF
+        if [ -n "${EXTRA_SLURMDBD_CONF:-}" ]; then
+            cat -- "$EXTRA_SLURMDBD_CONF" >>"$DIR/etc/slurmdbd.conf"
+        fi
     )
 
     # ---- client wrappers (DIR/bin, first in PATH after `eval $(cluster.sh env DIR)`)
@@ -727,6 +732,18 @@ cmd_env() {
     echo "export PATH=$(q "$DIR/bin:$p")"
 }
 
+# cmd_client DIR CMD...: a client program that is no wrapper in DIR/bin (e.g. senergy)
+cmd_client() {
+    set_dir "$1"
+    shift
+    [ $# -ge 1 ] || usage
+    load_state
+    if [ "$NETNS_MODE" = 1 ]; then
+        exec nsenter "--net=/run/netns/$NS_PREFIX-ctl" -- env SLURM_CONF="$CONF" "$@"
+    fi
+    exec env SLURM_CONF="$CONF" "$@"
+}
+
 cmd_reconfigure() {
     set_dir "$1"
     load_state
@@ -834,6 +851,7 @@ env) [ $# -eq 2 ] || usage; cmd_env "$2" ;;
 restart-slurmd) [ $# -eq 3 ] || usage; cmd_restart_slurmd "$2" "$3" ;;
 reconfigure) [ $# -eq 2 ] || usage; cmd_reconfigure "$2" ;;
 node-exec) shift; cmd_node_exec "$@" ;;
+client) shift; cmd_client "$@" ;;
 status) [ $# -eq 2 ] || usage; cmd_status "$2" ;;
 wait-job) [ $# -ge 3 ] && [ $# -le 4 ] || usage; cmd_wait_job "$2" "$3" "${4:-60}" ;;
 *) usage ;;

@@ -3,8 +3,8 @@
 # Installs what it needs (Debian 12, as root), builds the plugins, starts a private Slurm
 # cluster on loopback whose node sees a simulated 2-socket AMD machine (RAPL counters that
 # wrap every ~15 s, which Slurm's own rapl plugin cannot even read), runs a job whose power
-# changes in three steps, prints sacct ConsumedEnergy beside the simulator's truth, and
-# tears everything down.
+# changes in three steps, prints sacct ConsumedEnergy beside the simulator's truth and
+# senergy's report of the job, and tears everything down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -82,4 +82,7 @@ sacct -n -P -j "$job" -o JobID,JobName,ConsumedEnergyRaw | while IFS='|' read -r
         'BEGIN{ if (m=="") printf "%-12s %-8s %12s %14.3f %9s\n", id, n, "-", t, "-";
                 else printf "%-12s %-8s %12d %14.3f %8.3f%%\n", id, n, m, t, 100*(m-t)/t }'
 done
+say "senergy job $job (the intensity and price are examples)"
+ci/cluster.sh client "$work/cluster" target/release/senergy job "$job" \
+    --carbon-intensity 350 --price 0.25 --currency EUR
 say "tearing down"

@@ -2,3 +2,4 @@
 #include <stdint.h>
 #include <time.h>
 #include <slurm/slurm.h>
+#include <slurm/slurmdb.h>

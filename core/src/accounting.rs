@@ -52,6 +52,20 @@ pub struct EnergyRecord {
 }
 
 impl EnergyRecord {
+    /// The record as a step's slurmstepd must hand it to Slurm: its jobacct_gather copies
+    /// the u32 `current_watts` into the step's u64 power TRES (TRESUsageOutMax/Tot,
+    /// common_jag.c), where `NO_VAL` is no marker but 4294967294 W, and keeps the maximum
+    /// over polls, so one early unknown reading became the step's peak power in sacct.
+    /// There an unknown power is 0, what Slurm's own energy plugins report before their
+    /// first rate and the neutral value of the max and sum Slurm takes. slurmd keeps `None`
+    /// (`NO_VAL`, which scontrol shows as `n/s`).
+    pub fn for_step(self) -> Self {
+        Self {
+            current_watts: Some(self.current_watts.unwrap_or(0)),
+            ..self
+        }
+    }
+
     pub fn unavailable(start_time: i64) -> Self {
         Self {
             start_time,
@@ -293,6 +307,18 @@ fn average_watts(first: &Point, last: &Point) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_never_passes_an_unknown_power_as_a_figure() {
+        let unknown = EnergyRecord::unavailable(0);
+        assert_eq!(unknown.current_watts, None);
+        assert_eq!(unknown.for_step().current_watts, Some(0));
+        let known = EnergyRecord {
+            current_watts: Some(517),
+            ..unknown
+        };
+        assert_eq!(known.for_step().current_watts, Some(517));
+    }
 
     const STALE: Duration = Duration::from_secs(10);
 

@@ -324,7 +324,7 @@ impl<S: Source, H: Host> Runtime<S, H> {
     }
 
     pub fn get(&self, query: Query) -> Result<Answer, CallFailed> {
-        self.with_state("get_data", |state, host| match query {
+        let answer = self.with_state("get_data", |state, host| match query {
             // slurmd answers a step's REQUEST_ACCT_GATHER_ENERGY with JOULES_TASK, or with
             // STRUCT when it polled within the same second: the step's figure must be
             // current to the request (a power source's cached figure is up to a sample
@@ -348,6 +348,16 @@ impl<S: Source, H: Host> Runtime<S, H> {
                 let count = 1 + state.sensor_records(host).len();
                 Answer::SensorCount(u16::try_from(count).unwrap_or(1))
             }
+        })?;
+        if self.host.daemon() != Daemon::Slurmstepd {
+            return Ok(answer);
+        }
+        Ok(match answer {
+            Answer::Record(r) => Answer::Record(r.for_step()),
+            Answer::Records(rs) => {
+                Answer::Records(rs.into_iter().map(EnergyRecord::for_step).collect())
+            }
+            other => other,
         })
     }
 

@@ -5,7 +5,9 @@
 //! layout is asserted at compile time. Every function declared here is exported by
 //! `libslurmfull` in every supported release: a Rust cdylib binds all its symbols when it
 //! is `dlopen`ed, so one missing symbol in slurmctld, slurmd or slurmstepd would make the
-//! plugin fail to load there.
+//! plugin fail to load there. The slurmdb API declarations (`slurmdb_*`, `slurm_list_*`,
+//! `slurm_init`) are for senergy, which links libslurm; the plugins never call them, and an
+//! unused declaration binds no symbol.
 
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 
@@ -17,6 +19,7 @@ mod bindings {
         clippy::undocumented_unsafe_blocks,
         unsafe_op_in_unsafe_fn
     )]
+    use super::internal::xlist;
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
 pub use bindings::*;

@@ -154,20 +154,28 @@ fn accuracy(scenario: &str, energy_type: &str) -> Accuracy {
         "Intel server DRAM units" => vec![("package0=150 package1=140 dram0=30 dram1=35", 20)],
         _ => vec![("package0=200 package1=180 dram0=12 dram1=10", 30)],
     };
-    let body = match scenario {
-        "counter glitch (reset, stuck)" => format!(
+    let glitches = match scenario {
+        "counter glitch (reset, stuck)" => Some(format!(
+            "{rs} glitch {d} reset package0 0; sleep 10; {rs} glitch {d} stuck package1 3"
+        )),
+        "counter spike (a wrong constant for 1.5 s)" => {
+            Some(format!("{rs} glitch {d} spike package0 1.5"))
+        }
+        _ => None,
+    };
+    let body = match (scenario, glitches) {
+        (_, Some(glitches)) => format!(
             "{rs} mark {d} s_start; {rs} set {d} package0=200 package1=180 dram0=12 dram1=10; sleep 10; \
-             {rs} glitch {d} reset package0 0; sleep 10; {rs} glitch {d} stuck package1 3; sleep 10; \
-             {rs} set {d} all=0; {rs} mark {d} s_end"
+             {glitches}; sleep 10; {rs} set {d} all=0; {rs} mark {d} s_end"
         ),
-        "multi-node (3 nodes)" => {
+        ("multi-node (3 nodes)", None) => {
             let root = tmp.path().join("sim").display().to_string();
             format!(
                 "S={root}/$(hostname); P=$((100 + 50 * SLURM_NODEID)); {rs} mark $S s_start; \
                  {rs} set $S package0=$P package1=$((P + 30)); sleep 20; {rs} set $S all=0; {rs} mark $S s_end"
             )
         }
-        _ => phase_commands(sim, "s", &phases),
+        (_, None) => phase_commands(sim, "s", &phases),
     };
     let srun = if nodes > 1 {
         format!("srun -N{nodes} -n{nodes}")
@@ -345,6 +353,7 @@ fn benchmarks() {
         "power steps",
         "poll interval longer than the wrap time",
         "counter glitch (reset, stuck)",
+        "counter spike (a wrong constant for 1.5 s)",
         "slurmd restarted mid-job",
         "scontrol reconfigure mid-job",
         "multi-node (3 nodes)",
@@ -357,7 +366,8 @@ fn benchmarks() {
          inside the measured step, so its truth is exact. Counters: 2 Intel sockets, package + DRAM, 2^-14 J units \
          (2^-20 J, a wrap every ~20 s, for the long-poll row; Skylake-SP's fixed 15.3 µJ DRAM unit for the last row). \
          AcctGatherNodeFreq=5, JobAcctGatherFrequency=5 unless said; the long-poll row uses 300 and 0 (a step is polled \
-         only when it ends). The glitch row resets one package counter and freezes the other for 3 s mid-job.\n\n\
+         only when it ends). The glitch row resets one package counter and freezes the other for 3 s mid-job; the spike \
+         row makes one package counter read a wrong constant, 1000 J behind its count, for 1.5 s mid-job.\n\n\
          | scenario | rust_rapl step | rust_rapl job | Slurm's rapl step | Slurm's rapl job |\n|---|---|---|---|---|"
     );
     let pct = |e: f64| {

@@ -143,7 +143,7 @@ fn counter_reset_and_vanished_device_are_not_wraps() {
         let truth = sim.truth() - before;
         let (out, err) = finish(driver);
         println!("{out}{err}");
-        // the reset's gap (up to one sample period) is estimated from the last power
+        // the reset's gap (up to one sample period) is estimated from the power after it
         assert_close(
             &format!("step with glitches via {source}"),
             joules(&out, "step", 1),
@@ -151,8 +151,10 @@ fn counter_reset_and_vanished_device_are_not_wraps() {
             0.01,
         );
         assert!(err.contains("not a wrap"), "the reset is reported: {err}");
+        // package-0's reset may be reported in the same reading, before it
         assert!(
-            err.contains("reading energy failed: package-1"),
+            err.lines()
+                .any(|l| l.contains("reading energy failed: ") && l.contains("package-1: ")),
             "the vanished counter is reported: {err}"
         );
         assert!(

@@ -62,18 +62,25 @@ impl Joules {
             self.counter.advance(value, at)
         };
         match advance {
-            Advance::Glitch {
-                estimated_units, ..
-            } => Some(format!(
-                "{what}: the node controller's counter restarted ({}); counted {estimated_units} J \
-                 for the gap from the last measured power, and counting goes on from {value} J",
+            Advance::Reset { gap, .. } => Some(format!(
+                "{what}: the node controller's counter restarted ({}); the {:.1} s before is \
+                 estimated from the power measured after it, and counting goes on from {value} J",
                 if restarted {
                     "startup changed"
                 } else {
-                    "the counter fell or jumped"
-                }
+                    "the counter fell and went on from there"
+                },
+                gap.as_secs_f64()
             )),
-            _ => None,
+            Advance::Suspect { .. } => Some(format!(
+                "{what}: the counter read {value} J, which the last good reading cannot reach; \
+                 not counted until the next readings tell a restart from a bad read"
+            )),
+            Advance::Recovered { .. } => Some(format!(
+                "{what}: the counter continues the last good reading again; the bad read is \
+                 forgotten"
+            )),
+            Advance::Started | Advance::Counted { .. } | Advance::Held => None,
         }
     }
 
@@ -348,19 +355,33 @@ mod tests {
         c.write("startup", "1734094399000000");
         c.scan(150, 300, &[]);
         let r = read(&mut pm);
-        // the gap (0.6 s of controller time) at the last power: 180 J
-        assert_eq!(r.energy_uj, 480_000_000, "{:?}", r.problems);
+        // counting goes on from 150 J; the gap (0.6 s of controller time) waits for the
+        // power measured after the restart
+        assert_eq!(r.energy_uj, 300_000_000, "{:?}", r.problems);
         assert!(
             r.problems[0].contains("startup changed"),
             "{:?}",
             r.problems
         );
-        c.scan(180, 300, &[]);
-        assert_eq!(read(&mut pm).energy_uj, 510_000_000);
-        // a fall without a new startup is a restart too
+        for k in 1..=5 {
+            c.scan(150 + 30 * k, 300, &[]);
+            read(&mut pm);
+        }
+        // 150 J counted since, and the gap at the 300 W measured over 0.5 s: 180 J
+        assert_eq!(read(&mut pm).energy_uj, 630_000_000);
+        // a fall without a new startup: a suspect, confirmed as a restart by the next scan
+        // that advances from it, never a negative or bogus delta
         c.scan(3, 300, &[]);
         let r = read(&mut pm);
-        assert!(r.energy_uj >= 510_000_000 && r.energy_uj <= 540_000_000);
+        assert_eq!(r.energy_uj, 630_000_000);
+        assert!(r.problems[0].contains("cannot reach"), "{:?}", r.problems);
+        c.scan(33, 300, &[]);
+        let r = read(&mut pm);
+        assert!(
+            r.energy_uj >= 660_000_000 && r.energy_uj <= 700_000_000,
+            "{}",
+            r.energy_uj
+        );
         assert!(r.problems[0].contains("fell"), "{:?}", r.problems);
     }
 

@@ -287,7 +287,14 @@ fn a_step_whose_slurmd_cannot_be_reached_reports_unavailable() {
     let (id, _) = hardware(0);
     let rt = runtime::<true>(Daemon::Slurmstepd);
     rt.configure(0, &config(id)).expect("conf_set");
-    assert_eq!(consumed(&rt, Query::NodeEnergyUp), None);
+    let r = record(&rt, Query::NodeEnergyUp);
+    assert_eq!(r.consumed_j, None);
+    // Slurm copies a step's watts into TRESUsageOutMax: unknown is 0, never NO_VAL
+    assert_eq!(r.current_watts, Some(0));
+    // slurmd shows unknown as unknown (scontrol: n/s)
+    let rt = runtime::<false>(Daemon::Slurmd);
+    rt.configure(0, &config(u32::MAX)).expect("conf_set");
+    assert_eq!(record(&rt, Query::Struct).current_watts, None);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //!                 [--tick-ms MS] [--watts W]
 //! raplsim set DIR package0=W package1=W dram0=W ... | all=W   change power (all: every counter)
 //! raplsim glitch DIR reset|stuck|vanish DOMAIN [SECONDS]      misbehave on command
+//! raplsim glitch DIR spike DOMAIN [SECONDS [JOULES]]          read a wrong constant
 //! raplsim truth DIR                                          print the true joules
 //! raplsim mark DIR NAME                                      append "NAME joules" to DIR/marks
 //! ```
@@ -14,6 +15,11 @@
 //! `powercap/intel-rapl:N[:0]` (name, energy_uj, max_energy_range_uj). Counters count the
 //! integral of the set power in units of 2^-ESU J and wrap at 2^32 like the hardware.
 //! DIR/truth holds the exact joules so far; it is what tests compare Slurm's figures with.
+//!
+//! Glitches (default 5 s): `reset` zeroes the register, `stuck` freezes it, `vanish` makes
+//! reads fail, `spike` makes it read one wrong constant, JOULES (default 1000) behind its
+//! true count (as a torn or corrupted read), then the true count again. None of them
+//! touches the truth.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -55,6 +61,8 @@ struct Counter {
     reset_at: f64,
     stuck_until: Option<Instant>,
     vanished_until: Option<Instant>,
+    /// Until when the counter reads a wrong constant: (until, register value, energy_uj).
+    spike: Option<(Instant, u64, u64)>,
     powercap: PathBuf,
 }
 
@@ -71,6 +79,25 @@ impl Counter {
     fn energy_uj(&self) -> u64 {
         let uj = ((self.joules - self.reset_at) * 1e6).floor() as u64;
         uj % (self.max_range_uj() + 1)
+    }
+
+    /// The register value and energy_uj this counter shows now.
+    fn shown(&self, now: Instant) -> (u64, u64) {
+        match self.spike {
+            Some((until, raw, uj)) if now < until => (raw, uj),
+            _ => (self.raw(), self.energy_uj()),
+        }
+    }
+
+    /// Values `joules` behind the true count, in each counter's range.
+    fn behind(&self, joules: f64) -> (u64, u64) {
+        let units = (joules * (1u64 << self.esu) as f64) as u64 % WRAP;
+        let range = self.max_range_uj() + 1;
+        let uj = (joules * 1e6) as u64 % range;
+        (
+            (self.raw() + WRAP - units) % WRAP,
+            (self.energy_uj() + range - uj) % range,
+        )
     }
 }
 
@@ -199,6 +226,7 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
             reset_at: 0.0,
             stuck_until: None,
             vanished_until: None,
+            spike: None,
             powercap: zone.clone(),
         });
         fs::create_dir_all(&zone).map_err(|e| e.to_string())?;
@@ -217,6 +245,7 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
                 reset_at: 0.0,
                 stuck_until: None,
                 vanished_until: None,
+                spike: None,
                 powercap: sub,
             });
         }
@@ -260,13 +289,14 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
             let frozen = c.stuck_until.is_some_and(|t| now < t);
             let gone = c.vanished_until.is_some_and(|t| now < t);
             if !frozen && !gone {
+                let (raw, uj) = c.shown(now);
                 for (package, file) in &msr_files {
                     if *package == c.package {
-                        let _ = file.write_all_at(&c.raw().to_le_bytes(), c.register);
+                        let _ = file.write_all_at(&raw.to_le_bytes(), c.register);
                     }
                 }
                 if let Some(f) = energy_files.get(&c.name) {
-                    let text = format!("{}\n", c.energy_uj());
+                    let text = format!("{uj}\n");
                     let _ = f.write_all_at(text.as_bytes(), 0);
                     let _ = f.set_len(text.len() as u64);
                 }
@@ -336,6 +366,14 @@ fn apply_commands(
         match what {
             "reset" => c.reset_at = c.joules,
             "stuck" => c.stuck_until = until,
+            "spike" => {
+                let joules = words
+                    .get(3)
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .unwrap_or(1000.0);
+                let (raw, uj) = c.behind(joules);
+                c.spike = Some((now + Duration::from_secs_f64(secs), raw, uj));
+            }
             "vanish" => {
                 c.vanished_until = until;
                 // the register reads fail: cut the device file below it

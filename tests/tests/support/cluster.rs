@@ -17,6 +17,12 @@ pub struct ClusterSpec<'a> {
     pub sim_args: Vec<Option<&'a str>>,
     /// More slurm.conf lines.
     pub extra_conf: &'a str,
+    /// More slurmdbd.conf lines.
+    pub extra_dbd_conf: &'a str,
+    /// A directory with `passwd` and `group`: the whole cluster (and its clients) then
+    /// runs in a private mount namespace where they are bind-mounted over /etc's, so tests
+    /// can have more Unix users without touching the machine's /etc.
+    pub etc_users: Option<&'a Path>,
 }
 
 impl Default for ClusterSpec<'_> {
@@ -30,6 +36,8 @@ impl Default for ClusterSpec<'_> {
             jobacct_freq: 5,
             sim_args: vec![None],
             extra_conf: "",
+            extra_dbd_conf: "",
+            etc_users: None,
         }
     }
 }
@@ -37,6 +45,8 @@ impl Default for ClusterSpec<'_> {
 pub struct Cluster {
     pub dir: PathBuf,
     pub sims: Vec<Option<Sim>>,
+    /// The cluster runs in a private mount namespace (see [`ClusterSpec::etc_users`]).
+    private_etc: bool,
 }
 
 impl Cluster {
@@ -59,8 +69,27 @@ impl Cluster {
         let extra = root.join("slurm.conf.extra");
         // the extern step then carries the job's energy, which is not summed over steps
         fs::write(&extra, format!("PrologFlags=Contain\n{}", spec.extra_conf)).expect("extra conf");
-        let cluster = Cluster { dir, sims };
-        let out = Command::new(workspace().join("ci/cluster.sh"))
+        let dbd_extra = root.join("slurmdbd.conf.extra");
+        fs::write(&dbd_extra, spec.extra_dbd_conf).expect("extra dbd conf");
+        let cluster = Cluster {
+            dir,
+            sims,
+            private_etc: spec.etc_users.is_some(),
+        };
+        let mut up = match spec.etc_users {
+            Some(etc) => {
+                let mut c = Command::new("unshare");
+                c.args(["-m", "--propagation", "private", "sh", "-c"])
+                    .arg(
+                        r#"mount --bind "$0/passwd" /etc/passwd && mount --bind "$0/group" /etc/group && exec "$@""#,
+                    )
+                    .arg(etc)
+                    .arg(workspace().join("ci/cluster.sh"));
+                c
+            }
+            None => Command::new(workspace().join("ci/cluster.sh")),
+        };
+        let out = up
             .arg("up")
             .arg(&cluster.dir)
             .env("NODES", spec.nodes.to_string())
@@ -70,6 +99,7 @@ impl Cluster {
             .env("JOBACCT_FREQ", spec.jobacct_freq.to_string())
             .env("ACCT_GATHER_CONF", &acct_gather)
             .env("EXTRA_SLURM_CONF", &extra)
+            .env("EXTRA_SLURMDBD_CONF", &dbd_extra)
             .env("NODE_HOOK", workspace().join("tests/fakehw/node-hook.sh"))
             .env("SIM_ROOT", &sim_root)
             .output()
@@ -87,9 +117,49 @@ impl Cluster {
         self.sims[node - 1].as_ref().expect("node has a simulator")
     }
 
+    /// A command that runs in this cluster's mount namespace (see
+    /// [`ClusterSpec::etc_users`]), `program` first.
+    fn command(&self, program: &Path) -> Command {
+        if !self.private_etc {
+            return Command::new(program);
+        }
+        let record = fs::read_to_string(self.dir.join("run/pid/slurmctld")).unwrap_or_default();
+        match record.split_whitespace().next() {
+            Some(pid) => {
+                let mut c = Command::new("nsenter");
+                c.args(["-t", pid, "-m", "--"]).arg(program);
+                c
+            }
+            // slurmctld is gone (and with it the namespace, unless its daemons outlive it)
+            None => Command::new(program),
+        }
+    }
+
+    /// Runs any client program (e.g. senergy) against this cluster, as `user` (uid,
+    /// gid) when given; its output whatever the status.
+    pub fn client(
+        &self,
+        user: Option<(u32, u32)>,
+        program: &Path,
+        args: &[&str],
+    ) -> std::process::Output {
+        let mut c = self.command(&workspace().join("ci/cluster.sh"));
+        c.arg("client").arg(&self.dir);
+        if let Some((uid, gid)) = user {
+            c.args([
+                "setpriv",
+                &format!("--reuid={uid}"),
+                &format!("--regid={gid}"),
+                "--clear-groups",
+            ]);
+        }
+        c.arg(program).args(args).output().expect("client program")
+    }
+
     /// Runs a Slurm client command against this cluster; returns stdout.
     pub fn run(&self, args: &[&str]) -> String {
-        let out = Command::new("bash")
+        let out = self
+            .command(Path::new("bash"))
             .arg("-c")
             .arg(r#"eval "$("$0" env "$1")"; shift; exec "$@""#)
             .arg(workspace().join("ci/cluster.sh"))
@@ -212,7 +282,8 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = Command::new(workspace().join("ci/cluster.sh"))
+        let _ = self
+            .command(&workspace().join("ci/cluster.sh"))
             .arg("down")
             .arg(&self.dir)
             .status();

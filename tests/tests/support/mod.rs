@@ -25,6 +25,17 @@ pub fn bin(name: &str) -> PathBuf {
     }
 }
 
+/// The built `senergy` (a binary of another package of the workspace, beside the tests').
+pub fn senergy() -> PathBuf {
+    let built = target_dir().join("senergy");
+    assert!(
+        built.exists(),
+        "{} is missing: build the workspace first (cargo build --release --workspace)",
+        built.display()
+    );
+    built
+}
+
 /// These tests mount over /dev/cpu, /proc/cpuinfo and /sys inside private namespaces and
 /// run Slurm daemons: they need root. Anywhere else they fail loudly, unless
 /// ENERGY_TESTS_ALLOW_SKIP=1 says skipping is intended (then they print that they skip).

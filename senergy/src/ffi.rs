@@ -1,0 +1,267 @@
+//! The only unsafe code: libslurm's slurmdb API (`slurmdb_connection_get`,
+//! `slurmdb_jobs_get`) to the safe rows of [`crate::record`]. Nothing here decides.
+
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::ptr;
+use std::sync::Once;
+
+use slurm_sys::{
+    JOB_STATE_BASE, NO_VAL, slurm_conf_t, slurm_init, slurm_list_append, slurm_list_create,
+    slurm_list_destroy, slurm_list_iterator_create, slurm_list_iterator_destroy, slurm_list_next,
+    slurm_selected_step_t, slurm_step_id_t, slurm_strerror, slurmdb_connection_close,
+    slurmdb_connection_get, slurmdb_job_cond_t, slurmdb_job_rec_t, slurmdb_jobs_get,
+    slurmdb_step_rec_t, xlist,
+};
+use thiserror::Error;
+
+use crate::record::{JobRow, StepRow, StepUsage, user_name};
+
+/// `JOBCOND_FLAG_NO_TRUNC` (`slurmdb.h`, `SLURM_BIT(2)`): report jobs' real start and end,
+/// not clipped to the query's window.
+const JOBCOND_FLAG_NO_TRUNC: u32 = 1 << 2;
+/// `SLURMDB_JOB_FLAG_NOTSET` (`slurmdb.h`, `SLURM_BIT(0)`): no filter on the jobs'
+/// scheduling flags (0 would select only jobs with none of them: none).
+const SLURMDB_JOB_FLAG_NOTSET: u32 = 1;
+
+unsafe extern "C" {
+    /// libslurm's configuration (`src/common/read_config.h`), loaded by `slurm_init`.
+    static slurm_conf: slurm_conf_t;
+}
+
+#[derive(Debug, Error)]
+pub enum AccountingError {
+    #[error("cannot connect to slurmdbd: {0}")]
+    Connect(String),
+    #[error("slurmdbd answered no job list: {0}")]
+    Query(String),
+}
+
+/// Which jobs to ask slurmdbd for; slurmdbd applies PrivateData to the caller's uid.
+#[derive(Debug, Default)]
+pub struct JobQuery {
+    /// `(job id, array task id)`; a bare array job id selects all its elements.
+    pub jobs: Vec<(u32, Option<u32>)>,
+    pub accounts: Vec<String>,
+    pub uids: Vec<u32>,
+    /// Jobs that ran in `[start, end)`, unix seconds.
+    pub window: Option<(i64, i64)>,
+}
+
+pub struct Accounting {
+    conn: *mut c_void,
+}
+
+/// Slurm's message for `errno` (where libslurm leaves its error codes; slurm_get_errno
+/// is gone from 24.11).
+fn last_error() -> String {
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    // SAFETY: slurm_strerror returns a static string for any error number.
+    unsafe { text(slurm_strerror(errno)) }
+}
+
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn text(p: *const c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        // SAFETY: per the contract.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// A Slurm list that only borrows its items (no destructor): they stay owned by Rust.
+struct BorrowedList(*mut xlist);
+
+impl BorrowedList {
+    /// A list of `items` (for a list of `char *`, the string pointers themselves).
+    fn new(items: Vec<*mut c_void>) -> Option<BorrowedList> {
+        if items.is_empty() {
+            return None;
+        }
+        // SAFETY: a list without destructor; what the items point to outlives it (see
+        // `jobs`).
+        unsafe {
+            let list = slurm_list_create(None);
+            for item in items {
+                slurm_list_append(list, item);
+            }
+            Some(BorrowedList(list))
+        }
+    }
+}
+
+impl Drop for BorrowedList {
+    fn drop(&mut self) {
+        // SAFETY: created by slurm_list_create; destroying it frees no item.
+        unsafe { slurm_list_destroy(self.0) }
+    }
+}
+
+fn list_ptr(list: &Option<BorrowedList>) -> *mut xlist {
+    list.as_ref().map_or(ptr::null_mut(), |l| l.0)
+}
+
+/// Calls `f` on each item of a Slurm list.
+///
+/// # Safety
+/// `list` is NULL or a Slurm list of `T`s.
+unsafe fn each<T, R>(list: *mut xlist, mut f: impl FnMut(&T) -> R) -> Vec<R> {
+    let mut out = Vec::new();
+    if list.is_null() {
+        return out;
+    }
+    // SAFETY: per the contract.
+    unsafe {
+        let it = slurm_list_iterator_create(list);
+        loop {
+            let item = slurm_list_next(it).cast::<T>();
+            if item.is_null() {
+                break;
+            }
+            out.push(f(&*item));
+        }
+        slurm_list_iterator_destroy(it);
+    }
+    out
+}
+
+impl Accounting {
+    /// Loads slurm.conf (`SLURM_CONF`, else the compiled-in path) and connects to
+    /// slurmdbd as the calling user.
+    pub fn open() -> Result<Accounting, AccountingError> {
+        static INIT: Once = Once::new();
+        // SAFETY: NULL means "the default slurm.conf"; once per process.
+        INIT.call_once(|| unsafe { slurm_init(ptr::null()) });
+        let mut flags: u16 = 0;
+        // SAFETY: flags is a valid out-parameter.
+        let conn = unsafe { slurmdb_connection_get(&mut flags) };
+        if conn.is_null() {
+            return Err(AccountingError::Connect(last_error()));
+        }
+        Ok(Accounting { conn })
+    }
+
+    pub fn jobs(&self, query: &JobQuery) -> Result<Vec<JobRow>, AccountingError> {
+        // 24.11 added fields (sluid, array_bitmap) that stay zero; 22.05 has none more
+        #[allow(clippy::needless_update)]
+        let no_val_step = |job_id, task: Option<u32>| slurm_selected_step_t {
+            array_task_id: task.unwrap_or(NO_VAL),
+            het_job_offset: NO_VAL,
+            step_id: slurm_step_id_t {
+                job_id,
+                step_het_comp: NO_VAL,
+                step_id: NO_VAL,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut steps: Vec<_> = query
+            .jobs
+            .iter()
+            .map(|&(job, task)| no_val_step(job, task))
+            .collect();
+        let cstrings = |v: &[String]| -> Vec<CString> {
+            v.iter()
+                .filter_map(|s| CString::new(s.as_str()).ok())
+                .collect()
+        };
+        let accounts = cstrings(&query.accounts);
+        let uids = cstrings(&query.uids.iter().map(u32::to_string).collect::<Vec<_>>());
+        // SAFETY: slurm_init loaded slurm_conf; cluster_name is NULL or a string.
+        let cluster = unsafe { text(slurm_conf.cluster_name) };
+        // this cluster's jobs, as sacct's default (slurmdbd may hold several clusters')
+        let clusters = cstrings(&Vec::from_iter(Some(cluster).filter(|c| !c.is_empty())));
+        // the lists hold pointers to the strings' bytes, not to the CStrings
+        let ptrs = |v: &[CString]| -> Vec<*mut c_void> {
+            v.iter().map(|s| s.as_ptr().cast_mut().cast()).collect()
+        };
+        let account_list = BorrowedList::new(ptrs(&accounts));
+        let uid_list = BorrowedList::new(ptrs(&uids));
+        let cluster_list = BorrowedList::new(ptrs(&clusters));
+        let step_list =
+            BorrowedList::new(steps.iter_mut().map(|s| ptr::from_mut(s).cast()).collect());
+
+        let mut cond = slurmdb_job_cond_t {
+            flags: JOBCOND_FLAG_NO_TRUNC,
+            db_flags: SLURMDB_JOB_FLAG_NOTSET,
+            acct_list: list_ptr(&account_list),
+            userid_list: list_ptr(&uid_list),
+            cluster_list: list_ptr(&cluster_list),
+            step_list: list_ptr(&step_list),
+            ..Default::default()
+        };
+        if let Some((start, end)) = query.window {
+            cond.usage_start = start;
+            cond.usage_end = end;
+        }
+        // SAFETY: conn is open; cond and everything its lists point to live until after
+        // the call (the lists are destroyed at the end of this function, then the data).
+        let result = unsafe { slurmdb_jobs_get(self.conn, &mut cond) };
+        if result.is_null() {
+            return Err(AccountingError::Query(last_error()));
+        }
+        // SAFETY: slurmdb_jobs_get returns a list of slurmdb_job_rec_t that we own.
+        let rows = unsafe { each(result, job_row) };
+        // SAFETY: the list's own destructor frees the records.
+        unsafe { slurm_list_destroy(result) };
+        Ok(rows)
+    }
+}
+
+impl Drop for Accounting {
+    fn drop(&mut self) {
+        // SAFETY: conn came from slurmdb_connection_get and is closed once.
+        unsafe { slurmdb_connection_close(&mut self.conn) };
+    }
+}
+
+fn job_row(job: &slurmdb_job_rec_t) -> JobRow {
+    // SAFETY: the record's strings are NULL or NUL-terminated; steps is a list of
+    // slurmdb_step_rec_t (slurmdb.h).
+    unsafe {
+        JobRow {
+            job_id: job.jobid,
+            array: (job.array_job_id != 0 && job.array_task_id != NO_VAL)
+                .then_some((job.array_job_id, job.array_task_id)),
+            user: user_name(text(job.user), job.uid),
+            account: text(job.account),
+            name: text(job.jobname),
+            state: job.state & JOB_STATE_BASE,
+            start: job.start,
+            end: job.end,
+            elapsed_s: u64::from(job.elapsed),
+            alloc_nodes: job.alloc_nodes,
+            nodes: text(job.nodes),
+            tres_alloc: text(job.tres_alloc_str),
+            steps: each(job.steps, step_row),
+        }
+    }
+}
+
+fn step_row(step: &slurmdb_step_rec_t) -> StepRow {
+    let stats = &step.stats;
+    // SAFETY: the record's strings are NULL or NUL-terminated.
+    unsafe {
+        StepRow {
+            step_id: step.step_id.step_id,
+            het_comp: (step.step_id.step_het_comp != NO_VAL).then_some(step.step_id.step_het_comp),
+            name: text(step.stepname),
+            nodes: text(step.nodes),
+            nnodes: step.nnodes,
+            state: step.state & JOB_STATE_BASE,
+            start: step.start,
+            end: step.end,
+            elapsed_s: u64::from(step.elapsed),
+            consumed_energy: stats.consumed_energy,
+            usage: StepUsage {
+                in_max: text(stats.tres_usage_in_max),
+                in_max_nodeid: text(stats.tres_usage_in_max_nodeid),
+                in_min: text(stats.tres_usage_in_min),
+                in_min_nodeid: text(stats.tres_usage_in_min_nodeid),
+                in_tot: text(stats.tres_usage_in_tot),
+                out_max: text(stats.tres_usage_out_max),
+            },
+        }
+    }
+}

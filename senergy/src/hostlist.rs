@@ -1,0 +1,94 @@
+//! Slurm host lists (`n[1-3,7],gpu[01-02]`) to node names, in order: a step's
+//! `*_nodeid` fields index its node list.
+
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq)]
+#[error("cannot expand the node list {0:?}")]
+pub struct BadHostList(pub String);
+
+pub fn expand(list: &str) -> Result<Vec<String>, BadHostList> {
+    let bad = || BadHostList(list.to_string());
+    let mut names = Vec::new();
+    for item in split_top_level(list).map_err(|()| bad())? {
+        if item.is_empty() {
+            continue;
+        }
+        match item.find('[') {
+            None => names.push(item.to_string()),
+            Some(open) => {
+                let close = item.find(']').ok_or_else(bad)?;
+                let (prefix, suffix) = (&item[..open], &item[close + 1..]);
+                if suffix.contains('[') {
+                    return Err(bad());
+                }
+                for range in item[open + 1..close].split(',') {
+                    let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+                    let width = lo.len();
+                    let (lo, hi): (u64, u64) = (
+                        lo.parse().map_err(|_| bad())?,
+                        hi.parse().map_err(|_| bad())?,
+                    );
+                    if hi < lo || hi - lo > 1_000_000 {
+                        return Err(bad());
+                    }
+                    names.extend((lo..=hi).map(|n| format!("{prefix}{n:0width$}{suffix}")));
+                }
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// Splits at the commas outside brackets.
+fn split_top_level(list: &str) -> Result<Vec<&str>, ()> {
+    let (mut depth, mut start, mut items) = (0u32, 0, Vec::new());
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.checked_sub(1).ok_or(())?,
+            ',' if depth == 0 => {
+                items.push(list[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err(());
+    }
+    items.push(list[start..].trim());
+    Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_ranges_in_order() {
+        assert_eq!(
+            expand("n[1-3]").expect("valid in this test"),
+            ["n1", "n2", "n3"]
+        );
+        assert_eq!(
+            expand("a1,gpu[01-02,7],b").expect("valid in this test"),
+            ["a1", "gpu01", "gpu02", "gpu7", "b"]
+        );
+        assert_eq!(
+            expand("r[8-10]x").expect("valid in this test"),
+            ["r8x", "r9x", "r10x"]
+        );
+        assert_eq!(
+            expand("").expect("valid in this test"),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_read() {
+        for bad in ["n[1-", "n[3-1]", "n]1[", "n[a-b]", "n[1-2][3-4]"] {
+            assert!(expand(bad).is_err(), "{bad}");
+        }
+    }
+}

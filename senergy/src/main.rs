@@ -1,0 +1,380 @@
+//! senergy: the energy of Slurm jobs from Slurm's accounting, with emissions and cost.
+
+mod carbon;
+mod ffi;
+mod hostlist;
+mod output;
+mod presence;
+mod record;
+mod report;
+mod tres;
+mod usage;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use carbon::{Hourly, SiteFile, Tariff, TariffError};
+use ffi::{Accounting, JobQuery};
+
+/// Exit statuses (documented in --help).
+mod exit {
+    pub const USAGE: u8 = 2;
+    pub const NOT_FOUND: u8 = 3;
+    pub const CONFIG: u8 = 4;
+    pub const ACCOUNTING: u8 = 5;
+}
+
+const DEFAULT_CONF: &str = "/etc/slurm/senergy.conf";
+
+const AFTER_HELP: &str = "\
+ENERGY
+    Figures come from Slurm's accounting (slurmdbd), as the calling user: slurmdbd's
+    PrivateData decides which jobs you see. A job's energy is what sacct shows as its
+    ConsumedEnergy; per step, the energy TRES of TRESUsageInTot/Max/Min and their nodes
+    name the nodes that used the most and the least (for 3 nodes or fewer, every node).
+    A value Slurm marks as unknown is never shown as a number.
+
+DATA PRESENCE
+    complete  every step and node reported energy
+    partial   some did not (or the job is still running): the figure is a lower bound
+    missing   no energy recorded (no energy plugin, or every reading unavailable)
+
+EMISSIONS AND COST
+    emissions_g = kWh x carbon intensity (gCO2e/kWh); with an hourly table the job's
+    energy is spread evenly over its run time and each hour takes its own intensity.
+    cost = kWh x price per kWh. Flags override the site file (default
+    /etc/slurm/senergy.conf, or SENERGY_CONF, or --config), which is TOML:
+        carbon_intensity = 350                       # gCO2e/kWh
+        carbon_intensity_csv = \"/etc/slurm/grid.csv\" # hour,g_co2e_per_kwh
+        price_per_kwh = 0.25
+        currency = \"EUR\"
+
+EXIT STATUS
+    0  success
+    2  bad command line
+    3  a requested job is unknown or not visible to you (the others are reported)
+    4  bad site file, hourly CSV or figure
+    5  slurmdbd unreachable or the query failed
+";
+
+#[derive(Parser)]
+#[command(
+    name = "senergy",
+    version,
+    about = "Energy, emissions and cost of Slurm jobs, from Slurm's accounting",
+    after_help = AFTER_HELP
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    #[command(flatten)]
+    format: Format,
+    #[command(flatten)]
+    tariff: TariffArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Per job and step: energy, power, min/max node, data presence, emissions, cost.
+    Job {
+        /// Job ids: 123, an array element 123_4, or an array job 123 (all its elements).
+        #[arg(required = true, value_name = "JOBID")]
+        jobs: Vec<String>,
+    },
+    /// Energy, emissions and cost per account and user of the jobs that ended in a period.
+    Usage {
+        /// Start: YYYY-MM-DD[THH:MM[:SS]] (local time), RFC 3339 or unix seconds [default: 30 days ago].
+        #[arg(long, short = 'S')]
+        start: Option<String>,
+        /// End (exclusive), same forms [default: now].
+        #[arg(long, short = 'E')]
+        end: Option<String>,
+        /// Only these accounts (comma-separated).
+        #[arg(long, short = 'A', value_delimiter = ',')]
+        accounts: Vec<String>,
+        /// Only these users (comma-separated names).
+        #[arg(long, short = 'u', value_delimiter = ',')]
+        users: Vec<String>,
+    },
+}
+
+#[derive(Args)]
+#[group(multiple = false)]
+struct Format {
+    /// JSON (schema_version 1, documented in the README).
+    #[arg(long, global = true)]
+    json: bool,
+    /// CSV with a header line.
+    #[arg(long, global = true)]
+    csv: bool,
+}
+
+#[derive(Args)]
+struct TariffArgs {
+    /// Site file [env: SENERGY_CONF] [default: /etc/slurm/senergy.conf if it exists].
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Carbon intensity in gCO2e/kWh.
+    #[arg(long, global = true, value_name = "G_PER_KWH")]
+    carbon_intensity: Option<f64>,
+    /// CSV of hourly intensities (hour,g_co2e_per_kwh).
+    #[arg(long, global = true, value_name = "PATH")]
+    carbon_csv: Option<PathBuf>,
+    /// Price per kWh.
+    #[arg(long, global = true, value_name = "PER_KWH")]
+    price: Option<f64>,
+    /// Currency of the price (e.g. EUR).
+    #[arg(long, global = true)]
+    currency: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    #[error(transparent)]
+    Tariff(#[from] TariffError),
+    #[error("{0}")]
+    Input(String),
+    #[error(transparent)]
+    Accounting(#[from] ffi::AccountingError),
+}
+
+impl Failure {
+    fn code(&self) -> u8 {
+        match self {
+            Failure::Tariff(_) => exit::CONFIG,
+            Failure::Input(_) => exit::USAGE,
+            Failure::Accounting(_) => exit::ACCOUNTING,
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<String, TariffError> {
+    std::fs::read_to_string(path).map_err(|source| TariffError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Flags over the site file; the default site file may be absent, a named one not.
+fn tariff(args: &TariffArgs) -> Result<Tariff, TariffError> {
+    let named = args
+        .config
+        .clone()
+        .or_else(|| std::env::var_os("SENERGY_CONF").map(PathBuf::from));
+    let site = match named {
+        Some(path) => SiteFile::parse(&path, &read(&path)?)?,
+        None if Path::new(DEFAULT_CONF).exists() => {
+            SiteFile::parse(Path::new(DEFAULT_CONF), &read(Path::new(DEFAULT_CONF))?)?
+        }
+        None => SiteFile::default(),
+    };
+    let hourly = match args.carbon_csv.clone().or(site.carbon_intensity_csv) {
+        Some(path) => Some(Hourly::parse(&path, &read(&path)?)?),
+        None => None,
+    };
+    Tariff::new(
+        args.carbon_intensity.or(site.carbon_intensity),
+        hourly,
+        args.price.or(site.price_per_kwh),
+        args.currency.clone().or(site.currency),
+    )
+}
+
+/// `123` or `123_4`.
+fn job_id(text: &str) -> Result<(u32, Option<u32>), Failure> {
+    let bad = || Failure::Input(format!("{text:?} is not a job id (123 or 123_4)"));
+    match text.split_once('_') {
+        Some((job, task)) => Ok((
+            job.parse().map_err(|_| bad())?,
+            Some(task.parse().map_err(|_| bad())?),
+        )),
+        None => Ok((text.parse().map_err(|_| bad())?, None)),
+    }
+}
+
+/// Local `YYYY-MM-DD[THH:MM[:SS]]`, RFC 3339 or unix seconds.
+fn when(text: &str) -> Result<i64, Failure> {
+    use chrono::{Local, NaiveDate, NaiveDateTime, TimeZone};
+    if let Some(t) = carbon::parse_time(text) {
+        return Ok(t);
+    }
+    let naive = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S")
+        .or_else(|_| NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M"))
+        .or_else(|_| {
+            NaiveDate::parse_from_str(text, "%Y-%m-%d").map(|d| d.and_time(Default::default()))
+        });
+    naive
+        .ok()
+        .and_then(|n| Local.from_local_datetime(&n).earliest())
+        .map(|t| t.timestamp())
+        .ok_or_else(|| {
+            Failure::Input(format!(
+                "{text:?} is not a time (YYYY-MM-DD[THH:MM[:SS]], RFC 3339 or unix seconds)"
+            ))
+        })
+}
+
+fn uid_of(user: &str) -> Result<u32, Failure> {
+    match nix::unistd::User::from_name(user) {
+        Ok(Some(u)) => Ok(u.uid.as_raw()),
+        _ => user
+            .parse()
+            .map_err(|_| Failure::Input(format!("no user {user:?} on this host"))),
+    }
+}
+
+fn run(cli: Cli) -> Result<u8, Failure> {
+    let tariff = tariff(&cli.tariff)?;
+    let now = chrono::Utc::now().timestamp();
+    let print = |table: String, json: String, csv: String| {
+        let text = if cli.format.json {
+            json
+        } else if cli.format.csv {
+            csv
+        } else {
+            table
+        };
+        print!("{text}");
+    };
+    match &cli.command {
+        Command::Job { jobs } => {
+            let wanted = jobs
+                .iter()
+                .map(|j| job_id(j))
+                .collect::<Result<Vec<_>, _>>()?;
+            let db = Accounting::open()?;
+            let rows = db.jobs(&JobQuery {
+                jobs: wanted.clone(),
+                ..JobQuery::default()
+            })?;
+            let reports: Vec<_> = rows
+                .iter()
+                .map(|r| report::job_report(r, &tariff, now))
+                .collect();
+            let found: BTreeSet<(u32, Option<u32>)> = rows
+                .iter()
+                .flat_map(|r| {
+                    let mut ids = vec![(r.job_id, None)];
+                    if let Some((array, task)) = r.array {
+                        ids.extend([(array, None), (array, Some(task))]);
+                    }
+                    ids
+                })
+                .collect();
+            let missing: Vec<&String> = jobs
+                .iter()
+                .zip(&wanted)
+                .filter(|(_, id)| !found.contains(id))
+                .map(|(text, _)| text)
+                .collect();
+            print(
+                output::jobs_table(&reports, &tariff),
+                output::jobs_json(&reports, &tariff),
+                output::jobs_csv(&reports, &tariff),
+            );
+            for job in &missing {
+                eprintln!("senergy: job {job}: unknown, or not visible to you");
+            }
+            Ok(if missing.is_empty() {
+                0
+            } else {
+                exit::NOT_FOUND
+            })
+        }
+        Command::Usage {
+            start,
+            end,
+            accounts,
+            users,
+        } => {
+            let end = end.as_deref().map(when).transpose()?.unwrap_or(now + 1);
+            let start = start
+                .as_deref()
+                .map(when)
+                .transpose()?
+                .unwrap_or(end - 30 * 86400);
+            if start >= end {
+                return Err(Failure::Input(format!(
+                    "the period is empty: --start {} is not before --end {}",
+                    output::local_time(start),
+                    output::local_time(end)
+                )));
+            }
+            let uids = users
+                .iter()
+                .map(|u| uid_of(u))
+                .collect::<Result<Vec<_>, _>>()?;
+            let db = Accounting::open()?;
+            let rows = db.jobs(&JobQuery {
+                accounts: accounts.clone(),
+                uids,
+                window: Some((start, end)),
+                ..JobQuery::default()
+            })?;
+            let reports: Vec<_> = rows
+                .iter()
+                .map(|r| report::job_report(r, &tariff, now))
+                .collect();
+            let has = (
+                tariff.intensity.is_some() || tariff.hourly.is_some(),
+                tariff.price_per_kwh.is_some(),
+            );
+            let usage = usage::usage(&reports, start, end, has);
+            print(
+                output::usage_table(&usage, &tariff),
+                output::usage_json(&usage, &tariff),
+                output::usage_csv(&usage, &tariff),
+            );
+            Ok(0)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("senergy: {e}");
+            ExitCode::from(e.code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_ids() {
+        assert_eq!(job_id("123").expect("valid in this test"), (123, None));
+        assert_eq!(job_id("123_4").expect("valid in this test"), (123, Some(4)));
+        for bad in ["", "12a", "1_", "_3", "1.2"] {
+            assert!(job_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn times() {
+        assert_eq!(
+            when("1735689600").expect("valid in this test"),
+            1_735_689_600
+        );
+        assert_eq!(
+            when("2025-01-01T00:00:00Z").expect("valid in this test"),
+            1_735_689_600
+        );
+        assert!(when("2025-01-01").is_ok());
+        assert!(when("2025-01-01T10:30").is_ok());
+        assert!(when("yesterday").is_err());
+    }
+
+    #[test]
+    fn help_parses() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,83 @@
+//! What Slurm's accounting holds for a job and its steps, in safe types (filled by
+//! [`crate::ffi`] from `slurmdb_job_rec_t` / `slurmdb_step_rec_t`).
+
+/// Slurm's step ids for the special steps (`slurm.h`).
+pub const BATCH_STEP: u32 = slurm_sys::SLURM_BATCH_SCRIPT;
+pub const EXTERN_STEP: u32 = slurm_sys::SLURM_EXTERN_CONT;
+pub const INTERACTIVE_STEP: u32 = slurm_sys::SLURM_INTERACTIVE_STEP;
+pub const PENDING_STEP: u32 = slurm_sys::SLURM_PENDING_STEP;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobRow {
+    pub job_id: u32,
+    /// `Some((array job id, task id))` for an element of a job array.
+    pub array: Option<(u32, u32)>,
+    pub user: String,
+    pub account: String,
+    pub name: String,
+    /// `job_states` base state (`state & JOB_STATE_BASE`).
+    pub state: u32,
+    /// Unix seconds; 0 when not (yet) started / ended.
+    pub start: i64,
+    pub end: i64,
+    pub elapsed_s: u64,
+    pub alloc_nodes: u32,
+    pub nodes: String,
+    /// `tres_alloc_str`: at the job's end slurmctld adds its energy (TRES 3) here, which
+    /// is what sacct shows as the job's ConsumedEnergy.
+    pub tres_alloc: String,
+    pub steps: Vec<StepRow>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepRow {
+    pub step_id: u32,
+    pub het_comp: Option<u32>,
+    pub name: String,
+    pub nodes: String,
+    pub nnodes: u32,
+    pub state: u32,
+    pub start: i64,
+    pub end: i64,
+    pub elapsed_s: u64,
+    /// `stats.consumed_energy` (sacct's ConsumedEnergy of the step).
+    pub consumed_energy: u64,
+    pub usage: StepUsage,
+}
+
+/// The step's TRES usage strings (`stats.tres_usage_*`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepUsage {
+    pub in_max: String,
+    pub in_max_nodeid: String,
+    pub in_min: String,
+    pub in_min_nodeid: String,
+    pub in_tot: String,
+    pub out_max: String,
+}
+
+/// The name sacct gives a step (`123.0`, `123.batch`, ...) after the job id.
+pub fn step_name(step_id: u32, het_comp: Option<u32>) -> String {
+    let base = match step_id {
+        BATCH_STEP => "batch".to_string(),
+        EXTERN_STEP => "extern".to_string(),
+        INTERACTIVE_STEP => "interactive".to_string(),
+        PENDING_STEP => "pending".to_string(),
+        id => id.to_string(),
+    };
+    match het_comp {
+        Some(comp) => format!("{base}+{comp}"),
+        None => base,
+    }
+}
+
+/// The job's user as slurmdbd named it, else as this host names its uid, else the uid.
+pub fn user_name(recorded: String, uid: u32) -> String {
+    if !recorded.is_empty() {
+        return recorded;
+    }
+    match nix::unistd::User::from_uid(uid.into()) {
+        Ok(Some(user)) => user.name,
+        _ => uid.to_string(),
+    }
+}

@@ -1,0 +1,541 @@
+//! Per job and step: energy, power, the min and max node (CAPMC's energy statistics),
+//! data presence, emissions and cost. Everything here decides; nothing touches Slurm.
+
+use serde::Serialize;
+
+use crate::carbon::{JOULES_PER_KWH, Tariff};
+use crate::hostlist;
+use crate::presence::Presence;
+use crate::record::{EXTERN_STEP, JobRow, StepRow, StepUsage, step_name};
+use crate::tres::{self, ENERGY};
+
+/// `job_states` (`slurm.h`) as sacct names them.
+fn state_name(state: u32) -> &'static str {
+    use slurm_sys::job_states;
+    match state {
+        job_states::JOB_PENDING => "PENDING",
+        job_states::JOB_RUNNING => "RUNNING",
+        job_states::JOB_SUSPENDED => "SUSPENDED",
+        job_states::JOB_COMPLETE => "COMPLETED",
+        job_states::JOB_CANCELLED => "CANCELLED",
+        job_states::JOB_FAILED => "FAILED",
+        job_states::JOB_TIMEOUT => "TIMEOUT",
+        job_states::JOB_NODE_FAIL => "NODE_FAIL",
+        job_states::JOB_PREEMPTED => "PREEMPTED",
+        job_states::JOB_BOOT_FAIL => "BOOT_FAIL",
+        job_states::JOB_DEADLINE => "DEADLINE",
+        job_states::JOB_OOM => "OUT_OF_MEMORY",
+        _ => "UNKNOWN",
+    }
+}
+
+fn is_running(state: u32) -> bool {
+    matches!(
+        state,
+        slurm_sys::job_states::JOB_RUNNING | slurm_sys::job_states::JOB_SUSPENDED
+    )
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeEnergy {
+    pub name: String,
+    /// `None`: the node reported no energy.
+    pub energy_j: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepReport {
+    pub step: String,
+    pub name: String,
+    pub state: &'static str,
+    pub nodes: u32,
+    pub node_list: String,
+    pub elapsed_s: u64,
+    pub energy_j: Option<u64>,
+    pub avg_watts: Option<f64>,
+    pub per_node_avg_j: Option<f64>,
+    /// The highest power a node reported (TRESUsageOutMax).
+    pub max_watts: Option<u64>,
+    pub min_node: Option<NodeEnergy>,
+    pub max_node: Option<NodeEnergy>,
+    /// Every node's energy, where the min, max and total determine them (3 nodes or fewer).
+    pub node_energy: Vec<NodeEnergy>,
+    pub data: Presence,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobReport {
+    pub job_id: u32,
+    /// `123_4` for array elements, else the job id.
+    pub id: String,
+    pub array_job_id: Option<u32>,
+    pub array_task_id: Option<u32>,
+    pub name: String,
+    pub user: String,
+    pub account: String,
+    pub state: &'static str,
+    /// Still running: the figures are those of its finished steps so far.
+    pub running: bool,
+    pub start: Option<i64>,
+    pub end: Option<i64>,
+    pub elapsed_s: u64,
+    pub nodes: u32,
+    pub node_list: String,
+    pub energy_j: Option<u64>,
+    pub kwh: Option<f64>,
+    pub avg_watts: Option<f64>,
+    pub per_node_avg_j: Option<f64>,
+    pub emissions_g: Option<f64>,
+    pub cost: Option<f64>,
+    pub data: Presence,
+    pub steps: Vec<StepReport>,
+}
+
+/// A run of at least this long that Slurm recorded as 0 J had no energy plugin measuring
+/// it (acct_gather_energy/none leaves the figure at 0): no real node draws nothing.
+const MEASURED_RUN_S: u64 = 1;
+
+fn ratio(joules: Option<u64>, by: u64) -> Option<f64> {
+    joules.filter(|_| by > 0).map(|j| j as f64 / by as f64)
+}
+
+/// A step's node indexes (`*_nodeid`) name nodes of its own node list.
+fn node_at(names: &[String], nodeid: Option<u64>) -> Option<String> {
+    let index = usize::try_from(nodeid?).ok()?;
+    names.get(index).cloned()
+}
+
+pub fn step_report(step: &StepRow) -> StepReport {
+    let StepUsage {
+        in_max,
+        in_max_nodeid,
+        in_min,
+        in_min_nodeid,
+        in_tot,
+        out_max,
+    } = &step.usage;
+    let names = hostlist::expand(&step.nodes).unwrap_or_default();
+    let raw_max = tres::count(in_max, ENERGY);
+    let raw_min = tres::count(in_min, ENERGY);
+    let node = |raw: Option<u64>, id: &str| {
+        let nodeid = tres::count(id, ENERGY);
+        raw.map(|r| {
+            (
+                nodeid,
+                NodeEnergy {
+                    name: node_at(&names, nodeid).unwrap_or_else(|| "?".into()),
+                    energy_j: tres::joules(r),
+                },
+            )
+        })
+    };
+    let max = node(raw_max, in_max_nodeid);
+    let min = node(raw_min, in_min_nodeid);
+    let every_node_known = [&max, &min]
+        .iter()
+        .all(|n| n.as_ref().is_none_or(|(_, n)| n.energy_j.is_some()));
+    // sacct's step ConsumedEnergy; the TRES total only where no node lacks energy (a sum
+    // that included NO_VAL64 wrapped around)
+    let total = tres::joules(step.consumed_energy).or_else(|| {
+        tres::count(in_tot, ENERGY)
+            .and_then(tres::joules)
+            .filter(|_| every_node_known)
+    });
+    // a node that reported no energy (NO_VAL64) wins the max; a 0 J run did not measure
+    let unmeasured = |j: Option<u64>| j.is_none_or(|j| j == 0 && step.elapsed_s >= MEASURED_RUN_S);
+    let data = match (unmeasured(total), every_node_known) {
+        (false, true) => Presence::Complete,
+        (true, _)
+            if [&max, &min]
+                .iter()
+                .all(|n| n.as_ref().is_none_or(|(_, n)| unmeasured(n.energy_j))) =>
+        {
+            Presence::Missing
+        }
+        _ => Presence::Partial,
+    };
+    let energy_j = total.filter(|_| data != Presence::Missing);
+    let nnodes = if step.nnodes > 0 {
+        step.nnodes
+    } else {
+        names.len() as u32
+    };
+    let node_energy = match data {
+        Presence::Complete => every_node(&names, energy_j, max.as_ref(), min.as_ref()),
+        _ => Vec::new(),
+    };
+    StepReport {
+        step: step_name(step.step_id, step.het_comp),
+        name: step.name.clone(),
+        state: state_name(step.state),
+        nodes: nnodes,
+        node_list: step.nodes.clone(),
+        elapsed_s: step.elapsed_s,
+        energy_j,
+        avg_watts: ratio(energy_j, step.elapsed_s),
+        per_node_avg_j: ratio(energy_j, u64::from(nnodes)),
+        max_watts: tres::count(out_max, ENERGY).and_then(tres::watts),
+        min_node: min.map(|(_, n)| n),
+        max_node: max.map(|(_, n)| n),
+        node_energy,
+        data,
+    }
+}
+
+/// Every node's figure where the total, max and min leave at most one node unnamed.
+fn every_node(
+    names: &[String],
+    total: Option<u64>,
+    max: Option<&(Option<u64>, NodeEnergy)>,
+    min: Option<&(Option<u64>, NodeEnergy)>,
+) -> Vec<NodeEnergy> {
+    let (Some(total), Some((Some(max_id), max)), Some((Some(min_id), min))) = (total, max, min)
+    else {
+        return Vec::new();
+    };
+    if names.is_empty() || names.len() > 3 {
+        return Vec::new();
+    }
+    let mut known: Vec<Option<u64>> = vec![None; names.len()];
+    for (id, n) in [(max_id, max), (min_id, min)] {
+        match known.get_mut(*id as usize) {
+            Some(slot) => *slot = n.energy_j,
+            None => return Vec::new(),
+        }
+    }
+    let unknown: Vec<usize> = (0..names.len()).filter(|&i| known[i].is_none()).collect();
+    let named: u64 = known.iter().flatten().sum();
+    match unknown.as_slice() {
+        [] => {}
+        [only] if total >= named => known[*only] = Some(total - named),
+        // min and max on the same node: all equal when the total says so
+        _ if max.energy_j == min.energy_j
+            && max.energy_j.map(|j| j * names.len() as u64) == Some(total) =>
+        {
+            known.iter_mut().for_each(|k| *k = max.energy_j)
+        }
+        _ => return Vec::new(),
+    }
+    names
+        .iter()
+        .zip(known)
+        .map(|(name, energy_j)| NodeEnergy {
+            name: name.clone(),
+            energy_j,
+        })
+        .collect()
+}
+
+/// `now`: unix seconds, for the run time of a running job.
+pub fn job_report(job: &JobRow, tariff: &Tariff, now: i64) -> JobReport {
+    let steps: Vec<StepReport> = job.steps.iter().map(step_report).collect();
+    let running = is_running(job.state);
+    let elapsed_s = if running && job.start > 0 {
+        u64::try_from(now - job.start).unwrap_or(0)
+    } else {
+        job.elapsed_s
+    };
+    let step_presence = Presence::combine(steps.iter().map(|s| s.data));
+    // what slurmctld recorded at the job's end (sacct's ConsumedEnergy)
+    let recorded = tres::count(&job.tres_alloc, ENERGY)
+        .and_then(tres::joules)
+        .filter(|&j| j > 0 || elapsed_s < MEASURED_RUN_S);
+    let (energy_j, data) = match recorded {
+        Some(j) => (
+            Some(j),
+            match step_presence {
+                Some(Presence::Complete) | None => Presence::Complete,
+                Some(_) => Presence::Partial,
+            },
+        ),
+        None => so_far(&steps, running),
+    };
+    let end = (job.end > 0).then_some(job.end);
+    let run_end = end.unwrap_or(now);
+    let emissions_g =
+        energy_j.and_then(|j| tariff.emissions_g(j as f64, job.start.max(0), run_end));
+    JobReport {
+        job_id: job.job_id,
+        id: match job.array {
+            Some((array, task)) => format!("{array}_{task}"),
+            None => job.job_id.to_string(),
+        },
+        array_job_id: job.array.map(|(a, _)| a),
+        array_task_id: job.array.map(|(_, t)| t),
+        name: job.name.clone(),
+        user: job.user.clone(),
+        account: job.account.clone(),
+        state: state_name(job.state),
+        running,
+        start: (job.start > 0).then_some(job.start),
+        end,
+        elapsed_s,
+        nodes: job.alloc_nodes,
+        node_list: job.nodes.clone(),
+        energy_j,
+        kwh: energy_j.map(|j| j as f64 / JOULES_PER_KWH),
+        avg_watts: ratio(energy_j, elapsed_s),
+        per_node_avg_j: ratio(energy_j, u64::from(job.alloc_nodes)),
+        emissions_g,
+        cost: energy_j.and_then(|j| tariff.cost(j as f64)),
+        data,
+        steps,
+    }
+}
+
+/// A job without a recorded total (still running, or ended without one): as slurmctld
+/// adds it up (stepmgr.c): the extern step's energy if it has one (PrologFlags=Contain:
+/// it spans the whole job), else the sum of the steps'.
+fn so_far(steps: &[StepReport], running: bool) -> (Option<u64>, Presence) {
+    let extern_step = steps
+        .iter()
+        .find(|s| s.step == step_name(EXTERN_STEP, None));
+    if let Some(s) = extern_step.filter(|s| s.energy_j.is_some()) {
+        return (s.energy_j, if running { Presence::Partial } else { s.data });
+    }
+    let known: Vec<u64> = steps.iter().filter_map(|s| s.energy_j).collect();
+    if known.is_empty() {
+        return (None, Presence::Missing);
+    }
+    let presence = match Presence::combine(steps.iter().map(|s| s.data)) {
+        Some(Presence::Complete) if !running => Presence::Complete,
+        _ => Presence::Partial,
+    };
+    (Some(known.iter().sum()), presence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::BATCH_STEP;
+    use slurm_sys::job_states;
+
+    const NO_VAL64: u64 = 0xffff_ffff_ffff_fffe;
+
+    fn step(id: u32, nodes: &str, n: u32, usage: [&str; 6], consumed: u64) -> StepRow {
+        let [
+            in_max,
+            in_max_nodeid,
+            in_min,
+            in_min_nodeid,
+            in_tot,
+            out_max,
+        ] = usage.map(String::from);
+        StepRow {
+            step_id: id,
+            nodes: nodes.into(),
+            nnodes: n,
+            state: job_states::JOB_COMPLETE,
+            elapsed_s: 60,
+            consumed_energy: consumed,
+            usage: StepUsage {
+                in_max,
+                in_max_nodeid,
+                in_min,
+                in_min_nodeid,
+                in_tot,
+                out_max,
+            },
+            ..StepRow::default()
+        }
+    }
+
+    /// The 3-node job: n3 most (9712 J), n1 least (5860 J), 517 W peak.
+    fn three_nodes() -> StepRow {
+        step(
+            0,
+            "n[1-3]",
+            3,
+            [
+                "1=10,3=9712",
+                "1=0,3=2",
+                "1=1,3=5860",
+                "1=2,3=0",
+                "1=20,3=23000",
+                "3=517",
+            ],
+            23000,
+        )
+    }
+
+    #[test]
+    fn three_node_step_names_min_max_and_the_middle() {
+        let r = step_report(&three_nodes());
+        assert_eq!(r.energy_j, Some(23000));
+        assert_eq!(
+            r.max_node,
+            Some(NodeEnergy {
+                name: "n3".into(),
+                energy_j: Some(9712)
+            })
+        );
+        assert_eq!(r.min_node.as_ref().map(|n| n.name.as_str()), Some("n1"));
+        let middle = 23000 - 9712 - 5860;
+        let figures: Vec<_> = r
+            .node_energy
+            .iter()
+            .map(|n| (n.name.as_str(), n.energy_j))
+            .collect();
+        assert_eq!(
+            figures,
+            [("n1", Some(5860)), ("n2", Some(middle)), ("n3", Some(9712))]
+        );
+        assert_eq!(r.max_watts, Some(517));
+        assert_eq!(r.data, Presence::Complete);
+        assert_eq!(r.avg_watts, Some(23000.0 / 60.0));
+        assert_eq!(r.per_node_avg_j, Some(23000.0 / 3.0));
+        assert_eq!(r.step, "0");
+    }
+
+    #[test]
+    fn more_than_three_nodes_list_only_min_and_max() {
+        let mut s = three_nodes();
+        s.nodes = "n[1-4]".into();
+        s.nnodes = 4;
+        let r = step_report(&s);
+        assert!(r.node_energy.is_empty());
+        assert_eq!(r.max_node.map(|n| n.name), Some("n3".into()));
+    }
+
+    #[test]
+    fn a_node_without_energy_makes_the_step_partial() {
+        // n2 reported NO_VAL64: it wins the max, and Slurm's step total is NO_VAL64
+        let s = step(
+            0,
+            "n[1-3]",
+            3,
+            [
+                &format!("3={NO_VAL64}"),
+                "3=1",
+                "3=5860",
+                "3=0",
+                "3=1",
+                "3=4294967294",
+            ],
+            NO_VAL64,
+        );
+        let r = step_report(&s);
+        assert_eq!(r.data, Presence::Partial);
+        assert_eq!(r.energy_j, None);
+        assert_eq!(
+            r.max_node,
+            Some(NodeEnergy {
+                name: "n2".into(),
+                energy_j: None
+            })
+        );
+        assert_eq!(r.max_watts, None, "NO_VAL watts are no figure");
+        assert!(r.node_energy.is_empty());
+    }
+
+    #[test]
+    fn no_energy_plugin_is_missing_not_zero() {
+        let s = step(0, "n1", 1, ["3=0", "3=0", "3=0", "3=0", "3=0", "3=0"], 0);
+        let r = step_report(&s);
+        assert_eq!(r.data, Presence::Missing);
+        assert_eq!(r.energy_j, None);
+        assert_eq!(r.avg_watts, None);
+        let s = step(0, "n1", 1, ["", "", "", "", "", ""], NO_VAL64);
+        assert_eq!(step_report(&s).data, Presence::Missing);
+    }
+
+    fn job(steps: Vec<StepRow>, tres_alloc: &str, state: u32) -> JobRow {
+        JobRow {
+            job_id: 42,
+            user: "alice".into(),
+            account: "a".into(),
+            state,
+            start: 1_735_689_600,
+            end: if state == job_states::JOB_RUNNING {
+                0
+            } else {
+                1_735_689_660
+            },
+            elapsed_s: 60,
+            alloc_nodes: 3,
+            nodes: "n[1-3]".into(),
+            tres_alloc: tres_alloc.into(),
+            steps,
+            ..JobRow::default()
+        }
+    }
+
+    #[test]
+    fn job_energy_emissions_and_cost_follow_the_formula() {
+        let mut ext = three_nodes();
+        ext.step_id = EXTERN_STEP;
+        let tariff = Tariff::new(Some(350.0), None, Some(0.3), Some("EUR".into()))
+            .expect("valid in this test");
+        let r = job_report(
+            &job(
+                vec![ext, three_nodes()],
+                "1=3,3=23000,4=3",
+                job_states::JOB_COMPLETE,
+            ),
+            &tariff,
+            0,
+        );
+        assert_eq!(r.energy_j, Some(23000));
+        let kwh = 23000.0 / 3.6e6;
+        assert_eq!(r.kwh, Some(kwh));
+        assert_eq!(r.emissions_g, Some(kwh * 350.0));
+        assert_eq!(r.cost, Some(kwh * 0.3));
+        assert_eq!(r.avg_watts, Some(23000.0 / 60.0));
+        assert_eq!(r.data, Presence::Complete);
+        assert!(!r.running);
+        assert_eq!(r.steps[0].step, "extern");
+    }
+
+    #[test]
+    fn running_job_reports_its_finished_steps_so_far() {
+        let mut s0 = three_nodes();
+        s0.consumed_energy = 1000;
+        s0.usage.in_tot = "3=1000".into();
+        let mut s1 = three_nodes();
+        s1.step_id = 1;
+        s1.consumed_energy = 500;
+        let batch = step(BATCH_STEP, "n1", 1, ["", "", "", "", "", ""], NO_VAL64);
+        let r = job_report(
+            &job(vec![s0, s1, batch], "1=3,4=3", job_states::JOB_RUNNING),
+            &Tariff::default(),
+            1_735_689_700,
+        );
+        assert!(r.running);
+        assert_eq!(r.state, "RUNNING");
+        assert_eq!(r.energy_j, Some(1500));
+        assert_eq!(r.data, Presence::Partial);
+        assert_eq!(r.elapsed_s, 100);
+        assert_eq!(r.end, None);
+    }
+
+    #[test]
+    fn job_without_energy_is_missing() {
+        let s = step(0, "n1", 1, ["3=0", "3=0", "3=0", "3=0", "3=0", "3=0"], 0);
+        let r = job_report(
+            &job(vec![s], "1=1,3=0,4=1", job_states::JOB_COMPLETE),
+            &Tariff::default(),
+            0,
+        );
+        assert_eq!(r.data, Presence::Missing);
+        assert_eq!(r.energy_j, None);
+        assert_eq!(r.kwh, None);
+        let tariff = Tariff::new(Some(350.0), None, Some(1.0), None).expect("valid in this test");
+        let s = step(0, "n1", 1, ["", "", "", "", "", ""], NO_VAL64);
+        let r = job_report(
+            &job(vec![s], &format!("3={NO_VAL64}"), job_states::JOB_COMPLETE),
+            &tariff,
+            0,
+        );
+        assert_eq!((r.energy_j, r.emissions_g, r.cost), (None, None, None));
+        assert_eq!(r.data, Presence::Missing);
+    }
+
+    #[test]
+    fn array_elements_are_named_like_sacct() {
+        let mut j = job(vec![], "3=5", job_states::JOB_COMPLETE);
+        j.array = Some((40, 2));
+        let r = job_report(&j, &Tariff::default(), 0);
+        assert_eq!(r.id, "40_2");
+        assert_eq!((r.array_job_id, r.array_task_id), (Some(40), Some(2)));
+    }
+}

@@ -1,0 +1,157 @@
+//! Energy per account and user over a period (what Moab/MAM charged from): every job is
+//! charged in full to the period in which it ended.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::presence::Presence;
+use crate::report::JobReport;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct UsageRow {
+    pub account: String,
+    pub user: String,
+    pub jobs: u64,
+    /// Jobs whose energy is partial or missing: the figures are a lower bound.
+    pub jobs_incomplete: u64,
+    pub energy_j: u64,
+    pub kwh: f64,
+    /// `None` when some job with energy has no emissions (no intensity for its hours).
+    pub emissions_g: Option<f64>,
+    pub cost: Option<f64>,
+}
+
+impl UsageRow {
+    fn add(&mut self, job: &JobReport) {
+        self.jobs += 1;
+        if job.data != Presence::Complete {
+            self.jobs_incomplete += 1;
+        }
+        let Some(energy) = job.energy_j else {
+            return;
+        };
+        self.energy_j += energy;
+        self.kwh = self.energy_j as f64 / crate::carbon::JOULES_PER_KWH;
+        let sum = |total: Option<f64>, part: Option<f64>| Some(total? + part?);
+        self.emissions_g = sum(self.emissions_g, job.emissions_g);
+        self.cost = sum(self.cost, job.cost);
+    }
+
+    fn new(account: &str, user: &str) -> Self {
+        Self {
+            account: account.into(),
+            user: user.into(),
+            emissions_g: Some(0.0),
+            cost: Some(0.0),
+            ..Self::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Usage {
+    pub start: i64,
+    pub end: i64,
+    pub rows: Vec<UsageRow>,
+    pub total: UsageRow,
+}
+
+/// Sums the jobs that ended in `[start, end)` per account and user, ordered by account
+/// then user; running jobs are left for the period they end in.
+pub fn usage(jobs: &[JobReport], start: i64, end: i64, has_tariff: (bool, bool)) -> Usage {
+    let mut rows: BTreeMap<(String, String), UsageRow> = BTreeMap::new();
+    let mut total = UsageRow::new("", "");
+    for job in jobs
+        .iter()
+        .filter(|j| j.end.is_some_and(|e| e >= start && e < end))
+    {
+        rows.entry((job.account.clone(), job.user.clone()))
+            .or_insert_with(|| UsageRow::new(&job.account, &job.user))
+            .add(job);
+        total.add(job);
+    }
+    let mut rows: Vec<UsageRow> = rows.into_values().collect();
+    // without an intensity or a price there is no figure, not 0
+    let (intensity, price) = has_tariff;
+    for row in rows.iter_mut().chain(std::iter::once(&mut total)) {
+        if !intensity {
+            row.emissions_g = None;
+        }
+        if !price {
+            row.cost = None;
+        }
+    }
+    Usage {
+        start,
+        end,
+        rows,
+        total,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::carbon::Tariff;
+    use crate::record::JobRow;
+    use crate::report::job_report;
+
+    fn job(id: u32, account: &str, user: &str, end: i64, tres: &str) -> JobReport {
+        let row = JobRow {
+            job_id: id,
+            account: account.into(),
+            user: user.into(),
+            state: slurm_sys::job_states::JOB_COMPLETE,
+            start: end - 100,
+            end,
+            elapsed_s: 100,
+            alloc_nodes: 1,
+            tres_alloc: tres.into(),
+            ..JobRow::default()
+        };
+        let tariff = Tariff::new(Some(400.0), None, Some(0.2), Some("EUR".into()))
+            .expect("valid in this test");
+        job_report(&row, &tariff, 0)
+    }
+
+    #[test]
+    fn sums_per_account_and_user_within_the_period() {
+        let jobs = [
+            job(1, "a", "alice", 1000, "3=3600000"),
+            job(2, "a", "alice", 1500, "3=7200000"),
+            job(3, "b", "bob", 1999, "3=1800000"),
+            job(4, "b", "bob", 2000, "3=999"), // ends at the period's end: next period
+            job(5, "a", "carol", 999, "3=999"), // before
+            job(6, "b", "bob", 1200, "3=0"),   // no energy measured
+        ];
+        let u = usage(&jobs, 1000, 2000, (true, true));
+        let summary: Vec<_> = u
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.account.as_str(),
+                    r.user.as_str(),
+                    r.jobs,
+                    r.jobs_incomplete,
+                    r.energy_j,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("a", "alice", 2, 0, 10_800_000),
+                ("b", "bob", 2, 1, 1_800_000)
+            ]
+        );
+        assert_eq!(u.total.energy_j, 12_600_000);
+        assert_eq!(u.total.jobs, 4);
+        assert!((u.total.kwh - 3.5).abs() < 1e-12);
+        assert!((u.total.emissions_g.expect("valid in this test") - 3.5 * 400.0).abs() < 1e-9);
+        assert!((u.total.cost.expect("valid in this test") - 3.5 * 0.2).abs() < 1e-12);
+        let u = usage(&jobs, 1000, 2000, (false, false));
+        assert_eq!((u.total.emissions_g, u.total.cost), (None, None));
+    }
+}

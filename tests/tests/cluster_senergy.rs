@@ -1,0 +1,503 @@
+//! senergy against a private cluster's slurmdbd: per-node truth from the RAPL simulator,
+//! sacct's own figures, emissions and cost to the formula, a period report, and
+//! PrivateData with real Unix users (in a private mount namespace, /etc untouched).
+
+mod support;
+
+use std::fs;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::cluster::{Cluster, ClusterSpec, energy_of, mark};
+use support::*;
+
+const RAPL: &str = "acct_gather_energy/rust_rapl";
+
+fn json(out: &std::process::Output) -> Value {
+    assert!(
+        out.status.success(),
+        "senergy failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn u64_of(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+fn f64_of(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn step<'a>(job: &'a Value, name: &str) -> &'a Value {
+    job["steps"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["step"] == name))
+        .unwrap_or_else(|| panic!("no step {name} in {job}"))
+}
+
+fn assert_formula(what: &str, got: f64, want: f64) {
+    assert!(
+        (got - want).abs() <= want.abs() * 1e-9,
+        "{what}: {got} != {want}"
+    );
+}
+
+/// A 3-node job of two steps whose nodes draw different power in each, and a job array:
+/// senergy's totals are sacct's, the min and max nodes are the ones the simulators say,
+/// each node's figure matches its truth, emissions and cost follow the formula.
+#[test]
+fn job_report_names_the_right_nodes_and_matches_sacct() {
+    if !root_or_skip("job_report_names_the_right_nodes_and_matches_sacct") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            nodes: 3,
+            energy_type: RAPL,
+            node_freq: 1,
+            jobacct_freq: 1,
+            sim_args: vec![Some(INTEL_SERVER); 3],
+            ..ClusterSpec::default()
+        },
+    );
+    let rs = bin("raplsim").display().to_string();
+    let root = tmp.path().join("sim").display().to_string();
+    // step 0: n3 draws most, n1 least; step 1: the other way round
+    let phase = |name: &str, watts: &str| {
+        format!(
+            "S={root}/$(hostname); {rs} mark $S {name}_start; \
+             {rs} set $S package0=$(({watts})) package1=20; sleep 8; {rs} set $S all=0; \
+             {rs} mark $S {name}_end"
+        )
+    };
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -N3 --exclusive\nsrun -N3 -n3 sh -c '{}'\nsrun -N3 -n3 sh -c '{}'\n",
+        phase("s0", "100 + 80 * SLURM_NODEID"),
+        phase("s1", "300 - 90 * SLURM_NODEID"),
+    ));
+    let array = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -N1 --exclusive --array=1-2\nS={root}/$(hostname); \
+         {rs} set $S package0=$((150 * SLURM_ARRAY_TASK_ID)) package1=10; sleep 4; {rs} set $S all=0\n"
+    ));
+    cluster.wait_job(job, Duration::from_secs(120));
+    cluster.wait_job(array, Duration::from_secs(120));
+
+    let senergy = senergy();
+    let id = job.to_string();
+    let out = cluster.client(
+        None,
+        &senergy,
+        &[
+            "job",
+            &id,
+            "--json",
+            "--carbon-intensity",
+            "300",
+            "--price",
+            "0.2",
+            "--currency",
+            "EUR",
+        ],
+    );
+    let doc = json(&out);
+    let report = &doc["jobs"][0];
+    println!(
+        "{}",
+        serde_json::to_string_pretty(report).unwrap_or_default()
+    );
+    let sacct = cluster.energy(job);
+    let total = u64_of(&report["energy_j"]);
+    assert_eq!(total as f64, energy_of(&sacct, &id), "job total is sacct's");
+    assert_eq!(report["data"], "complete");
+    assert_eq!(report["running"], false);
+    let kwh = total as f64 / 3.6e6;
+    assert_formula("kwh", f64_of(&report["kwh"]), kwh);
+    assert_formula("emissions_g", f64_of(&report["emissions_g"]), kwh * 300.0);
+    assert_formula("cost", f64_of(&report["cost"]), kwh * 0.2);
+    assert_eq!(doc["currency"], "EUR");
+
+    for (name, most, least) in [("s0", "n3", "n1"), ("s1", "n1", "n3")] {
+        let index = &name[1..];
+        let s = step(report, index);
+        assert_eq!(
+            u64_of(&s["energy_j"]) as f64,
+            energy_of(&sacct, &format!("{job}.{index}")),
+            "step {index} total is sacct's"
+        );
+        assert_eq!(s["max_node"]["name"], most, "step {index}: {s}");
+        assert_eq!(s["min_node"]["name"], least, "step {index}: {s}");
+        assert_eq!(s["data"], "complete");
+        let nodes = s["node_energy"].as_array().expect("node_energy");
+        assert_eq!(nodes.len(), 3, "every node of a 3-node step: {s}");
+        for (k, node) in nodes.iter().enumerate() {
+            let sim = cluster.sim(k + 1);
+            let truth = mark(sim, &format!("{name}_end")).expect("end mark")
+                - mark(sim, &format!("{name}_start")).expect("start mark");
+            assert_eq!(node["name"], format!("n{}", k + 1));
+            // the step counts from its slurmstepd's first reading, a little before the
+            // task's start mark and after its end mark (idle power only)
+            assert_close(
+                &format!("step {index} node n{}", k + 1),
+                f64_of(&node["energy_j"]),
+                truth,
+                0.03,
+            );
+        }
+    }
+    // the plugins' NO_VAL watts fix: the extern step's peak power is a real figure
+    let ext = step(report, "extern");
+    let peak = u64_of(&ext["max_watts"]);
+    assert!(
+        (300..=400).contains(&peak),
+        "extern step peak power {peak} W"
+    );
+    let tres = cluster.run(&[
+        "sacct",
+        "-n",
+        "-P",
+        "-j",
+        &format!("{job}.extern"),
+        "-o",
+        "TRESUsageOutMax",
+    ]);
+    assert!(
+        !tres.contains("4294967294"),
+        "sacct still shows NO_VAL watts: {tres}"
+    );
+
+    // the array job id selects its elements, each with sacct's figure
+    let aid = array.to_string();
+    let doc = json(&cluster.client(None, &senergy, &["job", &aid, "--json"]));
+    let elements = doc["jobs"].as_array().expect("jobs");
+    assert_eq!(elements.len(), 2, "{doc}");
+    let sacct = cluster.energy(array);
+    for task in 1..=2 {
+        let name = format!("{array}_{task}");
+        let e = elements
+            .iter()
+            .find(|j| j["id"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {doc}"));
+        assert_eq!(u64_of(&e["array_task_id"]), task);
+        assert_eq!(u64_of(&e["energy_j"]) as f64, energy_of(&sacct, &name));
+        assert_eq!(
+            (e["emissions_g"].is_null(), e["cost"].is_null()),
+            (true, true)
+        );
+    }
+
+    // CSV: a job row and one per step; the table names the job
+    let csv = cluster.client(None, &senergy, &["job", &id, "--csv"]);
+    let text = String::from_utf8_lossy(&csv.stdout);
+    assert!(text.starts_with("job_id,step,"), "{text}");
+    assert_eq!(
+        text.lines().count(),
+        1 + 1 + report["steps"].as_array().map_or(0, Vec::len)
+    );
+    let table = cluster.client(
+        None,
+        &senergy,
+        &[
+            "job",
+            &id,
+            "--carbon-intensity",
+            "300",
+            "--price",
+            "0.2",
+            "--currency",
+            "EUR",
+        ],
+    );
+    let table = String::from_utf8_lossy(&table.stdout);
+    println!("{table}");
+    assert!(table.contains(&format!("Job {job}")), "{table}");
+
+    // bad input: a clear message and its own exit status, never a panic
+    let unknown = cluster.client(None, &senergy, &["job", "999999"]);
+    assert_eq!(unknown.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("999999"));
+    let conf = tmp.path().join("senergy.conf");
+    fs::write(&conf, "carbon_intensty = 3\n").expect("conf");
+    let bad = cluster.client(
+        None,
+        &senergy,
+        &["--config", conf.to_str().expect("path"), "job", &id],
+    );
+    assert_eq!(bad.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("carbon_intensty"));
+    let csv_path = tmp.path().join("grid.csv");
+    fs::write(&csv_path, "hour,g\n2025-01-01T00:00:00Z,lots\n").expect("csv");
+    let bad = cluster.client(
+        None,
+        &senergy,
+        &["--carbon-csv", csv_path.to_str().expect("path"), "job", &id],
+    );
+    assert_eq!(bad.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("line 2"));
+    for out in [&unknown, &bad] {
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+    }
+}
+
+struct User {
+    name: &'static str,
+    uid: u32,
+    account: &'static str,
+}
+
+const USERS: [User; 3] = [
+    User {
+        name: "senergy_alice",
+        uid: 7101,
+        account: "acct_a",
+    },
+    User {
+        name: "senergy_bob",
+        uid: 7102,
+        account: "acct_b",
+    },
+    User {
+        name: "senergy_carol",
+        uid: 7103,
+        account: "acct_a",
+    },
+];
+
+/// /etc/passwd and /etc/group with the test users added, for the cluster's namespace.
+fn etc_with_users(dir: &std::path::Path) {
+    fs::create_dir_all(dir).expect("etc dir");
+    let mut passwd = fs::read_to_string("/etc/passwd").expect("passwd");
+    let mut group = fs::read_to_string("/etc/group").expect("group");
+    for u in &USERS {
+        passwd.push_str(&format!("{}:x:{}:{}::/tmp:/bin/sh\n", u.name, u.uid, u.uid));
+        group.push_str(&format!("{}:x:{}:\n", u.name, u.uid));
+    }
+    fs::write(dir.join("passwd"), passwd).expect("passwd copy");
+    fs::write(dir.join("group"), group).expect("group copy");
+}
+
+/// PrivateData=jobs,usage: a user sees their own jobs and usage, an account coordinator
+/// their account's, root all; the period report sums the jobs of two accounts.
+#[test]
+fn usage_sums_two_accounts_and_private_data_limits_what_users_see() {
+    if !root_or_skip("usage_sums_two_accounts_and_private_data_limits_what_users_see") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let etc = tmp.path().join("etc-users");
+    etc_with_users(&etc);
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: RAPL,
+            node_freq: 1,
+            jobacct_freq: 1,
+            sim_args: vec![Some(INTEL_SERVER)],
+            extra_conf: "PrivateData=jobs,usage\n",
+            extra_dbd_conf: "PrivateData=jobs,usage\n",
+            etc_users: Some(&etc),
+            ..ClusterSpec::default()
+        },
+    );
+    cluster.sim(1).set(&["package0=120", "package1=30"]);
+    cluster.run(&["sacctmgr", "-i", "add", "account", "acct_a,acct_b"]);
+    for u in &USERS {
+        cluster.run(&[
+            "sacctmgr",
+            "-i",
+            "add",
+            "user",
+            u.name,
+            &format!("account={}", u.account),
+        ]);
+    }
+    cluster.run(&[
+        "sacctmgr",
+        "-i",
+        "add",
+        "coordinator",
+        "account=acct_a",
+        "names=senergy_carol",
+    ]);
+
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+        - 5;
+    let sbatch = cluster.dir.join("bin/sbatch");
+    let submit = |u: &User, secs: u32| -> u32 {
+        let out = cluster.client(
+            Some((u.uid, u.uid)),
+            &sbatch,
+            &[
+                "--parsable",
+                "-o",
+                "/dev/null",
+                "--chdir",
+                "/tmp",
+                "-A",
+                u.account,
+                "--wrap",
+                &format!("sleep {secs}"),
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim()
+            .split(';')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "sbatch as {}: {text} {}",
+                    u.name,
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+    };
+    let [alice, bob, carol] = &USERS;
+    let jobs = [
+        (submit(alice, 3), alice),
+        (submit(alice, 2), alice),
+        (submit(bob, 3), bob),
+    ];
+    for (job, _) in &jobs {
+        cluster.wait_job(*job, Duration::from_secs(120));
+    }
+    // a running job: reported so far and marked so; no period counts it before it ends
+    let running = cluster.sbatch("#!/bin/sh\nsleep 300\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let live = loop {
+        // slurmdbd learns of the job a moment after sbatch returns: unknown (3) until then
+        let out = cluster.client(None, &senergy(), &["job", &running.to_string(), "--json"]);
+        if out.status.code() != Some(3) || std::time::Instant::now() > deadline {
+            let doc = json(&out);
+            if doc["jobs"][0]["state"] == "RUNNING" || std::time::Instant::now() > deadline {
+                break doc;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let live = &live["jobs"][0];
+    assert_eq!(
+        (&live["state"], &live["running"]),
+        (&"RUNNING".into(), &true.into()),
+        "{live}"
+    );
+    assert!(live["end"].is_null(), "{live}");
+    assert_ne!(live["data"], "complete", "{live}");
+    let end = (start + 3600).to_string();
+    let start = start.to_string();
+    let senergy = senergy();
+    let usage = |who: Option<&User>| {
+        json(&cluster.client(
+            who.map(|u| (u.uid, u.uid)),
+            &senergy,
+            &[
+                "usage",
+                "--start",
+                &start,
+                "--end",
+                &end,
+                "--json",
+                "--carbon-intensity",
+                "200",
+                "--price",
+                "0.1",
+            ],
+        ))
+    };
+    // root: both accounts, each the sum of sacct's figures for its jobs
+    let energy = |job: u32| energy_of(&cluster.energy(job), &job.to_string()) as u64;
+    let sum_of = |u: &User| -> u64 {
+        jobs.iter()
+            .filter(|(_, o)| o.name == u.name)
+            .map(|(j, _)| energy(*j))
+            .sum()
+    };
+    let all = usage(None);
+    println!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
+    let rows = all["rows"].as_array().expect("rows");
+    let row = |doc: &Value, u: &User| -> Option<u64> {
+        doc["rows"]
+            .as_array()
+            .and_then(|r| {
+                r.iter()
+                    .find(|r| r["user"] == u.name && r["account"] == u.account)
+            })
+            .map(|r| u64_of(&r["energy_j"]))
+    };
+    assert_eq!(rows.len(), 2, "{all}");
+    assert_eq!(row(&all, alice), Some(sum_of(alice)));
+    assert_eq!(row(&all, bob), Some(sum_of(bob)));
+    assert!(
+        sum_of(alice) > 0 && sum_of(bob) > 0,
+        "the jobs measured energy"
+    );
+    let total = u64_of(&all["total"]["energy_j"]);
+    assert_eq!(total, sum_of(alice) + sum_of(bob));
+    assert_eq!(u64_of(&all["total"]["jobs"]), 3);
+    let kwh = total as f64 / 3.6e6;
+    assert_formula(
+        "emissions",
+        f64_of(&all["total"]["emissions_g"]),
+        kwh * 200.0,
+    );
+    assert_formula("cost", f64_of(&all["total"]["cost"]), kwh * 0.1);
+
+    // a user: their own usage only; another user's job is not there
+    let mine = usage(Some(alice));
+    assert_eq!(mine["rows"].as_array().map(Vec::len), Some(1), "{mine}");
+    assert_eq!(row(&mine, alice), Some(sum_of(alice)));
+    let bob_job = jobs[2].0.to_string();
+    let alice_job = jobs[0].0.to_string();
+    let as_user = |u: &User, job: &str| {
+        cluster.client(Some((u.uid, u.uid)), &senergy, &["job", job, "--json"])
+    };
+    let denied = as_user(alice, &bob_job);
+    assert_eq!(
+        denied.status.code(),
+        Some(3),
+        "alice saw bob's job: {}",
+        String::from_utf8_lossy(&denied.stdout)
+    );
+    assert_eq!(json(&as_user(bob, &bob_job))["jobs"][0]["user"], bob.name);
+    // the coordinator of acct_a: alice's job, not bob's
+    assert_eq!(
+        json(&as_user(carol, &alice_job))["jobs"][0]["user"],
+        alice.name
+    );
+    assert_eq!(as_user(carol, &bob_job).status.code(), Some(3));
+    // --accounts and --users narrow root's report
+    let narrowed = |flag: &str, value: &str| {
+        json(&cluster.client(
+            None,
+            &senergy,
+            &[
+                "usage", "--start", &start, "--end", &end, "--json", flag, value,
+            ],
+        ))
+    };
+    let only_b = narrowed("--accounts", "acct_b");
+    assert_eq!(only_b["rows"].as_array().map(Vec::len), Some(1), "{only_b}");
+    assert_eq!(row(&only_b, bob), Some(sum_of(bob)));
+    let only_alice = narrowed("--users", alice.name);
+    assert_eq!(
+        only_alice["rows"].as_array().map(Vec::len),
+        Some(1),
+        "{only_alice}"
+    );
+    assert_eq!(row(&only_alice, alice), Some(sum_of(alice)));
+    let coordinated = usage(Some(carol));
+    assert_eq!(
+        row(&coordinated, alice),
+        Some(sum_of(alice)),
+        "{coordinated}"
+    );
+    assert_eq!(row(&coordinated, bob), None, "{coordinated}");
+}
