@@ -1,6 +1,32 @@
-//! Fields of `acct_gather_energy_t` that exist only in some releases.
+//! What exists only in some releases: fields of `acct_gather_energy_t`, and how to ask
+//! which daemon loaded us.
 
 use crate::acct_gather_energy_t;
+
+/// `running_in_slurmd()`: an exported function up to 24.11, a macro over
+/// `run_in_daemon(IS_SLURMD)` from 25.05.
+#[cfg(not(slurm_run_in_daemon_mask))]
+pub fn running_in_slurmd() -> bool {
+    // SAFETY: a plain getter libslurmfull exports up to 24.11.
+    unsafe { crate::slurm_running_in_slurmd() }
+}
+#[cfg(slurm_run_in_daemon_mask)]
+pub fn running_in_slurmd() -> bool {
+    // SAFETY: reads the process's daemon mask; exported from 25.05.
+    unsafe { crate::slurm_run_in_daemon(crate::daemon_bit::SLURMD) }
+}
+
+/// `running_in_slurmstepd()`, as [`running_in_slurmd`].
+#[cfg(not(slurm_run_in_daemon_mask))]
+pub fn running_in_slurmstepd() -> bool {
+    // SAFETY: a plain getter libslurmfull exports up to 24.11.
+    unsafe { crate::slurm_running_in_slurmstepd() }
+}
+#[cfg(slurm_run_in_daemon_mask)]
+pub fn running_in_slurmstepd() -> bool {
+    // SAFETY: reads the process's daemon mask; exported from 25.05.
+    unsafe { crate::slurm_run_in_daemon(crate::daemon_bit::SLURMSTEPD) }
+}
 
 /// Setters that compile to nothing where the release lacks the field.
 pub trait EnergyFieldsExt {
