@@ -17,6 +17,10 @@ pub struct ClusterSpec<'a> {
     pub sim_args: Vec<Option<&'a str>>,
     /// More slurm.conf lines.
     pub extra_conf: &'a str,
+    /// A .deb of the plugins (ci/package.sh) that `dpkg -i` installs into Slurm's plugin
+    /// directory for the daemons (tests/package/with-deb.sh), which then load only it; `None`
+    /// loads the build dir's plugins.
+    pub package: Option<&'a Path>,
 }
 
 impl Default for ClusterSpec<'_> {
@@ -30,6 +34,7 @@ impl Default for ClusterSpec<'_> {
             jobacct_freq: 5,
             sim_args: vec![None],
             extra_conf: "",
+            package: None,
         }
     }
 }
@@ -40,9 +45,8 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts a cluster in `root/cluster` that loads the built plugins.
+    /// Starts a cluster in `root/cluster` that loads the built plugins, or the package's.
     pub fn up(root: &Path, spec: &ClusterSpec) -> Cluster {
-        let plugin_dir = plugin_dir(root);
         let dir = root.join("cluster");
         let sim_root = root.join("sim");
         let sims = (1..=spec.nodes)
@@ -60,12 +64,26 @@ impl Cluster {
         // the extern step then carries the job's energy, which is not summed over steps
         fs::write(&extra, format!("PrologFlags=Contain\n{}", spec.extra_conf)).expect("extra conf");
         let cluster = Cluster { dir, sims };
-        let out = Command::new(workspace().join("ci/cluster.sh"))
+        let cluster_sh = workspace().join("ci/cluster.sh");
+        let mut up = match spec.package {
+            None => {
+                let mut up = Command::new(&cluster_sh);
+                up.env("EXTRA_PLUGIN_DIR", plugin_dir(root));
+                up
+            }
+            Some(deb) => {
+                let mut up = Command::new(workspace().join("tests/package/with-deb.sh"));
+                up.arg(deb)
+                    .arg(root.join("package-install"))
+                    .arg(&cluster_sh);
+                up
+            }
+        };
+        let out = up
             .arg("up")
             .arg(&cluster.dir)
             .env("NODES", spec.nodes.to_string())
             .env("ENERGY_TYPE", spec.energy_type)
-            .env("EXTRA_PLUGIN_DIR", &plugin_dir)
             .env("NODE_FREQ", spec.node_freq.to_string())
             .env("JOBACCT_FREQ", spec.jobacct_freq.to_string())
             .env("ACCT_GATHER_CONF", &acct_gather)
