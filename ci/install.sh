@@ -4,7 +4,7 @@
 # /usr/include) and copies each as
 # PLUGIN_DIR/acct_gather_energy_<name>.so, the file name Slurm's loader looks for.
 # PLUGIN_DIR defaults to that Slurm's plugin directory (the one holding
-# acct_gather_energy_none.so). Set SLURM_EXPECTED_VERSION=X.Y.Z to refuse a build whose
+# libslurmfull.so). Set SLURM_EXPECTED_VERSION=X.Y.Z to refuse a build whose
 # headers are not of the release your daemons run. `senergy`, where the workspace built
 # it, goes to BINDIR (default /usr/local/bin). DESTDIR=/stage puts every file under
 # /stage (what ci/package.sh does) and leaves the paths themselves as they are.

@@ -10,7 +10,7 @@
 # Slurm's loader refuses a plugin built for any other release (micro included), so
 # `Depends` pins the exact package of the Slurm whose plugin directory it installs into:
 # Debian's `slurm-wlm-basic-plugins (= 22.05.8-4+deb12u3)`, or whatever dpkg package owns
-# that directory's acct_gather_energy_none.so (e.g. SchedMD's slurm-smd). A Slurm
+# that directory's libslurmfull.so (e.g. SchedMD's slurm-smd). A Slurm
 # installed from source (no dpkg package owns it) cannot be pinned: the package then
 # depends on no Slurm package, says so in its description, and carries the release in its
 # version. SLURM_DEB_DEPENDS=... replaces the computed Slurm dependency.
@@ -47,7 +47,7 @@ License: GPL-2.0-or-later
 EOF
 
 # ---- Depends: the exact Slurm, and the shared libraries the binaries need
-owner=$(dpkg-query -S "$plugin_dir/acct_gather_energy_none.so" 2>/dev/null | cut -d: -f1 | head -n 1 || true)
+owner=$(dpkg-query -S "$plugin_dir/libslurmfull.so" 2>/dev/null | cut -d: -f1 | head -n 1 || true)
 if [ -n "${SLURM_DEB_DEPENDS:-}" ]; then
     slurm_dep=$SLURM_DEB_DEPENDS
     note="Built for Slurm $slurm_release ($SLURM_DEB_DEPENDS)."

@@ -3,8 +3,8 @@
 #   include        its headers: SLURM_INCLUDE_DIR, else SLURM_PREFIX/include, else /usr/include
 #                  (the same rule as slurm-bindings/build.rs)
 #   slurm_release  X.Y.Z, from SLURM_VERSION_NUMBER in slurm/slurm_version.h
-#   plugin_dir     its plugin directory (the one beside the headers' prefix that holds
-#                  acct_gather_energy_none.so), unless plugin_dir is already set
+#   plugin_dir     its plugin directory (the one under the headers' prefix that holds
+#                  libslurmfull.so), unless plugin_dir or SLURM_PLUGIN_DIR is set
 include=${SLURM_INCLUDE_DIR:-${SLURM_PREFIX:+$SLURM_PREFIX/include}}
 include=${include:-/usr/include}
 # (slurm_version.h has no version string in 22.05 or 24.11: spell out the number)
@@ -16,14 +16,15 @@ case $n in
     exit 1
     ;;
 esac
-if [ -z "${plugin_dir:-}" ]; then
+plugin_dir=${plugin_dir:-${SLURM_PLUGIN_DIR:-}}
+if [ -z "$plugin_dir" ]; then
     prefix=$(dirname "$include")
     for d in "$prefix/lib/x86_64-linux-gnu/slurm-wlm" "$prefix/lib/slurm" "$prefix/lib64/slurm" \
         "$prefix/lib/aarch64-linux-gnu/slurm-wlm"; do
-        if [ -e "$d/acct_gather_energy_none.so" ]; then plugin_dir=$d; break; fi
+        if [ -e "$d/libslurmfull.so" ]; then plugin_dir=$d; break; fi
     done
     [ -n "${plugin_dir:-}" ] || {
-        echo "$(basename "$0"): no Slurm plugin directory (with acct_gather_energy_none.so) under $prefix" >&2
+        echo "$(basename "$0"): no Slurm plugin directory (with libslurmfull.so) under $prefix" >&2
         exit 1
     }
 fi

@@ -66,6 +66,10 @@ pass() {
     echo "== Slurm $release: package"
     ENERGY_TEST_DEB=$(sh ci/package.sh)
     export ENERGY_TEST_DEB
+    if [ "$release" = 26.05.3 ]; then
+        echo "== Slurm $release: rpm (packaging/rpm through ci/rpm.sh)"
+        sh ci/rpm.sh
+    fi
     echo "== Slurm $release: lints"
     cargo clippy --release --workspace --all-targets -- -D warnings
     echo "== Slurm $release: tests"

@@ -67,9 +67,33 @@ impl EnergyFieldsExt for acct_gather_energy_t {
     }
 }
 
+// The layouts of reference/slurm-abi.md §2.3, checked against the headers being built
+// against: 22.05-24.05, 24.11.0-3, and 24.11.4 up to 26.05 (last_adjustment mid-struct).
 #[cfg(not(slurm_energy_start_time))]
-const _: () = assert!(core::mem::size_of::<acct_gather_energy_t>() == 48);
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<acct_gather_energy_t>() == 48);
+    assert!(offset_of!(acct_gather_energy_t, consumed_energy) == 16);
+    assert!(offset_of!(acct_gather_energy_t, current_watts) == 24);
+    assert!(offset_of!(acct_gather_energy_t, previous_consumed_energy) == 32);
+    assert!(offset_of!(acct_gather_energy_t, poll_time) == 40);
+};
 #[cfg(all(slurm_energy_start_time, not(slurm_energy_last_adjustment)))]
-const _: () = assert!(core::mem::size_of::<acct_gather_energy_t>() == 56);
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<acct_gather_energy_t>() == 56);
+    assert!(offset_of!(acct_gather_energy_t, previous_consumed_energy) == 32);
+    assert!(offset_of!(acct_gather_energy_t, poll_time) == 40);
+    assert!(offset_of!(acct_gather_energy_t, slurmd_start_time) == 48);
+};
 #[cfg(slurm_energy_last_adjustment)]
-const _: () = assert!(core::mem::size_of::<acct_gather_energy_t>() == 64);
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<acct_gather_energy_t>() == 64);
+    assert!(offset_of!(acct_gather_energy_t, consumed_energy) == 16);
+    assert!(offset_of!(acct_gather_energy_t, current_watts) == 24);
+    assert!(offset_of!(acct_gather_energy_t, last_adjustment) == 32);
+    assert!(offset_of!(acct_gather_energy_t, previous_consumed_energy) == 40);
+    assert!(offset_of!(acct_gather_energy_t, poll_time) == 48);
+    assert!(offset_of!(acct_gather_energy_t, slurmd_start_time) == 56);
+};
