@@ -68,11 +68,13 @@ else
 fi
 mkdir -p "$stage/debian"
 printf 'Source: %s\n\nPackage: %s\nArchitecture: any\n' "$name" "$name" >"$stage/debian/control"
-# dpkg-shlibdeps reads the NEEDED entries; it resolves the Slurm plugin directory's
-# libraries nowhere (the plugins link none), and the senergy binary's libslurm, where
-# present, comes with the pinned Slurm package, hence --ignore-missing-info.
+# dpkg-shlibdeps turns the NEEDED entries into package dependencies (libc6, libgcc-s1).
+# The plugins link no Slurm library; senergy's libslurm, where it links one, is found in
+# that Slurm's library directories and comes with the pinned Slurm (a from-source Slurm's
+# has no package: --ignore-missing-info).
 (cd "$stage" && find root -type f \( -name '*.so' -o -perm -u+x \) -exec \
-    dpkg-shlibdeps --ignore-missing-info -l"$plugin_dir" -O {} +) >"$stage/shlibs" 2>"$stage/shlibs.err" || {
+    dpkg-shlibdeps --ignore-missing-info -l"$plugin_dir" -l"$(dirname "$plugin_dir")" -O {} +) \
+    >"$stage/shlibs" 2>"$stage/shlibs.err" || {
     cat "$stage/shlibs.err" >&2
     exit 1
 }
