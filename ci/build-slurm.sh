@@ -167,7 +167,9 @@ fi
 mkdir -p "$work/slurm"
 tar -xf "$tarball" -C "$work/slurm" --strip-components=1
 cd "$work/slurm"
+minor=${version#*.}
 grep -Eq "^ *Major:[[:space:]]+${version%%.*}\$" META &&
+    grep -Eq "^ *Minor:[[:space:]]+${minor%.*}\$" META &&
     grep -Eq "^ *Micro:[[:space:]]+${version##*.}\$" META ||
     die "$tarball is not Slurm $version (META: $(grep -E 'Major|Minor|Micro' META | tr -s ' \t\n' ' '))"
 rm -rf "$prefix"

@@ -67,8 +67,8 @@ fn act_as(program: CString) -> Result<(), String> {
         b"slurmstepd" => daemon_bit::SLURMSTEPD,
         _ => return Err(format!("unknown program {program:?}")),
     };
-    // SAFETY: dlsym on the global scope; each symbol, where found, is the variable of the
-    // type run_in_daemon.h / log.c declare, and nothing else runs yet.
+    // SAFETY: dlsym on the global scope; each symbol, where found, is the variable
+    // run_in_daemon() reads (uint32_t mask, or char *name), and no other thread runs yet.
     unsafe {
         let mask = libc::dlsym(libc::RTLD_DEFAULT, c"slurm_daemon".as_ptr());
         if !mask.is_null() {
