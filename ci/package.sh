@@ -1,6 +1,6 @@
 #!/bin/sh
-# package.sh: builds a .deb of the plugins for one Slurm release and prints its path (last
-# line on stdout). The Slurm is the one ci/install.sh builds for: SLURM_INCLUDE_DIR, else
+# package.sh: builds a .deb of the plugins for one Slurm release and prints its absolute path (the
+# only line on stdout). The Slurm is the one ci/install.sh builds for: SLURM_INCLUDE_DIR, else
 # SLURM_PREFIX/include, else /usr/include (Debian's 22.05.8 from libslurm-dev).
 #
 # The package, slurm-energy-rust_<version>+slurm<X.Y.Z>_<arch>.deb, holds
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 . ci/slurm-target.sh
 name=slurm-energy-rust
 target=${CARGO_TARGET_DIR:-target}
-out=${PACKAGE_OUT:-$target/debian}
+out=$(realpath -m "${PACKAGE_OUT:-$target/debian}")
 crate_version=$(awk '/^\[workspace.package\]/ { p = 1; next } /^\[/ { p = 0 }
     p && $1 == "version" { gsub(/"/, "", $3); print $3; exit }' Cargo.toml)
 arch=$(dpkg --print-architecture)

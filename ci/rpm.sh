@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 spec=packaging/rpm/slurm-energy-rust.spec
 version=$(awk '$1 == "Version:" { print $2; exit }' "$spec")
 target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
-out=${PACKAGE_OUT:-$target/rpm}
+out=$(realpath -m "${PACKAGE_OUT:-$target/rpm}")
 
 top=$(mktemp -d "${TMPDIR:-/tmp}/rpmbuild.XXXXXX")
 trap 'rm -rf "$top"' EXIT
