@@ -15,8 +15,8 @@ plugin_dir=${1:-}
 dest=${DESTDIR:-}
 bindir=${BINDIR:-/usr/local/bin}
 target=${CARGO_TARGET_DIR:-target}
-cargo build --release -p acct-gather-energy-rust-rapl -p acct-gather-energy-rust-ipmi \
-    -p acct-gather-energy-rust-variorum -p acct-gather-energy-rust-variorum-sampler
+# every plugin, its helpers and senergy: the workspace but its tests
+cargo build --release --workspace --exclude energy-tests
 mkdir -p "$dest$plugin_dir"
 for lib in "$target"/release/libacct_gather_energy_*.so; do
     name=$(basename "$lib" | sed 's/^lib//')
