@@ -18,6 +18,12 @@
 #   SLURM_DEB_SUITE=trixie          suite whose Sources list has VERSION
 #   SLURM_DEB_VERSION=    Debian version of slurm-wlm (default: the newest VERSION-N there)
 #   SLURM_TARBALL=        a Slurm VERSION source tarball to use instead of downloading
+#                         (Debian has no 26.05: CI uses ../shared/slurm/slurm-26.05.3.tar.gz,
+#                         cut from the upstream tag slurm-26-05-3-1; elsewhere take
+#                         https://download.schedmd.com/slurm/slurm-26.05.3.tar.bz2 or
+#                         https://github.com/SchedMD/slurm/archive/refs/tags/slurm-26-05-3-1.tar.gz)
+#   SLURM_TARBALL_SHA256= its SHA-256, checked before use; known for the tarballs CI uses
+#                         (below), required for any other
 #   SLURM_BUILD_JOBS=     make -j (default: number of CPUs)
 #
 # Build dependencies (build-essential, pkg-config, libmunge-dev, libmariadb-dev,
@@ -100,8 +106,22 @@ host_mirror() {
     done
 }
 
+# SHA-256 of the tarballs CI is given through SLURM_TARBALL
+known_sha256() {
+    case $1 in
+    slurm-26.05.3.tar.gz) echo d41a71248d57816f873a990bcc085a79d746b69a9bbe6f2a0b64dc75536a5b51 ;;
+    esac
+}
+
 tarball=${SLURM_TARBALL:-}
-if [ -z "$tarball" ]; then
+if [ -n "$tarball" ]; then
+    [ -r "$tarball" ] || die "SLURM_TARBALL=$tarball is not readable"
+    sha=${SLURM_TARBALL_SHA256:-$(known_sha256 "$(basename "$tarball")")}
+    [ -n "$sha" ] || die "no SHA-256 known for $tarball: set SLURM_TARBALL_SHA256 to the one its publisher gives"
+    echo "$sha  $tarball" | sha256sum -c --quiet - >&2 ||
+        die "$tarball does not match SHA-256 $sha"
+    log "Slurm $version: $tarball (SHA-256 checked)"
+else
     mirror=${SLURM_DEB_MIRROR:-$(host_mirror | head -n 1)}
     [ -n "$mirror" ] || die "no Debian mirror found in /etc/apt/sources.list*; set SLURM_DEB_MIRROR"
     mirror=${mirror%/}
@@ -147,7 +167,9 @@ fi
 mkdir -p "$work/slurm"
 tar -xf "$tarball" -C "$work/slurm" --strip-components=1
 cd "$work/slurm"
+minor=${version#*.}
 grep -Eq "^ *Major:[[:space:]]+${version%%.*}\$" META &&
+    grep -Eq "^ *Minor:[[:space:]]+${minor%.*}\$" META &&
     grep -Eq "^ *Micro:[[:space:]]+${version##*.}\$" META ||
     die "$tarball is not Slurm $version (META: $(grep -E 'Major|Minor|Micro' META | tr -s ' \t\n' ' '))"
 rm -rf "$prefix"

@@ -18,6 +18,8 @@ const VERSION_CFGS: &[(u32, &str)] = &[
     (0x18_0B_00, "slurm_energy_start_time"),
     // acct_gather_energy_t gained last_adjustment mid-struct (Ticket 21593).
     (0x18_0B_04, "slurm_energy_last_adjustment"),
+    // running_in_slurmd() & co. became macros over run_in_daemon(bitmask) (commit 209d878e9c).
+    (0x19_05_00, "slurm_run_in_daemon_mask"),
 ];
 
 fn main() {

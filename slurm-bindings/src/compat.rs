@@ -1,6 +1,32 @@
-//! Fields of `acct_gather_energy_t` that exist only in some releases.
+//! What exists only in some releases: fields of `acct_gather_energy_t`, and how to ask
+//! which daemon loaded us.
 
 use crate::acct_gather_energy_t;
+
+/// `running_in_slurmd()`: an exported function up to 24.11, a macro over
+/// `run_in_daemon(IS_SLURMD)` from 25.05.
+#[cfg(not(slurm_run_in_daemon_mask))]
+pub fn running_in_slurmd() -> bool {
+    // SAFETY: a plain getter libslurmfull exports up to 24.11.
+    unsafe { crate::slurm_running_in_slurmd() }
+}
+#[cfg(slurm_run_in_daemon_mask)]
+pub fn running_in_slurmd() -> bool {
+    // SAFETY: reads the process's daemon mask; exported from 25.05.
+    unsafe { crate::slurm_run_in_daemon(crate::daemon_bit::SLURMD) }
+}
+
+/// `running_in_slurmstepd()`, as [`running_in_slurmd`].
+#[cfg(not(slurm_run_in_daemon_mask))]
+pub fn running_in_slurmstepd() -> bool {
+    // SAFETY: a plain getter libslurmfull exports up to 24.11.
+    unsafe { crate::slurm_running_in_slurmstepd() }
+}
+#[cfg(slurm_run_in_daemon_mask)]
+pub fn running_in_slurmstepd() -> bool {
+    // SAFETY: reads the process's daemon mask; exported from 25.05.
+    unsafe { crate::slurm_run_in_daemon(crate::daemon_bit::SLURMSTEPD) }
+}
 
 /// Setters that compile to nothing where the release lacks the field.
 pub trait EnergyFieldsExt {
@@ -41,9 +67,33 @@ impl EnergyFieldsExt for acct_gather_energy_t {
     }
 }
 
+// The layouts of reference/slurm-abi.md §2.3, checked against the headers being built
+// against: 22.05-24.05, 24.11.0-3, and 24.11.4 up to 26.05 (last_adjustment mid-struct).
 #[cfg(not(slurm_energy_start_time))]
-const _: () = assert!(core::mem::size_of::<acct_gather_energy_t>() == 48);
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<acct_gather_energy_t>() == 48);
+    assert!(offset_of!(acct_gather_energy_t, consumed_energy) == 16);
+    assert!(offset_of!(acct_gather_energy_t, current_watts) == 24);
+    assert!(offset_of!(acct_gather_energy_t, previous_consumed_energy) == 32);
+    assert!(offset_of!(acct_gather_energy_t, poll_time) == 40);
+};
 #[cfg(all(slurm_energy_start_time, not(slurm_energy_last_adjustment)))]
-const _: () = assert!(core::mem::size_of::<acct_gather_energy_t>() == 56);
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<acct_gather_energy_t>() == 56);
+    assert!(offset_of!(acct_gather_energy_t, previous_consumed_energy) == 32);
+    assert!(offset_of!(acct_gather_energy_t, poll_time) == 40);
+    assert!(offset_of!(acct_gather_energy_t, slurmd_start_time) == 48);
+};
 #[cfg(slurm_energy_last_adjustment)]
-const _: () = assert!(core::mem::size_of::<acct_gather_energy_t>() == 64);
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<acct_gather_energy_t>() == 64);
+    assert!(offset_of!(acct_gather_energy_t, consumed_energy) == 16);
+    assert!(offset_of!(acct_gather_energy_t, current_watts) == 24);
+    assert!(offset_of!(acct_gather_energy_t, last_adjustment) == 32);
+    assert!(offset_of!(acct_gather_energy_t, previous_consumed_energy) == 40);
+    assert!(offset_of!(acct_gather_energy_t, poll_time) == 48);
+    assert!(offset_of!(acct_gather_energy_t, slurmd_start_time) == 56);
+};

@@ -23,6 +23,14 @@ pub mod log_level {
     pub const DEBUG2: c_int = 6;
 }
 
+/// Daemon bits of `slurm_daemon` and `run_in_daemon()` (`src/common/run_in_daemon.h`),
+/// the same from 25.05 (where they appear) to 26.05.
+pub mod daemon_bit {
+    pub const SLURMCTLD: u32 = 1 << 3;
+    pub const SLURMD: u32 = 1 << 4;
+    pub const SLURMSTEPD: u32 = 1 << 5;
+}
+
 /// `ACCT_GATHER_PROFILE_ENERGY` (`slurm/slurm.h`), bit 1 of the profile mask in every
 /// release. Mirrored by hand: from 23.02 the header spells it `SLURM_BIT(1)`, a
 /// function-like macro bindgen does not evaluate.
@@ -111,14 +119,24 @@ unsafe extern "C" {
     ) -> *mut c_void;
     pub fn slurm_xfree(ptr: *mut *mut c_void);
     pub fn slurm_xstrdup(s: *const c_char) -> *mut c_char;
-    pub fn slurm_list_append(list: *mut xlist, item: *mut c_void) -> *mut c_void;
+    /// Returns `void *` up to 24.05 and `void` from 24.11; declared without a result,
+    /// which is right for both.
+    pub fn slurm_list_append(list: *mut xlist, item: *mut c_void);
 
     pub fn slurm_log_var(level: c_int, fmt: *const c_char, ...);
     pub fn slurm_error(fmt: *const c_char, ...) -> c_int;
     pub fn slurm_get_log_level() -> c_int;
 
+    /// Up to 24.11 (`src/common/run_in_daemon.c`); from 25.05 these are macros over
+    /// [`slurm_run_in_daemon`], and libslurmfull exports neither.
+    #[cfg(not(slurm_run_in_daemon_mask))]
     pub fn slurm_running_in_slurmd() -> bool;
+    #[cfg(not(slurm_run_in_daemon_mask))]
     pub fn slurm_running_in_slurmstepd() -> bool;
+    /// From 25.05: true if this process is one of the daemons in the `IS_*` mask (each
+    /// daemon defines `slurm_daemon`). Up to 24.11 the same symbol takes three pointers.
+    #[cfg(slurm_run_in_daemon_mask)]
+    pub fn slurm_run_in_daemon(daemons: u32) -> bool;
 
     pub fn slurm_transfer_s_p_options(
         full_options: *mut *mut s_p_options_t,

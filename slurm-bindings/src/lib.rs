@@ -27,7 +27,7 @@ pub use bindings::*;
 mod compat;
 pub mod internal;
 
-pub use compat::EnergyFieldsExt;
+pub use compat::{EnergyFieldsExt, running_in_slurmd, running_in_slurmstepd};
 pub use internal::*;
 
 pub const SLURM_SUCCESS: core::ffi::c_int = 0;

@@ -372,22 +372,31 @@ fn profile_energy_samples_reach_influxdb_with_the_true_power() {
     sim.set(&["package0=300", "package1=240"]);
     let job = cluster.sbatch("#!/bin/sh\nsrun -n1 --profile=energy sleep 12\n");
     cluster.wait_job(job, Duration::from_secs(120));
-    let tags = format!("Power,job={job},step=0,task=Energy,host=n1 ");
+    // "Power,TAGS value=W TIME": the tags are job, step and host, in this order up to 24.11
+    // and with task=Energy; sorted and without the task tag from 26.05
+    let job_tag = format!("job={job}");
+    let ours = |tags: &str| sorted(tags, ',', "task=Energy") == ["host=n1", &job_tag, "step=0"];
     let samples: Vec<(f64, u64)> = influx
         .lines()
         .iter()
-        .filter_map(|l| l.strip_prefix(&tags))
-        .filter_map(|rest| {
+        .filter_map(|l| {
+            let (series, rest) = l.strip_prefix("Power,")?.split_once(' ')?;
             let (value, time) = rest.strip_prefix("value=")?.split_once(' ')?;
-            Some((value.parse().ok()?, time.parse().ok()?))
+            ours(series).then_some((value.parse().ok()?, time.parse().ok()?))
         })
         .collect();
     println!("{} samples of 540 W: {samples:?}", samples.len());
+    // (26.05 orders the query parameters differently)
+    let write_to_energy = |request: &str| {
+        request
+            .strip_prefix("POST /write?")
+            .and_then(|r| r.split(' ').next())
+            .is_some_and(|query| {
+                sorted(query, '&', "") == ["db=energy", "precision=s", "rp=autogen"]
+            })
+    };
     assert!(
-        influx
-            .requests()
-            .iter()
-            .all(|r| r.starts_with("POST /write?db=energy&rp=autogen&precision=s ")),
+        influx.requests().iter().all(|r| write_to_energy(r)),
         "{:?}",
         influx.requests()
     );
@@ -413,6 +422,13 @@ fn profile_energy_samples_reach_influxdb_with_the_true_power() {
         "mean {mean} W: {samples:?}"
     );
     assert!(samples.windows(2).all(|w| w[0].1 <= w[1].1), "{samples:?}");
+}
+
+/// The `sep`-separated items of `list` but `except`, sorted.
+fn sorted<'a>(list: &'a str, sep: char, except: &str) -> Vec<&'a str> {
+    let mut items: Vec<&str> = list.split(sep).filter(|i| *i != except).collect();
+    items.sort_unstable();
+    items
 }
 
 /// Slurm's own rapl plugin on the same kind of scenario, as the baseline it is measured

@@ -20,11 +20,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use slurm_sys::{
-    NO_VAL, NO_VAL64, acct_energy_type as kind, acct_gather_energy_t, config_key_pair_t, xlist,
+    NO_VAL, NO_VAL64, acct_energy_type as kind, acct_gather_energy_t, config_key_pair_t,
+    daemon_bit, xlist,
 };
 
 unsafe extern "C" {
-    static mut slurm_prog_name: *mut c_char;
     fn slurm_conf_init(file: *const c_char) -> c_int;
     fn acct_gather_conf_init() -> c_int;
     fn acct_gather_conf_destroy() -> c_int;
@@ -57,6 +57,34 @@ fn show(label: &str, e: &acct_gather_energy_t) {
     );
 }
 
+/// Makes libslurmfull's `running_in_*()` answer as in daemon `program`: up to 24.11 they
+/// compare `slurm_prog_name`; from 25.05 they test the bit mask `slurm_daemon` that each
+/// daemon defines (`run_in_daemon.h`). Looked up at run time, so one driver source links
+/// against every release.
+fn act_as(program: CString) -> Result<(), String> {
+    let bit = match program.to_bytes() {
+        b"slurmctld" => daemon_bit::SLURMCTLD,
+        b"slurmd" => daemon_bit::SLURMD,
+        b"slurmstepd" => daemon_bit::SLURMSTEPD,
+        _ => return Err(format!("unknown program {program:?}")),
+    };
+    // SAFETY: dlsym on the global scope; each symbol, where found, is the variable
+    // run_in_daemon() reads (uint32_t mask, or char *name), and no other thread runs yet.
+    unsafe {
+        let mask = libc::dlsym(libc::RTLD_DEFAULT, c"slurm_daemon".as_ptr());
+        if !mask.is_null() {
+            *mask.cast::<u32>() = bit;
+            return Ok(());
+        }
+        let name = libc::dlsym(libc::RTLD_DEFAULT, c"slurm_prog_name".as_ptr());
+        if name.is_null() {
+            return Err("libslurmfull has neither slurm_daemon nor slurm_prog_name".into());
+        }
+        *name.cast::<*mut c_char>() = program.into_raw();
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
@@ -69,10 +97,13 @@ fn main() -> ExitCode {
     ) else {
         return ExitCode::from(2);
     };
+    if let Err(e) = act_as(program) {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
     // SAFETY: single-threaded start-up; Slurm's globals are set before any Slurm call reads
     // them, and the strings live until exit.
     unsafe {
-        slurm_prog_name = program.into_raw();
         slurm_log_var(
             3,
             c"%s".as_ptr(),

@@ -23,6 +23,10 @@ pub struct ClusterSpec<'a> {
     /// runs in a private mount namespace where they are bind-mounted over /etc's, so tests
     /// can have more Unix users without touching the machine's /etc.
     pub etc_users: Option<&'a Path>,
+    /// A .deb of the plugins (ci/package.sh) that `dpkg -i` installs into Slurm's plugin
+    /// directory for the daemons (tests/package/with-deb.sh), which then load only it; `None`
+    /// loads the build dir's plugins.
+    pub package: Option<&'a Path>,
 }
 
 impl Default for ClusterSpec<'_> {
@@ -38,6 +42,7 @@ impl Default for ClusterSpec<'_> {
             extra_conf: "",
             extra_dbd_conf: "",
             etc_users: None,
+            package: None,
         }
     }
 }
@@ -50,9 +55,8 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts a cluster in `root/cluster` that loads the built plugins.
+    /// Starts a cluster in `root/cluster` that loads the built plugins, or the package's.
     pub fn up(root: &Path, spec: &ClusterSpec) -> Cluster {
-        let plugin_dir = plugin_dir(root);
         let dir = root.join("cluster");
         let sim_root = root.join("sim");
         let sims = (1..=spec.nodes)
@@ -76,25 +80,40 @@ impl Cluster {
             sims,
             private_etc: spec.etc_users.is_some(),
         };
-        let mut up = match spec.etc_users {
-            Some(etc) => {
-                let mut c = Command::new("unshare");
-                c.args(["-m", "--propagation", "private", "sh", "-c"])
+        let cluster_sh = workspace().join("ci/cluster.sh");
+        let mut up = match (spec.etc_users, spec.package) {
+            (None, None) => {
+                let mut up = Command::new(&cluster_sh);
+                up.env("EXTRA_PLUGIN_DIR", plugin_dir(root));
+                up
+            }
+            (Some(etc), None) => {
+                let mut up = Command::new("unshare");
+                up.args(["-m", "--propagation", "private", "sh", "-c"])
                     .arg(
                         r#"mount --bind "$0/passwd" /etc/passwd && mount --bind "$0/group" /etc/group && exec "$@""#,
                     )
                     .arg(etc)
-                    .arg(workspace().join("ci/cluster.sh"));
-                c
+                    .arg(&cluster_sh)
+                    .env("EXTRA_PLUGIN_DIR", plugin_dir(root));
+                up
             }
-            None => Command::new(workspace().join("ci/cluster.sh")),
+            (None, Some(deb)) => {
+                let mut up = Command::new(workspace().join("tests/package/with-deb.sh"));
+                up.arg(deb)
+                    .arg(root.join("package-install"))
+                    .arg(&cluster_sh);
+                up
+            }
+            (Some(_), Some(_)) => {
+                panic!("a private /etc and an installed package are not combined")
+            }
         };
         let out = up
             .arg("up")
             .arg(&cluster.dir)
             .env("NODES", spec.nodes.to_string())
             .env("ENERGY_TYPE", spec.energy_type)
-            .env("EXTRA_PLUGIN_DIR", &plugin_dir)
             .env("NODE_FREQ", spec.node_freq.to_string())
             .env("JOBACCT_FREQ", spec.jobacct_freq.to_string())
             .env("ACCT_GATHER_CONF", &acct_gather)

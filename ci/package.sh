@@ -1,0 +1,105 @@
+#!/bin/sh
+# package.sh: builds a .deb of the plugins for one Slurm release and prints its absolute path (the
+# only line on stdout). The Slurm is the one ci/install.sh builds for: SLURM_INCLUDE_DIR, else
+# SLURM_PREFIX/include, else /usr/include (Debian's 22.05.8 from libslurm-dev).
+#
+# The package, slurm-energy-rust_<version>+slurm<X.Y.Z>_<arch>.deb, holds
+#   <Slurm's plugin dir>/acct_gather_energy_rust_*.so and the Variorum sampler helper
+#   /usr/bin/senergy                       where the workspace built it (target/release)
+#   /usr/share/doc/slurm-energy-rust/      README.md, copyright, examples/ (conf/*)
+# Slurm's loader refuses a plugin built for any other release (micro included), so
+# `Depends` pins the exact package of the Slurm whose plugin directory it installs into:
+# Debian's `slurm-wlm-basic-plugins (= 22.05.8-4+deb12u3)`, or whatever dpkg package owns
+# that directory's libslurmfull.so (e.g. SchedMD's slurm-smd). A Slurm
+# installed from source (no dpkg package owns it) cannot be pinned: the package then
+# depends on no Slurm package, says so in its description, and carries the release in its
+# version. SLURM_DEB_DEPENDS=... replaces the computed Slurm dependency.
+#
+# Environment: SLURM_INCLUDE_DIR, SLURM_PREFIX, SLURM_EXPECTED_VERSION (as ci/install.sh),
+# CARGO_TARGET_DIR, PACKAGE_OUT (directory of the .deb, default $CARGO_TARGET_DIR/debian).
+# Needs dpkg-deb and dpkg-shlibdeps (dpkg-dev).
+set -eu
+cd "$(dirname "$0")/.."
+. ci/slurm-target.sh
+name=slurm-energy-rust
+target=${CARGO_TARGET_DIR:-target}
+out=$(realpath -m "${PACKAGE_OUT:-$target/debian}")
+crate_version=$(awk '/^\[workspace.package\]/ { p = 1; next } /^\[/ { p = 0 }
+    p && $1 == "version" { gsub(/"/, "", $3); print $3; exit }' Cargo.toml)
+arch=$(dpkg --print-architecture)
+version=$crate_version+slurm$slurm_release
+
+stage=$(mktemp -d "${TMPDIR:-/tmp}/package-deb.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+root=$stage/root
+DESTDIR=$root BINDIR=/usr/bin sh ci/install.sh "$plugin_dir" >&2
+
+doc=$root/usr/share/doc/$name
+mkdir -p "$doc/examples"
+install -m 0644 README.md "$doc/"
+install -m 0644 conf/* "$doc/examples/"
+cat >"$doc/copyright" <<EOF
+Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
+Upstream-Name: $name
+Files: *
+License: GPL-2.0-or-later
+ On Debian systems the full text is in /usr/share/common-licenses/GPL-2.
+EOF
+
+# ---- Depends: the exact Slurm, and the shared libraries the binaries need
+owner=$(dpkg-query -S "$plugin_dir/libslurmfull.so" 2>/dev/null | cut -d: -f1 | head -n 1 || true)
+if [ -n "${SLURM_DEB_DEPENDS:-}" ]; then
+    slurm_dep=$SLURM_DEB_DEPENDS
+    note="Built for Slurm $slurm_release ($SLURM_DEB_DEPENDS)."
+elif [ -n "$owner" ]; then
+    owner_version=$(dpkg-query -W -f='${Version}' "$owner")
+    case $owner_version in
+    "$slurm_release"-* | *:"$slurm_release"-*) ;;
+    *)
+        echo "package.sh: $owner $owner_version owns $plugin_dir, but the headers in $include are Slurm $slurm_release" >&2
+        exit 1
+        ;;
+    esac
+    slurm_dep="$owner (= $owner_version)"
+    note="Built for Slurm $slurm_release ($owner $owner_version) and loaded by no other release."
+else
+    slurm_dep=""
+    note="Built for Slurm $slurm_release installed from source in $(dirname "$plugin_dir"), which no package provides: install only where slurmd runs exactly that release."
+fi
+mkdir -p "$stage/debian"
+printf 'Source: %s\n\nPackage: %s\nArchitecture: any\n' "$name" "$name" >"$stage/debian/control"
+# dpkg-shlibdeps turns the NEEDED entries into package dependencies (libc6, libgcc-s1).
+# The plugins link no Slurm library; senergy's libslurm, where it links one, is found in
+# that Slurm's library directories and comes with the pinned Slurm (a from-source Slurm's
+# has no package: --ignore-missing-info).
+(cd "$stage" && find root -type f \( -name '*.so' -o -perm -u+x \) -exec \
+    dpkg-shlibdeps --ignore-missing-info -l"$plugin_dir" -l"$(dirname "$plugin_dir")" -O {} +) \
+    >"$stage/shlibs" 2>"$stage/shlibs.err" || {
+    cat "$stage/shlibs.err" >&2
+    exit 1
+}
+shlib_deps=$(sed -n 's/^shlibs:Depends=//p' "$stage/shlibs")
+depends=${slurm_dep:+$slurm_dep, }$shlib_deps
+
+mkdir -p "$root/DEBIAN"
+cat >"$root/DEBIAN/control" <<EOF
+Package: $name
+Version: $version
+Architecture: $arch
+Maintainer: Slurm energy plugins in Rust <root@localhost>
+Section: admin
+Priority: optional
+Depends: $depends
+Installed-Size: $(du -sk "$root" | cut -f1)
+Description: Slurm acct_gather_energy plugins in Rust (RAPL, IPMI, Variorum)
+ acct_gather_energy/rust_rapl, rust_ipmi and rust_variorum for slurmd and
+ slurmstepd, so that sacct, sstat and scontrol show node energy and power.
+ .
+ $note
+ Example slurm.conf and acct_gather.conf snippets are in
+ /usr/share/doc/$name/examples.
+EOF
+mkdir -p "$out"
+deb=$out/${name}_${version}_$arch.deb
+dpkg-deb --root-owner-group --build "$root" "$deb" >&2
+echo "$deb"
