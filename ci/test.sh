@@ -28,7 +28,11 @@ tarball_26_05=${SLURM_26_05_TARBALL:-../shared/slurm/slurm-26.05.3.tar.gz}
 skip_24_11=${SLURM_24_11_SKIP-baseline_slurm_c_rapl_plugin_on_the_same_scenario
     slow_polls_back_to_back_jobs_an_array_and_a_slurmd_restart
     three_node_job_energy_is_the_sum_of_its_nodes a_frozen_bmc_mid_job_never_slows_slurmd
-    a_crashing_or_hanging_library_never_slows_slurmd}
+    a_crashing_or_hanging_library_never_slows_slurmd
+    a_counter_reading_a_wrong_constant_mid_job_costs_nothing
+    at_default_settings_a_power_step_is_within_two_percent
+    a_frozen_then_dead_bmc_never_blocks_and_is_bridged rust_redfish_job_energy_matches_the_truth
+    rust_pm_counters_job_energy_matches_the_truth}
 
 echo "== format"
 cargo fmt --all -- --check
