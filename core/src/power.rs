@@ -5,13 +5,13 @@
 //! the poller thread, which reconnects with backoff after failures. Energy is the trapezoid
 //! of successive samples with sub-second timestamps; across a gap (a frozen BMC) the
 //! trapezoid between the last sample before and the first after is the estimate, as in
-//! Slurm's ipmi plugin. A cache whose last sample is older than [`stale_after`] the period
+//! Slurm's ipmi plugin. A cache whose last sample is older than [`missed_after`] the period
 //! makes the reading incomplete, so Slurm gets "unavailable", never 0 or a stale figure.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::source::{EnergyReader, Reading, Source, stale_after};
+use crate::source::{EnergyReader, Reading, Source, missed_after};
 use crate::worker::{Control, Worker};
 
 /// Reconnecting backs off, doubling from one period up to this many periods (within
@@ -255,12 +255,12 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
 
     fn read(&mut self, now: Instant) -> Reading {
         let mut integral = self.integral.lock().unwrap_or_else(PoisonError::into_inner);
-        let stale = stale_after(self.period);
+        let missed = missed_after(self.period);
         let fresh = integral
             .last
-            .is_some_and(|(at, _)| now.saturating_duration_since(at) <= stale);
+            .is_some_and(|(at, _)| now.saturating_duration_since(at) <= missed);
         Reading {
-            energy_uj: integral.energy_at(now, self.extrapolate, stale),
+            energy_uj: integral.energy_at(now, self.extrapolate, missed),
             complete: fresh,
             problems: if fresh || integral.last.is_none() {
                 vec![]

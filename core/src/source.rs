@@ -4,14 +4,22 @@ use std::time::{Duration, Instant};
 
 use crate::config::{ConfigError, KeyValues};
 
-/// Readings older than this many sample periods (and at least [`MIN_STALE`]) are
-/// unavailable (`NO_VAL64`): the one staleness rule, for every source and every reader.
+/// The one staleness rule, for every source and every reader: something sampled every
+/// `period` has missed its samples once the last is `STALE_PERIODS` periods old, and a
+/// reading older than that (and at least [`MIN_STALE`]) is unavailable (`NO_VAL64`).
 const STALE_PERIODS: u32 = 3;
 const MIN_STALE: Duration = Duration::from_secs(10);
 
+/// How old the last sample of something sampled every `period` may be before the samples
+/// count as missing (a power poller's, read by the meter: the meter's own limit,
+/// [`stale_after`], then applies on top, so this one has no floor).
+pub fn missed_after(period: Duration) -> Duration {
+    period * STALE_PERIODS
+}
+
 /// How old a reading of something sampled every `period` may be and still count as current.
 pub fn stale_after(period: Duration) -> Duration {
-    (period * STALE_PERIODS).max(MIN_STALE)
+    missed_after(period).max(MIN_STALE)
 }
 
 /// What a meter samples: the node's energy so far.
