@@ -9,12 +9,15 @@ use crate::config::{ConfigError, KeyValues};
 /// reading older than that (and at least [`MIN_STALE`]) is unavailable (`NO_VAL64`).
 const STALE_PERIODS: u32 = 3;
 const MIN_STALE: Duration = Duration::from_secs(10);
+/// A sample a fast poller takes may come late by a request's time (an HTTP BMC answers in
+/// hundreds of milliseconds): a few late samples are not missing ones.
+const MIN_MISSED: Duration = Duration::from_secs(2);
 
 /// How old the last sample of something sampled every `period` may be before the samples
 /// count as missing (a power poller's, read by the meter: the meter's own limit,
-/// [`stale_after`], then applies on top, so this one has no floor).
+/// [`stale_after`], then applies on top, so this one has a lower floor).
 pub fn missed_after(period: Duration) -> Duration {
-    period * STALE_PERIODS
+    (period * STALE_PERIODS).max(MIN_MISSED)
 }
 
 /// How old a reading of something sampled every `period` may be and still count as current.
