@@ -126,14 +126,6 @@ impl Source for Bmc {
 }
 
 impl PowerSensor for Bmc {
-    /// No: a BMC refreshes its readings every few seconds and answers a request in hundreds
-    /// of milliseconds, so the last power is often not the power now; counted from the
-    /// energy counter (or the trapezoid) alone, the tests against sushy-static stay within
-    /// 0.6% (extrapolated, the 0.25 s polls lost up to 2%).
-    fn extrapolate(_config: &RedfishConfig) -> bool {
-        false
-    }
-
     fn period(config: &RedfishConfig) -> std::time::Duration {
         config.frequency
     }
