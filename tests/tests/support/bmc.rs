@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::{power_schedule, workspace};
+use super::{joules_between, power_schedule, workspace};
 
 pub struct BmcSim {
     pub run: PathBuf,
@@ -117,15 +117,7 @@ impl BmcSim {
             .duration_since(UNIX_EPOCH)
             .expect("clock")
             .as_nanos() as f64;
-        let schedule = power_schedule(&self.power_log());
-        schedule
-            .iter()
-            .enumerate()
-            .map(|(i, (t, w))| {
-                let end = schedule.get(i + 1).map_or(now, |(next, _)| *next);
-                w * (end - t) / 1e9
-            })
-            .sum()
+        joules_between(&power_schedule(&self.power_log()), 0.0, now)
     }
 
     /// acct_gather.conf for this BMC. Readings every 0.25 s: a power step costs up to half

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{power_schedule, workspace};
+use super::{joules_between, power_schedule, workspace};
 
 pub const PASSWORD: &str = "redfish-secret-42";
 
@@ -184,12 +184,7 @@ impl RedfishSim {
             .duration_since(UNIX_EPOCH)
             .expect("clock")
             .as_nanos() as f64;
-        let schedule = power_schedule(&self.power_log());
-        schedule
-            .iter()
-            .enumerate()
-            .map(|(i, (t, w))| w * (schedule.get(i + 1).map_or(now, |(n, _)| *n) - t) / 1e9)
-            .sum()
+        joules_between(&power_schedule(&self.power_log()), 0.0, now)
     }
 }
 
