@@ -78,6 +78,8 @@ impl RedfishSim {
         let log = fs::File::create(self.dir.join("sushy.log")).expect("sushy log");
         let mut command = Command::new(sushy_static());
         command
+            // its request log is read while it runs (`wait_until_polled`)
+            .env("PYTHONUNBUFFERED", "1")
             .args(["-i", "127.0.0.1", "-p", &self.port.to_string(), "-m"])
             .arg(self.dir.join("mockup"))
             .stdout(Stdio::from(log.try_clone().expect("log")))
@@ -124,6 +126,40 @@ impl RedfishSim {
             let _ = server.kill();
             let _ = server.wait();
         }
+    }
+
+    /// Where the server's request log ends now: [`Self::wait_until_polled`] counts the
+    /// requests after it.
+    pub fn log_mark(&self) -> u64 {
+        fs::metadata(self.dir.join("sushy.log")).map_or(0, |m| m.len())
+    }
+
+    /// Waits until a plugin started after `mark` has its first power sample: its poller
+    /// has requested the reading resource three times (choosing it, the baseline of
+    /// connecting, the first poll), then two periods more. A fixed wait is not enough:
+    /// under load connecting has taken over 2 s, and the energy of a power step before
+    /// the first sample is nobody's to count.
+    pub fn wait_until_polled(&self, mark: u64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let log = fs::read(self.dir.join("sushy.log")).unwrap_or_default();
+            let since = String::from_utf8_lossy(log.get(mark as usize..).unwrap_or_default());
+            let mut gets: std::collections::HashMap<&str, usize> = Default::default();
+            for path in since.lines().filter_map(|l| l.split("\"GET ").nth(1)) {
+                *gets
+                    .entry(path.split(' ').next().unwrap_or(""))
+                    .or_default() += 1;
+            }
+            if gets.values().any(|&n| n >= 3) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the plugin never polled the BMC:\n{since}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(500));
     }
 
     pub fn url(&self) -> String {
