@@ -18,6 +18,8 @@ pub mod counter;
 // The one exception: raw pointers from Slurm and calls into libslurmfull.
 #[allow(unsafe_code)]
 pub mod ffi;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 mod guard;
 #[cfg(feature = "ipmi")]
 pub mod ipmi;

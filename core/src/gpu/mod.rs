@@ -1,0 +1,298 @@
+//! GPU energy: NVIDIA through NVML, AMD through amd-smi, each GPU's own energy counter
+//! (its power where it has none), and per process only the GPUs it is accounted for.
+//!
+//! slurmd counts every GPU of the node; a slurmstepd only the GPUs its step was given,
+//! found from its devices cgroup (see [`cgroup`]) and matched to the library's GPUs by
+//! device file (NVIDIA's `/dev/nvidiaN` minor, the DRM render node's), never by
+//! enumeration order.
+//!
+//! Vendor libraries can block for seconds (a GPU falling off the bus), so only a poller
+//! thread in this process calls them; Slurm's calls read what it published. An
+//! in-process poller rather than a helper process (as rust_variorum has): NVML and
+//! amd-smi are designed to be called in-process (Slurm's own gpu plugins do, in slurmd and
+//! slurmstepd) and report errors by return code rather than crashing, a step's stepd must
+//! read its own GPUs anyway, and a helper per stepd would cost a process per step. A hung
+//! call holds only the poller: its GPUs' readings go stale and become unavailable
+//! (NO_VAL), never 0 J, and never a slow Slurm call.
+
+pub mod cgroup;
+mod config;
+pub mod library;
+mod tracker;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+pub use config::{GpuConfig, KEY_AMD, KEY_NVML, KEYS};
+pub use library::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
+pub use tracker::Figure;
+
+use crate::config::{ConfigError, KeyValues};
+use crate::source::{EnergyReader, Reading, Source, missed_after};
+use crate::worker::{Control, Worker};
+use tracker::Tracked;
+
+/// How often the poller reads every GPU: often enough that the power a final figure is
+/// extrapolated at is current, for a call per GPU that takes microseconds.
+const POLL_PERIOD: Duration = Duration::from_millis(500);
+/// Connecting again after every library failed, backing off up to this.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Opens (loads and initialises) one vendor's library; runs in the poller.
+pub type Opener = Box<dyn Fn() -> Result<Box<dyn GpuLibrary>, String> + Send>;
+
+/// The rust_gpu source.
+pub struct Gpus;
+
+impl Source for Gpus {
+    type Config = GpuConfig;
+    type Reader = GpuReader;
+    const KEYS: &'static [&'static str] = config::KEYS;
+
+    fn parse_config(values: &KeyValues) -> Result<GpuConfig, ConfigError> {
+        GpuConfig::parse(values)
+    }
+
+    fn show_config(config: &GpuConfig) -> Vec<(&'static str, String)> {
+        config.show()
+    }
+
+    fn open(config: &GpuConfig) -> Result<GpuReader, String> {
+        let mut openers: Vec<Opener> = Vec::new();
+        if let Some(path) = config.nvml.clone() {
+            openers.push(Box::new(move || crate::ffi::gpu::open_nvml(&path)));
+        }
+        if let Some(path) = config.amd.clone() {
+            openers.push(Box::new(move || crate::ffi::gpu::open_amd_smi(&path)));
+        }
+        if openers.is_empty() {
+            return Err(format!("{KEY_NVML} and {KEY_AMD} are both none"));
+        }
+        GpuReader::start(openers, POLL_PERIOD, PathBuf::from("/proc/self"))
+    }
+}
+
+/// What the poller publishes.
+#[derive(Default)]
+struct Published {
+    figures: Vec<Figure>,
+    /// Every library failed to open (logged): nothing will come.
+    why_none: Option<String>,
+}
+
+/// Slurm's view of the GPUs: the poller's figures, for the GPUs this process may use.
+pub struct GpuReader {
+    published: Arc<Mutex<Published>>,
+    period: Duration,
+    /// Where `mountinfo` and `cgroup` of this process are (`/proc/self`).
+    proc_self: PathBuf,
+    /// Per GPU (vendor, index): the figure last seen, so energy only ever grows and only
+    /// the GPUs allowed when it grew are counted.
+    seen_uj: HashMap<(&'static str, u32), f64>,
+    total_uj: f64,
+    _poller: Worker,
+}
+
+impl GpuReader {
+    /// Starts the poller and returns at once: libraries are opened in the poller.
+    pub fn start(
+        openers: Vec<Opener>,
+        period: Duration,
+        proc_self: PathBuf,
+    ) -> Result<Self, String> {
+        let published = Arc::new(Mutex::new(Published::default()));
+        let theirs = Arc::clone(&published);
+        let poller = Worker::spawn("gpu-poller", move |control| {
+            poll(control, &openers, &theirs, period)
+        })?;
+        Ok(Self {
+            published,
+            period,
+            proc_self,
+            seen_uj: HashMap::new(),
+            total_uj: 0.0,
+            _poller: poller,
+        })
+    }
+}
+
+/// A library that opened, and its GPUs.
+type OpenLibrary = (Box<dyn GpuLibrary>, Vec<Tracked>);
+
+/// Opens every library that works, with the GPUs it sees. Failures are returned for the
+/// log.
+fn connect(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
+    let mut open = Vec::new();
+    let mut failures = Vec::new();
+    for opener in openers {
+        let mut lib = match opener() {
+            Ok(lib) => lib,
+            Err(e) => {
+                failures.push(e);
+                continue;
+            }
+        };
+        match lib.devices() {
+            Ok(devices) if devices.is_empty() => {
+                failures.push(format!("{} sees no GPU", lib.vendor()))
+            }
+            Ok(devices) => {
+                let vendor = lib.vendor();
+                for d in &devices {
+                    log::info!(
+                        "{vendor} GPU {} ({}), device file {}",
+                        d.index,
+                        d.name,
+                        d.file
+                            .map_or("unknown".into(), |(ma, mi)| format!("{ma}:{mi}"))
+                    );
+                }
+                let tracked = devices
+                    .into_iter()
+                    .map(|d| Tracked::new(vendor, d))
+                    .collect();
+                open.push((lib, tracked));
+            }
+            Err(e) => failures.push(format!("{}: listing GPUs: {e}", lib.vendor())),
+        }
+    }
+    (open, failures)
+}
+
+fn poll(control: &Control, openers: &[Opener], published: &Mutex<Published>, period: Duration) {
+    let lock = || published.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut backoff = period;
+    let mut libs = loop {
+        let (libs, failures) = connect(openers);
+        if !libs.is_empty() {
+            for f in &failures {
+                log::info!("{f}");
+            }
+            break libs;
+        }
+        let mut state = lock();
+        if state.why_none.is_none() {
+            let why = failures.join("; ");
+            log::error!(
+                "no GPU energy on this node: {why}; reporting no energy (NO_VAL), retrying \
+                 with backoff up to {} s",
+                MAX_BACKOFF.as_secs()
+            );
+            state.why_none = Some(why);
+        }
+        drop(state);
+        if !control.wait(Some(backoff)) {
+            return;
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    };
+    lock().why_none = None;
+    let mut failing: HashMap<(&'static str, u32), bool> = HashMap::new();
+    loop {
+        for (lib, gpus) in &mut libs {
+            for gpu in gpus.iter_mut() {
+                let result = gpu.sample(lib.as_mut(), Instant::now());
+                let key = (gpu.figure().vendor, gpu.figure().device.index);
+                let was_failing = failing.insert(key, result.is_err()).unwrap_or(false);
+                match result {
+                    Ok(Some(note)) => log::warn!("{note}"),
+                    Ok(None) if was_failing => log::info!(
+                        "{} GPU {} is read again",
+                        gpu.figure().vendor,
+                        gpu.figure().device.index
+                    ),
+                    Err(why) if !was_failing => log::error!("{why}"),
+                    _ => {}
+                }
+            }
+        }
+        // the lock is taken only to publish: a library call never holds it
+        let figures = libs
+            .iter()
+            .flat_map(|(_, gpus)| gpus.iter().map(|g| g.figure().clone()))
+            .collect();
+        lock().figures = figures;
+        if !control.wait(Some(period)) {
+            return;
+        }
+    }
+}
+
+impl EnergyReader for GpuReader {
+    fn describe(&self) -> String {
+        format!(
+            "GPU energy counters (or power) read every {:.1} s by a poller thread, the GPUs \
+             this process's devices cgroup allows",
+            self.period.as_secs_f64()
+        )
+    }
+
+    fn read(&mut self, now: Instant) -> Reading {
+        let allowed = cgroup::allowed_now(&self.proc_self);
+        let figures = {
+            let published = self
+                .published
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if published.figures.is_empty() {
+                return Reading::default();
+            }
+            published.figures.clone()
+        };
+        let missed = missed_after(self.period);
+        let mut reading = Reading {
+            complete: true,
+            ..Reading::default()
+        };
+        let mut watts = None;
+        for f in &figures {
+            let counted = allowed.allows(f.device.file);
+            let fresh =
+                f.at.is_some_and(|at| now.saturating_duration_since(at) <= missed);
+            // a final figure is brought up to now at the last power (as a power source's)
+            let extrapolated = match (fresh && !f.lost, f.at, f.watts) {
+                (true, Some(at), Some(w)) => {
+                    w * now.saturating_duration_since(at).as_secs_f64() * 1e6
+                }
+                _ => 0.0,
+            };
+            let seen = self
+                .seen_uj
+                .entry((f.vendor, f.device.index))
+                .or_insert(0.0);
+            let value = (f.energy_uj + extrapolated).max(*seen);
+            if counted {
+                self.total_uj += value - *seen;
+            }
+            *seen = value;
+            if !counted || f.lost {
+                continue;
+            }
+            if fresh {
+                *watts.get_or_insert(0.0) += f.watts.unwrap_or(0.0);
+            } else {
+                reading.complete = false;
+                reading.problems.push(format!(
+                    "{} GPU {} ({}) has not been read for over {} s",
+                    f.vendor,
+                    f.device.index,
+                    f.device.name,
+                    missed.as_secs()
+                ));
+            }
+        }
+        reading.energy_uj = self.total_uj as u64;
+        reading.watts = watts;
+        reading
+    }
+
+    /// The figures are in memory: reading them often costs nothing.
+    fn sample_period(&self) -> Duration {
+        Duration::from_secs(1).min(self.period)
+    }
+}
+
+#[cfg(test)]
+mod tests;
