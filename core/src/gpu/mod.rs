@@ -34,9 +34,12 @@ use crate::source::{EnergyReader, Reading, Source, missed_after};
 use crate::worker::{Control, Worker};
 use tracker::Tracked;
 
-/// How often the poller reads every GPU: often enough that the power a final figure is
-/// extrapolated at is current, for a call per GPU that takes microseconds.
-const POLL_PERIOD: Duration = Duration::from_millis(500);
+/// How often the poller reads every GPU, for a call per GPU that takes microseconds. A
+/// figure lags the counter by up to this: a step's first and last figures both do, so
+/// what it misses at its end it gained at its start, unless the power changed between
+/// (not extrapolated at the last power: a GPU's power falls steeply when its work ends,
+/// and an extrapolation would then stay counted).
+const POLL_PERIOD: Duration = Duration::from_millis(250);
 /// Connecting again after every library failed, backing off up to this.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -192,7 +195,7 @@ fn poll(control: &Control, openers: &[Opener], published: &Mutex<Published>, per
     let mut failing: HashMap<(&'static str, u32), bool> = HashMap::new();
     loop {
         for (lib, gpus) in &mut libs {
-            for gpu in gpus.iter_mut() {
+            for gpu in gpus.iter_mut().filter(|g| !g.figure().lost) {
                 let result = gpu.sample(lib.as_mut(), Instant::now());
                 let key = (gpu.figure().vendor, gpu.figure().device.index);
                 let was_failing = failing.insert(key, result.is_err()).unwrap_or(false);
@@ -251,18 +254,11 @@ impl EnergyReader for GpuReader {
             let counted = allowed.allows(f.device.file);
             let fresh =
                 f.at.is_some_and(|at| now.saturating_duration_since(at) <= missed);
-            // a final figure is brought up to now at the last power (as a power source's)
-            let extrapolated = match (fresh && !f.lost, f.at, f.watts) {
-                (true, Some(at), Some(w)) => {
-                    w * now.saturating_duration_since(at).as_secs_f64() * 1e6
-                }
-                _ => 0.0,
-            };
             let seen = self
                 .seen_uj
                 .entry((f.vendor, f.device.index))
                 .or_insert(0.0);
-            let value = (f.energy_uj + extrapolated).max(*seen);
+            let value = f.energy_uj.max(*seen);
             if counted {
                 self.total_uj += value - *seen;
             }
