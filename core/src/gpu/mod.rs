@@ -2,7 +2,7 @@
 //! (its power where it has none), and per process only the GPUs it is accounted for.
 //!
 //! slurmd counts every GPU of the node; a slurmstepd only the GPUs its step was given,
-//! found from its devices cgroup (see [`cgroup`]) and matched to the library's GPUs by
+//! found from its devices cgroup (see [`access`]) and matched to the library's GPUs by
 //! device file (NVIDIA's `/dev/nvidiaN` minor, the DRM render node's), never by
 //! enumeration order.
 //!
@@ -15,13 +15,12 @@
 //! call holds only the poller: its GPUs' readings go stale and become unavailable
 //! (NO_VAL), never 0 J, and never a slow Slurm call.
 
-pub mod cgroup;
+pub mod access;
 mod config;
 pub mod library;
 mod tracker;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -32,6 +31,7 @@ pub use tracker::Figure;
 use crate::config::{ConfigError, KeyValues};
 use crate::source::{EnergyReader, Reading, Source, missed_after};
 use crate::worker::{Control, Worker};
+use access::Access;
 use tracker::Tracked;
 
 /// How often the poller reads every GPU, for a call per GPU that takes microseconds. A
@@ -73,7 +73,7 @@ impl Source for Gpus {
         if openers.is_empty() {
             return Err(format!("{KEY_NVML} and {KEY_AMD} are both none"));
         }
-        GpuReader::start(openers, POLL_PERIOD, PathBuf::from("/proc/self"))
+        GpuReader::start(openers, Box::new(access::DeviceAccess), POLL_PERIOD)
     }
 }
 
@@ -89,8 +89,6 @@ struct Published {
 pub struct GpuReader {
     published: Arc<Mutex<Published>>,
     period: Duration,
-    /// Where `mountinfo` and `cgroup` of this process are (`/proc/self`).
-    proc_self: PathBuf,
     /// Per GPU (vendor, index): the figure last seen, so energy only ever grows and only
     /// the GPUs allowed when it grew are counted.
     seen_uj: HashMap<(&'static str, u32), f64>,
@@ -102,18 +100,17 @@ impl GpuReader {
     /// Starts the poller and returns at once: libraries are opened in the poller.
     pub fn start(
         openers: Vec<Opener>,
+        access: Box<dyn Access>,
         period: Duration,
-        proc_self: PathBuf,
     ) -> Result<Self, String> {
         let published = Arc::new(Mutex::new(Published::default()));
         let theirs = Arc::clone(&published);
         let poller = Worker::spawn("gpu-poller", move |control| {
-            poll(control, &openers, &theirs, period)
+            poll(control, &openers, access.as_ref(), &theirs, period)
         })?;
         Ok(Self {
             published,
             period,
-            proc_self,
             seen_uj: HashMap::new(),
             total_uj: 0.0,
             _poller: poller,
@@ -164,7 +161,13 @@ fn connect(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
     (open, failures)
 }
 
-fn poll(control: &Control, openers: &[Opener], published: &Mutex<Published>, period: Duration) {
+fn poll(
+    control: &Control,
+    openers: &[Opener],
+    access: &dyn Access,
+    published: &Mutex<Published>,
+    period: Duration,
+) {
     let lock = || published.lock().unwrap_or_else(PoisonError::into_inner);
     let mut backoff = period;
     let mut libs = loop {
@@ -193,7 +196,32 @@ fn poll(control: &Control, openers: &[Opener], published: &Mutex<Published>, per
     };
     lock().why_none = None;
     let mut failing: HashMap<(&'static str, u32), bool> = HashMap::new();
+    let mut constraints = None;
     loop {
+        let now_constrained = access.constraints();
+        if constraints.as_ref() != Some(&now_constrained) {
+            for (_, gpus) in &mut libs {
+                for gpu in gpus.iter_mut() {
+                    let counted = access.allows(gpu.figure().device.file);
+                    gpu.set_counted(counted);
+                }
+            }
+            let counted: Vec<String> = libs
+                .iter()
+                .flat_map(|(_, gpus)| gpus.iter().map(Tracked::figure))
+                .filter(|f| f.counted)
+                .map(|f| format!("{} GPU {} ({})", f.vendor, f.device.index, f.device.name))
+                .collect();
+            log::info!(
+                "counting {}",
+                if counted.is_empty() {
+                    "no GPU (this process may open none)".to_string()
+                } else {
+                    counted.join(", ")
+                }
+            );
+            constraints = Some(now_constrained);
+        }
         for (lib, gpus) in &mut libs {
             for gpu in gpus.iter_mut().filter(|g| !g.figure().lost) {
                 let result = gpu.sample(lib.as_mut(), Instant::now());
@@ -233,7 +261,6 @@ impl EnergyReader for GpuReader {
     }
 
     fn read(&mut self, now: Instant) -> Reading {
-        let allowed = cgroup::allowed_now(&self.proc_self);
         let figures = {
             let published = self
                 .published
@@ -251,7 +278,7 @@ impl EnergyReader for GpuReader {
         };
         let mut watts = None;
         for f in &figures {
-            let counted = allowed.allows(f.device.file);
+            let counted = f.counted;
             let fresh =
                 f.at.is_some_and(|at| now.saturating_duration_since(at) <= missed);
             let seen = self

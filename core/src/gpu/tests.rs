@@ -1,6 +1,7 @@
 //! The poller and the reader over fake libraries: per-process GPU selection, a hung
 //! library, a lost GPU, no library.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::*;
@@ -49,9 +50,26 @@ impl GpuLibrary for FakeLib {
     }
 }
 
+/// Device files the fake process may open; `None`: all.
+#[derive(Clone, Default)]
+struct FakeAccess(Arc<Mutex<Option<Vec<(u32, u32)>>>>);
+
+impl Access for FakeAccess {
+    fn constraints(&self) -> Option<String> {
+        Some(format!("{:?}", self.0.lock().expect("lock")))
+    }
+    fn allows(&self, file: Option<(u32, u32)>) -> bool {
+        match (&*self.0.lock().expect("lock"), file) {
+            (None, _) => true,
+            (Some(files), Some(file)) => files.contains(&file),
+            (Some(_), None) => false,
+        }
+    }
+}
+
 struct Node {
     gpus: Vec<Arc<FakeGpu>>,
-    proc_self: tempfile::TempDir,
+    access: FakeAccess,
 }
 
 impl Node {
@@ -64,26 +82,15 @@ impl Node {
                 Arc::new(gpu)
             })
             .collect();
-        let proc_self = tempfile::tempdir().expect("tempdir");
-        std::fs::write(proc_self.path().join("cgroup"), "0::/\n").expect("write");
-        std::fs::write(proc_self.path().join("mountinfo"), "").expect("write");
-        Self { gpus, proc_self }
+        Self {
+            gpus,
+            access: FakeAccess::default(),
+        }
     }
 
-    /// Puts the process into a devices cgroup allowing `list`.
-    fn constrain(&self, list: &str) {
-        let mount = self.proc_self.path().join("devices");
-        std::fs::create_dir_all(mount.join("step")).expect("mkdir");
-        std::fs::write(mount.join("step/devices.list"), list).expect("write");
-        std::fs::write(
-            self.proc_self.path().join("mountinfo"),
-            format!(
-                "30 25 0:26 / {} rw - cgroup cgroup rw,devices\n",
-                mount.display()
-            ),
-        )
-        .expect("write");
-        std::fs::write(self.proc_self.path().join("cgroup"), "5:devices:/step\n").expect("write");
+    /// Puts the process into a devices cgroup allowing only `files`.
+    fn constrain(&self, files: &[(u32, u32)]) {
+        *self.access.0.lock().expect("lock") = Some(files.to_vec());
     }
 
     fn reader(&self) -> GpuReader {
@@ -97,8 +104,8 @@ impl Node {
         });
         GpuReader::start(
             vec![opener],
+            Box::new(self.access.clone()),
             Duration::from_millis(50),
-            self.proc_self.path().to_path_buf(),
         )
         .expect("start")
     }
@@ -133,14 +140,15 @@ fn an_unconstrained_process_counts_every_gpu_a_constrained_one_only_its_own() {
         "{j} J for 400 W over 0.5 s"
     );
     // GPU 1 is /dev/nvidia9 (minor 10 - 1)
-    node.constrain("c 1:3 rwm\nc 195:9 rwm\n");
-    let mut step = node.reader();
-    let j = joules_over(&mut step, 0.5);
+    node.constrain(&[(1, 3), (NVIDIA_MAJOR, 9)]);
+    // the process moves into its step's cgroup after it started reading
+    std::thread::sleep(Duration::from_millis(200));
+    let j = joules_over(&mut all, 0.5);
     assert!(
         (j - 150.0).abs() < 150.0 * 0.05,
         "{j} J for 300 W over 0.5 s"
     );
-    let w = step.read(Instant::now()).watts.expect("watts");
+    let w = all.read(Instant::now()).watts.expect("watts");
     assert!((w - 300.0).abs() < 15.0, "{w} W");
 }
 
@@ -185,8 +193,8 @@ fn without_a_library_the_reading_is_unavailable() {
     let opener: Opener = Box::new(|| Err("cannot load libnvidia-ml.so.1: not found".into()));
     let mut reader = GpuReader::start(
         vec![opener],
+        Box::new(FakeAccess::default()),
         Duration::from_millis(50),
-        PathBuf::from("/proc/self"),
     )
     .expect("start");
     std::thread::sleep(Duration::from_millis(100));

@@ -40,6 +40,8 @@ pub struct Figure {
     pub at: Option<Instant>,
     /// Lost (fallen off the bus): its energy so far is kept, it is not read again.
     pub lost: bool,
+    /// This process is accounted for this GPU (may open its device file).
+    pub counted: bool,
 }
 
 #[derive(Debug)]
@@ -63,6 +65,7 @@ impl Tracked {
                 watts: None,
                 at: None,
                 lost: false,
+                counted: false,
             },
             mode: Mode::Unknown,
             counter: WrappingCounter::new(MODULUS, MAX_GPU_WATTS * 1e6),
@@ -73,6 +76,10 @@ impl Tracked {
 
     pub fn figure(&self) -> &Figure {
         &self.figure
+    }
+
+    pub fn set_counted(&mut self, counted: bool) {
+        self.figure.counted = counted;
     }
 
     fn name(&self) -> String {
