@@ -50,9 +50,12 @@ impl GpuLibrary for FakeLib {
     }
 }
 
-/// Device files the fake process may open; `None`: all.
+/// Device files `(major, minor)` a process may open; `None`: all.
+type Allowed = Option<Vec<(u32, u32)>>;
+
+/// What the fake process may open, changed by the test.
 #[derive(Clone, Default)]
-struct FakeAccess(Arc<Mutex<Option<Vec<(u32, u32)>>>>);
+struct FakeAccess(Arc<Mutex<Allowed>>);
 
 impl Access for FakeAccess {
     fn constraints(&self) -> Option<String> {
