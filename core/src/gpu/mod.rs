@@ -21,7 +21,7 @@ pub mod library;
 mod tracker;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use config::{GpuConfig, KEY_AMD, KEY_NVML, KEYS};
@@ -77,17 +77,41 @@ impl Source for Gpus {
     }
 }
 
+/// A read waits at most this long for the poller to read the GPUs afresh, and only while
+/// the poller is well (not stuck in a call): a step's final figure is then current, not
+/// a poll period old.
+const FRESH_WAIT: Duration = Duration::from_millis(10);
+
 /// What the poller publishes.
 #[derive(Default)]
 struct Published {
     figures: Vec<Figure>,
     /// Every library failed to open (logged): nothing will come.
     why_none: Option<String>,
+    /// Reading rounds completed.
+    rounds: u64,
+    /// When the round in progress started; `None` between rounds.
+    busy_since: Option<Instant>,
+}
+
+/// The published figures and the signal of each completed round.
+#[derive(Default)]
+struct Shared {
+    published: Mutex<Published>,
+    round_done: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Published> {
+        self.published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Slurm's view of the GPUs: the poller's figures, for the GPUs this process may use.
 pub struct GpuReader {
-    published: Arc<Mutex<Published>>,
+    shared: Arc<Shared>,
     period: Duration,
     /// Per GPU (vendor, index): the figure last seen, so energy only ever grows and only
     /// the GPUs allowed when it grew are counted.
@@ -103,13 +127,13 @@ impl GpuReader {
         access: Box<dyn Access>,
         period: Duration,
     ) -> Result<Self, String> {
-        let published = Arc::new(Mutex::new(Published::default()));
-        let theirs = Arc::clone(&published);
+        let shared = Arc::new(Shared::default());
+        let theirs = Arc::clone(&shared);
         let poller = Worker::spawn("gpu-poller", move |control| {
             poll(control, &openers, access.as_ref(), &theirs, period)
         })?;
         Ok(Self {
-            published,
+            shared,
             period,
             seen_uj: HashMap::new(),
             total_uj: 0.0,
@@ -165,10 +189,10 @@ fn poll(
     control: &Control,
     openers: &[Opener],
     access: &dyn Access,
-    published: &Mutex<Published>,
+    shared: &Shared,
     period: Duration,
 ) {
-    let lock = || published.lock().unwrap_or_else(PoisonError::into_inner);
+    let lock = || shared.lock();
     let mut backoff = period;
     let mut libs = loop {
         let (libs, failures) = connect(openers);
@@ -198,6 +222,7 @@ fn poll(
     let mut failing: HashMap<(&'static str, u32), bool> = HashMap::new();
     let mut constraints = None;
     loop {
+        lock().busy_since = Some(Instant::now());
         let now_constrained = access.constraints();
         if constraints.as_ref() != Some(&now_constrained) {
             for (_, gpus) in &mut libs {
@@ -244,10 +269,47 @@ fn poll(
             .iter()
             .flat_map(|(_, gpus)| gpus.iter().map(|g| g.figure().clone()))
             .collect();
-        lock().figures = figures;
+        let mut published = lock();
+        published.figures = figures;
+        published.rounds += 1;
+        published.busy_since = None;
+        drop(published);
+        shared.round_done.notify_all();
         if !control.wait(Some(period)) {
             return;
         }
+    }
+}
+
+impl GpuReader {
+    /// The figures after a round of reads that started after this call, when the poller
+    /// is well and delivers within [`FRESH_WAIT`]; else the latest.
+    fn fresh_round(&self) -> MutexGuard<'_, Published> {
+        let called = Instant::now();
+        let mut published = self.shared.lock();
+        let wanted = match published.busy_since {
+            None if !published.figures.is_empty() => published.rounds + 1,
+            // a round in progress may have read some GPUs before this call: the next
+            Some(since) if called.saturating_duration_since(since) < FRESH_WAIT => {
+                published.rounds + 2
+            }
+            // stuck in a call, or not reading yet: no waiting
+            _ => return published,
+        };
+        self._poller.control().wake();
+        while published.rounds < wanted {
+            let left = FRESH_WAIT.saturating_sub(called.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            published = self
+                .shared
+                .round_done
+                .wait_timeout(published, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        published
     }
 }
 
@@ -262,10 +324,7 @@ impl EnergyReader for GpuReader {
 
     fn read(&mut self, now: Instant) -> Reading {
         let figures = {
-            let published = self
-                .published
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let published = self.fresh_round();
             if published.figures.is_empty() {
                 return Reading::default();
             }
@@ -311,9 +370,10 @@ impl EnergyReader for GpuReader {
         reading
     }
 
-    /// The figures are in memory: reading them often costs nothing.
+    /// The poller reads the GPUs; the meter's own sampling only keeps CurrentWatts
+    /// fresh.
     fn sample_period(&self) -> Duration {
-        Duration::from_secs(1).min(self.period)
+        Duration::from_secs(1)
     }
 }
 
