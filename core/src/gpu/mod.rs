@@ -316,8 +316,8 @@ impl GpuReader {
 impl EnergyReader for GpuReader {
     fn describe(&self) -> String {
         format!(
-            "GPU energy counters (or power) read every {:.1} s by a poller thread, the GPUs \
-             this process's devices cgroup allows",
+            "GPU energy counters (or power) read every {:.2} s by a poller thread, of the \
+             GPUs this process may open (its devices cgroup's)",
             self.period.as_secs_f64()
         )
     }
