@@ -13,7 +13,8 @@
 //! slurmstepd) and report errors by return code rather than crashing, a step's stepd must
 //! read its own GPUs anyway, and a helper per stepd would cost a process per step. A hung
 //! call holds only the poller: its GPUs' readings go stale and become unavailable
-//! (NO_VAL), never 0 J, and never a slow Slurm call.
+//! (NO_VAL), never 0 J; a Slurm call waits for the poller at most [`FRESH_WAIT`], and not
+//! at all once a round is stuck.
 
 pub mod access;
 mod config;
@@ -26,19 +27,17 @@ use std::time::{Duration, Instant};
 
 pub use config::{GpuConfig, KEY_AMD, KEY_NVML, KEYS};
 pub use library::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
-pub use tracker::Figure;
 
 use crate::config::{ConfigError, KeyValues};
 use crate::source::{EnergyReader, Reading, Source, missed_after};
 use crate::worker::{Control, Worker};
 use access::Access;
-use tracker::Tracked;
+use tracker::{Figure, Tracked};
 
 /// How often the poller reads every GPU, for a call per GPU that takes microseconds. A
-/// figure lags the counter by up to this: a step's first and last figures both do, so
-/// what it misses at its end it gained at its start, unless the power changed between
-/// (not extrapolated at the last power: a GPU's power falls steeply when its work ends,
-/// and an extrapolation would then stay counted).
+/// Slurm call asks for a fresh round besides (see [`FRESH_WAIT`]), so figures are not this
+/// old; they are never extrapolated at the last power (a GPU's power falls steeply when
+/// its work ends, and an extrapolation would then stay counted).
 const POLL_PERIOD: Duration = Duration::from_millis(250);
 /// Connecting again after every library failed, backing off up to this.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -117,7 +116,7 @@ pub struct GpuReader {
     /// the GPUs allowed when it grew are counted.
     seen_uj: HashMap<(&'static str, u32), f64>,
     total_uj: f64,
-    _poller: Worker,
+    poller: Worker,
 }
 
 impl GpuReader {
@@ -137,7 +136,7 @@ impl GpuReader {
             period,
             seen_uj: HashMap::new(),
             total_uj: 0.0,
-            _poller: poller,
+            poller,
         })
     }
 }
@@ -296,7 +295,7 @@ impl GpuReader {
             // stuck in a call, or not reading yet: no waiting
             _ => return published,
         };
-        self._poller.control().wake();
+        self.poller.control().wake();
         while published.rounds < wanted {
             let left = FRESH_WAIT.saturating_sub(called.elapsed());
             if left.is_zero() {
