@@ -137,12 +137,33 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
         phase_commands(sim, "cpu", &[("package0=120 package1=90", 12)]),
         own(0.0)
     ));
+    // sstat mid-job: Slurm's running sum of the stacked answers is the step's energy so far
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let cpu_start = loop {
+        if let Some(j) = mark(sim, "cpu_start") {
+            break j;
+        }
+        assert!(std::time::Instant::now() < deadline, "no cpu_start mark");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    std::thread::sleep(Duration::from_secs(6));
+    let (cpu_before, ns_before) = (sim.truth() - cpu_start, now_ns());
+    let sstat = cluster.run(&[
+        "sstat",
+        "-n",
+        "-P",
+        "-j",
+        &format!("{both}.0"),
+        "-o",
+        "ConsumedEnergyRaw",
+    ]);
+    let (cpu_after, ns_after) = (sim.truth() - cpu_start, now_ns());
+    let live: f64 = sstat
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("sstat said {sstat:?}"));
     cluster.wait_job(both, Duration::from_secs(120));
     let end = now_ns();
-    println!(
-        "{}",
-        std::fs::read_to_string(fake.dir.path().join("power.log")).unwrap_or_default()
-    );
     // which GPU each job had: the power schedule names it (its first change)
     let log = std::fs::read_to_string(fake.dir.path().join("power.log")).expect("power.log");
     let changes: Vec<(u32, f64)> = log
@@ -167,16 +188,6 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
         .find(|l| l.ends_with(" 200"))
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .expect("third job");
-    let slurmd_log = cluster.log("slurmd-n1.log");
-    for line in slurmd_log
-        .lines()
-        .filter(|l| l.contains("rust_gpu") || l.contains("rust_rapl"))
-    {
-        println!("{line}");
-    }
-    for job in [jobs[0], jobs[1], both] {
-        println!("{job}: {:?}", cluster.energy(job));
-    }
     for (job, minor) in [(jobs[0], m150), (jobs[1], m260)] {
         let truth = fake.truth(minor, third_start - 1.0);
         let rows = cluster.energy(job);
@@ -195,6 +206,21 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
         .sum::<f64>();
     let cpu_truth =
         mark(sim, "cpu_end").expect("cpu_end") - mark(sim, "cpu_start").expect("cpu_start");
+    let gpu_live = |ns: f64| {
+        MINORS
+            .iter()
+            .map(|&m| fake.truth(m, ns) - fake.truth(m, third_start - 1.0))
+            .sum::<f64>()
+    };
+    let (low, high) = (
+        cpu_before + gpu_live(ns_before),
+        cpu_after + gpu_live(ns_after),
+    );
+    println!("sstat mid-job: {live} J, true between {low:.1} and {high:.1} J");
+    assert!(
+        (low * 0.99..=high * 1.01).contains(&live),
+        "sstat {live} J, true between {low:.1} and {high:.1} J"
+    );
     let rows = cluster.energy(both);
     println!("stacked: CPU {cpu_truth:.1} J + GPU {gpu_truth:.1} J");
     for id in [format!("{both}.0"), both.to_string()] {
