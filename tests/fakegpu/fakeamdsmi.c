@@ -11,6 +11,7 @@ typedef int amdsmi_status_t;
 #define AMDSMI_STATUS_SUCCESS 0
 #define AMDSMI_STATUS_INVAL 1
 #define AMDSMI_STATUS_NOT_SUPPORTED 2
+#define AMDSMI_STATUS_NO_PERM 10
 #define AMDSMI_STATUS_NOT_INIT 32
 #define AMDSMI_STATUS_DRIVER_NOT_LOADED 34
 #define AMDSMI_INIT_AMD_GPUS (1 << 1)
@@ -99,6 +100,7 @@ amdsmi_status_t amdsmi_get_energy_count(amdsmi_processor_handle processor_handle
     switch (gpu_mode(gpu_minor[i], &reload_ns)) {
     case MODE_LOST: return AMDSMI_STATUS_INVAL;
     case MODE_NOSUPPORT: return AMDSMI_STATUS_NOT_SUPPORTED;
+    case MODE_NOPERM: return AMDSMI_STATUS_NO_PERM;
     case MODE_OK: break;
     }
     double joules = counter_joules(gpu_minor[i], reload_ns, &watts);

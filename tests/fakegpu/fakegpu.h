@@ -12,7 +12,8 @@
  *              long ago).
  *   mode.<minor>  ok (default) | hang (every call on this GPU blocks while the file says
  *              so) | lost (NVML_ERROR_GPU_IS_LOST) | nosupport (no energy counter: the
- *              power must be integrated) | reload@<unix ns> (the driver reloaded then: the
+ *              power must be integrated) | noperm (NVML: no handle, NO_PERMISSION, as
+ *              for a GPU the process may not open) | reload@<unix ns> (the driver reloaded then: the
  *              counter restarts from 0 at that instant).
  *   driver     "missing": initialisation fails as without a loaded driver.
  */
@@ -89,7 +90,7 @@ static double now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-enum mode { MODE_OK, MODE_LOST, MODE_NOSUPPORT };
+enum mode { MODE_OK, MODE_LOST, MODE_NOSUPPORT, MODE_NOPERM };
 
 /* The GPU's mode; blocks while it is "hang". `reload_ns` gets the reload instant (0: none). */
 static enum mode gpu_mode(unsigned minor, double *reload_ns)
@@ -109,6 +110,8 @@ static enum mode gpu_mode(unsigned minor, double *reload_ns)
         return MODE_LOST;
     if (strcmp(text, "nosupport") == 0)
         return MODE_NOSUPPORT;
+    if (strcmp(text, "noperm") == 0)
+        return MODE_NOPERM;
     return MODE_OK;
 }
 

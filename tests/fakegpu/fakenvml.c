@@ -9,6 +9,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_UNINITIALIZED 1
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NO_PERMISSION 4
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
 #define NVML_ERROR_GPU_IS_LOST 15
@@ -47,6 +48,7 @@ const char *nvmlErrorString(nvmlReturn_t result)
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
@@ -70,6 +72,9 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
         return NVML_ERROR_UNINITIALIZED;
     if (index >= gpu_count || !device)
         return NVML_ERROR_INVALID_ARGUMENT;
+    double reload_ns;
+    if (gpu_mode(gpu_minor[index], &reload_ns) == MODE_NOPERM)
+        return NVML_ERROR_NO_PERMISSION;
     *device = &devices[index];
     return NVML_SUCCESS;
 }
@@ -105,6 +110,7 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned l
     switch (gpu_mode(minor, &reload_ns)) {
     case MODE_LOST: return NVML_ERROR_GPU_IS_LOST;
     case MODE_NOSUPPORT: return NVML_ERROR_NOT_SUPPORTED;
+    case MODE_NOPERM: return NVML_ERROR_NO_PERMISSION;
     case MODE_OK: break;
     }
     *energy = (unsigned long long)(counter_joules(minor, reload_ns, &watts) * 1000.0);

@@ -156,15 +156,17 @@ fn a_hung_library_never_slows_a_call_and_loses_no_energy() {
     assert!(err.contains("energy readings are back"), "{err}");
 }
 
-/// A GPU that falls off the bus (NVML_ERROR_GPU_IS_LOST) stops counting; the node goes on
-/// with the others, never 0 or unavailable.
+/// A GPU that falls off the bus (NVML_ERROR_GPU_IS_LOST) stops counting, and one NVML
+/// gives no handle for (NO_PERMISSION) is not read; the node goes on with the others,
+/// never 0 or unavailable.
 #[test]
 fn a_lost_gpu_is_only_that_gpu() {
     if !root_or_skip("a_lost_gpu_is_only_that_gpu") {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let fake = FakeGpus::new(Vendor::Nvidia, &[0, 1]);
+    let fake = FakeGpus::new(Vendor::Nvidia, &[0, 1, 2]);
+    fake.set_mode(2, "noperm");
     let d = gpu_driver(tmp.path(), &fake, "slurmstepd", "step sleep=4000 step");
     sleep(Duration::from_millis(800));
     fake.set_mode(1, "lost");

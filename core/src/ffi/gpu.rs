@@ -125,6 +125,7 @@ impl Nvml {
         self.handles
             .get(index as usize)
             .copied()
+            .filter(|h| !h.is_null())
             .ok_or_else(|| GpuError::Failed(format!("no GPU {index}")))
     }
 }
@@ -143,8 +144,15 @@ impl GpuLibrary for Nvml {
         for index in 0..count {
             let mut handle: NvmlDevice = std::ptr::null_mut();
             // SAFETY: index < count; a valid out-pointer.
-            self.check(unsafe { (self.api.handle)(index, &mut handle) })?;
+            let rc = unsafe { (self.api.handle)(index, &mut handle) };
+            // kept at its index (null for a GPU without a handle), so indices stay NVML's
             self.handles.push(handle);
+            if let Err(e) = self.check(rc) {
+                // e.g. NO_PERMISSION for a GPU this process may not open: the others
+                // are still read
+                log::info!("NVML GPU {index} is not read: {e}");
+                continue;
+            }
             let mut minor: c_uint = 0;
             // SAFETY: a handle NVML returned; a valid out-pointer.
             let file = (unsafe { (self.api.minor)(handle, &mut minor) } == NVML_SUCCESS)
