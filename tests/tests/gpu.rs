@@ -14,6 +14,9 @@ use support::*;
 
 const GPU: &str = "acct_gather_energy/rust_gpu";
 
+/// Runs the driver with the stand-in library. The tests start the power a second after
+/// the driver and take the first figure before (the step counts from its first reading,
+/// which must not fall on the power's start).
 fn gpu_driver(
     tmp: &std::path::Path,
     fake: &FakeGpus,
@@ -39,7 +42,7 @@ fn node_and_step_energy_match_the_truth_for_both_vendors() {
                 tmp.path(),
                 &fake,
                 program,
-                "step sleep=5000 step node config",
+                "sleep=500 step sleep=4500 step node config",
             );
             sleep(Duration::from_millis(1000));
             fake.set_power(minors[0], 180.0);
@@ -83,7 +86,12 @@ fn power_integration_and_a_driver_reload() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let fake = FakeGpus::new(Vendor::Nvidia, &[0, 1]);
     fake.set_mode(1, "nosupport");
-    let d = gpu_driver(tmp.path(), &fake, "slurmstepd", "step sleep=6000 step");
+    let d = gpu_driver(
+        tmp.path(),
+        &fake,
+        "slurmstepd",
+        "sleep=500 step sleep=5500 step",
+    );
     sleep(Duration::from_millis(1000));
     fake.set_power(0, 200.0);
     fake.set_power(1, 150.0);
@@ -167,11 +175,16 @@ fn a_lost_gpu_is_only_that_gpu() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let fake = FakeGpus::new(Vendor::Nvidia, &[0, 1, 2]);
     fake.set_mode(2, "noperm");
-    let d = gpu_driver(tmp.path(), &fake, "slurmstepd", "step sleep=4000 step");
+    let d = gpu_driver(
+        tmp.path(),
+        &fake,
+        "slurmstepd",
+        "sleep=500 step sleep=3500 step",
+    );
     sleep(Duration::from_millis(800));
     fake.set_mode(1, "lost");
     sleep(Duration::from_millis(200));
-    fake.set_power(0, 100.0);
+    fake.set_power(0, 300.0); // 600 J: Slurm's whole joules cost at most 0.17%
     fake.set_power(1, 200.0);
     sleep(Duration::from_millis(2000));
     fake.set_power(0, 0.0);
