@@ -35,6 +35,9 @@
 #   DEBUG_FLAGS=            e.g. Energy,Profile (DebugFlags)
 #   EXTRA_SLURM_CONF=       file whose content is appended to slurm.conf
 #   EXTRA_SLURMDBD_CONF=    file whose content is appended to slurmdbd.conf
+#   NODE_OPTIONS=           more NodeName options for every node, e.g. Gres=gpu:2
+#   GRES_CONF=              file copied to DIR/etc/gres.conf
+#   CGROUP_CONF=            file copied to DIR/etc/cgroup.conf instead of the default
 #   UP_TIMEOUT=60           seconds `up` waits for each readiness step
 #
 # Network layout.  NODES=1 (host mode): every daemon runs in the host network
@@ -424,6 +427,12 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')
     if version_ge "$slurm_version" 24.05; then
         echo "CgroupPlugin=disabled" >"$DIR/etc/cgroup.conf"
     fi
+    if [ -n "${CGROUP_CONF:-}" ]; then
+        cat -- "$CGROUP_CONF" >"$DIR/etc/cgroup.conf"
+    fi
+    if [ -n "${GRES_CONF:-}" ]; then
+        cat -- "$GRES_CONF" >"$DIR/etc/gres.conf"
+    fi
 
     local nodeaddr
     {
@@ -481,7 +490,7 @@ SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 EOF
         for ((k = 1; k <= NODES; k++)); do
             if [ "$NETNS_MODE" = 1 ]; then nodeaddr=$SUBNET.$((10 + k)); else nodeaddr=127.0.0.1; fi
-            echo "NodeName=n$k NodeAddr=$nodeaddr NodeHostname=n$k $hw State=UNKNOWN"
+            echo "NodeName=n$k NodeAddr=$nodeaddr NodeHostname=n$k $hw ${NODE_OPTIONS:-}State=UNKNOWN"
         done
         echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
         if [ -n "${EXTRA_SLURM_CONF:-}" ]; then

@@ -91,9 +91,10 @@ Section: admin
 Priority: optional
 Depends: $depends
 Installed-Size: $(du -sk "$root" | cut -f1)
-Description: Slurm acct_gather_energy plugins in Rust (RAPL, IPMI, Variorum)
- acct_gather_energy/rust_rapl, rust_ipmi and rust_variorum for slurmd and
- slurmstepd, so that sacct, sstat and scontrol show node energy and power.
+Description: Slurm acct_gather_energy plugins in Rust (RAPL, IPMI, Variorum, Redfish, Cray, GPU)
+ acct_gather_energy/rust_rapl, rust_ipmi, rust_variorum, rust_redfish,
+ rust_pm_counters and rust_gpu for slurmd and slurmstepd, so that sacct,
+ sstat and scontrol show node energy and power.
  .
  $note
  Example slurm.conf and acct_gather.conf snippets are in

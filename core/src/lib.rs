@@ -9,7 +9,9 @@
 //! `unsafe` is denied everywhere but in [`ffi`] (the only exception: CI fails on any
 //! other), so that the logic stays safe Rust and the unsafe part stays small enough to
 //! review line by line. Hardware is reached through safe wrappers (nix's `pread`, ioctls
-//! of ipmi-rs); C libraries that need `unsafe` calls (Variorum) run in the sampler crate.
+//! of ipmi-rs); C libraries that need `unsafe` calls run in the sampler crate (Variorum,
+//! which may crash or exit) or, where made to be called in-process, in `ffi` (NVML and
+//! amd-smi, `ffi::gpu`).
 #![deny(unsafe_code)]
 
 pub mod accounting;
@@ -18,6 +20,8 @@ pub mod counter;
 // The one exception: raw pointers from Slurm and calls into libslurmfull.
 #[allow(unsafe_code)]
 pub mod ffi;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 mod guard;
 #[cfg(feature = "ipmi")]
 pub mod ipmi;

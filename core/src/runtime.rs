@@ -34,6 +34,11 @@ pub trait Host: Send + Sync + 'static {
     /// sources with one owner per node ([`Source::FROM_SLURMD_IN_STEPS`]). `context_id` is
     /// the plugin's index among stacked energy plugins.
     fn slurmd_node(&self, context_id: u16) -> Result<Box<dyn Metering>, String>;
+
+    /// How many energy plugins `AcctGatherEnergyType` stacks (Slurm sums them).
+    fn energy_plugins(&self) -> usize {
+        1
+    }
 }
 
 /// What `get_data` asks for (Slurm's `ENERGY_DATA_*`).
@@ -268,6 +273,23 @@ impl<S: Source> State<S> {
     }
 }
 
+/// A step's figure as slurmstepd's jobacct_gather must get it. With stacked plugins,
+/// Slurm's `acct_gather_energy_g_get_sum` adds every plugin's figure to the caller's
+/// struct without clearing it, and jobacct_gather passes the task's record, which holds
+/// the previous poll's sum: the step's energy would grow by the whole figure at every
+/// poll. Each stacked plugin therefore answers with its energy since its previous
+/// answer, and Slurm's running sum is the step's energy (a single plugin's figure
+/// replaces the record, so it stays the total).
+fn stacked_step(host: &dyn Host, record: EnergyRecord) -> EnergyRecord {
+    if host.daemon() != Daemon::Slurmstepd || host.energy_plugins() < 2 {
+        return record;
+    }
+    EnergyRecord {
+        consumed_j: record.consumed_j.map(|_| record.base_consumed_j),
+        ..record
+    }
+}
+
 /// One plugin in one process: Slurm's calls, as safe functions.
 pub struct Runtime<S: Source, H: Host> {
     host: H,
@@ -341,7 +363,7 @@ impl<S: Source, H: Host> Runtime<S, H> {
                 Answer::Record(state.node_record(host, Read::Now))
             }
             Query::NodeEnergy => Answer::Record(state.node_record(host, Read::Recent)),
-            Query::NodeEnergyUp => Answer::Record(state.step_record(host)),
+            Query::NodeEnergyUp => Answer::Record(stacked_step(host, state.step_record(host))),
             Query::LastPoll => Answer::PollTime(state.node_record(host, Read::Cached).poll_time),
             // the node's record, then its parts'
             Query::SensorCount => {

@@ -4,6 +4,8 @@
 mod conf;
 mod daemon;
 mod energy;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 mod host;
 mod location;
 mod log;

@@ -101,10 +101,12 @@ impl<const SLURMD: bool> Source for Fake<SLURMD> {
     }
 }
 
-/// A host in `daemon` whose slurmd reports the energy of `slurmd_hw`.
+/// A host in `daemon` whose slurmd reports the energy of `slurmd_hw`, among `plugins`
+/// stacked energy plugins.
 struct TestHost {
     daemon: Daemon,
     slurmd_hw: Option<Arc<FakeHardware>>,
+    plugins: usize,
 }
 
 impl Host for TestHost {
@@ -118,12 +120,17 @@ impl Host for TestHost {
             .map(|hw| metered(FakeReader(hw)))
             .ok_or_else(|| "slurmd is not running".into())
     }
+
+    fn energy_plugins(&self) -> usize {
+        self.plugins
+    }
 }
 
 fn runtime<const SLURMD: bool>(daemon: Daemon) -> Runtime<Fake<SLURMD>, TestHost> {
     Runtime::new(TestHost {
         daemon,
         slurmd_hw: None,
+        plugins: 1,
     })
 }
 
@@ -179,6 +186,36 @@ fn a_step_counts_from_its_own_first_reading_and_reports_increments() {
     assert_eq!(second.consumed_j, Some(450));
     assert_eq!(second.base_consumed_j, 150);
     assert_eq!(second.previous_consumed_j, 300);
+}
+
+/// Stacked, Slurm adds each answer to the step's running record: each answer is the
+/// energy since the previous one, so that the running sum is the step's energy. slurmd's
+/// figures (a fresh record each time) stay totals.
+#[test]
+fn a_stacked_step_answers_increments_that_slurm_sums() {
+    let (id, hw) = hardware(10_000);
+    for (daemon, answers) in [
+        (Daemon::Slurmstepd, [200, 50, 0]),
+        (Daemon::Slurmd, [200, 250, 250]),
+    ] {
+        let rt: Runtime<Fake<false>, TestHost> = Runtime::new(TestHost {
+            daemon,
+            slurmd_hw: None,
+            plugins: 2,
+        });
+        set_joules(&hw, 10_000);
+        rt.configure(1, &config(id)).expect("conf_set");
+        let mut running_sum = 0;
+        for (joules, answer) in [10_200, 10_250, 10_250].into_iter().zip(answers) {
+            set_joules(&hw, joules);
+            let got = consumed(&rt, Query::NodeEnergyUp).expect("available");
+            assert_eq!(got, answer, "{daemon:?}");
+            running_sum += got;
+        }
+        if daemon == Daemon::Slurmstepd {
+            assert_eq!(running_sum, 250);
+        }
+    }
 }
 
 #[test]
@@ -274,6 +311,7 @@ fn steps_of_a_one_owner_source_read_slurmd_not_the_sensor() {
     let (_, node) = hardware(20_000);
     let rt: Runtime<Fake<true>, TestHost> = Runtime::new(TestHost {
         daemon: Daemon::Slurmstepd,
+        plugins: 1,
         slurmd_hw: Some(Arc::clone(&node)),
     });
     rt.configure(0, &config(id)).expect("conf_set");

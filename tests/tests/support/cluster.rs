@@ -19,6 +19,12 @@ pub struct ClusterSpec<'a> {
     pub extra_conf: &'a str,
     /// More slurmdbd.conf lines.
     pub extra_dbd_conf: &'a str,
+    /// More NodeName options for every node (`Gres=gpu:2 `, with a trailing space).
+    pub node_options: &'a str,
+    /// gres.conf; empty: none.
+    pub gres_conf: &'a str,
+    /// cgroup.conf in place of cluster.sh's; empty: cluster.sh's.
+    pub cgroup_conf: &'a str,
     /// A directory with `passwd` and `group`: the whole cluster (and its clients) then
     /// runs in a private mount namespace where they are bind-mounted over /etc's, so tests
     /// can have more Unix users without touching the machine's /etc.
@@ -41,6 +47,9 @@ impl Default for ClusterSpec<'_> {
             sim_args: vec![None],
             extra_conf: "",
             extra_dbd_conf: "",
+            node_options: "",
+            gres_conf: "",
+            cgroup_conf: "",
             etc_users: None,
             package: None,
         }
@@ -73,8 +82,18 @@ impl Cluster {
         let extra = root.join("slurm.conf.extra");
         // the extern step then carries the job's energy, which is not summed over steps
         fs::write(&extra, format!("PrologFlags=Contain\n{}", spec.extra_conf)).expect("extra conf");
+        let mut optional_files = Vec::new();
         let dbd_extra = root.join("slurmdbd.conf.extra");
         fs::write(&dbd_extra, spec.extra_dbd_conf).expect("extra dbd conf");
+        for (file, text, var) in [
+            ("gres.conf.in", spec.gres_conf, "GRES_CONF"),
+            ("cgroup.conf.in", spec.cgroup_conf, "CGROUP_CONF"),
+        ] {
+            if !text.is_empty() {
+                fs::write(root.join(file), text).expect(file);
+                optional_files.push((var, root.join(file)));
+            }
+        }
         let cluster = Cluster {
             dir,
             sims,
@@ -110,6 +129,8 @@ impl Cluster {
             }
         };
         let out = up
+            .envs(optional_files)
+            .env("NODE_OPTIONS", spec.node_options)
             .arg("up")
             .arg(&cluster.dir)
             .env("NODES", spec.nodes.to_string())

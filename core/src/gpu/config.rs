@@ -1,0 +1,96 @@
+//! The rust_gpu keys of acct_gather.conf.
+
+use crate::config::{ConfigError, KeyValues};
+
+pub const KEY_NVML: &str = "EnergyGpuNvmlLibrary";
+pub const KEY_AMD: &str = "EnergyGpuAmdLibrary";
+pub const KEYS: &[&str] = &[KEY_NVML, KEY_AMD];
+
+/// What the NVIDIA driver installs (the soname, found through the loader's path).
+const DEFAULT_NVML: &str = "libnvidia-ml.so.1";
+/// ROCm's amd-smi library (in /opt/rocm/lib, which ROCm adds to the loader's path).
+const DEFAULT_AMD: &str = "libamd_smi.so";
+/// Turns one vendor off, e.g. on nodes that have only the other's GPUs.
+const NONE: &str = "none";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuConfig {
+    /// NVML to load; `None`: NVIDIA GPUs are not read.
+    pub nvml: Option<String>,
+    /// amd-smi to load; `None`: AMD GPUs are not read.
+    pub amd: Option<String>,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        Self {
+            nvml: Some(DEFAULT_NVML.into()),
+            amd: Some(DEFAULT_AMD.into()),
+        }
+    }
+}
+
+/// A library as dlopen takes it: a file name searched on the loader's path, or an
+/// absolute path; `none` turns the vendor off.
+fn library(key: &'static str, v: &str) -> Result<Option<String>, ConfigError> {
+    let v = v.trim();
+    if v.eq_ignore_ascii_case(NONE) {
+        return Ok(None);
+    }
+    if v.is_empty() || (v.contains('/') && !v.starts_with('/')) {
+        return Err(ConfigError::new(
+            key,
+            v,
+            "expected a library file name, an absolute path, or none",
+        ));
+    }
+    Ok(Some(v.to_string()))
+}
+
+impl GpuConfig {
+    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
+        let mut c = Self::default();
+        if let Some(v) = values.get(KEY_NVML) {
+            c.nvml = library(KEY_NVML, v)?;
+        }
+        if let Some(v) = values.get(KEY_AMD) {
+            c.amd = library(KEY_AMD, v)?;
+        }
+        Ok(c)
+    }
+
+    pub fn show(&self) -> Vec<(&'static str, String)> {
+        let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| NONE.into());
+        vec![(KEY_NVML, shown(&self.nvml)), (KEY_AMD, shown(&self.amd))]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_none_and_errors() {
+        let mut values = KeyValues::new();
+        let c = GpuConfig::parse(&values).expect("default");
+        assert_eq!(c.nvml.as_deref(), Some("libnvidia-ml.so.1"));
+        assert_eq!(c.amd.as_deref(), Some("libamd_smi.so"));
+        values.set(KEY_AMD, "None");
+        values.set(KEY_NVML, "/opt/nvml/libnvidia-ml.so.1");
+        let c = GpuConfig::parse(&values).expect("valid");
+        assert_eq!(
+            c.show(),
+            vec![
+                (KEY_NVML, "/opt/nvml/libnvidia-ml.so.1".to_string()),
+                (KEY_AMD, "none".to_string())
+            ]
+        );
+        values.set(KEY_NVML, "lib/libnvidia-ml.so");
+        let e = GpuConfig::parse(&values).expect_err("relative path");
+        assert!(
+            e.to_string()
+                .contains("EnergyGpuNvmlLibrary=lib/libnvidia-ml.so"),
+            "{e}"
+        );
+    }
+}

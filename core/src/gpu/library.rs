@@ -1,0 +1,45 @@
+//! What the GPU energy source needs from a vendor library (NVML, amd-smi), in safe
+//! terms. The libraries themselves are loaded and called in `crate::ffi::gpu`.
+
+/// Linux character-device majors of GPU device files, as Slurm's gres.conf `File=` names
+/// them and a devices cgroup lists them: `/dev/nvidiaN` (NVIDIA's fixed major) and
+/// `/dev/dri/renderDN` (DRM).
+pub const NVIDIA_MAJOR: u32 = 195;
+pub const DRM_MAJOR: u32 = 226;
+
+/// One GPU as its library enumerates it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// The library's index (enumeration order, which is not Slurm's).
+    pub index: u32,
+    /// The device file that gives access to this GPU: `(major, minor)`; `None` when the
+    /// library cannot tell (then only an unconstrained process counts it).
+    pub file: Option<(u32, u32)>,
+    /// For the log: UUID or PCI bus id.
+    pub name: String,
+}
+
+/// Why a GPU gave no figure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GpuError {
+    /// This GPU has no such counter (NVML before Volta): read the power instead.
+    #[error("not supported")]
+    NotSupported,
+    /// Fell off the bus or otherwise inaccessible until a reset.
+    #[error("the GPU is lost")]
+    Lost,
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A vendor library, opened (and initialised) in the poller thread.
+pub trait GpuLibrary: Send {
+    /// `NVML`, `amd-smi`.
+    fn vendor(&self) -> &'static str;
+    /// The GPUs it sees.
+    fn devices(&mut self) -> Result<Vec<Device>, GpuError>;
+    /// The GPU's energy counter in microjoules (it restarts when the driver reloads).
+    fn energy_uj(&mut self, index: u32) -> Result<u64, GpuError>;
+    /// The GPU's power draw in watts.
+    fn power_w(&mut self, index: u32) -> Result<f64, GpuError>;
+}

@@ -1,0 +1,380 @@
+//! GPU energy: NVIDIA through NVML, AMD through amd-smi, each GPU's own energy counter
+//! (its power where it has none), and per process only the GPUs it is accounted for.
+//!
+//! slurmd counts every GPU of the node; a slurmstepd only the GPUs its step was given,
+//! found from its devices cgroup (see [`access`]) and matched to the library's GPUs by
+//! device file (NVIDIA's `/dev/nvidiaN` minor, the DRM render node's), never by
+//! enumeration order.
+//!
+//! Vendor libraries can block for seconds (a GPU falling off the bus), so only a poller
+//! thread in this process calls them; Slurm's calls read what it published. An
+//! in-process poller rather than a helper process (as rust_variorum has): NVML and
+//! amd-smi are designed to be called in-process (Slurm's own gpu plugins do, in slurmd and
+//! slurmstepd) and report errors by return code rather than crashing, a step's stepd must
+//! read its own GPUs anyway, and a helper per stepd would cost a process per step. A hung
+//! call holds only the poller: its GPUs' readings go stale and become unavailable
+//! (NO_VAL), never 0 J; a Slurm call waits for the poller at most [`FRESH_WAIT`], and not
+//! at all once a round is stuck.
+
+pub mod access;
+mod config;
+pub mod library;
+mod tracker;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+pub use config::{GpuConfig, KEY_AMD, KEY_NVML, KEYS};
+pub use library::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
+
+use crate::config::{ConfigError, KeyValues};
+use crate::source::{EnergyReader, Reading, Source, missed_after};
+use crate::worker::{Control, Worker};
+use access::Access;
+use tracker::{Figure, Tracked};
+
+/// How often the poller reads every GPU, for a call per GPU that takes microseconds. A
+/// Slurm call asks for a fresh round besides (see [`FRESH_WAIT`]), so figures are not this
+/// old; they are never extrapolated at the last power (a GPU's power falls steeply when
+/// its work ends, and an extrapolation would then stay counted).
+const POLL_PERIOD: Duration = Duration::from_millis(250);
+/// Connecting again after every library failed, backing off up to this.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Opens (loads and initialises) one vendor's library; runs in the poller.
+pub type Opener = Box<dyn Fn() -> Result<Box<dyn GpuLibrary>, String> + Send>;
+
+/// The rust_gpu source.
+pub struct Gpus;
+
+impl Source for Gpus {
+    type Config = GpuConfig;
+    type Reader = GpuReader;
+    const KEYS: &'static [&'static str] = config::KEYS;
+
+    fn parse_config(values: &KeyValues) -> Result<GpuConfig, ConfigError> {
+        GpuConfig::parse(values)
+    }
+
+    fn show_config(config: &GpuConfig) -> Vec<(&'static str, String)> {
+        config.show()
+    }
+
+    fn open(config: &GpuConfig) -> Result<GpuReader, String> {
+        let mut openers: Vec<Opener> = Vec::new();
+        if let Some(path) = config.nvml.clone() {
+            openers.push(Box::new(move || crate::ffi::gpu::open_nvml(&path)));
+        }
+        if let Some(path) = config.amd.clone() {
+            openers.push(Box::new(move || crate::ffi::gpu::open_amd_smi(&path)));
+        }
+        if openers.is_empty() {
+            return Err(format!("{KEY_NVML} and {KEY_AMD} are both none"));
+        }
+        GpuReader::start(openers, Box::new(access::DeviceAccess), POLL_PERIOD)
+    }
+}
+
+/// A read waits at most this long for the poller to read the GPUs afresh, and only while
+/// the poller is well (not stuck in a call): a step's final figure is then current, not
+/// a poll period old.
+const FRESH_WAIT: Duration = Duration::from_millis(10);
+
+/// What the poller publishes.
+#[derive(Default)]
+struct Published {
+    figures: Vec<Figure>,
+    /// Every library failed to open (logged): nothing will come.
+    why_none: Option<String>,
+    /// Reading rounds completed.
+    rounds: u64,
+    /// When the round in progress started; `None` between rounds.
+    busy_since: Option<Instant>,
+}
+
+/// The published figures and the signal of each completed round.
+#[derive(Default)]
+struct Shared {
+    published: Mutex<Published>,
+    round_done: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Published> {
+        self.published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Slurm's view of the GPUs: the poller's figures, for the GPUs this process may use.
+pub struct GpuReader {
+    shared: Arc<Shared>,
+    period: Duration,
+    /// Per GPU (vendor, index): the figure last seen, so energy only ever grows and only
+    /// the GPUs allowed when it grew are counted.
+    seen_uj: HashMap<(&'static str, u32), f64>,
+    total_uj: f64,
+    poller: Worker,
+}
+
+impl GpuReader {
+    /// Starts the poller and returns at once: libraries are opened in the poller.
+    pub fn start(
+        openers: Vec<Opener>,
+        access: Box<dyn Access>,
+        period: Duration,
+    ) -> Result<Self, String> {
+        let shared = Arc::new(Shared::default());
+        let theirs = Arc::clone(&shared);
+        let poller = Worker::spawn("gpu-poller", move |control| {
+            poll(control, &openers, access.as_ref(), &theirs, period)
+        })?;
+        Ok(Self {
+            shared,
+            period,
+            seen_uj: HashMap::new(),
+            total_uj: 0.0,
+            poller,
+        })
+    }
+}
+
+/// A library that opened, and its GPUs.
+type OpenLibrary = (Box<dyn GpuLibrary>, Vec<Tracked>);
+
+/// Opens every library that works, with the GPUs it sees. Failures are returned for the
+/// log.
+fn connect(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
+    let mut open = Vec::new();
+    let mut failures = Vec::new();
+    for opener in openers {
+        let mut lib = match opener() {
+            Ok(lib) => lib,
+            Err(e) => {
+                failures.push(e);
+                continue;
+            }
+        };
+        match lib.devices() {
+            Ok(devices) if devices.is_empty() => {
+                failures.push(format!("{} sees no GPU", lib.vendor()))
+            }
+            Ok(devices) => {
+                let vendor = lib.vendor();
+                for d in &devices {
+                    log::info!(
+                        "{vendor} GPU {} ({}), device file {}",
+                        d.index,
+                        d.name,
+                        d.file
+                            .map_or("unknown".into(), |(ma, mi)| format!("{ma}:{mi}"))
+                    );
+                }
+                let tracked = devices
+                    .into_iter()
+                    .map(|d| Tracked::new(vendor, d))
+                    .collect();
+                open.push((lib, tracked));
+            }
+            Err(e) => failures.push(format!("{}: listing GPUs: {e}", lib.vendor())),
+        }
+    }
+    (open, failures)
+}
+
+fn poll(
+    control: &Control,
+    openers: &[Opener],
+    access: &dyn Access,
+    shared: &Shared,
+    period: Duration,
+) {
+    let lock = || shared.lock();
+    let mut backoff = period;
+    let mut libs = loop {
+        let (libs, failures) = connect(openers);
+        if !libs.is_empty() {
+            for f in &failures {
+                log::info!("{f}");
+            }
+            break libs;
+        }
+        let mut state = lock();
+        if state.why_none.is_none() {
+            let why = failures.join("; ");
+            log::error!(
+                "no GPU energy on this node: {why}; reporting no energy (NO_VAL), retrying \
+                 with backoff up to {} s",
+                MAX_BACKOFF.as_secs()
+            );
+            state.why_none = Some(why);
+        }
+        drop(state);
+        if !control.wait(Some(backoff)) {
+            return;
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    };
+    lock().why_none = None;
+    let mut failing: HashMap<(&'static str, u32), bool> = HashMap::new();
+    let mut constraints = None;
+    loop {
+        lock().busy_since = Some(Instant::now());
+        let now_constrained = access.constraints();
+        if constraints.as_ref() != Some(&now_constrained) {
+            for (_, gpus) in &mut libs {
+                for gpu in gpus.iter_mut() {
+                    let counted = access.allows(gpu.figure().device.file);
+                    gpu.set_counted(counted);
+                }
+            }
+            let counted: Vec<String> = libs
+                .iter()
+                .flat_map(|(_, gpus)| gpus.iter().map(Tracked::figure))
+                .filter(|f| f.counted)
+                .map(|f| format!("{} GPU {} ({})", f.vendor, f.device.index, f.device.name))
+                .collect();
+            log::info!(
+                "counting {}",
+                if counted.is_empty() {
+                    "no GPU (this process may open none)".to_string()
+                } else {
+                    counted.join(", ")
+                }
+            );
+            constraints = Some(now_constrained);
+        }
+        for (lib, gpus) in &mut libs {
+            for gpu in gpus.iter_mut().filter(|g| !g.figure().lost) {
+                let result = gpu.sample(lib.as_mut(), Instant::now());
+                let key = (gpu.figure().vendor, gpu.figure().device.index);
+                let was_failing = failing.insert(key, result.is_err()).unwrap_or(false);
+                match result {
+                    Ok(Some(note)) => log::warn!("{note}"),
+                    Ok(None) if was_failing => log::info!(
+                        "{} GPU {} is read again",
+                        gpu.figure().vendor,
+                        gpu.figure().device.index
+                    ),
+                    Err(why) if !was_failing => log::error!("{why}"),
+                    _ => {}
+                }
+            }
+        }
+        // the lock is taken only to publish: a library call never holds it
+        let figures = libs
+            .iter()
+            .flat_map(|(_, gpus)| gpus.iter().map(|g| g.figure().clone()))
+            .collect();
+        let mut published = lock();
+        published.figures = figures;
+        published.rounds += 1;
+        published.busy_since = None;
+        drop(published);
+        shared.round_done.notify_all();
+        if !control.wait(Some(period)) {
+            return;
+        }
+    }
+}
+
+impl GpuReader {
+    /// The figures after a round of reads that started after this call, when the poller
+    /// is well and delivers within [`FRESH_WAIT`]; else the latest.
+    fn fresh_round(&self) -> MutexGuard<'_, Published> {
+        let called = Instant::now();
+        let mut published = self.shared.lock();
+        let wanted = match published.busy_since {
+            None if !published.figures.is_empty() => published.rounds + 1,
+            // a round in progress may have read some GPUs before this call: the next
+            Some(since) if called.saturating_duration_since(since) < FRESH_WAIT => {
+                published.rounds + 2
+            }
+            // stuck in a call, or not reading yet: no waiting
+            _ => return published,
+        };
+        self.poller.control().wake();
+        while published.rounds < wanted {
+            let left = FRESH_WAIT.saturating_sub(called.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            published = self
+                .shared
+                .round_done
+                .wait_timeout(published, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        published
+    }
+}
+
+impl EnergyReader for GpuReader {
+    fn describe(&self) -> String {
+        format!(
+            "GPU energy counters (or power) read every {:.2} s by a poller thread, of the \
+             GPUs this process may open (its devices cgroup's)",
+            self.period.as_secs_f64()
+        )
+    }
+
+    fn read(&mut self, now: Instant) -> Reading {
+        let figures = {
+            let published = self.fresh_round();
+            if published.figures.is_empty() {
+                return Reading::default();
+            }
+            published.figures.clone()
+        };
+        let missed = missed_after(self.period);
+        let mut reading = Reading {
+            complete: true,
+            ..Reading::default()
+        };
+        let mut watts = None;
+        for f in &figures {
+            let counted = f.counted;
+            let fresh =
+                f.at.is_some_and(|at| now.saturating_duration_since(at) <= missed);
+            let seen = self
+                .seen_uj
+                .entry((f.vendor, f.device.index))
+                .or_insert(0.0);
+            let value = f.energy_uj.max(*seen);
+            if counted {
+                self.total_uj += value - *seen;
+            }
+            *seen = value;
+            if !counted || f.lost {
+                continue;
+            }
+            if fresh {
+                *watts.get_or_insert(0.0) += f.watts.unwrap_or(0.0);
+            } else {
+                reading.complete = false;
+                reading.problems.push(format!(
+                    "{} GPU {} ({}) has not been read for over {} s",
+                    f.vendor,
+                    f.device.index,
+                    f.device.name,
+                    missed.as_secs()
+                ));
+            }
+        }
+        reading.energy_uj = self.total_uj as u64;
+        reading.watts = watts;
+        reading
+    }
+
+    /// The poller reads the GPUs; the meter's own sampling only keeps CurrentWatts
+    /// fresh.
+    fn sample_period(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
+
+#[cfg(test)]
+mod tests;

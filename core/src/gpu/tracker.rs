@@ -1,0 +1,274 @@
+//! One GPU's energy, from its counter or (where it has none) its power.
+//!
+//! The counter (NVML's millijoules since the driver loaded, amd-smi's accumulator times
+//! its resolution) is counted with [`WrappingCounter`]: when the driver reloads the counter
+//! starts again from zero, which is a reset, never a negative or huge delta; the gap is
+//! estimated from the power measured after it. A GPU whose counter is not supported
+//! (NVML before Volta) is integrated from its power: trapezoids between samples with
+//! sub-second timestamps.
+
+use std::time::{Duration, Instant};
+
+use super::library::{Device, GpuError, GpuLibrary};
+use crate::counter::{Advance, WrappingCounter};
+
+/// More than any GPU draws: a counter rising faster was reset or misread.
+const MAX_GPU_WATTS: f64 = 5_000.0;
+/// The counters are 64-bit and never wrap in practice (NVML: 2^64 mJ).
+const MODULUS: u64 = 1 << 63;
+/// The power a counter implies is measured over at least this long.
+const WATTS_WINDOW: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Not read yet: the first read tries the counter.
+    Unknown,
+    Counter,
+    Power,
+}
+
+/// What one GPU has measured so far, as the poller publishes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    pub vendor: &'static str,
+    pub device: Device,
+    /// Energy since the GPU was first read.
+    pub energy_uj: f64,
+    /// The latest power, measured or (from a counter) derived.
+    pub watts: Option<f64>,
+    /// When the GPU was last read successfully; `None`: never.
+    pub at: Option<Instant>,
+    /// Lost (fallen off the bus): its energy so far is kept, it is not read again.
+    pub lost: bool,
+    /// This process is accounted for this GPU (may open its device file).
+    pub counted: bool,
+}
+
+#[derive(Debug)]
+pub struct Tracked {
+    figure: Figure,
+    mode: Mode,
+    counter: WrappingCounter,
+    /// Power integrated (power mode).
+    integrated_uj: f64,
+    /// Start of the window the counter's power is measured over: (when, energy then).
+    window: Option<(Instant, f64)>,
+}
+
+impl Tracked {
+    pub fn new(vendor: &'static str, device: Device) -> Self {
+        Self {
+            figure: Figure {
+                vendor,
+                device,
+                energy_uj: 0.0,
+                watts: None,
+                at: None,
+                lost: false,
+                counted: false,
+            },
+            mode: Mode::Unknown,
+            counter: WrappingCounter::new(MODULUS, MAX_GPU_WATTS * 1e6),
+            integrated_uj: 0.0,
+            window: None,
+        }
+    }
+
+    pub fn figure(&self) -> &Figure {
+        &self.figure
+    }
+
+    pub fn set_counted(&mut self, counted: bool) {
+        self.figure.counted = counted;
+    }
+
+    fn name(&self) -> String {
+        format!(
+            "{} GPU {} ({})",
+            self.figure.vendor, self.figure.device.index, self.figure.device.name
+        )
+    }
+
+    /// Reads the GPU once at `now` (after the library returned). `Ok(Some(note))`: read,
+    /// with something for the log; `Err`: not read, with why for the log.
+    pub fn sample(
+        &mut self,
+        lib: &mut dyn GpuLibrary,
+        now: Instant,
+    ) -> Result<Option<String>, String> {
+        if self.figure.lost {
+            return Ok(None);
+        }
+        let index = self.figure.device.index;
+        let mut note = None;
+        if self.mode != Mode::Power {
+            match lib.energy_uj(index) {
+                Ok(raw) => {
+                    self.mode = Mode::Counter;
+                    note = self.count(raw, now);
+                }
+                Err(GpuError::NotSupported) if self.mode == Mode::Unknown => {
+                    self.mode = Mode::Power;
+                    note = Some(format!(
+                        "{}: no energy counter; its power is integrated",
+                        self.name()
+                    ));
+                }
+                Err(e) => return Err(self.failed(e)),
+            }
+        }
+        if self.mode == Mode::Power {
+            match lib.power_w(index) {
+                Ok(watts) if watts.is_finite() && (0.0..=MAX_GPU_WATTS).contains(&watts) => {
+                    self.integrate(watts, now)
+                }
+                Ok(watts) => return Err(format!("{}: impossible power {watts} W", self.name())),
+                Err(e) => return Err(self.failed(e)),
+            }
+        }
+        self.figure.at = Some(now);
+        Ok(note)
+    }
+
+    fn failed(&mut self, e: GpuError) -> String {
+        if e == GpuError::Lost {
+            self.figure.lost = true;
+            self.figure.watts = None;
+            return format!(
+                "{} is lost; its energy until now is kept and it is no longer read",
+                self.name()
+            );
+        }
+        format!("{}: {e}", self.name())
+    }
+
+    fn count(&mut self, raw_uj: u64, now: Instant) -> Option<String> {
+        let advance = self.counter.advance(raw_uj, now);
+        let energy = self.counter.total_units() as f64;
+        self.figure.energy_uj = energy;
+        match self.window {
+            Some((from, e0)) if now.saturating_duration_since(from) >= WATTS_WINDOW => {
+                let secs = now.saturating_duration_since(from).as_secs_f64();
+                self.figure.watts = Some((energy - e0) / 1e6 / secs);
+                self.window = Some((now, energy));
+            }
+            Some(_) => {}
+            None => self.window = Some((now, energy)),
+        }
+        match advance {
+            Advance::Reset { gap, .. } => Some(format!(
+                "{}: the energy counter restarted (driver reloaded?); the {:.1} s before is \
+                 estimated from the power measured after it",
+                self.name(),
+                gap.as_secs_f64()
+            )),
+            Advance::Suspect { .. } => Some(format!(
+                "{}: the energy counter read {raw_uj} uJ, which the last reading cannot reach; \
+                 not counted until the next readings tell a restart from a bad read",
+                self.name()
+            )),
+            _ => None,
+        }
+    }
+
+    fn integrate(&mut self, watts: f64, now: Instant) {
+        if let (Some(at), Some(w0)) = (self.figure.at, self.figure.watts) {
+            let secs = now.saturating_duration_since(at).as_secs_f64();
+            self.integrated_uj += secs * (w0 + watts) / 2.0 * 1e6;
+        }
+        self.figure.energy_uj = self.integrated_uj;
+        self.figure.watts = Some(watts);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A library whose GPU 0 answers from a script of results.
+    struct Scripted {
+        energy: Vec<Result<u64, GpuError>>,
+        power: Vec<Result<f64, GpuError>>,
+    }
+
+    impl GpuLibrary for Scripted {
+        fn vendor(&self) -> &'static str {
+            "test"
+        }
+        fn devices(&mut self) -> Result<Vec<Device>, GpuError> {
+            Ok(vec![])
+        }
+        fn energy_uj(&mut self, _: u32) -> Result<u64, GpuError> {
+            self.energy.remove(0)
+        }
+        fn power_w(&mut self, _: u32) -> Result<f64, GpuError> {
+            self.power.remove(0)
+        }
+    }
+
+    fn gpu() -> Tracked {
+        Tracked::new(
+            "test",
+            Device {
+                index: 0,
+                file: Some((195, 0)),
+                name: "GPU-0".into(),
+            },
+        )
+    }
+
+    #[test]
+    fn a_driver_reload_restarts_the_counter_without_a_negative_or_bogus_delta() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let j = |joules: u64| Ok(joules * 1_000_000);
+        let mut lib = Scripted {
+            // 100 W, then the driver reloads (counter from 0) and 100 W on
+            energy: vec![j(50_000), j(50_100), j(50_200), j(0), j(100), j(200)],
+            power: vec![],
+        };
+        let mut g = gpu();
+        for s in 0..6 {
+            g.sample(&mut lib, at(s)).expect("read");
+        }
+        let joules = g.figure().energy_uj / 1e6;
+        // 200 J before, 1 s gap estimated at 100 W, 200 J after
+        assert!((joules - 500.0).abs() < 1.0, "{joules}");
+        assert!((g.figure().watts.expect("watts") - 100.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn without_a_counter_the_power_is_integrated() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut lib = Scripted {
+            energy: vec![Err(GpuError::NotSupported)],
+            power: vec![Ok(100.0), Ok(300.0), Ok(300.0)],
+        };
+        let mut g = gpu();
+        let note = g.sample(&mut lib, at(0)).expect("read");
+        assert!(note.expect("logged").contains("integrated"));
+        g.sample(&mut lib, at(500)).expect("read"); // 100 J
+        g.sample(&mut lib, at(2500)).expect("read"); // 600 J
+        assert!((g.figure().energy_uj - 700e6).abs() < 1.0);
+    }
+
+    #[test]
+    fn a_lost_gpu_keeps_its_energy_and_is_not_read_again() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut lib = Scripted {
+            energy: vec![Ok(0), Ok(250_000_000), Err(GpuError::Lost)],
+            power: vec![],
+        };
+        let mut g = gpu();
+        g.sample(&mut lib, at(0)).expect("read");
+        g.sample(&mut lib, at(1)).expect("read");
+        let why = g.sample(&mut lib, at(2)).expect_err("lost");
+        assert!(why.contains("lost"), "{why}");
+        assert!(g.figure().lost);
+        assert_eq!(g.figure().energy_uj, 250e6);
+        // not asked again (the script is empty: another call would panic)
+        assert_eq!(g.sample(&mut lib, at(3)), Ok(None));
+    }
+}

@@ -1,0 +1,21 @@
+#!/bin/sh
+# set_power.sh DIR MINOR WATTS: from now on the stand-in GPU with device-file minor MINOR
+# (in the library in DIR) draws WATTS; the change is logged in DIR/power.log.
+# MINOR "self:DEVDIR": the one GPU among DEVDIR/nvidia* that the calling process may open
+# (what Slurm's devices cgroup gave the job; denied files fail with "Operation not
+# permitted", allowed ones reach the absent driver: "No such device or address").
+set -eu
+minor=$2
+case $minor in
+self:*)
+    found=
+    for f in "${minor#self:}"/nvidia*; do
+        if (: <"$f") 2>&1 | grep -q "No such device"; then
+            found="$found ${f##*/nvidia}"
+        fi
+    done
+    [ "$(echo $found | wc -w)" = 1 ] || { echo "set_power.sh: not one GPU allowed: '$found'" >&2; exit 1; }
+    minor=$(echo $found)
+    ;;
+esac
+echo "$(date +%s%N) $minor $3" >> "$1/power.log"
