@@ -35,6 +35,8 @@
 #   DEBUG_FLAGS=            e.g. Energy,Profile (DebugFlags)
 #   EXTRA_SLURM_CONF=       file whose content is appended to slurm.conf
 #   EXTRA_SLURMDBD_CONF=    file whose content is appended to slurmdbd.conf
+#   CGROUP_CONF=            file copied to DIR/etc/cgroup.conf (for task/cgroup and
+#                           proctrack/cgroup, set in EXTRA_SLURM_CONF)
 #   UP_TIMEOUT=60           seconds `up` waits for each readiness step
 #
 # Network layout.  NODES=1 (host mode): every daemon runs in the host network
@@ -421,7 +423,9 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')
     # but slurmd loads a cgroup plugin anyway (CgroupPlugin=autodetect), and fails where
     # the one for this machine's cgroup version was not built (cgroup/v2 needs dbus).
     # 24.05 and later can be told not to; 22.05 has no such value.
-    if version_ge "$slurm_version" 24.05; then
+    if [ -n "${CGROUP_CONF:-}" ]; then
+        cat -- "$CGROUP_CONF" >"$DIR/etc/cgroup.conf"
+    elif version_ge "$slurm_version" 24.05; then
         echo "CgroupPlugin=disabled" >"$DIR/etc/cgroup.conf"
     fi
 

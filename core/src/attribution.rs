@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::accounting::Accounting;
 use crate::config::{ConfigError, KeyValues};
-use crate::source::{EnergyReader, Reading, missed_after, stale_after};
+use crate::source::{EnergyReader, Reading, stale_after};
 use cgroup::CgroupTree;
 use ledger::{Ledger, Observation, ObservedJob};
 
@@ -26,7 +26,10 @@ pub const MODE_KEY: &str = "EnergyAttribution";
 pub const IDLE_KEY: &str = "EnergyAttributionIdleWatts";
 /// The keys every plugin of the family reads beside its source's.
 pub const KEYS: &[&str] = &[MODE_KEY, IDLE_KEY];
-/// The ledger is updated at the meter's samples, at most this often.
+/// The ledger is updated at the meter's samples (every second or faster), at most this
+/// often; it is a sample period (about a second) old at most.
+const LEDGER_INTERVAL: Duration = Duration::from_millis(500);
+/// How old the ledger may get while slurmd samples normally.
 pub const LEDGER_PERIOD: Duration = Duration::from_secs(1);
 /// A step reads the file at each of Slurm's calls; its meter samples it only this often
 /// (the file needs no sampling: there is no counter to wrap).
@@ -157,6 +160,42 @@ pub struct Site {
     pub cgroup_root: PathBuf,
 }
 
+/// Slurm's cgroup mount point (cgroup.conf's CgroupMountpoint default).
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+impl Site {
+    /// The site from slurm.conf's values, when Slurm keeps its jobs in cgroups; an error
+    /// says what is missing. `spool_template` is SlurmdSpoolDir (`%n`, `%h`: `node`).
+    pub fn from_conf(
+        spool_template: &str,
+        proctrack: &str,
+        task_plugin: &str,
+        node: &str,
+        cgroup_root: &Path,
+    ) -> Result<Self, String> {
+        let mut missing = Vec::new();
+        if proctrack != "proctrack/cgroup" {
+            missing.push(format!(
+                "ProctrackType=proctrack/cgroup (it is {proctrack})"
+            ));
+        }
+        if !task_plugin.split(',').any(|p| p.trim() == "task/cgroup") {
+            missing.push(format!("task/cgroup in TaskPlugin (it is {task_plugin})"));
+        }
+        if !missing.is_empty() {
+            return Err(format!(
+                "it needs Slurm's job cgroups: {}",
+                missing.join(" and ")
+            ));
+        }
+        CgroupTree::from_path(cgroup_root).map_err(|e| e.to_string())?;
+        Ok(Self {
+            spool: PathBuf::from(spool_template.replace("%n", node).replace("%h", node)),
+            cgroup_root: cgroup_root.to_path_buf(),
+        })
+    }
+}
+
 /// slurmd's side: updates and publishes the ledger at the meter's samples.
 pub struct Keeper {
     ledger: Ledger,
@@ -197,7 +236,7 @@ impl Keeper {
         let now = Instant::now();
         if self
             .updated
-            .is_some_and(|t| now.saturating_duration_since(t) < LEDGER_PERIOD)
+            .is_some_and(|t| now.saturating_duration_since(t) < LEDGER_INTERVAL)
         {
             return;
         }
@@ -246,9 +285,11 @@ pub struct StepShare {
     path: PathBuf,
     cmdline: PathBuf,
     step: Option<(u32, StepId)>,
-    /// Never report less than before: the extrapolation is capped, and a figure already
-    /// given stays given.
-    reported_uj: u64,
+    /// The highest joules the ledger itself published for the step: a figure never falls
+    /// below one published before. The extrapolation on top is not kept: when the power
+    /// fell after the ledger's sample, keeping it would count the old power into the
+    /// step's final figure.
+    published_uj: u64,
 }
 
 impl StepShare {
@@ -258,7 +299,7 @@ impl StepShare {
             path: ledger.to_path_buf(),
             cmdline: cmdline.to_path_buf(),
             step: None,
-            reported_uj: 0,
+            published_uj: 0,
         }
     }
 
@@ -289,12 +330,12 @@ impl EnergyReader for StepShare {
             None => Ok(None),
             Some((job, step)) => ledger::read_step(&self.path, job, step),
         };
-        let (complete, watts, problems) = match published {
+        let (uj, complete, watts, problems) = match published {
             Ok(Some(p)) => {
                 let age = (now - p.sampled_at).max(0.0);
-                let ahead = age.min(missed_after(LEDGER_PERIOD).as_secs_f64());
-                let uj = ((p.account.joules + p.account.watts * ahead) * 1e6) as u64;
-                self.reported_uj = self.reported_uj.max(uj);
+                let ahead = age.min(LEDGER_PERIOD.as_secs_f64());
+                self.published_uj = self.published_uj.max((p.account.joules * 1e6) as u64);
+                let uj = self.published_uj + (p.account.watts * ahead * 1e6) as u64;
                 let fresh = age <= stale_after(LEDGER_PERIOD).as_secs_f64();
                 let problems = if fresh {
                     vec![]
@@ -303,13 +344,13 @@ impl EnergyReader for StepShare {
                         "the energy ledger is {age:.0} s old (slurmd down?)"
                     )]
                 };
-                (fresh, Some(p.account.watts), problems)
+                (uj, fresh, Some(p.account.watts), problems)
             }
-            Ok(None) => (true, Some(0.0), vec![]),
-            Err(e) => (false, None, vec![e.to_string()]),
+            Ok(None) => (self.published_uj, true, Some(0.0), vec![]),
+            Err(e) => (self.published_uj, false, None, vec![e.to_string()]),
         };
         Reading {
-            energy_uj: self.reported_uj,
+            energy_uj: uj,
             complete,
             problems,
             watts,
@@ -429,6 +470,31 @@ mod tests {
         assert_eq!(
             again.ledger.step(5, StepId::EXTERN).map(|a| a.joules),
             Some(200.0)
+        );
+    }
+
+    #[test]
+    fn the_site_needs_slurms_cgroups() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        cgroup::tests::v1_tree(tmp.path(), 1, "0", u64::MAX, 0, &[]);
+        let site = Site::from_conf(
+            "/var/spool/slurmd/%n",
+            "proctrack/cgroup",
+            "task/affinity,task/cgroup",
+            "n1",
+            tmp.path(),
+        )
+        .expect("site");
+        assert_eq!(site.spool, Path::new("/var/spool/slurmd/n1"));
+        let e = Site::from_conf("/s", "proctrack/linuxproc", "task/none", "n1", tmp.path())
+            .expect_err("no cgroups");
+        assert!(
+            e.contains("ProctrackType=proctrack/cgroup (it is proctrack/linuxproc)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("task/cgroup in TaskPlugin (it is task/none)"),
+            "{e}"
         );
     }
 

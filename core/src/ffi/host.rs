@@ -2,6 +2,7 @@
 
 use super::daemon;
 use super::slurmd_node::SlurmdNode;
+use crate::attribution::Site;
 use crate::meter::Metering;
 use crate::runtime::{Daemon, Host, metered};
 
@@ -20,5 +21,9 @@ impl Host for SlurmHost {
 
     fn slurmd_node(&self, context_id: u16) -> Result<Box<dyn Metering>, String> {
         SlurmdNode::start(context_id).map(metered)
+    }
+
+    fn attribution_site(&self) -> Result<Site, String> {
+        super::slurm_conf::attribution_site()
     }
 }

@@ -19,6 +19,8 @@ pub struct ClusterSpec<'a> {
     pub extra_conf: &'a str,
     /// More slurmdbd.conf lines.
     pub extra_dbd_conf: &'a str,
+    /// cgroup.conf, for clusters that use Slurm's cgroup plugins.
+    pub cgroup_conf: Option<&'a str>,
     /// A directory with `passwd` and `group`: the whole cluster (and its clients) then
     /// runs in a private mount namespace where they are bind-mounted over /etc's, so tests
     /// can have more Unix users without touching the machine's /etc.
@@ -41,6 +43,7 @@ impl Default for ClusterSpec<'_> {
             sim_args: vec![None],
             extra_conf: "",
             extra_dbd_conf: "",
+            cgroup_conf: None,
             etc_users: None,
             package: None,
         }
@@ -73,6 +76,11 @@ impl Cluster {
         let extra = root.join("slurm.conf.extra");
         // the extern step then carries the job's energy, which is not summed over steps
         fs::write(&extra, format!("PrologFlags=Contain\n{}", spec.extra_conf)).expect("extra conf");
+        let cgroup_conf = spec.cgroup_conf.map(|text| {
+            let path = root.join("cgroup.conf.in");
+            fs::write(&path, text).expect("cgroup.conf");
+            path
+        });
         let dbd_extra = root.join("slurmdbd.conf.extra");
         fs::write(&dbd_extra, spec.extra_dbd_conf).expect("extra dbd conf");
         let cluster = Cluster {
@@ -109,6 +117,9 @@ impl Cluster {
                 panic!("a private /etc and an installed package are not combined")
             }
         };
+        if let Some(path) = &cgroup_conf {
+            up.env("CGROUP_CONF", path);
+        }
         let out = up
             .arg("up")
             .arg(&cluster.dir)
