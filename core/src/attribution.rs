@@ -465,6 +465,15 @@ mod tests {
             first.energy_uj <= 200_000_000 + 300_000_000,
             "capped at 3 s"
         );
+        // the power falls to 0: the next sample publishes no more joules; the figure is
+        // the published one again, not what was brought forward at the old power
+        let (t, w) = later(3);
+        accounting.record(&reading(200_000_000), t, w);
+        keeper.updated = None;
+        keeper.on_sample(&accounting);
+        let after_fall = share.read(Instant::now());
+        assert_eq!(after_fall.watts, Some(0.0));
+        assert_eq!(after_fall.energy_uj, 200_000_000);
         // the ledger is continued by a new keeper
         let again = Keeper::open(&site, 0, attribution).expect("keeper");
         assert_eq!(

@@ -18,7 +18,7 @@ const IDLE_WATTS: f64 = 100.0;
 const ON: &str = "package0=300";
 const OFF: &str = "package0=0";
 const CGROUP_CONF: &str = "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n\
-                           CgroupAutomount=no\nConstrainCores=yes\n";
+                           ConstrainCores=yes\n";
 const CGROUP_SLURM_CONF: &str = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
                                  JobAcctGatherType=jobacct_gather/cgroup\n";
 
@@ -120,7 +120,10 @@ fn two_jobs_share_the_node(cluster: &Cluster, contain: bool) {
     sim.set(&[ON]);
     sleep(Duration::from_secs(4));
     let steps: Vec<Vec<String>> = if contain {
-        vec![vec![format!("{busy}.extern")], vec![format!("{idle}.extern")]]
+        vec![
+            vec![format!("{busy}.extern")],
+            vec![format!("{idle}.extern")],
+        ]
     } else {
         vec![
             vec![format!("{busy}.batch"), format!("{busy}.0")],
@@ -184,7 +187,20 @@ fn two_jobs_share_the_node(cluster: &Cluster, contain: bool) {
         }
         let inner = energy_of(&rows[0], &format!("{busy}.batch"))
             + energy_of(&rows[0], &format!("{busy}.0"));
-        assert_close("batch + srun step", inner, energy_of(&rows[0], &busy.to_string()), 0.01);
+        assert_close(
+            "batch + srun step",
+            inner,
+            energy_of(&rows[0], &busy.to_string()),
+            0.01,
+        );
+    } else {
+        // sacct's job line, where it shows one, is the sum of the steps
+        for ((j, r), of_job) in [busy, idle].iter().zip(&rows).zip(&steps) {
+            if let Some((_, Some(job))) = r.iter().find(|(id, _)| *id == j.to_string()) {
+                let sum: f64 = of_job.iter().map(|s| energy_of(r, s)).sum();
+                assert_close("job line", *job as f64, sum, 0.0);
+            }
+        }
     }
 }
 

@@ -198,15 +198,20 @@ impl Ledger {
             let mut ids = Vec::new();
             let mut steps = Vec::new();
             for (id, usage) in &o.steps {
-                let (Some(now), Some(before)) =
-                    (*usage, job.steps.get(id).and_then(|s| s.usage_ns))
-                else {
+                let Some(seen) = job.steps.get(id) else {
                     continue;
+                };
+                // the extern step needs no CPU time of its own (26.05's cgroup v1 gives it
+                // no cpuacct directory): it gets the job's share
+                let cpu_secs = match (*usage, seen.usage_ns) {
+                    _ if *id == StepId::EXTERN => 0.0,
+                    (Some(now), Some(before)) => now.saturating_sub(before) as f64 / 1e9,
+                    _ => continue,
                 };
                 ids.push(*id);
                 steps.push(StepUse {
                     is_extern: *id == StepId::EXTERN,
-                    cpu_secs: now.saturating_sub(before) as f64 / 1e9,
+                    cpu_secs,
                 });
             }
             for (id, joules) in ids.into_iter().zip(split_job(share, &steps)) {
@@ -511,6 +516,32 @@ mod tests {
         );
         assert!((batch * 6.0 - step0).abs() < 1e-9, "by CPU time 0.25:1.5");
         assert_eq!(ledger.step(1, ext).map(|a| a.joules), Some(j1));
+    }
+
+    #[test]
+    fn an_extern_step_without_cpu_time_of_its_own_gets_the_job() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let observed = |usage_s: f64| ObservedJob {
+            job: 4,
+            counters: counters(1, usage_s),
+            steps: vec![
+                (StepId::EXTERN, None),
+                (StepId::BATCH, Some((usage_s * 1e9) as u64)),
+            ],
+        };
+        let mut ledger = Ledger::default();
+        ledger.update(
+            &observation(t0, w0, 0, 0, vec![observed(0.0)]),
+            Some(10.0),
+            PERIOD,
+        );
+        ledger.update(
+            &observation(t0, w0, 1, 90, vec![observed(0.5)]),
+            Some(10.0),
+            PERIOD,
+        );
+        assert_eq!(ledger.step(4, StepId::EXTERN).map(|a| a.joules), Some(90.0));
+        assert_eq!(ledger.step(4, StepId::BATCH).map(|a| a.joules), Some(90.0));
     }
 
     #[test]
