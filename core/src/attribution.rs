@@ -245,16 +245,19 @@ impl Keeper {
         };
         self.updated = Some(now);
         let mut jobs: Vec<ObservedJob> = Vec::new();
+        let mut cgroup = None;
         for (job, step) in present_steps(&self.spool) {
             if jobs.last().is_none_or(|j| j.job != job) {
+                cgroup = self.tree.job(job);
                 jobs.push(ObservedJob {
                     job,
-                    counters: self.tree.job(job),
+                    counters: cgroup.as_ref().and_then(|c| c.counters()),
                     steps: Vec::new(),
                 });
             }
             if let Some(j) = jobs.last_mut() {
-                j.steps.push((step, self.tree.step_usage_ns(job, step)));
+                let usage = cgroup.as_ref().and_then(|c| c.step_usage_ns(step));
+                j.steps.push((step, usage));
             }
         }
         let observation = Observation {
@@ -480,6 +483,53 @@ mod tests {
             again.ledger.step(5, StepId::EXTERN).map(|a| a.joules),
             Some(200.0)
         );
+    }
+
+    /// The attribution cost per sample (cgroup scan, model, ledger written and synced) with
+    /// 1, 16 and 64 one-CPU jobs of two steps each over a faithful v1 tree:
+    /// `cargo test --release -p slurm-energy --lib attribution_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn attribution_cost_per_sample() {
+        for jobs in [1u32, 16, 64] {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let (spool, cgroups) = (tmp.path().join("spool"), tmp.path().join("cgroup"));
+            fs::create_dir_all(&spool).expect("spool");
+            let mut sockets = Vec::new();
+            for job in 1..=jobs {
+                let cpu = (job - 1).to_string();
+                let steps = [("step_extern", 0), ("step_batch", 1000)];
+                cgroup::tests::v1_tree(&cgroups, job, &cpu, u64::MAX, 1000, &steps);
+                for step in [StepId::EXTERN, StepId::BATCH] {
+                    let name = format!("n1_{job}.{}", step.0);
+                    sockets.push(UnixListener::bind(spool.join(name)).expect("socket"));
+                }
+            }
+            let site = Site {
+                spool,
+                cgroup_root: cgroups,
+            };
+            let mut keeper = Keeper::open(&site, 0, Attribution::default()).expect("keeper");
+            let (t0, w0) = (Instant::now(), SystemTime::now());
+            let mut accounting = Accounting::new(w0);
+            let rounds = 200u32;
+            let started = Instant::now();
+            for k in 0..rounds {
+                let at = Duration::from_secs(u64::from(k));
+                let reading = Reading {
+                    energy_uj: u64::from(k) * 300_000_000,
+                    complete: true,
+                    ..Reading::default()
+                };
+                accounting.record(&reading, t0 + at, w0 + at);
+                keeper.updated = None;
+                keeper.on_sample(&accounting);
+            }
+            println!(
+                "{jobs} jobs: {:.0} us per sample",
+                started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds)
+            );
+        }
     }
 
     #[test]

@@ -102,26 +102,40 @@ impl CgroupTree {
         }
     }
 
-    /// The job's CPUs, memory limit and CPU time; `None` when its cgroup is not (or no
-    /// longer) there.
-    pub fn job(&self, job: u32) -> Option<JobCounters> {
-        let dir = self.job_dir(job)?;
-        let usage_ns = self.usage_ns(&dir)?;
-        let (cpus, memory) = match self.layout {
+    /// The job's cgroup; `None` when it is not (or no longer) there. Found once per
+    /// sample: its steps' are beside it.
+    pub fn job(&self, job: u32) -> Option<JobCgroup<'_>> {
+        self.job_dir(job).map(|dir| JobCgroup { tree: self, dir })
+    }
+}
+
+/// One job's cgroup in a [`CgroupTree`].
+pub struct JobCgroup<'a> {
+    tree: &'a CgroupTree,
+    /// Relative to a controller (v1) or the root (v2).
+    dir: PathBuf,
+}
+
+impl JobCgroup<'_> {
+    /// The job's CPUs, memory limit and CPU time; `None` when its CPU time cannot be read.
+    pub fn counters(&self) -> Option<JobCounters> {
+        let (tree, dir) = (self.tree, &self.dir);
+        let usage_ns = tree.usage_ns(dir)?;
+        let (cpus, memory) = match tree.layout {
             Layout::V1 => (
-                read_text(&self.root.join("cpuset").join(&dir).join("cpuset.cpus")),
+                read_text(&tree.root.join("cpuset").join(dir).join("cpuset.cpus")),
                 read_u64(
-                    &self
+                    &tree
                         .root
                         .join("memory")
-                        .join(&dir)
+                        .join(dir)
                         .join("memory.limit_in_bytes"),
                 )
                 .filter(|&m| m < V1_UNLIMITED),
             ),
             Layout::V2 => (
-                read_text(&self.root.join(&dir).join("cpuset.cpus.effective")),
-                read_u64(&self.root.join(&dir).join("memory.max")),
+                read_text(&tree.root.join(dir).join("cpuset.cpus.effective")),
+                read_u64(&tree.root.join(dir).join("memory.max")),
             ),
         };
         Some(JobCounters {
@@ -132,9 +146,8 @@ impl CgroupTree {
     }
 
     /// The step's CPU time so far.
-    pub fn step_usage_ns(&self, job: u32, step: StepId) -> Option<u64> {
-        let dir = self.job_dir(job)?.join(step.cgroup_name());
-        self.usage_ns(&dir)
+    pub fn step_usage_ns(&self, step: StepId) -> Option<u64> {
+        self.tree.usage_ns(&self.dir.join(step.cgroup_name()))
     }
 }
 
@@ -259,7 +272,8 @@ pub(crate) mod tests {
         );
         v1_tree(tmp.path(), 43, "2", 9_223_372_036_854_771_712, 7, &[]);
         let tree = CgroupTree::from_path(tmp.path()).expect("v1");
-        let counters = tree.job(42).expect("job 42");
+        let job = tree.job(42).expect("job 42");
+        let counters = job.counters().expect("counters");
         assert_eq!(
             counters,
             JobCounters {
@@ -268,11 +282,12 @@ pub(crate) mod tests {
                 usage_ns: 5_000
             }
         );
-        assert_eq!(tree.step_usage_ns(42, StepId::BATCH), Some(4_000));
-        assert_eq!(tree.step_usage_ns(42, StepId::EXTERN), Some(10));
-        assert_eq!(tree.step_usage_ns(42, StepId(0)), None);
-        assert_eq!(tree.job(43).map(|c| c.memory), Some(None), "unlimited");
-        assert_eq!(tree.job(44), None);
+        assert_eq!(job.step_usage_ns(StepId::BATCH), Some(4_000));
+        assert_eq!(job.step_usage_ns(StepId::EXTERN), Some(10));
+        assert_eq!(job.step_usage_ns(StepId(0)), None);
+        let unlimited = tree.job(43).and_then(|j| j.counters()).map(|c| c.memory);
+        assert_eq!(unlimited, Some(None));
+        assert!(tree.job(44).is_none());
     }
 
     #[test]
@@ -281,14 +296,15 @@ pub(crate) mod tests {
         v2_tree(tmp.path(), 7, "0-3", "max", 1_500, &[("step_0", 1_200)]);
         let tree = CgroupTree::from_path(tmp.path()).expect("v2");
         assert_eq!(
-            tree.job(7),
+            tree.job(7).and_then(|j| j.counters()),
             Some(JobCounters {
                 cpus: 4,
                 memory: None,
                 usage_ns: 1_500_000
             })
         );
-        assert_eq!(tree.step_usage_ns(7, StepId(0)), Some(1_200_000));
+        let job = tree.job(7).expect("job 7");
+        assert_eq!(job.step_usage_ns(StepId(0)), Some(1_200_000));
     }
 
     #[test]
