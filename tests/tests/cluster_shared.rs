@@ -264,3 +264,38 @@ fn shared_node_without_contain() {
     );
     two_jobs_share_the_node(&cluster, false);
 }
+
+/// Without Slurm's job cgroups (the default cluster: proctrack/linuxproc, task/none),
+/// `shared` says once in slurmd's log what is missing and every step gets the node's energy.
+#[test]
+fn shared_without_cgroups_says_why_and_is_node_wide() {
+    if !root_or_skip("shared_without_cgroups_says_why_and_is_node_wide") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: RAPL,
+            acct_gather: "EnergyRaplSource=msr\nEnergyAttribution=shared\n",
+            sim_args: vec![Some(SIM)],
+            ..ClusterSpec::default()
+        },
+    );
+    let sim = cluster.sim(1);
+    let raplsim = bin("raplsim").display().to_string();
+    let d = sim.dir.display().to_string();
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\n{raplsim} mark {d} nc_start\n{raplsim} set {d} package0=200\nsleep 6\n\
+         {raplsim} set {d} package0=0\n{raplsim} mark {d} nc_end\n"
+    ));
+    cluster.wait_job(job, Duration::from_secs(60));
+    let log = cluster.log("slurmd-n1.log");
+    let why = "EnergyAttribution=shared: it needs Slurm's job cgroups: \
+               ProctrackType=proctrack/cgroup (it is proctrack/linuxproc)";
+    assert!(log.contains(why), "no {why:?} in slurmd's log:\n{log}");
+    let truth = mark(sim, "nc_end").expect("end") - mark(sim, "nc_start").expect("start");
+    let rows = cluster.energy(job);
+    println!("{rows:?}, truth {truth:.1} J");
+    assert_close("node-wide job", energy_of(&rows, &job.to_string()), truth, 0.01);
+}
