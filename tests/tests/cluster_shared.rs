@@ -297,5 +297,52 @@ fn shared_without_cgroups_says_why_and_is_node_wide() {
     let truth = mark(sim, "nc_end").expect("end") - mark(sim, "nc_start").expect("start");
     let rows = cluster.energy(job);
     println!("{rows:?}, truth {truth:.1} J");
-    assert_close("node-wide job", energy_of(&rows, &job.to_string()), truth, 0.01);
+    assert_close(
+        "node-wide job",
+        energy_of(&rows, &job.to_string()),
+        truth,
+        0.01,
+    );
+}
+
+/// rust_ipmi in shared mode: slurmd polls the BMC every second and its ledger gives the steps
+/// their figures (no RPC to slurmd); a job alone whose power steps from 150 to 350 W gets the
+/// node's energy within 1%, which its batch and srun steps split.
+#[test]
+fn shared_rust_ipmi_job_alone_with_a_power_step() {
+    if !root_or_skip("shared_rust_ipmi_job_alone_with_a_power_step") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bmc = support::bmc::BmcSim::start(&tmp.path().join("bmc"), 0);
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_ipmi",
+            acct_gather: &format!(
+                "{}EnergyIPMIFrequency=1\nEnergyAttribution=shared\n",
+                bmc.acct_gather_defaults()
+            ),
+            extra_conf: CGROUP_SLURM_CONF,
+            cgroup_conf: Some(CGROUP_CONF),
+            ..ClusterSpec::default()
+        },
+    );
+    let s = |w| bmc.set_command(w);
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\nsrun -n1 sh -c 'sleep 3; {}; sleep 15; {}; sleep 15; {}; sleep 3'\n",
+        s(150),
+        s(350),
+        s(0)
+    ));
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truth = bmc.true_joules();
+    let rows = cluster.energy(job);
+    println!("{rows:?}, truth {truth:.1} J");
+    for id in [format!("{job}.extern"), job.to_string()] {
+        assert_close(&id, energy_of(&rows, &id), truth, 0.01);
+    }
+    // the batch step and the srun step split the job's share by their CPU time
+    let inner = energy_of(&rows, &format!("{job}.batch")) + energy_of(&rows, &format!("{job}.0"));
+    assert_close("batch + srun step", inner, truth, 0.01);
 }

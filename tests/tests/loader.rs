@@ -217,7 +217,10 @@ fn energy_attribution_is_every_plugins_key() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let conf = slurm_conf(tmp.path(), RAPL, "EnergyAttribution=halves\n");
     let (_, err) = finish(driver(None, &conf, "slurmctld", "config"));
-    assert!(err.contains("invalid EnergyAttribution=halves: expected node or shared"), "{err}");
+    assert!(
+        err.contains("invalid EnergyAttribution=halves: expected node or shared"),
+        "{err}"
+    );
     let conf = slurm_conf(
         tmp.path(),
         RAPL,
@@ -225,5 +228,8 @@ fn energy_attribution_is_every_plugins_key() {
     );
     let (out, _) = finish(driver(None, &conf, "slurmctld", "config"));
     assert!(out.contains("config EnergyAttribution=shared\n"), "{out}");
-    assert!(out.contains("config EnergyAttributionIdleWatts=85\n"), "{out}");
+    assert!(
+        out.contains("config EnergyAttributionIdleWatts=85\n"),
+        "{out}"
+    );
 }
