@@ -267,7 +267,7 @@ impl Keeper {
             jobs,
         };
         self.ledger
-            .update(&observation, self.idle_watts, LEDGER_PERIOD);
+            .update(&observation, self.idle_watts, LEDGER_INTERVAL);
         match self.ledger.store(&self.path) {
             Ok(()) if self.failing => {
                 log::info!("the energy ledger is published again");

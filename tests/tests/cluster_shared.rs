@@ -108,10 +108,10 @@ fn two_jobs_share_the_node(cluster: &Cluster, contain: bool) {
     let raplsim = bin("raplsim").display().to_string();
     let d = sim.dir.display().to_string();
     let busy = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH -n1 -c1\n{raplsim} mark {d} busy_in\nsrun -n1 timeout 40 sh -c 'while :; do :; done'\n"
+        "#!/bin/sh\n#SBATCH -n1 -c1\n{raplsim} mark {d} busy_in\nsrun -n1 timeout 30 sh -c 'while :; do :; done'\n"
     ));
     let idle = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH -n1 -c1\n{raplsim} mark {d} idle_in\nsleep 40\n"
+        "#!/bin/sh\n#SBATCH -n1 -c1\n{raplsim} mark {d} idle_in\nsleep 30\n"
     ));
     wait_for_mark(cluster, "busy_in");
     wait_for_mark(cluster, "idle_in");
@@ -131,7 +131,7 @@ fn two_jobs_share_the_node(cluster: &Cluster, contain: bool) {
         ]
     };
     let a = snapshot(cluster, &steps, &[busy, idle]);
-    sleep(Duration::from_secs(15));
+    sleep(Duration::from_secs(10));
     let b = snapshot(cluster, &steps, &[busy, idle]);
     sleep(Duration::from_secs(3));
     sim.set(&[OFF]);
@@ -212,12 +212,12 @@ fn a_job_alone(cluster: &Cluster, restart: bool) {
     let tag = if restart { "r" } else { "alone" };
     let job = cluster.sbatch(&format!(
         "#!/bin/sh\n#SBATCH -n1 -c1\n{raplsim} mark {d} {tag}_in\nsleep 3\n{raplsim} mark {d} {tag}_start\n\
-         {raplsim} set {d} package0=250\nsleep 16\n{raplsim} set {d} package0=0\n\
+         {raplsim} set {d} package0=250\nsleep 10\n{raplsim} set {d} package0=0\n\
          {raplsim} mark {d} {tag}_end\nsleep 3\n"
     ));
     wait_for_mark(cluster, &format!("{tag}_start"));
     if restart {
-        sleep(Duration::from_secs(6));
+        sleep(Duration::from_secs(4));
         let status = std::process::Command::new(workspace().join("ci/cluster.sh"))
             .arg("restart-slurmd")
             .arg(&cluster.dir)
@@ -330,7 +330,7 @@ fn shared_rust_ipmi_job_alone_with_a_power_step() {
     );
     let s = |w| bmc.set_command(w);
     let job = cluster.sbatch(&format!(
-        "#!/bin/sh\nsrun -n1 sh -c 'sleep 3; {}; sleep 15; {}; sleep 15; {}; sleep 3'\n",
+        "#!/bin/sh\nsrun -n1 sh -c 'sleep 3; {}; sleep 10; {}; sleep 10; {}; sleep 3'\n",
         s(150),
         s(350),
         s(0)
