@@ -485,7 +485,7 @@ mod tests {
         );
     }
 
-    /// The attribution cost per sample (cgroup scan, model, ledger written and synced) with
+    /// The attribution cost per sample (cgroup scan, model, ledger written) with
     /// 1, 16 and 64 one-CPU jobs of two steps each over a faithful v1 tree:
     /// `cargo test --release -p slurm-energy --lib attribution_cost -- --ignored --nocapture`.
     #[test]

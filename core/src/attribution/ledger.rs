@@ -1,9 +1,11 @@
 //! Cumulative joules per job and step on one node, updated at each sample of the node's
 //! meter, and the file slurmd publishes them in for the node's slurmstepds.
 //!
-//! The file is JSON with a version, written to a temporary file that is synced and renamed
-//! over the old one, so a reader sees a whole ledger or the previous one, and a slurmd that
-//! restarts (or crashes) continues from the last one written.
+//! The file is JSON with a version, written to a temporary file renamed over the old one, so
+//! a reader sees a whole ledger or the previous one, and a slurmd that restarts (or crashes)
+//! continues from the last one written. It is not synced to disk every second: what must
+//! survive is slurmd, not the node (a node that goes down takes its jobs with it), and a
+//! ledger left torn by a power cut is refused on load and started anew.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -364,7 +366,6 @@ impl Ledger {
             .open(&tmp)
             .map_err(error)?;
         file.write_all(self.to_json().to_string().as_bytes())
-            .and_then(|()| file.sync_all())
             .map_err(error)?;
         fs::rename(&tmp, path).map_err(error)
     }
