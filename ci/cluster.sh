@@ -424,7 +424,9 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')
     # but slurmd loads a cgroup plugin anyway (CgroupPlugin=autodetect), and fails where
     # the one for this machine's cgroup version was not built (cgroup/v2 needs dbus).
     # 24.05 and later can be told not to; 22.05 has no such value.
-    if version_ge "$slurm_version" 24.05; then
+    if [ -n "${CGROUP_CONF:-}" ]; then
+        cat -- "$CGROUP_CONF" >"$DIR/etc/cgroup.conf"
+    elif version_ge "$slurm_version" 24.05; then
         echo "CgroupPlugin=disabled" >"$DIR/etc/cgroup.conf"
     fi
     if [ -n "${CGROUP_CONF:-}" ]; then

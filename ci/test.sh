@@ -38,6 +38,7 @@ skip_24_11=${SLURM_24_11_SKIP-baseline_slurm_c_rapl_plugin_on_the_same_scenario
     a_frozen_then_dead_bmc_never_blocks_and_is_bridged rust_redfish_job_energy_matches_the_truth
     rust_pm_counters_job_energy_matches_the_truth
     rust_variorum_job_energy_matches_the_truth_with_both_api_generations
+    shared_node_without_contain shared_without_cgroups_says_why_and_is_node_wide
     profile_energy_samples_reach_influxdb_with_the_true_power}
 
 # the source tarball for a release that is not in Debian's archive (exported for

@@ -15,6 +15,7 @@
 #![deny(unsafe_code)]
 
 pub mod accounting;
+pub mod attribution;
 pub mod config;
 pub mod counter;
 // The one exception: raw pointers from Slurm and calls into libslurmfull.

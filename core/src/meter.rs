@@ -21,7 +21,13 @@ pub struct Meter<S: EnergyReader> {
 struct Shared<S> {
     metered: Mutex<Metered<S>>,
     period: Duration,
+    /// Told each of the sampler's readings, in the sampler's thread, after the reading's
+    /// lock is released: Slurm's calls never wait on it.
+    observer: Mutex<Option<Observer>>,
 }
+
+/// What [`Metering::observe`] is given.
+pub type Observer = Box<dyn FnMut(&Accounting) + Send>;
 
 struct Metered<S> {
     source: S,
@@ -44,6 +50,7 @@ impl<S: EnergyReader> Meter<S> {
                 failing: false,
             }),
             period,
+            observer: Mutex::new(None),
         });
         shared.sample();
         Self {
@@ -65,6 +72,8 @@ pub trait Metering: Send {
     fn snapshot(&self) -> Accounting;
     /// Readings older than this are unavailable.
     fn stale_after(&self) -> Duration;
+    /// Has `observer` told each reading the sampling thread takes.
+    fn observe(&mut self, observer: Observer);
 }
 
 impl<S: EnergyReader> Metering for Meter<S> {
@@ -80,7 +89,15 @@ impl<S: EnergyReader> Metering for Meter<S> {
         let period = self.shared.period;
         match Worker::spawn("energy-sampler", move |control| {
             while control.wait(Some(period)) {
-                shared.sample();
+                let accounting = shared.sample();
+                if let Some(observer) = shared
+                    .observer
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .as_mut()
+                {
+                    observer(&accounting);
+                }
             }
         }) {
             Ok(worker) => self.sampler = Some(worker),
@@ -106,6 +123,14 @@ impl<S: EnergyReader> Metering for Meter<S> {
 
     fn snapshot(&self) -> Accounting {
         self.shared.lock().accounting
+    }
+
+    fn observe(&mut self, observer: Observer) {
+        *self
+            .shared
+            .observer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(observer);
     }
 }
 

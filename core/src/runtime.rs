@@ -12,6 +12,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::accounting::{Baseline, EnergyRecord};
+use crate::attribution::{self, Attribution, Keeper, Mode, Site, StepShare};
 use crate::config::KeyValues;
 use crate::guard::guard;
 use crate::meter::{Meter, Metering};
@@ -39,6 +40,17 @@ pub trait Host: Send + Sync + 'static {
     fn energy_plugins(&self) -> usize {
         1
     }
+
+    /// Where `EnergyAttribution=shared` keeps the node's ledger and finds its jobs; an
+    /// error says what is missing.
+    fn attribution_site(&self) -> Result<Site, String> {
+        Err("not in a Slurm daemon".into())
+    }
+}
+
+/// Every key a plugin of source `S` reads: its source's and the runtime's.
+pub fn keys<S: Source>() -> Vec<&'static str> {
+    S::KEYS.iter().chain(attribution::KEYS).copied().collect()
 }
 
 /// What `get_data` asks for (Slurm's `ENERGY_DATA_*`).
@@ -113,6 +125,8 @@ enum Hardware {
 
 struct State<S: Source> {
     config: Config<S::Config>,
+    /// How the node's energy is attributed; a bad value was logged and is `node`.
+    attribution: Attribution,
     /// This plugin's index among stacked energy plugins, for asking slurmd.
     context_id: u16,
     hardware: Hardware,
@@ -136,6 +150,7 @@ impl<S: Source> State<S> {
     fn new() -> Self {
         Self {
             config: Config::Unset,
+            attribution: Attribution::default(),
             context_id: 0,
             hardware: Hardware::NotOpened,
             step: None,
@@ -156,13 +171,25 @@ impl<S: Source> State<S> {
                 return;
             }
         };
-        let meter = if S::FROM_SLURMD_IN_STEPS && daemon == Daemon::Slurmstepd {
-            host.slurmd_node(self.context_id)
-        } else {
-            S::open(&config).map(metered)
+        let site = self.shared_site(host);
+        let meter = match &site {
+            Some(site) if daemon == Daemon::Slurmstepd => Ok(metered(StepShare::from_path(
+                &attribution::ledger_path(&site.spool, self.context_id),
+                Path::new("/proc/self/cmdline"),
+            ))),
+            _ if S::FROM_SLURMD_IN_STEPS && daemon == Daemon::Slurmstepd => {
+                host.slurmd_node(self.context_id)
+            }
+            _ => S::open(&config).map(metered),
         };
         self.hardware = match meter {
             Ok(mut meter) => {
+                if let (Some(site), Daemon::Slurmd) = (&site, daemon) {
+                    match Keeper::open(site, self.context_id, self.attribution) {
+                        Ok(mut keeper) => meter.observe(Box::new(move |a| keeper.on_sample(a))),
+                        Err(why) => log::error!("no energy ledger: {why}"),
+                    }
+                }
                 // Threads may start here: slurmd loads this configuration after it
                 // daemonizes, and slurmstepd never forks without exec afterwards.
                 meter.ensure_sampling();
@@ -175,6 +202,24 @@ impl<S: Source> State<S> {
                 Hardware::Unavailable
             }
         };
+    }
+
+    /// Where the node's ledger is, in `shared` mode when the node has what it takes; slurmd
+    /// and its slurmstepds decide alike, so both split or neither does.
+    fn shared_site(&self, host: &dyn Host) -> Option<Site> {
+        if self.attribution.mode != Mode::Shared {
+            return None;
+        }
+        match host.attribution_site() {
+            Ok(site) => Some(site),
+            Err(why) => {
+                log::error!(
+                    "{}=shared: {why}; every step gets the node's energy",
+                    attribution::MODE_KEY
+                );
+                None
+            }
+        }
     }
 
     /// The meter, opened on first use, with its sampler running.
@@ -234,6 +279,10 @@ impl<S: Source> State<S> {
 
     fn configure(&mut self, host: &dyn Host, context_id: u16, values: &KeyValues) {
         self.context_id = context_id;
+        let attribution = Attribution::parse(values).unwrap_or_else(|e| {
+            log::error!("{e}; every step gets the node's energy");
+            Attribution::default()
+        });
         let parsed = S::parse_config(values);
         if let Hardware::Open(_) = self.hardware {
             // reconfigure: keep measuring so the node's energy does not restart
@@ -247,6 +296,7 @@ impl<S: Source> State<S> {
             }
             return;
         }
+        self.attribution = attribution;
         self.config = match parsed {
             Ok(c) => Config::Valid(c),
             Err(e) => {
@@ -262,14 +312,16 @@ impl<S: Source> State<S> {
     }
 
     fn shown_config(&self) -> Vec<(&'static str, String)> {
-        match &self.config {
+        let mut shown = match &self.config {
             Config::Valid(c) => S::show_config(c),
             Config::Unset => S::show_config(&S::Config::default()),
             Config::Invalid => S::KEYS
                 .iter()
                 .map(|&k| (k, "(invalid, see the log)".to_string()))
                 .collect(),
-        }
+        };
+        shown.extend(self.attribution.show());
+        shown
     }
 }
 

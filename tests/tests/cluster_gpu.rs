@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use fakegpu::{FakeGpus, Vendor, now_ns};
-use support::cluster::{Cluster, ClusterSpec, energy_of, mark, phase_commands};
+use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark, phase_commands};
 use support::*;
 
 /// The GPUs' minors in NVML's enumeration order: not the gres.conf order, so a mapping
@@ -30,16 +30,6 @@ fn device_files(dir: &Path) {
             .expect("mknod");
         assert!(status.success(), "mknod {}", path.display());
     }
-}
-
-/// task/cgroup on the machine's cgroup v1 hierarchies, constraining devices only.
-fn cgroup_conf() -> String {
-    let plugin = if slurm_sys::SLURM_VERSION_NUMBER >= 0x180500 {
-        "CgroupPlugin=cgroup/v1\n"
-    } else {
-        ""
-    };
-    format!("{plugin}CgroupAutomount=no\nCgroupMountpoint=/sys/fs/cgroup\nConstrainDevices=yes\n")
 }
 
 /// Removes the devices cgroups Slurm leaves behind for this cluster's jobs.
@@ -98,7 +88,7 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
         devices.join("nvidia3").display(),
         devices.join("nvidia5").display()
     );
-    let cgroup = cgroup_conf();
+    let cgroup = cgroup_v1_conf("ConstrainDevices=yes\n");
     let acct_gather = format!("EnergyRaplSource=msr\n{}", fake.acct_gather());
     let extra = format!("GresTypes=gpu\nTaskPlugin=task/cgroup\nFirstJobId={first_job}\n");
     let cluster = Cluster::up(

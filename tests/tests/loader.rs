@@ -209,3 +209,27 @@ fn slurmctld_only_reads_the_configuration() {
     assert!(out.contains("config EnergyRaplDomains=package\n"), "{out}");
     assert!(!err.contains("no energy can be measured"), "{err}");
 }
+
+/// `EnergyAttribution` is the runtime's key, read by every plugin beside its source's: a bad
+/// value is named and the node's energy is still measured; `scontrol show config` shows it.
+#[test]
+fn energy_attribution_is_every_plugins_key() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let conf = slurm_conf(tmp.path(), RAPL, "EnergyAttribution=halves\n");
+    let (_, err) = finish(driver(None, &conf, "slurmctld", "config"));
+    assert!(
+        err.contains("invalid EnergyAttribution=halves: expected node or shared"),
+        "{err}"
+    );
+    let conf = slurm_conf(
+        tmp.path(),
+        RAPL,
+        "EnergyAttribution=shared\nEnergyAttributionIdleWatts=85\n",
+    );
+    let (out, _) = finish(driver(None, &conf, "slurmctld", "config"));
+    assert!(out.contains("config EnergyAttribution=shared\n"), "{out}");
+    assert!(
+        out.contains("config EnergyAttributionIdleWatts=85\n"),
+        "{out}"
+    );
+}

@@ -12,6 +12,7 @@ mod log;
 mod macros;
 mod plugin;
 mod profile;
+mod slurm_conf;
 mod slurmd_node;
 
 pub use self::log::SlurmLogger;

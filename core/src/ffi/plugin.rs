@@ -134,7 +134,7 @@ impl<S: Source> Plugin<S> {
     pub unsafe fn conf_options(&self, full: *mut *mut s_p_options_t, count: *mut c_int) {
         // SAFETY: forwarded from Slurm.
         guard("conf_options", (), || unsafe {
-            conf::register(S::KEYS, full, count)
+            conf::register(&crate::runtime::keys::<S>(), full, count)
         });
     }
 
@@ -143,7 +143,7 @@ impl<S: Source> Plugin<S> {
     pub unsafe fn conf_set(&self, context_id: c_int, tbl: *const s_p_hashtbl_t) {
         let values = guard("conf_set", None, || {
             // SAFETY: forwarded from Slurm.
-            Some(unsafe { conf::values(S::KEYS, tbl) })
+            Some(unsafe { conf::values(&crate::runtime::keys::<S>(), tbl) })
         });
         if let Some(values) = values {
             let _ = self

@@ -229,8 +229,12 @@ fn slurmctld_never_opens_the_source_and_reports_unavailable() {
     assert_eq!(hw.opened.load(Ordering::SeqCst), 0);
     assert_eq!(
         rt.shown_config(),
-        Ok(vec![(KEY_ID, id.to_string())]),
-        "scontrol show config still shows the keys"
+        Ok(vec![
+            (KEY_ID, id.to_string()),
+            ("EnergyAttribution", "node".to_string()),
+            ("EnergyAttributionIdleWatts", "(learned)".to_string())
+        ]),
+        "scontrol show config still shows the keys, the runtime's too"
     );
 }
 
@@ -254,8 +258,38 @@ fn an_invalid_config_reports_no_val_never_zero() {
     assert_eq!(hw.opened.load(Ordering::SeqCst), 0);
     assert_eq!(
         rt.shown_config(),
-        Ok(vec![(KEY_ID, "(invalid, see the log)".to_string())])
+        Ok(vec![
+            (KEY_ID, "(invalid, see the log)".to_string()),
+            ("EnergyAttribution", "node".to_string()),
+            ("EnergyAttributionIdleWatts", "(learned)".to_string())
+        ])
     );
+}
+
+#[test]
+fn a_bad_attribution_is_node_wide_and_shared_without_a_site_is_too() {
+    let (id, hw) = hardware(1);
+    let rt = runtime::<false>(Daemon::Slurmd);
+    let mut values = config(id);
+    values.set("EnergyAttribution", "halves");
+    rt.configure(0, &values).expect("conf_set");
+    assert_eq!(
+        rt.shown_config().expect("shown")[1],
+        ("EnergyAttribution", "node".to_string())
+    );
+    // the source still measures the node
+    assert!(consumed(&rt, Query::NodeEnergy).is_some());
+    let rt = runtime::<false>(Daemon::Slurmd);
+    let mut values = config(id);
+    values.set("EnergyAttribution", "shared");
+    rt.configure(0, &values).expect("conf_set");
+    assert_eq!(
+        rt.shown_config().expect("shown")[1],
+        ("EnergyAttribution", "shared".to_string())
+    );
+    // the test host has no cgroups: node-wide figures, logged once
+    assert!(consumed(&rt, Query::NodeEnergy).is_some());
+    assert!(hw.opened.load(Ordering::SeqCst) >= 2);
 }
 
 #[test]

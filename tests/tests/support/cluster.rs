@@ -332,6 +332,13 @@ impl Drop for Cluster {
 
 /// Marks written by jobs: `raplsim mark SIM NAME` appends "NAME joules".
 /// The energy of `id` (a job, step or array element) in [`Cluster::energy`]'s rows.
+/// cgroup.conf for Slurm's cgroup v1 plugin on this machine's hierarchies (24.11 and later
+/// cannot autodetect the version on a hybrid host), with `constrain` lines such as
+/// `ConstrainCores=yes`.
+pub fn cgroup_v1_conf(constrain: &str) -> String {
+    format!("CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n{constrain}")
+}
+
 pub fn energy_of(rows: &[(String, Option<u64>)], id: &str) -> f64 {
     rows.iter()
         .find(|(i, _)| i == id)

@@ -1,0 +1,216 @@
+//! How one sample interval's node energy is split among the jobs present at both ends.
+//!
+//! Static part `S = min(dE, P_static * dt)`, dynamic part `D = dE - S`. A job pays the static
+//! part for what it holds, `h_j` (its share of the jobs' CPUs, averaged with its share of
+//! their memory limits when every job has one), and the dynamic part for what it used, its
+//! share of the jobs' CPU time in the interval (by `h_j` when nobody used any CPU). The
+//! shares of each part sum to 1, so the jobs together get exactly `dE`.
+
+/// What one job held and used over one interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobUse {
+    pub cpus: u32,
+    /// Its memory limit in bytes; `None` when unlimited.
+    pub memory: Option<u64>,
+    /// CPU seconds used in the interval.
+    pub cpu_secs: f64,
+}
+
+/// One part of a step in its job's share.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepUse {
+    /// The extern step is the job's container: it gets the job's whole share.
+    pub is_extern: bool,
+    pub cpu_secs: f64,
+}
+
+/// Each job's joules of `joules` spent over `secs` at a static power of `static_watts`.
+pub fn split_node(joules: f64, secs: f64, static_watts: f64, jobs: &[JobUse]) -> Vec<f64> {
+    if jobs.is_empty() {
+        return Vec::new();
+    }
+    let static_j = joules.min(static_watts.max(0.0) * secs.max(0.0)).max(0.0);
+    let dynamic_j = joules - static_j;
+    let held = holdings(jobs);
+    let used: Vec<f64> = jobs.iter().map(|j| j.cpu_secs.max(0.0)).collect();
+    let used = normalized(&used).unwrap_or_else(|| held.clone());
+    held.iter()
+        .zip(&used)
+        .map(|(h, u)| h * static_j + u * dynamic_j)
+        .collect()
+}
+
+/// Each job's share of what the jobs hold, summing to 1.
+fn holdings(jobs: &[JobUse]) -> Vec<f64> {
+    let equal = vec![1.0 / jobs.len() as f64; jobs.len()];
+    let cpus: Vec<f64> = jobs.iter().map(|j| f64::from(j.cpus)).collect();
+    let cpus = normalized(&cpus).unwrap_or(equal);
+    let memory: Option<Vec<f64>> = jobs.iter().map(|j| j.memory.map(|m| m as f64)).collect();
+    match memory.as_deref().and_then(normalized) {
+        Some(memory) => cpus
+            .iter()
+            .zip(memory)
+            .map(|(c, m)| 0.5 * c + 0.5 * m)
+            .collect(),
+        None => cpus,
+    }
+}
+
+/// The values as fractions of their sum; `None` when the sum is zero.
+fn normalized(values: &[f64]) -> Option<Vec<f64>> {
+    let total: f64 = values.iter().sum();
+    (total > 0.0).then(|| values.iter().map(|v| v / total).collect())
+}
+
+/// Each step's joules of its job's `joules`: the extern step gets them all; the others
+/// (batch, srun steps, which run inside it) split them by their CPU time, equally when none
+/// used any, so that they too add up to the job's share.
+pub fn split_job(joules: f64, steps: &[StepUse]) -> Vec<f64> {
+    let inner: Vec<f64> = steps
+        .iter()
+        .map(|s| {
+            if s.is_extern {
+                0.0
+            } else {
+                s.cpu_secs.max(0.0)
+            }
+        })
+        .collect();
+    let count = steps.iter().filter(|s| !s.is_extern).count();
+    let shares = normalized(&inner).unwrap_or_else(|| {
+        steps
+            .iter()
+            .map(|s| if s.is_extern { 0.0 } else { 1.0 / count as f64 })
+            .collect()
+    });
+    steps
+        .iter()
+        .zip(shares)
+        .map(|(s, share)| if s.is_extern { joules } else { share * joules })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn job(cpus: u32, memory: Option<u64>, cpu_secs: f64) -> JobUse {
+        JobUse {
+            cpus,
+            memory,
+            cpu_secs,
+        }
+    }
+
+    #[test]
+    fn a_job_alone_gets_the_node() {
+        let shares = split_node(350.0, 1.0, 100.0, &[job(4, None, 0.2)]);
+        assert_eq!(shares, vec![350.0]);
+        let idle = split_node(50.0, 1.0, 100.0, &[job(4, Some(1 << 30), 0.0)]);
+        assert_eq!(idle, vec![50.0]);
+    }
+
+    #[test]
+    fn the_busy_job_pays_more_and_the_idle_one_still_pays_for_what_it_holds() {
+        // 2 equal jobs, 1 s at 300 W with 100 W static: the busy one used the CPU
+        let shares = split_node(300.0, 1.0, 100.0, &[job(1, None, 1.0), job(1, None, 0.0)]);
+        assert_eq!(shares, vec![50.0 + 200.0, 50.0]);
+    }
+
+    #[test]
+    fn memory_counts_half_when_every_job_has_a_limit() {
+        let gib = 1u64 << 30;
+        // static only (dE below the static power): cpus 3:1, memory 1:3 -> 1/2 each
+        let shares = split_node(
+            80.0,
+            1.0,
+            100.0,
+            &[job(3, Some(gib), 1.0), job(1, Some(3 * gib), 0.0)],
+        );
+        assert_eq!(shares, vec![40.0, 40.0]);
+        // one job without a limit: CPUs only
+        let shares = split_node(
+            80.0,
+            1.0,
+            100.0,
+            &[job(3, Some(gib), 1.0), job(1, None, 0.0)],
+        );
+        assert_eq!(shares, vec![60.0, 20.0]);
+    }
+
+    #[test]
+    fn when_nobody_used_cpu_the_dynamic_part_follows_what_is_held() {
+        let shares = split_node(400.0, 1.0, 100.0, &[job(3, None, 0.0), job(1, None, 0.0)]);
+        assert_eq!(shares, vec![300.0, 100.0]);
+        assert!(split_node(400.0, 1.0, 100.0, &[]).is_empty());
+    }
+
+    #[test]
+    fn the_extern_step_is_the_job_and_the_others_split_it() {
+        let steps = [
+            StepUse {
+                is_extern: true,
+                cpu_secs: 0.0,
+            },
+            StepUse {
+                is_extern: false,
+                cpu_secs: 0.1,
+            },
+            StepUse {
+                is_extern: false,
+                cpu_secs: 0.3,
+            },
+        ];
+        let shares = split_job(100.0, &steps);
+        assert_eq!(shares[0], 100.0);
+        assert!(
+            (shares[1] - 25.0).abs() < 1e-9 && (shares[2] - 75.0).abs() < 1e-9,
+            "{shares:?}"
+        );
+        let idle = [
+            steps[0],
+            StepUse {
+                cpu_secs: 0.0,
+                ..steps[1]
+            },
+            StepUse {
+                cpu_secs: 0.0,
+                ..steps[2]
+            },
+        ];
+        assert_eq!(split_job(100.0, &idle), vec![100.0, 50.0, 50.0]);
+    }
+
+    proptest! {
+        /// Invariant b: whatever the mix, the jobs together get the node's energy.
+        #[test]
+        fn the_jobs_together_get_the_node(
+            joules in 0.0f64..10_000.0,
+            secs in 0.01f64..100.0,
+            static_watts in 0.0f64..1000.0,
+            jobs in prop::collection::vec(
+                (0u32..128, prop::option::of(0u64..1 << 40), 0.0f64..100.0), 1..20),
+        ) {
+            let jobs: Vec<JobUse> = jobs.into_iter().map(|(c, m, u)| job(c, m, u)).collect();
+            let shares = split_node(joules, secs, static_watts, &jobs);
+            let total: f64 = shares.iter().sum();
+            prop_assert!((total - joules).abs() <= 1e-9 * joules.max(1.0), "{total} vs {joules}");
+            prop_assert!(shares.iter().all(|s| *s >= 0.0));
+        }
+
+        /// Invariant c: of two equal allocations the busier pays more, the idle one pays
+        /// its half of the static part.
+        #[test]
+        fn the_busier_of_two_equal_jobs_pays_more(
+            joules in 1.0f64..10_000.0,
+            static_watts in 1.0f64..1000.0,
+            busy in 0.01f64..10.0,
+        ) {
+            let shares = split_node(joules, 1.0, static_watts, &[job(2, None, busy), job(2, None, 0.0)]);
+            prop_assert!(shares[0] >= shares[1]);
+            let static_j = joules.min(static_watts);
+            prop_assert!((shares[1] - static_j / 2.0).abs() <= 1e-9 * joules);
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The values of slurm.conf the plugins depend on (`EnergyAttribution=shared`'s, how many
+//! energy plugins are stacked), from the daemon's `slurm_conf` (looked up at run time, as
+//! every symbol not exported alike by all releases).
+
+use core::ffi::c_char;
+use std::ffi::CStr;
+use std::path::Path;
+
+use slurm_sys::slurm_conf_t;
+
+use crate::attribution::{CGROUP_ROOT, Site};
+
+fn text(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: a NUL-terminated string of slurm_conf, which lives as long as the daemon.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// libslurmfull's `slurm_conf`, which the daemon filled from slurm.conf before it loaded
+/// the energy plugins.
+fn slurm_conf() -> Option<&'static slurm_conf_t> {
+    // SAFETY: dlsym with a NUL-terminated name; RTLD_DEFAULT searches the daemon's symbols.
+    let conf =
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"slurm_conf".as_ptr()) }.cast::<slurm_conf_t>();
+    // SAFETY: libslurmfull's slurm_conf, of the layout of the headers built against (the
+    // running release's: plugin_version makes Slurm refuse any other), alive until exit.
+    unsafe { conf.as_ref() }
+}
+
+/// How many plugins `AcctGatherEnergyType` stacks (Slurm sums their figures).
+pub fn energy_plugin_count() -> Option<usize> {
+    let names = text(slurm_conf()?.acct_gather_energy_type);
+    Some(names.split(',').filter(|n| !n.trim().is_empty()).count())
+}
+
+/// This node's site; the node's name is its hostname (as slurmd's `-N` in the test
+/// cluster, and `%n` where NodeName is the hostname).
+pub fn attribution_site() -> Result<Site, String> {
+    let conf = slurm_conf().ok_or("this Slurm exports no slurm_conf")?;
+    let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    Site::from_conf(
+        &text(conf.slurmd_spooldir),
+        &text(conf.proctrack_type),
+        &text(conf.task_plugin),
+        &node,
+        Path::new(CGROUP_ROOT),
+    )
+}
