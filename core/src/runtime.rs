@@ -210,6 +210,13 @@ impl<S: Source> State<S> {
         if self.attribution.mode != Mode::Shared {
             return None;
         }
+        if S::ATTRIBUTED_BY_OWNERSHIP {
+            log::info!(
+                "{}=shared: each step is measured on the devices it owns, not split",
+                attribution::MODE_KEY
+            );
+            return None;
+        }
         match host.attribution_site() {
             Ok(site) => Some(site),
             Err(why) => {

@@ -54,6 +54,12 @@ pub trait Source: 'static {
     /// of opening the source: for sensors with one owner per node (a BMC session).
     const FROM_SLURMD_IN_STEPS: bool = false;
 
+    /// In slurmstepd the source measures only the devices the step owns (rust_gpu: the
+    /// GPUs its devices cgroup lets it open), so a step's figure is its own already:
+    /// `EnergyAttribution=shared` does not split it again by CPU time, which would give
+    /// one job's GPU energy to another.
+    const ATTRIBUTED_BY_OWNERSHIP: bool = false;
+
     /// Validates the keys; an error names the key and the value.
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError>;
 

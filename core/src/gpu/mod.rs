@@ -52,6 +52,7 @@ impl Source for Gpus {
     type Config = GpuConfig;
     type Reader = GpuReader;
     const KEYS: &'static [&'static str] = config::KEYS;
+    const ATTRIBUTED_BY_OWNERSHIP: bool = true;
 
     fn parse_config(values: &KeyValues) -> Result<GpuConfig, ConfigError> {
         GpuConfig::parse(values)

@@ -101,12 +101,35 @@ impl<const SLURMD: bool> Source for Fake<SLURMD> {
     }
 }
 
+/// A fake source that, like rust_gpu, measures in a step only what the step owns.
+struct OwnedFake;
+
+impl Source for OwnedFake {
+    type Config = FakeConfig;
+    type Reader = FakeReader;
+    const KEYS: &'static [&'static str] = &[KEY_ID];
+    const ATTRIBUTED_BY_OWNERSHIP: bool = true;
+
+    fn parse_config(values: &KeyValues) -> Result<FakeConfig, ConfigError> {
+        Fake::<false>::parse_config(values)
+    }
+
+    fn show_config(config: &FakeConfig) -> Vec<(&'static str, String)> {
+        Fake::<false>::show_config(config)
+    }
+
+    fn open(config: &FakeConfig) -> Result<FakeReader, String> {
+        Fake::<false>::open(config)
+    }
+}
+
 /// A host in `daemon` whose slurmd reports the energy of `slurmd_hw`, among `plugins`
-/// stacked energy plugins.
+/// stacked energy plugins, on a node whose jobs are in cgroups when `site` is set.
 struct TestHost {
     daemon: Daemon,
     slurmd_hw: Option<Arc<FakeHardware>>,
     plugins: usize,
+    site: Option<Site>,
 }
 
 impl Host for TestHost {
@@ -124,6 +147,10 @@ impl Host for TestHost {
     fn energy_plugins(&self) -> usize {
         self.plugins
     }
+
+    fn attribution_site(&self) -> Result<Site, String> {
+        self.site.clone().ok_or_else(|| "no cgroups".into())
+    }
 }
 
 fn runtime<const SLURMD: bool>(daemon: Daemon) -> Runtime<Fake<SLURMD>, TestHost> {
@@ -131,6 +158,7 @@ fn runtime<const SLURMD: bool>(daemon: Daemon) -> Runtime<Fake<SLURMD>, TestHost
         daemon,
         slurmd_hw: None,
         plugins: 1,
+        site: None,
     })
 }
 
@@ -202,6 +230,7 @@ fn a_stacked_step_answers_increments_that_slurm_sums() {
             daemon,
             slurmd_hw: None,
             plugins: 2,
+            site: None,
         });
         set_joules(&hw, 10_000);
         rt.configure(1, &config(id)).expect("conf_set");
@@ -292,6 +321,38 @@ fn a_bad_attribution_is_node_wide_and_shared_without_a_site_is_too() {
     assert!(hw.opened.load(Ordering::SeqCst) >= 2);
 }
 
+/// In `shared` mode a step reads its share from the ledger, unless its source measures
+/// only what the step owns (rust_gpu), whose figure is the step's own already.
+#[test]
+fn shared_mode_leaves_a_source_of_owned_devices_unsplit() {
+    let spool = tempfile::tempdir().expect("spool");
+    let site = Site {
+        spool: spool.path().to_path_buf(),
+        cgroup_root: spool.path().join("cgroup"),
+    };
+    let (id, hw) = hardware(5);
+    let mut values = config(id);
+    values.set("EnergyAttribution", "shared");
+    let step_host = || TestHost {
+        daemon: Daemon::Slurmstepd,
+        slurmd_hw: None,
+        plugins: 1,
+        site: Some(site.clone()),
+    };
+    let split: Runtime<Fake<false>, TestHost> = Runtime::new(step_host());
+    split.configure(0, &values).expect("conf_set");
+    let owned: Runtime<OwnedFake, TestHost> = Runtime::new(step_host());
+    owned.configure(0, &values).expect("conf_set");
+    assert_eq!(consumed(&split, Query::NodeEnergyUp), Some(0));
+    assert_eq!(consumed(&owned, Query::NodeEnergyUp), Some(0));
+    set_joules(&hw, 12);
+    // an ordinary source's step reads its share from the ledger (in which this step has
+    // none yet), never the hardware; a source of owned devices measures them itself
+    assert_eq!(consumed(&split, Query::NodeEnergyUp), Some(0));
+    assert_eq!(consumed(&owned, Query::NodeEnergyUp), Some(7));
+    assert_eq!(hw.opened.load(Ordering::SeqCst), 1);
+}
+
 #[test]
 fn a_source_that_cannot_open_reports_unavailable() {
     let rt = runtime::<false>(Daemon::Slurmd);
@@ -347,6 +408,7 @@ fn steps_of_a_one_owner_source_read_slurmd_not_the_sensor() {
         daemon: Daemon::Slurmstepd,
         plugins: 1,
         slurmd_hw: Some(Arc::clone(&node)),
+        site: None,
     });
     rt.configure(0, &config(id)).expect("conf_set");
     set_joules(&node, 20_042);
