@@ -36,6 +36,9 @@
 #   EXTRA_SLURM_CONF=       file whose content is appended to slurm.conf
 #   EXTRA_SLURMDBD_CONF=    file whose content is appended to slurmdbd.conf
 #   NODE_OPTIONS=           more NodeName options for every node, e.g. Gres=gpu:2
+#   NODE_HW=                every node's hardware instead of this machine's (slurmd -C),
+#                           e.g. "CPUs=64 CoresPerSocket=64"; add
+#                           SlurmdParameters=config_overrides to EXTRA_SLURM_CONF
 #   GRES_CONF=              file copied to DIR/etc/gres.conf
 #   CGROUP_CONF=            file copied to DIR/etc/cgroup.conf instead of the default
 #   UP_TIMEOUT=60           seconds `up` waits for each readiness step
@@ -397,7 +400,7 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')
 
     # Hardware description of a node = this machine (every node runs here).
     local hw
-    hw=$(SLURM_CONF=/nonexistent "$SLURM_SBIN/slurmd" -C | head -n1 | sed 's/^NodeName=[^ ]* //')
+    hw=${NODE_HW:-$(SLURM_CONF=/nonexistent "$SLURM_SBIN/slurmd" -C | head -n1 | sed 's/^NodeName=[^ ]* //')}
     [ -n "$hw" ] || die "slurmd -C printed nothing"
     # the release ("slurm 24.11.5", "slurm-wlm 22.05.8"), for settings that differ
     local slurm_version

@@ -31,8 +31,8 @@ pub const KEYS: &[&str] = &[MODE_KEY, IDLE_KEY];
 const LEDGER_INTERVAL: Duration = Duration::from_millis(500);
 /// How old the ledger may get while slurmd samples normally.
 pub const LEDGER_PERIOD: Duration = Duration::from_secs(1);
-/// A step reads the file at each of Slurm's calls; its meter samples it only this often
-/// (the file needs no sampling: there is no counter to wrap).
+/// A step reads the file at each of Slurm's calls and has no sampling thread (there is no
+/// counter to wrap); its figure goes stale only when the ledger does.
 const STEP_SAMPLE_PERIOD: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -363,6 +363,10 @@ impl EnergyReader for StepShare {
 
     fn sample_period(&self) -> Duration {
         STEP_SAMPLE_PERIOD
+    }
+
+    fn needs_sampling(&self) -> bool {
+        false
     }
 }
 

@@ -21,6 +21,8 @@ pub struct Meter<S: EnergyReader> {
 struct Shared<S> {
     metered: Mutex<Metered<S>>,
     period: Duration,
+    /// Whether the source needs a sampling thread ([`EnergyReader::needs_sampling`]).
+    sampled: bool,
     /// Told each of the sampler's readings, in the sampler's thread, after the reading's
     /// lock is released: Slurm's calls never wait on it.
     observer: Mutex<Option<Observer>>,
@@ -42,6 +44,7 @@ impl<S: EnergyReader> Meter<S> {
     /// Takes the first reading now; sampling starts with [`Metering::ensure_sampling`].
     pub fn new(source: S) -> Self {
         let period = source.sample_period();
+        let sampled = source.needs_sampling();
         let shared = Arc::new(Shared {
             metered: Mutex::new(Metered {
                 source,
@@ -50,6 +53,7 @@ impl<S: EnergyReader> Meter<S> {
                 failing: false,
             }),
             period,
+            sampled,
             observer: Mutex::new(None),
         });
         shared.sample();
@@ -82,7 +86,7 @@ impl<S: EnergyReader> Metering for Meter<S> {
     }
 
     fn ensure_sampling(&mut self) {
-        if self.sampler.as_ref().is_some_and(|s| !s.has_ended()) {
+        if !self.shared.sampled || self.sampler.as_ref().is_some_and(|s| !s.has_ended()) {
             return;
         }
         let shared = Arc::clone(&self.shared);
@@ -163,5 +167,64 @@ impl<S: EnergyReader> Shared<S> {
         }
         metered.accounting.record(&reading, now, SystemTime::now());
         metered.accounting
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::source::Reading;
+
+    struct Counted {
+        reads: Arc<AtomicU32>,
+        sampled: bool,
+    }
+
+    impl EnergyReader for Counted {
+        fn describe(&self) -> String {
+            "counted".into()
+        }
+
+        fn read(&mut self, _now: Instant) -> Reading {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            Reading {
+                energy_uj: 0,
+                complete: true,
+                problems: Vec::new(),
+                watts: None,
+                sensors: Vec::new(),
+            }
+        }
+
+        fn sample_period(&self) -> Duration {
+            Duration::from_millis(10)
+        }
+
+        fn needs_sampling(&self) -> bool {
+            self.sampled
+        }
+    }
+
+    /// A source that needs no sampling gets no thread: it is read only at Slurm's calls.
+    #[test]
+    fn only_sources_that_need_it_are_sampled() {
+        for sampled in [true, false] {
+            let reads = Arc::new(AtomicU32::new(0));
+            let mut meter = Meter::new(Counted {
+                reads: Arc::clone(&reads),
+                sampled,
+            });
+            meter.ensure_sampling();
+            std::thread::sleep(Duration::from_millis(200));
+            drop(meter);
+            let reads = reads.load(Ordering::SeqCst);
+            if sampled {
+                assert!(reads >= 5, "{reads} reads in 200 ms at 10 ms");
+            } else {
+                assert_eq!(reads, 1, "only the first reading, when the meter opened");
+            }
+        }
     }
 }

@@ -38,6 +38,13 @@ pub trait EnergyReader: Send + 'static {
 
     /// How often the meter samples, e.g. so that no counter wrap is ever missed.
     fn sample_period(&self) -> Duration;
+
+    /// Whether the meter needs a sampling thread at all: not for a figure that is
+    /// cumulative already and read whole at each of Slurm's calls (a step's share in the
+    /// node's ledger), so that a node's wakeups do not grow with its steps.
+    fn needs_sampling(&self) -> bool {
+        true
+    }
 }
 
 /// A plugin's source: the keys it reads, and how it is opened. Every plugin of the family

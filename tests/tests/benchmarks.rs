@@ -417,5 +417,131 @@ fn benchmarks() {
         println!("{row}");
         let _ = writeln!(md, "{row}");
     }
+    md.push_str(&wakeups_section());
     fs::write(workspace().join("BENCHMARKS.md"), md).expect("write BENCHMARKS.md");
+}
+
+/// The threads the plugins start (named by `core/src/worker.rs`).
+const PLUGIN_THREADS: [&str; 4] = [
+    "energy-sampler",
+    "power-poller",
+    "slurmd-energy",
+    "gpu-poller",
+];
+
+/// Context switches and CPU nanoseconds of the plugins' threads in `pids`, and how many there are.
+fn plugin_threads(pids: &[String]) -> (u64, u64, usize) {
+    let (mut switches, mut cpu_ns, mut count) = (0, 0, 0);
+    for pid in pids {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let dir = task.path();
+            let name = fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if !PLUGIN_THREADS.contains(&name.trim()) {
+                continue;
+            }
+            count += 1;
+            let status = fs::read_to_string(dir.join("status")).unwrap_or_default();
+            switches += status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>();
+            // nanoseconds on a CPU, the first field of schedstat
+            cpu_ns += fs::read_to_string(dir.join("schedstat"))
+                .ok()
+                .and_then(|t| t.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    (switches, cpu_ns, count)
+}
+
+/// rust_rapl's threads on a node running `steps` one-CPU jobs at once (each a batch step
+/// in its extern step), in `EnergyAttribution=mode`: wakeups per second, CPU in percent of
+/// one core, and the thread count, over 10 s.
+fn wakeups(mode: &str, steps: usize) -> (f64, f64, usize) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let acct = format!("EnergyRaplSource=msr\nEnergyAttribution={mode}\n");
+    let cgroup = support::cluster::cgroup_v1_conf("ConstrainCores=yes\n");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: RUST_RAPL,
+            acct_gather: &acct,
+            sim_args: vec![Some(INTEL)],
+            node_hw: "CPUs=64 Boards=1 SocketsPerBoard=1 CoresPerSocket=64 ThreadsPerCore=1 ",
+            cgroup_conf: &cgroup,
+            extra_conf: "SlurmdParameters=config_overrides\nProctrackType=proctrack/cgroup\n\
+                         TaskPlugin=task/cgroup\nJobAcctGatherType=jobacct_gather/cgroup\n",
+            ..ClusterSpec::default()
+        },
+    );
+    let jobs: Vec<u32> = (0..steps)
+        .map(|_| cluster.sbatch("#!/bin/sh\n#SBATCH -n1 -c1\nsleep 40\n"))
+        .collect();
+    let stepds = || -> Vec<String> {
+        sh("pgrep -x slurmstepd")
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stepds().len() < 2 * steps {
+        assert!(
+            Instant::now() < deadline,
+            "the {steps} jobs did not all start"
+        );
+        sleep(Duration::from_millis(200));
+    }
+    sleep(Duration::from_secs(3));
+    let slurmd = fs::read_to_string(cluster.dir.join("run/pid/slurmd-n1")).expect("slurmd pid");
+    let mut pids = stepds();
+    pids.push(slurmd.split_whitespace().next().expect("pid").to_string());
+    let (s0, t0, _) = plugin_threads(&pids);
+    let started = Instant::now();
+    sleep(Duration::from_secs(10));
+    let (s1, t1, threads) = plugin_threads(&pids);
+    let secs = started.elapsed().as_secs_f64();
+    for job in jobs {
+        cluster.run(&["scancel", &job.to_string()]);
+    }
+    (
+        (s1 - s0) as f64 / secs,
+        (t1 - t0) as f64 / 1e9 / secs * 100.0,
+        threads,
+    )
+}
+
+fn wakeups_section() -> String {
+    let mut md = String::from(
+        "\n## Wakeups per node\n\nrust_rapl on one node of a private cluster (cgroup v1: task/cgroup, \
+         proctrack/cgroup, jobacct_gather/cgroup) that declares 64 CPUs \
+         (`SlurmdParameters=config_overrides`), running N one-CPU jobs at once (a batch step \
+         each, in its extern step: 2N slurmstepds). Over 10 s: the context switches \
+         (voluntary + involuntary, /proc/PID/task/TID/status) and CPU time (schedstat) of the plugin's own \
+         threads (energy-sampler, and the ledger it keeps in shared mode) in slurmd and every \
+         slurmstepd. Slurm's own calls (its polls every AcctGatherNodeFreq / \
+         JobAcctGatherFrequency = 5 s) run on Slurm's threads and are not counted.\n\n\
+         | EnergyAttribution | jobs | plugin threads | wakeups/s | CPU (% of a core) |\n|---|---|---|---|---|\n",
+    );
+    for mode in ["node", "shared"] {
+        for steps in [1, 16, 64] {
+            let (per_s, cpu, threads) = wakeups(mode, steps);
+            let row = format!("| {mode} | {steps} | {threads} | {per_s:.1} | {cpu:.3}% |");
+            println!("{row}");
+            md.push_str(&row);
+            md.push('\n');
+        }
+    }
+    md
+}
+
+#[test]
+#[ignore = "benchmark: the wakeups section of BENCHMARKS.md alone (about 6 minutes)"]
+fn wakeups_per_node() {
+    assert!(root_or_skip("wakeups_per_node"), "benchmarks need root");
+    println!("{}", wakeups_section());
 }

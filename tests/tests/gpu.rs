@@ -24,7 +24,19 @@ fn gpu_driver(
     cmds: &str,
 ) -> std::process::Child {
     let conf = slurm_conf(tmp, GPU, &fake.acct_gather());
-    driver(None, &conf, program, cmds)
+    let child = driver(None, &conf, program, cmds);
+    // The tests' schedules count from the driver's start, which a loaded machine delays
+    // by a second or more: wait until the plugin has loaded the library (it does in its
+    // first moments, when Slurm configures it), so that both count from about the same
+    // instant. Tests without a loadable library wait the whole 3 s once.
+    let maps = format!("/proc/{}/maps", child.id());
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < deadline
+        && !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains(&fake.library()))
+    {
+        sleep(Duration::from_millis(10));
+    }
+    child
 }
 
 /// Two GPUs enumerated in the reverse order of their minors, at different powers with a

@@ -21,6 +21,9 @@ pub struct ClusterSpec<'a> {
     pub extra_dbd_conf: &'a str,
     /// More NodeName options for every node (`Gres=gpu:2 `, with a trailing space).
     pub node_options: &'a str,
+    /// Every node's hardware in slurm.conf (`CPUs=64 CoresPerSocket=64`, with
+    /// `SlurmdParameters=config_overrides`); empty: this machine's.
+    pub node_hw: &'a str,
     /// gres.conf; empty: none.
     pub gres_conf: &'a str,
     /// cgroup.conf in place of cluster.sh's; empty: cluster.sh's.
@@ -48,6 +51,7 @@ impl Default for ClusterSpec<'_> {
             extra_conf: "",
             extra_dbd_conf: "",
             node_options: "",
+            node_hw: "",
             gres_conf: "",
             cgroup_conf: "",
             etc_users: None,
@@ -131,6 +135,7 @@ impl Cluster {
         let out = up
             .envs(optional_files)
             .env("NODE_OPTIONS", spec.node_options)
+            .env("NODE_HW", spec.node_hw)
             .arg("up")
             .arg(&cluster.dir)
             .env("NODES", spec.nodes.to_string())
