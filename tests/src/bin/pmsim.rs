@@ -64,7 +64,9 @@ fn append(path: &Path, line: &str) -> Result<(), String> {
         .append(true)
         .open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    writeln!(f, "{line}").map_err(|e| e.to_string())
+    // one write(2), so lines appended at the same moment by two jobs stay whole
+    f.write_all(format!("{line}\n").as_bytes())
+        .map_err(|e| e.to_string())
 }
 
 struct Meter {

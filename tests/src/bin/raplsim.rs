@@ -437,7 +437,9 @@ fn command(dir: &Path, line: &str) -> Result<(), String> {
         .append(true)
         .open(dir.join("commands"))
         .map_err(|e| e.to_string())?;
-    writeln!(f, "{line}").map_err(|e| e.to_string())
+    // one write(2), so lines appended at the same moment by two jobs stay whole
+    f.write_all(format!("{line}\n").as_bytes())
+        .map_err(|e| e.to_string())
 }
 
 fn read_truth(dir: &Path) -> Result<f64, String> {
@@ -455,5 +457,9 @@ fn mark(dir: &Path, name: &str) -> Result<(), String> {
         .append(true)
         .open(dir.join("marks"))
         .map_err(|e| e.to_string())?;
-    writeln!(f, "{name} {joules:.6}").map_err(|e| e.to_string())
+    // one write(2) of the whole line: jobs that mark at the same moment append whole
+    // lines (`writeln!` on a File writes each formatted piece separately, and two jobs'
+    // pieces interleaved into lines nobody could parse)
+    f.write_all(format!("{name} {joules:.6}\n").as_bytes())
+        .map_err(|e| e.to_string())
 }
