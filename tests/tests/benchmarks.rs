@@ -460,8 +460,9 @@ fn plugin_threads(pids: &[String]) -> (u64, u64, usize) {
 }
 
 /// rust_rapl's threads on a node running `steps` one-CPU jobs at once (each a batch step
-/// in its extern step), in `EnergyAttribution=mode`: wakeups per second, CPU in percent of
-/// one core, and the thread count, over 10 s.
+/// in its extern step), in `EnergyAttribution=mode`: context switches per second (its
+/// wakeups, and preemptions while it works), CPU in percent of one core, and the thread
+/// count, over 10 s.
 fn wakeups(mode: &str, steps: usize) -> (f64, f64, usize) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let acct = format!("EnergyRaplSource=msr\nEnergyAttribution={mode}\n");
@@ -525,7 +526,7 @@ fn wakeups_section() -> String {
          threads (energy-sampler, and the ledger it keeps in shared mode) in slurmd and every \
          slurmstepd. Slurm's own calls (its polls every AcctGatherNodeFreq / \
          JobAcctGatherFrequency = 5 s) run on Slurm's threads and are not counted.\n\n\
-         | EnergyAttribution | jobs | plugin threads | wakeups/s | CPU (% of a core) |\n|---|---|---|---|---|\n",
+         | EnergyAttribution | jobs | plugin threads | context switches/s | CPU (% of a core) |\n|---|---|---|---|---|\n",
     );
     for mode in ["node", "shared"] {
         for steps in [1, 16, 64] {
