@@ -344,3 +344,122 @@ fn shared_rust_ipmi_job_alone_with_a_power_step() {
     let inner = energy_of(&rows, &format!("{job}.batch")) + energy_of(&rows, &format!("{job}.0"));
     assert_close("batch + srun step", inner, truth, 0.01);
 }
+
+/// Job `job`'s CPU seconds on node `node`, from that node's own cgroup root (Debian's
+/// 22.05 keeps each slurmd's jobs under `<ctrl>/slurm_<node>`).
+fn cpu_secs_on(job: u32, node: &str) -> Option<f64> {
+    let path = format!("/sys/fs/cgroup/cpuacct/slurm_{node}/uid_0/job_{job}/cpuacct.usage");
+    let ns: f64 = fs::read_to_string(path).ok()?.trim().parse().ok()?;
+    Some(ns / 1e9)
+}
+
+fn wait_for_node_mark(cluster: &Cluster, node: usize, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while mark(cluster.sim(node), name).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no mark {name} on n{node}:\n{}",
+            cluster.logs()
+        );
+        sleep(Duration::from_millis(200));
+    }
+}
+
+/// Invariant e: a 2-node job that spins shares each node with a sleeping one-node job;
+/// each slurmd splits its own node and the wide job's figure is the sum of its shares.
+/// Needs one cgroup root per slurmd: two test nodes on one host share the kernel's cgroup
+/// tree, and only Debian's 22.05 (built for several slurmds per host) names the root per
+/// node; elsewhere both nodes' tasks of the wide job would be one cgroup.
+#[test]
+fn a_two_node_job_gets_its_share_of_each_node() {
+    if !root_or_skip("a_two_node_job_gets_its_share_of_each_node") {
+        return;
+    }
+    if slurm_sys::SLURM_VERSION_NUMBER >= 0x170000 {
+        println!("skipped: this Slurm keeps every test node's jobs under one cgroup root");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            nodes: 2,
+            energy_type: RAPL,
+            acct_gather: &format!(
+                "EnergyRaplSource=msr\nEnergyAttribution=shared\nEnergyAttributionIdleWatts={IDLE_WATTS}\n"
+            ),
+            sim_args: vec![Some(SIM); 2],
+            extra_conf: CGROUP_SLURM_CONF,
+            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            ..ClusterSpec::default()
+        },
+    );
+    let raplsim = bin("raplsim").display().to_string();
+    let root = tmp.path().join("sim").display().to_string();
+    let wide = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -N2 -n2 -c1\nsrun -N2 -n2 sh -c '{raplsim} mark {root}/$(hostname) wide_in; \
+         timeout 30 sh -c \"while :; do :; done\"'\n"
+    ));
+    let narrow: Vec<u32> = (1..=2)
+        .map(|k| {
+            cluster.sbatch(&format!(
+                "#!/bin/sh\n#SBATCH -w n{k} -n1 -c1\n{raplsim} mark {root}/n{k} narrow_in\nsleep 30\n"
+            ))
+        })
+        .collect();
+    for k in 1..=2 {
+        wait_for_node_mark(&cluster, k, "wide_in");
+        wait_for_node_mark(&cluster, k, "narrow_in");
+    }
+    sleep(Duration::from_secs(2));
+    let cpu = |k: usize| -> [f64; 2] {
+        let node = format!("n{k}");
+        [wide, narrow[k - 1]].map(|j| {
+            cpu_secs_on(j, &node).unwrap_or_else(|| panic!("no cgroup of job {j} on {node}"))
+        })
+    };
+    let before: Vec<([f64; 2], f64)> = (1..=2).map(|k| (cpu(k), cluster.sim(k).truth())).collect();
+    for k in 1..=2 {
+        cluster.sim(k).set(&[ON]);
+    }
+    sleep(Duration::from_secs(12));
+    for k in 1..=2 {
+        cluster.sim(k).set(&[OFF]);
+    }
+    let after: Vec<([f64; 2], f64)> = (1..=2).map(|k| (cpu(k), cluster.sim(k).truth())).collect();
+    // the model per node: power is steady, so the static part is the idle watts'; the two
+    // jobs hold one CPU each
+    let mut predicted_wide = 0.0;
+    let mut truth = 0.0;
+    for (k, ((cpu0, e0), (cpu1, e1))) in before.iter().zip(&after).enumerate() {
+        let node = e1 - e0;
+        let static_j = IDLE_WATTS * node / 300.0;
+        let used = [cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]];
+        let wide_here = static_j / 2.0 + (node - static_j) * used[0] / (used[0] + used[1]);
+        println!(
+            "n{}: {node:.0} J, CPU wide {:.2} s narrow {:.2} s, wide's share {wide_here:.0} J",
+            k + 1,
+            used[0],
+            used[1]
+        );
+        predicted_wide += wide_here;
+        truth += node;
+    }
+    for job in std::iter::once(wide).chain(narrow.iter().copied()) {
+        cluster.wait_job(job, Duration::from_secs(90));
+    }
+    let figure = |j: u32| energy_of(&cluster.energy(j), &j.to_string());
+    let (w, n1, n2) = (figure(wide), figure(narrow[0]), figure(narrow[1]));
+    println!("final: wide {w:.0} J, narrow {n1:.0} + {n2:.0} J, both nodes' truth {truth:.1} J");
+    assert_close("all jobs vs both nodes", w + n1 + n2, truth, 0.01);
+    assert_close(
+        "the wide job vs its shares of both nodes",
+        w,
+        predicted_wide,
+        0.03,
+    );
+    assert!(
+        w > n1 + n2,
+        "the spinning wide job pays more than the sleeping ones"
+    );
+}
