@@ -147,19 +147,13 @@ impl EnergyReader for SlurmdNode {
         state.requested += 1;
         let wanted = state.requested;
         self.worker.control().wake();
-        let deadline = now + FRESH_WAIT;
-        while state.answered < wanted {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            state = self
-                .shared
-                .answered
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        let left = (now + FRESH_WAIT).saturating_duration_since(Instant::now());
+        state = self
+            .shared
+            .answered
+            .wait_timeout_while(state, left, |s| s.answered < wanted)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
         let fresh = state.last_ok.is_some_and(|t| {
             Instant::now().saturating_duration_since(t) <= stale_after(SAMPLE_PERIOD)
         });

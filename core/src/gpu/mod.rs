@@ -286,7 +286,7 @@ impl GpuReader {
     /// is well and delivers within [`FRESH_WAIT`]; else the latest.
     fn fresh_round(&self) -> MutexGuard<'_, Published> {
         let called = Instant::now();
-        let mut published = self.shared.lock();
+        let published = self.shared.lock();
         let wanted = match published.busy_since {
             None if !published.figures.is_empty() => published.rounds + 1,
             // a round in progress may have read some GPUs before this call: the next
@@ -297,19 +297,12 @@ impl GpuReader {
             _ => return published,
         };
         self.poller.control().wake();
-        while published.rounds < wanted {
-            let left = FRESH_WAIT.saturating_sub(called.elapsed());
-            if left.is_zero() {
-                break;
-            }
-            published = self
-                .shared
-                .round_done
-                .wait_timeout(published, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-        published
+        let left = FRESH_WAIT.saturating_sub(called.elapsed());
+        self.shared
+            .round_done
+            .wait_timeout_while(published, left, |p| p.rounds < wanted)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
     }
 }
 
