@@ -36,22 +36,10 @@ fn run_schedule(sim: &RedfishSim, extra: &str, cmds: &str) -> (String, String, f
 
 const LEVELS: [u32; 4] = [320, 180, 400, 240];
 
-/// How far the trapezoid of power polled every 0.25 s can be from the truth over the
-/// schedule, as a fraction of its energy (`share` of the node's power is measured): an
-/// edge from `a` to `b` W between two polls `p` apart costs up to |b - a| p / 2, and
-/// their signs need not cancel (polls drift against the 3 s levels: -78 J of 3 426 J,
-/// -2.3%, measured with every edge traced); at the final fall to 0 W the energy
-/// extrapolated at the last power (up to 240 W x p / 2 more) is kept. `p` is the period
-/// plus the request's time. A counter is exact and is held to a tighter bound.
+/// The bound of the trapezoid of power polled every 0.25 s (plus the request) over the
+/// schedule.
 fn power_sampling_bound() -> f64 {
-    let p = 0.26;
-    let mut edges = vec![0];
-    edges.extend(LEVELS);
-    edges.push(0);
-    let swing: u32 = edges.windows(2).map(|w| w[0].abs_diff(w[1])).sum();
-    let last = LEVELS[LEVELS.len() - 1];
-    let energy: u32 = LEVELS.iter().map(|w| w * 3).sum();
-    f64::from(swing + last) * p / 2.0 / f64::from(energy)
+    support::power_sampling_bound(&LEVELS, 3.0, 0.26)
 }
 
 fn slurm_dir(sim: &RedfishSim) {

@@ -353,6 +353,23 @@ pub fn wait_for_power(log: &Path, skip: usize, watts: u32, settle: Duration) {
     std::thread::sleep(settle);
 }
 
+/// How far the trapezoid of a power polled every `period` s (plus the request's time) can
+/// be from the truth, as a fraction of the energy of a schedule of `levels` W held `secs`
+/// each, from 0 W and back to 0 W: an edge from `a` to `b` W between two polls costs up to
+/// |b - a| p / 2, and the edges' signs need not cancel (polls drift against the levels:
+/// -78 J of 3 426 J, -2.3%, with every edge traced); at the final fall to 0 W the energy
+/// extrapolated at the last power (up to its watts x p / 2 more) is kept. A counter is
+/// exact and is held to a tighter bound.
+pub fn power_sampling_bound(levels: &[u32], secs: f64, period: f64) -> f64 {
+    let mut edges = vec![0];
+    edges.extend(levels);
+    edges.push(0);
+    let swing: u32 = edges.windows(2).map(|w| w[0].abs_diff(w[1])).sum();
+    let last = levels.last().copied().unwrap_or(0);
+    let energy: f64 = levels.iter().map(|&w| f64::from(w) * secs).sum();
+    f64::from(swing + last) * period / 2.0 / energy
+}
+
 pub fn assert_close(what: &str, measured: f64, truth: f64, relative: f64) {
     // Slurm carries whole joules: allow the truncation on top of the relative error.
     let error = (measured - truth).abs();
