@@ -29,10 +29,14 @@ fn slurm_conf() -> Option<&'static slurm_conf_t> {
     unsafe { conf.as_ref() }
 }
 
-/// How many plugins `AcctGatherEnergyType` stacks (Slurm sums their figures).
+/// How many plugins `AcctGatherEnergyType` stacks (Slurm sums their figures). Asked at
+/// every step poll, so looked up once: changing the plugins takes a daemon restart.
 pub fn energy_plugin_count() -> Option<usize> {
-    let names = text(slurm_conf()?.acct_gather_energy_type);
-    Some(names.split(',').filter(|n| !n.trim().is_empty()).count())
+    static COUNT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *COUNT.get_or_init(|| {
+        let names = text(slurm_conf()?.acct_gather_energy_type);
+        Some(names.split(',').filter(|n| !n.trim().is_empty()).count())
+    })
 }
 
 /// This node's site; the node's name is its hostname (as slurmd's `-N` in the test
