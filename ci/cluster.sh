@@ -73,6 +73,7 @@ LIB=$HERE/cluster-lib
 SUBNET=10.201.0            # only used inside our own namespaces
 CTL_IP_NETNS=$SUBNET.1
 export PATH="$PATH:/usr/sbin:/sbin"   # munged, mariadbd, ip may live in sbin
+PY=$(command -v /usr/bin/python3 || command -v python3 || echo python3)
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 log() { echo "cluster.sh: $*" >&2; }
@@ -97,6 +98,7 @@ set_dir() {
     DEFAULT_CLUSTER=t$h
     PIDDIR=$DIR/run/pid
     CONF=$DIR/etc/slurm.conf
+    SLOT=""
 }
 
 # load settings saved by `up` (ports, mode, binaries); harmless if missing
@@ -301,6 +303,76 @@ wait_for() {
     done
 }
 
+# ------------------------------------------------------------------ slots ---
+# Test clusters run side by side on one host. Each claims a slot, a number K in
+# 1..SLOT_COUNT, by creating SLOTS_DIR/K (mkdir is atomic); the slot gives it a job-id
+# range (FirstJobId=K*JOBS_PER_SLOT+1, so Slurm's cgroups, named by job id, never meet)
+# and five TCP ports below the kernel's ephemeral range (so no port picked by bind(0)
+# elsewhere can take one). `down` frees the slot; a slot whose cluster directory is gone
+# (a test killed before its `down`) is taken over.
+SLOTS_DIR=${CLUSTER_SLOTS_DIR:-/tmp/slurm-test-cluster-slots}
+SLOT_COUNT=800
+JOBS_PER_SLOT=10000
+PORT_BASE=20000
+
+# slot_ports K: the ports of slot K (slurmctld slurmd slurmdbd mariadb)
+slot_ports() {
+    local base=$((PORT_BASE + $1 * 5))
+    echo "$base $((base + 1)) $((base + 2)) $((base + 3))"
+}
+
+# all of slot K's ports free on loopback (something else on the host may hold one)
+slot_ports_free() {
+    "$PY" -c '
+import socket, sys
+for p in sys.argv[1:]:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", int(p)))
+    except OSError:
+        sys.exit(1)
+    finally:
+        s.close()' $(slot_ports "$1")
+}
+
+# claim_slot: set SLOT to a slot this cluster now holds (its own from an earlier `up`
+# of the same DIR first)
+claim_slot() {
+    local k owner
+    mkdir -p "$SLOTS_DIR"
+    if [ -n "${SLOT:-}" ] && [ "$(cat "$SLOTS_DIR/$SLOT/dir" 2>/dev/null)" = "$DIR" ]; then
+        return 0
+    fi
+    # start at a slot derived from DIR, so that parallel clusters rarely race for one
+    local start=$((0x$(printf %s "$DIR" | sha1sum | cut -c1-6) % SLOT_COUNT))
+    for ((i = 0; i < SLOT_COUNT; i++)); do
+        k=$(((start + i) % SLOT_COUNT + 1))
+        if ! mkdir "$SLOTS_DIR/$k" 2>/dev/null; then
+            owner=$(cat "$SLOTS_DIR/$k/dir" 2>/dev/null) || continue # being claimed now
+            [ -e "$owner/.slurm-test-cluster" ] && continue
+            # its cluster is gone: take the slot over (one claimer wins the rename)
+            mv "$SLOTS_DIR/$k" "$SLOTS_DIR/$k.stale.$$" 2>/dev/null || continue
+            rm -rf "$SLOTS_DIR/$k.stale.$$"
+            mkdir "$SLOTS_DIR/$k" 2>/dev/null || continue
+        fi
+        echo "$DIR" >"$SLOTS_DIR/$k/dir"
+        if slot_ports_free "$k"; then
+            SLOT=$k
+            return 0
+        fi
+        rm -rf "${SLOTS_DIR:?}/$k"
+    done
+    die "no free cluster slot in $SLOTS_DIR (all $SLOT_COUNT taken or their ports in use)"
+}
+
+# free_slot: give this cluster's slot back
+free_slot() {
+    [ -n "${SLOT:-}" ] || return 0
+    [ "$(cat "$SLOTS_DIR/$SLOT/dir" 2>/dev/null)" = "$DIR" ] && rm -rf "${SLOTS_DIR:?}/$SLOT"
+    return 0
+}
+
 # ------------------------------------------------------------------- up ----
 
 cmd_up() {
@@ -315,8 +387,8 @@ cmd_up() {
             rec_pid "${f##*/}" >/dev/null && die "a cluster is already running in $DIR (run: $0 down $DIR)"
         done
     fi
-    # leftovers of an earlier run that was not taken down (e.g. namespaces)
-    (DOWN_QUIET=1 do_down)
+    # leftovers of an earlier run that was not taken down (e.g. namespaces, its slot)
+    (DOWN_QUIET=1 load_state && do_down)
 
     # ---- settings
     NODES=${NODES:-1}
@@ -366,8 +438,6 @@ cmd_up() {
     done
     [ "$NETNS_MODE" = 0 ] || command -v ip >/dev/null || die "missing command ip (iproute2)"
     [ "$(id -u)" = 0 ] || die "must run as root (namespaces, SlurmUser=root)"
-    local py
-    py=$(command -v /usr/bin/python3 || command -v python3)
 
     # Unix socket paths are limited to 108 bytes; slurmd's step sockets
     # (DIR/spool/nK/nK_<jobid>.<stepid>) are the longest ones we create.
@@ -386,16 +456,11 @@ cmd_up() {
     # munged warns about sockets in directories others cannot enter
     chmod 755 "$DIR/run" "$DIR"/run/munge*
 
-    # ---- ports and addresses
-    local ports ctld_port slurmd_port dbd_port db_port ctl_ip
-    # bind port 0 on loopback to let the kernel pick free ports (all four
-    # sockets are held at once so they are distinct)
-    ports=$("$py" -c '
-import socket
-ss = [socket.socket() for _ in range(4)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))')
-    read -r ctld_port slurmd_port dbd_port db_port <<<"$ports"
+    # ---- a slot of its own: ports and job ids no other cluster of ours uses
+    claim_slot
+    local ctld_port slurmd_port dbd_port db_port ctl_ip first_job_id
+    read -r ctld_port slurmd_port dbd_port db_port <<<"$(slot_ports "$SLOT")"
+    first_job_id=$((SLOT * JOBS_PER_SLOT + 1))
     if [ "$NETNS_MODE" = 1 ]; then ctl_ip=$CTL_IP_NETNS; else ctl_ip=127.0.0.1; fi
 
     # Hardware description of a node = this machine (every node runs here).
@@ -411,8 +476,8 @@ print(" ".join(str(s.getsockname()[1]) for s in ss))')
     {
         printf 'NODES=%q\nNETNS_MODE=%q\nSLURM_BIN=%q\nSLURM_SBIN=%q\nCLUSTER=%q\n' \
             "$NODES" "$NETNS_MODE" "$SLURM_BIN" "$SLURM_SBIN" "$cluster"
-        printf 'CTLD_PORT=%q\nSLURMD_PORT=%q\nDBD_PORT=%q\nDB_PORT=%q\n' \
-            "$ctld_port" "$slurmd_port" "$dbd_port" "$db_port"
+        printf 'CTLD_PORT=%q\nSLURMD_PORT=%q\nDBD_PORT=%q\nDB_PORT=%q\nSLOT=%q\n' \
+            "$ctld_port" "$slurmd_port" "$dbd_port" "$db_port" "$SLOT"
     } >"$DIR/run/cluster.env"
 
     # ---- configuration files
@@ -449,6 +514,10 @@ ClusterName=$cluster
 SlurmctldHost=localhost($ctl_ip)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
+# job ids of this cluster's own range: Slurm's cgroups (.../slurm/uid_0/job_<id>) and
+# anything else named by job id never meet another test cluster's on this host
+FirstJobId=$first_job_id
+MaxJobId=$((first_job_id + JOBS_PER_SLOT - 1))
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -598,7 +667,10 @@ EOF
         done
     fi
     # --no-defaults: ignore /etc/mysql; small log file keeps DIR small and fast
-    local mdb_opts=(--no-defaults "--datadir=$DIR/db" --user=root
+    # --tmpdir: its own, as clusters run side by side (two bootstraps sharing /tmp's
+    # temporary tables fail: "Unknown table 'mysql.tmp_user_sys'")
+    mkdir -p "$DIR/run/mariadb-tmp"
+    local mdb_opts=(--no-defaults "--datadir=$DIR/db" --user=root "--tmpdir=$DIR/run/mariadb-tmp"
         --innodb-log-file-size=8M --innodb-buffer-pool-size=64M)
     start_daemon installdb mariadb-install-db "${mdb_opts[@]}" \
         --auth-root-authentication-method=normal --skip-test-db --skip-name-resolve
@@ -631,7 +703,7 @@ EOF
     for ((k = 1; k <= NODES; k++)); do
         node_ns "$k"
         start_daemon "nodesup-n$k" "${DENV[@]}" "NODE_HOOK=$hook" \
-            "$py" "$LIB/nodesup.py" "$PIDDIR/slurmd-n$k" "$DIR/run/slurmd-n$k.exit" \
+            "$PY" "$LIB/nodesup.py" "$PIDDIR/slurmd-n$k" "$DIR/run/slurmd-n$k.exit" \
             "$DIR/log/slurmd-n$k.out" -- \
             "${NODE[@]}" unshare --mount --uts --propagation private -- \
             sh "$LIB/node-start.sh" "$k" "n$k" "$DIR" "$SLURM_SBIN/slurmd" -D -N "n$k"
@@ -657,6 +729,7 @@ nodes_idle() {
 
 cmd_down() {
     set_dir "$1"
+    load_state
     do_down
 }
 
@@ -729,6 +802,7 @@ do_down() {
     if [ -d "$PIDDIR" ]; then
         rm -f "$PIDDIR"/* "$DIR"/run/slurmd-*.exit
     fi
+    free_slot
     [ "${DOWN_QUIET:-0}" = 1 ] || echo "cluster down"
 }
 

@@ -3,7 +3,7 @@
 //! on hard cases against Slurm's own rapl plugin on identical simulated counters, and the
 //! footprint in slurmd. Every figure is printed and written to BENCHMARKS.md.
 
-mod support;
+use energy_tests as support;
 
 use std::fmt::Write as _;
 use std::fs;

@@ -2,7 +2,7 @@
 //! slurmd load the plugin; jobs change the simulated power; sacct, sstat and scontrol are
 //! compared with the simulator's true joules.
 
-mod support;
+use energy_tests as support;
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};

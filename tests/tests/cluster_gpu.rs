@@ -5,7 +5,7 @@
 
 #[path = "../fakegpu/harness.rs"]
 mod fakegpu;
-mod support;
+use energy_tests as support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! node energy from slurmd; sacct against the true integral of the power schedule, and a
 //! BMC frozen mid-job while slurmd must keep answering.
 
-mod support;
+use energy_tests as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! HPE Cray EX node controller (pmsim, `EnergyPmCountersDir`); sacct against its true
 //! joules.
 
-mod support;
+use energy_tests as support;
 
 use std::time::Duration;
 

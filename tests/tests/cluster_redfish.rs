@@ -2,7 +2,7 @@
 //! a mockup whose power redfishsim changes at run time), steps get the node's energy from
 //! slurmd; sacct against the true joules.
 
-mod support;
+use energy_tests as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! sacct's own figures, emissions and cost to the formula, a period report, and
 //! PrivateData with real Unix users (in a private mount namespace, /etc untouched).
 
-mod support;
+use energy_tests as support;
 
 use std::fs;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! the RAPL simulator gives the node's true joules, and the test reads the jobs' cgroup CPU
 //! time itself to compute what the model gives each job.
 
-mod support;
+use energy_tests as support;
 
 use std::fs;
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 
 #[path = "../fakevariorum/harness.rs"]
 mod fakevariorum;
-mod support;
+use energy_tests as support;
 
 use std::path::Path;
 use std::thread::sleep;

@@ -4,7 +4,7 @@
 
 #[path = "../fakegpu/harness.rs"]
 mod fakegpu;
-mod support;
+use energy_tests as support;
 
 use std::thread::sleep;
 use std::time::Duration;

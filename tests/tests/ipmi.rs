@@ -3,7 +3,7 @@
 //! schedule, the SDR path, and faults (frozen BMC, wrong password) that must never block a
 //! call or produce a bogus figure.
 
-mod support;
+use energy_tests as support;
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! acct_gather_conf_init, acct_gather_energy_g_*), driven over simulated RAPL hardware in a
 //! private mount namespace, checked against the simulator's true joules.
 
-mod support;
+use energy_tests as support;
 
 use std::thread::sleep;
 use std::time::Duration;

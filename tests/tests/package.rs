@@ -3,7 +3,7 @@
 //! private mount namespace over overlays: the machine is left as it was), measures a job
 //! in a cluster whose daemons load only the installed plugin.
 
-mod support;
+use energy_tests as support;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -18,7 +18,7 @@ use std::process::Command;
 use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_LOCAL, RTLD_NOW};
 use object::{Object, ObjectSymbol, SymbolKind};
 
-mod support;
+use energy_tests as support;
 use support::built_plugins as plugins;
 
 /// What `plugin_load_from_file` and `acct_gather_energy_init` look up (slurm-abi.md §1.1).

@@ -3,7 +3,7 @@
 //! controller's counter against the true joules, the parts beside the node, a controller
 //! restart, a vanished and an unreadable file.
 
-mod support;
+use energy_tests as support;
 
 use std::thread::sleep;
 use std::time::Duration;

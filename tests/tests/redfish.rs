@@ -3,7 +3,7 @@
 //! joules for each kind of resource, https with a CA file, and faults (a frozen and a
 //! dead BMC, a wrong URL, garbage JSON) that never block a call or give a bogus figure.
 
-mod support;
+use energy_tests as support;
 
 use std::thread::sleep;
 use std::time::Duration;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::{joules_between, power_schedule, workspace};
+use super::{bin, joules_between, power_schedule, workspace};
 
 pub const PASSWORD: &str = "redfish-secret-42";
 
@@ -43,7 +43,7 @@ impl RedfishSim {
     /// `mockup`: a directory of tests/redfish (`legacy`, `metrics`, `two-chassis`).
     pub fn start(dir: &Path, mockup: &str, https: bool) -> RedfishSim {
         fs::create_dir_all(dir).expect("mkdir redfish");
-        let sim = Command::new(env!("CARGO_BIN_EXE_redfishsim"))
+        let sim = Command::new(bin("redfishsim"))
             .arg("run")
             .arg(dir)
             .arg(workspace().join("tests/redfish").join(mockup))
@@ -188,7 +188,7 @@ impl RedfishSim {
     pub fn set_command(&self, watts: u32) -> String {
         format!(
             "{} set {} {watts}",
-            env!("CARGO_BIN_EXE_redfishsim"),
+            bin("redfishsim").display(),
             self.dir.display()
         )
     }

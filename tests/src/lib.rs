@@ -1,5 +1,5 @@
-//! Shared test support: the simulator, the built plugin, private mount namespaces.
-#![allow(dead_code)] // each test file uses a different part
+//! Test support shared by the loader, cluster and benchmark tests (built once, as this
+//! crate's library): the simulators, the built plugins, private Slurm clusters.
 
 pub mod bmc;
 pub mod cluster;
@@ -16,13 +16,21 @@ pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// One of this crate's binaries (`raplsim`, `energy-driver`, ...), built by cargo beside the
+/// test binaries' `deps/` directory before any integration test runs.
 pub fn bin(name: &str) -> PathBuf {
-    match name {
-        "raplsim" => PathBuf::from(env!("CARGO_BIN_EXE_raplsim")),
-        "energy-driver" => PathBuf::from(env!("CARGO_BIN_EXE_energy-driver")),
-        "pmsim" => PathBuf::from(env!("CARGO_BIN_EXE_pmsim")),
-        other => panic!("no binary {other}"),
-    }
+    let test = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = test
+        .parent()
+        .and_then(Path::parent)
+        .expect("a test binary lives in <target>/<profile>/deps");
+    let built = profile_dir.join(name);
+    assert!(
+        built.exists(),
+        "{} is missing: cargo builds it for the integration tests (cargo test -p energy-tests)",
+        built.display()
+    );
+    built
 }
 
 /// The built `senergy` (a binary of another package of the workspace, beside the tests').

@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""run-tests.py: runs the workspace's test binaries, the slow ones side by side.
+
+    cargo test --release --workspace --no-run --message-format=json >artifacts.json
+    ci/run-tests.py --artifacts artifacts.json [--jobs N] [--skip NAME]... \
+        [--only NAME]... [--times FILE] [FILTER...]
+
+Every test of the integration test binaries of the `energy-tests` package (loader, cluster,
+package tests: each mostly waits on a simulator or a Slurm job) runs in its own process
+(`BINARY --exact NAME`), up to N at a time (default 4), the longest expected first; the
+unit-test binaries of the other packages (fast, in-process) run whole, one per slot. A test
+in a process of its own cannot share state with another; the cluster tests are safe side
+by side because every cluster claims its own ports and job ids (ci/cluster.sh's slots).
+
+Tests named in EXCLUSIVE measure time or wakeups on this machine: they run with nothing
+else running.
+
+--skip NAME drops every test whose name contains NAME (libtest's --skip), --only NAME keeps
+only tests whose name contains one of the NAMEs, FILTER keeps tests containing it (libtest's
+filter); ignored tests never run. Each test's output is printed when it ends, with its
+time; at the end a table of times, slowest first, and the failures. --times FILE records
+the times (seconds, binary::test per line), which the next run reads to order the tests;
+ci/test-times.txt holds the times of a full run for a fresh clone. Exits 1 if a test failed.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PARALLEL_PACKAGE = "energy-tests"
+# timing-sensitive on a 2-core machine: a call held to under 1 ms while a library hangs,
+# plugin wakeups counted (the cluster tests' 1 s bounds on slurmd's answers stand load)
+EXCLUSIVE = {
+    "a_frozen_bmc_never_blocks_a_call_and_goes_unavailable",
+    "a_hung_library_never_slows_a_call_and_loses_no_energy",
+    "wakeups_per_node",
+    "benchmarks",
+}
+# expected seconds when no recorded time is known
+DEFAULT_SECONDS = {"cluster": 150.0, "other": 20.0}
+
+
+def executables(artifacts_path):
+    """(package, target, kind, path) of each test executable cargo built."""
+    found = []
+    with open(artifacts_path) as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            msg = json.loads(line)
+            if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
+                continue
+            if not msg.get("profile", {}).get("test"):
+                continue
+            package = msg["package_id"]
+            # "path+file:///.../tests#energy-tests@0.1.0" or "energy-tests 0.1.0 (...)"
+            name = package.split("#")[-1].split("@")[0] if "#" in package else package.split()[0]
+            if "/" in name:  # "path+file:///.../senergy#0.1.0": the directory is the name
+                name = name.rsplit("/", 1)[-1]
+            target = msg["target"]
+            found.append((name, target["name"], target["kind"][0], msg["executable"]))
+    return found
+
+
+def list_tests(executable):
+    def names(extra):
+        out = subprocess.run(
+            [executable, "--list", "--format", "terse", *extra],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        return [l[: -len(": test")] for l in out.splitlines() if l.endswith(": test")]
+
+    ignored = set(names(["--ignored"]))
+    return [n for n in names([]) if n not in ignored]
+
+
+def selected(name, args):
+    if any(s in name for s in args.skip):
+        return False
+    if args.only and not any(o in name for o in args.only):
+        return False
+    if args.filter and not any(f in name for f in args.filter):
+        return False
+    return True
+
+
+class Job:
+    def __init__(self, label, command, expected, exclusive):
+        self.label = label
+        self.command = command
+        self.expected = expected
+        self.exclusive = exclusive
+        self.seconds = None
+        self.ok = None
+        self.output = ""
+
+
+def plan(args):
+    times = {}
+    for path in (os.path.join(HERE, "test-times.txt"), args.times):
+        if path and os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 2:
+                        times[parts[1]] = float(parts[0])
+    jobs = []
+    for package, target, kind, exe in executables(args.artifacts):
+        if package == PARALLEL_PACKAGE and kind == "test":
+            for name in list_tests(exe):
+                if not selected(name, args):
+                    continue
+                label = f"{target}::{name}"
+                slow = target.startswith("cluster") or target in ("package", "benchmarks")
+                expected = times.get(label, DEFAULT_SECONDS["cluster" if slow else "other"])
+                jobs.append(Job(label, [exe, "--exact", name, "--test-threads=1", "--nocapture"],
+                                expected, name in EXCLUSIVE))
+        else:
+            # a unit-test binary: libtest filters and skips inside it
+            if args.only:
+                continue
+            label = f"{package}::{target}({kind})"
+            command = [exe, *args.filter]
+            for s in args.skip:
+                command += ["--skip", s]
+            jobs.append(Job(label, command, times.get(label, DEFAULT_SECONDS["other"]), False))
+    jobs.sort(key=lambda j: -j.expected)
+    return jobs
+
+
+def run(jobs, slots):
+    lock = threading.Condition()
+    running = []
+    print_lock = threading.Lock()
+
+    def work(job):
+        t0 = time.monotonic()
+        proc = subprocess.run(job.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL)
+        job.seconds = time.monotonic() - t0
+        job.ok = proc.returncode == 0
+        job.output = proc.stdout.decode("utf-8", "replace")
+        with print_lock:
+            verdict = "ok" if job.ok else f"FAILED (status {proc.returncode})"
+            print(f"---- {job.label}: {verdict} in {job.seconds:.0f}s", flush=True)
+            sys.stdout.write(job.output)
+            print(f"---- end of {job.label}", flush=True)
+        with lock:
+            running.remove(job)
+            lock.notify_all()
+
+    threads = []
+    pending = list(jobs)
+    with lock:
+        while pending:
+            # the longest pending job that may start now
+            def may_start(j):
+                if j.exclusive:
+                    return not running
+                return len(running) < slots and not any(r.exclusive for r in running)
+
+            job = next((j for j in pending if may_start(j)), None)
+            if job is None:
+                lock.wait()
+                continue
+            pending.remove(job)
+            running.append(job)
+            t = threading.Thread(target=work, args=(job,))
+            t.start()
+            threads.append(t)
+    for t in threads:
+        t.join()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--artifacts", required=True)
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "4")))
+    parser.add_argument("--skip", action="append", default=[])
+    parser.add_argument("--only", action="append", default=[])
+    parser.add_argument("--times")
+    parser.add_argument("filter", nargs="*")
+    args = parser.parse_args()
+    t0 = time.monotonic()
+    jobs = plan(args)
+    print(f"run-tests: {len(jobs)} test processes, up to {args.jobs} at a time", flush=True)
+    run(jobs, max(1, args.jobs))
+    wall = time.monotonic() - t0
+    print("run-tests: times (s), slowest first:")
+    for job in sorted(jobs, key=lambda j: -j.seconds):
+        print(f"  {job.seconds:7.1f}  {'ok    ' if job.ok else 'FAILED'}  {job.label}")
+    failed = [j for j in jobs if not j.ok]
+    total = sum(j.seconds for j in jobs)
+    print(f"run-tests: {len(jobs) - len(failed)} passed, {len(failed)} failed, "
+          f"{wall:.0f}s wall for {total:.0f}s of tests")
+    for job in failed:
+        print(f"run-tests: FAILED {job.label}")
+    if args.times:
+        with open(args.times, "w") as f:
+            for job in jobs:
+                f.write(f"{job.seconds:.1f} {job.label}\n")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
