@@ -1,150 +1,227 @@
-#!/bin/sh
+#!/bin/bash
 # test.sh: the whole test suite, as CI runs it. Installs what it needs when run as root on
-# Debian 12, checks format, then for each Slurm release builds, lints and runs unit,
-# loader and cluster tests:
+# Debian 12, checks format, then for each Slurm release builds the plugins and tests them:
 #   22.05  Debian 12's Slurm 22.05.8 (packages), target dir ${CARGO_TARGET_DIR:-target}
-#   24.11  Slurm 24.11.5 built by ci/build-slurm.sh from Debian's source package (cached),
-#          target dir ${CARGO_TARGET_DIR:-target}-24.11.5
-#   26.05  Slurm 26.05.3 built by ci/build-slurm.sh from the upstream tarball
-#          $SLURM_26_05_TARBALL (default ../shared/slurm/slurm-26.05.3.tar.gz beside the
-#          repository, where CI has it; see ci/build-slurm.sh for where to download it),
-#          target dir ${CARGO_TARGET_DIR:-target}-26.05.3
-# SLURM_VERSIONS picks the passes (default "22.05 24.11 26.05"; e.g. SLURM_VERSIONS=22.05
-# for a quick local run); a full X.Y.Z builds that release with ci/build-slurm.sh. Every
-# pass runs even if an earlier one failed; the exit status says whether all passed.
-# Each pass also makes the .deb (ci/package.sh), which the package test installs.
-# To keep CI within its time, the middle release (24.11) skips the cluster tests named in
-# SLURM_24_11_SKIP (default below: slow ones whose subject does not depend on the release,
-# each run on 22.05 and 26.05); SLURM_24_11_SKIP= runs everything there too.
-# The Slurm releases built from source are built at the start, in the background at the
-# lowest CPU priority (nice 19), while the first pass runs: its cluster tests mostly wait on
-# jobs, so the builds use idle cores; each pass then waits for its build (build-slurm.sh
-# locks per release) and finds it cached.
+#   24.11  Slurm 24.11.5, from the upstream tarball of Debian 13's source package
+#   25.05  Slurm 25.05.8, from ${SLURM_TARBALL_DIR:-../shared/slurm}/slurm-25.05.8.tar.gz
+#   25.11  Slurm 25.11.7, from ${SLURM_TARBALL_DIR:-../shared/slurm}/slurm-25.11.7.tar.gz
+#   26.05  Slurm 26.05.3, from ${SLURM_TARBALL_DIR:-../shared/slurm}/slurm-26.05.3.tar.gz
+# Those built from source are built by ci/build-slurm.sh (cached; it says where else to get
+# the tarballs), each into target dir ${CARGO_TARGET_DIR:-target}-X.Y.Z.
+#
+# SLURM_VERSIONS picks the releases (default all five, e.g. SLURM_VERSIONS=22.05 for a
+# quick local run; a full X.Y.Z builds that release). Every test runs on the releases in
+# SLURM_FULL (default: the oldest and the newest of SLURM_VERSIONS), with clippy and the
+# unit tests (release-independent logic, so once per full pass). The others run what
+# depends on the release: the build, the package, the loader and export tests, and one
+# cluster test per plugin, senergy and the package (RELEASE_TESTS below).
+#
+# Time (2 cores): the work is in two lanes. The build lane builds each release in turn
+# (Slurm from source in the background at nice 19 from the start, then cargo, all at nice 19);
+# the test lane runs a release's tests as soon as its build is done, while the build lane
+# goes on with the next release: the tests mostly wait on Slurm jobs and simulators.
+# Within a release, ci/run-tests.py runs the tests side by side (TEST_JOBS, default 4: each
+# cluster claims its own ports and job ids). Each pass's time and the total are printed.
+#
+# Every pass runs even if an earlier one failed; the exit status says whether all passed.
 # The loader and cluster tests need root; elsewhere they fail loudly unless
-# ENERGY_TESTS_ALLOW_SKIP=1. Arguments are passed to the test binaries.
+# ENERGY_TESTS_ALLOW_SKIP=1. Arguments are test-name filters (libtest's).
 set -eu
 cd "$(dirname "$0")/.."
+t_start=$(date +%s)
 [ "$(id -u)" = 0 ] && sh ci/deps.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && PATH="$HOME/.cargo/bin:$PATH"
-base_target=${CARGO_TARGET_DIR:-target}
-versions=$(echo "${SLURM_VERSIONS:-22.05 24.11 26.05}" | tr ',' ' ')
-tarball_26_05=${SLURM_26_05_TARBALL:-../shared/slurm/slurm-26.05.3.tar.gz}
-skip_24_11=${SLURM_24_11_SKIP-baseline_slurm_c_rapl_plugin_on_the_same_scenario
-    slow_polls_back_to_back_jobs_an_array_and_a_slurmd_restart
-    three_node_job_energy_is_the_sum_of_its_nodes a_frozen_bmc_mid_job_never_slows_slurmd
-    a_crashing_or_hanging_library_never_slows_slurmd
-    a_counter_reading_a_wrong_constant_mid_job_costs_nothing
-    at_default_settings_a_power_step_is_within_two_percent
-    a_frozen_then_dead_bmc_never_blocks_and_is_bridged rust_redfish_job_energy_matches_the_truth
-    rust_pm_counters_job_energy_matches_the_truth
-    rust_variorum_job_energy_matches_the_truth_with_both_api_generations
-    shared_node_without_contain shared_without_cgroups_says_why_and_is_node_wide
-    profile_energy_samples_reach_influxdb_with_the_true_power}
-
-# the source tarball for a release that is not in Debian's archive (exported for
-# ci/build-slurm.sh), unless SLURM_TARBALL is set
-use_tarball() {
-    if [ "$1" = 26.05.3 ] && [ -z "${SLURM_TARBALL:-}" ]; then
-        [ -r "$tarball_26_05" ] || {
-            echo "test.sh: Slurm 26.05.3 needs its source tarball at $tarball_26_05 (or SLURM_26_05_TARBALL); see ci/build-slurm.sh" >&2
-            return 1
-        }
-        SLURM_TARBALL=$(realpath "$tarball_26_05")
-        export SLURM_TARBALL
-    fi
-}
+base_target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
+tarball_dir=${SLURM_TARBALL_DIR:-../shared/slurm}
 
 full_release() {
     case $1 in
+    22.05) echo 22.05.8 ;;
     24.11) echo 24.11.5 ;;
+    25.05) echo 25.05.8 ;;
+    25.11) echo 25.11.7 ;;
     26.05) echo 26.05.3 ;;
     *) echo "$1" ;;
     esac
 }
+versions=""
+for r in $(echo "${SLURM_VERSIONS:-22.05 24.11 25.05 25.11 26.05}" | tr ',' ' '); do
+    r=$(full_release "$r")
+    echo "$r" | grep -Eqx '[0-9]+\.[0-9]+\.[0-9]+' || {
+        echo "test.sh: unknown Slurm release $r in SLURM_VERSIONS (22.05 ... 26.05 or X.Y.Z)" >&2
+        exit 2
+    }
+    versions="$versions $r"
+done
+sorted=$(echo $versions | tr ' ' '\n' | sort -V)
+full=""
+for r in $(echo "${SLURM_FULL:-$(echo "$sorted" | head -n 1) $(echo "$sorted" | tail -n 1)}" | tr ',' ' '); do
+    full="$full $(full_release "$r")"
+done
+is_full() { case " $full " in *" $1 "*) return 0 ;; esac; return 1; }
+# the order of the passes: the full ones first (the test lane's longest work), then the rest
+order=$(for r in $sorted; do is_full "$r" && echo "$r"; done; for r in $sorted; do is_full "$r" || echo "$r"; done)
+
+# What a release that does not run everything still tests (names, libtest's substrings):
+# each plugin loaded and driven by that release's loader, and measured in a cluster of it.
+RELEASE_TESTS=${RELEASE_TESTS:-"
+    loader:: plugin_exports:: gpu::node_and_step_energy_match_the_truth_for_both_vendors
+    ipmi::dcmi_energy_over_rmcp_plus_matches_the_truth pm_counters:: redfish::
+    variorum_sampler::every_generation_speaks_the_protocol
+    cluster::rust_rapl_job_energy_matches_the_truth_on_wrapping_amd_counters
+    cluster_ipmi::rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth
+    cluster_redfish::rust_redfish_job_energy_matches_the_truth
+    cluster_pm_counters::rust_pm_counters_job_energy_matches_the_truth
+    cluster_variorum::rust_variorum_job_energy_matches_the_truth_with_both_api_generations
+    cluster_gpu::jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl
+    cluster_shared::shared_node_with_contain
+    cluster_senergy::job_report_names_the_right_nodes_and_matches_sacct
+    package::"}
+
+slurm_tarball() {
+    case $1 in
+    22.05.8 | 24.11.5) ;; # Debian's packages; Debian 13's source package
+    *) [ -n "${SLURM_TARBALL:-}" ] || echo "$(realpath -m "$tarball_dir/slurm-$1.tar.gz")" ;;
+    esac
+}
 
 mkdir -p "$base_target"
-for release in $versions; do
-    release=$(full_release "$release")
-    case $release in
-    22.05 | 22.05.8) ;;
-    *.*.*)
-        echo "== Slurm $release: ci/build-slurm.sh in the background (nice 19, log $base_target/build-slurm-$release.log)"
-        (use_tarball "$release" && nice -n 19 sh ci/build-slurm.sh "$release") \
-            >"$base_target/build-slurm-$release.log" 2>&1 &
-        # one build at a time: the next waits for this one
-        wait $!
-        ;;
-    esac
-done &
+logs=$base_target/ci-logs
+rm -rf "$logs"
+mkdir -p "$logs"
+
+# ---- the Slurm builds, in the background from the start, in the order of the passes
+(
+    for release in $order; do
+        [ "$release" = 22.05.8 ] && continue
+        tb=$(slurm_tarball "$release")
+        if [ -n "$tb" ] && [ ! -r "$tb" ]; then
+            echo "test.sh: Slurm $release needs its source tarball at $tb (see ci/build-slurm.sh)" \
+                >"$logs/build-slurm-$release.log"
+            continue
+        fi
+        SLURM_TARBALL=${tb:-${SLURM_TARBALL:-}} nice -n 19 sh ci/build-slurm.sh "$release" \
+            >"$logs/build-slurm-$release.log" 2>&1 || true
+    done
+) &
 
 echo "== format"
 cargo fmt --all -- --check
 
-# pass RELEASE [TEST ARGS]: build, lint and test against one Slurm (run in a subshell)
-pass() {
-    release=$1
-    shift
+# slurm_env RELEASE: the environment that builds and tests against RELEASE
+slurm_env() {
     unset SLURM_PREFIX SLURM_INCLUDE_DIR SLURM_LIB_DIR SLURM_PLUGIN_DIR SLURM_EXPECTED_VERSION
-    case $release in
-    22.05 | 22.05.8)
+    if [ "$1" = 22.05.8 ]; then
         # Debian's packages: headers in /usr/include, plugins and libslurmfull in the
         # default places every build script and ci/cluster.sh fall back to
         export CARGO_TARGET_DIR=$base_target
-        ;;
-    *.*.*)
-        echo "== Slurm $release: ci/build-slurm.sh (waits for the background build)"
-        use_tarball "$release"
-        out=$(sh ci/build-slurm.sh "$release")
-        prefix=$(echo "$out" | tail -n 1)
-        [ -d "$prefix" ] || { echo "test.sh: ci/build-slurm.sh printed no prefix" >&2; exit 1; }
-        # the build scripts and the tests take the headers, libslurmfull, the plugin dir
-        # and the daemons from these (ci/cluster.sh reads SLURM_PREFIX)
-        export SLURM_PREFIX="$prefix" SLURM_INCLUDE_DIR="$prefix/include" \
-            SLURM_LIB_DIR="$prefix/lib/slurm" SLURM_PLUGIN_DIR="$prefix/lib/slurm" \
-            SLURM_EXPECTED_VERSION="$release" CARGO_TARGET_DIR="$base_target-$release"
-        ;;
-    *)
-        echo "test.sh: unknown Slurm release $release in SLURM_VERSIONS (22.05, 24.11, 26.05 or X.Y.Z)" >&2
-        exit 2
-        ;;
-    esac
-    echo "== Slurm $release: build (target dir $CARGO_TARGET_DIR)"
-    cargo build --release --workspace
-    echo "== Slurm $release: package"
-    ENERGY_TEST_DEB=$(sh ci/package.sh)
-    export ENERGY_TEST_DEB
-    if [ "$release" = 26.05.3 ]; then
-        echo "== Slurm $release: rpm (packaging/rpm through ci/rpm.sh)"
-        sh ci/rpm.sh
+        return 0
     fi
-    echo "== Slurm $release: lints"
-    cargo clippy --release --workspace --all-targets -- -D warnings
-    skips=""
-    if [ "${release%.*}" = 24.11 ]; then
-        for t in $skip_24_11; do skips="$skips --skip $t"; done
-    fi
-    echo "== Slurm $release: tests${skips:+ (skipping:$skips)}"
-    # shellcheck disable=SC2086
-    cargo test --release --workspace --no-fail-fast -- --test-threads=1 $skips "$@"
+    local tb prefix
+    tb=$(slurm_tarball "$1")
+    prefix=$(SLURM_TARBALL=${tb:-${SLURM_TARBALL:-}} sh ci/build-slurm.sh "$1" | tail -n 1)
+    [ -d "$prefix" ] || { echo "test.sh: ci/build-slurm.sh printed no prefix for $1" >&2; return 1; }
+    # the build scripts and the tests take the headers, libslurmfull, the plugin dir
+    # and the daemons from these (ci/cluster.sh reads SLURM_PREFIX)
+    export SLURM_PREFIX="$prefix" SLURM_INCLUDE_DIR="$prefix/include" \
+        SLURM_LIB_DIR="$prefix/lib/slurm" SLURM_PLUGIN_DIR="$prefix/lib/slurm" \
+        SLURM_EXPECTED_VERSION="$1" CARGO_TARGET_DIR="$base_target-$1"
 }
 
-summary=""
-failed=0
-for release in $versions; do
-    release=$(full_release "$release")
+# build RELEASE: the build lane's work for one release (run in a subshell)
+build() {
+    local release=$1
+    echo "== Slurm $release: waiting for its build (log $logs/build-slurm-$release.log)"
+    slurm_env "$release"
+    if [ "$CARGO_TARGET_DIR" != "$base_target" ] && [ ! -d "$CARGO_TARGET_DIR/release" ] &&
+        [ -d "$base_target/release" ]; then
+        # the third-party crates do not depend on the release: compiled once, copied (cargo
+        # then rebuilds only the workspace's crates, about a third of a cold build)
+        echo "== Slurm $release: target dir seeded from $base_target"
+        mkdir -p "$CARGO_TARGET_DIR"
+        cp -a "$base_target/release" "$CARGO_TARGET_DIR/"
+    fi
+    echo "== Slurm $release: build (target dir $CARGO_TARGET_DIR)"
+    nice -n 19 cargo build --release --workspace
+    echo "== Slurm $release: package"
+    ENERGY_TEST_DEB=$(nice -n 19 sh ci/package.sh)
+    echo "$ENERGY_TEST_DEB" >"$logs/deb-$release"
+    if [ "$release" = "$(echo "$sorted" | tail -n 1)" ]; then
+        echo "== Slurm $release: rpm (packaging/rpm through ci/rpm.sh)"
+        # its build (a copy of the tree elsewhere) reuses the third-party crates too
+        if [ ! -d "$CARGO_TARGET_DIR/rpm-build/release" ]; then
+            mkdir -p "$CARGO_TARGET_DIR/rpm-build"
+            cp -a "$CARGO_TARGET_DIR/release" "$CARGO_TARGET_DIR/rpm-build/"
+        fi
+        nice -n 19 sh ci/rpm.sh
+    fi
+    if is_full "$release"; then
+        echo "== Slurm $release: lints"
+        nice -n 19 cargo clippy --release --workspace --all-targets -- -D warnings
+    fi
+    echo "== Slurm $release: test build"
+    nice -n 19 cargo test --release --workspace --no-run --message-format=json \
+        >"$logs/artifacts-$release.json"
+}
+
+# run_tests RELEASE [FILTER...]: the test lane's work for one release (run in a subshell)
+run_tests() {
+    local release=$1
+    shift
+    slurm_env "$release"
+    ENERGY_TEST_DEB=$(cat "$logs/deb-$release")
+    export ENERGY_TEST_DEB
+    set -- --artifacts "$logs/artifacts-$release.json" --times "$logs/times-$release.txt" "$@"
+    if ! is_full "$release"; then
+        for t in $RELEASE_TESTS; do set -- --only "$t" "$@"; done
+    fi
+    echo "== Slurm $release: tests$(is_full "$release" && echo ", all" || echo ", those that depend on the release")"
+    python3 ci/run-tests.py "$@"
+}
+
+# the build lane in the foreground; each release's tests start when its build is done and
+# the previous release's tests have ended
+prev_tests=""
+for release in $order; do
     t0=$(date +%s)
     set +e
-    (
-        set -e
-        pass "$release" "$@"
-    )
-    rc=$?
+    (set -e; build "$release") 2>&1 | tee "$logs/build-$release.log"
+    rc=${PIPESTATUS[0]}
     set -e
-    seconds=$(($(date +%s) - t0))
-    if [ "$rc" = 0 ]; then result=passed; else result="FAILED (status $rc)"; failed=1; fi
-    echo "== Slurm $release: $result in ${seconds}s"
-    summary="$summary
-   Slurm $release: $result in ${seconds}s"
+    echo "$(($(date +%s) - t0))" >"$logs/build-seconds-$release"
+    if [ "$rc" != 0 ]; then
+        echo "FAILED (build, status $rc)" >"$logs/result-$release"
+        echo "== Slurm $release: build FAILED (status $rc); its tests do not run"
+        continue
+    fi
+    (
+        [ -z "$prev_tests" ] || while kill -0 "$prev_tests" 2>/dev/null; do sleep 1; done
+        t1=$(date +%s)
+        set +e
+        (set -e; run_tests "$release" "$@") >"$logs/tests-$release.log" 2>&1
+        rc=$?
+        echo "$(($(date +%s) - t1))" >"$logs/test-seconds-$release"
+        if [ "$rc" = 0 ]; then echo passed; else echo "FAILED (tests, status $rc)"; fi \
+            >"$logs/result-$release"
+        echo "== Slurm $release: tests $(cat "$logs/result-$release") in $(cat "$logs/test-seconds-$release")s (the output follows at the end)"
+    ) &
+    prev_tests=$!
 done
-echo "== summary:$summary"
+echo "== build lane done after $(($(date +%s) - t_start))s; waiting for the tests"
+wait
+
+failed=0
+summary=""
+for release in $order; do
+    if [ -e "$logs/tests-$release.log" ]; then
+        echo "==== Slurm $release: test output"
+        cat "$logs/tests-$release.log"
+    fi
+    result=$(cat "$logs/result-$release" 2>/dev/null || echo "FAILED (no result)")
+    case $result in passed) ;; *) failed=1 ;; esac
+    summary="$summary
+   Slurm $release: $result; build ${s_build:=$(cat "$logs/build-seconds-$release" 2>/dev/null || echo ?)}s, tests $(cat "$logs/test-seconds-$release" 2>/dev/null || echo ?)s$(is_full "$release" && echo " (all tests)" || echo " (release tests)")"
+    unset s_build
+done
+echo "== summary (total $(($(date +%s) - t_start))s):$summary"
 exit $failed

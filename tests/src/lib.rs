@@ -61,6 +61,12 @@ pub fn root_or_skip(test: &str) -> bool {
     );
 }
 
+/// The opening of every test that needs root: a private temporary directory (removed when
+/// dropped), or `None` when the test is skipped (see [`root_or_skip`]).
+pub fn root_test_dir(test: &str) -> Option<tempfile::TempDir> {
+    root_or_skip(test).then(|| tempfile::tempdir().expect("a temporary directory"))
+}
+
 /// The plugins as Slurm will load them: `acct_gather_energy_rust_<kind>.so` in a PluginDir.
 pub fn plugin_dir(tmp: &Path) -> PathBuf {
     let dir = tmp.join("plugins");

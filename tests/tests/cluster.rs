@@ -41,10 +41,11 @@ fn scontrol_field(cluster: &Cluster, node: &str, key: &str) -> String {
 /// The acceptance run: a 40 s job over AMD counters that wrap every ~15 s.
 #[test]
 fn rust_rapl_job_energy_matches_the_truth_on_wrapping_amd_counters() {
-    if !root_or_skip("rust_rapl_job_energy_matches_the_truth_on_wrapping_amd_counters") {
+    let Some(tmp) =
+        root_test_dir("rust_rapl_job_energy_matches_the_truth_on_wrapping_amd_counters")
+    else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
@@ -160,10 +161,10 @@ fn assert_rows(rows: &[(String, Option<u64>)], expected: &[(String, f64)], relat
 /// back-to-back exclusive jobs, a job array, and slurmd restarted in the middle of a job.
 #[test]
 fn slow_polls_back_to_back_jobs_an_array_and_a_slurmd_restart() {
-    if !root_or_skip("slow_polls_back_to_back_jobs_an_array_and_a_slurmd_restart") {
+    let Some(tmp) = root_test_dir("slow_polls_back_to_back_jobs_an_array_and_a_slurmd_restart")
+    else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
@@ -299,10 +300,9 @@ fn a_counter_reading_a_wrong_constant_mid_job_costs_nothing() {
 /// energy is the sum of its nodes' true joules.
 #[test]
 fn three_node_job_energy_is_the_sum_of_its_nodes() {
-    if !root_or_skip("three_node_job_energy_is_the_sum_of_its_nodes") {
+    let Some(tmp) = root_test_dir("three_node_job_energy_is_the_sum_of_its_nodes") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
@@ -348,11 +348,11 @@ fn three_node_job_energy_is_the_sum_of_its_nodes() {
 /// each sample is the simulated power, held constant through the step.
 #[test]
 fn profile_energy_samples_reach_influxdb_with_the_true_power() {
-    if !root_or_skip("profile_energy_samples_reach_influxdb_with_the_true_power") {
+    let Some(tmp) = root_test_dir("profile_energy_samples_reach_influxdb_with_the_true_power")
+    else {
         return;
-    }
+    };
     let influx = FakeInfluxDb::start();
-    let tmp = tempfile::tempdir().expect("tempdir");
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {

@@ -74,10 +74,11 @@ fn remove_job_cgroups(first_job: u32) {
 
 #[test]
 fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
-    if !root_or_skip("jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl") {
+    let Some(tmp) =
+        root_test_dir("jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl")
+    else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let devices = tmp.path().join("dev");
     device_files(&devices);
     let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);

@@ -31,10 +31,9 @@ fn ipmi_cluster_with(tmp: &std::path::Path, acct_gather: &str) -> Cluster {
 /// the schedule's energy.
 #[test]
 fn rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth() {
-    if !root_or_skip("rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth") {
+    let Some(tmp) = root_test_dir("rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let sim = BmcSim::start(&tmp.path().join("bmc"), 0);
     let cluster = ipmi_cluster(tmp.path(), &sim);
     let s = |w| sim.set_command(w);
@@ -58,10 +57,9 @@ fn rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth() {
 /// up to half a period of it: 10%).
 #[test]
 fn at_default_settings_a_power_step_is_within_two_percent() {
-    if !root_or_skip("at_default_settings_a_power_step_is_within_two_percent") {
+    let Some(tmp) = root_test_dir("at_default_settings_a_power_step_is_within_two_percent") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let sim = BmcSim::start(&tmp.path().join("bmc"), 150);
     let cluster = ipmi_cluster_with(tmp.path(), &sim.acct_gather_defaults());
     let job = cluster.sbatch(&power_step_script(tmp.path(), &sim.set_command(350)));
@@ -76,10 +74,9 @@ fn at_default_settings_a_power_step_is_within_two_percent() {
 /// energy (the gap is bridged between the readings before and after, at constant power).
 #[test]
 fn a_frozen_bmc_mid_job_never_slows_slurmd() {
-    if !root_or_skip("a_frozen_bmc_mid_job_never_slows_slurmd") {
+    let Some(tmp) = root_test_dir("a_frozen_bmc_mid_job_never_slows_slurmd") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let sim = BmcSim::start(&tmp.path().join("bmc"), 0);
     let cluster = ipmi_cluster(tmp.path(), &sim);
     let job = cluster.sbatch(&format!(
@@ -121,10 +118,9 @@ fn a_frozen_bmc_mid_job_never_slows_slurmd() {
 /// it keeps what it had, adds the new slurmd's figure, and estimates the gap.
 #[test]
 fn a_slurmd_restart_mid_job_keeps_the_step_energy() {
-    if !root_or_skip("a_slurmd_restart_mid_job_keeps_the_step_energy") {
+    let Some(tmp) = root_test_dir("a_slurmd_restart_mid_job_keeps_the_step_energy") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let sim = BmcSim::start(&tmp.path().join("bmc"), 0);
     let cluster = ipmi_cluster(tmp.path(), &sim);
     let job = cluster.sbatch(&format!(

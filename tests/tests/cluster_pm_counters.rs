@@ -14,10 +14,9 @@ use support::*;
 /// the job all see exactly the step's energy.
 #[test]
 fn rust_pm_counters_job_energy_matches_the_truth() {
-    if !root_or_skip("rust_pm_counters_job_energy_matches_the_truth") {
+    let Some(tmp) = root_test_dir("rust_pm_counters_job_energy_matches_the_truth") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let sim = PmSim::start(&tmp.path().join("pm"), "--accels 2");
     let cluster = Cluster::up(
         tmp.path(),

@@ -14,10 +14,9 @@ use support::*;
 /// the harder case); 0 W outside the step.
 #[test]
 fn rust_redfish_job_energy_matches_the_truth() {
-    if !root_or_skip("rust_redfish_job_energy_matches_the_truth") {
+    let Some(tmp) = root_test_dir("rust_redfish_job_energy_matches_the_truth") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let sim = RedfishSim::start(&tmp.path().join("bmc"), "legacy", false);
     let cluster = Cluster::up(
         tmp.path(),

@@ -51,10 +51,9 @@ fn assert_formula(what: &str, got: f64, want: f64) {
 /// each node's figure matches its truth, emissions and cost follow the formula.
 #[test]
 fn job_report_names_the_right_nodes_and_matches_sacct() {
-    if !root_or_skip("job_report_names_the_right_nodes_and_matches_sacct") {
+    let Some(tmp) = root_test_dir("job_report_names_the_right_nodes_and_matches_sacct") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
@@ -288,10 +287,10 @@ fn etc_with_users(dir: &std::path::Path) {
 /// their account's, root all; the period report sums the jobs of two accounts.
 #[test]
 fn usage_sums_two_accounts_and_private_data_limits_what_users_see() {
-    if !root_or_skip("usage_sums_two_accounts_and_private_data_limits_what_users_see") {
+    let Some(tmp) = root_test_dir("usage_sums_two_accounts_and_private_data_limits_what_users_see")
+    else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let etc = tmp.path().join("etc-users");
     etc_with_users(&etc);
     let cluster = Cluster::up(

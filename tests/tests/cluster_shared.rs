@@ -240,10 +240,9 @@ fn a_job_alone(cluster: &Cluster, restart: bool) {
 
 #[test]
 fn shared_node_with_contain() {
-    if !root_or_skip("shared_node_with_contain") {
+    let Some(tmp) = root_test_dir("shared_node_with_contain") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let cluster = shared_cluster(tmp.path(), CGROUP_SLURM_CONF);
     two_jobs_share_the_node(&cluster, true);
     a_job_alone(&cluster, false);
@@ -252,10 +251,9 @@ fn shared_node_with_contain() {
 
 #[test]
 fn shared_node_without_contain() {
-    if !root_or_skip("shared_node_without_contain") {
+    let Some(tmp) = root_test_dir("shared_node_without_contain") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let cluster = shared_cluster(
         tmp.path(),
         &format!("{CGROUP_SLURM_CONF}PrologFlags=Alloc\n"),
@@ -267,10 +265,9 @@ fn shared_node_without_contain() {
 /// `shared` says once in slurmd's log what is missing and every step gets the node's energy.
 #[test]
 fn shared_without_cgroups_says_why_and_is_node_wide() {
-    if !root_or_skip("shared_without_cgroups_says_why_and_is_node_wide") {
+    let Some(tmp) = root_test_dir("shared_without_cgroups_says_why_and_is_node_wide") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
@@ -308,10 +305,9 @@ fn shared_without_cgroups_says_why_and_is_node_wide() {
 /// node's energy within 1%, which its batch and srun steps split.
 #[test]
 fn shared_rust_ipmi_job_alone_with_a_power_step() {
-    if !root_or_skip("shared_rust_ipmi_job_alone_with_a_power_step") {
+    let Some(tmp) = root_test_dir("shared_rust_ipmi_job_alone_with_a_power_step") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let bmc = support::bmc::BmcSim::start(&tmp.path().join("bmc"), 0);
     let cluster = Cluster::up(
         tmp.path(),

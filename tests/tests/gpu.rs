@@ -92,10 +92,9 @@ fn node_and_step_energy_match_the_truth_for_both_vendors() {
 /// whose driver reloads mid-step restarts its counter: never a negative or bogus delta.
 #[test]
 fn power_integration_and_a_driver_reload() {
-    if !root_or_skip("power_integration_and_a_driver_reload") {
+    let Some(tmp) = root_test_dir("power_integration_and_a_driver_reload") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let fake = FakeGpus::new(Vendor::Nvidia, &[0, 1]);
     fake.set_mode(1, "nosupport");
     let d = gpu_driver(
@@ -132,10 +131,9 @@ fn power_integration_and_a_driver_reload() {
 /// has the energy of the hang: nothing is lost.
 #[test]
 fn a_hung_library_never_slows_a_call_and_loses_no_energy() {
-    if !root_or_skip("a_hung_library_never_slows_a_call_and_loses_no_energy") {
+    let Some(tmp) = root_test_dir("a_hung_library_never_slows_a_call_and_loses_no_energy") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let fake = FakeGpus::new(Vendor::Nvidia, &[0, 1]);
     let d = gpu_driver(
         tmp.path(),
@@ -181,10 +179,9 @@ fn a_hung_library_never_slows_a_call_and_loses_no_energy() {
 /// never 0 or unavailable.
 #[test]
 fn a_lost_gpu_is_only_that_gpu() {
-    if !root_or_skip("a_lost_gpu_is_only_that_gpu") {
+    let Some(tmp) = root_test_dir("a_lost_gpu_is_only_that_gpu") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let fake = FakeGpus::new(Vendor::Nvidia, &[0, 1, 2]);
     fake.set_mode(2, "noperm");
     let d = gpu_driver(
@@ -219,10 +216,9 @@ fn a_lost_gpu_is_only_that_gpu() {
 /// No library, or no driver: the plugin loads, says why once, and reports unavailable.
 #[test]
 fn without_a_library_or_a_driver_energy_is_unavailable() {
-    if !root_or_skip("without_a_library_or_a_driver_energy_is_unavailable") {
+    let Some(tmp) = root_test_dir("without_a_library_or_a_driver_energy_is_unavailable") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let fake = FakeGpus::new(Vendor::Nvidia, &[0]);
     fake.set_driver_missing();
     let conf = slurm_conf(

@@ -15,10 +15,9 @@ const RAPL: &str = "acct_gather_energy/rust_rapl";
 /// the set power) while the plugin is polled only twice, 6 s apart.
 #[test]
 fn amd_msr_energy_matches_the_truth_across_wraps() {
-    if !root_or_skip("amd_msr_energy_matches_the_truth_across_wraps") {
+    let Some(tmp) = root_test_dir("amd_msr_energy_matches_the_truth_across_wraps") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let sim = Sim::start(
         &tmp.path().join("sim"),
         "--vendor amd --packages 2 --cpus 2 --esu 24",
@@ -95,10 +94,9 @@ fn intel_package_and_dram_through_msr_and_powercap() {
 /// Slurm's C plugin on the same simulated counters, as a baseline (printed, not asserted).
 #[test]
 fn c_rapl_plugin_on_the_same_counters_for_comparison() {
-    if !root_or_skip("c_rapl_plugin_on_the_same_counters_for_comparison") {
+    let Some(tmp) = root_test_dir("c_rapl_plugin_on_the_same_counters_for_comparison") else {
         return;
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
+    };
     let sim = Sim::start(&tmp.path().join("sim"), INTEL_SERVER);
     let conf = slurm_conf(tmp.path(), "acct_gather_energy/rapl", "");
     let driver = driver(
