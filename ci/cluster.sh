@@ -375,22 +375,8 @@ free_slot() {
 
 # ------------------------------------------------------------------- up ----
 
-cmd_up() {
-    set_dir "$1"
-    if [ -d "$DIR" ] && [ -n "$(ls -A "$DIR")" ] && [ ! -e "$DIR/.slurm-test-cluster" ]; then
-        die "$DIR is not empty and was not created by cluster.sh; refusing to use it"
-    fi
-    if [ -d "$PIDDIR" ]; then
-        local f
-        for f in "$PIDDIR"/*; do
-            [ -e "$f" ] || continue
-            rec_pid "${f##*/}" >/dev/null && die "a cluster is already running in $DIR (run: $0 down $DIR)"
-        done
-    fi
-    # leftovers of an earlier run that was not taken down (e.g. namespaces, its slot)
-    (DOWN_QUIET=1 load_state && do_down)
-
-    # ---- settings
+# up_settings: the settings from the environment, and the programs they name. Part of `up`: it sets cmd_up's locals.
+up_settings() {
     NODES=${NODES:-1}
     [[ "$NODES" =~ ^[0-9]+$ ]] && [ "$NODES" -ge 1 ] && [ "$NODES" -le 200 ] || die "NODES must be 1..200"
     case "${NETNS:-auto}" in
@@ -399,10 +385,10 @@ cmd_up() {
     0 | no | false) [ "$NODES" -eq 1 ] || die "NODES>1 needs network namespaces"; NETNS_MODE=0 ;;
     *) die "NETNS must be auto, 0 or 1" ;;
     esac
-    local energy_type=${ENERGY_TYPE:-acct_gather_energy/none}
-    local node_freq=${NODE_FREQ:-5} jobacct_freq=${JOBACCT_FREQ:-5}
-    local cluster=${CLUSTER_NAME:-$DEFAULT_CLUSTER}
-    local dbg=${DAEMON_DEBUG:-info}
+    energy_type=${ENERGY_TYPE:-acct_gather_energy/none}
+    node_freq=${NODE_FREQ:-5} jobacct_freq=${JOBACCT_FREQ:-5}
+    cluster=${CLUSTER_NAME:-$DEFAULT_CLUSTER}
+    dbg=${DAEMON_DEBUG:-info}
     UP_TIMEOUT=${UP_TIMEOUT:-60}
     if [ -n "${SLURM_PREFIX:-}" ]; then
         SLURM_BIN=${SLURM_BIN:-$SLURM_PREFIX/bin}
@@ -413,8 +399,8 @@ cmd_up() {
         SLURM_SBIN=${SLURM_SBIN:-/usr/sbin}
         SLURM_PLUGIN_DIR=${SLURM_PLUGIN_DIR:-/usr/lib/$(sh "$HERE/multiarch.sh")/slurm-wlm}
     fi
-    local plugin_dir=$SLURM_PLUGIN_DIR${EXTRA_PLUGIN_DIR:+:$EXTRA_PLUGIN_DIR}
-    local hook=${NODE_HOOK:-}
+    plugin_dir=$SLURM_PLUGIN_DIR${EXTRA_PLUGIN_DIR:+:$EXTRA_PLUGIN_DIR}
+    hook=${NODE_HOOK:-}
     if [ -n "$hook" ]; then
         # absolute, because slurmd's supervisor does not run in the caller's cwd
         case "$hook" in */*) hook=$(realpath -- "$hook") ;; esac
@@ -427,7 +413,6 @@ cmd_up() {
         [ -r "$EXTRA_SLURM_CONF" ] || die "EXTRA_SLURM_CONF $EXTRA_SLURM_CONF is not readable"
     fi
 
-    local b k
     for b in "$SLURM_SBIN/slurmctld" "$SLURM_SBIN/slurmd" "$SLURM_SBIN/slurmdbd" \
         "$SLURM_BIN/sinfo" "$SLURM_BIN/scontrol" "$SLURM_BIN/sacctmgr"; do
         [ -x "$b" ] || die "missing $b"
@@ -442,8 +427,10 @@ cmd_up() {
     # Unix socket paths are limited to 108 bytes; slurmd's step sockets
     # (DIR/spool/nK/nK_<jobid>.<stepid>) are the longest ones we create.
     [ ${#DIR} -le 70 ] || die "DIR path too long (${#DIR} > 70 chars): unix sockets under it would not fit"
+}
 
-    # ---- fresh directory layout (only our own subdirectories are removed)
+# up_layout: a fresh directory layout (only our own subdirectories are removed). Part of `up`: it sets cmd_up's locals.
+up_layout() {
     mkdir -p "$DIR"
     touch "$DIR/.slurm-test-cluster"
     rm -rf "${DIR:?}"/{etc,run,state,spool,db,bin,log}
@@ -455,20 +442,19 @@ cmd_up() {
     fi
     # munged warns about sockets in directories others cannot enter
     chmod 755 "$DIR/run" "$DIR"/run/munge*
+}
 
-    # ---- a slot of its own: ports and job ids no other cluster of ours uses
+# up_identity: the slot (ports, job ids), the nodes' hardware and release, saved for the other subcommands. Part of `up`: it sets cmd_up's locals.
+up_identity() {
     claim_slot
-    local ctld_port slurmd_port dbd_port db_port ctl_ip first_job_id
     read -r ctld_port slurmd_port dbd_port db_port <<<"$(slot_ports "$SLOT")"
     first_job_id=$((SLOT * JOBS_PER_SLOT + 1))
     if [ "$NETNS_MODE" = 1 ]; then ctl_ip=$CTL_IP_NETNS; else ctl_ip=127.0.0.1; fi
 
     # Hardware description of a node = this machine (every node runs here).
-    local hw
     hw=${NODE_HW:-$(SLURM_CONF=/nonexistent "$SLURM_SBIN/slurmd" -C | head -n1 | sed 's/^NodeName=[^ ]* //')}
     [ -n "$hw" ] || die "slurmd -C printed nothing"
     # the release ("slurm 24.11.5", "slurm-wlm 22.05.8"), for settings that differ
-    local slurm_version
     slurm_version=$("$SLURM_SBIN/slurmd" -V 2>/dev/null | awk '{ print $2 }')
     [[ "$slurm_version" =~ ^[0-9]+\.[0-9]+ ]] || die "cannot tell the release of $SLURM_SBIN/slurmd (-V: $slurm_version)"
 
@@ -479,9 +465,11 @@ cmd_up() {
         printf 'CTLD_PORT=%q\nSLURMD_PORT=%q\nDBD_PORT=%q\nDB_PORT=%q\nSLOT=%q\n' \
             "$ctld_port" "$slurmd_port" "$dbd_port" "$db_port" "$SLOT"
     } >"$DIR/run/cluster.env"
+}
 
-    # ---- configuration files
-    local sock=$DIR/run/munge/munge.sock
+# write_configs: slurm.conf, slurmdbd.conf and the files beside them. Part of `up`: it sets cmd_up's locals.
+write_configs() {
+    sock=$DIR/run/munge/munge.sock
     dd if=/dev/urandom of="$DIR/etc/munge.key" bs=1024 count=1 status=none
     chmod 400 "$DIR/etc/munge.key"
     : >"$DIR/etc/plugstack.conf"
@@ -497,14 +485,10 @@ cmd_up() {
     elif version_ge "$slurm_version" 24.05; then
         echo "CgroupPlugin=disabled" >"$DIR/etc/cgroup.conf"
     fi
-    if [ -n "${CGROUP_CONF:-}" ]; then
-        cat -- "$CGROUP_CONF" >"$DIR/etc/cgroup.conf"
-    fi
     if [ -n "${GRES_CONF:-}" ]; then
         cat -- "$GRES_CONF" >"$DIR/etc/gres.conf"
     fi
 
-    local nodeaddr
     {
         cat <<EOF
 # generated by ci/cluster.sh - private test cluster, do not edit
@@ -598,8 +582,10 @@ EOF
             cat -- "$EXTRA_SLURMDBD_CONF" >>"$DIR/etc/slurmdbd.conf"
         fi
     )
+}
 
-    # ---- client wrappers (DIR/bin, first in PATH after `eval $(cluster.sh env DIR)`)
+# write_client_wrappers: DIR/bin: the clients, with SLURM_CONF and the ctl namespace. Part of `up`: it sets cmd_up's locals.
+write_client_wrappers() {
     local c w
     for c in sacct sacctmgr salloc sattach sbatch sbcast scancel scontrol scrontab sdiag \
         sinfo sprio squeue sreport srun sshare sstat strigger sh5util sjobexitmod; do
@@ -617,21 +603,12 @@ EOF
         } >"$w"
         chmod 755 "$w"
     done
+}
 
-    # ---- from here on, any failure or interruption tears down what we started
-    UP_OK=0
-    # The trap may fire while a command with redirected output runs (e.g. a
-    # client call writing to a log file): restore the original stdout/stderr
-    # saved here so the teardown messages reach the caller.
-    exec {SAVED_OUT}>&1 {SAVED_ERR}>&2
-    trap 'rc=$?; exec 1>&$SAVED_OUT 2>&$SAVED_ERR; if [ "$UP_OK" != 1 ]; then log "tearing down after failed up"; do_down >&2 || true; fi; exit $rc' EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
-    local t0=$SECONDS
-
-    # ---- network namespaces
+# start_namespaces: the network namespaces of a multi-node cluster. Part of `up`: it sets cmd_up's locals.
+start_namespaces() {
     if [ "$NETNS_MODE" = 1 ]; then
-        local ctlns=$NS_PREFIX-ctl nodens
+        ctlns=$NS_PREFIX-ctl
         ip netns add "$ctlns"
         ip -n "$ctlns" link set lo up
         ip -n "$ctlns" link add br0 type bridge
@@ -650,12 +627,14 @@ EOF
     fi
     ctl_ns
     daemon_env
+}
 
-    # ---- munged + MariaDB datadir in parallel
+# start_munge_and_mariadb: munged(s) and MariaDB (its datadir made while munged starts). Part of `up`: it sets cmd_up's locals.
+start_munge_and_mariadb() {
     start_daemon munged "${CTL[@]}" munged --foreground --force \
         --socket="$sock" --key-file="$DIR/etc/munge.key" --pid-file="$DIR/run/munged.pid" \
         --log-file="$DIR/log/munged.log" --seed-file="$DIR/run/munged.seed"
-    local mungeds="munged"
+    mungeds="munged"
     if [ "$NODES" -gt 1 ]; then
         # one per node (see "Network layout" above); node-start.sh mounts its socket
         for ((k = 1; k <= NODES; k++)); do
@@ -670,11 +649,11 @@ EOF
     # --tmpdir: its own, as clusters run side by side (two bootstraps sharing /tmp's
     # temporary tables fail: "Unknown table 'mysql.tmp_user_sys'")
     mkdir -p "$DIR/run/mariadb-tmp"
-    local mdb_opts=(--no-defaults "--datadir=$DIR/db" --user=root "--tmpdir=$DIR/run/mariadb-tmp"
+    mdb_opts=(--no-defaults "--datadir=$DIR/db" --user=root "--tmpdir=$DIR/run/mariadb-tmp"
         --innodb-log-file-size=8M --innodb-buffer-pool-size=64M)
     start_daemon installdb mariadb-install-db "${mdb_opts[@]}" \
         --auth-root-authentication-method=normal --skip-test-db --skip-name-resolve
-    local installdb_pid=$LAST_PID
+    installdb_pid=$LAST_PID
 
     wait_for "munged" "munged" test -S "$sock"
     for ((k = 1; k <= NODES && NODES > 1; k++)); do
@@ -688,18 +667,22 @@ EOF
         --log-error="$DIR/log/mariadbd.log" --skip-log-bin \
         --innodb-flush-log-at-trx-commit=2 --innodb-doublewrite=0
     wait_for "mariadbd" "mariadbd" mariadb-admin --no-defaults --socket="$DIR/run/mariadb.sock" ping
+}
 
-    # ---- slurmdbd, cluster registration
+# start_slurmdbd: slurmdbd, and the cluster registered before slurmctld starts. Part of `up`: it sets cmd_up's locals.
+start_slurmdbd() {
     start_daemon slurmdbd "${DENV[@]}" "${CTL[@]}" "$SLURM_SBIN/slurmdbd" -D
     wait_for "slurmdbd" "slurmdbd mariadbd munged" client sacctmgr -n -P list cluster
     # register the cluster before slurmctld starts, so its first connection
     # to slurmdbd already finds it (and sacct works right away)
     client sacctmgr -i add cluster "$cluster" >"$DIR/log/sacctmgr-add.out" 2>&1 ||
         fail "sacctmgr add cluster failed: $(cat "$DIR/log/sacctmgr-add.out")" slurmdbd
+}
 
-    # ---- slurmctld and the nodes (slurmds retry until slurmctld answers)
+# start_slurm: slurmctld and the nodes (slurmds retry until slurmctld answers), until all are idle. Part of `up`: it sets cmd_up's locals.
+start_slurm() {
     start_daemon slurmctld "${DENV[@]}" "${CTL[@]}" "$SLURM_SBIN/slurmctld" -D
-    local watch="slurmctld slurmdbd mariadbd $mungeds"
+    watch="slurmctld slurmdbd mariadbd $mungeds"
     for ((k = 1; k <= NODES; k++)); do
         node_ns "$k"
         start_daemon "nodesup-n$k" "${DENV[@]}" "NODE_HOOK=$hook" \
@@ -716,6 +699,47 @@ EOF
     trap - EXIT INT TERM
     echo "cluster up ($NODES node(s), cluster $cluster, $((SECONDS - t0))s, DIR $DIR)" >&2
     echo "cluster up"
+}
+
+cmd_up() {
+    set_dir "$1"
+    if [ -d "$DIR" ] && [ -n "$(ls -A "$DIR")" ] && [ ! -e "$DIR/.slurm-test-cluster" ]; then
+        die "$DIR is not empty and was not created by cluster.sh; refusing to use it"
+    fi
+    if [ -d "$PIDDIR" ]; then
+        local f
+        for f in "$PIDDIR"/*; do
+            [ -e "$f" ] || continue
+            rec_pid "${f##*/}" >/dev/null && die "a cluster is already running in $DIR (run: $0 down $DIR)"
+        done
+    fi
+    # leftovers of an earlier run that was not taken down (e.g. namespaces, its slot)
+    (DOWN_QUIET=1 load_state && do_down)
+
+    # shared by the steps below (bash locals are seen by the functions cmd_up calls)
+    local energy_type node_freq jobacct_freq cluster dbg plugin_dir hook b k ctld_port slurmd_port \
+        dbd_port db_port ctl_ip first_job_id hw slurm_version sock nodeaddr t0 ctlns nodens mungeds \
+        mdb_opts installdb_pid watch
+    up_settings
+    up_layout
+    up_identity
+    write_configs
+    write_client_wrappers
+    # ---- from here on, any failure or interruption tears down what we started
+    UP_OK=0
+    # The trap may fire while a command with redirected output runs (e.g. a
+    # client call writing to a log file): restore the original stdout/stderr
+    # saved here so the teardown messages reach the caller.
+    exec {SAVED_OUT}>&1 {SAVED_ERR}>&2
+    trap 'rc=$?; exec 1>&$SAVED_OUT 2>&$SAVED_ERR; if [ "$UP_OK" != 1 ]; then log "tearing down after failed up"; do_down >&2 || true; fi; exit $rc' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    t0=$SECONDS
+
+    start_namespaces
+    start_munge_and_mariadb
+    start_slurmdbd
+    start_slurm
 }
 
 # all N nodes known to slurmctld are idle
