@@ -3,10 +3,14 @@
 //! contained and logged, never unwinding into Slurm.
 //!
 //! Every thread the plugins start (the meter's sampler, the power poller, the thread that
-//! asks slurmd) is one of these, so stopping is prompt and uniform: `fini` never waits
-//! longer than the one call the thread may be in.
+//! asks slurmd) is one of these, so stopping is prompt and uniform. A thread stuck in a
+//! call that hangs (a frozen BMC's HTTP request, an NVML call to a GPU fallen off the bus)
+//! cannot be interrupted: stopping waits [`STOP_WAIT`] for it, then leaves it to end on its
+//! own, so `fini`, and with it slurmd's shutdown, never waits on hardware. A thread left
+//! running still runs this library's code, which must then stay mapped after Slurm's
+//! `dlclose`: the hook set by [`on_abandon`] (the FFI layer's) sees to it.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -24,6 +28,20 @@ struct Flags {
     stop: bool,
     /// A wake-up not yet consumed by `wait`.
     woken: bool,
+    /// The body returned (or panicked, which the guard logged).
+    ended: bool,
+}
+
+/// How long stopping a worker waits for its body to return. A plugin has at most four
+/// workers, so `fini` returns within a second however many of them hang.
+pub const STOP_WAIT: Duration = Duration::from_millis(200);
+
+static ABANDON_HOOK: OnceLock<fn()> = OnceLock::new();
+
+/// Sets what runs when a worker is left running past [`STOP_WAIT`] (once per process; a
+/// later call changes nothing).
+pub fn on_abandon(hook: fn()) {
+    let _ = ABANDON_HOOK.set(hook);
 }
 
 impl Control {
@@ -63,6 +81,20 @@ impl Control {
         self.lock().stop = true;
         self.changed.notify_all();
     }
+
+    fn end(&self) {
+        self.lock().ended = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits up to `timeout` for the body to return; whether it did.
+    fn wait_ended(&self, timeout: Duration) -> bool {
+        self.changed
+            .wait_timeout_while(self.lock(), timeout, |f| !f.ended)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .ended
+    }
 }
 
 /// A running background thread; dropping it stops and joins it.
@@ -83,7 +115,10 @@ impl Worker {
         let theirs = Arc::clone(&control);
         let handle = std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || guard(name, (), || body(&theirs)))
+            .spawn(move || {
+                guard(name, (), || body(&theirs));
+                theirs.end();
+            })
             .map_err(|e| format!("cannot start the {name} thread: {e}"))?;
         Ok(Self {
             name,
@@ -105,9 +140,22 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         self.control.stop();
-        if let Some(handle) = self.handle.take()
-            && handle.join().is_err()
-        {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        if !self.control.wait_ended(STOP_WAIT) {
+            log::warn!(
+                "the {} thread is still in a call after {} ms: left to end on its own",
+                self.name,
+                STOP_WAIT.as_millis()
+            );
+            if let Some(hook) = ABANDON_HOOK.get() {
+                hook();
+            }
+            // dropping the handle detaches the thread
+            return;
+        }
+        if handle.join().is_err() {
             // The guard catches the body's panics; this is only a panic in the guard itself.
             log::error!("the {} thread ended abnormally", self.name);
         }
@@ -161,6 +209,36 @@ mod tests {
         let t0 = Instant::now();
         drop(worker);
         assert!(t0.elapsed() < Duration::from_millis(100));
+    }
+
+    static ABANDONED: AtomicU32 = AtomicU32::new(0);
+
+    fn count_abandoned() {
+        ABANDONED.fetch_add(1, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn a_body_stuck_in_a_call_is_left_behind_in_bounded_time() {
+        on_abandon(count_abandoned);
+        let returned = Arc::new(AtomicU32::new(0));
+        let seen = Arc::clone(&returned);
+        let worker = Worker::spawn("test-stuck", move |control| {
+            control.wait(Some(Duration::from_millis(1)));
+            // a call that hangs and knows nothing of stop
+            std::thread::sleep(Duration::from_secs(2));
+            seen.fetch_add(1, Ordering::SeqCst);
+        })
+        .expect("spawn");
+        std::thread::sleep(Duration::from_millis(50));
+        let t0 = Instant::now();
+        drop(worker);
+        let took = t0.elapsed();
+        assert!(
+            took >= STOP_WAIT && took < STOP_WAIT + Duration::from_millis(150),
+            "{took:?}"
+        );
+        assert_eq!(ABANDONED.load(Ordering::SeqCst), 1);
+        assert_eq!(returned.load(Ordering::SeqCst), 0, "still in its call");
     }
 
     #[test]

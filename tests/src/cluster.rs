@@ -320,6 +320,45 @@ impl Cluster {
         text
     }
 
+    /// The first of this cluster's job ids (its slot's range: ci/cluster.sh), from slurm.conf.
+    pub fn first_job_id(&self) -> u32 {
+        fs::read_to_string(self.dir.join("etc/slurm.conf"))
+            .expect("slurm.conf")
+            .lines()
+            .find_map(|l| l.strip_prefix("FirstJobId=")?.trim().parse().ok())
+            .expect("FirstJobId in slurm.conf")
+    }
+
+    /// Stops node `node`'s slurmd with SIGTERM, as an admin's `systemctl stop slurmd`
+    /// does, and returns how long it took to exit.
+    pub fn stop_slurmd(&self, node: &str) -> Duration {
+        let record = fs::read_to_string(self.dir.join(format!("run/pid/slurmd-{node}")))
+            .expect("slurmd's pid record");
+        let pid: i32 = record
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a pid");
+        let alive = || {
+            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, s)| !s.starts_with('Z'))
+            })
+        };
+        let t0 = Instant::now();
+        // SAFETY: kill(2) on the slurmd this cluster started.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "kill slurmd");
+        while alive() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "slurmd did not stop:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        t0.elapsed()
+    }
+
     pub fn log(&self, name: &str) -> String {
         fs::read_to_string(self.dir.join("log").join(name)).unwrap_or_default()
     }

@@ -82,8 +82,6 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
     let devices = tmp.path().join("dev");
     device_files(&devices);
     let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);
-    // job ids of their own: Slurm's cgroup paths (slurm/uid_0/job_N) are machine-wide
-    let first_job = 100_000 + std::process::id() % 800_000;
     let gres = format!(
         "AutoDetect=off\nName=gpu File={}\nName=gpu File={}\n",
         devices.join("nvidia3").display(),
@@ -91,7 +89,7 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
     );
     let cgroup = cgroup_v1_conf("ConstrainDevices=yes\n");
     let acct_gather = format!("EnergyRaplSource=msr\n{}", fake.acct_gather());
-    let extra = format!("GresTypes=gpu\nTaskPlugin=task/cgroup\nFirstJobId={first_job}\n");
+    let extra = "GresTypes=gpu\nTaskPlugin=task/cgroup\n";
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
@@ -101,7 +99,7 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
             node_options: "Gres=gpu:2 ",
             gres_conf: &gres,
             cgroup_conf: &cgroup,
-            extra_conf: &extra,
+            extra_conf: extra,
             ..ClusterSpec::default()
         },
     );
@@ -222,6 +220,7 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
             0.005,
         );
     }
+    let first_job = cluster.first_job_id();
     drop(cluster);
     remove_job_cgroups(first_job);
 }

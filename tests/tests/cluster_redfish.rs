@@ -4,6 +4,7 @@
 
 use energy_tests as support;
 
+use std::thread::sleep;
 use std::time::Duration;
 
 use support::cluster::{Cluster, ClusterSpec, energy_of};
@@ -42,5 +43,49 @@ fn rust_redfish_job_energy_matches_the_truth() {
     assert!(
         cluster.log("slurmd-n1.log").contains("PowerConsumedWatts"),
         "slurmd's log says which resource it reads"
+    );
+}
+
+/// slurmd stops on SIGTERM within a second while its Redfish service is frozen (it accepts
+/// connections and never answers, so the poller's request can only time out, here after
+/// 10 s), and without crashing: the poller is left to end on its own.
+#[test]
+fn slurmd_stops_promptly_while_its_bmc_is_frozen() {
+    let Some(tmp) = root_test_dir("slurmd_stops_promptly_while_its_bmc_is_frozen") else {
+        return;
+    };
+    let sim = RedfishSim::start(&tmp.path().join("bmc"), "legacy", false);
+    let acct_gather = sim
+        .acct_gather("")
+        .replace("EnergyRedfishTimeout=1\n", "EnergyRedfishTimeout=10\n");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_redfish",
+            acct_gather: &acct_gather,
+            ..ClusterSpec::default()
+        },
+    );
+    sim.set(200);
+    sleep(Duration::from_secs(2));
+    sim.freeze();
+    // polled every 0.25 s: a request is now waiting on the frozen server
+    sleep(Duration::from_secs(1));
+    let took = cluster.stop_slurmd("n1");
+    sim.thaw();
+    println!("slurmd stopped in {took:?} with its BMC frozen");
+    let log = cluster.log("slurmd-n1.log");
+    assert!(
+        log.contains("still in a call after 200 ms"),
+        "the poller was in the frozen request when slurmd stopped:\n{log}"
+    );
+    assert!(
+        took < Duration::from_secs(1),
+        "slurmd took {took:?} to stop"
+    );
+    let out = cluster.log("slurmd-n1.out");
+    assert!(
+        !out.contains("Segmentation") && !log.contains("fatal"),
+        "slurmd ended cleanly:\n{out}\n{log}"
     );
 }

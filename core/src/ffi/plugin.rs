@@ -62,6 +62,7 @@ impl<S: Source> Plugin<S> {
 
     pub fn init(&'static self) -> c_int {
         self.logger.install();
+        crate::worker::on_abandon(super::location::keep_mapped);
         status(
             self.runtime
                 .init(super::location::plugin_directory().as_deref()),
