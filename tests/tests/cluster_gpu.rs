@@ -224,3 +224,40 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
     drop(cluster);
     remove_job_cgroups(first_job);
 }
+
+/// slurmd stops on SIGTERM within a second while an NVML call hangs (a GPU fallen off the
+/// bus: the call never returns), and without crashing: the poller is left in its call.
+#[test]
+fn slurmd_stops_promptly_while_an_nvml_call_hangs() {
+    let Some(tmp) = root_test_dir("slurmd_stops_promptly_while_an_nvml_call_hangs") else {
+        return;
+    };
+    let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_gpu",
+            acct_gather: &fake.acct_gather(),
+            ..ClusterSpec::default()
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    fake.set_mode(MINORS[0], "hang");
+    std::thread::sleep(Duration::from_secs(1));
+    let took = cluster.stop_slurmd("n1");
+    fake.set_mode(MINORS[0], "ok");
+    println!("slurmd stopped in {took:?} with an NVML call hanging");
+    let log = cluster.log("slurmd-n1.log");
+    assert!(
+        log.contains("still in a call after 200 ms"),
+        "the poller was in the hanging call when slurmd stopped:\n{log}"
+    );
+    assert!(
+        took < Duration::from_secs(1),
+        "slurmd took {took:?} to stop"
+    );
+    assert!(
+        !cluster.log("slurmd-n1.out").contains("Segmentation") && !log.contains("fatal"),
+        "slurmd ended cleanly:\n{log}"
+    );
+}
