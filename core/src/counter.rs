@@ -11,54 +11,97 @@
 //! an increment accrued after the last read that still saw the previous value, and before
 //! this read: that window, not the time since the previous read, bounds what is plausible.
 //!
-//! A read further from the last good value than the maximum power allows is not a wrap: it
-//! is a reset or a bogus read (torn, corrupted), and one read cannot tell which. It becomes
-//! a suspect, nothing is counted for it, and the last good value stays the anchor; the
-//! reads after it decide:
-//! - one that continues the last good value (plausible from it; across a long gap, wraps
-//!   chosen at the measured power) is counted from that value: the suspect was a bad read
-//!   and is forgotten, so it costs nothing;
-//! - one that advances plausibly from the suspect but not from the good value confirms a
-//!   reset: counting goes on from the suspect, and the gap between the good value (since it
-//!   was first read: a value read unchanged counted nothing since) and the suspect is
-//!   estimated from the power measured from the suspect on (the power before may be
-//!   meaningless: a stuck counter's, or nothing at all after a bogus first read);
-//! - one that repeats the suspect decides nothing (a bogus constant, or a reset counter that
-//!   has not moved yet), however long it stays;
-//! - any other is a new suspect in its place.
+//! Counting goes from the last good value; one read cannot tell a bogus value (torn,
+//! corrupted, a wrong constant held for a while) from a true one, so each read is judged
+//! against it:
+//! - **plausible and ordinary** (reachable under the maximum power, and not a burst, below):
+//!   counted at once. This is the normal path, exact across wraps, gaps and stalls.
+//! - **plausible but a burst**: it implies, over its window, more than [`BURST_FACTOR`]
+//!   times the measured power *and* more than [`BURST_SHARE_OF_MAX`] of the maximum. A
+//!   bogus value just past a wrap, at the power bound or anywhere the counter could have
+//!   reached looks like this; so does a real jump in power. It is *tentative*: only what
+//!   the measured power predicts since the good value was read is counted now (so a step
+//!   whose last read this is loses at most the power above that, never the interval), and
+//!   the good value stays the anchor. The next read that differs decides: one that goes on
+//!   from the tentative value confirms it and the rest is counted (a real burst, exact);
+//!   one that continues the good value instead is counted from it, so the tentative value
+//!   was bogus and costs nothing. Its share counted in advance is paid back by the next
+//!   counts (never counted twice).
+//! - **behind the good value, but not behind the value read before it**: one of the two is
+//!   bogus (a counter never goes back, and these are too close for a reset to be the
+//!   likely cause). Nothing is counted and the good value stays the anchor; counting
+//!   resumes when the counter passes it. If the good value was a bogus one a little ahead
+//!   of the truth (not a burst, so counted), the truth catches up with it and the total is
+//!   exact from then on: the excess was only counted early.
+//! - **not reachable** (further than the maximum power allows: a reset or a bogus read): a
+//!   suspect, nothing counted. A later read that continues the good value is counted from
+//!   it (the suspect was bogus and is forgotten); one that advances plausibly from the
+//!   suspect but not from the good value confirms a reset: counting goes on from the
+//!   suspect, and the gap between the good value (since it was first read: a value read
+//!   unchanged counted nothing since) and the suspect is estimated from the power measured
+//!   from the suspect on (the power before may be meaningless: a stuck counter's, or nothing
+//!   at all after a bogus first read).
 //!
-//! So a jump from a value that was never confirmed is never counted: not the jump back from
-//! a bogus read, not a wrap implied by one. The one read that cannot be checked is the
-//! first (a process's baseline): if it is bogus, the reads after it are suspects that
-//! confirm each other, and the gap is estimated. A bogus value the true count could have
-//! reached from the value read before it (less than the maximum power allows ahead of it;
-//! for a baseline, that much behind the truth) is indistinguishable from a burst of power
-//! and is counted as one.
+//! A read that repeats the pending (tentative, behind or suspect) value decides nothing (a
+//! bogus constant, or a reset counter that has not moved yet), however long it stays; any
+//! other read is judged afresh and replaces it.
+//!
+//! A reset just after a read near the top of the range reads as a wrap. If that wrap is a
+//! burst and the counter then goes on from it at an ordinary power, it was a reset: its gap
+//! is estimated as above, rather than counting the top of the range as energy. If it is not
+//! a burst it is counted as the wrap it looks like (the error is at most a burst's worth of
+//! the one interval).
+//!
+//! Limits: the first read (a process's baseline) cannot be checked: if it is bogus, the
+//! reads after it are suspects that confirm each other, and the gap is estimated. With no
+//! power measured yet (the first [`RATE_WINDOW`], or a counter that has not moved) nothing is
+//! a burst. A bogus value ahead of the truth but not a burst is counted until the truth
+//! catches up with it (a few reads; at most a burst's worth of one window): a job that ends
+//! before then keeps that excess.
 
 use std::time::{Duration, Instant};
 
 /// How long the hardware may have held the first value read before it was read (it
 /// updates about every millisecond; generous).
 const FIRST_VALUE_AGE: Duration = Duration::from_millis(100);
-/// The measured power (for the wraps in a long gap, or a reset's gap) is taken over at
-/// least this long, so steps between close reads do not make it jump.
+/// The measured power (for the wraps in a long gap, a reset's gap, or what is a burst) is
+/// taken over at least this long, so steps between close reads do not make it jump.
 const RATE_WINDOW: Duration = Duration::from_millis(500);
+/// A read is a burst above this many times the measured power over its window. The window
+/// runs from the read before the good value was first read, so it spans about two read
+/// intervals and steady power fills about half of it: only a rise to more than three
+/// times the measured power within one interval is held, while a bogus value at the power
+/// bound is held as long as the measured power is below two thirds of the maximum.
+const BURST_FACTOR: f64 = 1.5;
+/// ... and above this share of the maximum power over its window. Power that rises fast but
+/// stays low (half of this per interval, at steady reads) is counted at once, so the last
+/// read of a step is exact for ordinary workloads; a bogus value closer than this to the
+/// truth is only counted early, then caught up with.
+const BURST_SHARE_OF_MAX: f64 = 0.2;
 
 /// How one read advanced the counter.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Advance {
     /// First read: a baseline, no energy yet.
     Started,
-    /// `units` of energy since the last good read (wraps included).
+    /// `units` of energy counted (wraps included) from the last good read, or from the
+    /// tentative read this one confirms.
     Counted { units: u64 },
+    /// The read is plausible but a burst: `units` (what the measured power predicts) are
+    /// counted now, the rest once the next read goes on from it.
+    Tentative { units: u64 },
+    /// The read is `by` units behind the last good value but not behind the one before it:
+    /// one of them is bogus; nothing is counted until the counter passes the good value.
+    Behind { by: u64 },
     /// The read is further from the last good value than the maximum power allows
     /// (`raw_delta` units on; `None`: outside the counter's range): a reset or a bogus
     /// read. Nothing is counted until a later read tells which.
     Suspect { raw_delta: Option<u64> },
-    /// The read repeats the suspect: still undecided, nothing counted.
+    /// The read repeats the pending one: still undecided, nothing counted.
     Held,
-    /// The read continues the last good value: the suspect reads before it were bogus and
-    /// are forgotten; `units` counted from the good value.
+    /// The read continues the last good value: the pending reads before it were bogus (or
+    /// the good value was, and the counter has passed it again) and are forgotten; `units`
+    /// counted from the good value.
     Recovered { units: u64 },
     /// The read advances from the suspect: the counter was reset. `units` counted since
     /// the suspect; the `gap` before it is estimated from the power measured from the
@@ -70,6 +113,9 @@ pub enum Advance {
 #[derive(Debug, Clone, Copy)]
 struct Seen {
     value: u64,
+    /// The value read before `value` (`value` itself for a first read): the true count
+    /// has passed it, so a read between it and `value` is no reset.
+    before: u64,
     /// The first read that saw `value`.
     first_at: Instant,
     /// The latest read that saw `value`.
@@ -80,17 +126,55 @@ struct Seen {
 }
 
 impl Seen {
+    /// The first read of a value; nothing known before it.
+    fn first(value: u64, now: Instant, since: Instant) -> Seen {
+        Seen {
+            value,
+            before: value,
+            first_at: now,
+            at: now,
+            since,
+        }
+    }
+
+    /// `value` read at `now`, after `self` (the read before it at `since`).
+    fn next(self, value: u64, now: Instant, since: Instant) -> Seen {
+        Seen {
+            value,
+            before: self.value,
+            first_at: now,
+            at: now,
+            since,
+        }
+    }
+
     /// `value` read at `now`, one read after `self`.
     fn then(self, value: u64, now: Instant) -> Seen {
         if value == self.value {
             // unchanged: the increment still to come keeps accruing since `self.since`
             Seen { at: now, ..self }
         } else {
-            Seen {
-                value,
-                first_at: now,
-                at: now,
-                since: self.at,
+            self.next(value, now, self.at)
+        }
+    }
+}
+
+/// A read not counted (in full) yet, waiting for the reads after it.
+#[derive(Debug, Clone, Copy)]
+enum Pending {
+    /// Plausible from the good value but a burst, `units` on from it.
+    Tentative { seen: Seen, units: u64 },
+    /// Behind the good value, not behind the value before it.
+    Behind(Seen),
+    /// Not reachable from the good value.
+    Suspect(Seen),
+}
+
+impl Pending {
+    fn seen(&mut self) -> &mut Seen {
+        match self {
+            Pending::Tentative { seen, .. } | Pending::Behind(seen) | Pending::Suspect(seen) => {
+                seen
             }
         }
     }
@@ -104,8 +188,11 @@ pub struct WrappingCounter {
     max_units_per_sec: f64,
     /// The last value counted from.
     good: Option<Seen>,
-    /// A read the last good value cannot have reached, not yet decided.
-    suspect: Option<Seen>,
+    /// A read after it, not decided yet.
+    pending: Option<Pending>,
+    /// Units counted beyond the good value (a tentative read's predicted share): the next
+    /// counts pay them back first, so nothing is counted twice.
+    counted_ahead: u64,
     /// Units per second, measured over at least `RATE_WINDOW`.
     rate: f64,
     /// Where the current rate measurement started: (when, total units then).
@@ -121,7 +208,8 @@ impl WrappingCounter {
             modulus,
             max_units_per_sec,
             good: None,
-            suspect: None,
+            pending: None,
+            counted_ahead: 0,
             rate: 0.0,
             rate_from: None,
             unestimated_gap: Duration::ZERO,
@@ -137,43 +225,46 @@ impl WrappingCounter {
     pub fn advance(&mut self, raw: u64, now: Instant) -> Advance {
         let Some(good) = self.good else {
             self.rate_from = Some((now, 0));
-            self.good = Some(Seen {
-                value: raw % self.modulus,
-                first_at: now,
-                at: now,
-                since: now.checked_sub(FIRST_VALUE_AGE).unwrap_or(now),
-            });
+            let since = now.checked_sub(FIRST_VALUE_AGE).unwrap_or(now);
+            self.good = Some(Seen::first(raw % self.modulus, now, since));
             return Advance::Started;
         };
-        // the same suspect value read again, even once the good value could have reached
+        // the same pending value read again, even once the good value could have reached
         // it, is no more credible than the first time
-        if let Some(suspect) = &mut self.suspect
-            && raw == suspect.value
+        if let Some(pending) = &mut self.pending
+            && raw == pending.seen().value
         {
-            suspect.at = now;
+            pending.seen().at = now;
             return Advance::Held;
         }
+        let previous = self.pending.as_mut().map_or(good.at, |p| p.seen().at);
+        if let Some(Pending::Tentative { seen, units }) = self.pending
+            && let Some(more) = self.plausible_from(seen, raw, now)
+        {
+            return self.confirm_tentative(good, seen, units, raw, more, now);
+        }
         if let Some(units) = self.plausible_from(good, raw, now) {
+            if self.is_burst(good, units, now) {
+                return self.hold_tentative(good, raw, units, previous, now);
+            }
             self.good = Some(good.then(raw, now));
-            self.add(units, now);
-            return match self.suspect.take() {
-                Some(_) => Advance::Recovered { units },
-                None => Advance::Counted { units },
+            let counted = self.count(units, now);
+            return match self.pending.take() {
+                Some(_) => Advance::Recovered { units: counted },
+                None => Advance::Counted { units: counted },
             };
         }
-        if let Some(suspect) = self.suspect
+        if let Some(Pending::Suspect(suspect)) = self.pending
             && let Some(units) = self.plausible_from(suspect, raw, now)
         {
             return self.confirm_reset(good, suspect, raw, units, now);
         }
-        // the previous read: the suspect's if there is one (a good read clears it)
-        let previous = self.suspect.map_or(good.at, |s| s.at);
-        self.suspect = Some(Seen {
-            value: raw,
-            first_at: now,
-            at: now,
-            since: previous,
-        });
+        let seen = good.next(raw, now, previous);
+        if let Some(by) = self.behind(good, raw) {
+            self.pending = Some(Pending::Behind(seen));
+            return Advance::Behind { by };
+        }
+        self.pending = Some(Pending::Suspect(seen));
         Advance::Suspect {
             raw_delta: self.delta(good.value, raw),
         }
@@ -188,13 +279,8 @@ impl WrappingCounter {
             return self.advance(raw, now);
         };
         let gap = now.saturating_duration_since(good.at);
-        self.good = Some(Seen {
-            value: raw % self.modulus,
-            first_at: now,
-            at: now,
-            since: now,
-        });
-        self.suspect = None;
+        self.good = Some(Seen::first(raw % self.modulus, now, now));
+        self.pending = None;
         self.unestimated_gap += gap;
         self.rate_from = Some((now, self.total_units));
         Advance::Reset { gap, units: 0 }
@@ -216,11 +302,73 @@ impl WrappingCounter {
         Some(self.with_likely_wraps(delta, elapsed, wraps_possible))
     }
 
+    /// Whether `units` on from `from` by `now` are a burst (see the module's doc). With no
+    /// power measured there is nothing to compare with (a counter that has not moved yet, or
+    /// stalled): never.
+    fn is_burst(&self, from: Seen, units: u64, now: Instant) -> bool {
+        let window = now.saturating_duration_since(from.since).as_secs_f64();
+        let per_sec = (BURST_FACTOR * self.rate).max(BURST_SHARE_OF_MAX * self.max_units_per_sec);
+        self.rate > 0.0 && units as f64 > per_sec * window
+    }
+
+    /// How far `raw` is behind the good value, if it is not behind the value before it.
+    fn behind(&self, good: Seen, raw: u64) -> Option<u64> {
+        let past_before = self.delta(good.before, raw)?;
+        let good_past_before = self.delta(good.before, good.value)?;
+        (past_before < good_past_before).then(|| good_past_before - past_before)
+    }
+
     /// `raw - from` modulo the counter's range; `None` for a value out of range (never
     /// plausible).
     fn delta(&self, from: u64, raw: u64) -> Option<u64> {
         (raw < self.modulus)
             .then(|| raw.wrapping_sub(from).wrapping_add(self.modulus) % self.modulus)
+    }
+
+    /// Holds `raw`, `units` on from the good value and a burst, until a later read decides.
+    fn hold_tentative(
+        &mut self,
+        good: Seen,
+        raw: u64,
+        units: u64,
+        previous: Instant,
+        now: Instant,
+    ) -> Advance {
+        // what the measured power predicts since the good value was last read: counted now,
+        // so that a step whose final read this is keeps it (a bogus value then costs only
+        // the error of that prediction, and that only until the next read)
+        let expected = self.rate * now.saturating_duration_since(good.at).as_secs_f64();
+        let credit = units.min(expected.round() as u64);
+        let counted = credit.saturating_sub(self.counted_ahead);
+        self.counted_ahead = self.counted_ahead.max(credit);
+        self.add(counted, now);
+        self.pending = Some(Pending::Tentative {
+            seen: good.next(raw, now, previous),
+            units,
+        });
+        Advance::Tentative { units: counted }
+    }
+
+    /// `raw` goes on from the tentative read `tentative` (`to_it` units on from the good
+    /// value) by `more` units: it was true.
+    fn confirm_tentative(
+        &mut self,
+        good: Seen,
+        tentative: Seen,
+        to_it: u64,
+        raw: u64,
+        more: u64,
+        now: Instant,
+    ) -> Advance {
+        // a jump through zero, then an ordinary power from there: the counter restarted
+        // near zero just after a read near the top, which only looked like a wrap
+        if tentative.value < good.value && !self.is_burst(tentative, more, now) {
+            return self.confirm_reset(good, tentative, raw, more, now);
+        }
+        self.pending = None;
+        self.good = Some(tentative.then(raw, now));
+        let counted = self.count(to_it.saturating_add(more), now);
+        Advance::Counted { units: counted }
     }
 
     fn confirm_reset(
@@ -233,11 +381,24 @@ impl WrappingCounter {
     ) -> Advance {
         let gap = suspect.first_at.saturating_duration_since(good.first_at);
         self.good = Some(suspect.then(raw, now));
-        self.suspect = None;
+        self.pending = None;
         self.unestimated_gap += gap;
         self.rate_from = Some((suspect.first_at, self.total_units));
-        self.add(units, now);
-        Advance::Reset { gap, units }
+        // what was counted ahead of the good value lies in the gap, which the estimate
+        // covers: the units from the suspect on pay it back
+        let counted = self.count(units, now);
+        Advance::Reset {
+            gap,
+            units: counted,
+        }
+    }
+
+    /// Counts `units` on from the good value, less what was counted ahead of it.
+    fn count(&mut self, units: u64, now: Instant) -> u64 {
+        let counted = units.saturating_sub(self.counted_ahead);
+        self.counted_ahead = self.counted_ahead.saturating_sub(units);
+        self.add(counted, now);
+        counted
     }
 
     fn add(&mut self, units: u64, now: Instant) {
