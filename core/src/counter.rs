@@ -11,53 +11,56 @@
 //! an increment accrued after the last read that still saw the previous value, and before
 //! this read: that window, not the time since the previous read, bounds what is plausible.
 //!
-//! Counting goes from the last good value; one read cannot tell a bogus value (torn,
+//! Counting goes from the last good value. One read cannot tell a bogus value (torn,
 //! corrupted, a wrong constant held for a while) from a true one, so each read is judged
-//! against it:
+//! against it, and reads that do not fit wait for the reads after them:
 //! - **plausible and ordinary** (reachable under the maximum power, and not a burst, below):
 //!   counted at once. This is the normal path, exact across wraps, gaps and stalls.
 //! - **plausible but a burst**: it implies, over its window, more than [`BURST_FACTOR`]
 //!   times the measured power *and* more than [`BURST_SHARE_OF_MAX`] of the maximum. A
-//!   bogus value just past a wrap, at the power bound or anywhere the counter could have
-//!   reached looks like this; so does a real jump in power. It is *tentative*: only what
-//!   the measured power predicts since the good value was read is counted now (so a step
-//!   whose last read this is loses at most the power above that, never the interval), and
-//!   the good value stays the anchor. The next read that differs decides: one that goes on
-//!   from the tentative value confirms it and the rest is counted (a real burst, exact);
-//!   one that continues the good value instead is counted from it, so the tentative value
-//!   was bogus and costs nothing. Its share counted in advance is paid back by the next
-//!   counts (never counted twice).
-//! - **behind the good value, but not behind the value read before it**: one of the two is
-//!   bogus (a counter never goes back, and these are too close for a reset to be the
-//!   likely cause). Nothing is counted and the good value stays the anchor; counting
-//!   resumes when the counter passes it. If the good value was a bogus one a little ahead
-//!   of the truth (not a burst, so counted), the truth catches up with it and the total is
-//!   exact from then on: the excess was only counted early.
+//!   bogus value just past a wrap, at the power bound or anywhere else the counter could
+//!   have reached looks like this; so does a real jump in power. It is *tentative*: only
+//!   what the measured power predicts since the good value was read is counted now (so a
+//!   step whose last read this is keeps that, and misses only the power above it), and the
+//!   good value stays the anchor. The next read that differs decides: one past the
+//!   tentative value (from the good value, or beyond what the good value allows but on
+//!   from the tentative one) confirms it and the rest is counted (a real burst, exact); one
+//!   that continues the good value short of it is counted from the good value: the
+//!   tentative value was bogus and costs nothing. What was counted ahead is paid back by
+//!   the next counts, never counted twice.
+//! - **behind the good value, but not behind the value read before it** (preferred to a
+//!   wrap nearly the whole range on, unless that wrap is ordinary): one of the two is bogus,
+//!   a counter never goes back. Nothing is counted and the good value stays the anchor;
+//!   counting resumes when the counter passes it. If the good value was a bogus one a
+//!   little ahead of the truth (not a burst, so counted), the truth catches up with it and
+//!   the total is exact from then on: the excess was only counted early.
 //! - **not reachable** (further than the maximum power allows: a reset or a bogus read): a
-//!   suspect, nothing counted. A later read that continues the good value is counted from
-//!   it (the suspect was bogus and is forgotten); one that advances plausibly from the
-//!   suspect but not from the good value confirms a reset: counting goes on from the
-//!   suspect, and the gap between the good value (since it was first read: a value read
-//!   unchanged counted nothing since) and the suspect is estimated from the power measured
-//!   from the suspect on (the power before may be meaningless: a stuck counter's, or nothing
-//!   at all after a bogus first read).
+//!   suspect, nothing counted. A later read that continues the good value at an ordinary
+//!   power is counted from it (the suspect was bogus and is forgotten); one that advances
+//!   plausibly from the suspect, and from the good value not at all, or only as a burst or
+//!   further from the measured power (a wrap the growing window now allows), confirms a
+//!   reset: counting goes on from the suspect, and the gap between the good value (since it
+//!   was first read: a value read unchanged counted nothing since) and the suspect is
+//!   estimated from the power measured from the suspect on (the power before may be
+//!   meaningless: a stuck counter's, or nothing at all after a bogus first read).
 //!
 //! A read that repeats the pending (tentative, behind or suspect) value decides nothing (a
 //! bogus constant, or a reset counter that has not moved yet), however long it stays; any
 //! other read is judged afresh and replaces it.
 //!
-//! A reset just after a read near the top of the range reads as a wrap. If that wrap is a
-//! burst and the counter then goes on from it at an ordinary power, it was a reset: its gap
-//! is estimated as above, rather than counting the top of the range as energy. If it is not
-//! a burst it is counted as the wrap it looks like (the error is at most a burst's worth of
-//! the one interval).
-//!
-//! Limits: the first read (a process's baseline) cannot be checked: if it is bogus, the
-//! reads after it are suspects that confirm each other, and the gap is estimated. With no
-//! power measured yet (the first [`RATE_WINDOW`], or a counter that has not moved) nothing is
-//! a burst. A bogus value ahead of the truth but not a burst is counted until the truth
-//! catches up with it (a few reads; at most a burst's worth of one window): a job that ends
-//! before then keeps that excess.
+//! Limits:
+//! - a reset just after a read near the top of the range reads as a wrap, and is counted as
+//!   the wrap (and burst) it looks like: at most what the maximum power allows over the
+//!   read's window; one just after the count wrapped, landing between the last two values,
+//!   reads as behind, and the energy up to the good value (since the wrap) is not counted;
+//! - the first read (a process's baseline) cannot be checked: if it is bogus, the reads
+//!   after it are suspects that confirm each other, and the gap is estimated;
+//! - with no power measured yet (the first [`RATE_WINDOW`], or a counter that has not
+//!   moved) nothing is a burst;
+//! - a bogus value ahead of the truth but not a burst is counted until the truth catches up
+//!   with it (a few reads where the maximum is a real one, like RAPL's; many where it is a
+//!   loose bound far above the power, like a node's or a GPU's): a job that ends before
+//!   then keeps that excess.
 
 use std::time::{Duration, Instant};
 
@@ -243,11 +246,14 @@ impl WrappingCounter {
         }
         let previous = self.pending.as_mut().map_or(good.at, |p| p.seen().at);
         let from_good = self.plausible_from(good, raw, now);
-        // on from the suspect, and from the good value only as a burst (a wrap, once the
-        // window is long enough to allow one): a reset
+        // on from the suspect, and from the good value only as a burst or further from the
+        // measured power (a wrap, once the window is long enough to allow one): a reset
         if let Some(Pending::Suspect(suspect)) = self.pending
             && let Some(units) = self.plausible_from(suspect, raw, now)
-            && from_good.is_none_or(|to_raw| self.is_burst(good, to_raw, now))
+            && from_good.is_none_or(|to_raw| {
+                self.is_burst(good, to_raw, now)
+                    || self.nearer_measured((suspect, units), (good, to_raw), now)
+            })
         {
             return self.confirm_reset(good, suspect, raw, units, now);
         }
@@ -285,8 +291,7 @@ impl WrappingCounter {
         {
             return self.confirm_tentative(seen, units, raw, more, now);
         }
-        let seen = good.next(raw, now, previous);
-        self.pending = Some(Pending::Suspect(seen));
+        self.pending = Some(Pending::Suspect(good.next(raw, now, previous)));
         Advance::Suspect {
             raw_delta: self.delta(good.value, raw),
         }
@@ -340,6 +345,16 @@ impl WrappingCounter {
     fn is_fast(&self, from: Seen, units: u64, now: Instant) -> bool {
         let window = now.saturating_duration_since(from.since).as_secs_f64();
         units as f64 > BURST_SHARE_OF_MAX * self.max_units_per_sec * window
+    }
+
+    /// Whether the power `a` implies (units on from a value, since it was last read) is
+    /// nearer the measured power than the power `b` implies.
+    fn nearer_measured(&self, a: (Seen, u64), b: (Seen, u64), now: Instant) -> bool {
+        let off = |(from, units): (Seen, u64)| {
+            let secs = now.saturating_duration_since(from.at).as_secs_f64();
+            (units as f64 / secs - self.rate).abs()
+        };
+        self.rate > 0.0 && off(a) < off(b)
     }
 
     /// How far `raw` is behind the good value, if it is not behind the value before it.
@@ -1025,7 +1040,11 @@ mod simulated {
 
     #[test]
     fn a_real_reset_is_counted_from_its_new_value() {
-        let mut worst = [(0.0_f64, String::new()), (0.0_f64, String::new())];
+        let mut worst = [
+            (0.0_f64, String::new()),
+            (0.0, String::new()),
+            (0.0, String::new()),
+        ];
         for seed in 0..4000u64 {
             let mut rng = Rng(1 << 40 | seed);
             let kind = &KINDS[(seed % 5) as usize];
@@ -1058,9 +1077,9 @@ mod simulated {
             let wrap_like = jump as f64 * kind.joules_per_unit <= reach;
             // or, where it lands between the two reads before (the count had just wrapped
             // too), it reads as a bad read: counting waits until it passes the good value
-            let behind = jump > (u128::from(raw[i - 1]) + m - u128::from(raw[i - 2])) % m
-                && !wrap_like
-                && raw[i] < raw[i - 1];
+            let behind = !wrap_like
+                && (u128::from(raw[i]) + m - u128::from(raw[i - 2])) % m
+                    < (u128::from(raw[i - 1]) + m - u128::from(raw[i - 2])) % m;
             let bound = match (wrap_like, behind) {
                 (true, _) => gap.max(reach),
                 (_, true) => gap + raw[i - 1] as f64 * kind.joules_per_unit,
@@ -1081,15 +1100,16 @@ mod simulated {
                 reads[1].0
             );
             assert!(error.abs() <= 1.0, "{case}");
-            let worst = &mut worst[usize::from(wrap_like)];
+            let worst = &mut worst[usize::from(wrap_like) * 2 + usize::from(behind)];
             if error.abs() > worst.0.abs() {
                 *worst = (error, case);
             }
         }
-        println!("worst: {:+.3} of its bound ({})", worst[0].0, worst[0].1);
-        println!(
-            "worst reading as a wrap: {:+.3} of the bound ({})",
-            worst[1].0, worst[1].1
-        );
+        for (what, (error, case)) in ["", " reading as behind", " reading as a wrap"]
+            .iter()
+            .zip(&worst)
+        {
+            println!("worst{what}: {error:+.3} of its bound ({case})");
+        }
     }
 }
