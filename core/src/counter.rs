@@ -16,8 +16,8 @@
 //! against it, and reads that do not fit wait for the reads after them:
 //! - **plausible and ordinary** (reachable under the maximum power, and not a burst, below):
 //!   counted at once. This is the normal path, exact across wraps, gaps and stalls.
-//! - **plausible but a burst**: it implies, over its window, more than [`BURST_FACTOR`]
-//!   times the measured power *and* more than [`BURST_SHARE_OF_MAX`] of the maximum. A
+//! - **plausible but a burst**: it implies, over its window, more than `BURST_FACTOR`
+//!   times the measured power *and* more than `BURST_SHARE_OF_MAX` of the maximum. A
 //!   bogus value just past a wrap, at the power bound or anywhere else the counter could
 //!   have reached looks like this; so does a real jump in power. It is *tentative*: only
 //!   what the measured power predicts since the good value was read is counted now (so a
@@ -55,7 +55,7 @@
 //!   reads as behind, and the energy up to the good value (since the wrap) is not counted;
 //! - the first read (a process's baseline) cannot be checked: if it is bogus, the reads
 //!   after it are suspects that confirm each other, and the gap is estimated;
-//! - with no power measured yet (the first [`RATE_WINDOW`], or a counter that has not
+//! - with no power measured yet (the first `RATE_WINDOW`, or a counter that has not
 //!   moved) nothing is a burst;
 //! - a bogus value ahead of the truth but not a burst is counted until the truth catches up
 //!   with it (a few reads where the maximum is a real one, like RAPL's; many where it is a
