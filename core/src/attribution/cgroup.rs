@@ -23,7 +23,8 @@
 //! v1 `cpuacct.usage` (ns), `cpuset.cpus`, `memory.limit_in_bytes`; v2 `cpu.stat`
 //! (`usage_usec`), `cpuset.cpus.effective`, `memory.max`.
 
-use std::fs;
+use std::fs::{self, File};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::StepId;
@@ -146,10 +147,10 @@ impl CgroupTree {
         };
         StepCgroup {
             layout: self.layout,
-            step_usage: base.join(&step).join(usage),
-            job_usage: base.join(&job).join(usage),
-            job_cpus: cpus,
-            job_memory: memory,
+            step_usage: Counter::at(base.join(&step).join(usage)),
+            job_usage: Counter::at(base.join(&job).join(usage)),
+            job_cpus: Counter::at(cpus),
+            job_memory: Counter::at(memory),
             step,
             job,
         }
@@ -165,8 +166,57 @@ fn step_dir(path: &str, name: &str) -> Option<PathBuf> {
     (at > 0).then(|| parts[..=at].iter().collect())
 }
 
+/// A counter file kept open once it could be opened: a sample reads it with one `pread`
+/// at offset 0 (which makes a cgroup file show its current value again), without a path
+/// lookup or an allocation. Holding it does not keep Slurm from removing the cgroup; a
+/// read then fails, the file is dropped and opened again (or not) at the next read.
+#[derive(Debug)]
+struct Counter {
+    path: PathBuf,
+    file: Option<File>,
+}
+
+/// Room for any counter file read: `cpu.stat` is a few hundred bytes, a cpuset list
+/// longer than this is counted from what fits.
+const READ_SIZE: usize = 4096;
+
+impl Counter {
+    fn at(path: PathBuf) -> Self {
+        Self { path, file: None }
+    }
+
+    /// `parse` of the file's text, trimmed; `None` when it cannot be read or parsed.
+    fn read<T>(&mut self, parse: impl FnOnce(&str) -> Option<T>) -> Option<T> {
+        if self.file.is_none() {
+            // std opens with O_CLOEXEC: tasks slurmd starts never inherit it
+            self.file = File::open(&self.path).ok();
+        }
+        let mut buf = [0u8; READ_SIZE];
+        let read = self.file.as_ref()?.read_at(&mut buf, 0);
+        let Ok(n) = read else {
+            self.file = None;
+            return None;
+        };
+        parse(std::str::from_utf8(&buf[..n]).ok()?.trim())
+    }
+}
+
+/// The paths say which files; the handles are a cache.
+impl PartialEq for Counter {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
+/// A copy opens its own handle when first read.
+impl Clone for Counter {
+    fn clone(&self) -> Self {
+        Self::at(self.path.clone())
+    }
+}
+
 /// Where one step's and its job's counters are, resolved once and kept while the step
-/// runs: reading them is a few file reads, no directory walk.
+/// runs: reading them is a `pread` per file, no directory walk.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepCgroup {
     layout: Layout,
@@ -174,57 +224,45 @@ pub struct StepCgroup {
     pub step: PathBuf,
     /// The job's directory (the step's parent), relative to the hierarchy's root.
     pub job: PathBuf,
-    step_usage: PathBuf,
-    job_usage: PathBuf,
-    job_cpus: PathBuf,
-    job_memory: PathBuf,
+    step_usage: Counter,
+    job_usage: Counter,
+    job_cpus: Counter,
+    job_memory: Counter,
+}
+
+fn usage_ns(layout: Layout, counter: &mut Counter) -> Option<u64> {
+    match layout {
+        Layout::V1 => counter.read(|t| t.parse().ok()),
+        Layout::V2 => counter.read(|stat| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|us| us * 1000)
+        }),
+    }
 }
 
 impl StepCgroup {
-    fn usage_ns(&self, file: &Path) -> Option<u64> {
-        match self.layout {
-            Layout::V1 => read_u64(file),
-            Layout::V2 => {
-                let stat = fs::read_to_string(file).ok()?;
-                stat.lines()
-                    .find_map(|l| l.strip_prefix("usage_usec "))
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(|us| us * 1000)
-            }
-        }
-    }
-
     /// The job's CPUs, memory limit and CPU time; `None` when its CPU time cannot be read.
-    pub fn job_counters(&self) -> Option<JobCounters> {
-        let usage_ns = self.usage_ns(&self.job_usage)?;
-        let memory = read_u64(&self.job_memory);
+    pub fn job_counters(&mut self) -> Option<JobCounters> {
+        let usage_ns = usage_ns(self.layout, &mut self.job_usage)?;
+        let memory = self.job_memory.read(|t| t.parse::<u64>().ok());
         let memory = match self.layout {
             Layout::V1 => memory.filter(|&m| m < V1_UNLIMITED),
             // "max" does not parse: no limit
             Layout::V2 => memory,
         };
         Some(JobCounters {
-            cpus: read_text(&self.job_cpus)
-                .as_deref()
-                .map(count_cpus)
-                .unwrap_or(0),
+            cpus: self.job_cpus.read(|t| Some(count_cpus(t))).unwrap_or(0),
             memory,
             usage_ns,
         })
     }
 
     /// The step's CPU time so far.
-    pub fn step_usage_ns(&self) -> Option<u64> {
-        self.usage_ns(&self.step_usage)
+    pub fn step_usage_ns(&mut self) -> Option<u64> {
+        usage_ns(self.layout, &mut self.step_usage)
     }
-}
-
-fn read_text(path: &Path) -> Option<String> {
-    fs::read_to_string(path).ok().map(|t| t.trim().to_string())
-}
-
-fn read_u64(path: &Path) -> Option<u64> {
-    read_text(path)?.parse().ok()
 }
 
 /// The number of CPUs in a cpuset list ("0-3,8,10-11").
@@ -368,7 +406,7 @@ pub(crate) mod tests {
             &steps,
         );
         let tree = CgroupTree::from_path(tmp.path()).expect("v1");
-        let batch = tree
+        let mut batch = tree
             .step_cgroup(&v1_stepd(&job, "step_batch", true), StepId::BATCH)
             .expect("batch");
         assert_eq!(batch.job, Path::new("slurm/uid_1000/job_42"));
@@ -384,7 +422,7 @@ pub(crate) mod tests {
         assert_eq!(batch.step_usage_ns(), Some(4_000));
         // a task shows its step in cpuacct itself
         let task = tree.step_cgroup(&v1_task(&job, "step_extern"), StepId::EXTERN);
-        assert_eq!(task.and_then(|c| c.step_usage_ns()), Some(10));
+        assert_eq!(task.and_then(|mut c| c.step_usage_ns()), Some(10));
         // the slurmstepd in the job's freezer cgroup only: not where its step is
         assert_eq!(
             tree.step_cgroup(&v1_stepd(&job, "step_batch", false), StepId::BATCH),
@@ -397,7 +435,7 @@ pub(crate) mod tests {
         );
         let unlimited = tree
             .step_cgroup(&v1_stepd(&other, "step_batch", true), StepId::BATCH)
-            .and_then(|c| c.job_counters())
+            .and_then(|mut c| c.job_counters())
             .map(|c| c.memory);
         assert_eq!(unlimited, Some(None));
     }
@@ -409,7 +447,7 @@ pub(crate) mod tests {
         v2_tree(tmp.path(), job, "0-3", "max", 1_500, &[("step_0", 1_200)]);
         let tree = CgroupTree::from_path(tmp.path()).expect("v2");
         let stepd = format!("0::/{job}/step_0/slurm\n");
-        let step = tree.step_cgroup(&stepd, StepId(0)).expect("step 0");
+        let mut step = tree.step_cgroup(&stepd, StepId(0)).expect("step 0");
         assert_eq!(step.job, Path::new(job));
         assert_eq!(
             step.job_counters(),

@@ -78,14 +78,15 @@ impl Procs {
     /// process's `fd/` links name the inodes it holds.
     pub fn holding_socket(&self, pids: &[u32], socket: &Path) -> Option<u32> {
         let table = fs::read_to_string(self.root.join("net/unix")).ok()?;
-        let socket = socket.to_string_lossy();
         let inodes: HashSet<String> = table
             .lines()
             .skip(1)
             .filter_map(|l| {
-                // Num RefCount Protocol Flags Type St Inode Path
+                // Num RefCount Protocol Flags Type St Inode Path: the path as slurmstepd
+                // bound it, compared by components (a SlurmdSpoolDir ending in `/`)
                 let fields: Vec<&str> = l.split_whitespace().collect();
-                (fields.get(7..)?.join(" ") == socket).then(|| format!("socket:[{}]", fields[6]))
+                let bound = fields.get(7..)?.join(" ");
+                (Path::new(&bound) == socket).then(|| format!("socket:[{}]", fields[6]))
             })
             .collect();
         pids.iter().copied().find(|pid| {
@@ -176,7 +177,7 @@ pub(crate) mod tests {
         assert!(procs(root).children(99).is_empty());
         let socket = Path::new("/var/spool/slurmd/n2/n2_5.0");
         holds_socket(root, 31, Path::new("/var/spool/slurmd/n1/n1_5.0"), 700);
-        holds_socket(root, 32, socket, 701);
+        holds_socket(root, 32, Path::new("/var/spool/slurmd/n2//n2_5.0"), 701);
         assert_eq!(procs(root).holding_socket(&[31, 32], socket), Some(32));
         assert_eq!(procs(root).holding_socket(&[31], socket), None);
     }
