@@ -23,7 +23,7 @@
 //! v1 `cpuacct.usage` (ns), `cpuset.cpus`, `memory.limit_in_bytes`; v2 `cpu.stat`
 //! (`usage_usec`), `cpuset.cpus.effective`, `memory.max`.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -284,6 +284,7 @@ pub fn count_cpus(list: &str) -> u32 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use std::fs;
 
     pub fn write(path: &Path, text: &str) {
         fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
