@@ -6,11 +6,19 @@
 //! job and step in a root-only file under SlurmdSpoolDir ([`ledger`]). Each slurmstepd reads
 //! its own figure from that file ([`StepShare`]), brought up to the moment of the call at
 //! the step's last power: no RPC, no sampler of its own.
+//!
+//! The Keeper learns the steps from their sockets in SlurmdSpoolDir, finds each new
+//! step's slurmstepd once ([`procs`]), and reads the step's cgroup from where that
+//! process (or, failing that, one of its tasks) is ([`cgroup`]), at the first sample that
+//! sees it there; the cgroup is kept until the step's socket is gone, so a sample in
+//! steady state reads counter files only.
 
 pub mod cgroup;
 pub mod ledger;
 pub mod model;
+pub mod procs;
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -19,8 +27,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::accounting::Accounting;
 use crate::config::{ConfigError, KeyValues};
 use crate::source::{EnergyReader, Reading, stale_after};
-use cgroup::CgroupTree;
+use cgroup::{CgroupTree, StepCgroup};
 use ledger::{Ledger, Observation, ObservedJob};
+use procs::Procs;
 
 pub const MODE_KEY: &str = "EnergyAttribution";
 pub const IDLE_KEY: &str = "EnergyAttributionIdleWatts";
@@ -121,29 +130,27 @@ fn job_step(text: &str) -> Option<(u32, StepId)> {
     Some((job.parse().ok()?, StepId::parse(step)?))
 }
 
-/// The steps slurmd runs on this node: their slurmstepd sockets `<node>_<job>.<step>` in
-/// SlurmdSpoolDir (a spool dir per node, so other nodes' jobs on the same host are not seen).
-pub fn present_steps(spool: &Path) -> Vec<(u32, StepId)> {
-    let mut steps: Vec<(u32, StepId)> = fs::read_dir(spool)
+/// The steps slurmd runs on this node, with their slurmstepd sockets `<node>_<job>.<step>`
+/// in SlurmdSpoolDir (a spool dir per node, so other nodes' jobs on the same host are not
+/// seen), in job order.
+pub fn present_steps(spool: &Path) -> BTreeMap<(u32, StepId), PathBuf> {
+    fs::read_dir(spool)
         .into_iter()
         .flatten()
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()))
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            job_step(name.rsplit_once('_')?.1)
+            Some((job_step(name.rsplit_once('_')?.1)?, e.path()))
         })
-        .collect();
-    steps.sort();
-    steps.dedup();
-    steps
+        .collect()
 }
 
-/// This slurmstepd's step, from the title it gives itself (`slurmstepd: [J.S]`) as
-/// `/proc/self/cmdline` shows it.
+/// A slurmstepd's step, from the title it gives itself (`slurmstepd: [J.S]`, 26.05's step
+/// manager `slurmstepd: [J.S stepmgr]`) as `/proc/<pid>/cmdline` shows it.
 pub fn own_step(cmdline: &str) -> Option<(u32, StepId)> {
     let inside = cmdline.split_once("slurmstepd: [")?.1;
-    job_step(inside.split(']').next()?)
+    job_step(inside.split([']', ' ']).next()?)
 }
 
 /// Where the ledger of the plugin stacked at `context_id` lives.
@@ -158,10 +165,24 @@ pub struct Site {
     pub spool: PathBuf,
     /// Slurm's CgroupMountpoint.
     pub cgroup_root: PathBuf,
+    /// Where the processes are shown ([`procs::PROC_ROOT`]).
+    pub proc_root: PathBuf,
 }
 
 /// Slurm's cgroup mount point (cgroup.conf's CgroupMountpoint default).
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// cgroup.conf's CgroupMountpoint (the last one given, as Slurm's parser keeps), or its
+/// default; keys are case-insensitive and `#` starts a comment.
+pub fn cgroup_mountpoint(cgroup_conf: &str) -> PathBuf {
+    cgroup_conf
+        .lines()
+        .filter_map(|l| l.split('#').next()?.split_once('='))
+        .filter(|(key, _)| key.trim().eq_ignore_ascii_case("CgroupMountpoint"))
+        .map(|(_, value)| value.trim())
+        .rfind(|value| !value.is_empty())
+        .map_or_else(|| PathBuf::from(CGROUP_ROOT), PathBuf::from)
+}
 
 impl Site {
     /// The site from slurm.conf's values, when Slurm keeps its jobs in cgroups; an error
@@ -192,14 +213,38 @@ impl Site {
         Ok(Self {
             spool: PathBuf::from(spool_template.replace("%n", node).replace("%h", node)),
             cgroup_root: cgroup_root.to_path_buf(),
+            proc_root: PathBuf::from(procs::PROC_ROOT),
         })
     }
+}
+
+/// How many samples apart the search for a step's slurmstepd is repeated, at most, while
+/// it is not found: a stale socket must not cost a pass over /proc at every sample.
+const MAX_SEARCH_GAP: u64 = 64;
+
+/// What the Keeper knows of where a step runs.
+#[derive(Debug, Clone, PartialEq)]
+enum Place {
+    /// Its slurmstepd is not found (not yet titled, or gone): searched again at sample
+    /// `next`, `gap` samples after the last search.
+    Unseen {
+        next: u64,
+        gap: u64,
+    },
+    /// Its slurmstepd, not yet in the step's cgroup (under v2 it first waits in `system/`).
+    Stepd(u32),
+    Found(StepCgroup),
 }
 
 /// slurmd's side: updates and publishes the ledger at the meter's samples.
 pub struct Keeper {
     ledger: Ledger,
     tree: CgroupTree,
+    procs: Procs,
+    /// Where each present step runs, dropped with the step.
+    places: HashMap<(u32, StepId), Place>,
+    /// Samples taken, the clock of [`Place::Unseen`].
+    samples: u64,
     spool: PathBuf,
     path: PathBuf,
     idle_watts: Option<f64>,
@@ -223,6 +268,9 @@ impl Keeper {
         Ok(Self {
             ledger,
             tree,
+            procs: Procs::from_path(&site.proc_root),
+            places: HashMap::new(),
+            samples: 0,
             spool: site.spool.clone(),
             path,
             idle_watts: attribution.idle_watts,
@@ -244,30 +292,15 @@ impl Keeper {
             return;
         };
         self.updated = Some(now);
-        let mut jobs: Vec<ObservedJob> = Vec::new();
-        let mut cgroup = None;
-        for (job, step) in present_steps(&self.spool) {
-            if jobs.last().is_none_or(|j| j.job != job) {
-                cgroup = self.tree.job(job);
-                jobs.push(ObservedJob {
-                    job,
-                    counters: cgroup.as_ref().and_then(|c| c.counters()),
-                    steps: Vec::new(),
-                });
-            }
-            if let Some(j) = jobs.last_mut() {
-                let usage = cgroup.as_ref().and_then(|c| c.step_usage_ns(step));
-                j.steps.push((step, usage));
-            }
-        }
         let observation = Observation {
             at: point.at,
             wall: point.wall,
             node_uj: point.energy_uj,
-            jobs,
+            jobs: self.observe(),
         };
         self.ledger
             .update(&observation, self.idle_watts, LEDGER_INTERVAL);
+        self.samples += 1;
         match self.ledger.store(&self.path) {
             Ok(()) if self.failing => {
                 log::info!("the energy ledger is published again");
@@ -281,6 +314,115 @@ impl Keeper {
             Err(_) => {}
         }
     }
+
+    /// The present jobs and steps with their counters.
+    fn observe(&mut self) -> Vec<ObservedJob> {
+        let present = present_steps(&self.spool);
+        self.locate(&present);
+        let mut jobs: Vec<ObservedJob> = Vec::new();
+        for &(job, step) in present.keys() {
+            let mut cgroup = match self.places.get_mut(&(job, step)) {
+                Some(Place::Found(cgroup)) => Some(cgroup),
+                _ => None,
+            };
+            if jobs.last().is_none_or(|j| j.job != job) {
+                jobs.push(ObservedJob {
+                    job,
+                    counters: None,
+                    steps: Vec::new(),
+                });
+            }
+            if let Some(j) = jobs.last_mut() {
+                // the job's directory is the parent of any of its steps': read it once
+                if j.counters.is_none() {
+                    j.counters = cgroup.as_mut().and_then(|c| c.job_counters());
+                }
+                j.steps
+                    .push((step, cgroup.and_then(StepCgroup::step_usage_ns)));
+            }
+        }
+        jobs
+    }
+}
+
+impl Keeper {
+    /// Brings [`Self::places`] up to the present steps: forgets the ended ones, searches
+    /// /proc once for the slurmstepds of those not seen yet, and reads the cgroup of each
+    /// slurmstepd found whose step has none yet.
+    fn locate(&mut self, present: &BTreeMap<(u32, StepId), PathBuf>) {
+        let now = self.samples;
+        self.places.retain(|step, _| present.contains_key(step));
+        let search: HashSet<(u32, StepId)> = present
+            .keys()
+            .filter(|step| match self.places.get(step) {
+                None => true,
+                Some(Place::Unseen { next, .. }) => *next <= now,
+                Some(_) => false,
+            })
+            .copied()
+            .collect();
+        if !search.is_empty() {
+            let mut stepds = self.procs.stepds(&search);
+            for step in search {
+                let pids = stepds.remove(&step).unwrap_or_default();
+                let pid = match pids[..] {
+                    [pid] => Some(pid),
+                    [] => None,
+                    // another node's slurmstepd of the same step, on the same host
+                    _ => self.procs.holding_socket(&pids, &present[&step]),
+                };
+                let place = match (pid, self.places.get(&step)) {
+                    (Some(pid), _) => Place::Stepd(pid),
+                    (None, Some(Place::Unseen { gap, .. })) => {
+                        let gap = (gap * 2).min(MAX_SEARCH_GAP);
+                        Place::Unseen {
+                            next: now + gap,
+                            gap,
+                        }
+                    }
+                    (None, _) => Place::Unseen {
+                        next: now + 1,
+                        gap: 1,
+                    },
+                };
+                self.places.insert(step, place);
+            }
+        }
+        for ((_, step), place) in &mut self.places {
+            if let Place::Stepd(pid) = *place {
+                match step_cgroup(&self.tree, &self.procs, pid, *step) {
+                    Some(Some(cgroup)) => *place = Place::Found(cgroup),
+                    Some(None) => {}
+                    // the slurmstepd is gone while its socket is not: look again
+                    None => {
+                        *place = Place::Unseen {
+                            next: now + 1,
+                            gap: 1,
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The step's cgroup from where its slurmstepd is or, where that does not show it (v1
+/// without task/cgroup's cpuset or memory constraints), one of its tasks; `None` when the
+/// slurmstepd is gone.
+fn step_cgroup(
+    tree: &CgroupTree,
+    procs: &Procs,
+    stepd: u32,
+    step: StepId,
+) -> Option<Option<StepCgroup>> {
+    let own = procs.cgroup(stepd)?;
+    Some(tree.step_cgroup(&own, step).or_else(|| {
+        procs
+            .children(stepd)
+            .into_iter()
+            .filter_map(|task| procs.cgroup(task))
+            .find_map(|text| tree.step_cgroup(&text, step))
+    }))
 }
 
 /// slurmstepd's side: its step's joules from slurmd's ledger, as a source its meter reads.
@@ -409,6 +551,10 @@ mod tests {
         );
         assert_eq!(own_step("slurmstepd: [7.0]"), Some((7, StepId(0))));
         assert_eq!(own_step("/usr/sbin/slurmstepd"), None);
+        assert_eq!(
+            own_step("slurmstepd: [8.extern stepmgr]"),
+            Some((8, StepId::EXTERN))
+        );
         assert_eq!(StepId::BATCH.cgroup_name(), "step_batch");
         assert_eq!(StepId(3).cgroup_name(), "step_3");
     }
@@ -421,10 +567,12 @@ mod tests {
         let _c = UnixListener::bind(tmp.path().join("n1_3.4294967291")).expect("socket");
         fs::write(tmp.path().join("n1_99.0"), "").expect("a plain file is no step");
         fs::create_dir(tmp.path().join("job00012")).expect("dir");
+        let present = present_steps(tmp.path());
         assert_eq!(
-            present_steps(tmp.path()),
+            present.keys().copied().collect::<Vec<_>>(),
             vec![(3, StepId::BATCH), (12, StepId(0)), (12, StepId::EXTERN)]
         );
+        assert_eq!(present[&(12, StepId(0))], tmp.path().join("n1_12.0"));
     }
 
     #[test]
@@ -432,13 +580,24 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let (spool, cgroups) = (tmp.path().join("spool"), tmp.path().join("cgroup"));
         fs::create_dir_all(&spool).expect("spool");
-        cgroup::tests::v1_tree(&cgroups, 5, "0", u64::MAX, 0, &[("step_extern", 0)]);
+        let job = cgroup::tests::v1_tree(
+            &cgroups,
+            "slurm",
+            5,
+            "0",
+            u64::MAX,
+            0,
+            &[("step_extern", 0)],
+        );
         let _sock = UnixListener::bind(spool.join("n1_5.4294967292")).expect("socket");
-        let cmdline = tmp.path().join("cmdline");
-        fs::write(&cmdline, "slurmstepd: [5.extern]\0\0").expect("cmdline");
+        let proc_root = tmp.path().join("proc");
+        let stepd = cgroup::tests::v1_stepd(&job, "step_extern", true);
+        procs::tests::process(&proc_root, 40, "slurmstepd: [5.extern]", &stepd);
+        let cmdline = proc_root.join("40/cmdline");
         let site = Site {
             spool: spool.clone(),
             cgroup_root: cgroups.clone(),
+            proc_root,
         };
         let attribution = Attribution {
             mode: Mode::Shared,
@@ -489,8 +648,9 @@ mod tests {
         );
     }
 
-    /// The attribution cost per sample (cgroup scan, model, ledger written) with
-    /// 1, 16 and 64 one-CPU jobs of two steps each over a faithful v1 tree:
+    /// The attribution cost per sample in steady state (counters read, model, ledger
+    /// written) with 1, 16 and 64 one-CPU jobs of two steps each over a faithful v1 tree,
+    /// their slurmstepds among 500 other processes (found at the first sample only):
     /// `cargo test --release -p slurm-energy --lib attribution_cost -- --ignored --nocapture`.
     #[test]
     #[ignore = "a measurement, not a check"]
@@ -498,27 +658,44 @@ mod tests {
         for jobs in [1u32, 16, 64] {
             let tmp = tempfile::tempdir().expect("tempdir");
             let (spool, cgroups) = (tmp.path().join("spool"), tmp.path().join("cgroup"));
+            let proc_root = tmp.path().join("proc");
             fs::create_dir_all(&spool).expect("spool");
+            for pid in 1..=500 {
+                procs::tests::process(&proc_root, pid, "/usr/bin/sleep 1000", "0::/\n");
+            }
             let mut sockets = Vec::new();
             for job in 1..=jobs {
                 let cpu = (job - 1).to_string();
                 let steps = [("step_extern", 0), ("step_batch", 1000)];
-                cgroup::tests::v1_tree(&cgroups, job, &cpu, u64::MAX, 1000, &steps);
-                for step in [StepId::EXTERN, StepId::BATCH] {
+                let dir =
+                    cgroup::tests::v1_tree(&cgroups, "slurm", job, &cpu, u64::MAX, 1000, &steps);
+                for (k, step) in [StepId::EXTERN, StepId::BATCH].into_iter().enumerate() {
                     let name = format!("n1_{job}.{}", step.0);
                     sockets.push(UnixListener::bind(spool.join(name)).expect("socket"));
+                    let pid = 1000 + 2 * job + k as u32;
+                    let title = format!(
+                        "slurmstepd: [{job}.{}]",
+                        step.cgroup_name().trim_start_matches("step_")
+                    );
+                    let stepd = cgroup::tests::v1_stepd(&dir, &step.cgroup_name(), true);
+                    procs::tests::process(&proc_root, pid, &title, &stepd);
                 }
             }
             let site = Site {
                 spool,
                 cgroup_root: cgroups,
+                proc_root,
             };
             let mut keeper = Keeper::open(&site, 0, Attribution::default()).expect("keeper");
             let (t0, w0) = (Instant::now(), SystemTime::now());
             let mut accounting = Accounting::new(w0);
             let rounds = 200u32;
-            let started = Instant::now();
-            for k in 0..rounds {
+            let mut started = Instant::now();
+            for k in 0..=rounds {
+                if k == 1 {
+                    assert!(keeper.places.values().all(|p| matches!(p, Place::Found(_))));
+                    started = Instant::now();
+                }
                 let at = Duration::from_secs(u64::from(k));
                 let reading = Reading {
                     energy_uj: u64::from(k) * 300_000_000,
@@ -529,17 +706,273 @@ mod tests {
                 keeper.updated = None;
                 keeper.on_sample(&accounting);
             }
+            let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
+            // the part of it that finds the jobs and reads their cgroups
+            let started = Instant::now();
+            for _ in 0..rounds {
+                assert_eq!(keeper.observe().len(), jobs as usize);
+            }
+            let observe = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
             println!(
-                "{jobs} jobs: {:.0} us per sample",
-                started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds)
+                "{jobs} jobs: {us:.0} us per sample ({:.1} us per job), of which steps and \
+                 cgroups read {observe:.0} us ({:.1} us per job)",
+                us / f64::from(jobs),
+                observe / f64::from(jobs)
             );
         }
+    }
+
+    /// One sample of `keeper`, whatever the time since the last.
+    fn tick(keeper: &mut Keeper) {
+        let (t, w) = (Instant::now(), SystemTime::now());
+        let mut accounting = Accounting::new(w);
+        let reading = Reading {
+            complete: true,
+            ..Reading::default()
+        };
+        accounting.record(&reading, t, w);
+        keeper.updated = None;
+        keeper.on_sample(&accounting);
+    }
+
+    fn found(keeper: &mut Keeper, job: u32, step: StepId) -> Option<&mut StepCgroup> {
+        match keeper.places.get_mut(&(job, step)) {
+            Some(Place::Found(cgroup)) => Some(cgroup),
+            _ => None,
+        }
+    }
+
+    /// A node's spool dir, cgroup mount and /proc in a temp dir.
+    struct Node {
+        tmp: tempfile::TempDir,
+        site: Site,
+        sockets: HashMap<(u32, StepId), UnixListener>,
+    }
+
+    impl Node {
+        fn new(mount: &str) -> Self {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let site = Site {
+                spool: tmp.path().join("spool/n1"),
+                cgroup_root: tmp.path().join(mount),
+                proc_root: tmp.path().join("proc"),
+            };
+            fs::create_dir_all(&site.spool).expect("spool");
+            Self {
+                tmp,
+                site,
+                sockets: HashMap::new(),
+            }
+        }
+
+        /// slurmd starts a step: its socket, its slurmstepd at `pid` in `cgroup`.
+        fn start(&mut self, job: u32, step: StepId, pid: u32, cgroup: &str) {
+            let name = format!("n1_{job}.{}", step.0);
+            let socket = UnixListener::bind(self.site.spool.join(name)).expect("socket");
+            self.sockets.insert((job, step), socket);
+            let title = match step {
+                StepId::EXTERN => format!("slurmstepd: [{job}.extern]"),
+                StepId::BATCH => format!("slurmstepd: [{job}.batch]"),
+                StepId(n) => format!("slurmstepd: [{job}.{n}]"),
+            };
+            procs::tests::process(&self.site.proc_root, pid, &title, cgroup);
+        }
+
+        fn moves(&self, pid: u32, cgroup: &str) {
+            cgroup::tests::write(&self.site.proc_root.join(format!("{pid}/cgroup")), cgroup);
+        }
+
+        fn ends(&mut self, job: u32, step: StepId, pid: u32) {
+            self.sockets.remove(&(job, step));
+            fs::remove_file(self.site.spool.join(format!("n1_{job}.{}", step.0))).expect("rm");
+            fs::remove_dir_all(self.site.proc_root.join(pid.to_string())).expect("rm");
+        }
+
+        fn keeper(&self) -> Keeper {
+            Keeper::open(&self.site, 0, Attribution::default()).expect("keeper")
+        }
+    }
+
+    /// Each release's cgroup/v2 layout: the job's directory under the mount, found from
+    /// where the slurmstepd sits once it leaves the scope's `system/`, and kept.
+    #[test]
+    fn v2_steps_are_found_where_their_slurmstepd_runs_in_every_release() {
+        let layouts = [
+            // 22.05 to 25.05, and 26.05 with CgroupJobIdPaths=yes
+            "system.slice/slurmstepd.scope/job_7",
+            // 24.11 and later rooted at init's cgroup, in a container sharing the host's
+            "kubepods.slice/pod1/system.slice/slurmstepd.scope/job_7",
+            // 25.11 and later with CgroupSlice=slurm.slice
+            "slurm.slice/slurmstepd.scope/job_7",
+            // 26.05's default: the job's SLUID
+            "system.slice/slurmstepd.scope/sEKNKTV3WPV500",
+            // a multiple-slurmd build
+            "system.slice/n1_slurmstepd.scope/job_7",
+        ];
+        for job_dir in layouts {
+            let mut node = Node::new("sys/fs/cgroup");
+            let mount = node.site.cgroup_root.clone();
+            let steps = [("step_extern", 10), ("step_0", 1_000)];
+            cgroup::tests::v2_tree(&mount, job_dir, "0-1", "1073741824", 1_010, &steps);
+            let scope = Path::new(job_dir)
+                .parent()
+                .expect("scope")
+                .display()
+                .to_string();
+            let parked = format!(
+                "0::/{scope}/system
+"
+            );
+            node.start(7, StepId(0), 300, &parked);
+            let mut keeper = node.keeper();
+            tick(&mut keeper);
+            assert_eq!(keeper.places.get(&(7, StepId(0))), Some(&Place::Stepd(300)));
+            node.moves(
+                300,
+                &format!(
+                    "0::/{job_dir}/step_0/slurm
+"
+                ),
+            );
+            tick(&mut keeper);
+            let step = found(&mut keeper, 7, StepId(0)).expect(job_dir);
+            assert_eq!(step.job, Path::new(job_dir));
+            assert_eq!(step.step_usage_ns(), Some(1_000_000), "{job_dir}");
+            assert_eq!(
+                step.job_counters(),
+                Some(cgroup::JobCounters {
+                    cpus: 2,
+                    memory: Some(1 << 30),
+                    usage_ns: 1_010_000
+                }),
+                "{job_dir}"
+            );
+            // kept: no /proc read once found
+            fs::remove_dir_all(node.site.proc_root.join("300")).expect("rm");
+            tick(&mut keeper);
+            assert!(found(&mut keeper, 7, StepId(0)).is_some(), "{job_dir}");
+            // and dropped with the step
+            node.sockets.clear();
+            fs::remove_file(node.site.spool.join("n1_7.0")).expect("rm");
+            tick(&mut keeper);
+            assert!(keeper.places.is_empty(), "{job_dir}");
+        }
+    }
+
+    /// Several slurmd on one host run a slurmstepd each for a step of a job that spans
+    /// their nodes: this node's is the one holding this node's socket.
+    #[test]
+    fn with_several_slurmd_on_a_host_the_step_is_this_nodes() {
+        let mut node = Node::new("sys/fs/cgroup");
+        let mount = node.site.cgroup_root.clone();
+        let (ours, theirs) = (
+            "system.slice/n1_slurmstepd.scope/job_9",
+            "system.slice/n2_slurmstepd.scope/job_9",
+        );
+        cgroup::tests::v2_tree(&mount, ours, "0", "max", 100, &[("step_0", 50)]);
+        cgroup::tests::v2_tree(&mount, theirs, "1-3", "max", 900, &[("step_0", 800)]);
+        procs::tests::process(
+            &node.site.proc_root,
+            400,
+            "slurmstepd: [9.0]",
+            &format!(
+                "0::/{theirs}/step_0/slurm
+"
+            ),
+        );
+        node.start(
+            9,
+            StepId(0),
+            401,
+            &format!(
+                "0::/{ours}/step_0/slurm
+"
+            ),
+        );
+        let proc_root = node.site.proc_root.clone();
+        let socket = |n: &str| node.tmp.path().join(format!("spool/{n}/{n}_9.0"));
+        procs::tests::holds_socket(&proc_root, 400, &socket("n2"), 7001);
+        procs::tests::holds_socket(&proc_root, 401, &socket("n1"), 7002);
+        let mut keeper = node.keeper();
+        tick(&mut keeper);
+        let step = found(&mut keeper, 9, StepId(0)).expect("step");
+        assert_eq!(step.job, Path::new(ours));
+        assert_eq!(step.step_usage_ns(), Some(50_000));
+    }
+
+    /// cgroup/v1 in every release (22.05 to 26.05 alike), the mount from cgroup.conf.
+    #[test]
+    fn v1_steps_are_found_where_their_slurmstepd_or_tasks_run() {
+        let conf = "# site\nCgroupPlugin=cgroup/v1\ncgroupmountpoint = /cgroup # ours\n";
+        assert_eq!(cgroup_mountpoint(conf), Path::new("/cgroup"));
+        assert_eq!(
+            cgroup_mountpoint("CgroupPlugin=autodetect\n"),
+            Path::new(CGROUP_ROOT)
+        );
+        // multiple-slurmd builds prefix `slurm_<node>`
+        for slurm in ["slurm", "slurm_n1"] {
+            let mut node = Node::new("cgroup");
+            let mount = node.site.cgroup_root.clone();
+            let steps = [("step_batch", 4_000), ("step_0", 2_000)];
+            let job = cgroup::tests::v1_tree(&mount, slurm, 5, "0-3", 1 << 30, 6_000, &steps);
+            // ConstrainCores: the slurmstepd is in the step's cpuset
+            let constrained = cgroup::tests::v1_stepd(&job, "step_batch", true);
+            node.start(5, StepId::BATCH, 500, &constrained);
+            // no constraint: only its task shows the step
+            node.start(
+                5,
+                StepId(0),
+                501,
+                &cgroup::tests::v1_stepd(&job, "step_0", false),
+            );
+            let mut keeper = node.keeper();
+            tick(&mut keeper);
+            assert!(found(&mut keeper, 5, StepId::BATCH).is_some(), "{slurm}");
+            assert_eq!(keeper.places.get(&(5, StepId(0))), Some(&Place::Stepd(501)));
+            let task = cgroup::tests::v1_task(&job, "step_0");
+            procs::tests::process(&node.site.proc_root, 502, "/bin/sh job.sh", &task);
+            procs::tests::child(&node.site.proc_root, 501, 502);
+            tick(&mut keeper);
+            let step = found(&mut keeper, 5, StepId(0)).expect("step 0");
+            assert_eq!(step.job, Path::new(&job[1..]));
+            assert_eq!(step.step_usage_ns(), Some(2_000));
+            assert_eq!(
+                step.job_counters(),
+                Some(cgroup::JobCounters {
+                    cpus: 4,
+                    memory: Some(1 << 30),
+                    usage_ns: 6_000
+                })
+            );
+            node.ends(5, StepId(0), 501);
+            tick(&mut keeper);
+            assert_eq!(keeper.places.len(), 1, "{slurm}");
+        }
+    }
+
+    /// A step whose slurmstepd is not found (not yet titled, or a stale socket) is
+    /// searched for again less and less often, not at every sample.
+    #[test]
+    fn an_unseen_step_is_searched_for_less_and_less_often() {
+        let node = Node::new("cgroup");
+        cgroup::tests::v1_tree(&node.site.cgroup_root, "slurm", 3, "0", 1 << 30, 0, &[]);
+        let _socket = UnixListener::bind(node.site.spool.join("n1_3.0")).expect("socket");
+        let mut keeper = node.keeper();
+        let mut searched = Vec::new();
+        for sample in 0..20 {
+            let before = keeper.places.get(&(3, StepId(0))).cloned();
+            tick(&mut keeper);
+            if keeper.places.get(&(3, StepId(0))) != before.as_ref() {
+                searched.push(sample);
+            }
+        }
+        assert_eq!(searched, vec![0, 1, 3, 7, 15]);
     }
 
     #[test]
     fn the_site_needs_slurms_cgroups() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        cgroup::tests::v1_tree(tmp.path(), 1, "0", u64::MAX, 0, &[]);
+        cgroup::tests::v1_tree(tmp.path(), "slurm", 1, "0", u64::MAX, 0, &[]);
         let site = Site::from_conf(
             "/var/spool/slurmd/%n",
             "proctrack/cgroup",
@@ -567,6 +1000,7 @@ mod tests {
         let site = Site {
             spool: tmp.path().to_path_buf(),
             cgroup_root: tmp.path().join("nothing"),
+            proc_root: tmp.path().join("proc"),
         };
         let e = Keeper::open(&site, 0, Attribution::default())
             .err()

@@ -1,17 +1,39 @@
 //! What Slurm's cgroups say a job holds and has used, in cgroup v1 and v2 layouts.
 //!
-//! v1 (task/cgroup, proctrack/cgroup): `<root>/<controller>/slurm[_<node>]/uid_U/job_J/step_S`,
-//! the same relative path under `cpuacct` (`cpuacct.usage`, ns), `cpuset` (`cpuset.cpus`) and
-//! `memory` (`memory.limit_in_bytes`). v2: `<root>/system.slice/[<node>_]slurmstepd.scope/
-//! job_J/step_S`, with `cpu.stat` (`usage_usec`), `cpuset.cpus.effective` and `memory.max`.
+//! A step's cgroup is read from where its processes are (`/proc/<pid>/cgroup`, see
+//! [`super::procs`]), never built from a naming convention: every release moves it
+//! (26.05 names v2 job directories by SLUID unless `CgroupJobIdPaths=yes`, 25.11 adds
+//! `CgroupSlice`, 24.11 roots the tree at init's cgroup, multiple-slurmd builds prefix the
+//! node's name). What stays is the step's own directory, `step_<id>` (`step_batch`,
+//! `step_extern`, ...), with the job's directory as its parent, in every release of
+//! both plugins (`xcgroup_create_hierarchy()` in cgroup/v1, `cgroup_p_step_create()` in
+//! cgroup/v2). A process of the step sits in that directory or below it:
+//!
+//! - v2 (one line `0::<path>`): slurmstepd in `<step>/slurm`, tasks in
+//!   `<step>/user/task_<n>` (a new slurmstepd first parks in `<scope>/system`, so a step
+//!   is found at a later sample).
+//! - v1 (a line per hierarchy, `<id>:<controllers>:<path>`): slurmstepd in the step's
+//!   cpuset and memory cgroups (task/cgroup) and the job's freezer cgroup, never in cpuacct;
+//!   tasks in `<step>/task_<n>` of cpuacct (jobacct_gather/cgroup) and in the step's freezer
+//!   cgroup. Slurm builds the same relative path under each controller, so the path found
+//!   in one names the step's directory in all.
+//!
+//! Paths in `/proc/<pid>/cgroup` are relative to the hierarchy's root, which is where
+//! CgroupMountpoint (v2) or `<CgroupMountpoint>/<controller>` (v1) mounts it. Files read:
+//! v1 `cpuacct.usage` (ns), `cpuset.cpus`, `memory.limit_in_bytes`; v2 `cpu.stat`
+//! (`usage_usec`), `cpuset.cpus.effective`, `memory.max`.
 
-use std::fs;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::StepId;
 
 /// v1 names of the controller holding `cpuacct.usage` (Debian mounts it with `cpu`).
 const CPUACCT: [&str; 3] = ["cpuacct", "cpu,cpuacct", "cpuacct,cpu"];
+/// The v1 controllers Slurm builds its hierarchy under (`g_cg_name[]` in cgroup_v1.c):
+/// a line of another hierarchy (`name=systemd`, `pids`) never holds a step.
+const SLURM_V1_CONTROLLERS: [&str; 5] = ["cpuacct", "cpuset", "memory", "freezer", "devices"];
 /// A v1 memory limit at or above this is "no limit" (the kernel's is 2^63 - page size).
 const V1_UNLIMITED: u64 = 1 << 62;
 
@@ -47,7 +69,7 @@ pub struct JobCounters {
 }
 
 impl CgroupTree {
-    /// The tree mounted at `root` (`/sys/fs/cgroup`, Slurm's CgroupMountpoint).
+    /// The tree mounted at `root` (Slurm's CgroupMountpoint, `/sys/fs/cgroup` by default).
     pub fn from_path(root: &Path) -> Result<Self, NoCgroups> {
         if root.join("cgroup.controllers").is_file() {
             return Ok(Self {
@@ -70,104 +92,177 @@ impl CgroupTree {
             })
     }
 
-    /// The job's directory relative to a controller (v1) or the root (v2).
-    fn job_dir(&self, job: u32) -> Option<PathBuf> {
-        let name = format!("job_{job}");
-        match self.layout {
-            Layout::V1 => subdirs(&self.cpuacct, "slurm")
-                .into_iter()
-                .flat_map(|slurm| subdirs(&slurm, "uid_"))
-                .map(|uid| uid.join(&name))
-                .find(|dir| dir.is_dir())
-                .and_then(|dir| dir.strip_prefix(&self.cpuacct).ok().map(Path::to_path_buf)),
-            Layout::V2 => subdirs(&self.root.join("system.slice"), "")
-                .into_iter()
-                .filter(|d| d.to_string_lossy().ends_with("slurmstepd.scope"))
-                .map(|scope| scope.join(&name))
-                .find(|dir| dir.is_dir())
-                .and_then(|dir| dir.strip_prefix(&self.root).ok().map(Path::to_path_buf)),
-        }
-    }
-
-    fn usage_ns(&self, dir: &Path) -> Option<u64> {
-        match self.layout {
-            Layout::V1 => read_u64(&self.cpuacct.join(dir).join("cpuacct.usage")),
-            Layout::V2 => {
-                let stat = fs::read_to_string(self.root.join(dir).join("cpu.stat")).ok()?;
-                stat.lines()
-                    .find_map(|l| l.strip_prefix("usage_usec "))
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(|us| us * 1000)
+    /// The cgroup of `step` from the text of `/proc/<pid>/cgroup` of one of its processes;
+    /// `None` while that process is not (or no longer) in the step's directory.
+    pub fn step_cgroup(&self, proc_cgroup: &str, step: StepId) -> Option<StepCgroup> {
+        let name = step.cgroup_name();
+        let lines = proc_cgroup.lines().filter_map(|l| {
+            let (_, rest) = l.split_once(':')?;
+            rest.split_once(':')
+        });
+        let dir = match self.layout {
+            Layout::V2 => lines
+                .filter(|(controllers, _)| controllers.is_empty())
+                .find_map(|(_, path)| step_dir(path, &name)),
+            Layout::V1 => {
+                let slurms = lines.filter(|(controllers, _)| {
+                    controllers
+                        .split(',')
+                        .any(|c| SLURM_V1_CONTROLLERS.contains(&c))
+                });
+                // cpuacct's own line first: it is the one whose counter is read
+                let (cpuacct, others): (Vec<_>, Vec<_>) = slurms
+                    .partition(|(controllers, _)| controllers.split(',').any(|c| c == "cpuacct"));
+                cpuacct
+                    .into_iter()
+                    .chain(others)
+                    .find_map(|(_, path)| step_dir(path, &name))
             }
-        }
+        }?;
+        let job = dir.parent()?.to_path_buf();
+        Some(self.files(dir, job))
     }
 
-    /// The job's cgroup; `None` when it is not (or no longer) there. Found once per
-    /// sample: its steps' are beside it.
-    pub fn job(&self, job: u32) -> Option<JobCgroup<'_>> {
-        self.job_dir(job).map(|dir| JobCgroup { tree: self, dir })
-    }
-}
-
-/// One job's cgroup in a [`CgroupTree`].
-pub struct JobCgroup<'a> {
-    tree: &'a CgroupTree,
-    /// Relative to a controller (v1) or the root (v2).
-    dir: PathBuf,
-}
-
-impl JobCgroup<'_> {
-    /// The job's CPUs, memory limit and CPU time; `None` when its CPU time cannot be read.
-    pub fn counters(&self) -> Option<JobCounters> {
-        let (tree, dir) = (self.tree, &self.dir);
-        let usage_ns = tree.usage_ns(dir)?;
-        let (cpus, memory) = match tree.layout {
+    /// The counter files of a step directory and of its job's, `step` and `job` relative
+    /// to the hierarchy's root.
+    fn files(&self, step: PathBuf, job: PathBuf) -> StepCgroup {
+        let (usage, cpus, memory) = match self.layout {
             Layout::V1 => (
-                read_text(&tree.root.join("cpuset").join(dir).join("cpuset.cpus")),
-                read_u64(
-                    &tree
-                        .root
-                        .join("memory")
-                        .join(dir)
-                        .join("memory.limit_in_bytes"),
-                )
-                .filter(|&m| m < V1_UNLIMITED),
+                "cpuacct.usage",
+                self.root.join("cpuset").join(&job).join("cpuset.cpus"),
+                self.root
+                    .join("memory")
+                    .join(&job)
+                    .join("memory.limit_in_bytes"),
             ),
             Layout::V2 => (
-                read_text(&tree.root.join(dir).join("cpuset.cpus.effective")),
-                read_u64(&tree.root.join(dir).join("memory.max")),
+                "cpu.stat",
+                self.root.join(&job).join("cpuset.cpus.effective"),
+                self.root.join(&job).join("memory.max"),
             ),
         };
+        let base = match self.layout {
+            Layout::V1 => &self.cpuacct,
+            Layout::V2 => &self.root,
+        };
+        StepCgroup {
+            layout: self.layout,
+            step_usage: Counter::at(base.join(&step).join(usage)),
+            job_usage: Counter::at(base.join(&job).join(usage)),
+            job_cpus: Counter::at(cpus),
+            job_memory: Counter::at(memory),
+            step,
+            job,
+        }
+    }
+}
+
+/// The step's directory in a `/proc/<pid>/cgroup` path: the path up to its deepest
+/// component named as Slurm names the step's directory, relative (no leading `/`).
+fn step_dir(path: &str, name: &str) -> Option<PathBuf> {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let at = parts.iter().rposition(|p| *p == name)?;
+    // a step directory always has its job's above it
+    (at > 0).then(|| parts[..=at].iter().collect())
+}
+
+/// A counter file kept open once it could be opened: a sample reads it with one `pread`
+/// at offset 0 (which makes a cgroup file show its current value again), without a path
+/// lookup or an allocation. Holding it does not keep Slurm from removing the cgroup; a
+/// read then fails, the file is dropped and opened again (or not) at the next read.
+#[derive(Debug)]
+struct Counter {
+    path: PathBuf,
+    file: Option<File>,
+}
+
+/// Room for any counter file read: `cpu.stat` is a few hundred bytes, a cpuset list
+/// longer than this is counted from what fits.
+const READ_SIZE: usize = 4096;
+
+impl Counter {
+    fn at(path: PathBuf) -> Self {
+        Self { path, file: None }
+    }
+
+    /// `parse` of the file's text, trimmed; `None` when it cannot be read or parsed.
+    fn read<T>(&mut self, parse: impl FnOnce(&str) -> Option<T>) -> Option<T> {
+        if self.file.is_none() {
+            // std opens with O_CLOEXEC: tasks slurmd starts never inherit it
+            self.file = File::open(&self.path).ok();
+        }
+        let mut buf = [0u8; READ_SIZE];
+        let read = self.file.as_ref()?.read_at(&mut buf, 0);
+        let Ok(n) = read else {
+            self.file = None;
+            return None;
+        };
+        parse(std::str::from_utf8(&buf[..n]).ok()?.trim())
+    }
+}
+
+/// The paths say which files; the handles are a cache.
+impl PartialEq for Counter {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
+/// A copy opens its own handle when first read.
+impl Clone for Counter {
+    fn clone(&self) -> Self {
+        Self::at(self.path.clone())
+    }
+}
+
+/// Where one step's and its job's counters are, resolved once and kept while the step
+/// runs: reading them is a `pread` per file, no directory walk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepCgroup {
+    layout: Layout,
+    /// The step's directory, relative to the hierarchy's root.
+    pub step: PathBuf,
+    /// The job's directory (the step's parent), relative to the hierarchy's root.
+    pub job: PathBuf,
+    step_usage: Counter,
+    job_usage: Counter,
+    job_cpus: Counter,
+    job_memory: Counter,
+}
+
+fn usage_ns(layout: Layout, counter: &mut Counter) -> Option<u64> {
+    match layout {
+        Layout::V1 => counter.read(|t| t.parse().ok()),
+        Layout::V2 => counter.read(|stat| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix("usage_usec "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|us| us * 1000)
+        }),
+    }
+}
+
+impl StepCgroup {
+    /// The job's CPUs, memory limit and CPU time; `None` when its CPU time cannot be read.
+    pub fn job_counters(&mut self) -> Option<JobCounters> {
+        let usage_ns = usage_ns(self.layout, &mut self.job_usage)?;
+        let memory = self.job_memory.read(|t| t.parse::<u64>().ok());
+        let memory = match self.layout {
+            Layout::V1 => memory.filter(|&m| m < V1_UNLIMITED),
+            // "max" does not parse: no limit
+            Layout::V2 => memory,
+        };
         Some(JobCounters {
-            cpus: cpus.as_deref().map(count_cpus).unwrap_or(0),
+            cpus: self.job_cpus.read(|t| Some(count_cpus(t))).unwrap_or(0),
             memory,
             usage_ns,
         })
     }
 
     /// The step's CPU time so far.
-    pub fn step_usage_ns(&self, step: StepId) -> Option<u64> {
-        self.tree.usage_ns(&self.dir.join(step.cgroup_name()))
+    pub fn step_usage_ns(&mut self) -> Option<u64> {
+        usage_ns(self.layout, &mut self.step_usage)
     }
-}
-
-fn subdirs(dir: &Path, prefix: &str) -> Vec<PathBuf> {
-    fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect()
-}
-
-fn read_text(path: &Path) -> Option<String> {
-    fs::read_to_string(path).ok().map(|t| t.trim().to_string())
-}
-
-fn read_u64(path: &Path) -> Option<u64> {
-    read_text(path)?.parse().ok()
 }
 
 /// The number of CPUs in a cpuset list ("0-3,8,10-11").
@@ -189,23 +284,28 @@ pub fn count_cpus(list: &str) -> u32 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use std::fs;
 
     pub fn write(path: &Path, text: &str) {
         fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         fs::write(path, text).expect("write");
     }
 
-    /// A v1 tree as Slurm's cgroup/v1 plugin builds it, Debian's controller names included.
+    /// A job in a v1 tree as Slurm's cgroup/v1 plugin builds it (`<slurm>/uid_1000/job_J`
+    /// under each controller: `slurm`, or `slurm_<node>` in a multiple-slurmd build),
+    /// Debian's co-mounted `cpu,cpuacct` included; `steps`: directory and CPU time (ns).
+    /// Returns the job's directory as `/proc/<pid>/cgroup` shows it.
     pub fn v1_tree(
         root: &Path,
+        slurm: &str,
         job: u32,
         cpus: &str,
         limit: u64,
         job_ns: u64,
         steps: &[(&str, u64)],
-    ) {
+    ) -> String {
         write(&root.join("cpu,cpuacct/cpuacct.usage"), "999999999\n");
-        let rel = format!("slurm/uid_1000/job_{job}");
+        let rel = format!("{slurm}/uid_1000/job_{job}");
         write(
             &root.join("cpu,cpuacct").join(&rel).join("cpuacct.usage"),
             &format!("{job_ns}\n"),
@@ -219,20 +319,49 @@ pub(crate) mod tests {
             &format!("{limit}\n"),
         );
         for (step, ns) in steps {
+            let step_dir = root.join("cpu,cpuacct").join(&rel).join(step);
+            write(&step_dir.join("cpuacct.usage"), &format!("{ns}\n"));
+            write(&step_dir.join("task_0/cpuacct.usage"), &format!("{ns}\n"));
             write(
                 &root
-                    .join("cpu,cpuacct")
+                    .join("cpuset")
                     .join(&rel)
                     .join(step)
-                    .join("cpuacct.usage"),
-                &format!("{ns}\n"),
+                    .join("cpuset.cpus"),
+                cpus,
             );
         }
+        format!("/{rel}")
     }
 
+    /// `/proc/<pid>/cgroup` of a v1 slurmstepd of `step` in `job` (as [`v1_tree`] returns
+    /// it): at job level in freezer (proctrack/cgroup), at step level in cpuset and memory
+    /// when task/cgroup constrains them, where slurmd was in cpuacct and systemd's trees.
+    pub fn v1_stepd(job: &str, step: &str, constrained: bool) -> String {
+        let mut text = format!("12:freezer:{job}\n");
+        if constrained {
+            text += &format!("11:cpuset:{job}/{step}\n10:memory:{job}/{step}\n");
+        } else {
+            text += "11:cpuset:/\n10:memory:/system.slice/slurmd.service\n";
+        }
+        text + "9:pids:/system.slice/slurmd.service\n4:cpu,cpuacct:/system.slice/slurmd.service\n\
+                1:name=systemd:/system.slice/slurmd.service\n0::/system.slice/slurmd.service\n"
+    }
+
+    /// `/proc/<pid>/cgroup` of a v1 task: the step in freezer, `task_<n>` in cpuacct.
+    pub fn v1_task(job: &str, step: &str) -> String {
+        format!(
+            "12:freezer:{job}/{step}\n11:cpuset:/\n10:memory:/\n4:cpu,cpuacct:{job}/{step}/task_0\n\
+             1:name=systemd:/user.slice\n0::/user.slice\n"
+        )
+    }
+
+    /// A job in a v2 tree as Slurm's cgroup/v2 plugin builds it: `job` is its directory
+    /// relative to the mount (the release's scope, slice and job naming), `steps` their
+    /// directories and CPU time (µs), each with its slurmstepd's `slurm/` and a task.
     pub fn v2_tree(
         root: &Path,
-        job: u32,
+        job: &str,
         cpus: &str,
         max: &str,
         job_us: u64,
@@ -242,13 +371,17 @@ pub(crate) mod tests {
             &root.join("cgroup.controllers"),
             "cpuset cpu io memory pids\n",
         );
-        let job_dir = root.join(format!("system.slice/slurmstepd.scope/job_{job}"));
+        let job_dir = root.join(job);
+        let scope = job_dir.parent().expect("scope");
+        write(&scope.join("system/cgroup.procs"), "");
         let stat = |us: u64| format!("usage_usec {us}\nuser_usec {us}\nsystem_usec 0\n");
         write(&job_dir.join("cpu.stat"), &stat(job_us));
         write(&job_dir.join("cpuset.cpus.effective"), &format!("{cpus}\n"));
         write(&job_dir.join("memory.max"), &format!("{max}\n"));
         for (step, us) in steps {
             write(&job_dir.join(step).join("cpu.stat"), &stat(*us));
+            write(&job_dir.join(step).join("slurm/cpu.stat"), &stat(0));
+            write(&job_dir.join(step).join("user/task_0/cpu.stat"), &stat(*us));
         }
     }
 
@@ -262,49 +395,78 @@ pub(crate) mod tests {
     #[test]
     fn a_v1_tree_gives_cpus_memory_and_usage() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        v1_tree(
+        let steps = [("step_extern", 10), ("step_batch", 4_000)];
+        let job = v1_tree(tmp.path(), "slurm", 42, "0-1", 1 << 30, 5_000, &steps);
+        let other = v1_tree(
             tmp.path(),
-            42,
-            "0-1",
-            1 << 30,
-            5_000,
-            &[("step_extern", 10), ("step_batch", 4_000)],
+            "slurm",
+            43,
+            "2",
+            9_223_372_036_854_771_712,
+            7,
+            &steps,
         );
-        v1_tree(tmp.path(), 43, "2", 9_223_372_036_854_771_712, 7, &[]);
         let tree = CgroupTree::from_path(tmp.path()).expect("v1");
-        let job = tree.job(42).expect("job 42");
-        let counters = job.counters().expect("counters");
+        let mut batch = tree
+            .step_cgroup(&v1_stepd(&job, "step_batch", true), StepId::BATCH)
+            .expect("batch");
+        assert_eq!(batch.job, Path::new("slurm/uid_1000/job_42"));
+        assert_eq!(batch.step, Path::new("slurm/uid_1000/job_42/step_batch"));
         assert_eq!(
-            counters,
-            JobCounters {
+            batch.job_counters(),
+            Some(JobCounters {
                 cpus: 2,
                 memory: Some(1 << 30),
                 usage_ns: 5_000
-            }
+            })
         );
-        assert_eq!(job.step_usage_ns(StepId::BATCH), Some(4_000));
-        assert_eq!(job.step_usage_ns(StepId::EXTERN), Some(10));
-        assert_eq!(job.step_usage_ns(StepId(0)), None);
-        let unlimited = tree.job(43).and_then(|j| j.counters()).map(|c| c.memory);
+        assert_eq!(batch.step_usage_ns(), Some(4_000));
+        // a task shows its step in cpuacct itself
+        let task = tree.step_cgroup(&v1_task(&job, "step_extern"), StepId::EXTERN);
+        assert_eq!(task.and_then(|mut c| c.step_usage_ns()), Some(10));
+        // the slurmstepd in the job's freezer cgroup only: not where its step is
+        assert_eq!(
+            tree.step_cgroup(&v1_stepd(&job, "step_batch", false), StepId::BATCH),
+            None
+        );
+        // another step's slurmstepd
+        assert_eq!(
+            tree.step_cgroup(&v1_stepd(&job, "step_batch", true), StepId(0)),
+            None
+        );
+        let unlimited = tree
+            .step_cgroup(&v1_stepd(&other, "step_batch", true), StepId::BATCH)
+            .and_then(|mut c| c.job_counters())
+            .map(|c| c.memory);
         assert_eq!(unlimited, Some(None));
-        assert!(tree.job(44).is_none());
     }
 
     #[test]
     fn a_v2_tree_gives_cpus_memory_and_usage() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        v2_tree(tmp.path(), 7, "0-3", "max", 1_500, &[("step_0", 1_200)]);
+        let job = "system.slice/slurmstepd.scope/job_7";
+        v2_tree(tmp.path(), job, "0-3", "max", 1_500, &[("step_0", 1_200)]);
         let tree = CgroupTree::from_path(tmp.path()).expect("v2");
+        let stepd = format!("0::/{job}/step_0/slurm\n");
+        let mut step = tree.step_cgroup(&stepd, StepId(0)).expect("step 0");
+        assert_eq!(step.job, Path::new(job));
         assert_eq!(
-            tree.job(7).and_then(|j| j.counters()),
+            step.job_counters(),
             Some(JobCounters {
                 cpus: 4,
                 memory: None,
                 usage_ns: 1_500_000
             })
         );
-        let job = tree.job(7).expect("job 7");
-        assert_eq!(job.step_usage_ns(StepId(0)), Some(1_200_000));
+        assert_eq!(step.step_usage_ns(), Some(1_200_000));
+        let task = format!("0::/{job}/step_0/user/task_0\n");
+        assert_eq!(tree.step_cgroup(&task, StepId(0)), Some(step));
+        // a new slurmstepd waits in the scope's system/ first
+        let parked = "0::/system.slice/slurmstepd.scope/system\n";
+        assert_eq!(tree.step_cgroup(parked, StepId(0)), None);
+        // under v2 only the unified line counts
+        let v1_line = format!("4:cpu,cpuacct:/{job}/step_0\n0::/\n");
+        assert_eq!(tree.step_cgroup(&v1_line, StepId(0)), None);
     }
 
     #[test]

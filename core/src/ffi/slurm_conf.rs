@@ -8,7 +8,7 @@ use std::path::Path;
 
 use slurm_sys::slurm_conf_t;
 
-use crate::attribution::{CGROUP_ROOT, Site};
+use crate::attribution::{Site, cgroup_mountpoint};
 
 fn text(p: *const c_char) -> String {
     if p.is_null() {
@@ -40,17 +40,26 @@ pub fn energy_plugin_count() -> Option<usize> {
 }
 
 /// This node's site; the node's name is its hostname (as slurmd's `-N` in the test
-/// cluster, and `%n` where NodeName is the hostname).
+/// cluster, and `%n` where NodeName is the hostname). The cgroup mount is cgroup.conf's
+/// CgroupMountpoint: Slurm reads cgroup.conf beside slurm.conf (in configless mode, both
+/// are in slurmd's cache, where `slurm_conf.slurm_conf` points), and without it uses the
+/// default.
 pub fn attribution_site() -> Result<Site, String> {
     let conf = slurm_conf().ok_or("this Slurm exports no slurm_conf")?;
     let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let slurm_conf = text(conf.slurm_conf);
+    let cgroup_conf = Path::new(&slurm_conf)
+        .parent()
+        .map(|dir| dir.join("cgroup.conf"))
+        .and_then(|path| std::fs::read_to_string(path).ok())
         .unwrap_or_default();
     Site::from_conf(
         &text(conf.slurmd_spooldir),
         &text(conf.proctrack_type),
         &text(conf.task_plugin),
         &node,
-        Path::new(CGROUP_ROOT),
+        &cgroup_mountpoint(&cgroup_conf),
     )
 }

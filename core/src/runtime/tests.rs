@@ -329,6 +329,7 @@ fn shared_mode_leaves_a_source_of_owned_devices_unsplit() {
     let site = Site {
         spool: spool.path().to_path_buf(),
         cgroup_root: spool.path().join("cgroup"),
+        proc_root: spool.path().join("proc"),
     };
     let (id, hw) = hardware(5);
     let mut values = config(id);

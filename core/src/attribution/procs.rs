@@ -1,0 +1,184 @@
+//! The processes of the steps slurmd runs, from /proc: where a step runs is where its
+//! processes are ([`super::cgroup`]).
+//!
+//! A step's slurmstepd names itself `slurmstepd: [<job>.<step>]` (`_set_job_log_prefix()`
+//! in slurmstepd.c, every release; 26.05's step manager appends ` stepmgr`), which is how
+//! it is found: one pass over /proc finds every new step's, and the pid is kept while the
+//! step runs. Several slurmd on one host (`--enable-multiple-slurmd`, or nodes in network
+//! namespaces) run one slurmstepd per node for the same step; the one of this node is the
+//! one holding the step's socket in this node's SlurmdSpoolDir.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::{StepId, own_step};
+
+/// Where the kernel shows processes.
+pub const PROC_ROOT: &str = "/proc";
+
+/// A view of /proc (a fake one in tests).
+#[derive(Debug, Clone)]
+pub struct Procs {
+    root: PathBuf,
+}
+
+impl Procs {
+    /// The processes shown under `root` (`/proc`).
+    pub fn from_path(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+        }
+    }
+
+    /// The slurmstepd processes of the `wanted` steps, in one pass over all processes.
+    pub fn stepds(&self, wanted: &HashSet<(u32, StepId)>) -> HashMap<(u32, StepId), Vec<u32>> {
+        let mut found: HashMap<(u32, StepId), Vec<u32>> = HashMap::new();
+        let pids = fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
+        for pid in pids {
+            // a process that ended meanwhile, or a kernel thread (no cmdline), is no stepd
+            let Ok(cmdline) = fs::read(self.root.join(pid.to_string()).join("cmdline")) else {
+                continue;
+            };
+            let title = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if let Some(step) = own_step(&title).filter(|s| wanted.contains(s)) {
+                found.entry(step).or_default().push(pid);
+            }
+        }
+        found
+    }
+
+    /// The text of `/proc/<pid>/cgroup`; `None` once the process is gone.
+    pub fn cgroup(&self, pid: u32) -> Option<String> {
+        fs::read_to_string(self.root.join(pid.to_string()).join("cgroup")).ok()
+    }
+
+    /// The children of `pid` (of all its threads), where a step's tasks are.
+    pub fn children(&self, pid: u32) -> Vec<u32> {
+        let tasks = self.root.join(pid.to_string()).join("task");
+        fs::read_dir(tasks)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|text| {
+                text.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect::<Vec<u32>>()
+            })
+            .collect()
+    }
+
+    /// Which of `pids` holds the unix socket bound at `socket`: `/proc/net/unix` gives the
+    /// socket's inode (of this network namespace, which slurmd's stepds share), each
+    /// process's `fd/` links name the inodes it holds.
+    pub fn holding_socket(&self, pids: &[u32], socket: &Path) -> Option<u32> {
+        let table = fs::read_to_string(self.root.join("net/unix")).ok()?;
+        let inodes: HashSet<String> = table
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                // Num RefCount Protocol Flags Type St Inode Path: the path as slurmstepd
+                // bound it, compared by components (a SlurmdSpoolDir ending in `/`)
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                let bound = fields.get(7..)?.join(" ");
+                (Path::new(&bound) == socket).then(|| format!("socket:[{}]", fields[6]))
+            })
+            .collect();
+        pids.iter().copied().find(|pid| {
+            fs::read_dir(self.root.join(pid.to_string()).join("fd"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|fd| fs::read_link(fd.path()).ok())
+                .any(|target| inodes.contains(target.to_string_lossy().as_ref()))
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::attribution::cgroup::tests::write;
+    use std::os::unix::fs::symlink;
+
+    /// A process in a fake /proc: its title (NUL-separated as the kernel shows argv) and
+    /// its `/proc/<pid>/cgroup`.
+    pub fn process(proc_root: &Path, pid: u32, title: &str, cgroup: &str) {
+        let dir = proc_root.join(pid.to_string());
+        write(&dir.join("cmdline"), &format!("{title}\0\0\0"));
+        write(&dir.join("cgroup"), cgroup);
+    }
+
+    /// `child` is a child of `parent`'s main thread.
+    pub fn child(proc_root: &Path, parent: u32, child: u32) {
+        let file = proc_root.join(format!("{parent}/task/{parent}/children"));
+        let mut text = fs::read_to_string(&file).unwrap_or_default();
+        text.push_str(&format!("{child} "));
+        write(&file, &text);
+    }
+
+    /// `pid` holds the unix socket bound at `socket`, of inode `inode`.
+    pub fn holds_socket(proc_root: &Path, pid: u32, socket: &Path, inode: u32) {
+        let table = proc_root.join("net/unix");
+        let mut text = fs::read_to_string(&table)
+            .unwrap_or_else(|_| "Num       RefCount Protocol Flags    Type St Inode Path\n".into());
+        text.push_str(&format!(
+            "0000000000000000: 00000002 00000000 00010000 0001 01 {inode} {}\n",
+            socket.display()
+        ));
+        write(&table, &text);
+        let fd = proc_root.join(format!("{pid}/fd/{inode}"));
+        fs::create_dir_all(fd.parent().expect("fd dir")).expect("mkdir");
+        symlink(format!("socket:[{inode}]"), fd).expect("fd link");
+    }
+
+    #[test]
+    fn stepds_are_found_by_their_title() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        process(root, 10, "slurmstepd: [5.extern]", "0::/");
+        process(root, 11, "slurmstepd: [5.0]", "0::/");
+        process(root, 12, "slurmstepd: [6.batch]", "0::/");
+        process(root, 13, "slurmstepd infinity", "0::/");
+        process(root, 14, "slurmstepd: [7.extern stepmgr]", "0::/");
+        write(&root.join("15/cgroup"), "0::/\n");
+        fs::create_dir_all(root.join("self")).expect("self");
+        let wanted: HashSet<_> = [
+            (5, StepId(0)),
+            (5, StepId::EXTERN),
+            (7, StepId::EXTERN),
+            (8, StepId(0)),
+        ]
+        .into_iter()
+        .collect();
+        let found = procs(root).stepds(&wanted);
+        assert_eq!(found.get(&(5, StepId(0))), Some(&vec![11]));
+        assert_eq!(found.get(&(5, StepId::EXTERN)), Some(&vec![10]));
+        assert_eq!(found.get(&(7, StepId::EXTERN)), Some(&vec![14]));
+        assert_eq!(found.len(), 3);
+    }
+
+    fn procs(root: &Path) -> Procs {
+        Procs::from_path(root)
+    }
+
+    #[test]
+    fn children_and_sockets_are_read() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        child(root, 10, 20);
+        child(root, 10, 21);
+        assert_eq!(procs(root).children(10), vec![20, 21]);
+        assert!(procs(root).children(99).is_empty());
+        let socket = Path::new("/var/spool/slurmd/n2/n2_5.0");
+        holds_socket(root, 31, Path::new("/var/spool/slurmd/n1/n1_5.0"), 700);
+        holds_socket(root, 32, Path::new("/var/spool/slurmd/n2//n2_5.0"), 701);
+        assert_eq!(procs(root).holding_socket(&[31, 32], socket), Some(32));
+        assert_eq!(procs(root).holding_socket(&[31], socket), None);
+    }
+}
