@@ -221,6 +221,20 @@ impl Site {
 /// How many samples apart the search for a step's slurmstepd is repeated, at most, while
 /// it is not found: a stale socket must not cost a pass over /proc at every sample.
 const MAX_SEARCH_GAP: u64 = 64;
+/// A step whose socket is younger than this is searched for at every sample until found:
+/// until then its job has no share (the others would be charged its part), and a loaded
+/// node can take seconds to title a new slurmstepd. Only an older socket backs off.
+const YOUNG_SOCKET: Duration = Duration::from_secs(60);
+
+/// Whether the socket at `path` was made less than [`YOUNG_SOCKET`] ago (or its age is
+/// unknown: searched as a new one).
+fn young_socket(path: &Path) -> bool {
+    fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age < YOUNG_SOCKET)
+}
 
 /// What the Keeper knows of where a step runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -374,7 +388,11 @@ impl Keeper {
                 let place = match (pid, self.places.get(&step)) {
                     (Some(pid), _) => Place::Stepd(pid),
                     (None, Some(Place::Unseen { gap, .. })) => {
-                        let gap = (gap * 2).min(MAX_SEARCH_GAP);
+                        let gap = if young_socket(&present[&step]) {
+                            1
+                        } else {
+                            (gap * 2).min(MAX_SEARCH_GAP)
+                        };
                         Place::Unseen {
                             next: now + gap,
                             gap,
@@ -950,23 +968,44 @@ mod tests {
         }
     }
 
-    /// A step whose slurmstepd is not found (not yet titled, or a stale socket) is
-    /// searched for again less and less often, not at every sample.
+    /// A step whose slurmstepd is not found is searched for at every sample while its
+    /// socket is young (a new slurmstepd a loaded node has not titled yet: its job has no
+    /// share until found), then less and less often (a stale socket).
     #[test]
-    fn an_unseen_step_is_searched_for_less_and_less_often() {
+    fn an_unseen_step_is_searched_for_at_every_sample_while_young_then_less_often() {
         let node = Node::new("cgroup");
         cgroup::tests::v1_tree(&node.site.cgroup_root, "slurm", 3, "0", 1 << 30, 0, &[]);
-        let _socket = UnixListener::bind(node.site.spool.join("n1_3.0")).expect("socket");
+        let socket = node.site.spool.join("n1_3.0");
+        let _listener = UnixListener::bind(&socket).expect("socket");
         let mut keeper = node.keeper();
         let mut searched = Vec::new();
-        for sample in 0..20 {
+        for sample in 0..40 {
+            if sample == 20 {
+                let old = nix::sys::time::TimeSpec::new(
+                    (SystemTime::now() - 2 * YOUNG_SOCKET)
+                        .duration_since(UNIX_EPOCH)
+                        .expect("after 1970")
+                        .as_secs() as i64,
+                    0,
+                );
+                nix::sys::stat::utimensat(
+                    nix::fcntl::AT_FDCWD,
+                    &socket,
+                    &old,
+                    &old,
+                    nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+                )
+                .expect("age the socket");
+            }
             let before = keeper.places.get(&(3, StepId(0))).cloned();
             tick(&mut keeper);
             if keeper.places.get(&(3, StepId(0))) != before.as_ref() {
                 searched.push(sample);
             }
         }
-        assert_eq!(searched, vec![0, 1, 3, 7, 15]);
+        let mut expected: Vec<u64> = (0..20).collect();
+        expected.extend([20, 22, 26, 34]);
+        assert_eq!(searched, expected);
     }
 
     #[test]
