@@ -80,13 +80,7 @@ impl Joules {
                 "{what}: the counter continues the last good reading again; the bad read is \
                  forgotten"
             )),
-            Advance::Behind { by } => Some(format!(
-                "{what}: the counter read {value} J, {by} J behind the last good reading: one of                  the two is a bad read; nothing is counted until it passes that reading again"
-            )),
-            Advance::Started
-            | Advance::Counted { .. }
-            | Advance::Tentative { .. }
-            | Advance::Held => None,
+            Advance::Started | Advance::Counted { .. } | Advance::Held => None,
         }
     }
 
