@@ -238,7 +238,7 @@ fn slow_polls_back_to_back_jobs_an_array_and_a_slurmd_restart() {
     assert_rows(&rows, &expected, 0.01);
 }
 
-/// A package counter reads a wrong constant, 1000 J behind its true count, for 1.5 s in the
+/// A package counter reads a wrong constant, 1000 J behind its true count, for 3 s in the
 /// middle of a 40 s job (as a torn or corrupted read does), then its true count again: on
 /// AMD counters (wrapping every ~18 s) over MSRs and on Intel server counters with DRAM
 /// over powercap. The bogus value costs nothing: every figure within 0.1% of the truth.
@@ -271,7 +271,7 @@ fn a_counter_reading_a_wrong_constant_mid_job_costs_nothing() {
         let d = sim.dir.display().to_string();
         let job = cluster.sbatch(&format!(
             "#!/bin/sh\nsrun -n1 sh -c '{rs} mark {d} s_start; {rs} set {d} {power}; sleep 20; \
-             {rs} glitch {d} spike package0 1.5; sleep 20; {rs} set {d} all=0; {rs} mark {d} s_end'\n"
+             {rs} glitch {d} spike package0 3; sleep 20; {rs} set {d} all=0; {rs} mark {d} s_end'\n"
         ));
         cluster.wait_job(job, Duration::from_secs(120));
         let truth =
