@@ -359,6 +359,26 @@ impl Cluster {
         t0.elapsed()
     }
 
+    /// After [`Self::stop_slurmd`] took `took` while a plugin thread of `node` was in a call
+    /// that hangs: the plugin left the thread behind (its log line), slurmd stopped within
+    /// a second, and it ended cleanly.
+    pub fn assert_stopped_promptly(&self, node: &str, took: Duration) {
+        let log = self.log(&format!("slurmd-{node}.log"));
+        assert!(
+            log.contains("still in a call after 200 ms"),
+            "a plugin thread was in the hanging call when slurmd stopped:\n{log}"
+        );
+        assert!(
+            took < Duration::from_secs(1),
+            "slurmd took {took:?} to stop"
+        );
+        let out = self.log(&format!("slurmd-{node}.out"));
+        assert!(
+            !out.contains("Segmentation") && !log.contains("fatal"),
+            "slurmd ended cleanly:\n{out}\n{log}"
+        );
+    }
+
     pub fn log(&self, name: &str) -> String {
         fs::read_to_string(self.dir.join("log").join(name)).unwrap_or_default()
     }
