@@ -307,9 +307,9 @@ wait_for() {
 # Test clusters run side by side on one host. Each claims a slot, a number K in
 # 1..SLOT_COUNT, by creating SLOTS_DIR/K (mkdir is atomic); the slot gives it a job-id
 # range (FirstJobId=K*JOBS_PER_SLOT+1, so Slurm's cgroups, named by job id, never meet)
-# and five TCP ports below the kernel's ephemeral range (so no port picked by bind(0)
-# elsewhere can take one). `down` frees the slot; a slot whose cluster directory is gone
-# (a test killed before its `down`) is taken over.
+# and four TCP ports (of five reserved per slot) below the kernel's ephemeral range (so
+# no port picked by bind(0) elsewhere can take one). `down` frees the slot; a slot whose
+# cluster directory is gone (a test killed before its `down`) is taken over.
 SLOTS_DIR=${CLUSTER_SLOTS_DIR:-/tmp/slurm-test-cluster-slots}
 SLOT_COUNT=800
 JOBS_PER_SLOT=10000
@@ -336,14 +336,11 @@ for p in sys.argv[1:]:
         s.close()' $(slot_ports "$1")
 }
 
-# claim_slot: set SLOT to a slot this cluster now holds (its own from an earlier `up`
-# of the same DIR first)
+# claim_slot: set SLOT to a slot this cluster now holds (`up` first takes down what an
+# earlier `up` of the same DIR left, its slot included)
 claim_slot() {
-    local k owner
+    local i k owner
     mkdir -p "$SLOTS_DIR"
-    if [ -n "${SLOT:-}" ] && [ "$(cat "$SLOTS_DIR/$SLOT/dir" 2>/dev/null)" = "$DIR" ]; then
-        return 0
-    fi
     # start at a slot derived from DIR, so that parallel clusters rarely race for one
     local start=$((0x$(printf %s "$DIR" | sha1sum | cut -c1-6) % SLOT_COUNT))
     for ((i = 0; i < SLOT_COUNT; i++)); do

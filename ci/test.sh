@@ -210,6 +210,9 @@ done
 echo "== build lane done after $(($(date +%s) - t_start))s; waiting for the tests"
 wait
 
+# seconds_of STAGE RELEASE: the recorded seconds of a release's build or tests, or ?
+seconds_of() { cat "$logs/$1-seconds-$2" 2>/dev/null || echo "?"; }
+
 failed=0
 summary=""
 for release in $order; do
@@ -220,8 +223,7 @@ for release in $order; do
     result=$(cat "$logs/result-$release" 2>/dev/null || echo "FAILED (no result)")
     case $result in passed) ;; *) failed=1 ;; esac
     summary="$summary
-   Slurm $release: $result; build ${s_build:=$(cat "$logs/build-seconds-$release" 2>/dev/null || echo ?)}s, tests $(cat "$logs/test-seconds-$release" 2>/dev/null || echo ?)s$(is_full "$release" && echo " (all tests)" || echo " (release tests)")"
-    unset s_build
+   Slurm $release: $result; build $(seconds_of build "$release")s, tests $(seconds_of test "$release")s$(is_full "$release" && echo " (all tests)" || echo " (release tests)")"
 done
 echo "== summary (total $(($(date +%s) - t_start))s):$summary"
 exit $failed
