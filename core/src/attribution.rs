@@ -28,7 +28,7 @@ use crate::accounting::Accounting;
 use crate::config::{ConfigError, KeyValues};
 use crate::source::{EnergyReader, Reading, stale_after};
 use cgroup::{CgroupTree, StepCgroup};
-use ledger::{Ledger, Observation, ObservedJob};
+use ledger::{Ledger, MAX_GAP, Observation, ObservedJob, ObservedStep, Split};
 use procs::Procs;
 
 pub const MODE_KEY: &str = "EnergyAttribution";
@@ -184,14 +184,18 @@ pub fn cgroup_mountpoint(cgroup_conf: &str) -> PathBuf {
         .map_or_else(|| PathBuf::from(CGROUP_ROOT), PathBuf::from)
 }
 
+/// SlurmdSpoolDir for `node` (`%n`, `%h`: its name).
+pub fn spool_for_node(template: &str, node: &str) -> PathBuf {
+    PathBuf::from(template.replace("%n", node).replace("%h", node))
+}
+
 impl Site {
     /// The site from slurm.conf's values, when Slurm keeps its jobs in cgroups; an error
-    /// says what is missing. `spool_template` is SlurmdSpoolDir (`%n`, `%h`: `node`).
+    /// says what is missing. `spool` is this node's SlurmdSpoolDir.
     pub fn from_conf(
-        spool_template: &str,
+        spool: PathBuf,
         proctrack: &str,
         task_plugin: &str,
-        node: &str,
         cgroup_root: &Path,
     ) -> Result<Self, String> {
         let mut missing = Vec::new();
@@ -211,7 +215,7 @@ impl Site {
         }
         CgroupTree::from_path(cgroup_root).map_err(|e| e.to_string())?;
         Ok(Self {
-            spool: PathBuf::from(spool_template.replace("%n", node).replace("%h", node)),
+            spool,
             cgroup_root: cgroup_root.to_path_buf(),
             proc_root: PathBuf::from(procs::PROC_ROOT),
         })
@@ -253,41 +257,67 @@ enum Place {
 /// slurmd's side: updates and publishes the ledger at the meter's samples.
 pub struct Keeper {
     ledger: Ledger,
-    tree: CgroupTree,
+    split: Split,
+    /// The cgroup tree the jobs are read in, in shared mode; in node mode no cgroup is
+    /// read and the ledger keeps the node's account.
+    tree: Option<CgroupTree>,
     procs: Procs,
     /// Where each present step runs, dropped with the step.
     places: HashMap<(u32, StepId), Place>,
+    /// When each present step's slurmstepd started (its socket's time), read once.
+    starts: HashMap<(u32, StepId), Option<SystemTime>>,
     /// Samples taken, the clock of [`Place::Unseen`].
     samples: u64,
     spool: PathBuf,
     path: PathBuf,
-    idle_watts: Option<f64>,
     updated: Option<Instant>,
     /// A failure to publish is logged once per episode.
     failing: bool,
 }
 
 impl Keeper {
-    /// Continues the ledger in the spool dir, if any. An error says what is missing.
-    pub fn open(site: &Site, context_id: u16, attribution: Attribution) -> Result<Self, String> {
+    /// `EnergyAttribution=shared`: splits the node among the jobs of `site`, at the static
+    /// power `idle_watts` (learned when `None`). An error says what is missing.
+    pub fn shared(site: &Site, context_id: u16, idle_watts: Option<f64>) -> Result<Self, String> {
         let tree = CgroupTree::from_path(&site.cgroup_root).map_err(|e| e.to_string())?;
-        let path = ledger_path(&site.spool, context_id);
+        let mut keeper = Self::node(&site.spool, context_id)?;
+        keeper.split = Split::Shared { idle_watts };
+        keeper.tree = Some(tree);
+        keeper.procs = Procs::from_path(&site.proc_root);
+        Ok(keeper)
+    }
+
+    /// `EnergyAttribution=node`: the ledger keeps the node's account, from which each step
+    /// takes the node's energy since it began. Continues the ledger in the spool dir, if
+    /// any; an error says what is missing.
+    pub fn node(spool: &Path, context_id: u16) -> Result<Self, String> {
+        if !spool.is_dir() {
+            return Err(format!(
+                "SlurmdSpoolDir {} is not a directory",
+                spool.display()
+            ));
+        }
+        let path = ledger_path(spool, context_id);
         let ledger = match Ledger::load(&path) {
             Ok(ledger) => ledger.unwrap_or_default(),
             Err(e) => {
-                log::error!("{e}; starting a new energy ledger");
+                log::error!(
+                    "{e}; starting a new energy ledger (running steps keep what they had \
+                     counted and go on from its start)"
+                );
                 Ledger::default()
             }
         };
         Ok(Self {
             ledger,
-            tree,
-            procs: Procs::from_path(&site.proc_root),
+            split: Split::Node,
+            tree: None,
+            procs: Procs::from_path(Path::new(procs::PROC_ROOT)),
             places: HashMap::new(),
+            starts: HashMap::new(),
             samples: 0,
-            spool: site.spool.clone(),
+            spool: spool.to_path_buf(),
             path,
-            idle_watts: attribution.idle_watts,
             updated: None,
             failing: false,
         })
@@ -306,14 +336,19 @@ impl Keeper {
             return;
         };
         self.updated = Some(now);
+        let jobs = if self.tree.is_some() {
+            self.observe()
+        } else {
+            Vec::new()
+        };
         let observation = Observation {
             at: point.at,
             wall: point.wall,
             node_uj: point.energy_uj,
-            jobs: self.observe(),
+            jobs,
         };
         self.ledger
-            .update(&observation, self.idle_watts, LEDGER_INTERVAL);
+            .update(&observation, self.split, LEDGER_INTERVAL);
         self.samples += 1;
         match self.ledger.store(&self.path) {
             Ok(()) if self.failing => {
@@ -351,8 +386,11 @@ impl Keeper {
                 if j.counters.is_none() {
                     j.counters = cgroup.as_mut().and_then(|c| c.job_counters());
                 }
-                j.steps
-                    .push((step, cgroup.and_then(StepCgroup::step_usage_ns)));
+                j.steps.push(ObservedStep {
+                    id: step,
+                    usage_ns: cgroup.and_then(StepCgroup::step_usage_ns),
+                    started: self.starts.get(&(job, step)).copied().flatten(),
+                });
             }
         }
         jobs
@@ -366,6 +404,12 @@ impl Keeper {
     fn locate(&mut self, present: &BTreeMap<(u32, StepId), PathBuf>) {
         let now = self.samples;
         self.places.retain(|step, _| present.contains_key(step));
+        self.starts.retain(|step, _| present.contains_key(step));
+        for (step, socket) in present {
+            self.starts
+                .entry(*step)
+                .or_insert_with(|| fs::metadata(socket).and_then(|m| m.modified()).ok());
+        }
         let search: HashSet<(u32, StepId)> = present
             .keys()
             .filter(|step| match self.places.get(step) {
@@ -406,9 +450,12 @@ impl Keeper {
                 self.places.insert(step, place);
             }
         }
+        let Some(tree) = &self.tree else {
+            return;
+        };
         for ((_, step), place) in &mut self.places {
             if let Place::Stepd(pid) = *place {
-                match step_cgroup(&self.tree, &self.procs, pid, *step) {
+                match step_cgroup(tree, &self.procs, pid, *step) {
                     Some(Some(cgroup)) => *place = Place::Found(cgroup),
                     Some(None) => {}
                     // the slurmstepd is gone while its socket is not: look again
@@ -443,26 +490,64 @@ fn step_cgroup(
     }))
 }
 
-/// slurmstepd's side: its step's joules from slurmd's ledger, as a source its meter reads.
-pub struct StepShare {
+/// slurmstepd's side: its step's figure from slurmd's ledger, as a source its meter reads.
+/// In node mode the node's energy since the step's first reading (when its slurmstepd
+/// opened the plugin); in shared mode the step's share. Either is brought up to the moment
+/// of the call at the last power the ledger published, at most [`LEDGER_PERIOD`] ahead.
+///
+/// When the ledger cannot be read, is stale (slurmd gone) or was begun anew (slurmd lost
+/// it), the step keeps the figure it had, says so once, and goes on from the new ledger's
+/// start with the time between estimated at its last power: never a bogus figure.
+pub struct StepFigure {
     path: PathBuf,
     cmdline: PathBuf,
+    shared: bool,
     step: Option<(u32, StepId)>,
-    /// The highest joules the ledger itself published for the step: a figure never falls
-    /// below one published before. The extrapolation on top is not kept: when the power
-    /// fell after the ledger's sample, keeping it would count the old power into the
-    /// step's final figure.
-    published_uj: u64,
+    /// What the step counted in the ledger it reads now.
+    counted: Option<Counted>,
+    /// What it counted in ledgers before this one.
+    carried_uj: u64,
+    /// The trouble with the ledger now, logged when it began.
+    trouble: Option<String>,
 }
 
-impl StepShare {
-    /// `cmdline`: `/proc/self/cmdline`, where slurmstepd's title names its step.
-    pub fn from_path(ledger: &Path, cmdline: &Path) -> Self {
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    epoch: f64,
+    /// The ledger's figure at the step's start: in node mode the node's energy when the
+    /// step first read it, in shared mode 0 (a share starts with the step).
+    base_j: f64,
+    /// The highest figure the ledger itself published: the figure never falls below one
+    /// published before. The extrapolation on top is not kept: when the power fell after
+    /// the ledger's sample, keeping it would count the old power into the step's final
+    /// figure.
+    published_j: f64,
+    /// The step's figure at its last read, its power, and when.
+    figure_uj: u64,
+    watts: f64,
+    read_at: f64,
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+impl StepFigure {
+    /// `ledger`: the node's ledger file; `cmdline`: `/proc/self/cmdline`, where
+    /// slurmstepd's title names its step; `shared`: the step's share, else the node's
+    /// energy since the step began.
+    pub fn from_path(ledger: &Path, cmdline: &Path, shared: bool) -> Self {
         Self {
             path: ledger.to_path_buf(),
             cmdline: cmdline.to_path_buf(),
+            shared,
             step: None,
-            published_uj: 0,
+            counted: None,
+            carried_uj: 0,
+            trouble: None,
         }
     }
 
@@ -473,49 +558,123 @@ impl StepShare {
         }
         self.step
     }
+
+    fn total_uj(&self) -> u64 {
+        self.carried_uj + self.counted.map_or(0, |c| c.figure_uj)
+    }
+
+    /// Counts the step's figure in `ledger` at unix time `now`; returns its power, or why
+    /// the ledger cannot be used.
+    fn count(&mut self, ledger: &Ledger, now: f64) -> Result<f64, String> {
+        let age = (now - ledger.sampled_at()).max(0.0);
+        if age > stale_after(LEDGER_PERIOD).as_secs_f64() {
+            return Err(format!(
+                "the energy ledger {} is {age:.0} s old (slurmd is not sampling)",
+                self.path.display()
+            ));
+        }
+        let ahead = age.min(LEDGER_PERIOD.as_secs_f64());
+        let (joules, watts) = if self.shared {
+            match self.step() {
+                Some((job, step)) => ledger
+                    .step(job, step)
+                    .map_or((0.0, 0.0), |a| (a.joules, a.watts)),
+                // not yet named: the title is set after the plugin loads
+                None => (0.0, 0.0),
+            }
+        } else {
+            let node = ledger.node();
+            (node.joules, node.watts)
+        };
+        let epoch = ledger.epoch();
+        match self.counted {
+            Some(c) if c.epoch == epoch => {}
+            previous => {
+                if let Some(c) = previous {
+                    let gap = (epoch - c.read_at).clamp(0.0, MAX_GAP.as_secs_f64());
+                    let estimated_uj = (c.watts * gap * 1e6) as u64;
+                    self.carried_uj += c.figure_uj + estimated_uj;
+                    log::warn!(
+                        "slurmd began a new energy ledger: this step keeps its {:.0} J, adds \
+                         {:.0} J estimated for the {gap:.1} s between, and goes on from the \
+                         new ledger's start",
+                        c.figure_uj as f64 / 1e6,
+                        estimated_uj as f64 / 1e6
+                    );
+                }
+                let base_j = match previous {
+                    None if !self.shared => joules + watts * ahead,
+                    _ => 0.0,
+                };
+                self.counted = Some(Counted {
+                    epoch,
+                    base_j,
+                    published_j: 0.0,
+                    figure_uj: 0,
+                    watts,
+                    read_at: now,
+                });
+            }
+        }
+        if let Some(c) = &mut self.counted {
+            c.published_j = c.published_j.max(joules);
+            let figure_j = (c.published_j + watts * ahead - c.base_j).max(0.0);
+            c.figure_uj = (figure_j * 1e6) as u64;
+            c.watts = watts;
+            c.read_at = now;
+        }
+        Ok(watts)
+    }
 }
 
-impl EnergyReader for StepShare {
+impl EnergyReader for StepFigure {
     fn describe(&self) -> String {
-        format!(
-            "this step's share of the node's energy from {}",
-            self.path.display()
-        )
+        let what = if self.shared {
+            "this step's share of the node's energy"
+        } else {
+            "the node's energy since this step began"
+        };
+        format!("{what}, from slurmd's ledger {}", self.path.display())
     }
 
     fn read(&mut self, _now: Instant) -> Reading {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        let published = match self.step() {
-            // not yet named (the title is set after the plugin loads) or not yet seen
-            None => Ok(None),
-            Some((job, step)) => ledger::read_step(&self.path, job, step),
+        let now = unix_now();
+        let counted = match Ledger::load(&self.path) {
+            Ok(Some(ledger)) => self.count(&ledger, now),
+            Ok(None) => Err(format!(
+                "there is no energy ledger {} (slurmd does not run this plugin, or cannot \
+                 write its spool dir)",
+                self.path.display()
+            )),
+            Err(e) => Err(e.to_string()),
         };
-        let (uj, complete, watts, problems) = match published {
-            Ok(Some(p)) => {
-                let age = (now - p.sampled_at).max(0.0);
-                let ahead = age.min(LEDGER_PERIOD.as_secs_f64());
-                self.published_uj = self.published_uj.max((p.account.joules * 1e6) as u64);
-                let uj = self.published_uj + (p.account.watts * ahead * 1e6) as u64;
-                let fresh = age <= stale_after(LEDGER_PERIOD).as_secs_f64();
-                let problems = if fresh {
-                    vec![]
-                } else {
-                    vec![format!(
-                        "the energy ledger is {age:.0} s old (slurmd down?)"
-                    )]
-                };
-                (uj, fresh, Some(p.account.watts), problems)
+        let watts = match counted {
+            Ok(watts) => {
+                if self.trouble.take().is_some() {
+                    log::info!("the energy ledger is read again");
+                }
+                Some(watts)
             }
-            Ok(None) => (self.published_uj, true, Some(0.0), vec![]),
-            Err(e) => (self.published_uj, false, None, vec![e.to_string()]),
+            Err(why) => {
+                if self.trouble.is_none() {
+                    match self.counted {
+                        Some(_) => log::error!(
+                            "{why}; this step keeps its figure of {:.0} J until it can read \
+                             the ledger again",
+                            self.total_uj() as f64 / 1e6
+                        ),
+                        None => log::error!("{why}; this step's energy is unavailable"),
+                    }
+                }
+                self.trouble = Some(why);
+                None
+            }
         };
         Reading {
-            energy_uj: uj,
-            complete,
-            problems,
+            energy_uj: self.total_uj(),
+            // a step that never read the ledger has no figure (NO_VAL), not 0 J
+            complete: self.counted.is_some(),
+            problems: Vec::new(),
             watts,
             sensors: Vec::new(),
         }
@@ -621,9 +780,10 @@ mod tests {
             mode: Mode::Shared,
             idle_watts: Some(10.0),
         };
-        let mut keeper = Keeper::open(&site, 0, attribution).expect("keeper");
-        let mut share = StepShare::from_path(&ledger_path(&spool, 0), &cmdline);
-        assert_eq!(share.read(Instant::now()).energy_uj, 0);
+        let mut keeper = Keeper::shared(&site, 0, attribution.idle_watts).expect("keeper");
+        let mut share = StepFigure::from_path(&ledger_path(&spool, 0), &cmdline, true);
+        // no ledger yet: no figure at all, not 0 J
+        assert!(!share.read(Instant::now()).complete);
 
         let (t0, w0) = (Instant::now(), SystemTime::now());
         let mut accounting = Accounting::new(w0);
@@ -659,11 +819,62 @@ mod tests {
         assert_eq!(after_fall.watts, Some(0.0));
         assert_eq!(after_fall.energy_uj, 200_000_000);
         // the ledger is continued by a new keeper
-        let again = Keeper::open(&site, 0, attribution).expect("keeper");
+        let again = Keeper::shared(&site, 0, attribution.idle_watts).expect("keeper");
         assert_eq!(
             again.ledger.step(5, StepId::EXTERN).map(|a| a.joules),
             Some(200.0)
         );
+    }
+
+    /// A ledger's node account at unix time `sampled_at`, begun at `epoch`, published.
+    fn publish(path: &Path, epoch: f64, sampled_at: f64, joules: f64, watts: f64) {
+        let text = serde_json::json!({
+            "version": ledger::VERSION,
+            "epoch": epoch,
+            "sampled_at": sampled_at,
+            "node": {"joules": joules, "watts": watts, "since": epoch},
+            "learned_idle_watts": null,
+            "jobs": [],
+        });
+        fs::write(path, text.to_string()).expect("ledger");
+    }
+
+    /// In node mode a step's figure is the node's energy since its first reading, brought
+    /// up to the call; a slurmd gone, a corrupt ledger or a new one never cost it what it
+    /// had, and a ledger that never was gives no figure rather than 0 J.
+    #[test]
+    fn a_step_reads_the_node_since_it_began_and_keeps_its_figure_through_trouble() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("energy-ledger.0.json");
+        let mut step = StepFigure::from_path(&path, &tmp.path().join("cmdline"), false);
+        let first = step.read(Instant::now());
+        assert!(!first.complete, "no ledger: unavailable");
+        let epoch = unix_now() - 100.0;
+        let now = unix_now();
+        // the ledger sampled 0.5 s ago at 1000 J, 200 W: the step began at ~1100 J
+        publish(&path, epoch, now - 0.5, 1000.0, 200.0);
+        let start = step.read(Instant::now());
+        assert!(start.complete);
+        assert!(start.energy_uj < 1_000_000, "{}", start.energy_uj);
+        let now = unix_now();
+        publish(&path, epoch, now, 1900.0, 300.0);
+        let figure = step.read(Instant::now()).energy_uj as f64 / 1e6;
+        assert!((figure - 800.0).abs() < 1.0, "{figure}");
+        // corrupt: the figure stays
+        fs::write(&path, "{\"version\": 2, \"jo").expect("corrupt");
+        let kept = step.read(Instant::now());
+        assert!(kept.complete && kept.watts.is_none());
+        assert!((kept.energy_uj as f64 / 1e6 - figure).abs() < 1.0);
+        // stale (slurmd gone for 20 s): the figure stays
+        let now = unix_now();
+        publish(&path, epoch, now - 20.0, 5000.0, 300.0);
+        assert!((step.read(Instant::now()).energy_uj as f64 / 1e6 - figure).abs() < 1.0);
+        // a new ledger begun 2 s after the last read, 50 J into it: kept + 2 s at 300 W
+        // + 50 J
+        let now = unix_now();
+        publish(&path, now + 2.0, now + 2.0, 50.0, 100.0);
+        let after = step.read(Instant::now()).energy_uj as f64 / 1e6;
+        assert!((after - (figure + 600.0 + 50.0)).abs() < 2.0, "{after} vs {figure}");
     }
 
     /// The attribution cost per sample in steady state (counters read, model, ledger
@@ -704,7 +915,7 @@ mod tests {
                 cgroup_root: cgroups,
                 proc_root,
             };
-            let mut keeper = Keeper::open(&site, 0, Attribution::default()).expect("keeper");
+            let mut keeper = Keeper::shared(&site, 0, None).expect("keeper");
             let (t0, w0) = (Instant::now(), SystemTime::now());
             let mut accounting = Accounting::new(w0);
             let rounds = 200u32;
@@ -807,7 +1018,7 @@ mod tests {
         }
 
         fn keeper(&self) -> Keeper {
-            Keeper::open(&self.site, 0, Attribution::default()).expect("keeper")
+            Keeper::shared(&self.site, 0, None).expect("keeper")
         }
     }
 
@@ -1012,16 +1223,17 @@ mod tests {
     fn the_site_needs_slurms_cgroups() {
         let tmp = tempfile::tempdir().expect("tempdir");
         cgroup::tests::v1_tree(tmp.path(), "slurm", 1, "0", u64::MAX, 0, &[]);
+        let spool = spool_for_node("/var/spool/slurmd/%n", "n1");
+        assert_eq!(spool, Path::new("/var/spool/slurmd/n1"));
         let site = Site::from_conf(
-            "/var/spool/slurmd/%n",
+            spool,
             "proctrack/cgroup",
             "task/affinity,task/cgroup",
-            "n1",
             tmp.path(),
         )
         .expect("site");
-        assert_eq!(site.spool, Path::new("/var/spool/slurmd/n1"));
-        let e = Site::from_conf("/s", "proctrack/linuxproc", "task/none", "n1", tmp.path())
+        assert_eq!(site.cgroup_root, tmp.path());
+        let e = Site::from_conf("/s".into(), "proctrack/linuxproc", "task/none", tmp.path())
             .expect_err("no cgroups");
         assert!(
             e.contains("ProctrackType=proctrack/cgroup (it is proctrack/linuxproc)"),
@@ -1041,7 +1253,7 @@ mod tests {
             cgroup_root: tmp.path().join("nothing"),
             proc_root: tmp.path().join("proc"),
         };
-        let e = Keeper::open(&site, 0, Attribution::default())
+        let e = Keeper::shared(&site, 0, None)
             .err()
             .expect("error");
         assert!(e.contains("cgroup"), "{e}");

@@ -32,7 +32,6 @@ pub mod power;
 pub mod rapl;
 #[cfg(feature = "redfish")]
 pub mod redfish;
-pub mod remote;
 pub mod runtime;
 pub mod source;
 #[cfg(feature = "variorum")]

@@ -7,12 +7,12 @@
 //! Every call runs behind the one panic guard and recovers a poisoned lock: a panic in a
 //! source makes that call return an error, and the next call works.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::accounting::{Baseline, EnergyRecord};
-use crate::attribution::{self, Attribution, Keeper, Mode, Site, StepShare};
+use crate::attribution::{self, Attribution, Keeper, Mode, Site, StepFigure};
 use crate::config::KeyValues;
 use crate::guard::guard;
 use crate::meter::{Meter, Metering};
@@ -31,10 +31,11 @@ pub enum Daemon {
 pub trait Host: Send + Sync + 'static {
     fn daemon(&self) -> Daemon;
 
-    /// In slurmstepd, a meter of the node's energy as the local slurmd reports it, for
-    /// sources with one owner per node ([`Source::FROM_SLURMD_IN_STEPS`]). `context_id` is
-    /// the plugin's index among stacked energy plugins.
-    fn slurmd_node(&self, context_id: u16) -> Result<Box<dyn Metering>, String>;
+    /// SlurmdSpoolDir, expanded for this node: where slurmd keeps the node's energy ledger
+    /// and its slurmstepds read it.
+    fn spool_dir(&self) -> Result<PathBuf, String> {
+        Err("not in a Slurm daemon".into())
+    }
 
     /// How many energy plugins `AcctGatherEnergyType` stacks (Slurm sums them).
     fn energy_plugins(&self) -> usize {
@@ -172,22 +173,33 @@ impl<S: Source> State<S> {
             }
         };
         let site = self.shared_site(host);
-        let meter = match &site {
-            Some(site) if daemon == Daemon::Slurmstepd => Ok(metered(StepShare::from_path(
-                &attribution::ledger_path(&site.spool, self.context_id),
-                Path::new("/proc/self/cmdline"),
-            ))),
-            _ if S::FROM_SLURMD_IN_STEPS && daemon == Daemon::Slurmstepd => {
-                host.slurmd_node(self.context_id)
-            }
+        // one meter per node: slurmd's reads the source and keeps the ledger, each
+        // slurmstepd reads its figure there (rust_gpu's steps read the devices they own)
+        let ledger = !S::ATTRIBUTED_BY_OWNERSHIP;
+        let meter = match daemon {
+            Daemon::Slurmstepd if ledger => host.spool_dir().map(|spool| {
+                metered(StepFigure::from_path(
+                    &attribution::ledger_path(&spool, self.context_id),
+                    Path::new("/proc/self/cmdline"),
+                    site.is_some(),
+                ))
+            }),
             _ => S::open(&config).map(metered),
         };
         self.hardware = match meter {
             Ok(mut meter) => {
-                if let (Some(site), Daemon::Slurmd) = (&site, daemon) {
-                    match Keeper::open(site, self.context_id, self.attribution) {
+                if daemon == Daemon::Slurmd && ledger {
+                    let keeper = match &site {
+                        Some(site) => Keeper::shared(site, self.context_id, self.attribution.idle_watts),
+                        None => host
+                            .spool_dir()
+                            .and_then(|spool| Keeper::node(&spool, self.context_id)),
+                    };
+                    match keeper {
                         Ok(mut keeper) => meter.observe(Box::new(move |a| keeper.on_sample(a))),
-                        Err(why) => log::error!("no energy ledger: {why}"),
+                        Err(why) => log::error!(
+                            "no energy ledger: {why}; this node's steps report no energy"
+                        ),
                     }
                 }
                 // Threads may start here: slurmd loads this configuration after it

@@ -57,12 +57,9 @@ pub trait Source: 'static {
     /// The acct_gather.conf keys this source reads (all parsed as strings by Slurm).
     const KEYS: &'static [&'static str];
 
-    /// In slurmstepd, take the node's energy from slurmd (`slurm_get_node_energy`) instead
-    /// of opening the source: for sensors with one owner per node (a BMC session).
-    const FROM_SLURMD_IN_STEPS: bool = false;
-
     /// In slurmstepd the source measures only the devices the step owns (rust_gpu: the
     /// GPUs its devices cgroup lets it open), so a step's figure is its own already:
+    /// slurmstepd opens the source itself instead of reading slurmd's ledger, and
     /// `EnergyAttribution=shared` does not split it again by CPU time, which would give
     /// one job's GPU energy to another.
     const ATTRIBUTED_BY_OWNERSHIP: bool = false;

@@ -231,15 +231,20 @@ pub fn slurm_plugin_dir() -> PathBuf {
 /// plugins, and acct_gather.conf beside it, in `tmp`.
 pub fn slurm_conf(tmp: &Path, energy_type: &str, acct_gather: &str) -> PathBuf {
     let conf = tmp.join("slurm.conf");
+    // where a driver running as slurmd keeps the node's energy ledger, and one running as
+    // slurmstepd reads it
+    let spool = tmp.join("spool");
+    fs::create_dir_all(&spool).expect("spool dir");
     fs::write(
         &conf,
         format!(
             "ClusterName=loader\nSlurmctldHost=localhost\n\
-             PluginDir={}:{}\n\
+             PluginDir={}:{}\nSlurmdSpoolDir={}\n\
              AcctGatherEnergyType={energy_type}\nNodeName=localhost CPUs=1\n\
              PartitionName=debug Nodes=ALL\n",
             slurm_plugin_dir().display(),
-            plugin_dir(tmp).display()
+            plugin_dir(tmp).display(),
+            spool.display()
         ),
     )
     .expect("slurm.conf");

@@ -26,7 +26,7 @@ fn amd_msr_energy_matches_the_truth_across_wraps() {
     let driver = driver(
         Some(&sim),
         &conf,
-        "slurmstepd",
+        "slurmd",
         "step sleep=6000 update node step sensors struct",
     );
     sleep(Duration::from_millis(1000));
@@ -44,6 +44,48 @@ fn amd_msr_energy_matches_the_truth_across_wraps() {
     assert_close("node", joules(&out, "node", 0), truth, 0.001);
     assert_eq!(field(&out, "sensors", 0, "count"), "1");
     assert!(err.contains("AMD MSRs via /dev/cpu/%d/msr"), "{err}");
+}
+
+/// One meter per node: slurmd's instance reads the counters and keeps the ledger; a
+/// slurmstepd started later reads the node's energy since its start from the ledger, never
+/// the hardware (its driver runs outside the simulator's namespace, where there is none).
+#[test]
+fn a_step_reads_the_nodes_energy_since_it_began_from_slurmds_ledger() {
+    let Some(tmp) = root_test_dir("a_step_reads_the_nodes_energy_since_it_began_from_slurmds_ledger")
+    else {
+        return;
+    };
+    let sim = Sim::start(
+        &tmp.path().join("sim"),
+        "--vendor amd --packages 2 --cpus 2 --esu 24",
+    );
+    let conf = slurm_conf(tmp.path(), RAPL, "EnergyRaplSource=msr\n");
+    sim.set(&["all=150"]);
+    let slurmd = driver(Some(&sim), &conf, "slurmd", "update sleep=9000 node");
+    sleep(Duration::from_millis(1500));
+    sim.set(&["all=0"]);
+    sleep(Duration::from_millis(1500));
+    let step = driver(None, &conf, "slurmstepd", "step sleep=5000 step");
+    sleep(Duration::from_millis(1000));
+    let before = sim.truth();
+    sim.set(&["package0=220", "package1=180"]);
+    sleep(Duration::from_millis(1500));
+    sim.set(&["package0=310", "package1=90"]);
+    sleep(Duration::from_millis(1500));
+    sim.set(&["all=0"]);
+    let truth = sim.truth() - before;
+    let (out, err) = finish(step);
+    println!("{out}{err}");
+    let (node_out, node_err) = finish(slurmd);
+    println!("{node_out}{node_err}");
+    assert_eq!(joules(&out, "step", 0), 0.0);
+    // whole joules, and the ledger's last sample up to a second before the final read
+    assert_close("step from the ledger", joules(&out, "step", 1), truth, 0.002);
+    assert!(
+        err.contains("the node's energy since this step began, from slurmd's ledger"),
+        "{err}"
+    );
+    assert!(!err.contains("MSRs"), "the step never opened the hardware: {err}");
 }
 
 /// 1.5 s of package and DRAM power, starting 0.7 s after the driver: the true joules.
@@ -128,7 +170,7 @@ fn counter_reset_and_vanished_device_are_not_wraps() {
             "--vendor amd --packages 2 --cpus 2 --esu 16",
         );
         let conf = slurm_conf(tmp.path(), RAPL, &format!("EnergyRaplSource={source}\n"));
-        let driver = driver(Some(&sim), &conf, "slurmstepd", "step sleep=9000 step");
+        let driver = driver(Some(&sim), &conf, "slurmd", "step sleep=9000 step");
         sleep(Duration::from_millis(800));
         let before = sim.truth();
         sim.set(&["all=200"]);

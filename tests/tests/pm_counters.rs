@@ -18,7 +18,7 @@ const PM: &str = "acct_gather_energy/rust_pm_counters";
 fn run_step(sim: &PmSim, cmds: &str, during: impl FnOnce()) -> (String, String, f64) {
     let conf = slurm_conf(&sim.dir.join("slurm"), PM, &sim.acct_gather());
     let before = sim.node_truth();
-    let driver = driver(None, &conf, "slurmstepd", cmds);
+    let driver = driver(None, &conf, "slurmd", cmds);
     sleep(Duration::from_millis(500));
     during();
     sim.set(0);

@@ -1,11 +1,12 @@
-//! Cumulative joules per job and step on one node, updated at each sample of the node's
-//! meter, and the file slurmd publishes them in for the node's slurmstepds.
+//! Cumulative joules of the node and of each job and step on it, updated at each sample of
+//! the node's meter, and the file slurmd publishes them in for the node's slurmstepds.
 //!
 //! The file is JSON with a version, written to a temporary file renamed over the old one, so
 //! a reader sees a whole ledger or the previous one, and a slurmd that restarts (or crashes)
 //! continues from the last one written. It is not synced to disk every second: what must
 //! survive is slurmd, not the node (a node that goes down takes its jobs with it), and a
-//! ledger left torn by a power cut is refused on load and started anew.
+//! ledger left torn by a power cut is refused on load and started anew, with a new epoch
+//! that tells its readers their old figures are not continued in it.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -18,15 +19,15 @@ use serde_json::{Value, json};
 
 use super::StepId;
 use super::cgroup::JobCounters;
-use super::model::{JobUse, StepUse, split_job, split_node};
+use super::model::{Interval, JobUse, StepUse, split_interval, split_job};
 
 /// The file format; a reader refuses any other.
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 /// A job that left the node is kept this long, so its slurmstepds' last reads find it.
 const KEEP_GONE: Duration = Duration::from_secs(300);
 /// After a slurmd restart, the time it was away is charged at the power each job had,
 /// up to this long; a longer absence is not guessed.
-const MAX_GAP: Duration = Duration::from_secs(300);
+pub const MAX_GAP: Duration = Duration::from_secs(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -40,18 +41,40 @@ pub enum LedgerError {
         path: String,
         source: std::io::Error,
     },
-    #[error("{path} is not an energy ledger of version {VERSION}")]
+    #[error("{path} is not an energy ledger (not whole JSON of the expected fields)")]
     Format { path: String },
+    #[error("{path} is an energy ledger of version {found}, not {VERSION}")]
+    Version { path: String, found: String },
 }
 
-/// One job's or one step's account.
+/// One job's or one step's account, or the node's.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Account {
     pub joules: f64,
     /// Its share of the node's power over the last interval.
     pub watts: f64,
-    /// Unix time it was first seen.
+    /// Unix time its counting began.
     pub since: f64,
+}
+
+impl Account {
+    fn since(since: f64) -> Self {
+        Self {
+            since,
+            ..Self::default()
+        }
+    }
+}
+
+/// How a ledger splits the node's energy among its jobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Split {
+    /// Not at all: the ledger keeps the node's account, and a step's figure is the node's
+    /// energy since the step began.
+    Node,
+    /// Among the jobs by what they hold and use ([`super::model`]), at this static power
+    /// (learned when `None`).
+    Shared { idle_watts: Option<f64> },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -59,7 +82,6 @@ struct Job {
     account: Account,
     steps: BTreeMap<StepId, Step>,
     usage_ns: Option<u64>,
-    counters: Option<JobCounters>,
     last_seen: f64,
 }
 
@@ -76,8 +98,7 @@ pub struct Observation {
     pub wall: SystemTime,
     /// The node's energy since the meter opened.
     pub node_uj: u64,
-    /// The jobs on the node, with their counters (`None`: no cgroup found) and their steps'
-    /// CPU time.
+    /// The jobs on the node, with their counters (`None`: no cgroup found) and their steps.
     pub jobs: Vec<ObservedJob>,
 }
 
@@ -85,7 +106,26 @@ pub struct Observation {
 pub struct ObservedJob {
     pub job: u32,
     pub counters: Option<JobCounters>,
-    pub steps: Vec<(StepId, Option<u64>)>,
+    pub steps: Vec<ObservedStep>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ObservedStep {
+    pub id: StepId,
+    /// Its CPU time so far, `None` when unknown.
+    pub usage_ns: Option<u64>,
+    /// When its slurmstepd started, when known: it is charged from then.
+    pub started: Option<SystemTime>,
+}
+
+impl ObservedJob {
+    /// When the job arrived: its first step's start.
+    fn started(&self) -> Option<f64> {
+        self.steps
+            .iter()
+            .filter_map(|s| s.started.map(unix))
+            .min_by(f64::total_cmp)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -97,6 +137,11 @@ struct Sampled {
 /// The node's ledger.
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
+    /// Unix time this ledger was begun: a reader that sees another epoch knows the figures
+    /// it had are not continued here.
+    epoch: f64,
+    /// The node's energy since the epoch, continued across slurmd restarts.
+    node: Account,
     jobs: BTreeMap<u32, Job>,
     /// The lowest node power over an interval of at least one sample period.
     learned_idle_watts: Option<f64>,
@@ -117,6 +162,15 @@ impl Ledger {
         self.learned_idle_watts
     }
 
+    /// Unix time this ledger was begun.
+    pub fn epoch(&self) -> f64 {
+        self.epoch
+    }
+
+    pub fn node(&self) -> Account {
+        self.node
+    }
+
     pub fn job(&self, job: u32) -> Option<Account> {
         self.jobs.get(&job).map(|j| j.account)
     }
@@ -130,14 +184,17 @@ impl Ledger {
         self.sampled_at
     }
 
-    /// Adds one sample. `idle_watts` is the configured static power (else the learned one
-    /// is used); intervals shorter than `min_interval` do not teach it.
-    pub fn update(&mut self, obs: &Observation, idle_watts: Option<f64>, min_interval: Duration) {
+    /// Adds one sample. Intervals shorter than `min_interval` do not teach the idle power.
+    pub fn update(&mut self, obs: &Observation, split: Split, min_interval: Duration) {
         let now = unix(obs.wall);
+        if self.epoch <= 0.0 {
+            self.epoch = now;
+            self.node.since = now;
+        }
         match self.last {
-            Some(prev) => self.charge_interval(prev, obs, idle_watts, min_interval),
+            Some(prev) => self.charge_interval(prev, obs, split, min_interval),
             // the first sample of this process: a ledger loaded from the file charges the
-            // time slurmd was away at each job's last power
+            // time slurmd was away at the last power of the node and of each job
             None if self.sampled_at > 0.0 => self.charge_gap(obs, now),
             None => {}
         }
@@ -155,7 +212,7 @@ impl Ledger {
         &mut self,
         prev: Sampled,
         obs: &Observation,
-        idle_watts: Option<f64>,
+        split: Split,
         min_interval: Duration,
     ) {
         let dt = obs.at.saturating_duration_since(prev.at);
@@ -164,69 +221,92 @@ impl Ledger {
         if secs <= 0.0 {
             return;
         }
+        let prior_watts = self.node.watts;
+        self.node.joules += joules;
+        self.node.watts = joules / secs;
         if dt >= min_interval {
             let watts = joules / secs;
             self.learned_idle_watts = Some(self.learned_idle_watts.map_or(watts, |w| w.min(watts)));
         }
-        let static_watts = idle_watts.or(self.learned_idle_watts).unwrap_or(0.0);
         for job in self.jobs.values_mut() {
             job.account.watts = 0.0;
             for step in job.steps.values_mut() {
                 step.account.watts = 0.0;
             }
         }
-        // jobs present at both ends of the interval
+        let Split::Shared { idle_watts } = split else {
+            return;
+        };
+        let interval = Interval {
+            joules,
+            secs,
+            static_watts: idle_watts.or(self.learned_idle_watts).unwrap_or(0.0),
+            prior_watts: Some(prior_watts),
+        };
+        let began = unix(obs.wall) - secs;
+        // the jobs with counters now, and at the interval's start or since their arrival
         let mut present = Vec::new();
         let mut uses = Vec::new();
         for o in &obs.jobs {
-            let (Some(now), Some(job)) = (o.counters, self.jobs.get(&o.job)) else {
+            let Some(now) = o.counters else { continue };
+            let before = self.jobs.get(&o.job).and_then(|j| j.usage_ns);
+            let Some((cpu_secs, arrived)) = since(now.usage_ns, before, o.started(), began, secs)
+            else {
                 continue;
             };
-            let Some(before) = job.usage_ns else { continue };
             present.push(o);
             uses.push(JobUse {
                 cpus: now.cpus,
                 memory: now.memory,
-                cpu_secs: now.usage_ns.saturating_sub(before) as f64 / 1e9,
+                cpu_secs,
+                arrived,
             });
         }
-        let shares = split_node(joules, secs, static_watts, &uses);
+        let shares = split_interval(&interval, &uses);
+        let now = unix(obs.wall);
         for (o, share) in present.into_iter().zip(shares) {
-            let Some(job) = self.jobs.get_mut(&o.job) else {
-                continue;
-            };
+            let job = self.jobs.entry(o.job).or_insert_with(|| Job {
+                account: Account::since(o.started().unwrap_or(now).min(now)),
+                ..Job::default()
+            });
             job.account.joules += share;
             job.account.watts = share / secs;
             let mut ids = Vec::new();
             let mut steps = Vec::new();
-            for (id, usage) in &o.steps {
-                let Some(seen) = job.steps.get(id) else {
-                    continue;
-                };
+            for s in &o.steps {
+                let before = job.steps.get(&s.id).and_then(|step| step.usage_ns);
+                let started = s.started.map(unix);
                 // the extern step needs no CPU time of its own (26.05's cgroup v1 gives it
                 // no cpuacct directory): it gets the job's share
-                let cpu_secs = match (*usage, seen.usage_ns) {
-                    _ if *id == StepId::EXTERN => 0.0,
-                    (Some(now), Some(before)) => now.saturating_sub(before) as f64 / 1e9,
-                    _ => continue,
+                let cpu_secs = if s.id == StepId::EXTERN {
+                    0.0
+                } else {
+                    match s.usage_ns.and_then(|u| since(u, before, started, began, secs)) {
+                        Some((cpu_secs, _)) => cpu_secs,
+                        None => continue,
+                    }
                 };
-                ids.push(*id);
+                ids.push(s.id);
                 steps.push(StepUse {
-                    is_extern: *id == StepId::EXTERN,
+                    is_extern: s.id == StepId::EXTERN,
                     cpu_secs,
                 });
             }
             for (id, joules) in ids.into_iter().zip(split_job(share, &steps)) {
-                if let Some(step) = job.steps.get_mut(&id) {
-                    step.account.joules += joules;
-                    step.account.watts = joules / secs;
-                }
+                let started = o.steps.iter().find(|s| s.id == id).and_then(|s| s.started);
+                let step = job.steps.entry(id).or_insert_with(|| Step {
+                    account: Account::since(started.map_or(now, unix).min(now)),
+                    usage_ns: None,
+                });
+                step.account.joules += joules;
+                step.account.watts = joules / secs;
             }
         }
     }
 
     fn charge_gap(&mut self, obs: &Observation, now: f64) {
         let gap = (now - self.sampled_at).clamp(0.0, MAX_GAP.as_secs_f64());
+        self.node.joules += self.node.watts * gap;
         for o in &obs.jobs {
             if let Some(job) = self.jobs.get_mut(&o.job) {
                 job.account.joules += job.account.watts * gap;
@@ -240,24 +320,17 @@ impl Ledger {
     fn observe_counters(&mut self, obs: &Observation, now: f64) {
         for o in &obs.jobs {
             let job = self.jobs.entry(o.job).or_insert_with(|| Job {
-                account: Account {
-                    since: now,
-                    ..Account::default()
-                },
+                account: Account::since(o.started().unwrap_or(now).min(now)),
                 ..Job::default()
             });
             job.last_seen = now;
-            job.counters = o.counters;
             job.usage_ns = o.counters.map(|c| c.usage_ns);
-            for (id, usage) in &o.steps {
-                let step = job.steps.entry(*id).or_insert_with(|| Step {
-                    account: Account {
-                        since: now,
-                        ..Account::default()
-                    },
+            for s in &o.steps {
+                let step = job.steps.entry(s.id).or_insert_with(|| Step {
+                    account: Account::since(s.started.map_or(now, unix).min(now)),
                     usage_ns: None,
                 });
-                step.usage_ns = *usage;
+                step.usage_ns = s.usage_ns;
             }
         }
     }
@@ -278,21 +351,20 @@ impl Ledger {
             .collect();
         json!({
             "version": VERSION,
+            "epoch": self.epoch,
             "sampled_at": self.sampled_at,
+            "node": account(&self.node),
             "learned_idle_watts": self.learned_idle_watts,
             "jobs": jobs,
         })
     }
 
     pub fn from_json(value: &Value) -> Option<Self> {
-        if value.get("version")?.as_u64()? != VERSION {
-            return None;
-        }
         let account = |v: &Value| -> Option<Account> {
             Some(Account {
-                joules: v.get("joules")?.as_f64()?,
-                watts: v.get("watts")?.as_f64()?,
-                since: v.get("since")?.as_f64()?,
+                joules: finite(v.get("joules")?)?,
+                watts: finite(v.get("watts")?)?,
+                since: finite(v.get("since")?)?,
             })
         };
         let mut jobs = BTreeMap::new();
@@ -316,15 +388,16 @@ impl Ledger {
                     account: account(j.get("account")?)?,
                     steps,
                     usage_ns: None,
-                    counters: None,
-                    last_seen: j.get("last_seen")?.as_f64()?,
+                    last_seen: finite(j.get("last_seen")?)?,
                 },
             );
         }
         Some(Self {
+            epoch: finite(value.get("epoch")?)?,
+            node: account(value.get("node")?)?,
             jobs,
             learned_idle_watts: value.get("learned_idle_watts")?.as_f64(),
-            sampled_at: value.get("sampled_at")?.as_f64()?,
+            sampled_at: finite(value.get("sampled_at")?)?,
             last: None,
         })
     }
@@ -341,13 +414,21 @@ impl Ledger {
                 });
             }
         };
-        serde_json::from_slice(&text)
-            .ok()
-            .and_then(|v| Self::from_json(&v))
-            .map(Some)
-            .ok_or_else(|| LedgerError::Format {
-                path: path.display().to_string(),
-            })
+        let format = || LedgerError::Format {
+            path: path.display().to_string(),
+        };
+        let value: Value = serde_json::from_slice(&text).map_err(|_| format())?;
+        match value.get("version").and_then(Value::as_u64) {
+            Some(VERSION) => {}
+            Some(other) => {
+                return Err(LedgerError::Version {
+                    path: path.display().to_string(),
+                    found: other.to_string(),
+                });
+            }
+            None => return Err(format()),
+        }
+        Self::from_json(&value).map(Some).ok_or_else(format)
     }
 
     /// Replaces `path` with this ledger, readable by root only.
@@ -371,23 +452,34 @@ impl Ledger {
     }
 }
 
-/// A step's figure as its slurmstepd reads it from the file.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Published {
-    pub account: Account,
-    /// Unix time of the sample it is current to.
-    pub sampled_at: f64,
+/// A number of the file, refused when it is not finite or negative: a corrupt file must
+/// never put garbage in accounting.
+fn finite(v: &Value) -> Option<f64> {
+    v.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
 }
 
-/// Reads `job`'s `step` from the ledger file; `Ok(None)` when the file or the step is not
-/// there yet.
-pub fn read_step(path: &Path, job: u32, step: StepId) -> Result<Option<Published>, LedgerError> {
-    Ok(Ledger::load(path)?.and_then(|l| {
-        l.step(job, step).map(|account| Published {
-            account,
-            sampled_at: l.sampled_at,
-        })
-    }))
+/// A job's or step's CPU seconds in the interval that `began` (unix time) `secs` ago, and
+/// when in it it arrived: from its counter at the interval's start (`before`), or, first
+/// seen now, from its start (its counter began with it). One seen late (it started before
+/// the interval) is charged from the interval's start, its CPU time spread evenly over its
+/// life; `None` when its start is unknown (it is charged from its next interval).
+fn since(
+    usage_ns: u64,
+    before: Option<u64>,
+    started: Option<f64>,
+    began: f64,
+    secs: f64,
+) -> Option<(f64, f64)> {
+    if let Some(before) = before {
+        return Some((usage_ns.saturating_sub(before) as f64 / 1e9, 0.0));
+    }
+    let used = usage_ns as f64 / 1e9;
+    let started = started?;
+    if started >= began {
+        return Some((used, (started - began).min(secs)));
+    }
+    let life = began + secs - started;
+    Some((used * secs / life, 0.0))
 }
 
 #[cfg(test)]
@@ -395,6 +487,21 @@ mod tests {
     use super::*;
 
     const PERIOD: Duration = Duration::from_secs(1);
+    const LEARNED: Split = Split::Shared { idle_watts: None };
+
+    fn idle(watts: f64) -> Split {
+        Split::Shared {
+            idle_watts: Some(watts),
+        }
+    }
+
+    fn step(id: StepId, usage_ns: Option<u64>) -> ObservedStep {
+        ObservedStep {
+            id,
+            usage_ns,
+            started: None,
+        }
+    }
 
     fn counters(cpus: u32, usage_s: f64) -> Option<JobCounters> {
         Some(JobCounters {
@@ -425,7 +532,7 @@ mod tests {
             counters: counters(cpus, usage_s),
             steps: steps
                 .iter()
-                .map(|(id, s)| (*id, Some((s * 1e9) as u64)))
+                .map(|(id, s)| step(*id, Some((s * 1e9) as u64)))
                 .collect(),
         }
     }
@@ -436,10 +543,10 @@ mod tests {
         let mut ledger = Ledger::default();
         let ext = StepId::EXTERN;
         // no job: nobody is charged, the idle power is learned (100 W)
-        ledger.update(&observation(t0, w0, 0, 0, vec![]), None, PERIOD);
+        ledger.update(&observation(t0, w0, 0, 0, vec![]), LEARNED, PERIOD);
         ledger.update(
             &observation(t0, w0, 1, 100, vec![job(1, 1, 0.0, &[(ext, 0.0)])]),
-            None,
+            LEARNED,
             PERIOD,
         );
         assert_eq!(ledger.learned_idle_watts(), Some(100.0));
@@ -453,7 +560,7 @@ mod tests {
                 400,
                 vec![job(1, 1, 1.0, &[(ext, 0.0)]), job(2, 1, 0.0, &[(ext, 0.0)])],
             ),
-            None,
+            LEARNED,
             PERIOD,
         );
         assert_eq!(ledger.job(1).map(|a| a.joules), Some(300.0));
@@ -474,7 +581,7 @@ mod tests {
                     job(2, 1, 0.25, &[(ext, 0.0)]),
                 ],
             ),
-            None,
+            LEARNED,
             PERIOD,
         );
         assert_eq!(ledger.job(1).map(|a| a.joules), Some(300.0 + 50.0 + 150.0));
@@ -498,7 +605,7 @@ mod tests {
                     job(2, 1, 2.75, &[(ext, 0.0)]),
                 ],
             ),
-            None,
+            LEARNED,
             PERIOD,
         );
         // 200 J: static 100 J 1:1, dynamic 100 J by CPU time 1.0:2.5; job 1's steps split
@@ -526,19 +633,19 @@ mod tests {
             job: 4,
             counters: counters(1, usage_s),
             steps: vec![
-                (StepId::EXTERN, None),
-                (StepId::BATCH, Some((usage_s * 1e9) as u64)),
+                step(StepId::EXTERN, None),
+                step(StepId::BATCH, Some((usage_s * 1e9) as u64)),
             ],
         };
         let mut ledger = Ledger::default();
         ledger.update(
             &observation(t0, w0, 0, 0, vec![observed(0.0)]),
-            Some(10.0),
+            idle(10.0),
             PERIOD,
         );
         ledger.update(
             &observation(t0, w0, 1, 90, vec![observed(0.5)]),
-            Some(10.0),
+            idle(10.0),
             PERIOD,
         );
         assert_eq!(ledger.step(4, StepId::EXTERN).map(|a| a.joules), Some(90.0));
@@ -552,12 +659,12 @@ mod tests {
         let mut ledger = Ledger::default();
         ledger.update(
             &observation(t0, w0, 0, 0, vec![job(9, 2, 0.0, &[(ext, 0.0)])]),
-            Some(50.0),
+            idle(50.0),
             PERIOD,
         );
         ledger.update(
             &observation(t0, w0, 2, 400, vec![job(9, 2, 1.0, &[(ext, 0.0)])]),
-            Some(50.0),
+            idle(50.0),
             PERIOD,
         );
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -568,15 +675,18 @@ mod tests {
             std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
             0o600
         );
-        let published = read_step(&path, 9, ext).expect("read").expect("step");
-        assert_eq!(published.account.joules, 400.0);
-        assert_eq!(published.account.watts, 200.0);
+        let stored = Ledger::load(&path).expect("read").expect("a ledger");
+        let published = stored.step(9, ext).expect("step");
+        assert_eq!(published.joules, 400.0);
+        assert_eq!(published.watts, 200.0);
+        assert_eq!(stored.node().joules, 400.0);
+        assert_eq!(stored.epoch(), ledger.epoch());
         // slurmd restarts 3 s later: its meter starts from zero again
         let mut again = Ledger::load(&path).expect("load").expect("a ledger");
         let t1 = Instant::now();
         again.update(
             &observation(t1, w0, 5, 0, vec![job(9, 2, 9.0, &[(ext, 0.0)])]),
-            Some(50.0),
+            idle(50.0),
             PERIOD,
         );
         let close = |a: Option<Account>, j: f64| a.is_some_and(|a| (a.joules - j).abs() < 1e-3);
@@ -588,7 +698,7 @@ mod tests {
         );
         again.update(
             &observation(t1, w0, 6, 150, vec![job(9, 2, 9.5, &[(ext, 0.0)])]),
-            Some(50.0),
+            idle(50.0),
             PERIOD,
         );
         assert!(
@@ -596,6 +706,60 @@ mod tests {
             "{:?}",
             again.step(9, ext)
         );
+        // the node's account is continued the same way, in the same epoch
+        assert!((again.node().joules - 1150.0).abs() < 1e-3, "{:?}", again.node());
+        assert_eq!(again.epoch(), ledger.epoch());
+    }
+
+    /// A job is charged from its first step's start, also when slurmd first sees it a
+    /// sample later; the piece of the interval before it came is not its.
+    #[test]
+    fn a_new_job_is_charged_from_its_start() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let mut ledger = Ledger::default();
+        let ext = StepId::EXTERN;
+        ledger.update(&observation(t0, w0, 0, 0, vec![]), idle(100.0), PERIOD);
+        ledger.update(&observation(t0, w0, 1, 100, vec![]), idle(100.0), PERIOD);
+        // the job started 0.25 s into the next second: 25 J before it, 225 J after it
+        // (300 W), and its cgroup has counted 0.7 s of CPU since
+        let arrived = |usage_s: f64| ObservedJob {
+            job: 5,
+            counters: counters(1, usage_s),
+            steps: vec![ObservedStep {
+                id: ext,
+                usage_ns: None,
+                started: Some(w0 + Duration::from_millis(1250)),
+            }],
+        };
+        ledger.update(
+            &observation(t0, w0, 2, 350, vec![arrived(0.7)]),
+            idle(100.0),
+            PERIOD,
+        );
+        let job = ledger.job(5).expect("the job");
+        assert!((job.joules - 225.0).abs() < 1e-6, "{job:?}");
+        assert!((job.since - unix(w0 + Duration::from_millis(1250))).abs() < 1e-6);
+        assert_eq!(ledger.step(5, ext).map(|a| a.joules), Some(job.joules));
+        ledger.update(
+            &observation(t0, w0, 3, 650, vec![arrived(1.7)]),
+            idle(100.0),
+            PERIOD,
+        );
+        assert!((ledger.job(5).expect("job").joules - 525.0).abs() < 1e-6);
+        assert!((ledger.node().joules - 650.0).abs() < 1e-9);
+    }
+
+    /// In node mode the ledger keeps the node's account only.
+    #[test]
+    fn node_mode_keeps_the_node_account() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let mut ledger = Ledger::default();
+        let jobs = || vec![job(1, 1, 0.0, &[(StepId::EXTERN, 0.0)])];
+        ledger.update(&observation(t0, w0, 0, 0, jobs()), Split::Node, PERIOD);
+        ledger.update(&observation(t0, w0, 2, 500, jobs()), Split::Node, PERIOD);
+        assert_eq!(ledger.node().joules, 500.0);
+        assert_eq!(ledger.node().watts, 250.0);
+        assert_eq!(ledger.job(1).map(|a| a.joules), Some(0.0));
     }
 
     #[test]
@@ -604,6 +768,27 @@ mod tests {
         let path = tmp.path().join("ledger.json");
         assert!(Ledger::load(&path).expect("absent").is_none());
         fs::write(&path, r#"{"version": 2, "jobs": []}"#).expect("write");
+        assert!(matches!(
+            Ledger::load(&path),
+            Err(LedgerError::Format { .. })
+        ));
+        fs::write(&path, r#"{"version": 1, "jobs": []}"#).expect("write");
+        let e = Ledger::load(&path).expect_err("version 1");
+        assert!(e.to_string().contains("version 1, not 2"), "{e}");
+        // a whole ledger with a negative or absurd figure is refused, not counted
+        let mut ledger = Ledger::default();
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        ledger.update(&observation(t0, w0, 0, 0, vec![]), Split::Node, PERIOD);
+        let text = ledger.to_json().to_string();
+        let bad = text.replace(r#""joules":0.0"#, r#""joules":-5.0"#);
+        assert_ne!(bad, text);
+        fs::write(&path, bad).expect("write");
+        assert!(matches!(
+            Ledger::load(&path),
+            Err(LedgerError::Format { .. })
+        ));
+        // cut short, as by a full disk
+        fs::write(&path, &text[..text.len() / 2]).expect("write");
         assert!(matches!(
             Ledger::load(&path),
             Err(LedgerError::Format { .. })

@@ -5,6 +5,11 @@
 //! their memory limits when every job has one), and the dynamic part for what it used, its
 //! share of the jobs' CPU time in the interval (by `h_j` when nobody used any CPU). The
 //! shares of each part sum to 1, so the jobs together get exactly `dE`.
+//!
+//! A job that arrives within an interval is charged from its arrival, not from the next
+//! interval ([`split_interval`]): the interval is cut at each arrival, the energy before the
+//! first arrival is taken at the node's power over the interval before (nothing the new job
+//! does has changed it yet), and each piece is split among the jobs present in it.
 
 /// What one job held and used over one interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -12,8 +17,76 @@ pub struct JobUse {
     pub cpus: u32,
     /// Its memory limit in bytes; `None` when unlimited.
     pub memory: Option<u64>,
-    /// CPU seconds used in the interval.
+    /// CPU seconds used in the interval (since its arrival for a job that arrived in it).
     pub cpu_secs: f64,
+    /// Seconds into the interval at which the job arrived; 0 when it was there from the start.
+    pub arrived: f64,
+}
+
+/// One sample interval of the node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Interval {
+    pub joules: f64,
+    pub secs: f64,
+    pub static_watts: f64,
+    /// The node's power over the interval before, when known.
+    pub prior_watts: Option<f64>,
+}
+
+/// Each job's joules of the interval: the interval is cut at the jobs' arrivals and each
+/// piece split by [`split_node`] among the jobs present in it; a piece with no job in it is
+/// nobody's. A job's CPU time is spread evenly over its part of the interval.
+pub fn split_interval(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
+    let secs = interval.secs;
+    let mut shares = vec![0.0; jobs.len()];
+    if jobs.is_empty() || secs <= 0.0 {
+        return shares;
+    }
+    let arrived = |j: &JobUse| j.arrived.clamp(0.0, secs);
+    let mut bounds: Vec<f64> = jobs.iter().map(arrived).filter(|&a| a > 0.0).collect();
+    bounds.extend([0.0, secs]);
+    bounds.sort_by(f64::total_cmp);
+    bounds.dedup();
+    let lengths: Vec<f64> = bounds.windows(2).map(|w| w[1] - w[0]).collect();
+    // before the first arrival the node ran as before; the rest is spread over time
+    let head = match (interval.prior_watts, lengths.len()) {
+        (Some(watts), 2..) => (watts.max(0.0) * lengths[0]).min(interval.joules),
+        _ => interval.joules * lengths[0] / secs,
+    };
+    let rest_secs = secs - lengths[0];
+    let energies = std::iter::once(head).chain(lengths[1..].iter().map(|len| {
+        if rest_secs > 0.0 {
+            (interval.joules - head) * len / rest_secs
+        } else {
+            0.0
+        }
+    }));
+    for ((start, len), energy) in bounds.iter().zip(&lengths).zip(energies) {
+        let present: Vec<usize> = (0..jobs.len())
+            .filter(|&i| arrived(&jobs[i]) <= *start)
+            .collect();
+        let uses: Vec<JobUse> = present
+            .iter()
+            .map(|&i| {
+                let span = secs - arrived(&jobs[i]);
+                JobUse {
+                    cpu_secs: if span > 0.0 {
+                        jobs[i].cpu_secs * len / span
+                    } else {
+                        0.0
+                    },
+                    ..jobs[i]
+                }
+            })
+            .collect();
+        for (&i, share) in present
+            .iter()
+            .zip(split_node(energy, *len, interval.static_watts, &uses))
+        {
+            shares[i] += share;
+        }
+    }
+    shares
 }
 
 /// One part of a step in its job's share.
@@ -100,7 +173,43 @@ mod tests {
             cpus,
             memory,
             cpu_secs,
+            arrived: 0.0,
         }
+    }
+
+    fn interval(joules: f64, secs: f64, prior_watts: Option<f64>) -> Interval {
+        Interval {
+            joules,
+            secs,
+            static_watts: 100.0,
+            prior_watts,
+        }
+    }
+
+    #[test]
+    fn a_job_arriving_in_an_interval_pays_from_its_arrival() {
+        // 100 W idle for 0.4 s, then the job at 300 W for 0.6 s: 220 J
+        let new = JobUse {
+            arrived: 0.4,
+            ..job(1, None, 0.6)
+        };
+        let shares = split_interval(&interval(220.0, 1.0, Some(100.0)), &[new]);
+        assert!((shares[0] - 180.0).abs() < 1e-9, "{shares:?}");
+        // without the power before, the interval's energy is spread over time
+        let shares = split_interval(&interval(220.0, 1.0, None), &[new]);
+        assert!((shares[0] - 132.0).abs() < 1e-9, "{shares:?}");
+        // a job there all along keeps the piece before the arrival and shares the rest:
+        // 40 J alone, then 180 J over 0.6 s: static 60 J 1:1, dynamic 120 J by CPU time
+        // (0.6 s of the old job's 1 s spread over its interval, the new one's 0.6 s)
+        let old = job(1, None, 1.0);
+        let shares = split_interval(&interval(220.0, 1.0, Some(100.0)), &[old, new]);
+        assert!((shares[0] - (40.0 + 30.0 + 60.0)).abs() < 1e-9, "{shares:?}");
+        assert!((shares[1] - (30.0 + 60.0)).abs() < 1e-9, "{shares:?}");
+        // with nobody arriving, the interval is split whole
+        assert_eq!(
+            split_interval(&interval(300.0, 1.0, Some(100.0)), &[old, job(1, None, 0.0)]),
+            split_node(300.0, 1.0, 100.0, &[old, job(1, None, 0.0)])
+        );
     }
 
     #[test]
@@ -197,6 +306,29 @@ mod tests {
             let total: f64 = shares.iter().sum();
             prop_assert!((total - joules).abs() <= 1e-9 * joules.max(1.0), "{total} vs {joules}");
             prop_assert!(shares.iter().all(|s| *s >= 0.0));
+        }
+
+        /// With arrivals, the jobs get the interval less the piece before the first job
+        /// came (nobody's), never more, never less than zero each.
+        #[test]
+        fn arrivals_never_charge_more_than_the_interval(
+            joules in 0.0f64..10_000.0,
+            secs in 0.01f64..100.0,
+            prior in prop::option::of(0.0f64..1000.0),
+            jobs in prop::collection::vec((1u32..128, 0.0f64..100.0, 0.0f64..1.2), 1..10),
+        ) {
+            let jobs: Vec<JobUse> = jobs
+                .into_iter()
+                .map(|(c, u, a)| JobUse { arrived: a * secs, ..job(c, None, u) })
+                .collect();
+            let interval = Interval { joules, secs, static_watts: 100.0, prior_watts: prior };
+            let shares = split_interval(&interval, &jobs);
+            let total: f64 = shares.iter().sum();
+            prop_assert!(total <= joules * (1.0 + 1e-9) + 1e-9, "{total} vs {joules}");
+            prop_assert!(shares.iter().all(|s| *s >= 0.0));
+            if jobs.iter().any(|j| j.arrived <= 0.0) {
+                prop_assert!((total - joules).abs() <= 1e-9 * joules.max(1.0), "{total} vs {joules}");
+            }
         }
 
         /// Invariant c: of two equal allocations the busier pays more, the idle one pays

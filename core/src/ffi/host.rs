@@ -1,10 +1,10 @@
 //! The runtime's [`Host`] inside a Slurm daemon.
 
+use std::path::PathBuf;
+
 use super::daemon;
-use super::slurmd_node::SlurmdNode;
 use crate::attribution::Site;
-use crate::meter::Metering;
-use crate::runtime::{Daemon, Host, metered};
+use crate::runtime::{Daemon, Host};
 
 pub struct SlurmHost;
 
@@ -19,8 +19,8 @@ impl Host for SlurmHost {
         }
     }
 
-    fn slurmd_node(&self, context_id: u16) -> Result<Box<dyn Metering>, String> {
-        SlurmdNode::start(context_id).map(metered)
+    fn spool_dir(&self) -> Result<PathBuf, String> {
+        super::slurm_conf::spool_dir()
     }
 
     fn energy_plugins(&self) -> usize {

@@ -13,7 +13,6 @@ mod macros;
 mod plugin;
 mod profile;
 mod slurm_conf;
-mod slurmd_node;
 
 pub use self::log::SlurmLogger;
 pub use plugin::Plugin;

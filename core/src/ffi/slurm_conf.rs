@@ -4,11 +4,11 @@
 
 use core::ffi::c_char;
 use std::ffi::CStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use slurm_sys::slurm_conf_t;
 
-use crate::attribution::{Site, cgroup_mountpoint};
+use crate::attribution::{Site, cgroup_mountpoint, spool_for_node};
 
 fn text(p: *const c_char) -> String {
     if p.is_null() {
@@ -39,16 +39,25 @@ pub fn energy_plugin_count() -> Option<usize> {
     })
 }
 
-/// This node's site; the node's name is its hostname (as slurmd's `-N` in the test
-/// cluster, and `%n` where NodeName is the hostname). The cgroup mount is cgroup.conf's
-/// CgroupMountpoint: Slurm reads cgroup.conf beside slurm.conf (in configless mode, both
-/// are in slurmd's cache, where `slurm_conf.slurm_conf` points), and without it uses the
-/// default.
+/// This node's name: its hostname (as slurmd's `-N` in the test cluster, and `%n` where
+/// NodeName is the hostname).
+fn node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// SlurmdSpoolDir, expanded for this node.
+pub fn spool_dir() -> Result<PathBuf, String> {
+    let conf = slurm_conf().ok_or("this Slurm exports no slurm_conf")?;
+    Ok(spool_for_node(&text(conf.slurmd_spooldir), &node_name()))
+}
+
+/// This node's site. The cgroup mount is cgroup.conf's CgroupMountpoint: Slurm reads
+/// cgroup.conf beside slurm.conf (in configless mode, both are in slurmd's cache, where
+/// `slurm_conf.slurm_conf` points), and without it uses the default.
 pub fn attribution_site() -> Result<Site, String> {
     let conf = slurm_conf().ok_or("this Slurm exports no slurm_conf")?;
-    let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_default();
     let slurm_conf = text(conf.slurm_conf);
     let cgroup_conf = Path::new(&slurm_conf)
         .parent()
@@ -56,10 +65,9 @@ pub fn attribution_site() -> Result<Site, String> {
         .and_then(|path| std::fs::read_to_string(path).ok())
         .unwrap_or_default();
     Site::from_conf(
-        &text(conf.slurmd_spooldir),
+        spool_dir()?,
         &text(conf.proctrack_type),
         &text(conf.task_plugin),
-        &node,
         &cgroup_mountpoint(&cgroup_conf),
     )
 }

@@ -245,7 +245,6 @@ impl Source for Bmc {
     type Config = IpmiConfig;
     type Reader = Polled<Bmc>;
     const KEYS: &'static [&'static str] = super::config::KEYS;
-    const FROM_SLURMD_IN_STEPS: bool = true;
 
     fn parse_config(values: &KeyValues) -> Result<IpmiConfig, ConfigError> {
         IpmiConfig::parse(values)

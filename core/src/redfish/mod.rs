@@ -110,7 +110,6 @@ impl Source for Bmc {
     type Config = RedfishConfig;
     type Reader = Polled<Bmc>;
     const KEYS: &'static [&'static str] = config::KEYS;
-    const FROM_SLURMD_IN_STEPS: bool = true;
 
     fn parse_config(values: &KeyValues) -> Result<RedfishConfig, ConfigError> {
         RedfishConfig::parse(values)

@@ -1,6 +1,7 @@
 //! The runtime driven as Slurm drives it, over a fake source whose energy the test sets.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -16,6 +17,9 @@ struct FakeHardware {
     watts: AtomicU32,
     panics: AtomicBool,
     opened: AtomicU32,
+    /// The meter's sampling period in milliseconds; 0 for an hour, so that the sampler
+    /// thread never reads between a test's steps.
+    period_ms: AtomicU64,
 }
 
 static HARDWARE: LazyLock<Mutex<HashMap<u32, Arc<FakeHardware>>>> = LazyLock::new(Default::default);
@@ -56,9 +60,11 @@ impl EnergyReader for FakeReader {
         }
     }
 
-    /// Long, so that the sampler thread never reads between a test's steps.
     fn sample_period(&self) -> Duration {
-        Duration::from_secs(3600)
+        match self.0.period_ms.load(Ordering::SeqCst) {
+            0 => Duration::from_secs(3600),
+            ms => Duration::from_millis(ms),
+        }
     }
 }
 
@@ -69,14 +75,12 @@ struct FakeConfig {
 
 const KEY_ID: &str = "EnergyFakeId";
 
-/// A fake source; `SLURMD` makes steps read the node's energy from slurmd (the host).
-struct Fake<const SLURMD: bool>;
+struct Fake;
 
-impl<const SLURMD: bool> Source for Fake<SLURMD> {
+impl Source for Fake {
     type Config = FakeConfig;
     type Reader = FakeReader;
     const KEYS: &'static [&'static str] = &[KEY_ID];
-    const FROM_SLURMD_IN_STEPS: bool = SLURMD;
 
     fn parse_config(values: &KeyValues) -> Result<FakeConfig, ConfigError> {
         let id = values.get(KEY_ID).unwrap_or("0");
@@ -111,24 +115,24 @@ impl Source for OwnedFake {
     const ATTRIBUTED_BY_OWNERSHIP: bool = true;
 
     fn parse_config(values: &KeyValues) -> Result<FakeConfig, ConfigError> {
-        Fake::<false>::parse_config(values)
+        Fake::parse_config(values)
     }
 
     fn show_config(config: &FakeConfig) -> Vec<(&'static str, String)> {
-        Fake::<false>::show_config(config)
+        Fake::show_config(config)
     }
 
     fn open(config: &FakeConfig) -> Result<FakeReader, String> {
-        Fake::<false>::open(config)
+        Fake::open(config)
     }
 }
 
-/// A host in `daemon` whose slurmd reports the energy of `slurmd_hw`, among `plugins`
-/// stacked energy plugins, on a node whose jobs are in cgroups when `site` is set.
+/// A host in `daemon` among `plugins` stacked energy plugins, with its ledger in `spool`,
+/// on a node whose jobs are in cgroups when `site` is set.
 struct TestHost {
     daemon: Daemon,
-    slurmd_hw: Option<Arc<FakeHardware>>,
     plugins: usize,
+    spool: Option<PathBuf>,
     site: Option<Site>,
 }
 
@@ -137,11 +141,8 @@ impl Host for TestHost {
         self.daemon
     }
 
-    fn slurmd_node(&self, _context_id: u16) -> Result<Box<dyn Metering>, String> {
-        self.slurmd_hw
-            .clone()
-            .map(|hw| metered(FakeReader(hw)))
-            .ok_or_else(|| "slurmd is not running".into())
+    fn spool_dir(&self) -> Result<PathBuf, String> {
+        self.spool.clone().ok_or_else(|| "no spool dir".into())
     }
 
     fn energy_plugins(&self) -> usize {
@@ -153,13 +154,81 @@ impl Host for TestHost {
     }
 }
 
-fn runtime<const SLURMD: bool>(daemon: Daemon) -> Runtime<Fake<SLURMD>, TestHost> {
+fn runtime(daemon: Daemon) -> Runtime<Fake, TestHost> {
     Runtime::new(TestHost {
         daemon,
-        slurmd_hw: None,
         plugins: 1,
+        spool: None,
         site: None,
     })
+}
+
+/// A node whose slurmd measures `joules` so far on hardware sampled every 20 ms and keeps
+/// its ledger in a temp spool dir; its steps are made by [`Node::step`].
+struct Node {
+    spool: tempfile::TempDir,
+    hw: Arc<FakeHardware>,
+    id: u32,
+    /// Keeps the ledger while the node lives.
+    _slurmd: Runtime<Fake, TestHost>,
+}
+
+impl Node {
+    fn new(joules: u64) -> Self {
+        let (id, hw) = hardware(joules);
+        hw.period_ms.store(20, Ordering::SeqCst);
+        let spool = tempfile::tempdir().expect("spool");
+        let slurmd = Runtime::new(TestHost {
+            daemon: Daemon::Slurmd,
+            plugins: 1,
+            spool: Some(spool.path().to_path_buf()),
+            site: None,
+        });
+        slurmd.configure(0, &config(id)).expect("conf_set");
+        let node = Self {
+            spool,
+            hw,
+            id,
+            _slurmd: slurmd,
+        };
+        node.settle(0.0);
+        node
+    }
+
+    /// A slurmstepd of this node among `plugins` stacked energy plugins.
+    fn step(&self, plugins: usize) -> Runtime<Fake, TestHost> {
+        let rt = Runtime::new(TestHost {
+            daemon: Daemon::Slurmstepd,
+            plugins,
+            spool: Some(self.spool.path().to_path_buf()),
+            site: None,
+        });
+        rt.configure(0, &config(self.id)).expect("conf_set");
+        rt
+    }
+
+    /// Sets the hardware's energy and waits until the ledger has it, at rest (no power
+    /// left to bring a step's figure forward with): `joules` since slurmd opened.
+    fn settle(&self, joules: f64) {
+        let path = crate::attribution::ledger_path(self.spool.path(), 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let node = crate::attribution::ledger::Ledger::load(&path)
+                .ok()
+                .flatten()
+                .map(|l| l.node());
+            if node.is_some_and(|n| n.joules == joules && n.watts == 0.0) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the ledger never showed {joules} J: {node:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn set(&self, joules: u64, since_open: f64) {
+        set_joules(&self.hw, joules);
+        self.settle(since_open);
+    }
 }
 
 fn config(id: u32) -> KeyValues {
@@ -184,7 +253,7 @@ fn consumed(rt: &Runtime<impl Source, TestHost>, query: Query) -> Option<u64> {
 #[test]
 fn slurmd_answers_every_query_from_the_node_energy_since_it_opened() {
     let (id, hw) = hardware(5_000);
-    let rt = runtime::<false>(Daemon::Slurmd);
+    let rt = runtime(Daemon::Slurmd);
     rt.configure(0, &config(id)).expect("conf_set");
     set_joules(&hw, 5_100);
     assert_eq!(consumed(&rt, Query::NodeEnergyUp), Some(100));
@@ -200,20 +269,23 @@ fn slurmd_answers_every_query_from_the_node_energy_since_it_opened() {
     assert_eq!(hw.opened.load(Ordering::SeqCst), 1);
 }
 
+/// A step reads the node's energy since it began from slurmd's ledger, never the source.
 #[test]
 fn a_step_counts_from_its_own_first_reading_and_reports_increments() {
-    let (id, hw) = hardware(70_000);
-    let rt = runtime::<false>(Daemon::Slurmstepd);
-    rt.configure(1, &config(id)).expect("conf_set");
-    set_joules(&hw, 70_300);
+    let node = Node::new(70_000);
+    node.set(70_100, 100.0);
+    let rt = node.step(1);
+    node.set(70_400, 400.0);
     let first = record(&rt, Query::NodeEnergyUp);
     assert_eq!(first.consumed_j, Some(300));
     assert_eq!(first.base_consumed_j, 300);
-    set_joules(&hw, 70_450);
+    node.set(70_550, 550.0);
     let second = record(&rt, Query::NodeEnergyUp);
     assert_eq!(second.consumed_j, Some(450));
     assert_eq!(second.base_consumed_j, 150);
     assert_eq!(second.previous_consumed_j, 300);
+    // only slurmd opened the source
+    assert_eq!(node.hw.opened.load(Ordering::SeqCst), 1);
 }
 
 /// Stacked, Slurm adds each answer to the step's running record: each answer is the
@@ -221,36 +293,36 @@ fn a_step_counts_from_its_own_first_reading_and_reports_increments() {
 /// figures (a fresh record each time) stay totals.
 #[test]
 fn a_stacked_step_answers_increments_that_slurm_sums() {
-    let (id, hw) = hardware(10_000);
-    for (daemon, answers) in [
-        (Daemon::Slurmstepd, [200, 50, 0]),
-        (Daemon::Slurmd, [200, 250, 250]),
-    ] {
-        let rt: Runtime<Fake<false>, TestHost> = Runtime::new(TestHost {
-            daemon,
-            slurmd_hw: None,
-            plugins: 2,
-            site: None,
-        });
-        set_joules(&hw, 10_000);
-        rt.configure(1, &config(id)).expect("conf_set");
-        let mut running_sum = 0;
-        for (joules, answer) in [10_200, 10_250, 10_250].into_iter().zip(answers) {
-            set_joules(&hw, joules);
-            let got = consumed(&rt, Query::NodeEnergyUp).expect("available");
-            assert_eq!(got, answer, "{daemon:?}");
-            running_sum += got;
-        }
-        if daemon == Daemon::Slurmstepd {
-            assert_eq!(running_sum, 250);
-        }
+    let node = Node::new(10_000);
+    let step = node.step(2);
+    let slurmd: Runtime<Fake, TestHost> = Runtime::new(TestHost {
+        daemon: Daemon::Slurmd,
+        plugins: 2,
+        spool: None,
+        site: None,
+    });
+    slurmd.configure(1, &config(node.id)).expect("conf_set");
+    let mut running_sum = 0;
+    for ((joules, since), answer) in [(10_200, 200.0), (10_250, 250.0), (10_250, 250.0)]
+        .into_iter()
+        .zip([200, 50, 0])
+    {
+        node.set(joules, since);
+        let got = consumed(&step, Query::NodeEnergyUp).expect("available");
+        assert_eq!(got, answer);
+        running_sum += got;
+    }
+    assert_eq!(running_sum, 250);
+    for (joules, answer) in [(10_200, 200), (10_250, 250), (10_250, 250)] {
+        set_joules(&node.hw, joules);
+        assert_eq!(consumed(&slurmd, Query::NodeEnergyUp), Some(answer));
     }
 }
 
 #[test]
 fn slurmctld_never_opens_the_source_and_reports_unavailable() {
     let (id, hw) = hardware(1);
-    let rt = runtime::<false>(Daemon::Other);
+    let rt = runtime(Daemon::Other);
     rt.configure(0, &config(id)).expect("conf_set");
     rt.update_node_energy().expect("poll");
     assert_eq!(consumed(&rt, Query::NodeEnergy), None);
@@ -270,7 +342,7 @@ fn slurmctld_never_opens_the_source_and_reports_unavailable() {
 #[test]
 fn an_invalid_config_reports_no_val_never_zero() {
     let (_, hw) = hardware(1);
-    let rt = runtime::<false>(Daemon::Slurmd);
+    let rt = runtime(Daemon::Slurmd);
     let mut values = KeyValues::new();
     values.set(KEY_ID, "twelve");
     rt.configure(0, &values).expect("conf_set never fails");
@@ -298,7 +370,7 @@ fn an_invalid_config_reports_no_val_never_zero() {
 #[test]
 fn a_bad_attribution_is_node_wide_and_shared_without_a_site_is_too() {
     let (id, hw) = hardware(1);
-    let rt = runtime::<false>(Daemon::Slurmd);
+    let rt = runtime(Daemon::Slurmd);
     let mut values = config(id);
     values.set("EnergyAttribution", "halves");
     rt.configure(0, &values).expect("conf_set");
@@ -308,7 +380,7 @@ fn a_bad_attribution_is_node_wide_and_shared_without_a_site_is_too() {
     );
     // the source still measures the node
     assert!(consumed(&rt, Query::NodeEnergy).is_some());
-    let rt = runtime::<false>(Daemon::Slurmd);
+    let rt = runtime(Daemon::Slurmd);
     let mut values = config(id);
     values.set("EnergyAttribution", "shared");
     rt.configure(0, &values).expect("conf_set");
@@ -336,27 +408,26 @@ fn shared_mode_leaves_a_source_of_owned_devices_unsplit() {
     values.set("EnergyAttribution", "shared");
     let step_host = || TestHost {
         daemon: Daemon::Slurmstepd,
-        slurmd_hw: None,
         plugins: 1,
+        spool: Some(site.spool.clone()),
         site: Some(site.clone()),
     };
-    let split: Runtime<Fake<false>, TestHost> = Runtime::new(step_host());
+    let split: Runtime<Fake, TestHost> = Runtime::new(step_host());
     split.configure(0, &values).expect("conf_set");
     let owned: Runtime<OwnedFake, TestHost> = Runtime::new(step_host());
     owned.configure(0, &values).expect("conf_set");
-    assert_eq!(consumed(&split, Query::NodeEnergyUp), Some(0));
     assert_eq!(consumed(&owned, Query::NodeEnergyUp), Some(0));
     set_joules(&hw, 12);
-    // an ordinary source's step reads its share from the ledger (in which this step has
-    // none yet), never the hardware; a source of owned devices measures them itself
-    assert_eq!(consumed(&split, Query::NodeEnergyUp), Some(0));
+    // an ordinary source's step reads its share from the ledger (which no slurmd keeps
+    // here: no figure), never the hardware; a source of owned devices measures them itself
+    assert_eq!(consumed(&split, Query::NodeEnergyUp), None);
     assert_eq!(consumed(&owned, Query::NodeEnergyUp), Some(7));
     assert_eq!(hw.opened.load(Ordering::SeqCst), 1);
 }
 
 #[test]
 fn a_source_that_cannot_open_reports_unavailable() {
-    let rt = runtime::<false>(Daemon::Slurmd);
+    let rt = runtime(Daemon::Slurmd);
     rt.configure(0, &config(u32::MAX)).expect("conf_set");
     assert_eq!(consumed(&rt, Query::NodeEnergy), None);
     assert!(rt.update_node_energy().is_ok());
@@ -366,7 +437,7 @@ fn a_source_that_cannot_open_reports_unavailable() {
 fn reconfigure_keeps_the_node_energy_and_the_open_source() {
     let (id, hw) = hardware(1_000);
     let (other, _) = hardware(0);
-    let rt = runtime::<false>(Daemon::Slurmd);
+    let rt = runtime(Daemon::Slurmd);
     rt.configure(0, &config(id)).expect("conf_set");
     set_joules(&hw, 1_200);
     assert_eq!(consumed(&rt, Query::NodeEnergyUp), Some(200));
@@ -382,7 +453,7 @@ fn reconfigure_keeps_the_node_energy_and_the_open_source() {
 #[test]
 fn a_panicking_source_fails_that_call_only_and_the_poisoned_lock_recovers() {
     let (id, hw) = hardware(10);
-    let rt = runtime::<false>(Daemon::Slurmd);
+    let rt = runtime(Daemon::Slurmd);
     rt.configure(0, &config(id)).expect("conf_set");
     hw.panics.store(true, Ordering::SeqCst);
     assert_eq!(rt.get(Query::NodeEnergyUp), Err(CallFailed));
@@ -402,32 +473,22 @@ fn a_panicking_source_fails_that_call_only_and_the_poisoned_lock_recovers() {
 }
 
 #[test]
-fn steps_of_a_one_owner_source_read_slurmd_not_the_sensor() {
-    let (id, own) = hardware(0);
-    let (_, node) = hardware(20_000);
-    let rt: Runtime<Fake<true>, TestHost> = Runtime::new(TestHost {
+fn a_step_without_a_ledger_reports_unavailable() {
+    let (id, hw) = hardware(0);
+    let rt: Runtime<Fake, TestHost> = Runtime::new(TestHost {
         daemon: Daemon::Slurmstepd,
         plugins: 1,
-        slurmd_hw: Some(Arc::clone(&node)),
+        spool: Some(tempfile::tempdir().expect("spool").path().to_path_buf()),
         site: None,
     });
-    rt.configure(0, &config(id)).expect("conf_set");
-    set_joules(&node, 20_042);
-    assert_eq!(consumed(&rt, Query::NodeEnergyUp), Some(42));
-    assert_eq!(own.opened.load(Ordering::SeqCst), 0);
-}
-
-#[test]
-fn a_step_whose_slurmd_cannot_be_reached_reports_unavailable() {
-    let (id, _) = hardware(0);
-    let rt = runtime::<true>(Daemon::Slurmstepd);
     rt.configure(0, &config(id)).expect("conf_set");
     let r = record(&rt, Query::NodeEnergyUp);
     assert_eq!(r.consumed_j, None);
     // Slurm copies a step's watts into TRESUsageOutMax: unknown is 0, never NO_VAL
     assert_eq!(r.current_watts, Some(0));
+    assert_eq!(hw.opened.load(Ordering::SeqCst), 0);
     // slurmd shows unknown as unknown (scontrol: n/s)
-    let rt = runtime::<false>(Daemon::Slurmd);
+    let rt: Runtime<Fake, TestHost> = runtime(Daemon::Slurmd);
     rt.configure(0, &config(u32::MAX)).expect("conf_set");
     assert_eq!(record(&rt, Query::Struct).current_watts, None);
 }
@@ -435,7 +496,7 @@ fn a_step_whose_slurmd_cannot_be_reached_reports_unavailable() {
 #[test]
 fn fini_stops_everything_and_a_later_call_starts_afresh() {
     let (id, hw) = hardware(100);
-    let rt = runtime::<false>(Daemon::Slurmd);
+    let rt = runtime(Daemon::Slurmd);
     rt.init(None).expect("init");
     rt.configure(0, &config(id)).expect("conf_set");
     rt.fini().expect("fini");

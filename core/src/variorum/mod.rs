@@ -144,7 +144,6 @@ impl crate::source::Source for Variorum {
     type Config = VariorumConfig;
     type Reader = Polled<Variorum>;
     const KEYS: &'static [&'static str] = &[KEY_LIBRARY, KEY_FREQUENCY, KEY_SAMPLER, KEY_TIMEOUT];
-    const FROM_SLURMD_IN_STEPS: bool = true;
 
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
         VariorumConfig::parse(values)
