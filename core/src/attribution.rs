@@ -14,6 +14,7 @@
 //! steady state reads counter files only.
 
 pub mod cgroup;
+pub mod doorbell;
 pub mod ledger;
 pub mod model;
 pub mod procs;
@@ -22,6 +23,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::accounting::Accounting;
@@ -264,13 +267,17 @@ pub struct Keeper {
     procs: Procs,
     /// Where each present step runs, dropped with the step.
     places: HashMap<(u32, StepId), Place>,
-    /// When each present step's slurmstepd started (its socket's time), read once.
+    /// When each present step's slurmstepd started (its process's start once found, its
+    /// socket's time until then).
     starts: HashMap<(u32, StepId), Option<SystemTime>>,
     /// Samples taken, the clock of [`Place::Unseen`].
     samples: u64,
     spool: PathBuf,
     path: PathBuf,
     updated: Option<Instant>,
+    /// A step asked for a fresh ledger ([`doorbell`]): the next sample updates it however
+    /// recent the last update.
+    wanted: Arc<AtomicBool>,
     /// A failure to publish is logged once per episode.
     failing: bool,
 }
@@ -319,16 +326,29 @@ impl Keeper {
             spool: spool.to_path_buf(),
             path,
             updated: None,
+            wanted: Arc::new(AtomicBool::new(false)),
             failing: false,
         })
+    }
+
+    /// The ledger file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Set by a step's ring: the next sample updates the ledger at once.
+    pub fn wanted(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.wanted)
     }
 
     /// Takes the node's energy at a sample of its meter.
     pub fn on_sample(&mut self, accounting: &Accounting) {
         let now = Instant::now();
-        if self
-            .updated
-            .is_some_and(|t| now.saturating_duration_since(t) < LEDGER_INTERVAL)
+        let wanted = self.wanted.swap(false, Ordering::SeqCst);
+        if !wanted
+            && self
+                .updated
+                .is_some_and(|t| now.saturating_duration_since(t) < LEDGER_INTERVAL)
         {
             return;
         }
@@ -430,7 +450,13 @@ impl Keeper {
                     _ => self.procs.holding_socket(&pids, &present[&step]),
                 };
                 let place = match (pid, self.places.get(&step)) {
-                    (Some(pid), _) => Place::Stepd(pid),
+                    (Some(pid), _) => {
+                        // charged from its process's start, not its socket's (made later)
+                        if let Some(started) = self.procs.started(pid) {
+                            self.starts.insert(step, Some(started));
+                        }
+                        Place::Stepd(pid)
+                    }
                     (None, Some(Place::Unseen { gap, .. })) => {
                         let gap = if young_socket(&present[&step]) {
                             1
@@ -500,7 +526,12 @@ fn step_cgroup(
 /// start with the time between estimated at its last power: never a bogus figure.
 pub struct StepFigure {
     path: PathBuf,
+    /// This process, whose tasks' end is the step's last edge.
+    procs: Procs,
+    pid: u32,
     cmdline: PathBuf,
+    /// Unix time this slurmstepd started: in node mode its figure counts from then.
+    started: Option<f64>,
     shared: bool,
     step: Option<(u32, StepId)>,
     /// What the step counted in the ledger it reads now.
@@ -513,7 +544,7 @@ pub struct StepFigure {
 
 #[derive(Debug, Clone, Copy)]
 struct Counted {
-    epoch: f64,
+    epoch: u64,
     /// The ledger's figure at the step's start: in node mode the node's energy when the
     /// step first read it, in shared mode 0 (a share starts with the step).
     base_j: f64,
@@ -536,13 +567,16 @@ fn unix_now() -> f64 {
 }
 
 impl StepFigure {
-    /// `ledger`: the node's ledger file; `cmdline`: `/proc/self/cmdline`, where
-    /// slurmstepd's title names its step; `shared`: the step's share, else the node's
-    /// energy since the step began.
-    pub fn from_path(ledger: &Path, cmdline: &Path, shared: bool) -> Self {
+    /// `ledger`: the node's ledger file; `procs` shows this process, `pid` (its title
+    /// names its step, its stat when it started); `shared`: the step's share, else the
+    /// node's energy since the step began.
+    pub fn from_path(ledger: &Path, procs: &Procs, pid: u32, shared: bool) -> Self {
         Self {
             path: ledger.to_path_buf(),
-            cmdline: cmdline.to_path_buf(),
+            procs: procs.clone(),
+            pid,
+            cmdline: procs.cmdline_path(pid),
+            started: procs.started(pid).map(ledger::unix),
             shared,
             step: None,
             counted: None,
@@ -591,7 +625,8 @@ impl StepFigure {
             Some(c) if c.epoch == epoch => {}
             previous => {
                 if let Some(c) = previous {
-                    let gap = (epoch - c.read_at).clamp(0.0, MAX_GAP.as_secs_f64());
+                    let begun = epoch as f64 / 1e6;
+                    let gap = (begun - c.read_at).clamp(0.0, MAX_GAP.as_secs_f64());
                     let estimated_uj = (c.watts * gap * 1e6) as u64;
                     self.carried_uj += c.figure_uj + estimated_uj;
                     log::warn!(
@@ -602,8 +637,14 @@ impl StepFigure {
                         estimated_uj as f64 / 1e6
                     );
                 }
+                // the node's energy when this process started, brought back (or forward)
+                // from the ledger's sample at its power, at most a ledger period
+                let period = LEDGER_PERIOD.as_secs_f64();
+                let since_sample = self.started.map_or(ahead, |t| t - ledger.sampled_at());
                 let base_j = match previous {
-                    None if !self.shared => joules + watts * ahead,
+                    None if !self.shared => {
+                        (joules + watts * since_sample.clamp(-period, period)).max(0.0)
+                    }
                     _ => 0.0,
                 };
                 self.counted = Some(Counted {
@@ -638,6 +679,11 @@ impl EnergyReader for StepFigure {
     }
 
     fn read(&mut self, _now: Instant) -> Reading {
+        // at the step's edges (before its tasks start, after they end) the figure is the
+        // step's first or last: it needs a ledger sampled now
+        if self.procs.children(self.pid).is_empty() {
+            doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path);
+        }
         let now = unix_now();
         let counted = match Ledger::load(&self.path) {
             Ok(Some(ledger)) => self.count(&ledger, now),
@@ -770,7 +816,7 @@ mod tests {
         let proc_root = tmp.path().join("proc");
         let stepd = cgroup::tests::v1_stepd(&job, "step_extern", true);
         procs::tests::process(&proc_root, 40, "slurmstepd: [5.extern]", &stepd);
-        let cmdline = proc_root.join("40/cmdline");
+        let procs = Procs::from_path(&proc_root);
         let site = Site {
             spool: spool.clone(),
             cgroup_root: cgroups.clone(),
@@ -781,7 +827,7 @@ mod tests {
             idle_watts: Some(10.0),
         };
         let mut keeper = Keeper::shared(&site, 0, attribution.idle_watts).expect("keeper");
-        let mut share = StepFigure::from_path(&ledger_path(&spool, 0), &cmdline, true);
+        let mut share = StepFigure::from_path(&ledger_path(&spool, 0), &procs, 40, true);
         // no ledger yet: no figure at all, not 0 J
         assert!(!share.read(Instant::now()).complete);
 
@@ -830,7 +876,7 @@ mod tests {
     fn publish(path: &Path, epoch: f64, sampled_at: f64, joules: f64, watts: f64) {
         let text = serde_json::json!({
             "version": ledger::VERSION,
-            "epoch": epoch,
+            "epoch": (epoch * 1e6) as u64,
             "sampled_at": sampled_at,
             "node": {"joules": joules, "watts": watts, "since": epoch},
             "learned_idle_watts": null,
@@ -846,7 +892,7 @@ mod tests {
     fn a_step_reads_the_node_since_it_began_and_keeps_its_figure_through_trouble() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("energy-ledger.0.json");
-        let mut step = StepFigure::from_path(&path, &tmp.path().join("cmdline"), false);
+        let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
         let first = step.read(Instant::now());
         assert!(!first.complete, "no ledger: unavailable");
         let epoch = unix_now() - 100.0;
@@ -874,7 +920,10 @@ mod tests {
         let now = unix_now();
         publish(&path, now + 2.0, now + 2.0, 50.0, 100.0);
         let after = step.read(Instant::now()).energy_uj as f64 / 1e6;
-        assert!((after - (figure + 600.0 + 50.0)).abs() < 2.0, "{after} vs {figure}");
+        assert!(
+            (after - (figure + 600.0 + 50.0)).abs() < 2.0,
+            "{after} vs {figure}"
+        );
     }
 
     /// The attribution cost per sample in steady state (counters read, model, ledger
@@ -1253,9 +1302,7 @@ mod tests {
             cgroup_root: tmp.path().join("nothing"),
             proc_root: tmp.path().join("proc"),
         };
-        let e = Keeper::shared(&site, 0, None)
-            .err()
-            .expect("error");
+        let e = Keeper::shared(&site, 0, None).err().expect("error");
         assert!(e.contains("cgroup"), "{e}");
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::accounting::Accounting;
 use crate::source::{EnergyReader, stale_after};
-use crate::worker::Worker;
+use crate::worker::{Control, Worker};
 
 pub struct Meter<S: EnergyReader> {
     shared: Arc<Shared<S>>,
@@ -26,6 +26,8 @@ struct Shared<S> {
     /// Told each of the sampler's readings, in the sampler's thread, after the reading's
     /// lock is released: Slurm's calls never wait on it.
     observer: Mutex<Option<Observer>>,
+    /// The running sampler's control, to wake it for a reading now.
+    sampler: Mutex<Option<Arc<Control>>>,
 }
 
 /// What [`Metering::observe`] is given.
@@ -55,6 +57,7 @@ impl<S: EnergyReader> Meter<S> {
             period,
             sampled,
             observer: Mutex::new(None),
+            sampler: Mutex::new(None),
         });
         shared.sample();
         Self {
@@ -78,6 +81,8 @@ pub trait Metering: Send {
     fn stale_after(&self) -> Duration;
     /// Has `observer` told each reading the sampling thread takes.
     fn observe(&mut self, observer: Observer);
+    /// What makes the sampling thread take a reading now (and tell the observer).
+    fn waker(&self) -> Box<dyn Fn() + Send + Sync>;
 }
 
 impl<S: EnergyReader> Metering for Meter<S> {
@@ -104,7 +109,14 @@ impl<S: EnergyReader> Metering for Meter<S> {
                 }
             }
         }) {
-            Ok(worker) => self.sampler = Some(worker),
+            Ok(worker) => {
+                *self
+                    .shared
+                    .sampler
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(worker.control()));
+                self.sampler = Some(worker);
+            }
             Err(e) => log::error!(
                 "{e}; energy is read only when Slurm polls, so counter wraps between polls \
                  may be missed"
@@ -127,6 +139,20 @@ impl<S: EnergyReader> Metering for Meter<S> {
 
     fn snapshot(&self) -> Accounting {
         self.shared.lock().accounting
+    }
+
+    fn waker(&self) -> Box<dyn Fn() + Send + Sync> {
+        let shared = Arc::clone(&self.shared);
+        Box::new(move || {
+            if let Some(control) = shared
+                .sampler
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+            {
+                control.wake();
+            }
+        })
     }
 
     fn observe(&mut self, observer: Observer) {

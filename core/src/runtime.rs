@@ -8,10 +8,13 @@
 //! source makes that call return an error, and the next call works.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::accounting::{Baseline, EnergyRecord};
+use crate::attribution::doorbell::{self, Doorbell};
+use crate::attribution::procs::Procs;
 use crate::attribution::{self, Attribution, Keeper, Mode, Site, StepFigure};
 use crate::config::KeyValues;
 use crate::guard::guard;
@@ -131,6 +134,8 @@ struct State<S: Source> {
     /// This plugin's index among stacked energy plugins, for asking slurmd.
     context_id: u16,
     hardware: Hardware,
+    /// In slurmd, where the node's steps ask for a fresh ledger at their edges.
+    doorbell: Option<Doorbell>,
     /// This process's step (one slurmstepd runs one step): energy since the process
     /// started measuring. Kept here rather than in the caller's struct, so stacked plugins
     /// and task exits cannot reset it.
@@ -154,6 +159,7 @@ impl<S: Source> State<S> {
             attribution: Attribution::default(),
             context_id: 0,
             hardware: Hardware::NotOpened,
+            doorbell: None,
             step: None,
         }
     }
@@ -180,7 +186,8 @@ impl<S: Source> State<S> {
             Daemon::Slurmstepd if ledger => host.spool_dir().map(|spool| {
                 metered(StepFigure::from_path(
                     &attribution::ledger_path(&spool, self.context_id),
-                    Path::new("/proc/self/cmdline"),
+                    &Procs::from_path(Path::new(attribution::procs::PROC_ROOT)),
+                    std::process::id(),
                     site.is_some(),
                 ))
             }),
@@ -190,13 +197,31 @@ impl<S: Source> State<S> {
             Ok(mut meter) => {
                 if daemon == Daemon::Slurmd && ledger {
                     let keeper = match &site {
-                        Some(site) => Keeper::shared(site, self.context_id, self.attribution.idle_watts),
+                        Some(site) => {
+                            Keeper::shared(site, self.context_id, self.attribution.idle_watts)
+                        }
                         None => host
                             .spool_dir()
                             .and_then(|spool| Keeper::node(&spool, self.context_id)),
                     };
                     match keeper {
-                        Ok(mut keeper) => meter.observe(Box::new(move |a| keeper.on_sample(a))),
+                        Ok(mut keeper) => {
+                            let (wanted, wake) = (keeper.wanted(), meter.waker());
+                            let bell = doorbell::doorbell_path(keeper.path());
+                            meter.observe(Box::new(move |a| keeper.on_sample(a)));
+                            let answer = move || {
+                                wanted.store(true, Ordering::SeqCst);
+                                wake();
+                            };
+                            self.doorbell = Doorbell::open(&bell, answer)
+                                .inspect_err(|e| {
+                                    log::error!(
+                                        "{e}; steps' figures are brought forward from the \
+                                         last ledger at their ends"
+                                    )
+                                })
+                                .ok();
+                        }
                         Err(why) => log::error!(
                             "no energy ledger: {why}; this node's steps report no energy"
                         ),

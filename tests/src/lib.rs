@@ -6,6 +6,7 @@ pub mod cluster;
 pub mod influxdb;
 pub mod pmsim;
 pub mod redfish;
+pub mod stepds;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -10,6 +10,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark};
+use support::stepds::StepdWatch;
 use support::*;
 
 const RAPL: &str = "acct_gather_energy/rust_rapl";
@@ -247,6 +248,89 @@ fn shared_node_with_contain() {
     two_jobs_share_the_node(&cluster, true);
     a_job_alone(&cluster, false);
     a_job_alone(&cluster, true);
+}
+
+/// A job's figure covers its whole life, from its slurmstepd's start to its last poll: at a
+/// constant node power (300 W), in `shared` mode two jobs side by side together get the
+/// node's energy over the time either ran (within 0.2%) and a job alone the node's over its
+/// life (0.1%); in `node` mode each job gets the node's over its life (0.1%). The lives are
+/// the extern slurmstepds' (PrologFlags=Contain), watched in /proc.
+fn whole_lives(cluster: &Cluster, shared: bool) {
+    let sim = cluster.sim(1);
+    sim.set(&[ON]);
+    sleep(Duration::from_secs(3));
+    let watch = StepdWatch::start();
+    let job = "#!/bin/sh\n#SBATCH -n1 -c1\nsleep 30\n";
+    let (a, b) = (cluster.sbatch(job), cluster.sbatch(job));
+    for j in [a, b] {
+        cluster.wait_job(j, Duration::from_secs(120));
+    }
+    let alone = cluster.sbatch(job);
+    cluster.wait_job(alone, Duration::from_secs(120));
+    sleep(Duration::from_secs(1));
+    let life = |j: u32| watch.life(&format!("{j}.extern"));
+    let (la, lb, lc) = (life(a), life(b), life(alone));
+    drop(watch);
+    sim.set(&[OFF]);
+    let watts = 300.0;
+    let figure = |j: u32| energy_of(&cluster.energy(j), &j.to_string());
+    let mode = if shared { "shared" } else { "node" };
+    if shared {
+        let union = la.last_seen.max(lb.last_seen) - la.start.min(lb.start);
+        println!(
+            "side by side: {a} lived {:.3} s, {b} {:.3} s, together {union:.3} s",
+            la.secs(),
+            lb.secs()
+        );
+        assert_close(
+            "shared: two jobs side by side, together",
+            figure(a) + figure(b),
+            watts * union,
+            0.002,
+        );
+    } else {
+        for (j, l) in [(a, la), (b, lb)] {
+            assert_close(
+                &format!("node: job {j}"),
+                figure(j),
+                watts * l.secs(),
+                0.001,
+            );
+        }
+    }
+    println!("alone: {alone} lived {:.3} s", lc.secs());
+    assert_close(
+        &format!("{mode}: a job alone"),
+        figure(alone),
+        watts * lc.secs(),
+        0.001,
+    );
+}
+
+#[test]
+fn a_job_is_charged_over_its_whole_life_in_both_modes() {
+    let Some(tmp) = root_test_dir("a_job_is_charged_over_its_whole_life_in_both_modes") else {
+        return;
+    };
+    for shared in [true, false] {
+        let root = tmp.path().join(if shared { "shared" } else { "node" });
+        let mode = if shared { "shared" } else { "node" };
+        let cluster = Cluster::up(
+            &root,
+            &ClusterSpec {
+                energy_type: RAPL,
+                acct_gather: &format!(
+                    "EnergyRaplSource=msr\nEnergyAttribution={mode}\n\
+                     EnergyAttributionIdleWatts={IDLE_WATTS}\n"
+                ),
+                sim_args: vec![Some(SIM)],
+                extra_conf: &format!("{CGROUP_SLURM_CONF}PrologFlags=Contain\n"),
+                cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+                ..ClusterSpec::default()
+            },
+        );
+        whole_lives(&cluster, shared);
+    }
 }
 
 #[test]

@@ -51,7 +51,8 @@ fn amd_msr_energy_matches_the_truth_across_wraps() {
 /// the hardware (its driver runs outside the simulator's namespace, where there is none).
 #[test]
 fn a_step_reads_the_nodes_energy_since_it_began_from_slurmds_ledger() {
-    let Some(tmp) = root_test_dir("a_step_reads_the_nodes_energy_since_it_began_from_slurmds_ledger")
+    let Some(tmp) =
+        root_test_dir("a_step_reads_the_nodes_energy_since_it_began_from_slurmds_ledger")
     else {
         return;
     };
@@ -80,12 +81,20 @@ fn a_step_reads_the_nodes_energy_since_it_began_from_slurmds_ledger() {
     println!("{node_out}{node_err}");
     assert_eq!(joules(&out, "step", 0), 0.0);
     // whole joules, and the ledger's last sample up to a second before the final read
-    assert_close("step from the ledger", joules(&out, "step", 1), truth, 0.002);
+    assert_close(
+        "step from the ledger",
+        joules(&out, "step", 1),
+        truth,
+        0.002,
+    );
     assert!(
         err.contains("the node's energy since this step began, from slurmd's ledger"),
         "{err}"
     );
-    assert!(!err.contains("MSRs"), "the step never opened the hardware: {err}");
+    assert!(
+        !err.contains("MSRs"),
+        "the step never opened the hardware: {err}"
+    );
 }
 
 /// 1.5 s of package and DRAM power, starting 0.7 s after the driver: the true joules.

@@ -137,9 +137,10 @@ struct Sampled {
 /// The node's ledger.
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
-    /// Unix time this ledger was begun: a reader that sees another epoch knows the figures
-    /// it had are not continued here.
-    epoch: f64,
+    /// When this ledger was begun, in microseconds of Unix time (an integer, exact through
+    /// the file): a reader that sees another epoch knows the figures it had are not
+    /// continued here.
+    epoch: u64,
     /// The node's energy since the epoch, continued across slurmd restarts.
     node: Account,
     jobs: BTreeMap<u32, Job>,
@@ -151,7 +152,7 @@ pub struct Ledger {
     last: Option<Sampled>,
 }
 
-fn unix(t: SystemTime) -> f64 {
+pub fn unix(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
@@ -162,8 +163,8 @@ impl Ledger {
         self.learned_idle_watts
     }
 
-    /// Unix time this ledger was begun.
-    pub fn epoch(&self) -> f64 {
+    /// When this ledger was begun, in microseconds of Unix time.
+    pub fn epoch(&self) -> u64 {
         self.epoch
     }
 
@@ -187,8 +188,8 @@ impl Ledger {
     /// Adds one sample. Intervals shorter than `min_interval` do not teach the idle power.
     pub fn update(&mut self, obs: &Observation, split: Split, min_interval: Duration) {
         let now = unix(obs.wall);
-        if self.epoch <= 0.0 {
-            self.epoch = now;
+        if self.epoch == 0 {
+            self.epoch = (now * 1e6) as u64;
             self.node.since = now;
         }
         match self.last {
@@ -281,7 +282,10 @@ impl Ledger {
                 let cpu_secs = if s.id == StepId::EXTERN {
                     0.0
                 } else {
-                    match s.usage_ns.and_then(|u| since(u, before, started, began, secs)) {
+                    match s
+                        .usage_ns
+                        .and_then(|u| since(u, before, started, began, secs))
+                    {
                         Some((cpu_secs, _)) => cpu_secs,
                         None => continue,
                     }
@@ -393,7 +397,7 @@ impl Ledger {
             );
         }
         Some(Self {
-            epoch: finite(value.get("epoch")?)?,
+            epoch: value.get("epoch")?.as_u64()?,
             node: account(value.get("node")?)?,
             jobs,
             learned_idle_watts: value.get("learned_idle_watts")?.as_f64(),
@@ -707,7 +711,11 @@ mod tests {
             again.step(9, ext)
         );
         // the node's account is continued the same way, in the same epoch
-        assert!((again.node().joules - 1150.0).abs() < 1e-3, "{:?}", again.node());
+        assert!(
+            (again.node().joules - 1150.0).abs() < 1e-3,
+            "{:?}",
+            again.node()
+        );
         assert_eq!(again.epoch(), ledger.epoch());
     }
 

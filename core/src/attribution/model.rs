@@ -79,9 +79,10 @@ pub fn split_interval(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
                 }
             })
             .collect();
-        for (&i, share) in present
-            .iter()
-            .zip(split_node(energy, *len, interval.static_watts, &uses))
+        for (&i, share) in
+            present
+                .iter()
+                .zip(split_node(energy, *len, interval.static_watts, &uses))
         {
             shares[i] += share;
         }
@@ -203,11 +204,17 @@ mod tests {
         // (0.6 s of the old job's 1 s spread over its interval, the new one's 0.6 s)
         let old = job(1, None, 1.0);
         let shares = split_interval(&interval(220.0, 1.0, Some(100.0)), &[old, new]);
-        assert!((shares[0] - (40.0 + 30.0 + 60.0)).abs() < 1e-9, "{shares:?}");
+        assert!(
+            (shares[0] - (40.0 + 30.0 + 60.0)).abs() < 1e-9,
+            "{shares:?}"
+        );
         assert!((shares[1] - (30.0 + 60.0)).abs() < 1e-9, "{shares:?}");
         // with nobody arriving, the interval is split whole
         assert_eq!(
-            split_interval(&interval(300.0, 1.0, Some(100.0)), &[old, job(1, None, 0.0)]),
+            split_interval(
+                &interval(300.0, 1.0, Some(100.0)),
+                &[old, job(1, None, 0.0)]
+            ),
             split_node(300.0, 1.0, 100.0, &[old, job(1, None, 0.0)])
         );
     }

@@ -11,6 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{StepId, own_step};
 
@@ -41,7 +42,7 @@ impl Procs {
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
         for pid in pids {
             // a process that ended meanwhile, or a kernel thread (no cmdline), is no stepd
-            let Ok(cmdline) = fs::read(self.root.join(pid.to_string()).join("cmdline")) else {
+            let Ok(cmdline) = fs::read(self.cmdline_path(pid)) else {
                 continue;
             };
             let title = String::from_utf8_lossy(&cmdline).replace('\0', " ");
@@ -50,6 +51,28 @@ impl Procs {
             }
         }
         found
+    }
+
+    /// When process `pid` started: its start in clock ticks after boot
+    /// (`/proc/<pid>/stat`'s 22nd field) on top of the boot time (`/proc/stat`'s btime).
+    /// Ticks are USER_HZ, 100 per second on every architecture Slurm runs on.
+    pub fn started(&self, pid: u32) -> Option<SystemTime> {
+        const TICKS_PER_SEC: u64 = 100;
+        let stat = fs::read_to_string(self.root.join(pid.to_string()).join("stat")).ok()?;
+        // the command name may hold spaces and parentheses: fields count from its end
+        let after_name = &stat[stat.rfind(')')? + 1..];
+        let ticks: u64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
+        let boot: u64 = fs::read_to_string(self.root.join("stat"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())?;
+        let since_boot = Duration::from_millis(ticks * 1000 / TICKS_PER_SEC);
+        Some(UNIX_EPOCH + Duration::from_secs(boot) + since_boot)
+    }
+
+    /// `/proc/<pid>/cmdline`, where a process's title is.
+    pub fn cmdline_path(&self, pid: u32) -> PathBuf {
+        self.root.join(pid.to_string()).join("cmdline")
     }
 
     /// The text of `/proc/<pid>/cgroup`; `None` once the process is gone.
@@ -135,6 +158,34 @@ pub(crate) mod tests {
         let fd = proc_root.join(format!("{pid}/fd/{inode}"));
         fs::create_dir_all(fd.parent().expect("fd dir")).expect("mkdir");
         symlink(format!("socket:[{inode}]"), fd).expect("fd link");
+    }
+
+    #[test]
+    fn a_process_start_is_its_ticks_after_boot() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        write(
+            &root.join("stat"),
+            "cpu  1 2 3\nbtime 1700000000\nprocesses 9\n",
+        );
+        // a name with a space and a parenthesis; the start is the 22nd field: 1234 ticks
+        write(
+            &root.join("42/stat"),
+            "42 (slurmstepd: [1.0) x) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 1234 \
+             9000000 100 18446744073709551615\n",
+        );
+        let started = procs(root).started(42).expect("started");
+        assert_eq!(
+            started,
+            UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_millis(12_340)
+        );
+        assert_eq!(procs(root).started(43), None);
+        // this very process, in the real /proc: it started before now, after boot
+        let me = procs(Path::new(PROC_ROOT))
+            .started(std::process::id())
+            .expect("this process");
+        let age = me.elapsed().expect("started in the past");
+        assert!(age < Duration::from_secs(3600), "{age:?}");
     }
 
     #[test]

@@ -220,7 +220,10 @@ impl Node {
             if node.is_some_and(|n| n.joules == joules && n.watts == 0.0) {
                 return;
             }
-            assert!(Instant::now() < deadline, "the ledger never showed {joules} J: {node:?}");
+            assert!(
+                Instant::now() < deadline,
+                "the ledger never showed {joules} J: {node:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -1,0 +1,139 @@
+//! When each slurmstepd of the host lived, watched from /proc: the ground truth of a step's
+//! life, against which a figure that must cover it whole is checked.
+
+use std::collections::HashMap;
+use std::fs;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{JoinHandle, sleep};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A slurmstepd's life in Unix seconds: its process's start (10 ms ticks) and the last time
+/// it was seen alive (polled every few milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Life {
+    pub start: f64,
+    pub last_seen: f64,
+}
+
+impl Life {
+    pub fn secs(&self) -> f64 {
+        self.last_seen - self.start
+    }
+}
+
+/// Watches /proc until stopped; lives are keyed by the step's name (`J.extern`, `J.batch`,
+/// `J.0`) as slurmstepd titles itself.
+pub struct StepdWatch {
+    stop: Arc<AtomicBool>,
+    lives: Arc<Mutex<HashMap<String, Life>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn boot_time() -> f64 {
+    fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<f64>().ok())
+        })
+        .expect("btime in /proc/stat")
+}
+
+/// The step a slurmstepd's title names, and when the process started.
+fn stepd(pid: &str, boot: f64) -> Option<(String, f64)> {
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let title = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    let step = title
+        .split_once("slurmstepd: [")?
+        .1
+        .split([']', ' '])
+        .next()?
+        .to_string();
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let ticks: f64 = stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()?;
+    Some((step, boot + ticks / 100.0))
+}
+
+impl StepdWatch {
+    pub fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let lives: Arc<Mutex<HashMap<String, Life>>> = Arc::default();
+        let (s, l) = (Arc::clone(&stop), Arc::clone(&lives));
+        let boot = boot_time();
+        let thread = std::thread::spawn(move || {
+            // pid -> step, so that a known process costs one stat per pass
+            let mut known: HashMap<String, String> = HashMap::new();
+            while !s.load(Ordering::SeqCst) {
+                let seen_at = now();
+                let mut alive = HashMap::new();
+                for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+                    let pid = entry.file_name().to_string_lossy().into_owned();
+                    if !pid.bytes().all(|b| b.is_ascii_digit()) {
+                        continue;
+                    }
+                    if let Some(step) = known.get(&pid) {
+                        if entry.path().join("stat").exists() {
+                            alive.insert(pid, step.clone());
+                        }
+                        continue;
+                    }
+                    if let Some((step, start)) = stepd(&pid, boot) {
+                        l.lock()
+                            .expect("lives")
+                            .entry(step.clone())
+                            .or_insert(Life {
+                                start,
+                                last_seen: seen_at,
+                            });
+                        alive.insert(pid, step);
+                    }
+                }
+                let mut lives = l.lock().expect("lives");
+                for step in alive.values() {
+                    if let Some(life) = lives.get_mut(step) {
+                        life.last_seen = seen_at;
+                    }
+                }
+                drop(lives);
+                known = alive;
+                sleep(Duration::from_millis(3));
+            }
+        });
+        Self {
+            stop,
+            lives,
+            thread: Some(thread),
+        }
+    }
+
+    /// The life of step `name` seen so far.
+    pub fn life(&self, name: &str) -> Life {
+        *self
+            .lives
+            .lock()
+            .expect("lives")
+            .get(name)
+            .unwrap_or_else(|| panic!("no slurmstepd of {name} was seen"))
+    }
+}
+
+impl Drop for StepdWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
