@@ -927,13 +927,13 @@ mod tests {
     }
 
     /// The attribution cost per sample in steady state (counters read, model, ledger
-    /// written) with 1, 16 and 64 one-CPU jobs of two steps each over a faithful v1 tree,
+    /// written) with 1, 16, 64 and 256 one-CPU jobs of two steps each over a faithful v1 tree,
     /// their slurmstepds among 500 other processes (found at the first sample only):
     /// `cargo test --release -p slurm-energy --lib attribution_cost -- --ignored --nocapture`.
     #[test]
     #[ignore = "a measurement, not a check"]
     fn attribution_cost_per_sample() {
-        for jobs in [1u32, 16, 64] {
+        for jobs in [1u32, 16, 64, 256] {
             let tmp = tempfile::tempdir().expect("tempdir");
             let (spool, cgroups) = (tmp.path().join("spool"), tmp.path().join("cgroup"));
             let proc_root = tmp.path().join("proc");

@@ -8,7 +8,7 @@
 //! ledger left torn by a power cut is refused on load and started anew, with a new epoch
 //! that tells its readers their old figures are not continued in it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -150,7 +150,34 @@ pub struct Ledger {
     sampled_at: f64,
     /// The previous sample of this process's meter (not kept: the meter restarts with it).
     last: Option<Sampled>,
+    /// The recent intervals' energy that no job got (nobody was there), for a job found
+    /// after its start: it is charged the part of that energy since it began.
+    unassigned: VecDeque<Unassigned>,
 }
+
+/// Energy of an interval (Unix times) that no job got.
+#[derive(Debug, Clone, Copy)]
+struct Unassigned {
+    from: f64,
+    to: f64,
+    joules: f64,
+}
+
+impl Unassigned {
+    /// Its part within `[from, to]`, spread evenly over the interval.
+    fn within(&self, from: f64, to: f64) -> f64 {
+        let overlap = (self.to.min(to) - self.from.max(from)).max(0.0);
+        let len = self.to - self.from;
+        if len > 0.0 {
+            self.joules * overlap / len
+        } else {
+            0.0
+        }
+    }
+}
+
+/// How far back a job found late is charged what nobody got.
+const UNASSIGNED_KEPT: f64 = 60.0;
 
 pub fn unix(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
@@ -263,8 +290,21 @@ impl Ledger {
                 arrived,
             });
         }
-        let shares = split_interval(&interval, &uses);
+        let mut shares = split_interval(&interval, &uses);
         let now = unix(obs.wall);
+        self.charge_late_arrivals(&uses, &mut shares, began);
+        self.unassigned.push_back(Unassigned {
+            from: began,
+            to: now,
+            joules: (joules - shares.iter().sum::<f64>()).max(0.0),
+        });
+        while self
+            .unassigned
+            .front()
+            .is_some_and(|u| u.to < now - UNASSIGNED_KEPT)
+        {
+            self.unassigned.pop_front();
+        }
         for (o, share) in present.into_iter().zip(shares) {
             let job = self.jobs.entry(o.job).or_insert_with(|| Job {
                 account: Account::since(o.started().unwrap_or(now).min(now)),
@@ -305,6 +345,35 @@ impl Ledger {
                 step.account.joules += joules;
                 step.account.watts = joules / secs;
             }
+        }
+    }
+
+    /// Jobs found after their start (`arrived` < 0: seconds before the interval began) get
+    /// the energy nobody got since they began, in proportion to their shares of this
+    /// interval; what others got before they were found stays theirs.
+    fn charge_late_arrivals(&mut self, uses: &[JobUse], shares: &mut [f64], began: f64) {
+        let late: Vec<usize> = (0..uses.len()).filter(|&i| uses[i].arrived < 0.0).collect();
+        let Some(first) = late
+            .iter()
+            .map(|&i| began + uses[i].arrived)
+            .min_by(f64::total_cmp)
+        else {
+            return;
+        };
+        let mut owed = 0.0;
+        for u in &mut self.unassigned {
+            let part = u.within(first, began);
+            u.joules -= part;
+            owed += part;
+        }
+        let weights: Vec<f64> = late.iter().map(|&i| shares[i].max(0.0)).collect();
+        let total: f64 = weights.iter().sum();
+        for (&i, w) in late.iter().zip(weights) {
+            shares[i] += if total > 0.0 {
+                owed * w / total
+            } else {
+                owed / late.len() as f64
+            };
         }
     }
 
@@ -403,6 +472,7 @@ impl Ledger {
             learned_idle_watts: value.get("learned_idle_watts")?.as_f64(),
             sampled_at: finite(value.get("sampled_at")?)?,
             last: None,
+            unassigned: VecDeque::new(),
         })
     }
 
@@ -465,8 +535,9 @@ fn finite(v: &Value) -> Option<f64> {
 /// A job's or step's CPU seconds in the interval that `began` (unix time) `secs` ago, and
 /// when in it it arrived: from its counter at the interval's start (`before`), or, first
 /// seen now, from its start (its counter began with it). One seen late (it started before
-/// the interval) is charged from the interval's start, its CPU time spread evenly over its
-/// life; `None` when its start is unknown (it is charged from its next interval).
+/// the interval: a negative arrival) has its CPU time spread evenly over its life, and
+/// what came before the interval from what nobody got; `None` when its start is unknown (it
+/// is charged from its next interval).
 fn since(
     usage_ns: u64,
     before: Option<u64>,
@@ -483,7 +554,7 @@ fn since(
         return Some((used, (started - began).min(secs)));
     }
     let life = began + secs - started;
-    Some((used * secs / life, 0.0))
+    Some((used * secs / life, started - began))
 }
 
 #[cfg(test)]
@@ -755,6 +826,38 @@ mod tests {
         );
         assert!((ledger.job(5).expect("job").joules - 525.0).abs() < 1e-6);
         assert!((ledger.node().joules - 650.0).abs() < 1e-9);
+    }
+
+    /// A job found a sample after its start (its slurmstepd not yet titled at the sample
+    /// before) is charged what nobody got since it began.
+    #[test]
+    fn a_job_found_late_gets_what_nobody_got_since_its_start() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let mut ledger = Ledger::default();
+        let ext = StepId::EXTERN;
+        let started = |usage_s: f64| ObservedJob {
+            job: 6,
+            counters: counters(1, usage_s),
+            steps: vec![ObservedStep {
+                id: ext,
+                usage_ns: None,
+                started: Some(w0 + Duration::from_millis(1500)),
+            }],
+        };
+        ledger.update(&observation(t0, w0, 0, 0, vec![]), idle(100.0), PERIOD);
+        ledger.update(&observation(t0, w0, 1, 100, vec![]), idle(100.0), PERIOD);
+        // started at 1.5 s, first seen at 3 s; nobody got the second before
+        ledger.update(&observation(t0, w0, 2, 300, vec![]), idle(100.0), PERIOD);
+        ledger.update(
+            &observation(t0, w0, 3, 600, vec![started(1.5)]),
+            idle(100.0),
+            PERIOD,
+        );
+        // the last second's 300 J, and half of the second before (its 200 J spread evenly)
+        let job = ledger.job(6).expect("job").joules;
+        assert!((job - 400.0).abs() < 1e-6, "{job}");
+        assert_eq!(ledger.step(6, ext).map(|a| a.joules), Some(job));
+        assert!((ledger.node().joules - 600.0).abs() < 1e-9);
     }
 
     /// In node mode the ledger keeps the node's account only.

@@ -19,7 +19,8 @@ pub struct JobUse {
     pub memory: Option<u64>,
     /// CPU seconds used in the interval (since its arrival for a job that arrived in it).
     pub cpu_secs: f64,
-    /// Seconds into the interval at which the job arrived; 0 when it was there from the start.
+    /// Seconds into the interval at which the job arrived; 0 or less when it was there from
+    /// the start (less: it arrived before, and is seen only now).
     pub arrived: f64,
 }
 
