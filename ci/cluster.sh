@@ -4,7 +4,9 @@
 #   ci/cluster.sh up DIR              start everything, block until ready, print "cluster up"
 #   ci/cluster.sh down DIR            stop what this cluster started (idempotent)
 #   ci/cluster.sh env DIR             print `export ...` lines for clients (eval them)
-#   ci/cluster.sh restart-slurmd DIR NODE   restart one slurmd, keep its slurmstepds
+#   ci/cluster.sh restart-slurmd DIR NODE [SIGNAL [DOWN_SECS]]
+#                                     restart one slurmd, keep its slurmstepds (SIGNAL: TERM,
+#                                     or KILL as a crash; started again DOWN_SECS later)
 #   ci/cluster.sh reconfigure DIR     scontrol reconfigure
 #   ci/cluster.sh node-exec DIR NODE CMD...  run CMD in NODE's namespaces (sees NODE_HOOK mounts)
 #   ci/cluster.sh wait-job DIR JOBID [SECS]  wait until sacct shows JOBID and its steps finished
@@ -880,10 +882,12 @@ cmd_restart_slurmd() {
     while [ "$(date +%s)" -le "${st#* }" ] 2>/dev/null; do sleep 0.1; done
     t0=$(date +%s)
     rm -f "$DIR/run/slurmd-$node.exit"
-    # the supervisor TERMs slurmd only (slurmstepds are left alone) and starts
+    # the supervisor signals slurmd only (slurmstepds are left alone) and starts
     # it again through node-start.sh: new mount namespace, NODE_HOOK again
+    case "$3" in TERM | KILL) ;; *) die "signal $3: TERM or KILL" ;; esac
+    printf '%s %s\n' "$3" "$4" >"$PIDDIR/slurmd-$node.restart"
     kill -USR1 "$sup"
-    local deadline=$((SECONDS + UP_TIMEOUT))
+    local deadline=$((SECONDS + UP_TIMEOUT + ${4%.*}))
     while :; do
         if [ -e "$DIR/run/slurmd-$node.exit" ]; then
             log "restarted slurmd on $node $(cat "$DIR/run/slurmd-$node.exit")"
@@ -957,7 +961,7 @@ case "${1:-}" in
 up) [ $# -eq 2 ] || usage; cmd_up "$2" ;;
 down) [ $# -eq 2 ] || usage; cmd_down "$2" ;;
 env) [ $# -eq 2 ] || usage; cmd_env "$2" ;;
-restart-slurmd) [ $# -eq 3 ] || usage; cmd_restart_slurmd "$2" "$3" ;;
+restart-slurmd) [ $# -ge 3 ] && [ $# -le 5 ] || usage; cmd_restart_slurmd "$2" "$3" "${4:-TERM}" "${5:-0}" ;;
 reconfigure) [ $# -eq 2 ] || usage; cmd_reconfigure "$2" ;;
 node-exec) shift; cmd_node_exec "$@" ;;
 client) shift; cmd_client "$@" ;;

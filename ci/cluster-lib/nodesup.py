@@ -13,7 +13,8 @@ simply means "stop every child of this supervisor".
 It also implements the slurmd restart needed by tests: on SIGUSR1 it stops only
 slurmd (slurmstepds keep running as its children) and launches the same
 command line again, which creates a fresh private mount namespace and re-runs
-NODE_HOOK.
+NODE_HOOK. How: `PIDFILE.restart` may say "SIGNAL DOWN_SECS" (e.g. "KILL 20": slurmd killed at once, started again 20 s later);
+without it, TERM and at once.
 
 usage: nodesup.py PIDFILE EXITFILE LOGFILE -- CMD [ARGS...]
   PIDFILE   written (atomically) with "<slurmd pid> <starttime>" on every launch
@@ -86,6 +87,7 @@ class Node:
         self.pidfile, self.exitfile, self.logfile, self.cmd = (
             pidfile, exitfile, logfile, cmd)
         self.slurmd = None  # pid of the current slurmd, None when not running
+        self.restarting = False  # slurmd was stopped on purpose and will be started again
 
     def spawn(self):
         try:
@@ -107,6 +109,7 @@ class Node:
                 os.write(2, f"nodesup: exec {self.cmd[0]} failed: {e}\n".encode())
             os._exit(127)
         self.slurmd = pid
+        self.restarting = False
         write_atomic(self.pidfile, f"{pid} {starttime(pid)}\n")
         log(f"started slurmd pid {pid}")
 
@@ -123,15 +126,16 @@ class Node:
                 self.slurmd = None
                 desc = describe(status)
                 log(f"slurmd {pid} {desc}")
-                if not stop_requested:
+                if not stop_requested and not self.restarting:
                     write_atomic(self.exitfile, desc + "\n")
 
-    def stop_slurmd(self, timeout):
-        """TERM slurmd only (its slurmstepds keep running), KILL after timeout."""
+    def stop_slurmd(self, timeout, sig=signal.SIGTERM):
+        """Signal slurmd only (its slurmstepds keep running), KILL after timeout."""
         if self.slurmd is None:
             return
         pid = self.slurmd
-        os.kill(pid, signal.SIGTERM)
+        self.restarting = True
+        os.kill(pid, sig)
         deadline = time.monotonic() + timeout
         while self.slurmd == pid:
             self.reap()
@@ -170,6 +174,18 @@ class Node:
         log("all children gone")
 
 
+def restart_plan(pidfile):
+    """The signal and the seconds down of the restart asked for (see the module doc)."""
+    path = pidfile + ".restart"
+    try:
+        with open(path) as f:
+            name, down = f.read().split()
+        os.unlink(path)
+        return signal.Signals["SIG" + name], float(down)
+    except (OSError, ValueError, KeyError):
+        return signal.SIGTERM, 0.0
+
+
 def describe(status):
     if os.WIFEXITED(status):
         return f"exited with status {os.WEXITSTATUS(status)}"
@@ -206,8 +222,13 @@ def main(argv):
     while not stop_requested:
         if restart_requested:
             restart_requested = False
-            log("restart requested")
-            node.stop_slurmd(timeout=10)
+            sig, down = restart_plan(pidfile)
+            log(f"restart requested: {sig.name}, {down} s down")
+            node.stop_slurmd(timeout=10, sig=sig)
+            until = time.monotonic() + down
+            while time.monotonic() < until and not stop_requested:
+                node.reap()
+                time.sleep(0.1)
             if not stop_requested:
                 node.spawn()
         node.reap()

@@ -265,6 +265,18 @@ impl Baseline {
         })
     }
 
+    /// Starts at zero energy at the process's first complete reading: for a figure that
+    /// counts the step from its start already.
+    pub fn from_zero(accounting: &Accounting) -> Option<Self> {
+        accounting.first.map(|first| Self {
+            origin: Point {
+                energy_uj: 0,
+                ..first
+            },
+            previous_j: 0,
+        })
+    }
+
     pub fn record(
         &mut self,
         accounting: &Accounting,
@@ -381,6 +393,22 @@ mod tests {
         let rec = acc.node_record(after(t0, 11.0), STALE);
         assert_eq!(rec.consumed_j, None);
         assert_eq!(rec.current_watts, None);
+    }
+
+    /// A figure read from the ledger counts from the step's start already: its first
+    /// reading (the moments between the process's start and the plugin's load) is kept.
+    #[test]
+    fn a_baseline_from_zero_keeps_the_first_readings_energy() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let mut accounting = Accounting::new(w0);
+        accounting.record(&reading(79_000_000), t0, w0);
+        let mut step = Baseline::from_zero(&accounting).expect("a reading");
+        let later = Duration::from_secs(30);
+        accounting.record(&reading(9_097_000_000), t0 + later, w0 + later);
+        assert_eq!(
+            step.record(&accounting, t0 + later, STALE).consumed_j,
+            Some(9097)
+        );
     }
 
     #[test]

@@ -540,6 +540,8 @@ pub struct StepFigure {
     carried_uj: u64,
     /// The trouble with the ledger now, logged when it began.
     trouble: Option<String>,
+    /// slurmd did not answer the last ring (logged when it began).
+    unanswered: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -582,6 +584,7 @@ impl StepFigure {
             counted: None,
             carried_uj: 0,
             trouble: None,
+            unanswered: false,
         }
     }
 
@@ -681,12 +684,22 @@ impl EnergyReader for StepFigure {
     fn read(&mut self, _now: Instant) -> Reading {
         // at the step's edges (before its tasks start, after they end) the figure is the
         // step's first or last: it needs a ledger sampled now
-        if self.procs.children(self.pid).is_empty() {
-            doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path);
-        }
+        let edge = self.procs.children(self.pid).is_empty();
+        let unanswered =
+            edge && !doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path);
         let now = unix_now();
         let counted = match Ledger::load(&self.path) {
-            Ok(Some(ledger)) => self.count(&ledger, now),
+            Ok(Some(ledger)) => {
+                let age = now - ledger.sampled_at();
+                if unanswered && age > 2.0 * LEDGER_PERIOD.as_secs_f64() && !self.unanswered {
+                    log::warn!(
+                        "slurmd did not answer this step's request for a fresh energy ledger: \
+                         its figure is as of the ledger's last sample, {age:.1} s ago"
+                    );
+                }
+                self.unanswered = unanswered;
+                self.count(&ledger, now)
+            }
             Ok(None) => Err(format!(
                 "there is no energy ledger {} (slurmd does not run this plugin, or cannot \
                  write its spool dir)",

@@ -148,6 +148,12 @@ pub fn metered<R: EnergyReader>(reader: R) -> Box<dyn Metering> {
     Box::new(Meter::new(reader))
 }
 
+/// Whether the plugin in `daemon` takes its figure from slurmd's ledger rather than the
+/// source: in every slurmstepd, unless the source measures what the step owns.
+fn reads_ledger<S: Source>(daemon: Daemon) -> bool {
+    daemon == Daemon::Slurmstepd && !S::ATTRIBUTED_BY_OWNERSHIP
+}
+
 fn measures(daemon: Daemon) -> bool {
     matches!(daemon, Daemon::Slurmd | Daemon::Slurmstepd)
 }
@@ -183,7 +189,7 @@ impl<S: Source> State<S> {
         // slurmstepd reads its figure there (rust_gpu's steps read the devices they own)
         let ledger = !S::ATTRIBUTED_BY_OWNERSHIP;
         let meter = match daemon {
-            Daemon::Slurmstepd if ledger => host.spool_dir().map(|spool| {
+            _ if reads_ledger::<S>(daemon) => host.spool_dir().map(|spool| {
                 metered(StepFigure::from_path(
                     &attribution::ledger_path(&spool, self.context_id),
                     &Procs::from_path(Path::new(attribution::procs::PROC_ROOT)),
@@ -313,7 +319,14 @@ impl<S: Source> State<S> {
         let accounting = meter.refresh();
         let (now, stale) = (Instant::now(), meter.stale_after());
         if self.step.is_none() {
-            self.step = Baseline::start(&accounting);
+            // a figure from the ledger counts from the step's start already (its first
+            // reading includes the moments between the process's start and the plugin's
+            // load); a source read here counts from its first reading
+            self.step = if reads_ledger::<S>(host.daemon()) {
+                Baseline::from_zero(&accounting)
+            } else {
+                Baseline::start(&accounting)
+            };
         }
         match &mut self.step {
             Some(step) => step.record(&accounting, now, stale),

@@ -8,18 +8,30 @@ use std::sync::{Arc, Mutex};
 use std::thread::{JoinHandle, sleep};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A slurmstepd's life in Unix seconds: its process's start (10 ms ticks) and the last time
-/// it was seen alive (polled every few milliseconds).
+/// A slurmstepd's life in Unix seconds: its process's start (10 ms ticks), the last time it
+/// was seen with a task (a child: its step's last poll follows the last task's end), and
+/// the last time it was seen alive (polled every few milliseconds).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Life {
     pub start: f64,
+    pub tasks_seen: f64,
     pub last_seen: f64,
 }
 
 impl Life {
+    /// From the slurmstepd's start to its tasks' end, when its step's figure is final.
     pub fn secs(&self) -> f64 {
-        self.last_seen - self.start
+        self.tasks_seen - self.start
     }
+}
+
+/// Whether process `pid` has a child (in any of its threads).
+fn has_children(pid: &str) -> bool {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|t| fs::read_to_string(t.path().join("children")).is_ok_and(|c| !c.trim().is_empty()))
 }
 
 /// Watches /proc until stopped; lives are keyed by the step's name (`J.extern`, `J.batch`,
@@ -95,15 +107,19 @@ impl StepdWatch {
                             .entry(step.clone())
                             .or_insert(Life {
                                 start,
+                                tasks_seen: start,
                                 last_seen: seen_at,
                             });
                         alive.insert(pid, step);
                     }
                 }
                 let mut lives = l.lock().expect("lives");
-                for step in alive.values() {
+                for (pid, step) in &alive {
                     if let Some(life) = lives.get_mut(step) {
                         life.last_seen = seen_at;
+                        if has_children(pid) {
+                            life.tasks_seen = seen_at;
+                        }
                     }
                 }
                 drop(lives);

@@ -296,6 +296,94 @@ fn a_counter_reading_a_wrong_constant_mid_job_costs_nothing() {
     }
 }
 
+/// `ci/cluster.sh restart-slurmd` of node n1 with `signal`, started again `down_secs` later.
+fn restart_slurmd(cluster: &Cluster, signal: &str, down_secs: u32) -> std::process::Child {
+    std::process::Command::new(workspace().join("ci/cluster.sh"))
+        .args(["restart-slurmd"])
+        .arg(&cluster.dir)
+        .args(["n1", signal, &down_secs.to_string()])
+        .spawn()
+        .expect("restart-slurmd")
+}
+
+/// slurmd killed (SIGKILL, as a crash or the OOM killer does) mid-job and started again 3 s
+/// later: the ledger it left is continued, the time it was away counted at the last
+/// power (steady here), every figure within 1%. Then slurmd killed and kept away while a
+/// step ends: the step keeps its figure as of slurmd's last sample and says so in the log,
+/// never a bogus figure.
+#[test]
+fn a_slurmd_killed_mid_job_loses_nothing_and_a_step_ending_without_it_keeps_its_figure() {
+    let Some(tmp) = root_test_dir(
+        "a_slurmd_killed_mid_job_loses_nothing_and_a_step_ending_without_it_keeps_its_figure",
+    ) else {
+        return;
+    };
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: RAPL,
+            sim_args: vec![Some(AMD_FAST_WRAP)],
+            ..ClusterSpec::default()
+        },
+    );
+    let sim = cluster.sim(1);
+    let steady = "package0=170 package1=130";
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\nsrun -n1 sh -c '{}'\n",
+        phase_commands(sim, "k", &[(steady, 14)])
+    ));
+    wait_for_mark(&cluster, "k_start", Duration::from_secs(60));
+    sleep(Duration::from_secs(4));
+    let status = restart_slurmd(&cluster, "KILL", 3)
+        .wait()
+        .expect("restart-slurmd");
+    assert!(status.success(), "slurmd restart failed");
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truth = mark(sim, "k_end").expect("end") - mark(sim, "k_start").expect("start");
+    assert_rows(
+        &cluster.energy(job),
+        &[
+            (job.to_string(), truth),
+            (format!("{job}.0"), truth),
+            (format!("{job}.batch"), truth),
+            (format!("{job}.extern"), truth),
+        ],
+        0.01,
+    );
+
+    // the batch step ends 5 s after slurmd is killed, 15 s before it is back
+    let rs = bin("raplsim").display().to_string();
+    let d = sim.dir.display().to_string();
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\n{rs} mark {d} g_start\n{rs} set {d} {steady}\nsleep 7\n{rs} set {d} all=0\n\
+         {rs} mark {d} g_end\n"
+    ));
+    let start = wait_for_mark(&cluster, "g_start", Duration::from_secs(60));
+    sleep(Duration::from_secs(2));
+    let at_kill = sim.truth() - start;
+    let restart = restart_slurmd(&cluster, "KILL", 20);
+    cluster.wait_job(job, Duration::from_secs(120));
+    let status = restart.wait_with_output().expect("restart-slurmd").status;
+    assert!(status.success(), "slurmd restart failed");
+    let figure = energy_of(&cluster.energy(job), &format!("{job}.batch"));
+    let truth = mark(sim, "g_end").expect("end") - start;
+    println!(
+        "batch step ended without slurmd: {figure} J, {at_kill:.0} J true when slurmd was \
+         killed, {truth:.0} J in all"
+    );
+    // slurmd's last sample was at most a second before the kill; the figure is brought
+    // forward at most a second at 300 W
+    assert!(
+        figure >= at_kill - 300.0 - 1.0 && figure <= at_kill + 300.0 + 1.0,
+        "{figure} J for {at_kill:.0} J when slurmd was killed"
+    );
+    let log = cluster.log("slurmd-n1.log");
+    assert!(
+        log.contains("slurmd did not answer this step's request for a fresh energy ledger"),
+        "the step's figure as of slurmd's last sample is not logged:\n{log}"
+    );
+}
+
 /// Three nodes, each in its own network namespace with its own simulated power: the job's
 /// energy is the sum of its nodes' true joules.
 #[test]
