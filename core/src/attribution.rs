@@ -1,11 +1,14 @@
-//! `EnergyAttribution=shared`: each job on a shared node gets its share of the node's energy.
+//! One meter per node: slurmd's instance reads the hardware and keeps the node's ledger;
+//! every slurmstepd reads its figure there. With `EnergyAttribution=shared` each job on a
+//! shared node gets its share of the node's energy.
 //!
 //! slurmd's instance owns the node's meter; at each of its samples (at most once per
-//! [`LEDGER_PERIOD`]) a [`Keeper`] reads the cgroups of the jobs slurmd runs, splits the
-//! interval's energy among them ([`model`]), and publishes the cumulative joules of every
-//! job and step in a root-only file under SlurmdSpoolDir ([`ledger`]). Each slurmstepd reads
-//! its own figure from that file ([`StepShare`]), brought up to the moment of the call at
-//! the step's last power: no RPC, no sampler of its own.
+//! [`LEDGER_PERIOD`]) a [`Keeper`] updates the node's account and, in shared mode, reads the
+//! cgroups of the jobs slurmd runs and splits the interval's energy among them ([`model`]),
+//! and publishes the cumulative joules of the node and of every job and step in a root-only
+//! file under SlurmdSpoolDir ([`ledger`]). Each slurmstepd reads its own figure from that
+//! file ([`StepFigure`]), brought up to the moment of the call at the last power, and from a
+//! fresh sample at its edges ([`doorbell`]): no RPC, no sampler of its own.
 //!
 //! The Keeper learns the steps from their sockets in SlurmdSpoolDir, finds each new
 //! step's slurmstepd once ([`procs`]), and reads the step's cgroup from where that

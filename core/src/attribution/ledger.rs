@@ -15,7 +15,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::StepId;
 use super::cgroup::JobCounters;
@@ -408,28 +408,53 @@ impl Ledger {
         }
     }
 
-    pub fn to_json(&self) -> Value {
-        let account = |a: &Account| json!({"joules": a.joules, "watts": a.watts, "since": a.since});
-        let jobs: Vec<Value> = self
-            .jobs
-            .iter()
-            .map(|(id, j)| {
-                let steps: Vec<Value> = j
-                    .steps
-                    .iter()
-                    .map(|(s, step)| json!({"step": s.0, "account": account(&step.account)}))
-                    .collect();
-                json!({"job": id, "account": account(&j.account), "last_seen": j.last_seen, "steps": steps})
-            })
-            .collect();
-        json!({
-            "version": VERSION,
-            "epoch": self.epoch,
-            "sampled_at": self.sampled_at,
-            "node": account(&self.node),
-            "learned_idle_watts": self.learned_idle_watts,
-            "jobs": jobs,
-        })
+    /// The ledger as the file holds it: JSON written directly (a sample of a node with
+    /// hundreds of jobs must cost microseconds per job, not a tree of values per job).
+    /// Numbers are finite (shares of finite energies over positive intervals), and Rust
+    /// prints an `f64` as the shortest text that reads back to the same value.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write as _;
+        fn account(out: &mut String, a: &Account) {
+            let _ = write!(
+                out,
+                r#"{{"joules":{:?},"watts":{:?},"since":{:?}}}"#,
+                a.joules, a.watts, a.since
+            );
+        }
+        let mut out = String::with_capacity(256 + 160 * self.jobs.len());
+        let idle = self
+            .learned_idle_watts
+            .map_or("null".to_string(), |w| format!("{w:?}"));
+        let _ = write!(
+            out,
+            r#"{{"version":{VERSION},"epoch":{},"sampled_at":{:?},"learned_idle_watts":{idle},"node":"#,
+            self.epoch, self.sampled_at
+        );
+        account(&mut out, &self.node);
+        out.push_str(r#","jobs":["#);
+        for (k, (id, job)) in self.jobs.iter().enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            let _ = write!(
+                out,
+                r#"{{"job":{id},"last_seen":{:?},"account":"#,
+                job.last_seen
+            );
+            account(&mut out, &job.account);
+            out.push_str(r#","steps":["#);
+            for (n, (step, s)) in job.steps.iter().enumerate() {
+                if n > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, r#"{{"step":{},"account":"#, step.0);
+                account(&mut out, &s.account);
+                out.push('}');
+            }
+            out.push_str("]}");
+        }
+        out.push_str("]}");
+        out
     }
 
     pub fn from_json(value: &Value) -> Option<Self> {
@@ -520,8 +545,7 @@ impl Ledger {
             .mode(0o600)
             .open(&tmp)
             .map_err(error)?;
-        file.write_all(self.to_json().to_string().as_bytes())
-            .map_err(error)?;
+        file.write_all(self.to_text().as_bytes()).map_err(error)?;
         fs::rename(&tmp, path).map_err(error)
     }
 }
@@ -890,7 +914,7 @@ mod tests {
         let mut ledger = Ledger::default();
         let (t0, w0) = (Instant::now(), SystemTime::now());
         ledger.update(&observation(t0, w0, 0, 0, vec![]), Split::Node, PERIOD);
-        let text = ledger.to_json().to_string();
+        let text = ledger.to_text();
         let bad = text.replace(r#""joules":0.0"#, r#""joules":-5.0"#);
         assert_ne!(bad, text);
         fs::write(&path, bad).expect("write");

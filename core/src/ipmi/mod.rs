@@ -8,5 +8,5 @@ mod protocol;
 pub use bmc::Bmc;
 pub use config::{IpmiConfig, PowerSensors, Target};
 
-/// The rust_ipmi source: the BMC polled by a thread in slurmd; steps ask slurmd.
+/// The rust_ipmi source: the BMC polled by a thread in slurmd; steps read its ledger.
 pub type Ipmi = Bmc;

@@ -24,7 +24,7 @@ use client::Client;
 /// Sensors members looked at for an energy reading, at most (a chassis lists dozens).
 const MAX_SENSORS_PROBED: usize = 64;
 
-/// The rust_redfish source: the BMC polled by a thread in slurmd; steps ask slurmd.
+/// The rust_redfish source: the BMC polled by a thread in slurmd; steps read its ledger.
 pub type Redfish = Bmc;
 
 /// One chassis and what was last read from it, to derive the power from a counter that

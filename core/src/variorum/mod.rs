@@ -52,7 +52,7 @@ fn plugin_dir() -> Option<PathBuf> {
         .clone()
 }
 
-/// The rust_variorum source: the sampler polled by a thread in slurmd; steps ask slurmd.
+/// The rust_variorum source: the sampler polled by a thread in slurmd; steps read its ledger.
 pub type Source = Variorum;
 
 /// A connected sampler.
