@@ -26,15 +26,16 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::accounting::Accounting;
+use crate::accounting::MAX_SENSORS;
 use crate::config::{ConfigError, KeyValues};
-use crate::source::{EnergyReader, Reading, stale_after};
+use crate::source::{EnergyReader, Reading, SensorReading, stale_after};
 use cgroup::{CgroupTree, StepCgroup};
-use ledger::{Ledger, MAX_GAP, Observation, ObservedJob, ObservedStep, Split};
+use ledger::{Ledger, MAX_GAP, Observation, ObservedJob, ObservedStep, Part, Split};
 use procs::Procs;
 
 pub const MODE_KEY: &str = "EnergyAttribution";
@@ -364,11 +365,23 @@ impl Keeper {
         } else {
             Vec::new()
         };
+        let parts = accounting
+            .sensor_records(now, Duration::MAX)
+            .into_iter()
+            .filter_map(|(label, record)| {
+                Some(Part {
+                    label: label.to_string(),
+                    joules: record.consumed_j? as f64,
+                    watts: record.current_watts.map(f64::from),
+                })
+            })
+            .collect();
         let observation = Observation {
             at: point.at,
             wall: point.wall,
             node_uj: point.energy_uj,
             jobs,
+            parts,
         };
         self.ledger
             .update(&observation, self.split, LEDGER_INTERVAL);
@@ -409,9 +422,14 @@ impl Keeper {
                 if j.counters.is_none() {
                     j.counters = cgroup.as_mut().and_then(|c| c.job_counters());
                 }
+                // the extern step is charged its job's share whatever its own CPU time
+                let usage_ns = match step {
+                    StepId::EXTERN => None,
+                    _ => cgroup.and_then(StepCgroup::step_usage_ns),
+                };
                 j.steps.push(ObservedStep {
                     id: step,
-                    usage_ns: cgroup.and_then(StepCgroup::step_usage_ns),
+                    usage_ns,
                     started: self.starts.get(&(job, step)).copied().flatten(),
                 });
             }
@@ -545,6 +563,25 @@ pub struct StepFigure {
     trouble: Option<String>,
     /// slurmd did not answer the last ring (logged when it began).
     unanswered: bool,
+    /// In node mode, the node's parts as the ledger last gave them, for the profile.
+    parts: Vec<SensorReading>,
+}
+
+/// A part's label as a reading carries it (`&'static`, as a source's own): each distinct
+/// label is kept once for the process's life, and a ledger that names more than a few
+/// dozen gets no more.
+fn static_label(label: &str) -> Option<&'static str> {
+    static LABELS: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut labels = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(known) = labels.iter().find(|l| **l == label) {
+        return Some(known);
+    }
+    if labels.len() >= 4 * MAX_SENSORS {
+        return None;
+    }
+    let kept: &'static str = Box::leak(label.to_owned().into_boxed_str());
+    labels.push(kept);
+    Some(kept)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -588,6 +625,7 @@ impl StepFigure {
             carried_uj: 0,
             trouble: None,
             unanswered: false,
+            parts: Vec::new(),
         }
     }
 
@@ -623,6 +661,17 @@ impl StepFigure {
                 None => (0.0, 0.0),
             }
         } else {
+            self.parts = ledger
+                .parts()
+                .iter()
+                .filter_map(|p| {
+                    Some(SensorReading {
+                        label: static_label(&p.label)?,
+                        energy_uj: Some((p.joules * 1e6) as u64),
+                        watts: p.watts,
+                    })
+                })
+                .collect();
             let node = ledger.node();
             (node.joules, node.watts)
         };
@@ -738,7 +787,7 @@ impl EnergyReader for StepFigure {
             complete: self.counted.is_some(),
             problems: Vec::new(),
             watts,
-            sensors: Vec::new(),
+            sensors: self.parts.clone(),
         }
     }
 
@@ -895,6 +944,7 @@ mod tests {
             "epoch": (epoch * 1e6) as u64,
             "sampled_at": sampled_at,
             "node": {"joules": joules, "watts": watts, "since": epoch},
+            "parts": [{"label": "Accel0", "joules": joules / 2.0, "watts": null}],
             "learned_idle_watts": null,
             "jobs": [],
         });
@@ -920,8 +970,18 @@ mod tests {
         assert!(start.energy_uj < 1_000_000, "{}", start.energy_uj);
         let now = unix_now();
         publish(&path, epoch, now, 1900.0, 300.0);
-        let figure = step.read(Instant::now()).energy_uj as f64 / 1e6;
+        let reading = step.read(Instant::now());
+        let figure = reading.energy_uj as f64 / 1e6;
         assert!((figure - 800.0).abs() < 1.0, "{figure}");
+        // the node's parts, for the profile
+        assert_eq!(
+            reading.sensors,
+            vec![SensorReading {
+                label: "Accel0",
+                energy_uj: Some(950_000_000),
+                watts: None
+            }]
+        );
         // corrupt: the figure stays
         fs::write(&path, "{\"version\": 2, \"jo").expect("corrupt");
         let kept = step.read(Instant::now());

@@ -308,9 +308,9 @@ fn restart_slurmd(cluster: &Cluster, signal: &str, down_secs: u32) -> std::proce
 
 /// slurmd killed (SIGKILL, as a crash or the OOM killer does) mid-job and started again 3 s
 /// later: the ledger it left is continued, the time it was away counted at the last
-/// power (steady here), every figure within 1%. Then slurmd killed and kept away while a
-/// step ends: the step keeps its figure as of slurmd's last sample and says so in the log,
-/// never a bogus figure.
+/// power (steady here), every figure within 1%. The same with the ledger cut short while
+/// slurmd is down. Then slurmd killed and kept away while a step ends: the step keeps its
+/// figure as of slurmd's last sample and says so in the log, never a bogus figure.
 #[test]
 fn a_slurmd_killed_mid_job_loses_nothing_and_a_step_ending_without_it_keeps_its_figure() {
     let Some(tmp) = root_test_dir(
@@ -350,6 +350,43 @@ fn a_slurmd_killed_mid_job_loses_nothing_and_a_step_ending_without_it_keeps_its_
         ],
         0.01,
     );
+
+    // killed again, and its ledger cut short while it is down (a full disk, a torn
+    // write): the new slurmd says so and begins a new ledger; each step keeps what it had
+    // and goes on from the new ledger, the time between counted at its last power
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\nsrun -n1 sh -c '{}'\n",
+        phase_commands(sim, "t", &[(steady, 16)])
+    ));
+    wait_for_mark(&cluster, "t_start", Duration::from_secs(60));
+    // after the steps' first polls at the set power (every 5 s), which they carry over
+    sleep(Duration::from_secs(7));
+    let restart = restart_slurmd(&cluster, "KILL", 3);
+    sleep(Duration::from_secs(1));
+    let ledger = cluster.dir.join("spool/n1/energy-ledger.0.json");
+    let text = std::fs::read(&ledger).expect("the ledger");
+    std::fs::write(&ledger, &text[..text.len() / 2]).expect("cut the ledger short");
+    let status = restart.wait_with_output().expect("restart-slurmd").status;
+    assert!(status.success(), "slurmd restart failed");
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truth = mark(sim, "t_end").expect("end") - mark(sim, "t_start").expect("start");
+    assert_rows(
+        &cluster.energy(job),
+        &[
+            (format!("{job}.0"), truth),
+            (format!("{job}.batch"), truth),
+            (format!("{job}.extern"), truth),
+        ],
+        0.01,
+    );
+    let log = cluster.log("slurmd-n1.log");
+    for said in [
+        "is not an energy ledger",
+        "starting a new energy ledger",
+        "slurmd began a new energy ledger: this step keeps",
+    ] {
+        assert!(log.contains(said), "no {said:?} in slurmd's log:\n{log}");
+    }
 
     // the batch step ends 5 s after slurmd is killed, 15 s before it is back
     let rs = bin("raplsim").display().to_string();

@@ -151,6 +151,8 @@ impl CgroupTree {
             job_usage: Counter::at(base.join(&job).join(usage)),
             job_cpus: Counter::at(cpus),
             job_memory: Counter::at(memory),
+            limits: None,
+            limits_age: 0,
             step,
             job,
         }
@@ -217,7 +219,7 @@ impl Clone for Counter {
 
 /// Where one step's and its job's counters are, resolved once and kept while the step
 /// runs: reading them is a `pread` per file, no directory walk.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct StepCgroup {
     layout: Layout,
     /// The step's directory, relative to the hierarchy's root.
@@ -228,6 +230,34 @@ pub struct StepCgroup {
     job_usage: Counter,
     job_cpus: Counter,
     job_memory: Counter,
+    /// The job's CPUs and memory limit as last read, and how many samples ago: they are
+    /// set when the job starts and seldom change, so they are read again every
+    /// [`LIMITS_EVERY`] samples, not at each (a sample of a node with hundreds of jobs reads
+    /// their CPU time only).
+    limits: Option<(u32, Option<u64>)>,
+    limits_age: u32,
+}
+
+/// How many samples a job's CPUs and memory limit are kept before they are read again.
+const LIMITS_EVERY: u32 = 30;
+
+/// The files say which cgroup; what was read from them is a cache.
+impl PartialEq for StepCgroup {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            self.layout,
+            &self.step,
+            &self.job,
+            &self.step_usage,
+            &self.job_usage,
+        ) == (
+            other.layout,
+            &other.step,
+            &other.job,
+            &other.step_usage,
+            &other.job_usage,
+        ) && (&self.job_cpus, &self.job_memory) == (&other.job_cpus, &other.job_memory)
+    }
 }
 
 fn usage_ns(layout: Layout, counter: &mut Counter) -> Option<u64> {
@@ -246,14 +276,24 @@ impl StepCgroup {
     /// The job's CPUs, memory limit and CPU time; `None` when its CPU time cannot be read.
     pub fn job_counters(&mut self) -> Option<JobCounters> {
         let usage_ns = usage_ns(self.layout, &mut self.job_usage)?;
-        let memory = self.job_memory.read(|t| t.parse::<u64>().ok());
-        let memory = match self.layout {
-            Layout::V1 => memory.filter(|&m| m < V1_UNLIMITED),
-            // "max" does not parse: no limit
-            Layout::V2 => memory,
+        self.limits_age += 1;
+        let (cpus, memory) = match self.limits {
+            Some(limits) if self.limits_age < LIMITS_EVERY => limits,
+            _ => {
+                let memory = self.job_memory.read(|t| t.parse::<u64>().ok());
+                let memory = match self.layout {
+                    Layout::V1 => memory.filter(|&m| m < V1_UNLIMITED),
+                    // "max" does not parse: no limit
+                    Layout::V2 => memory,
+                };
+                let cpus = self.job_cpus.read(|t| Some(count_cpus(t))).unwrap_or(0);
+                self.limits = Some((cpus, memory));
+                self.limits_age = 0;
+                (cpus, memory)
+            }
         };
         Some(JobCounters {
-            cpus: self.job_cpus.read(|t| Some(count_cpus(t))).unwrap_or(0),
+            cpus,
             memory,
             usage_ns,
         })
@@ -460,13 +500,23 @@ pub(crate) mod tests {
         );
         assert_eq!(step.step_usage_ns(), Some(1_200_000));
         let task = format!("0::/{job}/step_0/user/task_0\n");
-        assert_eq!(tree.step_cgroup(&task, StepId(0)), Some(step));
+        assert_eq!(tree.step_cgroup(&task, StepId(0)), Some(step.clone()));
         // a new slurmstepd waits in the scope's system/ first
         let parked = "0::/system.slice/slurmstepd.scope/system\n";
         assert_eq!(tree.step_cgroup(parked, StepId(0)), None);
         // under v2 only the unified line counts
         let v1_line = format!("4:cpu,cpuacct:/{job}/step_0\n0::/\n");
         assert_eq!(tree.step_cgroup(&v1_line, StepId(0)), None);
+        // the CPUs and memory limit are read again every LIMITS_EVERY samples, the CPU
+        // time at each
+        write(&tmp.path().join(job).join("cpuset.cpus.effective"), "0-1");
+        write(&tmp.path().join(job).join("cpu.stat"), "usage_usec 2\n");
+        let counters = step.job_counters().expect("counters");
+        assert_eq!((counters.cpus, counters.usage_ns), (4, 2_000));
+        for _ in 2..LIMITS_EVERY {
+            assert_eq!(step.job_counters().map(|c| c.cpus), Some(4));
+        }
+        assert_eq!(step.job_counters().map(|c| c.cpus), Some(2));
     }
 
     #[test]

@@ -100,6 +100,17 @@ pub struct Observation {
     pub node_uj: u64,
     /// The jobs on the node, with their counters (`None`: no cgroup found) and their steps.
     pub jobs: Vec<ObservedJob>,
+    /// The parts of the node its source measures beside it, as they are now.
+    pub parts: Vec<Part>,
+}
+
+/// A part of the node (pm_counters' cpu, memory, accelN): its energy since slurmd's meter
+/// opened and its power, for a step's `--profile=energy` samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    pub label: String,
+    pub joules: f64,
+    pub watts: Option<f64>,
 }
 
 #[derive(Debug, Clone)]
@@ -143,6 +154,8 @@ pub struct Ledger {
     epoch: u64,
     /// The node's energy since the epoch, continued across slurmd restarts.
     node: Account,
+    /// The node's parts at the last sample.
+    parts: Vec<Part>,
     jobs: BTreeMap<u32, Job>,
     /// The lowest node power over an interval of at least one sample period.
     learned_idle_watts: Option<f64>,
@@ -199,6 +212,10 @@ impl Ledger {
         self.node
     }
 
+    pub fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
     pub fn job(&self, job: u32) -> Option<Account> {
         self.jobs.get(&job).map(|j| j.account)
     }
@@ -227,6 +244,7 @@ impl Ledger {
             None => {}
         }
         self.observe_counters(obs, now);
+        self.parts.clone_from(&obs.parts);
         self.jobs
             .retain(|_, j| now - j.last_seen <= KEEP_GONE.as_secs_f64());
         self.sampled_at = now;
@@ -431,7 +449,20 @@ impl Ledger {
             self.epoch, self.sampled_at
         );
         account(&mut out, &self.node);
-        out.push_str(r#","jobs":["#);
+        out.push_str(r#","parts":["#);
+        for (k, part) in self.parts.iter().enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            let watts = part.watts.map_or("null".to_string(), |w| format!("{w:?}"));
+            let _ = write!(
+                out,
+                r#"{{"label":{},"joules":{:?},"watts":{watts}}}"#,
+                Value::from(part.label.as_str()),
+                part.joules
+            );
+        }
+        out.push_str(r#"],"jobs":["#);
         for (k, (id, job)) in self.jobs.iter().enumerate() {
             if k > 0 {
                 out.push(',');
@@ -490,9 +521,23 @@ impl Ledger {
                 },
             );
         }
+        let mut parts = Vec::new();
+        for p in value.get("parts")?.as_array()? {
+            let watts = p.get("watts")?;
+            parts.push(Part {
+                label: p.get("label")?.as_str()?.to_string(),
+                joules: finite(p.get("joules")?)?,
+                watts: if watts.is_null() {
+                    None
+                } else {
+                    Some(finite(watts)?)
+                },
+            });
+        }
         Some(Self {
             epoch: value.get("epoch")?.as_u64()?,
             node: account(value.get("node")?)?,
+            parts,
             jobs,
             learned_idle_watts: value.get("learned_idle_watts")?.as_f64(),
             sampled_at: finite(value.get("sampled_at")?)?,
@@ -622,6 +667,7 @@ mod tests {
             wall: w0 + Duration::from_secs(secs),
             node_uj: joules * 1_000_000,
             jobs,
+            parts: vec![],
         }
     }
 
