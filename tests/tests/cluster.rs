@@ -277,16 +277,7 @@ fn a_counter_reading_a_wrong_constant_mid_job_costs_nothing() {
         let truth =
             mark(sim, "s_end").expect("end mark") - mark(sim, "s_start").expect("start mark");
         // power is off outside the step, so every record sees exactly the step's energy
-        assert_rows(
-            &cluster.energy(job),
-            &[
-                (job.to_string(), truth),
-                (format!("{job}.0"), truth),
-                (format!("{job}.batch"), truth),
-                (format!("{job}.extern"), truth),
-            ],
-            0.001,
-        );
+        assert_every_record(&cluster, job, truth, 0.001);
         let log = cluster.log("slurmd-n1.log");
         assert!(
             log.contains("continues its last good value"),
@@ -294,6 +285,21 @@ fn a_counter_reading_a_wrong_constant_mid_job_costs_nothing() {
             cluster.logs()
         );
     }
+}
+
+/// The job's line and its srun, batch and extern steps all within `relative` of `truth`:
+/// with power off outside the srun step, every record sees exactly its energy.
+fn assert_every_record(cluster: &Cluster, job: u32, truth: f64, relative: f64) {
+    assert_rows(
+        &cluster.energy(job),
+        &[
+            (job.to_string(), truth),
+            (format!("{job}.0"), truth),
+            (format!("{job}.batch"), truth),
+            (format!("{job}.extern"), truth),
+        ],
+        relative,
+    );
 }
 
 /// `ci/cluster.sh restart-slurmd` of node n1 with `signal`, started again `down_secs` later.
@@ -340,16 +346,7 @@ fn a_slurmd_killed_mid_job_loses_nothing_and_a_step_ending_without_it_keeps_its_
     assert!(status.success(), "slurmd restart failed");
     cluster.wait_job(job, Duration::from_secs(120));
     let truth = mark(sim, "k_end").expect("end") - mark(sim, "k_start").expect("start");
-    assert_rows(
-        &cluster.energy(job),
-        &[
-            (job.to_string(), truth),
-            (format!("{job}.0"), truth),
-            (format!("{job}.batch"), truth),
-            (format!("{job}.extern"), truth),
-        ],
-        0.01,
-    );
+    assert_every_record(&cluster, job, truth, 0.01);
 
     // killed again, and its ledger cut short while it is down (a full disk, a torn
     // write): the new slurmd says so and begins a new ledger; each step keeps what it had
@@ -370,15 +367,7 @@ fn a_slurmd_killed_mid_job_loses_nothing_and_a_step_ending_without_it_keeps_its_
     assert!(status.success(), "slurmd restart failed");
     cluster.wait_job(job, Duration::from_secs(120));
     let truth = mark(sim, "t_end").expect("end") - mark(sim, "t_start").expect("start");
-    assert_rows(
-        &cluster.energy(job),
-        &[
-            (format!("{job}.0"), truth),
-            (format!("{job}.batch"), truth),
-            (format!("{job}.extern"), truth),
-        ],
-        0.01,
-    );
+    assert_every_record(&cluster, job, truth, 0.01);
     let log = cluster.log("slurmd-n1.log");
     for said in [
         "is not an energy ledger",

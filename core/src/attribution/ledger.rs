@@ -83,12 +83,50 @@ struct Job {
     steps: BTreeMap<StepId, Step>,
     usage_ns: Option<u64>,
     last_seen: f64,
+    rate: Rate,
 }
 
 #[derive(Debug, Clone, Default)]
 struct Step {
     account: Account,
     usage_ns: Option<u64>,
+    rate: Rate,
+}
+
+/// A power published with a figure is taken over at least this long: a step's edge asks
+/// for a sample milliseconds after the one before, and the energy of so short an interval
+/// is mostly the counters' granularity.
+const WATTS_WINDOW: f64 = 1.0;
+
+/// The power of an account over windows of at least [`WATTS_WINDOW`] (not kept in the
+/// file: a restarted slurmd starts a new window).
+#[derive(Debug, Clone, Copy, Default)]
+struct Rate {
+    /// Unix time and joules where the current window began.
+    from: Option<(f64, f64)>,
+    watts: Option<f64>,
+}
+
+impl Rate {
+    /// Adds an interval from `began` (`before` joules) to `now` (`after` joules); returns
+    /// the power over the last whole window (over the first window so far, until it is
+    /// whole).
+    fn update(&mut self, began: f64, before: f64, now: f64, after: f64) -> f64 {
+        let (at, joules) = *self.from.get_or_insert((began, before));
+        let secs = now - at;
+        let whole = secs >= WATTS_WINDOW;
+        if whole || self.watts.is_none() {
+            self.watts = Some(if secs > 0.0 {
+                (after - joules) / secs
+            } else {
+                0.0
+            });
+        }
+        if whole {
+            self.from = Some((now, after));
+        }
+        self.watts.unwrap_or(0.0)
+    }
 }
 
 /// What the meter and the cgroups said at one sample.
@@ -163,6 +201,7 @@ pub struct Ledger {
     sampled_at: f64,
     /// The previous sample of this process's meter (not kept: the meter restarts with it).
     last: Option<Sampled>,
+    node_rate: Rate,
     /// The recent intervals' energy that no job got (nobody was there), for a job found
     /// after its start: it is charged the part of that energy since it began.
     unassigned: VecDeque<Unassigned>,
@@ -268,16 +307,22 @@ impl Ledger {
             return;
         }
         let prior_watts = self.node.watts;
+        let (now, began) = (unix(obs.wall), unix(obs.wall) - secs);
+        self.node.watts =
+            self.node_rate
+                .update(began, self.node.joules, now, self.node.joules + joules);
         self.node.joules += joules;
-        self.node.watts = joules / secs;
         if dt >= min_interval {
             let watts = joules / secs;
             self.learned_idle_watts = Some(self.learned_idle_watts.map_or(watts, |w| w.min(watts)));
         }
+        // a job or step charged nothing this interval has left, or is not seen yet
         for job in self.jobs.values_mut() {
             job.account.watts = 0.0;
+            job.rate = Rate::default();
             for step in job.steps.values_mut() {
                 step.account.watts = 0.0;
+                step.rate = Rate::default();
             }
         }
         let Split::Shared { idle_watts } = split else {
@@ -289,7 +334,6 @@ impl Ledger {
             static_watts: idle_watts.or(self.learned_idle_watts).unwrap_or(0.0),
             prior_watts: Some(prior_watts),
         };
-        let began = unix(obs.wall) - secs;
         // the jobs with counters now, and at the interval's start or since their arrival
         let mut present = Vec::new();
         let mut uses = Vec::new();
@@ -309,7 +353,6 @@ impl Ledger {
             });
         }
         let mut shares = split_interval(&interval, &uses);
-        let now = unix(obs.wall);
         self.charge_late_arrivals(&uses, &mut shares, began);
         self.unassigned.push_back(Unassigned {
             from: began,
@@ -328,8 +371,10 @@ impl Ledger {
                 account: Account::since(o.started().unwrap_or(now).min(now)),
                 ..Job::default()
             });
+            job.account.watts =
+                job.rate
+                    .update(began, job.account.joules, now, job.account.joules + share);
             job.account.joules += share;
-            job.account.watts = share / secs;
             let mut ids = Vec::new();
             let mut steps = Vec::new();
             for s in &o.steps {
@@ -358,10 +403,15 @@ impl Ledger {
                 let started = o.steps.iter().find(|s| s.id == id).and_then(|s| s.started);
                 let step = job.steps.entry(id).or_insert_with(|| Step {
                     account: Account::since(started.map_or(now, unix).min(now)),
-                    usage_ns: None,
+                    ..Step::default()
                 });
+                step.account.watts = step.rate.update(
+                    began,
+                    step.account.joules,
+                    now,
+                    step.account.joules + joules,
+                );
                 step.account.joules += joules;
-                step.account.watts = joules / secs;
             }
         }
     }
@@ -419,7 +469,7 @@ impl Ledger {
             for s in &o.steps {
                 let step = job.steps.entry(s.id).or_insert_with(|| Step {
                     account: Account::since(s.started.map_or(now, unix).min(now)),
-                    usage_ns: None,
+                    ..Step::default()
                 });
                 step.usage_ns = s.usage_ns;
             }
@@ -506,7 +556,7 @@ impl Ledger {
                     id,
                     Step {
                         account,
-                        usage_ns: None,
+                        ..Step::default()
                     },
                 );
             }
@@ -516,8 +566,8 @@ impl Ledger {
                 Job {
                     account: account(j.get("account")?)?,
                     steps,
-                    usage_ns: None,
                     last_seen: finite(j.get("last_seen")?)?,
+                    ..Job::default()
                 },
             );
         }
@@ -542,6 +592,7 @@ impl Ledger {
             learned_idle_watts: value.get("learned_idle_watts")?.as_f64(),
             sampled_at: finite(value.get("sampled_at")?)?,
             last: None,
+            node_rate: Rate::default(),
             unassigned: VecDeque::new(),
         })
     }
@@ -928,6 +979,31 @@ mod tests {
         assert!((job - 400.0).abs() < 1e-6, "{job}");
         assert_eq!(ledger.step(6, ext).map(|a| a.joules), Some(job));
         assert!((ledger.node().joules - 600.0).abs() < 1e-9);
+    }
+
+    /// A sample milliseconds after the one before (a step's edge asked for it) does not make
+    /// the published power jump: it is taken over windows of at least a second.
+    #[test]
+    fn the_power_is_taken_over_a_second_or_more() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let mut ledger = Ledger::default();
+        let at = |ms: u64, joules: f64| Observation {
+            at: t0 + Duration::from_millis(ms),
+            wall: w0 + Duration::from_millis(ms),
+            node_uj: (joules * 1e6) as u64,
+            jobs: vec![],
+            parts: vec![],
+        };
+        ledger.update(&at(0, 0.0), Split::Node, PERIOD);
+        ledger.update(&at(1000, 300.0), Split::Node, PERIOD);
+        assert_eq!(ledger.node().watts, 300.0);
+        // 17 ms later, a counter step of 1 J (59 W over those 17 ms)
+        ledger.update(&at(1017, 301.0), Split::Node, PERIOD);
+        assert_eq!(ledger.node().watts, 300.0);
+        ledger.update(&at(2017, 601.0), Split::Node, PERIOD);
+        // (Unix seconds as f64 are exact to about a microsecond)
+        assert!((ledger.node().watts - 301.0 / 1.017).abs() < 1e-3);
+        assert_eq!(ledger.node().joules, 601.0);
     }
 
     /// In node mode the ledger keeps the node's account only.
