@@ -202,6 +202,11 @@ pub struct Ledger {
     /// The previous sample of this process's meter (not kept: the meter restarts with it).
     last: Option<Sampled>,
     node_rate: Rate,
+    /// The last interval: its start (Unix time) and the node's joules then, and its power.
+    /// A step that began within it takes the node's energy at its start from it, and a job
+    /// arriving in the next one the power before its arrival: both need the interval's own
+    /// power, not one averaged over a window that may reach back before a change.
+    interval: Option<(f64, f64, f64)>,
     /// The recent intervals' energy that no job got (nobody was there), for a job found
     /// after its start: it is charged the part of that energy since it began.
     unassigned: VecDeque<Unassigned>,
@@ -249,6 +254,17 @@ impl Ledger {
 
     pub fn node(&self) -> Account {
         self.node
+    }
+
+    /// The node's joules at Unix time `at`, within the last interval (linear within it:
+    /// exact at a steady power); `None` outside it.
+    pub fn node_joules_at(&self, at: f64) -> Option<f64> {
+        let (from, joules, _) = self.interval?;
+        let to = self.sampled_at;
+        if at < from || at > to || to <= from {
+            return None;
+        }
+        Some(joules + (self.node.joules - joules) * (at - from) / (to - from))
     }
 
     pub fn parts(&self) -> &[Part] {
@@ -306,11 +322,12 @@ impl Ledger {
         if secs <= 0.0 {
             return;
         }
-        let prior_watts = self.node.watts;
+        let prior_watts = self.interval.map_or(self.node.watts, |(_, _, w)| w);
         let (now, began) = (unix(obs.wall), unix(obs.wall) - secs);
         self.node.watts =
             self.node_rate
                 .update(began, self.node.joules, now, self.node.joules + joules);
+        self.interval = Some((began, self.node.joules, joules / secs));
         self.node.joules += joules;
         if dt >= min_interval {
             let watts = joules / secs;
@@ -593,6 +610,7 @@ impl Ledger {
             sampled_at: finite(value.get("sampled_at")?)?,
             last: None,
             node_rate: Rate::default(),
+            interval: None,
             unassigned: VecDeque::new(),
         })
     }
@@ -1004,6 +1022,13 @@ mod tests {
         // (Unix seconds as f64 are exact to about a microsecond)
         assert!((ledger.node().watts - 301.0 / 1.017).abs() < 1e-3);
         assert_eq!(ledger.node().joules, 601.0);
+        // the node's joules at a moment of the last interval, as a step's start needs them
+        let at = |ms: u64| unix(w0 + Duration::from_millis(ms));
+        let mid = ledger
+            .node_joules_at(at(1517))
+            .expect("within the last interval");
+        assert!((mid - 451.0).abs() < 1e-3, "{mid}");
+        assert_eq!(ledger.node_joules_at(at(1000)), None);
     }
 
     /// In node mode the ledger keeps the node's account only.
