@@ -692,9 +692,9 @@ impl StepFigure {
                         estimated_uj as f64 / 1e6
                     );
                 }
-                // the node's energy when this process started, from the ledger's last
-                // interval when it began within it (the first read rings for a fresh
-                // sample, so it usually does); else from this read, which is then its start
+                // the node's energy when this process started, between the ledger's recent
+                // samples around it (the first read rings for a fresh sample, so there is
+                // one after it); else from this read, which is then its start
                 let started = self.started.and_then(|t| ledger.node_joules_at(t));
                 let base_j = match previous {
                     None if !self.shared => started.unwrap_or(joules + watts * ahead),
@@ -942,6 +942,7 @@ mod tests {
             "epoch": (epoch * 1e6) as u64,
             "sampled_at": sampled_at,
             "node": {"joules": joules, "watts": watts, "since": epoch},
+            "recent": [],
             "parts": [{"label": "Accel0", "joules": joules / 2.0, "watts": null}],
             "learned_idle_watts": null,
             "jobs": [],
