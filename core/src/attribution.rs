@@ -551,8 +551,6 @@ pub struct StepFigure {
     procs: Procs,
     pid: u32,
     cmdline: PathBuf,
-    /// Unix time this slurmstepd started: in node mode its figure counts from then.
-    started: Option<f64>,
     shared: bool,
     step: Option<(u32, StepId)>,
     /// What the step counted in the ledger it reads now.
@@ -618,7 +616,6 @@ impl StepFigure {
             procs: procs.clone(),
             pid,
             cmdline: procs.cmdline_path(pid),
-            started: procs.started(pid).map(ledger::unix),
             shared,
             step: None,
             counted: None,
@@ -692,12 +689,10 @@ impl StepFigure {
                         estimated_uj as f64 / 1e6
                     );
                 }
-                // the node's energy when this process started, between the ledger's recent
-                // samples around it (the first read rings for a fresh sample, so there is
-                // one after it); else from this read, which is then its start
-                let started = self.started.and_then(|t| ledger.node_joules_at(t));
+                // the node's energy at this first read (the step's first, at its plugin's
+                // load, from a fresh sample: it rang for one)
                 let base_j = match previous {
-                    None if !self.shared => started.unwrap_or(joules + watts * ahead),
+                    None if !self.shared => joules + watts * ahead,
                     _ => 0.0,
                 };
                 self.counted = Some(Counted {
@@ -942,7 +937,6 @@ mod tests {
             "epoch": (epoch * 1e6) as u64,
             "sampled_at": sampled_at,
             "node": {"joules": joules, "watts": watts, "since": epoch},
-            "recent": [],
             "parts": [{"label": "Accel0", "joules": joules / 2.0, "watts": null}],
             "learned_idle_watts": null,
             "jobs": [],

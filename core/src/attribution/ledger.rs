@@ -206,9 +206,6 @@ pub struct Ledger {
     /// arrival with the piece before taken at it, not at a power averaged over a window that
     /// may reach back before a change.
     interval_watts: Option<f64>,
-    /// The node's joules at the recent samples (Unix time, joules), kept in the file: a
-    /// step takes the node's energy at its process's start from the two around it.
-    recent: VecDeque<(f64, f64)>,
     /// The recent intervals' energy that no job got (nobody was there), for a job found
     /// after its start: it is charged the part of that energy since it began.
     unassigned: VecDeque<Unassigned>,
@@ -235,12 +232,6 @@ impl Unassigned {
     }
 }
 
-/// How many recent samples, over at most how many seconds, the file keeps for a step's
-/// start: a slurmstepd loads the plugin a few hundred milliseconds after its process
-/// starts, later on a loaded node, and every step's start and end asks for a sample.
-const RECENT_SAMPLES: usize = 64;
-const RECENT_SECS: f64 = 10.0;
-
 /// How far back a job found late is charged what nobody got.
 const UNASSIGNED_KEPT: f64 = 60.0;
 
@@ -262,16 +253,6 @@ impl Ledger {
 
     pub fn node(&self) -> Account {
         self.node
-    }
-
-    /// The node's joules at Unix time `at`, between the recent samples around it (linear
-    /// between two samples: exact at a steady power); `None` outside them.
-    pub fn node_joules_at(&self, at: f64) -> Option<f64> {
-        self.recent
-            .iter()
-            .zip(self.recent.iter().skip(1))
-            .find(|((from, _), (to, _))| *from <= at && at <= *to && from < to)
-            .map(|((from, j0), (to, j1))| j0 + (j1 - j0) * (at - from) / (to - from))
     }
 
     pub fn parts(&self) -> &[Part] {
@@ -310,15 +291,6 @@ impl Ledger {
         self.jobs
             .retain(|_, j| now - j.last_seen <= KEEP_GONE.as_secs_f64());
         self.sampled_at = now;
-        self.recent.push_back((now, self.node.joules));
-        while self.recent.len() > RECENT_SAMPLES
-            || self
-                .recent
-                .front()
-                .is_some_and(|(t, _)| now - t > RECENT_SECS)
-        {
-            self.recent.pop_front();
-        }
         self.last = Some(Sampled {
             at: obs.at,
             node_uj: obs.node_uj,
@@ -532,14 +504,7 @@ impl Ledger {
             self.epoch, self.sampled_at
         );
         account(&mut out, &self.node);
-        out.push_str(r#","recent":["#);
-        for (k, (t, j)) in self.recent.iter().enumerate() {
-            if k > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "[{t:?},{j:?}]");
-        }
-        out.push_str(r#"],"parts":["#);
+        out.push_str(r#","parts":["#);
         for (k, part) in self.parts.iter().enumerate() {
             if k > 0 {
                 out.push(',');
@@ -611,11 +576,6 @@ impl Ledger {
                 },
             );
         }
-        let mut recent = VecDeque::new();
-        for sample in value.get("recent")?.as_array()? {
-            let pair = sample.as_array()?;
-            recent.push_back((finite(pair.first()?)?, finite(pair.get(1)?)?));
-        }
         let mut parts = Vec::new();
         for p in value.get("parts")?.as_array()? {
             let watts = p.get("watts")?;
@@ -639,7 +599,6 @@ impl Ledger {
             last: None,
             node_rate: Rate::default(),
             interval_watts: None,
-            recent,
             unassigned: VecDeque::new(),
         })
     }
@@ -1051,21 +1010,6 @@ mod tests {
         // (Unix seconds as f64 are exact to about a microsecond)
         assert!((ledger.node().watts - 301.0 / 1.017).abs() < 1e-3);
         assert_eq!(ledger.node().joules, 601.0);
-        // the node's joules at a moment between samples, as a step's start needs them
-        let at = |ms: u64| unix(w0 + Duration::from_millis(ms));
-        let mid = ledger
-            .node_joules_at(at(1517))
-            .expect("within the last interval");
-        assert!((mid - 451.0).abs() < 1e-3, "{mid}");
-        assert_eq!(ledger.node_joules_at(at(1000)), Some(300.0));
-        assert_eq!(ledger.node_joules_at(unix(w0) - 1.0), None);
-        // and the same from the file
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let path = tmp.path().join("ledger.json");
-        ledger.store(&path).expect("store");
-        let stored = Ledger::load(&path).expect("load").expect("a ledger");
-        let mid = stored.node_joules_at(at(1517)).expect("from the file");
-        assert!((mid - 451.0).abs() < 1e-3, "{mid}");
     }
 
     /// In node mode the ledger keeps the node's account only.
