@@ -16,12 +16,20 @@ pub struct Life {
     pub start: f64,
     pub tasks_seen: f64,
     pub last_seen: f64,
+    /// Whether it was ever seen with a task (26.05's extern slurmstepd runs none).
+    pub had_tasks: bool,
 }
 
 impl Life {
-    /// From the slurmstepd's start to its tasks' end, when its step's figure is final.
+    /// From the slurmstepd's start to its tasks' end, when its step's figure is final; for
+    /// one that runs no task, to its exit (a moment after its last poll).
     pub fn secs(&self) -> f64 {
-        self.tasks_seen - self.start
+        let end = if self.had_tasks {
+            self.tasks_seen
+        } else {
+            self.last_seen
+        };
+        end - self.start
     }
 }
 
@@ -109,6 +117,7 @@ impl StepdWatch {
                                 start,
                                 tasks_seen: start,
                                 last_seen: seen_at,
+                                had_tasks: false,
                             });
                         alive.insert(pid, step);
                     }
@@ -119,6 +128,7 @@ impl StepdWatch {
                         life.last_seen = seen_at;
                         if has_children(pid) {
                             life.tasks_seen = seen_at;
+                            life.had_tasks = true;
                         }
                     }
                 }

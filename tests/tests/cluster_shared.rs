@@ -275,11 +275,19 @@ fn whole_lives(cluster: &Cluster, shared: bool) {
     drop(watch);
     sim.set(&[OFF]);
     let watts = 300.0;
+    // a slurmstepd that runs no task (26.05's extern step) is seen to its exit, a moment
+    // after its last poll: 0.2 s of cleanup allowed there
+    let (sum_tolerance, alone_tolerance) = if la.had_tasks && lb.had_tasks && lc.had_tasks {
+        (0.002, 0.001)
+    } else {
+        println!("the extern slurmstepds run no task: their lives end at their exits");
+        (0.008, 0.008)
+    };
 
     let figure = |j: u32| energy_of(&cluster.energy(j), &j.to_string());
     let mode = if shared { "shared" } else { "node" };
     if shared {
-        let union = la.tasks_seen.max(lb.tasks_seen) - la.start.min(lb.start);
+        let union = (la.start + la.secs()).max(lb.start + lb.secs()) - la.start.min(lb.start);
         println!(
             "side by side: {a} lived {:.3} s, {b} {:.3} s, together {union:.3} s",
             la.secs(),
@@ -289,7 +297,7 @@ fn whole_lives(cluster: &Cluster, shared: bool) {
             "shared: two jobs side by side, together",
             figure(a) + figure(b),
             watts * union,
-            0.002,
+            sum_tolerance,
         );
     } else {
         // a step in node mode counts from its plugin's first read, a fresh sample taken a
@@ -315,7 +323,7 @@ fn whole_lives(cluster: &Cluster, shared: bool) {
         &format!("{mode}: a job alone"),
         figure(alone),
         watts * lc.secs(),
-        0.001,
+        alone_tolerance,
     );
 }
 
