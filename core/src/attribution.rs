@@ -28,7 +28,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::accounting::Accounting;
 use crate::accounting::MAX_SENSORS;
@@ -547,10 +547,9 @@ fn step_cgroup(
 /// start with the time between estimated at its last power: never a bogus figure.
 pub struct StepFigure {
     path: PathBuf,
-    /// This process, whose tasks' end is the step's last edge.
+    /// This process: its title names its step, its tasks' end is the step's last edge.
     procs: Procs,
     pid: u32,
-    cmdline: PathBuf,
     shared: bool,
     step: Option<(u32, StepId)>,
     /// What the step counted in the ledger it reads now.
@@ -600,22 +599,17 @@ struct Counted {
 }
 
 fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+    ledger::unix(SystemTime::now())
 }
 
 impl StepFigure {
-    /// `ledger`: the node's ledger file; `procs` shows this process, `pid` (its title
-    /// names its step, its stat when it started); `shared`: the step's share, else the
-    /// node's energy since the step began.
+    /// `ledger`: the node's ledger file; `procs` shows this process, `pid`; `shared`: the
+    /// step's share, else the node's energy since the step began.
     pub fn from_path(ledger: &Path, procs: &Procs, pid: u32, shared: bool) -> Self {
         Self {
             path: ledger.to_path_buf(),
             procs: procs.clone(),
             pid,
-            cmdline: procs.cmdline_path(pid),
             shared,
             step: None,
             counted: None,
@@ -628,7 +622,7 @@ impl StepFigure {
 
     fn step(&mut self) -> Option<(u32, StepId)> {
         if self.step.is_none() {
-            let text = fs::read(&self.cmdline).ok()?;
+            let text = fs::read(self.procs.cmdline_path(self.pid)).ok()?;
             self.step = own_step(&String::from_utf8_lossy(&text).replace('\0', " "));
         }
         self.step
@@ -1313,7 +1307,7 @@ mod tests {
             if sample == 20 {
                 let old = nix::sys::time::TimeSpec::new(
                     (SystemTime::now() - 2 * YOUNG_SOCKET)
-                        .duration_since(UNIX_EPOCH)
+                        .duration_since(std::time::UNIX_EPOCH)
                         .expect("after 1970")
                         .as_secs() as i64,
                     0,

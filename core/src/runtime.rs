@@ -187,51 +187,22 @@ impl<S: Source> State<S> {
         let site = self.shared_site(host);
         // one meter per node: slurmd's reads the source and keeps the ledger, each
         // slurmstepd reads its figure there (rust_gpu's steps read the devices they own)
-        let ledger = !S::ATTRIBUTED_BY_OWNERSHIP;
-        let meter = match daemon {
-            _ if reads_ledger::<S>(daemon) => host.spool_dir().map(|spool| {
+        let meter = if reads_ledger::<S>(daemon) {
+            host.spool_dir().map(|spool| {
                 metered(StepFigure::from_path(
                     &attribution::ledger_path(&spool, self.context_id),
                     &Procs::from_path(Path::new(attribution::procs::PROC_ROOT)),
                     std::process::id(),
                     site.is_some(),
                 ))
-            }),
-            _ => S::open(&config).map(metered),
+            })
+        } else {
+            S::open(&config).map(metered)
         };
         self.hardware = match meter {
             Ok(mut meter) => {
-                if daemon == Daemon::Slurmd && ledger {
-                    let keeper = match &site {
-                        Some(site) => {
-                            Keeper::shared(site, self.context_id, self.attribution.idle_watts)
-                        }
-                        None => host
-                            .spool_dir()
-                            .and_then(|spool| Keeper::node(&spool, self.context_id)),
-                    };
-                    match keeper {
-                        Ok(mut keeper) => {
-                            let (wanted, wake) = (keeper.wanted(), meter.waker());
-                            let bell = doorbell::doorbell_path(keeper.path());
-                            meter.observe(Box::new(move |a| keeper.on_sample(a)));
-                            let answer = move || {
-                                wanted.store(true, Ordering::SeqCst);
-                                wake();
-                            };
-                            self.doorbell = Doorbell::open(&bell, answer)
-                                .inspect_err(|e| {
-                                    log::error!(
-                                        "{e}; steps' figures are brought forward from the \
-                                         last ledger at their ends"
-                                    )
-                                })
-                                .ok();
-                        }
-                        Err(why) => log::error!(
-                            "no energy ledger: {why}; this node's steps report no energy"
-                        ),
-                    }
+                if daemon == Daemon::Slurmd && !S::ATTRIBUTED_BY_OWNERSHIP {
+                    self.doorbell = self.keep_ledger(host, site.as_ref(), meter.as_mut());
                 }
                 // Threads may start here: slurmd loads this configuration after it
                 // daemonizes, and slurmstepd never forks without exec afterwards.
@@ -245,6 +216,41 @@ impl<S: Source> State<S> {
                 Hardware::Unavailable
             }
         };
+    }
+
+    /// In slurmd: the keeper of the node's ledger, told each of the meter's samples, and
+    /// the doorbell by which steps ask for one now. Errors are logged.
+    fn keep_ledger(
+        &self,
+        host: &dyn Host,
+        site: Option<&Site>,
+        meter: &mut dyn Metering,
+    ) -> Option<Doorbell> {
+        let keeper = match site {
+            Some(site) => Keeper::shared(site, self.context_id, self.attribution.idle_watts),
+            None => host
+                .spool_dir()
+                .and_then(|spool| Keeper::node(&spool, self.context_id)),
+        };
+        let mut keeper = keeper
+            .inspect_err(|why| {
+                log::error!("no energy ledger: {why}; this node's steps report no energy")
+            })
+            .ok()?;
+        let (wanted, wake) = (keeper.wanted(), meter.waker());
+        let bell = doorbell::doorbell_path(keeper.path());
+        meter.observe(Box::new(move |a| keeper.on_sample(a)));
+        let answer = move || {
+            wanted.store(true, Ordering::SeqCst);
+            wake();
+        };
+        Doorbell::open(&bell, answer)
+            .inspect_err(|e| {
+                log::error!(
+                    "{e}; steps' figures are brought forward from the last ledger at their ends"
+                )
+            })
+            .ok()
     }
 
     /// Where the node's ledger is, in `shared` mode when the node has what it takes; slurmd
@@ -319,9 +325,9 @@ impl<S: Source> State<S> {
         let accounting = meter.refresh();
         let (now, stale) = (Instant::now(), meter.stale_after());
         if self.step.is_none() {
-            // a figure from the ledger counts from the step's start already (its first
-            // reading includes the moments between the process's start and the plugin's
-            // load); a source read here counts from its first reading
+            // a figure from the ledger is the step's own already (in shared mode it may
+            // hold a share counted before this process could first read the ledger); a
+            // source read here counts from its first reading
             self.step = if reads_ledger::<S>(host.daemon()) {
                 Baseline::from_zero(&accounting)
             } else {

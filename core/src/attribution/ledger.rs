@@ -321,13 +321,12 @@ impl Ledger {
             let watts = joules / secs;
             self.learned_idle_watts = Some(self.learned_idle_watts.map_or(watts, |w| w.min(watts)));
         }
-        // a job or step charged nothing this interval has left, or is not seen yet
+        // a job or step charged nothing this interval has left, or is not seen yet (its
+        // power window goes on: a job seen again is averaged over the time between)
         for job in self.jobs.values_mut() {
             job.account.watts = 0.0;
-            job.rate = Rate::default();
             for step in job.steps.values_mut() {
                 step.account.watts = 0.0;
-                step.rate = Rate::default();
             }
         }
         let Split::Shared { idle_watts } = split else {
