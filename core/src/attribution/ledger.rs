@@ -1011,6 +1011,28 @@ mod tests {
         assert_eq!(ledger.node().joules, 601.0);
     }
 
+    /// A job's published power is windowed like the node's: a sample milliseconds after
+    /// the last does not make it jump.
+    #[test]
+    fn a_jobs_power_is_taken_over_a_second_or_more() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let mut ledger = Ledger::default();
+        let at = |ms: u64, joules: f64, usage_s: f64| Observation {
+            at: t0 + Duration::from_millis(ms),
+            wall: w0 + Duration::from_millis(ms),
+            node_uj: (joules * 1e6) as u64,
+            jobs: vec![job(3, 1, usage_s, &[(StepId::EXTERN, 0.0)])],
+            parts: vec![],
+        };
+        ledger.update(&at(0, 0.0, 0.0), idle(0.0), PERIOD);
+        ledger.update(&at(1000, 300.0, 1.0), idle(0.0), PERIOD);
+        assert_eq!(ledger.job(3).map(|a| a.watts), Some(300.0));
+        ledger.update(&at(1017, 301.0, 1.017), idle(0.0), PERIOD);
+        assert_eq!(ledger.job(3).map(|a| a.watts), Some(300.0));
+        assert_eq!(ledger.step(3, StepId::EXTERN).map(|a| a.watts), Some(300.0));
+        assert_eq!(ledger.job(3).map(|a| a.joules), Some(301.0));
+    }
+
     /// In node mode the ledger keeps the node's account only.
     #[test]
     fn node_mode_keeps_the_node_account() {
