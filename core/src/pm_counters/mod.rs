@@ -80,7 +80,11 @@ impl Joules {
                 "{what}: the counter continues the last good reading again; the bad read is \
                  forgotten"
             )),
-            Advance::Started | Advance::Counted { .. } | Advance::Held => None,
+            Advance::Behind { by } => Some(format!(
+                "{what}: the counter read {value} J, {by} J behind the last good reading: one of \
+                 the two is a bad read; nothing is counted until it passes that reading again"
+            )),
+            Advance::Started | Advance::Counted { .. } | Advance::Burst | Advance::Held => None,
         }
     }
 

@@ -117,7 +117,12 @@ impl DomainCounter {
         let label = &self.label;
         let joules = |units: u64| self.unit.to_uj(units) as f64 / 1e6;
         match self.counter.advance(raw, now) {
-            Advance::Started | Advance::Counted { .. } | Advance::Held => None,
+            Advance::Started | Advance::Counted { .. } | Advance::Burst | Advance::Held => None,
+            Advance::Behind { by } => Some(format!(
+                "{label}: the counter read {raw}, {:.1} J behind its last good value: one of \
+                 the two is a bad read; nothing is counted until it passes that value again",
+                joules(by)
+            )),
             Advance::Suspect { raw_delta } => Some(format!(
                 "{label}: the counter read {raw}, {}: a reset or a bad read, not a wrap; \
                  nothing is counted for it until the next reads tell which",

@@ -2,10 +2,11 @@
 //!
 //! ```text
 //! raplsim run DIR [--vendor amd|intel] [--packages N] [--cpus N] [--esu E] [--model M]
-//!                 [--tick-ms MS] [--watts W]
+//!                 [--tick-ms MS] [--watts W] [--offset-j J]
 //! raplsim set DIR package0=W package1=W dram0=W ... | all=W   change power (all: every counter)
 //! raplsim glitch DIR reset|stuck|vanish DOMAIN [SECONDS]      misbehave on command
 //! raplsim glitch DIR spike DOMAIN [SECONDS [JOULES]]          read a wrong constant
+//! raplsim glitch DIR wrapspike DOMAIN [SECONDS [JOULES]]      the same, ahead, at the next wrap
 //! raplsim truth DIR                                          print the true joules
 //! raplsim mark DIR NAME                                      append "NAME joules" to DIR/marks
 //! ```
@@ -18,8 +19,12 @@
 //!
 //! Glitches (default 5 s): `reset` zeroes the register, `stuck` freezes it, `vanish` makes
 //! reads fail, `spike` makes it read one wrong constant, JOULES (default 1000) behind its
-//! true count (as a torn or corrupted read), then the true count again. None of them
-//! touches the truth.
+//! true count (as a torn or corrupted read), then the true count again; `wrapspike` waits
+//! for the register's next wrap and then reads one wrong constant JOULES (default 600)
+//! *ahead* of its true count: a value just past the wrap that the counter could have
+//! reached from the read before (within its maximum power), the hardest kind to tell from
+//! a burst. None of them touches the truth. `--offset-j` starts every register J joules in
+//! (modulo its range), to place a wrap within a job on counters that wrap rarely.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -46,6 +51,7 @@ struct Options {
     model: u32,
     tick: Duration,
     watts: f64,
+    offset_j: f64,
 }
 
 /// One simulated counter.
@@ -63,12 +69,23 @@ struct Counter {
     vanished_until: Option<Instant>,
     /// Until when the counter reads a wrong constant: (until, register value, energy_uj).
     spike: Option<(Instant, u64, u64)>,
+    /// A spike armed for the next wrap: (seconds, joules ahead).
+    wrap_spike: Option<(f64, f64)>,
+    /// The register value shown last (to see a wrap).
+    last_raw: u64,
+    /// Joules the register started at (`--offset-j`), until a reset.
+    offset: f64,
     powercap: PathBuf,
 }
 
 impl Counter {
+    /// Joules the register shows, before its wrap.
+    fn shown_joules(&self) -> f64 {
+        self.joules - self.reset_at + self.offset
+    }
+
     fn raw(&self) -> u64 {
-        let units = ((self.joules - self.reset_at) * (1u64 << self.esu) as f64).floor() as u64;
+        let units = (self.shown_joules() * (1u64 << self.esu) as f64).floor() as u64;
         units % WRAP
     }
 
@@ -77,7 +94,7 @@ impl Counter {
     }
 
     fn energy_uj(&self) -> u64 {
-        let uj = ((self.joules - self.reset_at) * 1e6).floor() as u64;
+        let uj = (self.shown_joules() * 1e6).floor() as u64;
         uj % (self.max_range_uj() + 1)
     }
 
@@ -98,6 +115,14 @@ impl Counter {
             (self.raw() + WRAP - units) % WRAP,
             (self.energy_uj() + range - uj) % range,
         )
+    }
+
+    /// Values `joules` ahead of the true count, in each counter's range.
+    fn ahead(&self, joules: f64) -> (u64, u64) {
+        let units = (joules * (1u64 << self.esu) as f64) as u64 % WRAP;
+        let range = self.max_range_uj() + 1;
+        let uj = (joules * 1e6) as u64 % range;
+        ((self.raw() + units) % WRAP, (self.energy_uj() + uj) % range)
     }
 }
 
@@ -131,6 +156,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
         model: 0,
         tick: Duration::from_millis(10),
         watts: 0.0,
+        offset_j: 0.0,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -148,6 +174,7 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             "--model" => o.model = number()? as u32,
             "--tick-ms" => o.tick = Duration::from_secs_f64(number()? / 1000.0),
             "--watts" => o.watts = number()?,
+            "--offset-j" => o.offset_j = number()?,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -227,6 +254,9 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
             stuck_until: None,
             vanished_until: None,
             spike: None,
+            wrap_spike: None,
+            last_raw: 0,
+            offset: o.offset_j,
             powercap: zone.clone(),
         });
         fs::create_dir_all(&zone).map_err(|e| e.to_string())?;
@@ -246,6 +276,9 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
                 stuck_until: None,
                 vanished_until: None,
                 spike: None,
+                wrap_spike: None,
+                last_raw: 0,
+                offset: o.offset_j,
                 powercap: sub,
             });
         }
@@ -285,6 +318,16 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
         }
         apply_power(&power_file, &mut counters);
         apply_commands(&commands, &mut counters, &msr_files, &energy_files, now);
+        for c in &mut counters {
+            let raw = c.raw();
+            if raw < c.last_raw
+                && let Some((secs, joules)) = c.wrap_spike.take()
+            {
+                let (raw, uj) = c.ahead(joules);
+                c.spike = Some((now + Duration::from_secs_f64(secs), raw, uj));
+            }
+            c.last_raw = raw;
+        }
         for c in &counters {
             let frozen = c.stuck_until.is_some_and(|t| now < t);
             let gone = c.vanished_until.is_some_and(|t| now < t);
@@ -364,7 +407,10 @@ fn apply_commands(
         };
         let until = Some(now + Duration::from_secs_f64(secs));
         match what {
-            "reset" => c.reset_at = c.joules,
+            "reset" => {
+                c.reset_at = c.joules;
+                c.offset = 0.0;
+            }
             "stuck" => c.stuck_until = until,
             "spike" => {
                 let joules = words
@@ -373,6 +419,13 @@ fn apply_commands(
                     .unwrap_or(1000.0);
                 let (raw, uj) = c.behind(joules);
                 c.spike = Some((now + Duration::from_secs_f64(secs), raw, uj));
+            }
+            "wrapspike" => {
+                let joules = words
+                    .get(3)
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .unwrap_or(600.0);
+                c.wrap_spike = Some((secs, joules));
             }
             "vanish" => {
                 c.vanished_until = until;
