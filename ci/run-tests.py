@@ -209,6 +209,11 @@ def main():
     total = sum(j.seconds for j in jobs)
     print(f"run-tests: {len(jobs) - len(failed)} passed, {len(failed)} failed, "
           f"{wall:.0f}s wall for {total:.0f}s of tests")
+    # a failure's output again at the end, where a CI log's tail shows it
+    for job in failed:
+        lines = job.output.splitlines()
+        print(f"run-tests: FAILED {job.label}; the last {min(len(lines), 200)} lines of its output:")
+        print("\n".join(lines[-200:]))
     for job in failed:
         print(f"run-tests: FAILED {job.label}")
     if args.times:

@@ -213,13 +213,22 @@ wait
 # seconds_of STAGE RELEASE: the recorded seconds of a release's build or tests, or ?
 seconds_of() { cat "$logs/$1-seconds-$2" 2>/dev/null || echo "?"; }
 
+# the output of releases that passed first, of those that failed last: a CI log's tail shows
+# what failed
+for want in passed failed; do
+    for release in $order; do
+        result=$(cat "$logs/result-$release" 2>/dev/null || echo "FAILED (no result)")
+        case $want:$result in passed:passed | failed:FAILED*) ;; *) continue ;; esac
+        if [ -e "$logs/tests-$release.log" ]; then
+            echo "==== Slurm $release: test output"
+            cat "$logs/tests-$release.log"
+        fi
+    done
+done
+
 failed=0
 summary=""
 for release in $order; do
-    if [ -e "$logs/tests-$release.log" ]; then
-        echo "==== Slurm $release: test output"
-        cat "$logs/tests-$release.log"
-    fi
     result=$(cat "$logs/result-$release" 2>/dev/null || echo "FAILED (no result)")
     case $result in passed) ;; *) failed=1 ;; esac
     summary="$summary
