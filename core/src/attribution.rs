@@ -598,6 +598,8 @@ struct Counted {
     figure_uj: u64,
     watts: f64,
     read_at: f64,
+    /// When the ledger it last counted in was sampled.
+    sampled_at: f64,
 }
 
 fn unix_now() -> f64 {
@@ -639,12 +641,6 @@ impl StepFigure {
     /// the ledger cannot be used.
     fn count(&mut self, ledger: &Ledger, now: f64) -> Result<f64, String> {
         let age = (now - ledger.sampled_at()).max(0.0);
-        if age > stale_after(LEDGER_PERIOD).as_secs_f64() {
-            return Err(format!(
-                "the energy ledger {} is {age:.0} s old (slurmd is not sampling)",
-                self.path.display()
-            ));
-        }
         let ahead = age.min(LEDGER_PERIOD.as_secs_f64());
         let (joules, watts) = if self.shared {
             match self.step() {
@@ -670,6 +666,24 @@ impl StepFigure {
             (node.joules, node.watts)
         };
         let epoch = ledger.epoch();
+        if age > stale_after(LEDGER_PERIOD).as_secs_f64() {
+            // slurmd is gone: its last sample is the last figure known, taken as it is (not
+            // brought forward) by a step that counted in this ledger, and kept
+            if let Some(c) = self
+                .counted
+                .as_mut()
+                .filter(|c| c.epoch == epoch && ledger.sampled_at() > c.sampled_at)
+            {
+                c.published_j = c.published_j.max(joules);
+                let figure_j = (c.published_j - c.base_j).max(0.0);
+                c.figure_uj = (figure_j * 1e6) as u64;
+                c.sampled_at = ledger.sampled_at();
+            }
+            return Err(format!(
+                "the energy ledger {} is {age:.0} s old (slurmd is not sampling)",
+                self.path.display()
+            ));
+        }
         match self.counted {
             Some(c) if c.epoch == epoch => {}
             previous => {
@@ -699,6 +713,7 @@ impl StepFigure {
                     figure_uj: 0,
                     watts,
                     read_at: now,
+                    sampled_at: ledger.sampled_at(),
                 });
             }
         }
@@ -708,6 +723,7 @@ impl StepFigure {
             c.figure_uj = (figure_j * 1e6) as u64;
             c.watts = watts;
             c.read_at = now;
+            c.sampled_at = ledger.sampled_at();
         }
         Ok(watts)
     }
@@ -995,6 +1011,35 @@ mod tests {
         }
     }
 
+    /// A step that ends after slurmd died takes slurmd's last sample as it is (not brought
+    /// forward at the last power) when that came after the step's last read, and keeps its
+    /// figure when it did not.
+    #[test]
+    fn a_step_ending_after_slurmd_died_takes_its_last_sample() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("energy-ledger.0.json");
+        let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
+        let load = || Ledger::load(&path).expect("ledger").expect("a ledger");
+        let t = 1_000_000.0;
+        publish(&path, t - 100.0, t, 1000.0, 300.0);
+        assert_eq!(step.count(&load(), t), Ok(300.0));
+        publish(&path, t - 100.0, t + 0.5, 1150.0, 300.0);
+        assert_eq!(step.count(&load(), t + 0.5), Ok(300.0));
+        assert_eq!(step.total_uj(), 150_000_000);
+        // slurmd's last sample, 0.4 s after the step's last read; slurmd died then
+        publish(&path, t - 100.0, t + 0.9, 1270.0, 300.0);
+        assert!(step.count(&load(), t + 20.0).is_err(), "stale");
+        assert_eq!(
+            step.total_uj(),
+            270_000_000,
+            "its last sample, not 19 s more at 300 W"
+        );
+        // an older sample (a ledger restored from elsewhere) changes nothing
+        publish(&path, t - 100.0, t + 0.2, 5000.0, 300.0);
+        assert!(step.count(&load(), t + 30.0).is_err(), "stale");
+        assert_eq!(step.total_uj(), 270_000_000);
+    }
+
     /// In node mode a step's figure is the node's energy since its first reading, brought
     /// up to the call; a slurmd gone, a corrupt ledger or a new one never cost it what it
     /// had, and a ledger that never was gives no figure rather than 0 J.
@@ -1014,7 +1059,8 @@ mod tests {
         assert!(start.energy_uj < 1_000_000, "{}", start.energy_uj);
         let now = unix_now();
         publish(&path, epoch, now, 1900.0, 300.0);
-        let reading = step.read(Instant::now());
+        let counted_at = Instant::now();
+        let reading = step.read(counted_at);
         let figure = reading.energy_uj as f64 / 1e6;
         assert!((figure - 800.0).abs() < 1.0, "{figure}");
         // the node's parts, for the profile
@@ -1034,13 +1080,12 @@ mod tests {
         // stale (slurmd gone for 20 s): the figure stays
         let now = unix_now();
         publish(&path, epoch, now - 20.0, 5000.0, 300.0);
-        let last_read = Instant::now();
-        assert!((step.read(last_read).energy_uj as f64 / 1e6 - figure).abs() < 1.0);
-        // a new ledger begun 2 s after the last read, 50 J into it: kept + 2 s at 300 W
-        // + 50 J, and the time the test itself took since that read, at 300 W
+        assert!((step.read(Instant::now()).energy_uj as f64 / 1e6 - figure).abs() < 1.0);
+        // a new ledger begun 2 s from now, 50 J into it: kept + 2 s at 300 W + 50 J, and
+        // the time the test itself took since the last read it counted, at 300 W
         let now = unix_now();
         publish(&path, now + 2.0, now + 2.0, 50.0, 100.0);
-        let test_took = last_read.elapsed().as_secs_f64() * 300.0;
+        let test_took = counted_at.elapsed().as_secs_f64() * 300.0;
         let after = step.read(Instant::now()).energy_uj as f64 / 1e6;
         let least = figure + 600.0 + 50.0;
         assert!(

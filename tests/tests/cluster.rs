@@ -400,9 +400,9 @@ fn a_slurmd_killed_mid_job_loses_nothing_and_a_step_ending_without_it_keeps_its_
         "batch step ended without slurmd: {figure} J, {at_kill:.0} J true when slurmd was \
          killed, {truth:.0} J in all"
     );
-    // slurmd's last sample was at most a second before the kill, which comes a moment
-    // after the test asks for it (the node's supervisor polls every 0.1 s, under load
-    // later); the figure is brought forward at most a second at 300 W
+    // the step takes slurmd's last sample, at most a second before the kill, which comes a
+    // moment after the test asks for it (the node's supervisor polls every 0.1 s, under
+    // load later)
     assert!(
         figure >= at_kill - 300.0 - 1.0 && figure <= at_kill + 2.0 * 300.0 + 1.0,
         "{figure} J for {at_kill:.0} J when slurmd was killed"
