@@ -14,8 +14,8 @@
 //! `unsafe` is forbidden here. Hardware is reached through safe wrappers (nix's `pread`,
 //! ioctls of ipmi-rs); C libraries that need `unsafe` calls run in the sampler crate
 //! (Variorum, which may crash or exit) or, where made to be called in-process, in the
-//! small crate `slurm-energy-gpu-libs` beside [`gpu`] (NVML and amd-smi, behind the safe
-//! [`gpu::GpuLibrary`]).
+//! small crate `slurm-energy-gpu-libs` beside `gpu` (NVML and amd-smi, behind the safe
+//! `gpu::GpuLibrary`; `gpu` is a feature).
 #![forbid(unsafe_code)]
 
 pub mod accounting;
