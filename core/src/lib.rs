@@ -1,49 +1,43 @@
-//! The shared core of the Rust `acct_gather_energy` plugins.
+//! The Slurm glue of the Rust `acct_gather_energy` plugins.
 //!
-//! Layers: [`ffi`] is the only place that touches Slurm (raw pointers, `unsafe`); it turns
-//! Slurm's calls into calls on the safe [`runtime`], which keeps a [`meter`] sampling the
-//! plugin's [`source::Source`] into [`accounting`]. Sources (`rapl`, ...) are plain Rust
-//! over files, testable without Slurm or the hardware. Every background thread is a
-//! [`worker::Worker`].
+//! Layers: [`ffi`] is the only place that touches Slurm (raw pointers, `unsafe`, calls
+//! into libslurmfull); [`energy_plugin!`] exports every symbol Slurm's loader looks up and
+//! turns Slurm's calls into calls on the safe [`runtime`], which keeps a [`meter`] sampling
+//! the plugin's [`source::Source`] into [`accounting`]. Everything but [`ffi`] is the
+//! crate `slurm-energy-logic`, re-exported here under the same paths
+//! (`slurm_energy::rapl::Rapl`, ...): plain Rust over files, which builds and unit-tests
+//! without Slurm or the hardware, and forbids `unsafe`.
 //!
-//! `unsafe` is denied everywhere but in [`ffi`] (the only exception: CI fails on any
-//! other), so that the logic stays safe Rust and the unsafe part stays small enough to
-//! review line by line. Hardware is reached through safe wrappers (nix's `pread`, ioctls
-//! of ipmi-rs); C libraries that need `unsafe` calls run in the sampler crate (Variorum,
-//! which may crash or exit) or, where made to be called in-process, in `ffi` (NVML and
-//! amd-smi, `ffi::gpu`).
+//! `unsafe` is denied in this crate but in [`ffi`] (the only exception: a unit test fails
+//! on any other), so that the unsafe part stays small enough to review line by line. The
+//! logic's C libraries that need `unsafe` calls run in the sampler crate (Variorum, which
+//! may crash or exit) or, where made to be called in-process, in the crate
+//! `slurm-energy-gpu-libs` (NVML and amd-smi), the one other place allowed `unsafe`.
 #![deny(unsafe_code)]
 
-pub mod accounting;
-pub mod attribution;
-pub mod config;
-pub mod counter;
 // The one exception: raw pointers from Slurm and calls into libslurmfull.
 #[allow(unsafe_code)]
 pub mod ffi;
+
 #[cfg(feature = "gpu")]
-pub mod gpu;
-mod guard;
+pub use slurm_energy_logic::gpu;
 #[cfg(feature = "ipmi")]
-pub mod ipmi;
-pub mod meter;
-pub mod pm_counters;
-pub mod power;
-pub mod rapl;
+pub use slurm_energy_logic::ipmi;
 #[cfg(feature = "redfish")]
-pub mod redfish;
-pub mod runtime;
-pub mod source;
+pub use slurm_energy_logic::redfish;
 #[cfg(feature = "variorum")]
-pub mod variorum;
-pub mod worker;
+pub use slurm_energy_logic::variorum;
+pub use slurm_energy_logic::{
+    accounting, attribution, config, counter, meter, pm_counters, power, rapl, runtime, source,
+    worker,
+};
 
 #[cfg(test)]
 mod rules {
     use std::path::Path;
 
     fn sources(dir: &Path, found: &mut Vec<(String, String)>) {
-        for entry in std::fs::read_dir(dir).expect("core/src") {
+        for entry in std::fs::read_dir(dir).expect("src") {
             let path = entry.expect("entry").path();
             if path.is_dir() {
                 sources(&path, found);
@@ -54,38 +48,57 @@ mod rules {
         }
     }
 
-    /// `#![deny(unsafe_code)]` fails the build on `unsafe` outside `ffi`; this fails the
-    /// tests on a second `allow` (or an `expect`, or a crate-wide `allow`) that would
-    /// open another door.
+    /// The crates of the plugins' code, from this one's directory: each with the lint level
+    /// its lib.rs sets and the one `allow` it may have (lib.rs's line, the next line).
+    const CRATES: [(&str, &str, Option<&str>); 3] = [
+        ("../logic", "#![forbid(unsafe_code)]", None),
+        (
+            "../logic/gpu-libs",
+            "#![deny(unsafe_code)]",
+            Some("mod vendors;"),
+        ),
+        (".", "#![deny(unsafe_code)]", Some("pub mod ffi;")),
+    ];
+
+    /// `#![forbid(unsafe_code)]` fails the build on any `unsafe` in the logic, and
+    /// `#![deny(unsafe_code)]` on `unsafe` outside `ffi` here and outside the NVML and
+    /// amd-smi calls of gpu-libs; this fails the tests on a lint level that is gone, or on
+    /// a second `allow` (or an `expect`, or a crate-wide `allow`) that would open another
+    /// door.
     #[test]
-    fn unsafe_is_allowed_in_ffi_only() {
-        let mut files = Vec::new();
-        sources(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-            &mut files,
-        );
-        let mut doors = Vec::new();
-        for (path, text) in &files {
-            for (n, line) in text.lines().enumerate() {
-                let code = line.split("//").next().unwrap_or_default();
-                let opens = ["allow", "expect", "warn"]
-                    .iter()
-                    .any(|level| code.contains(&format!("{level}(unsafe_code")));
-                if opens {
-                    let next = text.lines().nth(n + 1).unwrap_or_default().trim();
-                    doors.push(format!("{path}:{}: {} / {next}", n + 1, line.trim()));
+    fn unsafe_is_allowed_in_ffi_and_the_gpu_vendor_calls_only() {
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        for (dir, level, door) in CRATES {
+            let mut files = Vec::new();
+            sources(&here.join(dir).join("src"), &mut files);
+            let mut doors = Vec::new();
+            for (path, text) in &files {
+                for (n, line) in text.lines().enumerate() {
+                    let code = line.split("//").next().unwrap_or_default();
+                    let opens = ["allow", "expect", "warn"]
+                        .iter()
+                        .any(|level| code.contains(&format!("{level}(unsafe_code")));
+                    if opens {
+                        let next = text.lines().nth(n + 1).unwrap_or_default().trim();
+                        doors.push(format!("{path}:{}: {} / {next}", n + 1, line.trim()));
+                    }
                 }
             }
+            match door {
+                None => assert!(doors.is_empty(), "{dir}: {doors:#?}"),
+                Some(door) => {
+                    assert_eq!(doors.len(), 1, "{dir}: {doors:#?}");
+                    assert!(
+                        doors[0].contains("src/lib.rs") && doors[0].ends_with(&format!("/ {door}")),
+                        "{dir}: {doors:#?}"
+                    );
+                }
+            }
+            let lib = files
+                .iter()
+                .find(|(path, _)| path.ends_with("src/lib.rs"))
+                .expect("lib.rs");
+            assert!(lib.1.contains(&format!("\n{level}\n")), "{dir}: no {level}");
         }
-        assert_eq!(doors.len(), 1, "{doors:#?}");
-        assert!(
-            doors[0].contains("src/lib.rs") && doors[0].ends_with("/ pub mod ffi;"),
-            "{doors:#?}"
-        );
-        let lib = files
-            .iter()
-            .find(|(path, _)| path.ends_with("src/lib.rs"))
-            .expect("lib.rs");
-        assert!(lib.1.contains("\n#![deny(unsafe_code)]\n"));
     }
 }

@@ -421,7 +421,7 @@ fn benchmarks() {
     fs::write(workspace().join("BENCHMARKS.md"), md).expect("write BENCHMARKS.md");
 }
 
-/// The threads the plugins start (named by `core/src/worker.rs`).
+/// The threads the plugins start (named by `logic/src/worker.rs`).
 const PLUGIN_THREADS: [&str; 4] = [
     "energy-sampler",
     "power-poller",

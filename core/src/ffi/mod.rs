@@ -1,11 +1,10 @@
 //! Everything that touches Slurm: exported symbols, raw pointers, logging, acct_gather.conf.
-//! The rest of the crate is safe Rust that knows nothing of Slurm.
+//! The rest (the crate `slurm-energy-logic`, re-exported) is safe Rust that knows nothing of
+//! Slurm.
 
 mod conf;
 mod daemon;
 mod energy;
-#[cfg(feature = "gpu")]
-pub mod gpu;
 mod host;
 mod location;
 mod log;

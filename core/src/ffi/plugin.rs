@@ -12,9 +12,9 @@ use super::host::SlurmHost;
 use super::log::SlurmLogger;
 use super::profile::Profile;
 use super::{conf, energy};
-use crate::guard::guard;
 use crate::runtime::{Answer, Query, Runtime, Update};
 use crate::source::Source;
+use slurm_energy_logic::guard::guard;
 
 pub struct Plugin<S: Source> {
     logger: SlurmLogger,

@@ -3,7 +3,7 @@
 //!
 //! Variorum may `exit()`, crash, hang or print to stdout, and is not thread-safe, so slurmd
 //! never loads it: the plugin starts this program and reads one line per sample from a
-//! pipe. The command line and the lines are `slurm_energy::variorum::protocol`, shared
+//! pipe. The command line and the lines are `slurm_energy_logic::variorum::protocol`, shared
 //! with the plugin. Here: [`isolation`] from slurmd, [`capture`] of what the library
 //! prints, the [`library`]'s API per Variorum release, and the sampling loop.
 //!
@@ -24,7 +24,7 @@ use std::fs::File;
 use std::io::Write;
 use std::process::ExitCode;
 
-use slurm_energy::variorum::protocol::{Invocation, Line, WARMUP, monotonic_ns};
+use slurm_energy_logic::variorum::protocol::{Invocation, Line, WARMUP, monotonic_ns};
 
 use capture::Capture;
 use isolation::quit;

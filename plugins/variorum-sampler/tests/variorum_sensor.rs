@@ -1,9 +1,9 @@
-//! `slurm_energy::variorum::Variorum` (the PowerSensor of rust_variorum) against this
+//! `slurm_energy_logic::variorum::Variorum` (the PowerSensor of rust_variorum) against this
 //! package's sampler and a fake libvariorum.so of each Variorum generation
 //! (tests/fakevariorum): the watts of every JSON shape, and every way the library can
 //! misbehave (error, garbage, exit, crash, hang, noise).
 //!
-//! These live in the sampler's package because it depends on slurm-energy and gets the
+//! These live in the sampler's package because it depends on slurm-energy-logic and gets the
 //! sampler's path from Cargo; the process-level tests of the sampler itself are in
 //! tests/tests/variorum_sampler.rs.
 
@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fakevariorum::{FakeLib, Generation, open_fds, process_state, processes_with};
-use slurm_energy::power::{PowerSensor, ReadError};
-use slurm_energy::variorum::protocol::Line;
-use slurm_energy::variorum::sampler::Sampler;
-use slurm_energy::variorum::{NodePower, NodeSource, Variorum, VariorumConfig, json};
+use slurm_energy_logic::power::{PowerSensor, ReadError};
+use slurm_energy_logic::variorum::protocol::Line;
+use slurm_energy_logic::variorum::sampler::Sampler;
+use slurm_energy_logic::variorum::{NodePower, NodeSource, Variorum, VariorumConfig, json};
 
 const SAMPLER: &str = env!("CARGO_BIN_EXE_acct_gather_energy_rust_variorum_sampler");
 const PERIOD: Duration = Duration::from_millis(100);

@@ -8,7 +8,7 @@
 //! cannot be interrupted: stopping waits [`STOP_WAIT`] for it, then leaves it to end on its
 //! own, so `fini`, and with it slurmd's shutdown, never waits on hardware. A thread left
 //! running still runs this library's code, which must then stay mapped after Slurm's
-//! `dlclose`: the hook set by [`on_abandon`] (the FFI layer's) sees to it.
+//! `dlclose`: the hook set by [`on_abandon`] (the FFI layer's, in `slurm-energy`) sees to it.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;

@@ -1,5 +1,17 @@
 //! What the GPU energy source needs from a vendor library (NVML, amd-smi), in safe
-//! terms. The libraries themselves are loaded and called in `crate::ffi::gpu`.
+//! terms: [`GpuLibrary`], and the two that load and call the real libraries,
+//! [`open_nvml`] and [`open_amd_smi`].
+//!
+//! The GPU source (`gpu` of `slurm-energy-logic`, which forbids `unsafe`) holds only
+//! these; the C calls are in `vendors`, the one module of this crate allowed `unsafe`
+//! (every block with its `// SAFETY:`).
+#![deny(unsafe_code)]
+
+// The one exception: dlopen, dlsym and the calls into NVML and amd-smi.
+#[allow(unsafe_code)]
+mod vendors;
+
+pub use vendors::{open_amd_smi, open_nvml};
 
 /// Linux character-device majors of GPU device files, as Slurm's gres.conf `File=` names
 /// them and a devices cgroup lists them: `/dev/nvidiaN` (NVIDIA's fixed major) and

@@ -1,8 +1,9 @@
 //! One plugin's state in one process, and what each of Slurm's calls does with it.
 //!
 //! This is the plugin's behaviour without Slurm: which daemon it runs in and how it reaches
-//! slurmd are told by a [`Host`] (Slurm's in [`crate::ffi`], a fake in tests), and Slurm's
-//! `data_type`s arrive as [`Query`]/[`Update`]. `ffi` only converts pointers and calls.
+//! slurmd are told by a [`Host`] (Slurm's in the crate `slurm-energy`, a fake in tests), and
+//! Slurm's `data_type`s arrive as [`Query`]/[`Update`]. That crate's `ffi` only converts
+//! pointers and calls.
 //!
 //! Every call runs behind the one panic guard and recovers a poisoned lock: a panic in a
 //! source makes that call return an error, and the next call works.

@@ -18,7 +18,8 @@
 
 pub mod access;
 mod config;
-pub mod library;
+/// The vendor libraries in safe terms: the crate `slurm-energy-gpu-libs`.
+pub use slurm_energy_gpu_libs as library;
 mod tracker;
 
 use std::collections::HashMap;
@@ -65,10 +66,10 @@ impl Source for Gpus {
     fn open(config: &GpuConfig) -> Result<GpuReader, String> {
         let mut openers: Vec<Opener> = Vec::new();
         if let Some(path) = config.nvml.clone() {
-            openers.push(Box::new(move || crate::ffi::gpu::open_nvml(&path)));
+            openers.push(Box::new(move || library::open_nvml(&path)));
         }
         if let Some(path) = config.amd.clone() {
-            openers.push(Box::new(move || crate::ffi::gpu::open_amd_smi(&path)));
+            openers.push(Box::new(move || library::open_amd_smi(&path)));
         }
         if openers.is_empty() {
             return Err(format!("{KEY_NVML} and {KEY_AMD} are both none"));

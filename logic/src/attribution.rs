@@ -1097,7 +1097,7 @@ mod tests {
     /// The attribution cost per sample in steady state (counters read, model, ledger
     /// written) with 1, 16, 64 and 256 one-CPU jobs of two steps each over a faithful v1 tree,
     /// their slurmstepds among 500 other processes (found at the first sample only):
-    /// `cargo test --release -p slurm-energy --lib attribution_cost -- --ignored --nocapture`.
+    /// `cargo test --release -p slurm-energy-logic --lib attribution_cost -- --ignored --nocapture`.
     #[test]
     #[ignore = "a measurement, not a check"]
     fn attribution_cost_per_sample() {

@@ -6,7 +6,7 @@ use std::ffi::{CStr, c_char, c_float, c_int, c_uint, c_ulonglong, c_void};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW, Symbol};
 
-use crate::gpu::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
+use crate::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
 
 /// Looks a function up, naming it in the error.
 ///

@@ -1,0 +1,40 @@
+//! The logic of the Rust `acct_gather_energy` plugins, in safe Rust that knows nothing of
+//! Slurm: it builds and unit-tests without Slurm's headers or libraries.
+//!
+//! The [`runtime`] is one plugin's behaviour in one process: it keeps a [`meter`] sampling
+//! the plugin's [`source::Source`] into [`accounting`], and splits a shared node's energy
+//! among its jobs ([`attribution`]). Sources (`rapl`, ...) are plain Rust over files,
+//! testable without Slurm or the hardware. Every background thread is a
+//! [`worker::Worker`], and every call from Slurm runs behind the one panic [`guard`].
+//!
+//! Slurm's side (exported symbols, raw pointers, logging into the daemon's log,
+//! acct_gather.conf) is the crate `slurm-energy`, which drives the [`runtime`] through its
+//! [`runtime::Host`] and re-exports these modules.
+//!
+//! `unsafe` is forbidden here. Hardware is reached through safe wrappers (nix's `pread`,
+//! ioctls of ipmi-rs); C libraries that need `unsafe` calls run in the sampler crate
+//! (Variorum, which may crash or exit) or, where made to be called in-process, in the
+//! small crate `slurm-energy-gpu-libs` beside `gpu` (NVML and amd-smi, behind the safe
+//! `gpu::GpuLibrary`; `gpu` is a feature).
+#![forbid(unsafe_code)]
+
+pub mod accounting;
+pub mod attribution;
+pub mod config;
+pub mod counter;
+#[cfg(feature = "gpu")]
+pub mod gpu;
+pub mod guard;
+#[cfg(feature = "ipmi")]
+pub mod ipmi;
+pub mod meter;
+pub mod pm_counters;
+pub mod power;
+pub mod rapl;
+#[cfg(feature = "redfish")]
+pub mod redfish;
+pub mod runtime;
+pub mod source;
+#[cfg(feature = "variorum")]
+pub mod variorum;
+pub mod worker;
