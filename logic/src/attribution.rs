@@ -560,8 +560,6 @@ pub struct StepFigure {
     trouble: Option<String>,
     /// slurmd did not answer the last ring (logged when it began).
     unanswered: bool,
-    /// The step had tasks at its last read: their end is its last edge.
-    had_tasks: bool,
     /// In node mode, the node's parts as the ledger last gave them, for the profile.
     parts: Vec<SensorReading>,
 }
@@ -620,7 +618,6 @@ impl StepFigure {
             carried_uj: 0,
             trouble: None,
             unanswered: false,
-            had_tasks: false,
             parts: Vec::new(),
         }
     }
@@ -740,14 +737,11 @@ impl EnergyReader for StepFigure {
     }
 
     fn read(&mut self, _now: Instant) -> Reading {
-        // at the step's edges (its first read, before its tasks start; the first read after
-        // they end) the figure is the step's first or last: it needs a ledger sampled now.
-        // A step that never has tasks (26.05's extern step) rings only at its first read:
-        // ringing at each of its polls would wake slurmd for every job on the node, and its
-        // last figure is the ledger's last sample brought forward, at most a second.
-        let tasks = !self.procs.children(self.pid).is_empty();
-        let edge = !tasks && (self.counted.is_none() || self.had_tasks);
-        self.had_tasks = tasks;
+        // at the step's edges (before its tasks start, after they end) the figure is the
+        // step's first or last: it needs a ledger sampled now. A step that never has tasks
+        // (26.05's extern step) is at an edge at each of its polls, and rings at each: its
+        // last poll is its last figure, and nothing tells which poll that is
+        let edge = self.procs.children(self.pid).is_empty();
         let unanswered =
             edge && !doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path);
         let now = unix_now();
@@ -960,55 +954,6 @@ mod tests {
             "jobs": [],
         });
         fs::write(path, text.to_string()).expect("ledger");
-    }
-
-    /// A step rings slurmd at its edges only: its first read, and the first read after its
-    /// tasks ended; not while they run, and not at every poll of a step that never has any
-    /// (26.05's extern step), which would wake slurmd for every job on the node.
-    #[test]
-    fn a_step_rings_at_its_first_read_and_when_its_tasks_end() {
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let path = tmp.path().join("energy-ledger.0.json");
-        let proc_root = tmp.path().join("proc");
-        procs::tests::process(&proc_root, 1, "slurmstepd: [7.0]", "");
-        let rings = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&rings);
-        let answer_path = path.clone();
-        let _doorbell = doorbell::Doorbell::open(&doorbell::doorbell_path(&path), move || {
-            counted.fetch_add(1, Ordering::SeqCst);
-            let now = unix_now();
-            publish(&answer_path, now - 100.0, now, 1000.0, 200.0);
-        })
-        .expect("doorbell");
-        let rings_after = |step: &mut StepFigure| {
-            // a ledger older than a ring's freshness, so that a ring is seen
-            std::thread::sleep(Duration::from_millis(30));
-            step.read(Instant::now());
-            rings.load(Ordering::SeqCst)
-        };
-        let now = unix_now();
-        publish(&path, now - 100.0, now - 1.0, 1000.0, 200.0);
-        let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 1, false);
-        assert_eq!(rings_after(&mut step), 1, "the first read rings");
-        assert_eq!(rings_after(&mut step), 1, "before its tasks start, no more");
-        procs::tests::child(&proc_root, 1, 2);
-        assert_eq!(rings_after(&mut step), 1, "its tasks run");
-        assert_eq!(rings_after(&mut step), 1, "its tasks run");
-        fs::remove_file(proc_root.join("1/task/1/children")).expect("tasks end");
-        assert_eq!(
-            rings_after(&mut step),
-            2,
-            "the first read after its tasks ended rings"
-        );
-        assert_eq!(rings_after(&mut step), 2, "later reads do not");
-        // a step that never has tasks
-        let mut extern_step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 1, false);
-        assert_eq!(rings_after(&mut extern_step), 3, "its first read rings");
-        for _ in 0..3 {
-            assert_eq!(rings_after(&mut extern_step), 3, "its polls do not");
-        }
     }
 
     /// A step that ends after slurmd died takes slurmd's last sample as it is (not brought
