@@ -20,25 +20,32 @@
 //! - **ordinary**: reachable under the maximum power, at no more than `BURST_FACTOR` times
 //!   the measured power (plus a small floor): counted at once. The normal path, exact
 //!   across wraps, gaps and stalls.
-//! - **a burst**: reachable, but above that. A bad value the counter *could* have reached
-//!   (just past a wrap, at the power bound) looks exactly like this, and so does a real jump
-//!   in power. It is held: the anchor stays. The next read decides. If it continues the
-//!   anchor ordinarily and the burst value is not on its way, the burst was a bad read and
-//!   costs nothing. If the burst value lies on the way from the anchor to it, two reads
-//!   agree, and the count goes from the anchor to the later read (exact whatever the held
-//!   read was).
+//! - **a burst** a rise in power explains (up to `HOLD_FACTOR` times the measured power):
+//!   counted at once, for rises are common and a reader then (a step's edge, a power
+//!   figure) should see them, but doubted by all of it (below, *behind*). The first burst
+//!   is no measure of the power: that is measured again from it.
+//! - **a burst** beyond that. A bad value the counter *could* have reached (just past a
+//!   wrap, at the power bound) looks exactly like this, and so does a steep jump in power.
+//!   It is held: the anchor stays, and the next read decides. If it continues the anchor
+//!   ordinarily and the burst value is not on its way, the burst was a bad read and costs
+//!   nothing. If the burst value lies on the way from the anchor to it, two reads agree,
+//!   and the count goes from the anchor to the later read (exact whatever the held read
+//!   was). A held burst read unchanged for `IDLE_AFTER` is a counter at rest after a rise,
+//!   and counted, doubted.
 //! - **behind**: within the anchor's own last increment (between the value before it and
 //!   the anchor), by no more than a bad anchor can have been ahead of the truth and still
-//!   passed as ordinary (half the measured power over its window, plus the floor; its whole
-//!   increment before the power is measured). A counter never goes back: either this read
+//!   passed (half the measured power over its window, plus the floor, if it was ordinary;
+//!   its whole increment if it was a burst, or before the power is measured), and while no
+//!   burst is held (that says the counter went past the anchor). A counter never goes back: either this read
 //!   is bad, or the anchor was a bad value a little ahead of the truth. Nothing is counted
 //!   and the anchor stays; counting goes on when the counter passes it. Either way the total
 //!   is exact from then on; an anchor ahead was only counted early. While a read has been
 //!   behind, a read within that increment is the truth climbing back, not a near-whole wrap,
 //!   and the wraps a long gap hid are judged from the last read behind.
 //! - **not reachable** (a reset or a bad read): a suspect, nothing counted. A later read that
-//!   continues the anchor is counted from it; one that advances plausibly from the suspect
-//!   confirms a reset: counting goes on from the suspect, and the gap between the anchor
+//!   continues the anchor is counted from it; one that advances plausibly from the suspect,
+//!   and from the anchor not at all or at a power further from the latest known (a held
+//!   burst's, or the measured one), confirms a reset: counting goes on from the suspect, and the gap between the anchor
 //!   (since it was first read: a value read unchanged counted nothing since) and the suspect
 //!   is estimated from the power measured from the suspect on.
 //!
@@ -50,9 +57,9 @@
 //! what was published ahead of the count is caught up with as the count passes it, never
 //! counted twice.
 //!
-//! Limits: before the power is first measured (`RATE_WINDOW` after the first read) nothing
-//! is a burst, so a bad value the counter could have reached is counted until the truth
-//! passes it. The first read (a process's baseline) cannot be checked: if it is bad, the reads
+//! Limits: a bad value a rise in power could explain, or any before the power is first
+//! measured (`RATE_WINDOW` after the first read), is counted until the truth passes it; a
+//! job that ends before then keeps the excess. The first read (a process's baseline) cannot be checked: if it is bad, the reads
 //! after it are suspects that confirm each other, and the gap is estimated. A reset just
 //! after a read near the top of the range reads as a wrap, and is counted as one; a reset
 //! that lands within the anchor's last increment reads as behind, and the energy up to the
