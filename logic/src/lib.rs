@@ -5,7 +5,8 @@
 //! the plugin's [`source::Source`] into [`accounting`], and splits a shared node's energy
 //! among its jobs ([`attribution`]). Sources (`rapl`, ...) are plain Rust over files,
 //! testable without Slurm or the hardware. Every background thread is a
-//! [`worker::Worker`], and every call from Slurm runs behind the one panic [`guard`].
+//! [`worker::Worker`]; those that poll slow hardware run the one loop of
+//! [`poller::Poller`]; every call from Slurm runs behind the one panic [`guard`].
 //!
 //! Slurm's side (exported symbols, raw pointers, logging into the daemon's log,
 //! acct_gather.conf) is the crate `slurm-energy`, which drives the [`runtime`] through its
@@ -29,6 +30,7 @@ pub mod guard;
 pub mod ipmi;
 pub mod meter;
 pub mod pm_counters;
+pub mod poller;
 pub mod power;
 pub mod rapl;
 #[cfg(feature = "redfish")]

@@ -2,17 +2,17 @@
 //! the power into energy; Slurm's calls only ever see the cached result.
 //!
 //! Reading such a sensor can block (a hung BMC, a stalled library), so it happens only in
-//! the poller thread, which reconnects with backoff after failures. Energy is the trapezoid
+//! the poller thread (a [`crate::poller::Poller`]), which reconnects with backoff after
+//! failures. Energy is the trapezoid
 //! of successive samples with sub-second timestamps; across a gap (a frozen BMC) the
 //! trapezoid between the last sample before and the first after is the estimate, as in
 //! Slurm's ipmi plugin. A cache whose last sample is older than [`missed_after`] the period
 //! makes the reading incomplete, so Slurm gets "unavailable", never 0 or a stale figure.
 
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::poller::{Outcome, Poller, Polling, Timing};
 use crate::source::{EnergyReader, Reading, Source, missed_after};
-use crate::worker::{Control, Worker};
 
 /// Reconnecting backs off, doubling from one period up to this many periods (within
 /// `BACKOFF_BOUNDS`): a sensor that comes back is read again soon, so the energy of the
@@ -93,13 +93,6 @@ pub trait PowerSensor: Source + Sized + Send {
     }
 }
 
-/// Runs sensor code, turning a panic inside it (third-party protocol code) into an error
-/// that makes the poller reconnect.
-fn contained<T, E: From<String>>(what: &str, f: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        .unwrap_or_else(|_| Err(E::from(format!("internal error while {what}"))))
-}
-
 /// Integrated power so far, shared between the poller and the readers.
 #[derive(Debug, Default, Clone, Copy)]
 struct Integral {
@@ -153,10 +146,9 @@ impl Integral {
 
 /// The [`EnergyReader`] of a [`PowerSensor`] polled by its own thread.
 pub struct Polled<P: PowerSensor> {
-    integral: Arc<Mutex<Integral>>,
+    poller: Poller<Integral>,
     period: Duration,
     extrapolate: bool,
-    _poller: Worker,
     _sensor: std::marker::PhantomData<fn() -> P>,
 }
 
@@ -164,87 +156,75 @@ impl<P: PowerSensor> Polled<P> {
     /// Starts the poller and returns at once: connecting happens in the poller.
     pub fn start(config: &P::Config) -> Result<Self, String> {
         let period = P::period(config);
-        let integral = Arc::new(Mutex::new(Integral::default()));
-        let theirs = Arc::clone(&integral);
-        let config_copy = config.clone();
-        // A panic in the sensor code is contained by `contained` (reconnect) and, failing
-        // that, by the worker: polling ends, readings go stale, slurmd keeps running.
-        let poller = Worker::spawn("power-poller", move |control| {
-            Self::poll(control, &theirs, &config_copy, period)
-        })?;
+        let timing = Timing {
+            period,
+            max_backoff: (period * BACKOFF_PERIODS).clamp(BACKOFF_BOUNDS.0, BACKOFF_BOUNDS.1),
+        };
+        let poller = Poller::start(
+            "power-poller",
+            Sensing::<P> {
+                config: config.clone(),
+            },
+            timing,
+        )?;
         Ok(Self {
-            integral,
+            poller,
             period,
             extrapolate: P::extrapolate(config),
-            _poller: poller,
             _sensor: std::marker::PhantomData,
         })
     }
+}
 
-    fn poll(control: &Control, integral: &Mutex<Integral>, config: &P::Config, period: Duration) {
-        let mut sensor: Option<P> = None;
-        let max_backoff = (period * BACKOFF_PERIODS).clamp(BACKOFF_BOUNDS.0, BACKOFF_BOUNDS.1);
-        let mut backoff = period;
-        let mut failing = false;
-        loop {
-            if sensor.is_none() {
-                match contained("connecting", || P::connect(config)) {
-                    Ok(s) => {
-                        log::info!("connected: {}", s.describe());
-                        sensor = Some(s);
-                    }
-                    Err(e) => {
-                        if !failing {
-                            log::error!(
-                                "cannot connect to the power sensor: {e}; retrying with backoff up to {} s",
-                                max_backoff.as_secs()
-                            );
-                            failing = true;
-                        }
-                        if !control.wait(Some(backoff)) {
-                            return;
-                        }
-                        backoff = (backoff * 2).min(max_backoff);
-                        continue;
-                    }
-                }
+/// What the poller does with a [`PowerSensor`]: connect it, read a sample a round, add
+/// the sample to the [`Integral`].
+struct Sensing<P: PowerSensor> {
+    config: P::Config,
+}
+
+impl<P: PowerSensor> Polling for Sensing<P> {
+    type Link = P;
+    type Output = Sample;
+    type Published = Integral;
+    const DOING: &'static str = "reading power";
+    // Sensor code is third-party protocol code: a panic in it is one more broken
+    // connection, and a fresh connection starts from nothing the panic could have left.
+    const CONTAIN_PANICS: bool = true;
+
+    fn connect(&mut self) -> Result<P, String> {
+        P::connect(&self.config)
+    }
+
+    fn round(&mut self, sensor: &mut P) -> Outcome<Sample> {
+        match sensor.read_watts() {
+            Ok(sample) if sample.watts.is_finite() && sample.watts >= 0.0 => {
+                Outcome::Publish(sample)
             }
-            let Some(s) = sensor.as_mut() else { continue };
-            match contained("reading power", || s.read_watts()) {
-                Ok(sample) if sample.watts.is_finite() && sample.watts >= 0.0 => {
-                    let watts = sample.watts;
-                    integral
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .add(&sample);
-                    if failing {
-                        log::info!("power readings are back ({watts:.0} W)");
-                        failing = false;
-                    }
-                    backoff = period;
-                }
-                Ok(Sample { watts, .. }) => {
-                    log::error!("the sensor returned an impossible power {watts} W; reconnecting");
-                    sensor = None;
-                }
-                Err(ReadError::Skip(e)) => {
-                    if !failing {
-                        log::error!("reading power failed: {e}; skipping such readings");
-                        failing = true;
-                    }
-                }
-                Err(ReadError::Broken(e)) => {
-                    if !failing {
-                        log::error!("reading power failed: {e}; reconnecting");
-                        failing = true;
-                    }
-                    sensor = None;
-                }
+            Ok(Sample { watts, .. }) => {
+                Outcome::Reconnect(format!("the sensor returned an impossible power {watts} W"))
             }
-            if !control.wait(Some(period)) {
-                return;
-            }
+            Err(ReadError::Skip(e)) => Outcome::Skip(e),
+            Err(ReadError::Broken(e)) => Outcome::Reconnect(e),
         }
+    }
+
+    fn publish(sample: Sample, integral: &mut Integral) {
+        integral.add(&sample);
+    }
+
+    fn cannot_connect(why: &str, max_backoff: Duration) -> String {
+        format!(
+            "cannot connect to the power sensor: {why}; retrying with backoff up to {} s",
+            max_backoff.as_secs()
+        )
+    }
+
+    fn connected(sensor: &P) -> Option<String> {
+        Some(format!("connected: {}", sensor.describe()))
+    }
+
+    fn recovered(sample: &Sample) -> Option<String> {
+        Some(format!("power readings are back ({:.0} W)", sample.watts))
     }
 }
 
@@ -254,7 +234,7 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
     }
 
     fn read(&mut self, now: Instant) -> Reading {
-        let mut integral = self.integral.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut integral = self.poller.latest();
         let missed = missed_after(self.period);
         let fresh = integral
             .last

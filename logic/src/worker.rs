@@ -2,13 +2,14 @@
 //! someone wakes it, or it is asked to stop; stopped and joined on drop; a panic in it is
 //! contained and logged, never unwinding into Slurm.
 //!
-//! Every thread the plugins start (the meter's sampler, the power poller, the ledger's
-//! doorbell) is one of these, so stopping is prompt and uniform. A thread stuck in a
-//! call that hangs (a frozen BMC's HTTP request, an NVML call to a GPU fallen off the bus)
-//! cannot be interrupted: stopping waits [`STOP_WAIT`] for it, then leaves it to end on its
-//! own, so `fini`, and with it slurmd's shutdown, never waits on hardware. A thread left
-//! running still runs this library's code, which must then stay mapped after Slurm's
-//! `dlclose`: the hook set by [`on_abandon`] (the FFI layer's, in `slurm-energy`) sees to it.
+//! Every thread the plugins start (the meter's sampler, the pollers of power and GPUs
+//! (see [`crate::poller`]), the ledger's doorbell) is one of these, so stopping is prompt
+//! and uniform. A thread stuck in a call that hangs (a frozen BMC's HTTP request, an NVML
+//! call to a GPU fallen off the bus) cannot be interrupted: stopping waits [`STOP_WAIT`]
+//! for it, then leaves it to end on its own, so `fini`, and with it slurmd's shutdown,
+//! never waits on hardware. A thread left running still runs this library's code, which
+//! must then stay mapped after Slurm's `dlclose`: the hook set by [`on_abandon`] (the FFI
+//! layer's, in `slurm-energy`) sees to it.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;

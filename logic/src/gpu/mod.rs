@@ -23,15 +23,14 @@ pub use slurm_energy_gpu_libs as library;
 mod tracker;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use config::{GpuConfig, KEY_AMD, KEY_NVML, KEYS};
 pub use library::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
 
 use crate::config::{ConfigError, KeyValues};
+use crate::poller::{Outcome, Poller, Polling, Timing};
 use crate::source::{EnergyReader, Reading, Source, missed_after};
-use crate::worker::{Control, Worker};
 use access::Access;
 use tracker::{Figure, Tracked};
 
@@ -83,42 +82,14 @@ impl Source for Gpus {
 /// a poll period old.
 const FRESH_WAIT: Duration = Duration::from_millis(10);
 
-/// What the poller publishes.
-#[derive(Default)]
-struct Published {
-    figures: Vec<Figure>,
-    /// Every library failed to open (logged): nothing will come.
-    why_none: Option<String>,
-    /// Reading rounds completed.
-    rounds: u64,
-    /// When the round in progress started; `None` between rounds.
-    busy_since: Option<Instant>,
-}
-
-/// The published figures and the signal of each completed round.
-#[derive(Default)]
-struct Shared {
-    published: Mutex<Published>,
-    round_done: Condvar,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Published> {
-        self.published
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 /// Slurm's view of the GPUs: the poller's figures, for the GPUs this process may use.
 pub struct GpuReader {
-    shared: Arc<Shared>,
+    poller: Poller<Vec<Figure>>,
     period: Duration,
     /// Per GPU (vendor, index): the figure last seen, so energy only ever grows and only
     /// the GPUs allowed when it grew are counted.
     seen_uj: HashMap<(&'static str, u32), f64>,
     total_uj: f64,
-    poller: Worker,
 }
 
 impl GpuReader {
@@ -128,17 +99,21 @@ impl GpuReader {
         access: Box<dyn Access>,
         period: Duration,
     ) -> Result<Self, String> {
-        let shared = Arc::new(Shared::default());
-        let theirs = Arc::clone(&shared);
-        let poller = Worker::spawn("gpu-poller", move |control| {
-            poll(control, &openers, access.as_ref(), &theirs, period)
-        })?;
+        let polling = GpuPolling {
+            openers,
+            access,
+            failing: HashMap::new(),
+            constraints: None,
+        };
+        let timing = Timing {
+            period,
+            max_backoff: MAX_BACKOFF,
+        };
         Ok(Self {
-            shared,
+            poller: Poller::start("gpu-poller", polling, timing)?,
             period,
             seen_uj: HashMap::new(),
             total_uj: 0.0,
-            poller,
         })
     }
 }
@@ -146,9 +121,9 @@ impl GpuReader {
 /// A library that opened, and its GPUs.
 type OpenLibrary = (Box<dyn GpuLibrary>, Vec<Tracked>);
 
-/// Opens every library that works, with the GPUs it sees. Failures are returned for the
-/// log.
-fn connect(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
+/// Opens every library that works, with the GPUs it sees. The failures of the others are
+/// returned for the log.
+fn open(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
     let mut open = Vec::new();
     let mut failures = Vec::new();
     for opener in openers {
@@ -186,47 +161,44 @@ fn connect(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
     (open, failures)
 }
 
-fn poll(
-    control: &Control,
-    openers: &[Opener],
-    access: &dyn Access,
-    shared: &Shared,
-    period: Duration,
-) {
-    let lock = || shared.lock();
-    let mut backoff = period;
-    let mut libs = loop {
-        let (libs, failures) = connect(openers);
-        if !libs.is_empty() {
-            for f in &failures {
-                log::info!("{f}");
-            }
-            break libs;
+/// What the poller does with the GPUs: open the libraries, read every GPU a round.
+struct GpuPolling {
+    openers: Vec<Opener>,
+    access: Box<dyn Access>,
+    /// Per GPU (vendor, index): whether its last read failed, so a failure is logged once
+    /// and its end once.
+    failing: HashMap<(&'static str, u32), bool>,
+    /// The process's device constraints when the counted GPUs were last chosen.
+    constraints: Option<Option<String>>,
+}
+
+impl Polling for GpuPolling {
+    type Link = Vec<OpenLibrary>;
+    type Output = Vec<Figure>;
+    type Published = Vec<Figure>;
+    const DOING: &'static str = "reading the GPUs";
+    // Reconnecting would open the libraries afresh, every GPU's figure starting again
+    // from 0 (which the reader holds at what it saw, under-counting until it passes); a
+    // poller that ended leaves its GPUs unavailable instead, which is honest.
+    const CONTAIN_PANICS: bool = false;
+
+    fn connect(&mut self) -> Result<Vec<OpenLibrary>, String> {
+        let (libs, failures) = open(&self.openers);
+        if libs.is_empty() {
+            return Err(failures.join("; "));
         }
-        let mut state = lock();
-        if state.why_none.is_none() {
-            let why = failures.join("; ");
-            log::error!(
-                "no GPU energy on this node: {why}; reporting no energy (NO_VAL), retrying \
-                 with backoff up to {} s",
-                MAX_BACKOFF.as_secs()
-            );
-            state.why_none = Some(why);
+        for f in &failures {
+            log::info!("{f}");
         }
-        drop(state);
-        if !control.wait(Some(backoff)) {
-            return;
-        }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    };
-    lock().why_none = None;
-    let mut failing: HashMap<(&'static str, u32), bool> = HashMap::new();
-    let mut constraints = None;
-    loop {
-        lock().busy_since = Some(Instant::now());
+        Ok(libs)
+    }
+
+    /// Every GPU's failures are its own (logged here, once each): a round always publishes.
+    fn round(&mut self, libs: &mut Vec<OpenLibrary>) -> Outcome<Vec<Figure>> {
+        let access = self.access.as_ref();
         let now_constrained = access.constraints();
-        if constraints.as_ref() != Some(&now_constrained) {
-            for (_, gpus) in &mut libs {
+        if self.constraints.as_ref() != Some(&now_constrained) {
+            for (_, gpus) in libs.iter_mut() {
                 for gpu in gpus.iter_mut() {
                     let counted = access.allows(gpu.figure().device.file);
                     gpu.set_counted(counted);
@@ -246,13 +218,13 @@ fn poll(
                     counted.join(", ")
                 }
             );
-            constraints = Some(now_constrained);
+            self.constraints = Some(now_constrained);
         }
-        for (lib, gpus) in &mut libs {
+        for (lib, gpus) in libs.iter_mut() {
             for gpu in gpus.iter_mut().filter(|g| !g.figure().lost) {
                 let result = gpu.sample(lib.as_mut(), Instant::now());
                 let key = (gpu.figure().vendor, gpu.figure().device.index);
-                let was_failing = failing.insert(key, result.is_err()).unwrap_or(false);
+                let was_failing = self.failing.insert(key, result.is_err()).unwrap_or(false);
                 match result {
                     Ok(Some(note)) => log::warn!("{note}"),
                     Ok(None) if was_failing => log::info!(
@@ -265,45 +237,23 @@ fn poll(
                 }
             }
         }
-        // the lock is taken only to publish: a library call never holds it
-        let figures = libs
-            .iter()
-            .flat_map(|(_, gpus)| gpus.iter().map(|g| g.figure().clone()))
-            .collect();
-        let mut published = lock();
-        published.figures = figures;
-        published.rounds += 1;
-        published.busy_since = None;
-        drop(published);
-        shared.round_done.notify_all();
-        if !control.wait(Some(period)) {
-            return;
-        }
+        Outcome::Publish(
+            libs.iter()
+                .flat_map(|(_, gpus)| gpus.iter().map(|g| g.figure().clone()))
+                .collect(),
+        )
     }
-}
 
-impl GpuReader {
-    /// The figures after a round of reads that started after this call, when the poller
-    /// is well and delivers within [`FRESH_WAIT`]; else the latest.
-    fn fresh_round(&self) -> MutexGuard<'_, Published> {
-        let called = Instant::now();
-        let published = self.shared.lock();
-        let wanted = match published.busy_since {
-            None if !published.figures.is_empty() => published.rounds + 1,
-            // a round in progress may have read some GPUs before this call: the next
-            Some(since) if called.saturating_duration_since(since) < FRESH_WAIT => {
-                published.rounds + 2
-            }
-            // stuck in a call, or not reading yet: no waiting
-            _ => return published,
-        };
-        self.poller.control().wake();
-        let left = FRESH_WAIT.saturating_sub(called.elapsed());
-        self.shared
-            .round_done
-            .wait_timeout_while(published, left, |p| p.rounds < wanted)
-            .unwrap_or_else(PoisonError::into_inner)
-            .0
+    fn publish(figures: Vec<Figure>, published: &mut Vec<Figure>) {
+        *published = figures;
+    }
+
+    fn cannot_connect(why: &str, max_backoff: Duration) -> String {
+        format!(
+            "no GPU energy on this node: {why}; reporting no energy (NO_VAL), retrying with \
+             backoff up to {} s",
+            max_backoff.as_secs()
+        )
     }
 }
 
@@ -318,11 +268,11 @@ impl EnergyReader for GpuReader {
 
     fn read(&mut self, now: Instant) -> Reading {
         let figures = {
-            let published = self.fresh_round();
-            if published.figures.is_empty() {
+            let figures = self.poller.fresh(FRESH_WAIT);
+            if figures.is_empty() {
                 return Reading::default();
             }
-            published.figures.clone()
+            figures.clone()
         };
         let missed = missed_after(self.period);
         let mut reading = Reading {

@@ -1,8 +1,8 @@
 //! The poller and the reader over fake libraries: per-process GPU selection, a hung
 //! library, a lost GPU, no library.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::*;
 
@@ -209,10 +209,9 @@ fn without_a_library_the_reading_is_unavailable() {
     assert!(!r.complete && r.energy_uj == 0, "{r:?}");
     assert!(
         reader
-            .shared
-            .lock()
-            .why_none
-            .as_deref()
+            .poller
+            .latest()
+            .failure()
             .is_some_and(|w| w.contains("not found"))
     );
 }
