@@ -30,8 +30,9 @@
 //!   ordinarily and the burst value is not on its way, the burst was a bad read and costs
 //!   nothing. If the burst value lies on the way from the anchor to it, two reads agree,
 //!   and the count goes from the anchor to the later read (exact whatever the held read
-//!   was). A held burst read unchanged for `IDLE_AFTER` is a counter at rest after a rise,
-//!   and counted, doubted.
+//!   was). While held, readers see it up to what a rise counted at once would be, never
+//!   going back. A held burst read unchanged for `IDLE_AFTER` is a counter at rest after a
+//!   rise, and counted, doubted.
 //! - **behind**: within the anchor's own last increment (between the value before it and
 //!   the anchor), by no more than a bad anchor can have been ahead of the truth and still
 //!   passed (half the measured power over its window, plus the floor, if it was ordinary;
@@ -50,12 +51,10 @@
 //!   is estimated from the power measured from the suspect on.
 //!
 //! A read that repeats the held value (a burst or a suspect) decides nothing (a bad constant,
-//! or a reset counter that has not moved yet), however long it stays. A held burst is
-//! published at once up to what would have been ordinary (a rise in power is far more
-//! common than a bad value, and a reader then, a step's edge or a power figure, should see
-//! most of it); the count stays at the anchor's, and the total published never goes back:
-//! what was published ahead of the count is caught up with as the count passes it, never
-//! counted twice.
+//! or a reset counter that has not moved yet), however long it stays (a held burst: until it
+//! is a counter at rest). What a held burst shows readers is published ahead of the count;
+//! the total published never goes back, and the count catches up with it, never counting
+//! it twice.
 //!
 //! Limits: a bad value a rise in power could explain, or any before the power is first
 //! measured (`RATE_WINDOW` after the first read), is counted until the truth passes it; a
@@ -156,8 +155,8 @@ struct Held {
     seen: Seen,
     /// The units from the anchor to it, when it is reachable (a burst); `None` for a suspect.
     units: Option<u64>,
-    /// What of them is published while it is held: no more than is ordinary, so a bad
-    /// value is published ahead of the truth by no more than one counted as ordinary.
+    /// What of them is published while it is held: no more than a rise counted at once, so
+    /// a bad value is published ahead of the truth by no more than such a rise.
     published: u64,
     /// The reads since that repeated it.
     repeats: u32,
@@ -334,7 +333,7 @@ impl WrappingCounter {
             self.held = Some(Held {
                 seen: Seen::new(raw, now, previous),
                 units: Some(units),
-                published: units.min(self.ordinary(window)),
+                published: units.min(self.held_publishable(window)),
                 repeats: 0,
             });
             return Advance::Burst;
@@ -379,10 +378,15 @@ impl WrappingCounter {
 
     /// Whether `units` over `window` are a burst no ordinary rise in power explains: held.
     fn is_far(&self, units: u64, window: Duration) -> bool {
+        self.rate_measured && units > self.held_publishable(window)
+    }
+
+    /// The most a held burst shows readers over `window`: what a rise would have been
+    /// counted at once. A real rise beyond shows the rest when confirmed (a short peak in
+    /// the power figures), a bad value no more than a rise would have.
+    fn held_publishable(&self, window: Duration) -> u64 {
         let secs = (window + STEP_AGE).as_secs_f64();
-        self.rate_measured
-            && units as f64
-                > (HOLD_FACTOR * self.rate + BURST_FLOOR_SHARE * self.max_units_per_sec) * secs
+        ((HOLD_FACTOR * self.rate + BURST_FLOOR_SHARE * self.max_units_per_sec) * secs) as u64
     }
 
     /// The most units the measured power makes ordinary over `window` (plus the hardware's
