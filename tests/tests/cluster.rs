@@ -247,10 +247,18 @@ fn a_counter_reading_a_wrong_constant_mid_job_costs_nothing() {
     if !root_or_skip("a_counter_reading_a_wrong_constant_mid_job_costs_nothing") {
         return;
     }
+    wrong_constant_mid_job(INTEL_SERVER, "sleep 20", "spike package0 3", "sleep 20");
+}
+
+/// A 40 s job on one node, on AMD counters over MSRs and on Intel server counters (the
+/// layout `intel`) over powercap: its srun step sets the power, runs `before`, makes
+/// package0 misbehave with raplsim's `glitch` (its arguments), runs `after`. Every record
+/// within 0.1% of the truth, and the bad reads seen in slurmd's log.
+fn wrong_constant_mid_job(intel: &str, before: &str, glitch: &str, after: &str) {
     for (layout, source, power) in [
         (AMD_FAST_WRAP, "msr", "package0=230 package1=210"),
         (
-            INTEL_SERVER,
+            intel,
             "powercap",
             "package0=190 package1=170 dram0=25 dram1=20",
         ),
@@ -270,8 +278,8 @@ fn a_counter_reading_a_wrong_constant_mid_job_costs_nothing() {
         let rs = bin("raplsim").display().to_string();
         let d = sim.dir.display().to_string();
         let job = cluster.sbatch(&format!(
-            "#!/bin/sh\nsrun -n1 sh -c '{rs} mark {d} s_start; {rs} set {d} {power}; sleep 20; \
-             {rs} glitch {d} spike package0 3; sleep 20; {rs} set {d} all=0; {rs} mark {d} s_end'\n"
+            "#!/bin/sh\nsrun -n1 sh -c '{rs} mark {d} s_start; {rs} set {d} {power}; {before}; \
+             {rs} glitch {d} {glitch}; {after}; {rs} set {d} all=0; {rs} mark {d} s_end'\n"
         ));
         cluster.wait_job(job, Duration::from_secs(120));
         let truth =
@@ -427,54 +435,8 @@ fn a_counter_reading_a_wrong_constant_just_past_a_wrap_costs_nothing() {
     }
     // 2^32 units of 2^-14 J, less 18 s of package0's 190 W
     let intel = format!("{INTEL_SERVER} --offset-j {}", (1u64 << 18) - 190 * 18);
-    for (layout, source, power) in [
-        (AMD_FAST_WRAP, "msr", "package0=230 package1=210"),
-        (
-            intel.as_str(),
-            "powercap",
-            "package0=190 package1=170 dram0=25 dram1=20",
-        ),
-    ] {
-        println!("{layout}, EnergyRaplSource={source}");
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let cluster = Cluster::up(
-            tmp.path(),
-            &ClusterSpec {
-                energy_type: RAPL,
-                acct_gather: &format!("EnergyRaplSource={source}\n"),
-                sim_args: vec![Some(layout)],
-                ..ClusterSpec::default()
-            },
-        );
-        let sim = cluster.sim(1);
-        let rs = bin("raplsim").display().to_string();
-        let d = sim.dir.display().to_string();
-        // armed at 10 s, the glitch starts at package0's wrap, ~18 s in
-        let job = cluster.sbatch(&format!(
-            "#!/bin/sh\nsrun -n1 sh -c '{rs} mark {d} s_start; {rs} set {d} {power}; sleep 10; \
-             {rs} glitch {d} wrapspike package0 1.5; sleep 30; {rs} set {d} all=0; {rs} mark {d} s_end'\n"
-        ));
-        cluster.wait_job(job, Duration::from_secs(120));
-        let truth =
-            mark(sim, "s_end").expect("end mark") - mark(sim, "s_start").expect("start mark");
-        assert_rows(
-            &cluster.energy(job),
-            &[
-                (job.to_string(), truth),
-                (format!("{job}.0"), truth),
-                (format!("{job}.batch"), truth),
-                (format!("{job}.extern"), truth),
-            ],
-            0.001,
-        );
-        let log = cluster.log("slurmd-n1.log");
-        assert!(
-            log.contains("continues its last good value")
-                || log.contains("behind its last good value"),
-            "the bogus read was not seen:\n{}",
-            cluster.logs()
-        );
-    }
+    // armed at 10 s, the glitch starts at package0's wrap, ~18 s in
+    wrong_constant_mid_job(&intel, "sleep 10", "wrapspike package0 1.5", "sleep 30");
 }
 
 /// Three nodes, each in its own network namespace with its own simulated power: the job's
