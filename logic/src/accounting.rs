@@ -2,7 +2,7 @@
 //!
 //! Energy is kept in microjoules from the source's monotonic total; Slurm gets whole joules.
 //! CurrentWatts is the power over the most recent window of at least one second (sub-second
-//! timestamps); AveWatts is the true average since the first reading. A reading older than
+//! timestamps) between settled readings ([`PowerWindow`]); AveWatts is the true average since the first reading. A reading older than
 //! the staleness limit makes the record unavailable (`None`, i.e. `NO_VAL64`), never 0.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -11,7 +11,11 @@ use crate::source::{Reading, SensorReading};
 
 /// CurrentWatts is averaged over at least this long, so two reads microseconds apart do
 /// not produce a meaningless figure.
-const WATTS_WINDOW: Duration = Duration::from_secs(1);
+const WATTS_WINDOW: f64 = 1.0;
+/// A window is closed at an unsettled reading once it is this long: a counter that holds a
+/// value undecided for longer (a suspect read again and again) leaves the power measured
+/// over what was counted.
+const UNSETTLED_WINDOW: f64 = 10.0;
 /// Parts of a node reported beside it (pm_counters: cpu, memory, up to 8 accelerators).
 pub const MAX_SENSORS: usize = 10;
 
@@ -20,6 +24,8 @@ pub struct Point {
     pub at: Instant,
     pub wall: SystemTime,
     pub energy_uj: u64,
+    /// No counter holds a read undecided here (see [`Reading::unsettled`]).
+    pub settled: bool,
 }
 
 impl Point {
@@ -32,6 +38,48 @@ pub fn unix_secs(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
+}
+
+/// The power of a cumulative energy figure over windows of at least [`WATTS_WINDOW`], the
+/// one rule for every power derived from energy (the node's, a GPU's, a share's).
+///
+/// A window closes only at a settled figure: a counter that holds a burst undecided counts
+/// it later, when the next read confirms it, and the energy then counted accrued before the
+/// read that held it. A window closed at the held read and measured to the confirming one
+/// would show both intervals' energy over one (a steep real rise, from nothing to 320 W with
+/// a reader late by a second, read as 688 W); measured from before the held read to after
+/// it, the power is the true average.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PowerWindow {
+    /// Where the current window began: (seconds on the caller's clock, joules then).
+    from: Option<(f64, f64)>,
+    watts: Option<f64>,
+}
+
+impl PowerWindow {
+    /// Takes the figure `joules` at `at` (seconds on any clock that does not go back);
+    /// returns the power over the last closed window, if one has closed.
+    pub fn update(&mut self, at: f64, joules: f64, settled: bool) -> Option<f64> {
+        let (began, before) = *self.from.get_or_insert((at, joules));
+        let secs = at - began;
+        if secs >= WATTS_WINDOW && (settled || secs >= UNSETTLED_WINDOW) {
+            self.watts = Some(((joules - before) / secs).max(0.0));
+            self.from = Some((at, joules));
+        }
+        self.watts
+    }
+
+    /// The power since the current window began, at the figure `joules` at `at`: a figure
+    /// before the first window closes.
+    pub fn so_far(&self, at: f64, joules: f64) -> Option<f64> {
+        let (began, before) = self.from?;
+        let secs = at - began;
+        (secs > 0.0).then(|| ((joules - before) / secs).max(0.0))
+    }
+
+    pub fn watts(&self) -> Option<f64> {
+        self.watts
+    }
 }
 
 /// What Slurm's `acct_gather_energy_t` carries, in safe types.
@@ -79,8 +127,9 @@ pub struct Accounting {
     first: Option<Point>,
     /// The latest reading in which every counter was read.
     last: Option<Point>,
-    window: Option<Point>,
-    current_watts: Option<f64>,
+    power: PowerWindow,
+    /// A power the source reported with its energy (a sensor's), instead of the window's.
+    reported_watts: Option<f64>,
     /// When the process started measuring (for `slurmd_start_time`).
     started: Option<SystemTime>,
     /// The parts of the node its source measures beside it, fixed by the first reading
@@ -107,6 +156,7 @@ impl SensorTrack {
             at,
             wall,
             energy_uj,
+            settled: true,
         };
         self.first.get_or_insert(point);
         self.last = Some(point);
@@ -149,21 +199,19 @@ impl Accounting {
             at,
             wall,
             energy_uj: reading.energy_uj,
+            settled: !reading.unsettled,
         };
-        self.first.get_or_insert(point);
+        let first = *self.first.get_or_insert(point);
         self.last = Some(point);
-        if let Some(watts) = reading.watts {
-            self.current_watts = Some(watts);
-            return;
-        }
-        match self.window {
-            Some(start) if at.saturating_duration_since(start.at) >= WATTS_WINDOW => {
-                self.current_watts = Some(watts_between(&start, &point));
-                self.window = Some(point);
-            }
-            Some(_) => {}
-            None => self.window = Some(point),
-        }
+        self.reported_watts = reading.watts;
+        let secs = at.saturating_duration_since(first.at).as_secs_f64();
+        self.power
+            .update(secs, reading.energy_uj as f64 / 1e6, point.settled);
+    }
+
+    /// The source's reported power, else the window's.
+    fn current_watts(&self) -> Option<f64> {
+        self.reported_watts.or(self.power.watts())
     }
 
     /// The parts are recorded whether or not the node's reading is complete: each has its
@@ -240,7 +288,7 @@ impl Accounting {
     }
 
     fn current_watts_u32(&self) -> Option<u32> {
-        self.current_watts.map(|w| w.round().max(0.0) as u32)
+        self.current_watts().map(|w| w.round().max(0.0) as u32)
     }
 }
 
@@ -293,7 +341,7 @@ impl Baseline {
             previous_consumed_j: self.previous_j,
             current_watts: accounting.current_watts_u32(),
             ave_watts: average_watts(&self.origin, &last)
-                .or(accounting.current_watts)
+                .or(accounting.current_watts())
                 .unwrap_or(0.0)
                 .round() as u32,
             poll_time: last.unix_secs(),
@@ -338,9 +386,7 @@ mod tests {
         Reading {
             energy_uj,
             complete: true,
-            problems: vec![],
-            watts: None,
-            sensors: vec![],
+            ..Reading::default()
         }
     }
 
@@ -375,6 +421,21 @@ mod tests {
             acc.node_record(after(t0, 1.2), STALE).current_watts,
             Some(150)
         );
+    }
+
+    /// A window closes at settled figures only, or once it is 10 s long.
+    #[test]
+    fn the_power_is_measured_between_settled_figures() {
+        let mut power = PowerWindow::default();
+        assert_eq!(power.update(0.0, 0.0, true), None);
+        // a rise held undecided at 1.1 s: its energy is counted at 2.2 s
+        assert_eq!(power.update(1.1, 0.0, false), None);
+        assert_eq!(power.update(2.2, 660.0, true), Some(300.0));
+        // a suspect read again and again: measured over what was counted, after 10 s
+        assert_eq!(power.update(3.5, 700.0, false), Some(300.0));
+        assert_eq!(power.update(12.1, 700.0, false), Some(300.0));
+        assert_eq!(power.update(12.2, 700.0, false), Some(4.0));
+        assert_eq!(power.so_far(13.2, 900.0), Some(200.0));
     }
 
     #[test]

@@ -380,6 +380,7 @@ impl Keeper {
             at: point.at,
             wall: point.wall,
             node_uj: point.energy_uj,
+            settled: point.settled,
             jobs,
             parts,
         };
@@ -792,6 +793,7 @@ impl EnergyReader for StepFigure {
             complete: self.counted.is_some(),
             problems: Vec::new(),
             watts,
+            unsettled: false,
             sensors: self.parts.clone(),
         }
     }

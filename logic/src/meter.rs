@@ -216,11 +216,8 @@ mod tests {
         fn read(&mut self, _now: Instant) -> Reading {
             self.reads.fetch_add(1, Ordering::SeqCst);
             Reading {
-                energy_uj: 0,
                 complete: true,
-                problems: Vec::new(),
-                watts: None,
-                sensors: Vec::new(),
+                ..Reading::default()
             }
         }
 

@@ -90,6 +90,10 @@ pub struct Reading {
     /// The power a sensor reported with this energy; counters leave it out and CurrentWatts
     /// is then derived from the energy.
     pub watts: Option<f64>,
+    /// A counter holds a read undecided (a burst or a suspect, until the next reads tell a
+    /// real jump from a bad value): energy it counts later may have accrued before this
+    /// reading, so no power is measured up to it.
+    pub unsettled: bool,
     /// Parts of the node measured beside it (pm_counters' cpu, memory, accelN), always
     /// the same list from the same source: extra records after the node's, never added to
     /// it.

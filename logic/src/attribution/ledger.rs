@@ -20,6 +20,7 @@ use serde_json::Value;
 use super::StepId;
 use super::cgroup::JobCounters;
 use super::model::{Interval, JobUse, StepUse, split_interval, split_job};
+use crate::accounting::PowerWindow;
 
 /// The file format; a reader refuses any other.
 pub const VERSION: u64 = 2;
@@ -93,39 +94,29 @@ struct Step {
     rate: Rate,
 }
 
-/// A power published with a figure is taken over at least this long: a step's edge asks
-/// for a sample milliseconds after the one before, and the energy of so short an interval
-/// is mostly the counters' granularity.
-const WATTS_WINDOW: f64 = 1.0;
-
-/// The power of an account over windows of at least [`WATTS_WINDOW`] (not kept in the
-/// file: a restarted slurmd starts a new window).
+/// The power of an account, published with its figure: over a window of at least a second
+/// (a step's edge asks for a sample milliseconds after the one before, and the energy of so
+/// short an interval is mostly the counters' granularity), closed at settled samples only
+/// ([`PowerWindow`]). Not kept in the file: a restarted slurmd starts a new window.
 #[derive(Debug, Clone, Copy, Default)]
 struct Rate {
-    /// Unix time and joules where the current window began.
-    from: Option<(f64, f64)>,
-    watts: Option<f64>,
+    window: PowerWindow,
+    begun: bool,
 }
 
 impl Rate {
-    /// Adds an interval from `began` (`before` joules) to `now` (`after` joules); returns
-    /// the power over the last whole window (over the first window so far, until it is
-    /// whole).
-    fn update(&mut self, began: f64, before: f64, now: f64, after: f64) -> f64 {
-        let (at, joules) = *self.from.get_or_insert((began, before));
-        let secs = now - at;
-        let whole = secs >= WATTS_WINDOW;
-        if whole || self.watts.is_none() {
-            self.watts = Some(if secs > 0.0 {
-                (after - joules) / secs
-            } else {
-                0.0
-            });
+    /// Adds an interval from `began` (`before` joules) to `now` (`after` joules, `settled`
+    /// or not); returns the power over the last closed window (over the first window so
+    /// far, until one closes).
+    fn update(&mut self, began: f64, before: f64, now: f64, after: f64, settled: bool) -> f64 {
+        if !self.begun {
+            self.begun = true;
+            self.window.update(began, before, settled);
         }
-        if whole {
-            self.from = Some((now, after));
-        }
-        self.watts.unwrap_or(0.0)
+        self.window
+            .update(now, after, settled)
+            .or_else(|| self.window.so_far(now, after))
+            .unwrap_or(0.0)
     }
 }
 
@@ -136,6 +127,8 @@ pub struct Observation {
     pub wall: SystemTime,
     /// The node's energy since the meter opened.
     pub node_uj: u64,
+    /// No counter held a read undecided ([`crate::source::Reading::unsettled`]).
+    pub settled: bool,
     /// The jobs on the node, with their counters (`None`: no cgroup found) and their steps.
     pub jobs: Vec<ObservedJob>,
     /// The parts of the node its source measures beside it, as they are now.
@@ -312,12 +305,17 @@ impl Ledger {
         }
         let prior_watts = self.interval_watts.unwrap_or(self.node.watts);
         let (now, began) = (unix(obs.wall), unix(obs.wall) - secs);
-        self.node.watts =
-            self.node_rate
-                .update(began, self.node.joules, now, self.node.joules + joules);
+        self.node.watts = self.node_rate.update(
+            began,
+            self.node.joules,
+            now,
+            self.node.joules + joules,
+            obs.settled,
+        );
         self.interval_watts = Some(joules / secs);
         self.node.joules += joules;
-        if dt >= min_interval {
+        // an unsettled interval's energy may be counted in the next one
+        if dt >= min_interval && obs.settled {
             let watts = joules / secs;
             self.learned_idle_watts = Some(self.learned_idle_watts.map_or(watts, |w| w.min(watts)));
         }
@@ -375,9 +373,13 @@ impl Ledger {
                 account: Account::since(o.started().unwrap_or(now).min(now)),
                 ..Job::default()
             });
-            job.account.watts =
-                job.rate
-                    .update(began, job.account.joules, now, job.account.joules + share);
+            job.account.watts = job.rate.update(
+                began,
+                job.account.joules,
+                now,
+                job.account.joules + share,
+                obs.settled,
+            );
             job.account.joules += share;
             let mut ids = Vec::new();
             let mut steps = Vec::new();
@@ -414,6 +416,7 @@ impl Ledger {
                     step.account.joules,
                     now,
                     step.account.joules + joules,
+                    obs.settled,
                 );
                 step.account.joules += joules;
             }
@@ -722,6 +725,7 @@ mod tests {
             at: t0 + Duration::from_secs(secs),
             wall: w0 + Duration::from_secs(secs),
             node_uj: joules * 1_000_000,
+            settled: true,
             jobs,
             parts: vec![],
         }
@@ -996,6 +1000,7 @@ mod tests {
             at: t0 + Duration::from_millis(ms),
             wall: w0 + Duration::from_millis(ms),
             node_uj: (joules * 1e6) as u64,
+            settled: true,
             jobs: vec![],
             parts: vec![],
         };
@@ -1021,6 +1026,7 @@ mod tests {
             at: t0 + Duration::from_millis(ms),
             wall: w0 + Duration::from_millis(ms),
             node_uj: (joules * 1e6) as u64,
+            settled: true,
             jobs: vec![job(3, 1, usage_s, &[(StepId::EXTERN, 0.0)])],
             parts: vec![],
         };

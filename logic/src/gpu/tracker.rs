@@ -7,17 +7,16 @@
 //! (NVML before Volta) is integrated from its power: trapezoids between samples with
 //! sub-second timestamps.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::library::{Device, GpuError, GpuLibrary};
+use crate::accounting::PowerWindow;
 use crate::counter::{Advance, WrappingCounter};
 
 /// More than any GPU draws: a counter rising faster was reset or misread.
 const MAX_GPU_WATTS: f64 = 5_000.0;
 /// The counters are 64-bit and never wrap in practice (NVML: 2^64 mJ).
 const MODULUS: u64 = 1 << 63;
-/// The power a counter implies is measured over at least this long.
-const WATTS_WINDOW: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -51,8 +50,9 @@ pub struct Tracked {
     counter: WrappingCounter,
     /// Power integrated (power mode).
     integrated_uj: f64,
-    /// Start of the window the counter's power is measured over: (when, energy then).
-    window: Option<(Instant, f64)>,
+    /// The counter's power, and the instant its clock counts from (the first count).
+    power: PowerWindow,
+    since: Option<Instant>,
 }
 
 impl Tracked {
@@ -70,7 +70,8 @@ impl Tracked {
             mode: Mode::Unknown,
             counter: WrappingCounter::new(MODULUS, MAX_GPU_WATTS * 1e6),
             integrated_uj: 0.0,
-            window: None,
+            power: PowerWindow::default(),
+            since: None,
         }
     }
 
@@ -146,15 +147,12 @@ impl Tracked {
         let advance = self.counter.advance(raw_uj, now);
         let energy = self.counter.total_units() as f64;
         self.figure.energy_uj = energy;
-        match self.window {
-            Some((from, e0)) if now.saturating_duration_since(from) >= WATTS_WINDOW => {
-                let secs = now.saturating_duration_since(from).as_secs_f64();
-                self.figure.watts = Some((energy - e0) / 1e6 / secs);
-                self.window = Some((now, energy));
-            }
-            Some(_) => {}
-            None => self.window = Some((now, energy)),
-        }
+        let secs = now
+            .saturating_duration_since(*self.since.get_or_insert(now))
+            .as_secs_f64();
+        self.figure.watts = self
+            .power
+            .update(secs, energy / 1e6, self.counter.settled());
         match advance {
             Advance::Reset { gap, .. } => Some(format!(
                 "{}: the energy counter restarted (driver reloaded?); the {:.1} s before is \
@@ -183,6 +181,8 @@ impl Tracked {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// A library whose GPU 0 answers from a script of results.

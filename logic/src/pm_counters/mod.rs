@@ -219,6 +219,7 @@ impl EnergyReader for PmCounters {
                     .problems
                     .extend(self.count_node(values, restarted, now));
                 reading.energy_uj = self.node.total_uj();
+                reading.unsettled = !self.node.counter.settled();
                 reading.watts = Some(values.watts.value as f64);
             }
             Err(e) => reading.problems.push(e.to_string()),

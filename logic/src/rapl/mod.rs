@@ -196,9 +196,7 @@ impl EnergyReader for Rapl {
         let mut reading = Reading {
             energy_uj: 0,
             complete: true,
-            problems: Vec::new(),
-            watts: None,
-            sensors: Vec::new(),
+            ..Reading::default()
         };
         for c in &mut self.counters {
             match c.raw.read() {
@@ -215,6 +213,7 @@ impl EnergyReader for Rapl {
             reading.energy_uj = reading
                 .energy_uj
                 .saturating_add(c.unit.to_uj(c.counter.total_units()));
+            reading.unsettled |= !c.counter.settled();
         }
         reading
     }

@@ -54,9 +54,8 @@ impl EnergyReader for FakeReader {
         Reading {
             energy_uj: self.0.energy_uj.load(Ordering::SeqCst),
             complete: true,
-            problems: vec![],
             watts: Some(f64::from(self.0.watts.load(Ordering::SeqCst))),
-            sensors: vec![],
+            ..Reading::default()
         }
     }
 
