@@ -601,6 +601,15 @@ struct Counted {
     sampled_at: f64,
 }
 
+/// Whether a read comes from one of Slurm's periodic polls, its threads `acctg` (a step's
+/// JobAcctGatherFrequency) and `acctg_energy`/`acctg_prof` (profiling), named so in every
+/// release: never a step's last figure, which is taken as its tasks are removed, from its
+/// main thread. A step without tasks at such a poll is not at an edge: 26.05's extern step
+/// never has any, and would otherwise ask slurmd for a sample at each of its polls.
+fn periodic_poll(thread: &str) -> bool {
+    thread.starts_with("acctg")
+}
+
 fn unix_now() -> f64 {
     ledger::unix(SystemTime::now())
 }
@@ -739,10 +748,13 @@ impl EnergyReader for StepFigure {
 
     fn read(&mut self, _now: Instant) -> Reading {
         // at the step's edges (before its tasks start, after they end) the figure is the
-        // step's first or last: it needs a ledger sampled now. A step that never has tasks
-        // (26.05's extern step) is at an edge at each of its polls, and rings at each: its
-        // last poll is its last figure, and nothing tells which poll that is
-        let edge = self.procs.children(self.pid).is_empty();
+        // step's first or last: it needs a ledger sampled now
+        let edge = self.procs.children(self.pid).is_empty()
+            && (self.counted.is_none()
+                || !self
+                    .procs
+                    .calling_thread()
+                    .is_some_and(|t| periodic_poll(&t)));
         let unanswered =
             edge && !doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path);
         let now = unix_now();
@@ -811,6 +823,7 @@ impl EnergyReader for StepFigure {
 mod tests {
     use super::*;
     use std::os::unix::net::UnixListener;
+    use std::sync::atomic::AtomicU32;
 
     #[test]
     fn keys_parse_and_bad_values_name_key_and_value() {
@@ -956,6 +969,42 @@ mod tests {
             "jobs": [],
         });
         fs::write(path, text.to_string()).expect("ledger");
+    }
+
+    /// A step asks slurmd for a fresh sample at its edges only: its first read, and a read
+    /// without tasks from elsewhere than Slurm's periodic polls (its last, as its tasks are
+    /// removed, or sstat's). A step that never has tasks (26.05's extern step) does not ring
+    /// at each of its polls.
+    #[test]
+    fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let proc_root = tmp.path().join("proc");
+        let path = tmp.path().join("energy-ledger.0.json");
+        let rings = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&rings);
+        let now = unix_now();
+        publish(&path, now - 100.0, now, 1000.0, 200.0);
+        let ledger = path.clone();
+        let _bell = doorbell::Doorbell::open(&doorbell::doorbell_path(&path), move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            publish(&ledger, now - 100.0, unix_now(), 1000.0, 200.0);
+        })
+        .expect("doorbell");
+        procs::tests::process(&proc_root, 40, "slurmstepd: [5.extern]", "0::/");
+        let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
+        let mut read_from = |thread: &str| {
+            procs::tests::write_thread_name(&proc_root, thread);
+            // the ledger written just now would need no ring
+            std::thread::sleep(Duration::from_millis(30));
+            assert!(step.read(Instant::now()).complete);
+            rings.load(Ordering::SeqCst)
+        };
+        assert_eq!(read_from("acctg"), 1, "the first read rings");
+        assert_eq!(read_from("acctg"), 1, "a periodic poll does not");
+        assert_eq!(read_from("acctg_energy"), 1, "nor a profile's");
+        assert_eq!(read_from("slurmstepd"), 2, "the last poll does");
+        procs::tests::child(&proc_root, 40, 41);
+        assert_eq!(read_from("slurmstepd"), 2, "not while tasks run");
     }
 
     /// A step that ends after slurmd died takes slurmd's last sample as it is (not brought

@@ -80,6 +80,12 @@ impl Procs {
         fs::read_to_string(self.root.join(pid.to_string()).join("cgroup")).ok()
     }
 
+    /// The name of the thread that calls (`/proc/thread-self/comm`): Slurm names its own.
+    pub fn calling_thread(&self) -> Option<String> {
+        let name = fs::read_to_string(self.root.join("thread-self/comm")).ok()?;
+        Some(name.trim_end().to_string())
+    }
+
     /// The children of `pid` (of all its threads), where a step's tasks are.
     pub fn children(&self, pid: u32) -> Vec<u32> {
         let tasks = self.root.join(pid.to_string()).join("task");
@@ -135,6 +141,11 @@ pub(crate) mod tests {
         let dir = proc_root.join(pid.to_string());
         write(&dir.join("cmdline"), &format!("{title}\0\0\0"));
         write(&dir.join("cgroup"), cgroup);
+    }
+
+    /// The thread that reads `proc_root/thread-self` is named `name`.
+    pub fn write_thread_name(proc_root: &Path, name: &str) {
+        write(&proc_root.join("thread-self/comm"), &format!("{name}\n"));
     }
 
     /// `child` is a child of `parent`'s main thread.
