@@ -388,8 +388,9 @@ impl WrappingCounter {
     }
 
     /// The most a held burst shows readers over `window`: what a rise would have been
-    /// counted at once. A real rise beyond shows the rest when confirmed (a short peak in
-    /// the power figures), a bad value no more than a rise would have.
+    /// counted at once. A real rise beyond shows the rest when confirmed (the power is
+    /// measured across, not up to, a held read: no peak), a bad value no more than a rise
+    /// would have.
     fn held_publishable(&self, window: Duration) -> u64 {
         let secs = (window + STEP_AGE).as_secs_f64();
         ((HOLD_FACTOR * self.rate + BURST_FLOOR_SHARE * self.max_units_per_sec) * secs) as u64
