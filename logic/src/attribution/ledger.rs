@@ -105,18 +105,20 @@ struct Rate {
 }
 
 impl Rate {
-    /// Adds an interval from `began` (`before` joules) to `now` (`after` joules, `settled`
-    /// or not); returns the power over the last closed window (over the first window so
+    /// Charges `account` the `joules` of an interval from `began` to `now` (`settled` or
+    /// not), and gives it the power over the last closed window (over the first window so
     /// far, until one closes).
-    fn update(&mut self, began: f64, before: f64, now: f64, after: f64, settled: bool) -> f64 {
+    fn charge(&mut self, account: &mut Account, began: f64, now: f64, joules: f64, settled: bool) {
         if !self.begun {
             self.begun = true;
-            self.window.update(began, before, settled);
+            self.window.update(began, account.joules, settled);
         }
-        self.window
-            .update(now, after, settled)
-            .or_else(|| self.window.so_far(now, after))
-            .unwrap_or(0.0)
+        account.joules += joules;
+        account.watts = self
+            .window
+            .update(now, account.joules, settled)
+            .or_else(|| self.window.so_far(now, account.joules))
+            .unwrap_or(0.0);
     }
 }
 
@@ -305,15 +307,9 @@ impl Ledger {
         }
         let prior_watts = self.interval_watts.unwrap_or(self.node.watts);
         let (now, began) = (unix(obs.wall), unix(obs.wall) - secs);
-        self.node.watts = self.node_rate.update(
-            began,
-            self.node.joules,
-            now,
-            self.node.joules + joules,
-            obs.settled,
-        );
+        self.node_rate
+            .charge(&mut self.node, began, now, joules, obs.settled);
         self.interval_watts = Some(joules / secs);
-        self.node.joules += joules;
         // an unsettled interval's energy may be counted in the next one
         if dt >= min_interval && obs.settled {
             let watts = joules / secs;
@@ -373,14 +369,8 @@ impl Ledger {
                 account: Account::since(o.started().unwrap_or(now).min(now)),
                 ..Job::default()
             });
-            job.account.watts = job.rate.update(
-                began,
-                job.account.joules,
-                now,
-                job.account.joules + share,
-                obs.settled,
-            );
-            job.account.joules += share;
+            job.rate
+                .charge(&mut job.account, began, now, share, obs.settled);
             let mut ids = Vec::new();
             let mut steps = Vec::new();
             for s in &o.steps {
@@ -411,14 +401,8 @@ impl Ledger {
                     account: Account::since(started.map_or(now, unix).min(now)),
                     ..Step::default()
                 });
-                step.account.watts = step.rate.update(
-                    began,
-                    step.account.joules,
-                    now,
-                    step.account.joules + joules,
-                    obs.settled,
-                );
-                step.account.joules += joules;
+                step.rate
+                    .charge(&mut step.account, began, now, joules, obs.settled);
             }
         }
     }
