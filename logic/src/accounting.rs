@@ -2,8 +2,9 @@
 //!
 //! Energy is kept in microjoules from the source's monotonic total; Slurm gets whole joules.
 //! CurrentWatts is the power over the most recent window of at least one second (sub-second
-//! timestamps) between settled readings ([`PowerWindow`]); AveWatts is the true average since the first reading. A reading older than
-//! the staleness limit makes the record unavailable (`None`, i.e. `NO_VAL64`), never 0.
+//! timestamps) between settled readings ([`PowerWindow`]); AveWatts is the true average
+//! since the first reading. A reading older than the staleness limit makes the record
+//! unavailable (`None`, i.e. `NO_VAL64`), never 0.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
