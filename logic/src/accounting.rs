@@ -70,6 +70,12 @@ impl PowerWindow {
         self.watts
     }
 
+    /// Begins the first window at the figure `joules` at `at`, unless one has begun: for a
+    /// caller that knows where its figure started before its first update.
+    pub fn begin(&mut self, at: f64, joules: f64) {
+        self.from.get_or_insert((at, joules));
+    }
+
     /// The power since the current window began, at the figure `joules` at `at`: a figure
     /// before the first window closes.
     pub fn so_far(&self, at: f64, joules: f64) -> Option<f64> {

@@ -99,25 +99,19 @@ struct Step {
 /// short an interval is mostly the counters' granularity), closed at settled samples only
 /// ([`PowerWindow`]). Not kept in the file: a restarted slurmd starts a new window.
 #[derive(Debug, Clone, Copy, Default)]
-struct Rate {
-    window: PowerWindow,
-    begun: bool,
-}
+struct Rate(PowerWindow);
 
 impl Rate {
     /// Charges `account` the `joules` of an interval from `began` to `now` (`settled` or
     /// not), and gives it the power over the last closed window (over the first window so
     /// far, until one closes).
     fn charge(&mut self, account: &mut Account, began: f64, now: f64, joules: f64, settled: bool) {
-        if !self.begun {
-            self.begun = true;
-            self.window.update(began, account.joules, settled);
-        }
+        self.0.begin(began, account.joules);
         account.joules += joules;
         account.watts = self
-            .window
+            .0
             .update(now, account.joules, settled)
-            .or_else(|| self.window.so_far(now, account.joules))
+            .or_else(|| self.0.so_far(now, account.joules))
             .unwrap_or(0.0);
     }
 }
