@@ -18,6 +18,8 @@
 
 pub mod cgroup;
 pub mod doorbell;
+pub mod gres;
+pub mod holders;
 pub mod ledger;
 pub mod model;
 pub mod procs;
@@ -33,9 +35,13 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::accounting::Accounting;
 use crate::accounting::MAX_SENSORS;
 use crate::config::{ConfigError, KeyValues};
-use crate::source::{EnergyReader, Reading, SensorReading, stale_after};
+use crate::source::{DeviceReading, EnergyReader, Reading, SensorReading, stale_after};
 use cgroup::{CgroupTree, StepCgroup};
-use ledger::{Ledger, MAX_GAP, Observation, ObservedJob, ObservedStep, Part, Split};
+use gres::GresOrder;
+use holders::Holders;
+use ledger::{
+    Ledger, MAX_GAP, Observation, ObservedDevice, ObservedJob, ObservedStep, Part, Split,
+};
 use procs::Procs;
 
 pub const MODE_KEY: &str = "EnergyAttribution";
@@ -268,6 +274,8 @@ pub struct Keeper {
     /// The cgroup tree the jobs are read in, in shared mode; in node mode no cgroup is
     /// read and the ledger keeps the node's account.
     tree: Option<CgroupTree>,
+    /// Who holds the node's devices, in [`Split::Devices`].
+    holders: Option<Holders>,
     procs: Procs,
     /// Where each present step runs, dropped with the step.
     places: HashMap<(u32, StepId), Place>,
@@ -298,6 +306,23 @@ impl Keeper {
         Ok(keeper)
     }
 
+    /// A source of devices Slurm allocates (rust_gpu): each job is charged the devices
+    /// it holds by `order` (shared ones split, `idle_watts` static power each, learned when
+    /// `None`), whatever `EnergyAttribution` says. An error says what is missing.
+    pub fn devices(
+        spool: &Path,
+        context_id: u16,
+        order: GresOrder,
+        idle_watts: Option<f64>,
+        proc_root: &Path,
+    ) -> Result<Self, String> {
+        let mut keeper = Self::node(spool, context_id)?;
+        keeper.split = Split::Devices { idle_watts };
+        keeper.holders = Some(Holders::new(order));
+        keeper.procs = Procs::from_path(proc_root);
+        Ok(keeper)
+    }
+
     /// `EnergyAttribution=node`: the ledger keeps the node's account, from which each step
     /// takes the node's energy since it began. Continues the ledger in the spool dir, if
     /// any; an error says what is missing.
@@ -323,6 +348,7 @@ impl Keeper {
             ledger,
             split: Split::Node,
             tree: None,
+            holders: None,
             procs: Procs::from_path(Path::new(procs::PROC_ROOT)),
             places: HashMap::new(),
             starts: HashMap::new(),
@@ -345,8 +371,8 @@ impl Keeper {
         Arc::clone(&self.wanted)
     }
 
-    /// Takes the node's energy at a sample of its meter.
-    pub fn on_sample(&mut self, accounting: &Accounting) {
+    /// Takes the node's energy at a sample of its meter, and its devices'.
+    pub fn on_sample(&mut self, accounting: &Accounting, devices: &[DeviceReading]) {
         let now = Instant::now();
         let wanted = self.wanted.swap(false, Ordering::SeqCst);
         if !wanted
@@ -360,11 +386,12 @@ impl Keeper {
             return;
         };
         self.updated = Some(now);
-        let jobs = if self.tree.is_some() {
-            self.observe()
+        let jobs = if self.tree.is_some() || self.holders.is_some() {
+            self.observe(devices)
         } else {
             Vec::new()
         };
+        let devices = self.observe_devices(devices);
         let parts = accounting
             .sensor_records(now, Duration::MAX)
             .into_iter()
@@ -383,6 +410,7 @@ impl Keeper {
             settled: point.settled,
             jobs,
             parts,
+            devices,
         };
         self.ledger
             .update(&observation, self.split, LEDGER_INTERVAL);
@@ -401,12 +429,41 @@ impl Keeper {
         }
     }
 
-    /// The present jobs and steps with their counters.
-    fn observe(&mut self) -> Vec<ObservedJob> {
+    /// The devices' energy and their use per job since the last sample.
+    fn observe_devices(&mut self, devices: &[DeviceReading]) -> Vec<ObservedDevice> {
+        let Some(holders) = self.holders.as_mut() else {
+            return Vec::new();
+        };
+        let stepds: HashMap<u32, u32> = self
+            .places
+            .iter()
+            .filter_map(|((job, _), place)| match place {
+                Place::Stepd(pid) => Some((*pid, *job)),
+                _ => None,
+            })
+            .collect();
+        holders.observe(&self.procs, &stepds, devices)
+    }
+
+    /// The present jobs and steps with their counters and the devices they hold.
+    fn observe(&mut self, devices: &[DeviceReading]) -> Vec<ObservedJob> {
         let present = present_steps(&self.spool);
         self.locate(&present);
+        if let Some(holders) = self.holders.as_mut() {
+            holders.retain(&present.keys().copied().collect());
+        }
         let mut jobs: Vec<ObservedJob> = Vec::new();
         for &(job, step) in present.keys() {
+            let holds = match (self.holders.as_mut(), self.places.get(&(job, step))) {
+                (Some(holders), place) => {
+                    let stepd = match place {
+                        Some(Place::Stepd(pid)) => Some(*pid),
+                        _ => None,
+                    };
+                    holders.holds(&self.procs, (job, step), stepd, devices)
+                }
+                (None, _) => Vec::new(),
+            };
             let mut cgroup = match self.places.get_mut(&(job, step)) {
                 Some(Place::Found(cgroup)) => Some(cgroup),
                 _ => None,
@@ -432,6 +489,7 @@ impl Keeper {
                     id: step,
                     usage_ns,
                     started: self.starts.get(&(job, step)).copied().flatten(),
+                    holds,
                 });
             }
         }
@@ -807,6 +865,7 @@ impl EnergyReader for StepFigure {
             watts,
             unsettled: false,
             sensors: self.parts.clone(),
+            devices: Vec::new(),
         }
     }
 
@@ -924,13 +983,13 @@ mod tests {
             ..Reading::default()
         };
         accounting.record(&reading(0), t0, w0);
-        keeper.on_sample(&accounting);
+        keeper.on_sample(&accounting, &[]);
         // 2 s later, 200 J: the job alone gets it all, at 100 W
         let later = |s| (t0 + Duration::from_secs(s), w0 + Duration::from_secs(s));
         let (t, w) = later(2);
         accounting.record(&reading(200_000_000), t, w);
         keeper.updated = None;
-        keeper.on_sample(&accounting);
+        keeper.on_sample(&accounting, &[]);
         let first = share.read(Instant::now());
         assert!(first.complete);
         assert_eq!(first.watts, Some(100.0));
@@ -945,7 +1004,7 @@ mod tests {
         let (t, w) = later(3);
         accounting.record(&reading(200_000_000), t, w);
         keeper.updated = None;
-        keeper.on_sample(&accounting);
+        keeper.on_sample(&accounting, &[]);
         let after_fall = share.read(Instant::now());
         assert_eq!(after_fall.watts, Some(0.0));
         assert_eq!(after_fall.energy_uj, 200_000_000);
@@ -1146,13 +1205,13 @@ mod tests {
                 };
                 accounting.record(&reading, t0 + at, w0 + at);
                 keeper.updated = None;
-                keeper.on_sample(&accounting);
+                keeper.on_sample(&accounting, &[]);
             }
             let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
             // the part of it that finds the jobs and reads their cgroups
             let started = Instant::now();
             for _ in 0..rounds {
-                assert_eq!(keeper.observe().len(), jobs as usize);
+                assert_eq!(keeper.observe(&[]).len(), jobs as usize);
             }
             let observe = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
             println!(
@@ -1174,7 +1233,7 @@ mod tests {
         };
         accounting.record(&reading, t, w);
         keeper.updated = None;
-        keeper.on_sample(&accounting);
+        keeper.on_sample(&accounting, &[]);
     }
 
     fn found(keeper: &mut Keeper, job: u32, step: StepId) -> Option<&mut StepCgroup> {

@@ -26,6 +26,7 @@ pub mod counter;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod guard;
+pub mod hostlist;
 #[cfg(feature = "ipmi")]
 pub mod ipmi;
 pub mod meter;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::accounting::Accounting;
-use crate::source::{EnergyReader, stale_after};
+use crate::source::{DeviceReading, EnergyReader, stale_after};
 use crate::worker::{Control, Worker};
 
 pub struct Meter<S: EnergyReader> {
@@ -30,8 +30,9 @@ struct Shared<S> {
     sampler: Mutex<Option<Arc<Control>>>,
 }
 
-/// What [`Metering::observe`] is given.
-pub type Observer = Box<dyn FnMut(&Accounting) + Send>;
+/// What [`Metering::observe`] is given: told the accounting and the devices of each
+/// reading ([`crate::source::Reading::devices`]).
+pub type Observer = Box<dyn FnMut(&Accounting, &[DeviceReading]) + Send>;
 
 struct Metered<S> {
     source: S,
@@ -98,14 +99,14 @@ impl<S: EnergyReader> Metering for Meter<S> {
         let period = self.shared.period;
         match Worker::spawn("energy-sampler", move |control| {
             while control.wait(Some(period)) {
-                let accounting = shared.sample();
+                let (accounting, devices) = shared.sample_devices();
                 if let Some(observer) = shared
                     .observer
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .as_mut()
                 {
-                    observer(&accounting);
+                    observer(&accounting, &devices);
                 }
             }
         }) {
@@ -170,6 +171,11 @@ impl<S: EnergyReader> Shared<S> {
     }
 
     fn sample(&self) -> Accounting {
+        self.sample_devices().0
+    }
+
+    /// Reads the source; its accounting, and the devices of this reading.
+    fn sample_devices(&self) -> (Accounting, Vec<DeviceReading>) {
         let mut metered = self.lock();
         let now = Instant::now();
         metered.sampled_at = now;
@@ -192,7 +198,7 @@ impl<S: EnergyReader> Shared<S> {
             metered.failing = true;
         }
         metered.accounting.record(&reading, now, SystemTime::now());
-        metered.accounting
+        (metered.accounting, reading.devices)
     }
 }
 

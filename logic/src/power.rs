@@ -250,6 +250,7 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
             watts: integral.last.map(|(_, w)| w),
             unsettled: false,
             sensors: Vec::new(),
+            devices: Vec::new(),
         }
     }
 

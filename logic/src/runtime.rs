@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use crate::accounting::{Baseline, EnergyRecord};
 use crate::attribution::doorbell::{self, Doorbell};
+use crate::attribution::gres::GresOrder;
 use crate::attribution::procs::Procs;
 use crate::attribution::{self, Attribution, Keeper, Mode, Site, StepFigure};
 use crate::config::KeyValues;
@@ -49,6 +50,11 @@ pub trait Host: Send + Sync + 'static {
     /// Where `EnergyAttribution=shared` keeps the node's ledger and finds its jobs; an
     /// error says what is missing.
     fn attribution_site(&self) -> Result<Site, String> {
+        Err("not in a Slurm daemon".into())
+    }
+
+    /// How slurmd numbers this node's GPUs (from gres.conf); an error says why unknown.
+    fn gres_order(&self) -> Result<GresOrder, String> {
         Err("not in a Slurm daemon".into())
     }
 }
@@ -150,9 +156,9 @@ pub fn metered<R: EnergyReader>(reader: R) -> Box<dyn Metering> {
 }
 
 /// Whether the plugin in `daemon` takes its figure from slurmd's ledger rather than the
-/// source: in every slurmstepd, unless the source measures what the step owns.
-fn reads_ledger<S: Source>(daemon: Daemon) -> bool {
-    daemon == Daemon::Slurmstepd && !S::ATTRIBUTED_BY_OWNERSHIP
+/// source: in every slurmstepd.
+fn reads_ledger(daemon: Daemon) -> bool {
+    daemon == Daemon::Slurmstepd
 }
 
 fn measures(daemon: Daemon) -> bool {
@@ -187,14 +193,14 @@ impl<S: Source> State<S> {
         };
         let site = self.shared_site(host);
         // one meter per node: slurmd's reads the source and keeps the ledger, each
-        // slurmstepd reads its figure there (rust_gpu's steps read the devices they own)
-        let meter = if reads_ledger::<S>(daemon) {
+        // slurmstepd reads its figure there (its share, or the node's since it began)
+        let meter = if reads_ledger(daemon) {
             host.spool_dir().map(|spool| {
                 metered(StepFigure::from_path(
                     &attribution::ledger_path(&spool, self.context_id),
                     &Procs::from_path(Path::new(attribution::procs::PROC_ROOT)),
                     std::process::id(),
-                    site.is_some(),
+                    site.is_some() || S::ALLOCATED_DEVICES,
                 ))
             })
         } else {
@@ -202,7 +208,7 @@ impl<S: Source> State<S> {
         };
         self.hardware = match meter {
             Ok(mut meter) => {
-                if daemon == Daemon::Slurmd && !S::ATTRIBUTED_BY_OWNERSHIP {
+                if daemon == Daemon::Slurmd {
                     self.doorbell = self.keep_ledger(host, site.as_ref(), meter.as_mut());
                 }
                 // Threads may start here: slurmd loads this configuration after it
@@ -227,8 +233,19 @@ impl<S: Source> State<S> {
         site: Option<&Site>,
         meter: &mut dyn Metering,
     ) -> Option<Doorbell> {
+        let idle_watts = self.attribution.idle_watts;
         let keeper = match site {
-            Some(site) => Keeper::shared(site, self.context_id, self.attribution.idle_watts),
+            _ if S::ALLOCATED_DEVICES => host.spool_dir().and_then(|spool| {
+                let order = host.gres_order().unwrap_or_else(|why| {
+                    log::error!(
+                        "{why}; GPUs are matched to Slurm's GRES indexes in the library's order"
+                    );
+                    GresOrder::Detected
+                });
+                let procs = Path::new(attribution::procs::PROC_ROOT);
+                Keeper::devices(&spool, self.context_id, order, idle_watts, procs)
+            }),
+            Some(site) => Keeper::shared(site, self.context_id, idle_watts),
             None => host
                 .spool_dir()
                 .and_then(|spool| Keeper::node(&spool, self.context_id)),
@@ -240,7 +257,7 @@ impl<S: Source> State<S> {
             .ok()?;
         let (wanted, wake) = (keeper.wanted(), meter.waker());
         let bell = doorbell::doorbell_path(keeper.path());
-        meter.observe(Box::new(move |a| keeper.on_sample(a)));
+        meter.observe(Box::new(move |a, devices| keeper.on_sample(a, devices)));
         let answer = move || {
             wanted.store(true, Ordering::SeqCst);
             wake();
@@ -260,9 +277,9 @@ impl<S: Source> State<S> {
         if self.attribution.mode != Mode::Shared {
             return None;
         }
-        if S::ATTRIBUTED_BY_OWNERSHIP {
+        if S::ALLOCATED_DEVICES {
             log::info!(
-                "{}=shared: each step is measured on the devices it owns, not split",
+                "{}=shared: each job is charged the GPUs it holds, as in node mode",
                 attribution::MODE_KEY
             );
             return None;
@@ -329,7 +346,7 @@ impl<S: Source> State<S> {
             // a figure from the ledger is the step's own already (in shared mode it may
             // hold a share counted before this process could first read the ledger); a
             // source read here counts from its first reading
-            self.step = if reads_ledger::<S>(host.daemon()) {
+            self.step = if reads_ledger(host.daemon()) {
                 Baseline::from_zero(&accounting)
             } else {
                 Baseline::start(&accounting)

@@ -57,12 +57,11 @@ pub trait Source: 'static {
     /// The acct_gather.conf keys this source reads (all parsed as strings by Slurm).
     const KEYS: &'static [&'static str];
 
-    /// In slurmstepd the source measures only the devices the step owns (rust_gpu: the
-    /// GPUs its devices cgroup lets it open), so a step's figure is its own already:
-    /// slurmstepd opens the source itself instead of reading slurmd's ledger, and
-    /// `EnergyAttribution=shared` does not split it again by CPU time, which would give
-    /// one job's GPU energy to another.
-    const ATTRIBUTED_BY_OWNERSHIP: bool = false;
+    /// The source measures devices Slurm allocates to jobs (rust_gpu's GPUs, in
+    /// [`Reading::devices`]): slurmd's ledger charges each job the devices it holds (a
+    /// shared one split among its holders) in every `EnergyAttribution` mode, never by CPU
+    /// time, which would give one job's GPU energy to another.
+    const ALLOCATED_DEVICES: bool = false;
 
     /// Validates the keys; an error names the key and the value.
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError>;
@@ -98,6 +97,26 @@ pub struct Reading {
     /// the same list from the same source: extra records after the node's, never added to
     /// it.
     pub sensors: Vec<SensorReading>,
+    /// The devices Slurm allocates to jobs that the source measures (rust_gpu's GPUs), for
+    /// slurmd's ledger to charge each job the devices it holds.
+    pub devices: Vec<DeviceReading>,
+}
+
+/// One device Slurm allocates to jobs (a GPU) in a [`Reading`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeviceReading {
+    /// Its place in the source's enumeration (NVML's index; AMD's GPUs after NVIDIA's):
+    /// Slurm's GRES order where Slurm detects the GPUs itself.
+    pub position: u32,
+    /// Its device file, `(major, minor)`, when known: gres.conf's `File=` names it.
+    pub file: Option<(u32, u32)>,
+    /// Energy since the source was opened; never falls.
+    pub energy_uj: u64,
+    /// Its power now, when it was read recently.
+    pub watts: Option<f64>,
+    /// Each process's use of the device so far, cumulative, in the vendor's unit (the same
+    /// for all the processes of one device): `(pid, use)`.
+    pub busy: Vec<(u32, u64)>,
 }
 
 /// One part of the node in a [`Reading`].

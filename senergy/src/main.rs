@@ -2,7 +2,6 @@
 
 mod carbon;
 mod ffi;
-mod hostlist;
 mod output;
 mod presence;
 mod record;

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::carbon::{JOULES_PER_KWH, Tariff};
-use crate::hostlist;
+use slurm_energy_logic::hostlist;
 use crate::presence::Presence;
 use crate::record::{EXTERN_STEP, JobRow, StepRow, StepUsage, step_name};
 use crate::tres::{self, ENERGY};

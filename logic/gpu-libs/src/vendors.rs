@@ -2,6 +2,7 @@
 //! (nvml.h, amd_smi/amdsmi.h); the safe [`GpuLibrary`] the GPU source uses. Only the GPU
 //! poller thread calls these.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_float, c_int, c_uint, c_ulonglong, c_void};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW, Symbol};
@@ -32,6 +33,8 @@ fn load(path: &str) -> Result<Library, String> {
 /// `nvmlReturn_t` values (nvml.h).
 const NVML_SUCCESS: c_int = 0;
 const NVML_ERROR_NOT_SUPPORTED: c_int = 3;
+const NVML_ERROR_NOT_FOUND: c_int = 6;
+const NVML_ERROR_INSUFFICIENT_SIZE: c_int = 7;
 const NVML_ERROR_GPU_IS_LOST: c_int = 15;
 /// `NVML_DEVICE_UUID_V2_BUFFER_SIZE`.
 const NVML_UUID_SIZE: usize = 96;
@@ -49,11 +52,46 @@ struct NvmlApi {
     uuid: unsafe extern "C" fn(NvmlDevice, *mut c_char, c_uint) -> c_int,
     energy: unsafe extern "C" fn(NvmlDevice, *mut c_ulonglong) -> c_int,
     power: unsafe extern "C" fn(NvmlDevice, *mut c_uint) -> c_int,
+    /// `nvmlDeviceGetProcessUtilization`, in every NVML since 2015 (`None`: absent).
+    process_utilization: Option<ProcessUtilizationFn>,
+}
+
+/// `nvmlProcessUtilizationSample_t` (nvml.h): one process's use over one of the driver's
+/// sampling periods; `time_stamp` in CPU microseconds.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct NvmlProcessUtilizationSample {
+    pid: c_uint,
+    time_stamp: c_ulonglong,
+    sm_util: c_uint,
+    mem_util: c_uint,
+    enc_util: c_uint,
+    dec_util: c_uint,
+}
+
+type ProcessUtilizationFn = unsafe extern "C" fn(
+    NvmlDevice,
+    *mut NvmlProcessUtilizationSample,
+    *mut c_uint,
+    c_ulonglong,
+) -> c_int;
+
+/// A process not sampled for this long (µs of NVML's clock) is forgotten.
+const FORGET_PROCESS_US: u64 = 600_000_000;
+
+/// One GPU's processes' use as far as read: the newest sample's time stamp, and per pid
+/// the sum of its SM-utilization samples (percent per sampling period) and when it was
+/// last sampled.
+#[derive(Default)]
+struct ProcessUse {
+    last_seen: u64,
+    busy: HashMap<u32, (u64, u64)>,
 }
 
 pub struct Nvml {
     api: NvmlApi,
     handles: Vec<NvmlDevice>,
+    process_use: HashMap<u32, ProcessUse>,
     _lib: Library,
 }
 
@@ -76,6 +114,7 @@ pub fn open_nvml(path: &str) -> Result<Box<dyn GpuLibrary>, String> {
             uuid: symbol(&lib, "nvmlDeviceGetUUID")?,
             energy: symbol(&lib, "nvmlDeviceGetTotalEnergyConsumption")?,
             power: symbol(&lib, "nvmlDeviceGetPowerUsage")?,
+            process_utilization: symbol(&lib, "nvmlDeviceGetProcessUtilization").ok(),
         };
         (init, api)
     };
@@ -87,6 +126,7 @@ pub fn open_nvml(path: &str) -> Result<Box<dyn GpuLibrary>, String> {
     let nvml = Nvml {
         api,
         handles: Vec::new(),
+        process_use: HashMap::new(),
         _lib: lib,
     };
     Ok(Box::new(nvml))
@@ -188,6 +228,50 @@ impl GpuLibrary for Nvml {
         // SAFETY: a handle NVML returned; a valid out-pointer.
         self.check(unsafe { (self.api.power)(handle, &mut mw) })?;
         Ok(f64::from(mw) / 1000.0)
+    }
+
+    /// The samples newer than the last seen (`NOT_FOUND`: none), added to each process's
+    /// sum. NVML reports only processes that used the GPU in a period.
+    fn process_use(&mut self, index: u32) -> Result<Vec<(u32, u64)>, GpuError> {
+        let handle = self.handle(index)?;
+        let get = self.api.process_utilization.ok_or(GpuError::NotSupported)?;
+        let state = self.process_use.entry(index).or_default();
+        let mut samples: Vec<NvmlProcessUtilizationSample> = Vec::new();
+        // sized first; more samples may arrive between the calls
+        let mut rc = NVML_ERROR_INSUFFICIENT_SIZE;
+        for _ in 0..3 {
+            let mut count: c_uint = 0;
+            // SAFETY: a NULL buffer asks for the count, written to a valid out-pointer.
+            let sized = unsafe { get(handle, std::ptr::null_mut(), &mut count, state.last_seen) };
+            if !matches!(sized, NVML_SUCCESS | NVML_ERROR_INSUFFICIENT_SIZE) || count == 0 {
+                rc = sized;
+                samples.clear();
+                break;
+            }
+            samples = vec![NvmlProcessUtilizationSample::default(); count as usize + 8];
+            let mut count = samples.len() as c_uint;
+            // SAFETY: a buffer of `count` samples, its length in the in/out count.
+            rc = unsafe { get(handle, samples.as_mut_ptr(), &mut count, state.last_seen) };
+            samples.truncate((count as usize).min(samples.len()));
+            if rc != NVML_ERROR_INSUFFICIENT_SIZE {
+                break;
+            }
+        }
+        match rc {
+            NVML_SUCCESS => {}
+            NVML_ERROR_NOT_FOUND | NVML_ERROR_INSUFFICIENT_SIZE => samples.clear(),
+            rc => return Err(nvml_error(&self.api, rc)),
+        }
+        let seen = state.last_seen;
+        for s in samples.iter().filter(|s| s.time_stamp > seen) {
+            let entry = state.busy.entry(s.pid).or_default();
+            entry.0 += u64::from(s.sm_util);
+            entry.1 = entry.1.max(s.time_stamp);
+            state.last_seen = state.last_seen.max(s.time_stamp);
+        }
+        let horizon = state.last_seen.saturating_sub(FORGET_PROCESS_US);
+        state.busy.retain(|_, (_, at)| *at >= horizon);
+        Ok(state.busy.iter().map(|(pid, (busy, _))| (*pid, *busy)).collect())
     }
 }
 

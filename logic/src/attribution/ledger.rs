@@ -8,7 +8,7 @@
 //! ledger left torn by a power cut is refused on load and started anew, with a new epoch
 //! that tells its readers their old figures are not continued in it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::StepId;
 use super::cgroup::JobCounters;
-use super::model::{Interval, JobUse, StepUse, split_interval, split_job};
+use super::model::{DeviceUse, Interval, JobUse, StepUse, split_device, split_interval, split_job};
 use crate::accounting::PowerWindow;
 
 /// The file format; a reader refuses any other.
@@ -76,6 +76,11 @@ pub enum Split {
     /// Among the jobs by what they hold and use ([`super::model`]), at this static power
     /// (learned when `None`).
     Shared { idle_watts: Option<f64> },
+    /// Each device (GPU) among the jobs holding it ([`ObservedStep::holds`]): alone, a job
+    /// gets it whole; shared, its static power (`idle_watts` each, learned per device when
+    /// `None`) by the shares held and the rest by the holders' use ([`split_device`]). A
+    /// device nobody holds is nobody's.
+    Devices { idle_watts: Option<f64> },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -85,6 +90,9 @@ struct Job {
     usage_ns: Option<u64>,
     last_seen: f64,
     rate: Rate,
+    /// The devices it has held (by position): a device it holds anew is charged what
+    /// nobody got of it since the job began.
+    held: BTreeSet<u32>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -129,6 +137,19 @@ pub struct Observation {
     pub jobs: Vec<ObservedJob>,
     /// The parts of the node its source measures beside it, as they are now.
     pub parts: Vec<Part>,
+    /// The devices Slurm allocates (GPUs), in [`Split::Devices`].
+    pub devices: Vec<ObservedDevice>,
+}
+
+/// A device Slurm allocates (a GPU) at one sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedDevice {
+    /// Its place in the source's enumeration, its name in [`ObservedStep::holds`].
+    pub position: u32,
+    /// Its energy since the meter opened.
+    pub energy_uj: u64,
+    /// Each job's processes' use of it since the last sample: `(job, use)`.
+    pub busy: Vec<(u32, f64)>,
 }
 
 /// A part of the node (pm_counters' cpu, memory, accelN): its energy since slurmd's meter
@@ -147,13 +168,15 @@ pub struct ObservedJob {
     pub steps: Vec<ObservedStep>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ObservedStep {
     pub id: StepId,
     /// Its CPU time so far, `None` when unknown.
     pub usage_ns: Option<u64>,
     /// When its slurmstepd started, when known: it is charged from then.
     pub started: Option<SystemTime>,
+    /// The devices it holds, `(position, shares)` ([`Split::Devices`]).
+    pub holds: Vec<(u32, f64)>,
 }
 
 impl ObservedJob {
@@ -198,6 +221,19 @@ pub struct Ledger {
     /// The recent intervals' energy that no job got (nobody was there), for a job found
     /// after its start: it is charged the part of that energy since it began.
     unassigned: VecDeque<Unassigned>,
+    /// Each device's state, by position ([`Split::Devices`]; not kept in the file).
+    devices: BTreeMap<u32, DeviceState>,
+}
+
+/// What the ledger keeps of one device between samples.
+#[derive(Debug, Clone, Default)]
+struct DeviceState {
+    /// Its energy at the last sample.
+    last_uj: Option<u64>,
+    /// Its lowest power over an interval of at least a sample period.
+    learned_idle_watts: Option<f64>,
+    /// Its recent energy that nobody held it for.
+    unassigned: VecDeque<Unassigned>,
 }
 
 /// Energy of an interval (Unix times) that no job got.
@@ -223,6 +259,16 @@ impl Unassigned {
 
 /// How far back a job found late is charged what nobody got.
 const UNASSIGNED_KEPT: f64 = 60.0;
+
+/// Forgets what nobody got longer ago than [`UNASSIGNED_KEPT`].
+fn keep_recent(unassigned: &mut VecDeque<Unassigned>, now: f64) {
+    while unassigned
+        .front()
+        .is_some_and(|u| u.to < now - UNASSIGNED_KEPT)
+    {
+        unassigned.pop_front();
+    }
+}
 
 pub fn unix(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
@@ -276,6 +322,9 @@ impl Ledger {
             None => {}
         }
         self.observe_counters(obs, now);
+        for d in &obs.devices {
+            self.devices.entry(d.position).or_default().last_uj = Some(d.energy_uj);
+        }
         self.parts.clone_from(&obs.parts);
         self.jobs
             .retain(|_, j| now - j.last_seen <= KEEP_GONE.as_secs_f64());
@@ -317,8 +366,13 @@ impl Ledger {
                 step.account.watts = 0.0;
             }
         }
-        let Split::Shared { idle_watts } = split else {
-            return;
+        let idle_watts = match split {
+            Split::Node => return,
+            Split::Devices { idle_watts } => {
+                let long = dt >= min_interval && obs.settled;
+                return self.charge_devices(obs, (began, now), idle_watts, long);
+            }
+            Split::Shared { idle_watts } => idle_watts,
         };
         let interval = Interval {
             joules,
@@ -351,13 +405,7 @@ impl Ledger {
             to: now,
             joules: (joules - shares.iter().sum::<f64>()).max(0.0),
         });
-        while self
-            .unassigned
-            .front()
-            .is_some_and(|u| u.to < now - UNASSIGNED_KEPT)
-        {
-            self.unassigned.pop_front();
-        }
+        keep_recent(&mut self.unassigned, now);
         for (o, share) in present.into_iter().zip(shares) {
             let job = self.jobs.entry(o.job).or_insert_with(|| Job {
                 account: Account::since(o.started().unwrap_or(now).min(now)),
@@ -427,6 +475,119 @@ impl Ledger {
             } else {
                 owed / late.len() as f64
             };
+        }
+    }
+
+    /// [`Split::Devices`]: each device's interval `(began, now)` among the jobs holding it,
+    /// and each step the parts of its job on the devices it holds. `long`: the interval
+    /// is settled and long enough to teach a device's static power.
+    fn charge_devices(
+        &mut self,
+        obs: &Observation,
+        (began, now): (f64, f64),
+        idle_watts: Option<f64>,
+        long: bool,
+    ) {
+        let secs = now - began;
+        // each job's joules on each device
+        let mut parts: BTreeMap<(u32, u32), f64> = BTreeMap::new();
+        for d in &obs.devices {
+            let state = self.devices.entry(d.position).or_default();
+            let Some(last) = state.last_uj else { continue };
+            let joules = d.energy_uj.saturating_sub(last) as f64 / 1e6;
+            if long {
+                let watts = joules / secs;
+                state.learned_idle_watts =
+                    Some(state.learned_idle_watts.map_or(watts, |w| w.min(watts)));
+            }
+            let mut holders = Vec::new();
+            let mut uses = Vec::new();
+            for o in &obs.jobs {
+                let shares = o
+                    .steps
+                    .iter()
+                    .flat_map(|s| &s.holds)
+                    .filter(|(p, _)| *p == d.position)
+                    .map(|(_, shares)| *shares)
+                    .max_by(f64::total_cmp);
+                if let Some(shares) = shares {
+                    let busy = d.busy.iter().filter(|(j, _)| *j == o.job).map(|(_, b)| b).sum();
+                    holders.push(o);
+                    uses.push(DeviceUse { shares, busy });
+                }
+            }
+            let static_watts = idle_watts.or(state.learned_idle_watts).unwrap_or(0.0);
+            let mut split = split_device(joules, secs, static_watts, &uses);
+            if holders.is_empty() {
+                state.unassigned.push_back(Unassigned {
+                    from: began,
+                    to: now,
+                    joules,
+                });
+            }
+            keep_recent(&mut state.unassigned, now);
+            // a job holding the device anew (its tasks just started) gets what nobody got
+            // of it since the job began, by shares among those new this interval
+            let new: Vec<usize> = (0..holders.len())
+                .filter(|&i| {
+                    !self
+                        .jobs
+                        .get(&holders[i].job)
+                        .is_some_and(|j| j.held.contains(&d.position))
+                })
+                .collect();
+            let first = new
+                .iter()
+                .filter_map(|&i| {
+                    let since = self.jobs.get(&holders[i].job).map(|j| j.account.since);
+                    holders[i].started().or(since)
+                })
+                .min_by(f64::total_cmp);
+            if let Some(first) = first {
+                let mut owed = 0.0;
+                for u in &mut state.unassigned {
+                    let part = u.within(first, began);
+                    u.joules -= part;
+                    owed += part;
+                }
+                let total: f64 = new.iter().map(|&i| uses[i].shares).sum();
+                for &i in &new {
+                    split[i] += if total > 0.0 {
+                        owed * uses[i].shares / total
+                    } else {
+                        owed / new.len() as f64
+                    };
+                }
+            }
+            for (o, joules) in holders.iter().zip(split) {
+                parts.insert((o.job, d.position), joules);
+            }
+        }
+        for o in &obs.jobs {
+            let job = self.jobs.entry(o.job).or_insert_with(|| Job {
+                account: Account::since(o.started().unwrap_or(now).min(now)),
+                ..Job::default()
+            });
+            let held: f64 = parts
+                .range((o.job, 0)..=(o.job, u32::MAX))
+                .map(|(_, j)| j)
+                .sum();
+            job.rate
+                .charge(&mut job.account, began, now, held, obs.settled);
+            for s in &o.steps {
+                job.held.extend(s.holds.iter().map(|(p, _)| *p));
+                let joules = s
+                    .holds
+                    .iter()
+                    .filter_map(|(p, _)| parts.get(&(o.job, *p)))
+                    .sum();
+                let step = job.steps.entry(s.id).or_insert_with(|| Step {
+                    account: Account::since(s.started.map_or(now, unix).min(now)),
+                    ..Step::default()
+                });
+                step.rate
+                    .charge(&mut step.account, began, now, joules, obs.settled);
+            }
         }
     }
 
@@ -580,6 +741,7 @@ impl Ledger {
             node_rate: Rate::default(),
             interval_watts: None,
             unassigned: VecDeque::new(),
+            devices: BTreeMap::new(),
         })
     }
 
@@ -681,6 +843,7 @@ mod tests {
             id,
             usage_ns,
             started: None,
+            holds: vec![],
         }
     }
 
@@ -706,6 +869,7 @@ mod tests {
             settled: true,
             jobs,
             parts: vec![],
+            devices: vec![],
         }
     }
 
@@ -916,6 +1080,7 @@ mod tests {
                 id: ext,
                 usage_ns: None,
                 started: Some(w0 + Duration::from_millis(1250)),
+                holds: vec![],
             }],
         };
         ledger.update(
@@ -950,6 +1115,7 @@ mod tests {
                 id: ext,
                 usage_ns: None,
                 started: Some(w0 + Duration::from_millis(1500)),
+                holds: vec![],
             }],
         };
         ledger.update(&observation(t0, w0, 0, 0, vec![]), idle(100.0), PERIOD);
@@ -981,6 +1147,7 @@ mod tests {
             settled: true,
             jobs: vec![],
             parts: vec![],
+            devices: vec![],
         };
         ledger.update(&at(0, 0.0), Split::Node, PERIOD);
         ledger.update(&at(1000, 300.0), Split::Node, PERIOD);
@@ -1007,6 +1174,7 @@ mod tests {
             settled: true,
             jobs: vec![job(3, 1, usage_s, &[(StepId::EXTERN, 0.0)])],
             parts: vec![],
+            devices: vec![],
         };
         ledger.update(&at(0, 0.0, 0.0), idle(0.0), PERIOD);
         ledger.update(&at(1000, 300.0, 1.0), idle(0.0), PERIOD);

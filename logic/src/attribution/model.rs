@@ -104,15 +104,50 @@ pub fn split_node(joules: f64, secs: f64, static_watts: f64, jobs: &[JobUse]) ->
     if jobs.is_empty() {
         return Vec::new();
     }
+    let used: Vec<f64> = jobs.iter().map(|j| j.cpu_secs).collect();
+    split_static_dynamic(joules, secs, static_watts, &holdings(jobs), &used)
+}
+
+/// The one rule of every split: the static part by what each holds (`held`, summing to
+/// 1), the dynamic part by what each used (by `held` when nobody used anything).
+fn split_static_dynamic(
+    joules: f64,
+    secs: f64,
+    static_watts: f64,
+    held: &[f64],
+    used: &[f64],
+) -> Vec<f64> {
     let static_j = joules.min(static_watts.max(0.0) * secs.max(0.0)).max(0.0);
     let dynamic_j = joules - static_j;
-    let held = holdings(jobs);
-    let used: Vec<f64> = jobs.iter().map(|j| j.cpu_secs.max(0.0)).collect();
-    let used = normalized(&used).unwrap_or_else(|| held.clone());
+    let used: Vec<f64> = used.iter().map(|u| u.max(0.0)).collect();
+    let used = normalized(&used).unwrap_or_else(|| held.to_vec());
     held.iter()
         .zip(&used)
         .map(|(h, u)| h * static_j + u * dynamic_j)
         .collect()
+}
+
+/// What one job holds of a shared device (a GPU) and used of it over one interval.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DeviceUse {
+    /// The shares it holds of the device (shards, an MPS percentage; 1 for the whole).
+    pub shares: f64,
+    /// Its processes' use of the device in the interval, in the vendor's unit.
+    pub busy: f64,
+}
+
+/// Each holder's joules of a device's `joules` over `secs` at its static power
+/// `static_watts`: the static part by the shares held, the rest by use (by shares when
+/// the vendor reports no use). A holder alone gets it all.
+pub fn split_device(joules: f64, secs: f64, static_watts: f64, holders: &[DeviceUse]) -> Vec<f64> {
+    if holders.is_empty() {
+        return Vec::new();
+    }
+    let equal = vec![1.0 / holders.len() as f64; holders.len()];
+    let shares: Vec<f64> = holders.iter().map(|h| h.shares.max(0.0)).collect();
+    let held = normalized(&shares).unwrap_or(equal);
+    let used: Vec<f64> = holders.iter().map(|h| h.busy).collect();
+    split_static_dynamic(joules, secs, static_watts, &held, &used)
 }
 
 /// Each job's share of what the jobs hold, summing to 1.
@@ -261,6 +296,37 @@ mod tests {
         let shares = split_node(400.0, 1.0, 100.0, &[job(3, None, 0.0), job(1, None, 0.0)]);
         assert_eq!(shares, vec![300.0, 100.0]);
         assert!(split_node(400.0, 1.0, 100.0, &[]).is_empty());
+    }
+
+    /// Two jobs with 2 of a GPU's 4 shards each, one busy (80% SM) and one idle: the
+    /// GPU's 50 W static power by shares, the rest by use; together exactly the GPU's.
+    #[test]
+    fn a_shared_gpu_is_split_by_shares_and_use() {
+        let (busy, idle) = (
+            DeviceUse {
+                shares: 2.0,
+                busy: 80.0,
+            },
+            DeviceUse {
+                shares: 2.0,
+                busy: 0.0,
+            },
+        );
+        // 10 s at 250 W: 500 J static, 2000 J dynamic
+        let split = split_device(2500.0, 10.0, 50.0, &[busy, idle]);
+        assert_eq!(split, vec![2250.0, 250.0]);
+        // by shares where no use is reported; a holder alone gets it all
+        let no_use = DeviceUse { busy: 0.0, ..busy };
+        let three = DeviceUse {
+            shares: 6.0,
+            busy: 0.0,
+        };
+        assert_eq!(
+            split_device(2500.0, 10.0, 50.0, &[no_use, three]),
+            vec![625.0, 1875.0]
+        );
+        assert_eq!(split_device(2500.0, 10.0, 50.0, &[idle]), vec![2500.0]);
+        assert!(split_device(2500.0, 10.0, 50.0, &[]).is_empty());
     }
 
     #[test]

@@ -80,6 +80,18 @@ impl Procs {
         fs::read_to_string(self.root.join(pid.to_string()).join("cgroup")).ok()
     }
 
+    /// `/proc/<pid>/environ`: the environment the process started with (root may read
+    /// any); `None` once it is gone.
+    pub fn environ(&self, pid: u32) -> Option<Vec<u8>> {
+        fs::read(self.root.join(pid.to_string()).join("environ")).ok()
+    }
+
+    /// The parent of `pid` (`/proc/<pid>/stat`'s 4th field); `None` once it is gone.
+    pub fn parent(&self, pid: u32) -> Option<u32> {
+        let stat = fs::read_to_string(self.root.join(pid.to_string()).join("stat")).ok()?;
+        stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+    }
+
     /// The name of the thread that calls (`/proc/thread-self/comm`): Slurm names its own.
     pub fn calling_thread(&self) -> Option<String> {
         let name = fs::read_to_string(self.root.join("thread-self/comm")).ok()?;

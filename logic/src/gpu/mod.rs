@@ -1,10 +1,11 @@
 //! GPU energy: NVIDIA through NVML, AMD through amd-smi, each GPU's own energy counter
-//! (its power where it has none), and per process only the GPUs it is accounted for.
+//! (its power where it has none), and each process's use of each GPU.
 //!
-//! slurmd counts every GPU of the node; a slurmstepd only the GPUs its step was given,
-//! found from its devices cgroup (see [`access`]) and matched to the library's GPUs by
-//! device file (NVIDIA's `/dev/nvidiaN` minor, the DRM render node's), never by
-//! enumeration order.
+//! slurmd reads every GPU of the node, and its ledger charges each job the GPUs Slurm
+//! allocated to it (a shared GPU split among its holders): see
+//! [`crate::attribution::gres`] for how a step's GPUs are known, matched to the library's
+//! GPUs by device file (NVIDIA's `/dev/nvidiaN` minor, the DRM render node's) or, where
+//! Slurm detected them with the library, its order.
 //!
 //! Vendor libraries can block for seconds (a GPU falling off the bus), so only a poller
 //! thread in this process calls them; Slurm's calls read what it published. An
@@ -16,7 +17,6 @@
 //! (NO_VAL), never 0 J; a Slurm call waits for the poller at most [`FRESH_WAIT`], and not
 //! at all once a round is stuck.
 
-pub mod access;
 mod config;
 /// The vendor libraries in safe terms: the crate `slurm-energy-gpu-libs`.
 pub use slurm_energy_gpu_libs as library;
@@ -30,8 +30,7 @@ pub use library::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
 
 use crate::config::{ConfigError, KeyValues};
 use crate::poller::{Outcome, Poller, Polling, Timing};
-use crate::source::{EnergyReader, Reading, Source, missed_after};
-use access::Access;
+use crate::source::{DeviceReading, EnergyReader, Reading, Source, missed_after};
 use tracker::{Figure, Tracked};
 
 /// How often the poller reads every GPU, for a call per GPU that takes microseconds. A
@@ -52,7 +51,7 @@ impl Source for Gpus {
     type Config = GpuConfig;
     type Reader = GpuReader;
     const KEYS: &'static [&'static str] = config::KEYS;
-    const ATTRIBUTED_BY_OWNERSHIP: bool = true;
+    const ALLOCATED_DEVICES: bool = true;
 
     fn parse_config(values: &KeyValues) -> Result<GpuConfig, ConfigError> {
         GpuConfig::parse(values)
@@ -73,7 +72,7 @@ impl Source for Gpus {
         if openers.is_empty() {
             return Err(format!("{KEY_NVML} and {KEY_AMD} are both none"));
         }
-        GpuReader::start(openers, Box::new(access::DeviceAccess), POLL_PERIOD)
+        GpuReader::start(openers, POLL_PERIOD)
     }
 }
 
@@ -82,28 +81,21 @@ impl Source for Gpus {
 /// a poll period old.
 const FRESH_WAIT: Duration = Duration::from_millis(10);
 
-/// Slurm's view of the GPUs: the poller's figures, for the GPUs this process may use.
+/// Slurm's view of the GPUs: the poller's figures.
 pub struct GpuReader {
     poller: Poller<Vec<Figure>>,
     period: Duration,
-    /// Per GPU (vendor, index): the figure last seen, so energy only ever grows and only
-    /// the GPUs allowed when it grew are counted.
+    /// Per GPU (vendor, index): the figure last seen, so energy only ever grows.
     seen_uj: HashMap<(&'static str, u32), f64>,
     total_uj: f64,
 }
 
 impl GpuReader {
     /// Starts the poller and returns at once: libraries are opened in the poller.
-    pub fn start(
-        openers: Vec<Opener>,
-        access: Box<dyn Access>,
-        period: Duration,
-    ) -> Result<Self, String> {
+    pub fn start(openers: Vec<Opener>, period: Duration) -> Result<Self, String> {
         let polling = GpuPolling {
             openers,
-            access,
             failing: HashMap::new(),
-            constraints: None,
         };
         let timing = Timing {
             period,
@@ -121,11 +113,12 @@ impl GpuReader {
 /// A library that opened, and its GPUs.
 type OpenLibrary = (Box<dyn GpuLibrary>, Vec<Tracked>);
 
-/// Opens every library that works, with the GPUs it sees. The failures of the others are
-/// returned for the log.
+/// Opens every library that works, with the GPUs it sees, placed one after the other
+/// (NVIDIA's first). The failures of the others are returned for the log.
 fn open(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
     let mut open = Vec::new();
     let mut failures = Vec::new();
+    let mut position = 0;
     for opener in openers {
         let mut lib = match opener() {
             Ok(lib) => lib,
@@ -151,7 +144,10 @@ fn open(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
                 }
                 let tracked = devices
                     .into_iter()
-                    .map(|d| Tracked::new(vendor, d))
+                    .map(|d| {
+                        position += 1;
+                        Tracked::new(vendor, d, position - 1)
+                    })
                     .collect();
                 open.push((lib, tracked));
             }
@@ -164,12 +160,9 @@ fn open(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
 /// What the poller does with the GPUs: open the libraries, read every GPU a round.
 struct GpuPolling {
     openers: Vec<Opener>,
-    access: Box<dyn Access>,
     /// Per GPU (vendor, index): whether its last read failed, so a failure is logged once
     /// and its end once.
     failing: HashMap<(&'static str, u32), bool>,
-    /// The process's device constraints when the counted GPUs were last chosen.
-    constraints: Option<Option<String>>,
 }
 
 impl Polling for GpuPolling {
@@ -195,31 +188,6 @@ impl Polling for GpuPolling {
 
     /// Every GPU's failures are its own (logged here, once each): a round always publishes.
     fn round(&mut self, libs: &mut Vec<OpenLibrary>) -> Outcome<Vec<Figure>> {
-        let access = self.access.as_ref();
-        let now_constrained = access.constraints();
-        if self.constraints.as_ref() != Some(&now_constrained) {
-            for (_, gpus) in libs.iter_mut() {
-                for gpu in gpus.iter_mut() {
-                    let counted = access.allows(gpu.figure().device.file);
-                    gpu.set_counted(counted);
-                }
-            }
-            let counted: Vec<String> = libs
-                .iter()
-                .flat_map(|(_, gpus)| gpus.iter().map(Tracked::figure))
-                .filter(|f| f.counted)
-                .map(|f| format!("{} GPU {} ({})", f.vendor, f.device.index, f.device.name))
-                .collect();
-            log::info!(
-                "counting {}",
-                if counted.is_empty() {
-                    "no GPU (this process may open none)".to_string()
-                } else {
-                    counted.join(", ")
-                }
-            );
-            self.constraints = Some(now_constrained);
-        }
         for (lib, gpus) in libs.iter_mut() {
             for gpu in gpus.iter_mut().filter(|g| !g.figure().lost) {
                 let result = gpu.sample(lib.as_mut(), Instant::now());
@@ -260,8 +228,8 @@ impl Polling for GpuPolling {
 impl EnergyReader for GpuReader {
     fn describe(&self) -> String {
         format!(
-            "GPU energy counters (or power) read every {:.2} s by a poller thread, of the \
-             GPUs this process may open (its devices cgroup's)",
+            "GPU energy counters (or power) and each process's use of each GPU, read every \
+             {:.2} s by a poller thread",
             self.period.as_secs_f64()
         )
     }
@@ -281,7 +249,6 @@ impl EnergyReader for GpuReader {
         };
         let mut watts = None;
         for f in &figures {
-            let counted = f.counted;
             let fresh =
                 f.at.is_some_and(|at| now.saturating_duration_since(at) <= missed);
             let seen = self
@@ -289,11 +256,16 @@ impl EnergyReader for GpuReader {
                 .entry((f.vendor, f.device.index))
                 .or_insert(0.0);
             let value = f.energy_uj.max(*seen);
-            if counted {
-                self.total_uj += value - *seen;
-            }
+            self.total_uj += value - *seen;
             *seen = value;
-            if !counted || f.lost {
+            reading.devices.push(DeviceReading {
+                position: f.position,
+                file: f.device.file,
+                energy_uj: value as u64,
+                watts: f.watts.filter(|_| fresh && !f.lost),
+                busy: f.busy.clone(),
+            });
+            if f.lost {
                 continue;
             }
             if fresh {

@@ -1,8 +1,8 @@
-//! The poller and the reader over fake libraries: per-process GPU selection, a hung
-//! library, a lost GPU, no library.
+//! The poller and the reader over fake libraries: every GPU with its device file and its
+//! processes' use, a hung library, a lost GPU, no library.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use super::*;
 
@@ -12,6 +12,7 @@ struct FakeGpu {
     milliwatts: AtomicU64,
     hang: AtomicBool,
     lost: AtomicBool,
+    used: AtomicU64,
 }
 
 struct FakeLib {
@@ -48,31 +49,16 @@ impl GpuLibrary for FakeLib {
     fn power_w(&mut self, _: u32) -> Result<f64, GpuError> {
         Err(GpuError::NotSupported)
     }
-}
-
-/// Device files `(major, minor)` a process may open; `None`: all.
-type Allowed = Option<Vec<(u32, u32)>>;
-
-/// What the fake process may open, changed by the test.
-#[derive(Clone, Default)]
-struct FakeAccess(Arc<Mutex<Allowed>>);
-
-impl Access for FakeAccess {
-    fn constraints(&self) -> Option<String> {
-        Some(format!("{:?}", self.0.lock().expect("lock")))
-    }
-    fn allows(&self, file: Option<(u32, u32)>) -> bool {
-        match (&*self.0.lock().expect("lock"), file) {
-            (None, _) => true,
-            (Some(files), Some(file)) => files.contains(&file),
-            (Some(_), None) => false,
-        }
+    /// One process per GPU, pid 1000 + index, using it at its milliwatts per call.
+    fn process_use(&mut self, index: u32) -> Result<Vec<(u32, u64)>, GpuError> {
+        let gpu = &self.gpus[index as usize];
+        let used = gpu.used.fetch_add(gpu.milliwatts.load(Ordering::SeqCst), Ordering::SeqCst);
+        Ok(vec![(1000 + index, used)])
     }
 }
 
 struct Node {
     gpus: Vec<Arc<FakeGpu>>,
-    access: FakeAccess,
 }
 
 impl Node {
@@ -85,15 +71,7 @@ impl Node {
                 Arc::new(gpu)
             })
             .collect();
-        Self {
-            gpus,
-            access: FakeAccess::default(),
-        }
-    }
-
-    /// Puts the process into a devices cgroup allowing only `files`.
-    fn constrain(&self, files: &[(u32, u32)]) {
-        *self.access.0.lock().expect("lock") = Some(files.to_vec());
+        Self { gpus }
     }
 
     fn reader(&self) -> GpuReader {
@@ -105,12 +83,7 @@ impl Node {
                 started,
             }) as Box<dyn GpuLibrary>)
         });
-        GpuReader::start(
-            vec![opener],
-            Box::new(self.access.clone()),
-            Duration::from_millis(50),
-        )
-        .expect("start")
+        GpuReader::start(vec![opener], Duration::from_millis(50)).expect("start")
     }
 }
 
@@ -133,8 +106,10 @@ fn joules_over(reader: &mut GpuReader, secs: f64) -> f64 {
     (end.energy_uj - start) as f64 / 1e6
 }
 
+/// Every GPU is counted, and each is told with its place, its device file, its own
+/// energy and its processes' use, for the ledger to charge the jobs holding it.
 #[test]
-fn an_unconstrained_process_counts_every_gpu_a_constrained_one_only_its_own() {
+fn every_gpu_is_read_with_its_device_file_and_its_processes_use() {
     let node = Node::new(&[100, 300]);
     let mut all = node.reader();
     let j = joules_over(&mut all, 0.5);
@@ -142,17 +117,20 @@ fn an_unconstrained_process_counts_every_gpu_a_constrained_one_only_its_own() {
         (j - 200.0).abs() < 200.0 * 0.05,
         "{j} J for 400 W over 0.5 s"
     );
+    let r = all.read(Instant::now());
+    let devices: Vec<(u32, Option<(u32, u32)>)> =
+        r.devices.iter().map(|d| (d.position, d.file)).collect();
     // GPU 1 is /dev/nvidia9 (minor 10 - 1)
-    node.constrain(&[(1, 3), (NVIDIA_MAJOR, 9)]);
-    // the process moves into its step's cgroup after it started reading
-    std::thread::sleep(Duration::from_millis(200));
-    let j = joules_over(&mut all, 0.5);
-    assert!(
-        (j - 150.0).abs() < 150.0 * 0.05,
-        "{j} J for 300 W over 0.5 s"
+    assert_eq!(
+        devices,
+        vec![(0, Some((NVIDIA_MAJOR, 10))), (1, Some((NVIDIA_MAJOR, 9)))]
     );
-    let w = all.read(Instant::now()).watts.expect("watts");
-    assert!((w - 300.0).abs() < 15.0, "{w} W");
+    let share = r.devices[1].energy_uj as f64 / r.energy_uj as f64;
+    assert!((share - 0.75).abs() < 0.02, "GPU 1's share {share}");
+    assert_eq!(r.devices[1].busy.len(), 1);
+    let (pid, used) = r.devices[1].busy[0];
+    assert_eq!(pid, 1001);
+    assert!(used > 0 && used % 300_000 == 0, "{used}");
 }
 
 #[test]
@@ -198,12 +176,7 @@ fn a_lost_gpu_stops_counting_while_the_others_go_on() {
 #[test]
 fn without_a_library_the_reading_is_unavailable() {
     let opener: Opener = Box::new(|| Err("cannot load libnvidia-ml.so.1: not found".into()));
-    let mut reader = GpuReader::start(
-        vec![opener],
-        Box::new(FakeAccess::default()),
-        Duration::from_millis(50),
-    )
-    .expect("start");
+    let mut reader = GpuReader::start(vec![opener], Duration::from_millis(50)).expect("start");
     std::thread::sleep(Duration::from_millis(100));
     let r = reader.read(Instant::now());
     assert!(!r.complete && r.energy_uj == 0, "{r:?}");

@@ -39,8 +39,10 @@ pub struct Figure {
     pub at: Option<Instant>,
     /// Lost (fallen off the bus): its energy so far is kept, it is not read again.
     pub lost: bool,
-    /// This process is accounted for this GPU (may open its device file).
-    pub counted: bool,
+    /// Its place among all the node's GPUs the libraries see.
+    pub position: u32,
+    /// Each process's use of it so far ([`GpuLibrary::process_use`]).
+    pub busy: Vec<(u32, u64)>,
 }
 
 #[derive(Debug)]
@@ -56,7 +58,7 @@ pub struct Tracked {
 }
 
 impl Tracked {
-    pub fn new(vendor: &'static str, device: Device) -> Self {
+    pub fn new(vendor: &'static str, device: Device, position: u32) -> Self {
         Self {
             figure: Figure {
                 vendor,
@@ -65,7 +67,8 @@ impl Tracked {
                 watts: None,
                 at: None,
                 lost: false,
-                counted: false,
+                position,
+                busy: Vec::new(),
             },
             mode: Mode::Unknown,
             counter: WrappingCounter::new(MODULUS, MAX_GPU_WATTS * 1e6),
@@ -77,10 +80,6 @@ impl Tracked {
 
     pub fn figure(&self) -> &Figure {
         &self.figure
-    }
-
-    pub fn set_counted(&mut self, counted: bool) {
-        self.figure.counted = counted;
     }
 
     fn name(&self) -> String {
@@ -128,6 +127,10 @@ impl Tracked {
             }
         }
         self.figure.at = Some(now);
+        // a GPU that reports no use per process (MIG) is split by the shares held
+        if let Ok(busy) = lib.process_use(index) {
+            self.figure.busy = busy;
+        }
         Ok(note)
     }
 
@@ -214,6 +217,7 @@ mod tests {
                 file: Some((195, 0)),
                 name: "GPU-0".into(),
             },
+            0,
         )
     }
 

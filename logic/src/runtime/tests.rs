@@ -104,14 +104,14 @@ impl Source for Fake {
     }
 }
 
-/// A fake source that, like rust_gpu, measures in a step only what the step owns.
-struct OwnedFake;
+/// A fake source that, like rust_gpu, measures devices Slurm allocates to jobs.
+struct DeviceFake;
 
-impl Source for OwnedFake {
+impl Source for DeviceFake {
     type Config = FakeConfig;
     type Reader = FakeReader;
     const KEYS: &'static [&'static str] = &[KEY_ID];
-    const ATTRIBUTED_BY_OWNERSHIP: bool = true;
+    const ALLOCATED_DEVICES: bool = true;
 
     fn parse_config(values: &KeyValues) -> Result<FakeConfig, ConfigError> {
         Fake::parse_config(values)
@@ -395,10 +395,10 @@ fn a_bad_attribution_is_node_wide_and_shared_without_a_site_is_too() {
     assert!(hw.opened.load(Ordering::SeqCst) >= 2);
 }
 
-/// In `shared` mode a step reads its share from the ledger, unless its source measures
-/// only what the step owns (rust_gpu), whose figure is the step's own already.
+/// Every step reads its figure from slurmd's ledger, a source of allocated devices
+/// (rust_gpu) too: no step opens the hardware.
 #[test]
-fn shared_mode_leaves_a_source_of_owned_devices_unsplit() {
+fn every_step_reads_the_ledger_never_the_hardware() {
     let spool = tempfile::tempdir().expect("spool");
     let site = Site {
         spool: spool.path().to_path_buf(),
@@ -416,15 +416,13 @@ fn shared_mode_leaves_a_source_of_owned_devices_unsplit() {
     };
     let split: Runtime<Fake, TestHost> = Runtime::new(step_host());
     split.configure(0, &values).expect("conf_set");
-    let owned: Runtime<OwnedFake, TestHost> = Runtime::new(step_host());
-    owned.configure(0, &values).expect("conf_set");
-    assert_eq!(consumed(&owned, Query::NodeEnergyUp), Some(0));
+    let devices: Runtime<DeviceFake, TestHost> = Runtime::new(step_host());
+    devices.configure(0, &values).expect("conf_set");
     set_joules(&hw, 12);
-    // an ordinary source's step reads its share from the ledger (which no slurmd keeps
-    // here: no figure), never the hardware; a source of owned devices measures them itself
+    // the ledger (which no slurmd keeps here) gives no figure: unavailable, not 0 J
     assert_eq!(consumed(&split, Query::NodeEnergyUp), None);
-    assert_eq!(consumed(&owned, Query::NodeEnergyUp), Some(7));
-    assert_eq!(hw.opened.load(Ordering::SeqCst), 1);
+    assert_eq!(consumed(&devices, Query::NodeEnergyUp), None);
+    assert_eq!(hw.opened.load(Ordering::SeqCst), 0);
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Slurm host lists (`n[1-3,7],gpu[01-02]`) to node names, in order: a step's
-//! `*_nodeid` fields index its node list.
+//! Slurm host lists (`n[1-3,7],gpu[01-02]`, gres.conf's `/dev/nvidia[0-3]`) to names, in
+//! order: a step's `*_nodeid` fields index its node list.
 
 use thiserror::Error;
 
