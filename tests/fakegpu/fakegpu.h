@@ -16,6 +16,9 @@
  *              for a GPU the process may not open) | reload@<unix ns> (the driver reloaded then: the
  *              counter restarts from 0 at that instant).
  *   driver     "missing": initialisation fails as without a loaded driver.
+ *   procs.<minor>  "<pid> <sm%>" lines, appended by use_gpu.sh: the processes using the GPU
+ *              and their SM utilization while they live. The driver samples every
+ *              SAMPLE_US and keeps BUFFER_SAMPLES periods; a process with 0% is not reported.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -24,9 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#include <errno.h>
 #include <unistd.h>
 
 #define MAX_GPUS 16
+#define SAMPLE_US 100000ULL
+#define BUFFER_SAMPLES 30ULL
+#define MAX_PROCS 64
 #define COUNTER_OFFSET_J 123456.0
 
 static char control_dir[PATH_MAX];
@@ -150,4 +158,23 @@ static double counter_joules(unsigned minor, double reload_ns, double *watts_now
     if (reload_ns > 0 && reload_ns <= now)
         return schedule_joules(minor, reload_ns, now, watts_now);
     return COUNTER_OFFSET_J + schedule_joules(minor, 0, now, watts_now);
+}
+
+/* The live processes using GPU `minor` with a non-zero SM utilization, from procs.<minor>. */
+__attribute__((unused)) static unsigned gpu_procs(unsigned minor, unsigned *pids, unsigned *utils)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/procs.%u", control_dir, minor);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    unsigned n = 0, pid, util;
+    while (n < MAX_PROCS && fscanf(f, "%u %u", &pid, &util) == 2) {
+        if (util == 0 || (kill((pid_t)pid, 0) != 0 && errno != EPERM))
+            continue;
+        pids[n] = pid;
+        utils[n++] = util;
+    }
+    fclose(f);
+    return n;
 }

@@ -10,6 +10,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_NO_PERMISSION 4
+#define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
 #define NVML_ERROR_GPU_IS_LOST 15
@@ -49,6 +50,7 @@ const char *nvmlErrorString(nvmlReturn_t result)
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
@@ -128,5 +130,57 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
         return NVML_ERROR_GPU_IS_LOST;
     counter_joules(minor, reload_ns, &watts);
     *power = (unsigned int)(watts * 1000.0);
+    return NVML_SUCCESS;
+}
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+/*
+ * The samples of the sampling periods that ended after `lastSeenTimeStamp` (CPU µs) and
+ * are still in the driver's buffer, one per live process with a non-zero use per period.
+ * A NULL buffer asks for the count (INSUFFICIENT_SIZE with it); NOT_FOUND when none is new.
+ */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                             nvmlProcessUtilizationSample_t *utilization,
+                                             unsigned int *processSamplesCount,
+                                             unsigned long long lastSeenTimeStamp)
+{
+    if (!valid(device) || !processSamplesCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    double reload_ns;
+    unsigned minor = gpu_minor[device->index];
+    if (gpu_mode(minor, &reload_ns) == MODE_LOST)
+        return NVML_ERROR_GPU_IS_LOST;
+    unsigned pids[MAX_PROCS], utils[MAX_PROCS];
+    unsigned procs = gpu_procs(minor, pids, utils);
+    unsigned long long now_us = (unsigned long long)(now_ns() / 1000.0);
+    unsigned long long last_end = now_us / SAMPLE_US * SAMPLE_US;
+    unsigned long long first_end = last_end - (BUFFER_SAMPLES - 1) * SAMPLE_US;
+    if (first_end <= lastSeenTimeStamp)
+        first_end = (lastSeenTimeStamp / SAMPLE_US + 1) * SAMPLE_US;
+    unsigned periods = first_end <= last_end ? (unsigned)((last_end - first_end) / SAMPLE_US + 1) : 0;
+    unsigned needed = periods * procs;
+    if (needed == 0) {
+        *processSamplesCount = 0;
+        return NVML_ERROR_NOT_FOUND;
+    }
+    if (!utilization || *processSamplesCount < needed) {
+        *processSamplesCount = needed;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    unsigned n = 0;
+    for (unsigned p = 0; p < periods; p++)
+        for (unsigned i = 0; i < procs; i++) {
+            nvmlProcessUtilizationSample_t *s = &utilization[n++];
+            s->pid = pids[i];
+            s->timeStamp = first_end + p * SAMPLE_US;
+            s->smUtil = utils[i];
+            s->memUtil = s->encUtil = s->decUtil = 0;
+        }
+    *processSamplesCount = n;
     return NVML_SUCCESS;
 }

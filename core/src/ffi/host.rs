@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use super::daemon;
 use crate::attribution::Site;
+use crate::attribution::gres::GresOrder;
 use crate::runtime::{Daemon, Host};
 
 pub struct SlurmHost;
@@ -29,5 +30,9 @@ impl Host for SlurmHost {
 
     fn attribution_site(&self) -> Result<Site, String> {
         super::slurm_conf::attribution_site()
+    }
+
+    fn gres_order(&self) -> Result<GresOrder, String> {
+        super::slurm_conf::gres_order()
     }
 }

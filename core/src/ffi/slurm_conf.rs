@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use slurm_sys::slurm_conf_t;
 
+use crate::attribution::gres::GresOrder;
 use crate::attribution::{Site, cgroup_mountpoint, spool_for_node};
 
 fn text(p: *const c_char) -> String {
@@ -70,4 +71,17 @@ pub fn attribution_site() -> Result<Site, String> {
         &text(conf.task_plugin),
         &cgroup_mountpoint(&cgroup_conf),
     )
+}
+
+/// How slurmd numbers this node's GPUs: from gres.conf beside slurm.conf (in configless
+/// mode both are in slurmd's cache, where `slurm_conf.slurm_conf` points).
+pub fn gres_order() -> Result<GresOrder, String> {
+    let conf = slurm_conf().ok_or("this Slurm exports no slurm_conf")?;
+    let path = Path::new(&text(conf.slurm_conf))
+        .parent()
+        .map(|dir| dir.join("gres.conf"))
+        .ok_or("slurm.conf has no directory")?;
+    let gres = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    GresOrder::parse(&gres, &node_name()).map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -65,8 +65,9 @@ impl Holders {
     }
 
     /// What `step` (its slurmstepd `stepd`, when found) holds: `(position, shares)`. Its
-    /// allocation is read from the first of its tasks that has started; until then, and
-    /// for the extern step (which has no tasks of its own), nothing.
+    /// allocation is read from the first of its tasks that has started; until then
+    /// nothing. The extern step has no tasks of its own: it is charged its job's devices
+    /// ([`super::ledger::Split::Devices`]).
     pub fn holds(
         &mut self,
         procs: &Procs,

@@ -576,11 +576,16 @@ impl Ledger {
                 .charge(&mut job.account, began, now, held, obs.settled);
             for s in &o.steps {
                 job.held.extend(s.holds.iter().map(|(p, _)| *p));
-                let joules = s
-                    .holds
-                    .iter()
-                    .filter_map(|(p, _)| parts.get(&(o.job, *p)))
-                    .sum();
+                // the extern step is the job's container (with PrologFlags=Contain its
+                // figure is the job's in accounting): all the job's devices
+                let joules = if s.id == StepId::EXTERN {
+                    held
+                } else {
+                    s.holds
+                        .iter()
+                        .filter_map(|(p, _)| parts.get(&(o.job, *p)))
+                        .sum()
+                };
                 let step = job.steps.entry(s.id).or_insert_with(|| Step {
                     account: Account::since(s.started.map_or(now, unix).min(now)),
                     ..Step::default()
@@ -1186,6 +1191,78 @@ mod tests {
     }
 
     /// In node mode the ledger keeps the node's account only.
+    /// Two GPUs: GPU 0 shared by two jobs holding 2 shards each, one busy and one idle;
+    /// GPU 1 held by nobody for 2 s, then by a job whose tasks start late (charged from
+    /// its start); every job's extern step carries the job's devices.
+    #[test]
+    fn devices_are_charged_to_the_jobs_holding_them() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let mut ledger = Ledger::default();
+        let split = Split::Devices {
+            idle_watts: Some(40.0),
+        };
+        let at = |secs: u64| (t0 + Duration::from_secs(secs), w0 + Duration::from_secs(secs));
+        let holder = |job: u32, holds: Vec<(u32, f64)>| ObservedJob {
+            job,
+            counters: None,
+            steps: vec![
+                ObservedStep {
+                    holds: vec![],
+                    ..step(StepId::EXTERN, None)
+                },
+                ObservedStep {
+                    holds,
+                    started: Some(w0),
+                    ..step(StepId(0), None)
+                },
+            ],
+        };
+        // per second: GPU 0 at 240 W, GPU 1 at 100 W
+        let sample = |secs: u64, late_holds: bool, busy: Vec<(u32, f64)>| {
+            let (at, wall) = at(secs);
+            let late = if late_holds { vec![(1, 1.0)] } else { vec![] };
+            Observation {
+                at,
+                wall,
+                node_uj: secs * 340_000_000,
+                settled: true,
+                jobs: vec![
+                    holder(1, vec![(0, 2.0)]),
+                    holder(2, vec![(0, 2.0)]),
+                    holder(3, late),
+                ],
+                parts: vec![],
+                devices: vec![
+                    ObservedDevice {
+                        position: 0,
+                        energy_uj: secs * 240_000_000,
+                        busy,
+                    },
+                    ObservedDevice {
+                        position: 1,
+                        energy_uj: secs * 100_000_000,
+                        busy: vec![],
+                    },
+                ],
+            }
+        };
+        ledger.update(&sample(0, false, vec![]), split, PERIOD);
+        ledger.update(&sample(1, false, vec![(1, 80.0)]), split, PERIOD);
+        ledger.update(&sample(2, false, vec![(1, 80.0)]), split, PERIOD);
+        ledger.update(&sample(3, true, vec![(1, 80.0)]), split, PERIOD);
+        let joules = |job, step| ledger.step(job, step).expect("step").joules;
+        // GPU 0: 3 s x (20 W each of the static 40, the busy job the other 200 W)
+        assert_eq!(joules(1, StepId(0)), 3.0 * 220.0);
+        assert_eq!(joules(2, StepId(0)), 3.0 * 20.0);
+        // GPU 1 from job 3's start, though its tasks told it only at the third second
+        assert_eq!(joules(3, StepId(0)), 300.0);
+        for job in 1..=3 {
+            assert_eq!(joules(job, StepId::EXTERN), joules(job, StepId(0)));
+            assert_eq!(ledger.job(job).expect("job").joules, joules(job, StepId(0)));
+        }
+        assert_eq!(ledger.node().joules, 3.0 * 340.0);
+    }
+
     #[test]
     fn node_mode_keeps_the_node_account() {
         let (t0, w0) = (Instant::now(), SystemTime::now());
