@@ -4,10 +4,10 @@
 use serde::Serialize;
 
 use crate::carbon::{JOULES_PER_KWH, Tariff};
-use slurm_energy_logic::hostlist;
 use crate::presence::Presence;
 use crate::record::{EXTERN_STEP, JobRow, StepRow, StepUsage, step_name};
 use crate::tres::{self, ENERGY};
+use slurm_energy_logic::hostlist;
 
 /// `job_states` (`slurm.h`) as sacct names them.
 fn state_name(state: u32) -> &'static str {

@@ -40,51 +40,50 @@ fn gpu_driver(
 }
 
 /// Two GPUs enumerated in the reverse order of their minors, at different powers with a
-/// power step: the node (slurmd) and an unconstrained step both get the sum.
+/// power step: slurmd's node figure and its figure since a first read both get the sum (a
+/// step's own figure comes from slurmd's ledger: tests/cluster_gpu.rs).
 #[test]
 fn node_and_step_energy_match_the_truth_for_both_vendors() {
     if !root_or_skip("node_and_step_energy_match_the_truth_for_both_vendors") {
         return;
     }
     for (vendor, minors) in [(Vendor::Nvidia, [5, 3]), (Vendor::Amd, [129, 128])] {
-        for program in ["slurmd", "slurmstepd"] {
-            let tmp = tempfile::tempdir().expect("tempdir");
-            let fake = FakeGpus::new(vendor, &minors);
-            let d = gpu_driver(
-                tmp.path(),
-                &fake,
-                program,
-                "sleep=500 step sleep=4500 step node config",
-            );
-            sleep(Duration::from_millis(1000));
-            fake.set_power(minors[0], 180.0);
-            fake.set_power(minors[1], 95.5);
-            sleep(Duration::from_millis(1500));
-            fake.set_power(minors[0], 320.0);
-            sleep(Duration::from_millis(1500));
-            fake.set_power(minors[0], 0.0);
-            fake.set_power(minors[1], 0.0);
-            let end = now_ns();
-            let truth = fake.truth(minors[0], end) + fake.truth(minors[1], end);
-            let (out, err) = finish(d);
-            println!("{vendor:?} {program}: {out}{err}");
-            assert_close(
-                &format!("{vendor:?} {program} step"),
-                joules(&out, "step", 1),
-                truth,
-                0.005,
-            );
-            assert_close(
-                &format!("{vendor:?} {program} node"),
-                joules(&out, "node", 0),
-                truth,
-                0.005,
-            );
-            assert!(
-                out.contains(&format!("config {}={}", vendor.key(), fake.library())),
-                "{out}"
-            );
-        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let fake = FakeGpus::new(vendor, &minors);
+        let d = gpu_driver(
+            tmp.path(),
+            &fake,
+            "slurmd",
+            "sleep=500 step sleep=4500 step node config",
+        );
+        sleep(Duration::from_millis(1000));
+        fake.set_power(minors[0], 180.0);
+        fake.set_power(minors[1], 95.5);
+        sleep(Duration::from_millis(1500));
+        fake.set_power(minors[0], 320.0);
+        sleep(Duration::from_millis(1500));
+        fake.set_power(minors[0], 0.0);
+        fake.set_power(minors[1], 0.0);
+        let end = now_ns();
+        let truth = fake.truth(minors[0], end) + fake.truth(minors[1], end);
+        let (out, err) = finish(d);
+        println!("{vendor:?}: {out}{err}");
+        assert_close(
+            &format!("{vendor:?} step"),
+            joules(&out, "step", 1),
+            truth,
+            0.005,
+        );
+        assert_close(
+            &format!("{vendor:?} node"),
+            joules(&out, "node", 0),
+            truth,
+            0.005,
+        );
+        assert!(
+            out.contains(&format!("config {}={}", vendor.key(), fake.library())),
+            "{out}"
+        );
     }
 }
 
@@ -100,7 +99,7 @@ fn power_integration_and_a_driver_reload() {
     let d = gpu_driver(
         tmp.path(),
         &fake,
-        "slurmstepd",
+        "slurmd",
         "sleep=500 step sleep=5500 step",
     );
     sleep(Duration::from_millis(1000));
@@ -187,7 +186,7 @@ fn a_lost_gpu_is_only_that_gpu() {
     let d = gpu_driver(
         tmp.path(),
         &fake,
-        "slurmstepd",
+        "slurmd",
         "sleep=500 step sleep=3500 step",
     );
     sleep(Duration::from_millis(800));

@@ -271,7 +271,11 @@ impl GpuLibrary for Nvml {
         }
         let horizon = state.last_seen.saturating_sub(FORGET_PROCESS_US);
         state.busy.retain(|_, (_, at)| *at >= horizon);
-        Ok(state.busy.iter().map(|(pid, (busy, _))| (*pid, *busy)).collect())
+        Ok(state
+            .busy
+            .iter()
+            .map(|(pid, (busy, _))| (*pid, *busy))
+            .collect())
     }
 }
 

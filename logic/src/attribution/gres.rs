@@ -114,7 +114,12 @@ impl GresOrder {
 
 fn device_number(path: &Path) -> Option<(u32, u32)> {
     let rdev = std::fs::metadata(path).ok()?.rdev();
-    (rdev != 0).then(|| (nix::sys::stat::major(rdev) as u32, nix::sys::stat::minor(rdev) as u32))
+    (rdev != 0).then(|| {
+        (
+            nix::sys::stat::major(rdev) as u32,
+            nix::sys::stat::minor(rdev) as u32,
+        )
+    })
 }
 
 /// What a step holds of the node's GPUs, from one of its tasks' environment.
@@ -180,7 +185,8 @@ pub fn allocation(environ: &[u8], step: StepId) -> Option<Allocation> {
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|v| v.is_finite() && *v > 0.0)
     };
-    let shares = number("SLURM_SHARDS_ON_NODE").or_else(|| number("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+    let shares =
+        number("SLURM_SHARDS_ON_NODE").or_else(|| number("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
     Some(Allocation { gpus, shares })
 }
 
@@ -225,11 +231,16 @@ mod tests {
             Ok(GresOrder::Files(vec!["/dev/nvidia4".into()]))
         );
         let bad = GresOrder::parse("Name=gpu File=/dev/nvidia[1-\n", "n1").expect_err("bad");
-        assert!(bad.contains("line 1") && bad.contains("File=/dev/nvidia[1-"), "{bad}");
+        assert!(
+            bad.contains("line 1") && bad.contains("File=/dev/nvidia[1-"),
+            "{bad}"
+        );
     }
 
     fn env(vars: &[&str]) -> Vec<u8> {
-        vars.iter().flat_map(|v| format!("{v}\0").into_bytes()).collect()
+        vars.iter()
+            .flat_map(|v| format!("{v}\0").into_bytes())
+            .collect()
     }
 
     #[test]
@@ -248,10 +259,18 @@ mod tests {
             allocation(&task, StepId::BATCH).map(|a| a.gpus),
             Some(vec![0, 1])
         );
-        let shards = env(&["SLURM_JOB_ID=7", "SLURM_STEP_GPUS=0-1", "SLURM_SHARDS_ON_NODE=4"]);
+        let shards = env(&[
+            "SLURM_JOB_ID=7",
+            "SLURM_STEP_GPUS=0-1",
+            "SLURM_SHARDS_ON_NODE=4",
+        ]);
         let a = allocation(&shards, step).expect("a task");
         assert_eq!((a.gpus.clone(), a.shares_per_gpu()), (vec![0, 1], 2.0));
-        let mps = env(&["SLURM_JOB_ID=7", "SLURM_STEP_GPUS=2", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=15"]);
+        let mps = env(&[
+            "SLURM_JOB_ID=7",
+            "SLURM_STEP_GPUS=2",
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=15",
+        ]);
         assert_eq!(allocation(&mps, step).map(|a| a.shares), Some(Some(15.0)));
         // a task without GPUs holds none; a process that is not a task yet tells nothing
         assert_eq!(

@@ -79,9 +79,10 @@ impl Holders {
             return Vec::new();
         }
         if !self.allocations.contains_key(&step) {
-            let found = stepd.into_iter().flat_map(|pid| procs.children(pid)).find_map(|task| {
-                allocation(&procs.environ(task)?, step.1)
-            });
+            let found = stepd
+                .into_iter()
+                .flat_map(|pid| procs.children(pid))
+                .find_map(|task| allocation(&procs.environ(task)?, step.1));
             match found {
                 Some(a) => {
                     if !a.gpus.is_empty() {
@@ -173,7 +174,10 @@ mod tests {
 
     fn task(root: &Path, stepd: u32, pid: u32, env: &str) {
         child(root, stepd, pid);
-        write(&root.join(format!("{pid}/environ")), &env.replace(' ', "\0"));
+        write(
+            &root.join(format!("{pid}/environ")),
+            &env.replace(' ', "\0"),
+        );
         write(
             &root.join(format!("{pid}/stat")),
             &format!("{pid} (sh) S {stepd} 1 1 0"),
@@ -206,14 +210,32 @@ mod tests {
         // stand-in numbers for the two files: as if nvidia3 and nvidia5
         holders.files = vec![Some((195, 3)), Some((195, 5))];
         let procs = Procs::from_path(root);
-        assert!(holders.holds(&procs, (7, StepId(0)), Some(100), &devices).is_empty());
-        task(root, 100, 40, "SLURM_JOB_ID=7 SLURM_STEP_GPUS=1 SLURM_SHARDS_ON_NODE=2");
-        task(root, 200, 50, "SLURM_JOB_ID=8 SLURM_JOB_GPUS=1 SLURM_SHARDS_ON_NODE=2");
+        assert!(
+            holders
+                .holds(&procs, (7, StepId(0)), Some(100), &devices)
+                .is_empty()
+        );
+        task(
+            root,
+            100,
+            40,
+            "SLURM_JOB_ID=7 SLURM_STEP_GPUS=1 SLURM_SHARDS_ON_NODE=2",
+        );
+        task(
+            root,
+            200,
+            50,
+            "SLURM_JOB_ID=8 SLURM_JOB_GPUS=1 SLURM_SHARDS_ON_NODE=2",
+        );
         assert_eq!(
             holders.holds(&procs, (7, StepId(0)), Some(100), &devices),
             vec![(0, 2.0)]
         );
-        assert!(holders.holds(&procs, (7, StepId::EXTERN), Some(100), &devices).is_empty());
+        assert!(
+            holders
+                .holds(&procs, (7, StepId::EXTERN), Some(100), &devices)
+                .is_empty()
+        );
         assert_eq!(
             holders.holds(&procs, (8, StepId::BATCH), Some(200), &devices),
             vec![(0, 2.0)]

@@ -511,7 +511,12 @@ impl Ledger {
                     .map(|(_, shares)| *shares)
                     .max_by(f64::total_cmp);
                 if let Some(shares) = shares {
-                    let busy = d.busy.iter().filter(|(j, _)| *j == o.job).map(|(_, b)| b).sum();
+                    let busy = d
+                        .busy
+                        .iter()
+                        .filter(|(j, _)| *j == o.job)
+                        .map(|(_, b)| b)
+                        .sum();
                     holders.push(o);
                     uses.push(DeviceUse { shares, busy });
                 }
@@ -1201,7 +1206,12 @@ mod tests {
         let split = Split::Devices {
             idle_watts: Some(40.0),
         };
-        let at = |secs: u64| (t0 + Duration::from_secs(secs), w0 + Duration::from_secs(secs));
+        let at = |secs: u64| {
+            (
+                t0 + Duration::from_secs(secs),
+                w0 + Duration::from_secs(secs),
+            )
+        };
         let holder = |job: u32, holds: Vec<(u32, f64)>| ObservedJob {
             job,
             counters: None,

@@ -89,7 +89,11 @@ impl Procs {
     /// The parent of `pid` (`/proc/<pid>/stat`'s 4th field); `None` once it is gone.
     pub fn parent(&self, pid: u32) -> Option<u32> {
         let stat = fs::read_to_string(self.root.join(pid.to_string()).join("stat")).ok()?;
-        stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+        stat[stat.rfind(')')? + 1..]
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
     }
 
     /// The name of the thread that calls (`/proc/thread-self/comm`): Slurm names its own.

@@ -52,7 +52,9 @@ impl GpuLibrary for FakeLib {
     /// One process per GPU, pid 1000 + index, using it at its milliwatts per call.
     fn process_use(&mut self, index: u32) -> Result<Vec<(u32, u64)>, GpuError> {
         let gpu = &self.gpus[index as usize];
-        let used = gpu.used.fetch_add(gpu.milliwatts.load(Ordering::SeqCst), Ordering::SeqCst);
+        let used = gpu
+            .used
+            .fetch_add(gpu.milliwatts.load(Ordering::SeqCst), Ordering::SeqCst);
         Ok(vec![(1000 + index, used)])
     }
 }
