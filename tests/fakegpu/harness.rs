@@ -168,6 +168,25 @@ impl FakeGpus {
         )
     }
 
+    /// A shell command by which the caller uses the GPU Slurm gave it (its first GRES
+    /// index, a place in `minors`, gres.conf's order) at `sm` percent while it lives.
+    pub fn use_gpu_command(&self, minors: &[u32], sm: u32) -> String {
+        let minors: Vec<String> = minors.iter().map(u32::to_string).collect();
+        format!(
+            "sh {} {} {} {sm}",
+            fakegpu_dir().join("use_gpu.sh").display(),
+            self.dir.path().display(),
+            minors.join(",")
+        )
+    }
+
+    /// A shell command that sets the power of the GPU Slurm gave the caller (its first
+    /// GRES index, a place in `minors`, gres.conf's order).
+    pub fn set_gres_power_command(&self, minors: &[u32], watts: f64) -> String {
+        let minors: Vec<String> = minors.iter().map(u32::to_string).collect();
+        self.set_power_command(&format!("gres:{}", minors.join(",")), watts)
+    }
+
     /// See fakegpu.h: ok, hang, lost, nosupport, reload@<ns>.
     pub fn set_mode(&self, minor: u32, mode: &str) {
         self.write(&format!("mode.{minor}"), mode);

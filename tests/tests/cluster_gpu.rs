@@ -1,7 +1,9 @@
-//! rust_gpu in a real Slurm cluster with GPU GRES: a node with two stand-in NVIDIA GPUs
-//! (device files made in a temp dir, gres.conf `File=`), task/cgroup constraining
-//! devices, jobs each given one GPU at different powers, each charged its own GPU's
-//! energy; and rust_gpu stacked with rust_rapl, where Slurm sums the two.
+//! rust_gpu in a real Slurm cluster with GPU GRES (stand-in NVIDIA GPUs, device files made
+//! in a temp dir, gres.conf `File=`): jobs each given one GPU at different powers, each
+//! charged its own GPU's energy, with task/cgroup constraining devices and without any
+//! constraint (and a GPU Slurm does not manage, charged to nobody); rust_gpu stacked with
+//! rust_rapl, where Slurm sums the two; GPUs shared by `gres/shard` and `gres/mps`, split
+//! by the shares held and by use.
 
 #[path = "../fakegpu/harness.rs"]
 mod fakegpu;
@@ -19,9 +21,9 @@ use support::*;
 const MINORS: [u32; 2] = [5, 3];
 
 /// Makes `/dev/nvidiaN`-like character devices (major 195) for the gres.conf.
-fn device_files(dir: &Path) {
+fn device_files(dir: &Path, minors: &[u32]) {
     std::fs::create_dir_all(dir).expect("mkdir");
-    for minor in MINORS {
+    for &minor in minors {
         let path = dir.join(format!("nvidia{minor}"));
         let status = std::process::Command::new("mknod")
             .arg(&path)
@@ -30,6 +32,41 @@ fn device_files(dir: &Path) {
             .expect("mknod");
         assert!(status.success(), "mknod {}", path.display());
     }
+}
+
+/// The power schedule's changes: `(unix ns, minor, watts)`.
+fn changes(fake: &FakeGpus) -> Vec<(f64, u32, f64)> {
+    std::fs::read_to_string(fake.dir.path().join("power.log"))
+        .expect("power.log")
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((
+                f.first()?.parse().ok()?,
+                f.get(1)?.parse().ok()?,
+                f.get(2)?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// The GPU a job set to `watts` (its first change to that power).
+fn minor_set_to(fake: &FakeGpus, watts: f64) -> u32 {
+    changes(fake)
+        .iter()
+        .find(|(_, _, w)| *w == watts)
+        .map(|(_, m, _)| *m)
+        .expect("the job set its power")
+}
+
+/// When GPU `minor` was set to `watts`, the `n`th time.
+fn set_at(fake: &FakeGpus, minor: u32, watts: f64, n: usize) -> f64 {
+    changes(fake)
+        .iter()
+        .filter(|(_, m, w)| *m == minor && *w == watts)
+        .nth(n)
+        .map(|(t, _, _)| *t)
+        .unwrap_or_else(|| panic!("GPU {minor} was not set to {watts} W {} times", n + 1))
 }
 
 /// Removes the devices cgroups Slurm leaves behind for this cluster's jobs.
@@ -80,7 +117,7 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
         return;
     };
     let devices = tmp.path().join("dev");
-    device_files(&devices);
+    device_files(&devices, &MINORS);
     let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);
     let gres = format!(
         "AutoDetect=off\nName=gpu File={}\nName=gpu File={}\n",
@@ -155,21 +192,7 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
     let end = now_ns();
     // which GPU each job had: the power schedule names it (its first change)
     let log = std::fs::read_to_string(fake.dir.path().join("power.log")).expect("power.log");
-    let changes: Vec<(u32, f64)> = log
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            Some((f.get(1)?.parse().ok()?, f.get(2)?.parse().ok()?))
-        })
-        .collect();
-    let minor_at = |watts: f64| {
-        changes
-            .iter()
-            .find(|(_, w)| *w == watts)
-            .map(|(m, _)| *m)
-            .expect("the job set its power")
-    };
-    let (m150, m260) = (minor_at(150.0), minor_at(260.0));
+    let (m150, m260) = (minor_set_to(&fake, 150.0), minor_set_to(&fake, 260.0));
     assert_ne!(m150, m260, "the two jobs were given different GPUs");
     // the GPUs' schedules, split at the third job's start (its 200 W)
     let third_start: f64 = log
@@ -248,4 +271,224 @@ fn slurmd_stops_promptly_while_an_nvml_call_hangs() {
     fake.set_mode(MINORS[0], "ok");
     println!("slurmd stopped in {took:?} with an NVML call hanging");
     cluster.assert_stopped_promptly("n1", took);
+}
+
+/// Without `ConstrainDevices` (no task/cgroup at all) every job may open every GPU: each
+/// is still charged only the GPU Slurm gave it, found from its allocation. A third GPU
+/// that gres.conf does not name, drawing 77 W throughout, is charged to no job.
+#[test]
+fn without_device_constraints_each_job_pays_only_the_gpu_it_was_given() {
+    let Some(tmp) =
+        root_test_dir("without_device_constraints_each_job_pays_only_the_gpu_it_was_given")
+    else {
+        return;
+    };
+    let devices = tmp.path().join("dev");
+    device_files(&devices, &MINORS);
+    // NVML enumerates 5, 3 and the unmanaged 7; gres.conf orders 3, 5
+    let fake = FakeGpus::new(Vendor::Nvidia, &[5, 3, 7]);
+    fake.set_power(7, 77.0);
+    let gres_order = [3, 5];
+    let gres = format!(
+        "AutoDetect=off\nName=gpu File={}\nName=gpu File={}\n",
+        devices.join("nvidia3").display(),
+        devices.join("nvidia5").display()
+    );
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_gpu",
+            acct_gather: &fake.acct_gather(),
+            node_options: "Gres=gpu:2 ",
+            gres_conf: &gres,
+            extra_conf: "GresTypes=gpu\n",
+            ..ClusterSpec::default()
+        },
+    );
+    let gpu_job = |watts: f64| {
+        cluster.sbatch(&format!(
+            "#!/bin/sh\n#SBATCH --gres=gpu:1\nsrun -n1 sh -c '{}; sleep 20; {}'\n",
+            fake.set_gres_power_command(&gres_order, watts),
+            fake.set_gres_power_command(&gres_order, 0.0)
+        ))
+    };
+    let jobs = [gpu_job(100.0), gpu_job(300.0)];
+    for job in jobs {
+        cluster.wait_job(job, Duration::from_secs(120));
+    }
+    let end = now_ns();
+    let minors = [minor_set_to(&fake, 100.0), minor_set_to(&fake, 300.0)];
+    assert_ne!(
+        minors[0], minors[1],
+        "the two jobs were given different GPUs"
+    );
+    for (job, minor) in jobs.into_iter().zip(minors) {
+        let truth = fake.truth(minor, end);
+        let rows = cluster.energy(job);
+        for id in [job.to_string(), format!("{job}.batch"), format!("{job}.0")] {
+            assert_close(
+                &format!("job {id} on GPU {minor}"),
+                energy_of(&rows, &id),
+                truth,
+                0.005,
+            );
+        }
+    }
+}
+
+/// What [`shared_gpu`] measured.
+struct SharedRun {
+    /// Each job's figure: (the job's, its step 0's).
+    jobs: [(f64, f64); 2],
+    /// The GPU's joules in its 40 W phases.
+    idle_j: f64,
+    /// The GPU's joules in its 240 W phase.
+    busy_j: f64,
+}
+
+/// Two jobs sharing one GPU by `gres_name` (its whole count `count`), with `shares` each
+/// and their processes' SM use `sm`: the first job sets the GPU's power, once both hold
+/// it, to 40 W (its idle), 240 W, 40 W and 0 W.
+fn shared_gpu(
+    test: &str,
+    gres_name: &str,
+    count: u32,
+    shares: [u32; 2],
+    sm: [u32; 2],
+) -> Option<SharedRun> {
+    let tmp = root_test_dir(test)?;
+    let devices = tmp.path().join("dev");
+    device_files(&devices, &[3]);
+    let fake = FakeGpus::new(Vendor::Nvidia, &[3, 7]);
+    fake.set_power(7, 77.0);
+    let gpu = devices.join("nvidia3");
+    let gres = format!(
+        "AutoDetect=off\nName=gpu File={}\nName={gres_name} Count={count} File={}\n",
+        gpu.display(),
+        gpu.display()
+    );
+    let acct_gather = format!("{}EnergyAttributionIdleWatts=40\n", fake.acct_gather());
+    let node_options = format!("Gres=gpu:1,{gres_name}:{count} ");
+    let extra = format!("GresTypes=gpu,{gres_name}\n");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_gpu",
+            acct_gather: &acct_gather,
+            node_options: &node_options,
+            gres_conf: &gres,
+            extra_conf: &extra,
+            ..ClusterSpec::default()
+        },
+    );
+    let marker = |name: &str| fake.dir.path().join(name).display().to_string();
+    let wait_for = |name: &str| format!("while [ ! -e {} ]; do sleep 0.2; done", marker(name));
+    let power = |watts: f64| fake.set_gres_power_command(&[3], watts);
+    let use_gpu = |k: usize| fake.use_gpu_command(&[3], sm[k]);
+    let first = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH --gres={gres_name}:{}\nsrun -n1 sh -c '{}; {}; sleep 2; \
+         {}; sleep 3; {}; sleep 20; {}; sleep 3; {}; touch {}'\n",
+        shares[0],
+        use_gpu(0),
+        wait_for("second_ready"),
+        power(40.0),
+        power(240.0),
+        power(40.0),
+        power(0.0),
+        marker("first_done")
+    ));
+    let second = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH --gres={gres_name}:{}\nsrun -n1 sh -c '{}; touch {}; {}'\n",
+        shares[1],
+        use_gpu(1),
+        marker("second_ready"),
+        wait_for("first_done")
+    ));
+    for job in [first, second] {
+        cluster.wait_job(job, Duration::from_secs(120));
+    }
+    let (t1, t2) = (set_at(&fake, 3, 40.0, 0), set_at(&fake, 3, 240.0, 0));
+    let (t3, t4) = (set_at(&fake, 3, 40.0, 1), set_at(&fake, 3, 0.0, 0));
+    let idle_phases = 40.0 * ((t2 - t1) + (t4 - t3)) / 1e9;
+    let busy_phase = 240.0 * (t3 - t2) / 1e9;
+    let total = fake.truth(3, now_ns());
+    assert!(
+        (total - idle_phases - busy_phase).abs() < 0.01,
+        "the GPU drew {total} J"
+    );
+    let figures = [first, second].map(|job| {
+        let rows = cluster.energy(job);
+        (
+            energy_of(&rows, &job.to_string()),
+            energy_of(&rows, &format!("{job}.0")),
+        )
+    });
+    println!("{gres_name}: jobs {figures:?}, GPU {idle_phases:.1} J idle + {busy_phase:.1} J");
+    assert_close(
+        &format!("{gres_name}: the two jobs together"),
+        figures[0].0 + figures[1].0,
+        total,
+        0.01,
+    );
+    Some(SharedRun {
+        jobs: figures,
+        idle_j: idle_phases,
+        busy_j: busy_phase,
+    })
+}
+
+/// Two jobs with 2 of a GPU's 4 shards each, one busy (80% SM) and one idle: the GPU's
+/// idle power (40 W) by shares, the rest by use; together the GPU's energy.
+#[test]
+fn jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use() {
+    let Some(SharedRun {
+        jobs,
+        idle_j: idle,
+        busy_j: busy,
+    }) = shared_gpu(
+        "jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use",
+        "shard",
+        4,
+        [2, 2],
+        [80, 0],
+    )
+    else {
+        return;
+    };
+    // in the 240 W phase 40 W is idle power, 200 W is use
+    let idle_part = idle + busy / 6.0;
+    let truths = [idle_part / 2.0 + busy * 5.0 / 6.0, idle_part / 2.0];
+    for (k, ((job, step), truth)) in jobs.into_iter().zip(truths).enumerate() {
+        assert_close(&format!("shard job {k}"), job, truth, 0.01);
+        assert_close(&format!("shard job {k}, step 0"), step, truth, 0.01);
+    }
+}
+
+/// Two jobs holding 25 and 75 of a GPU's 100 MPS shares, neither reporting any use: the
+/// GPU by their shares.
+#[test]
+fn jobs_sharing_a_gpu_by_mps_split_it_by_shares() {
+    let Some(SharedRun {
+        jobs,
+        idle_j: idle,
+        busy_j: busy,
+    }) = shared_gpu(
+        "jobs_sharing_a_gpu_by_mps_split_it_by_shares",
+        "mps",
+        100,
+        [25, 75],
+        [0, 0],
+    )
+    else {
+        return;
+    };
+    for (k, ((job, step), part)) in jobs.into_iter().zip([0.25, 0.75]).enumerate() {
+        assert_close(&format!("mps job {k}"), job, part * (idle + busy), 0.01);
+        assert_close(
+            &format!("mps job {k}, step 0"),
+            step,
+            part * (idle + busy),
+            0.01,
+        );
+    }
 }

@@ -3,6 +3,7 @@
 //! ([`super::gres`]) matched to the source's devices, and which job each process using a
 //! device belongs to (the slurmstepd it descends from).
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use super::StepId;
@@ -78,33 +79,30 @@ impl Holders {
         if step.1 == StepId::EXTERN {
             return Vec::new();
         }
-        if !self.allocations.contains_key(&step) {
-            let found = stepd
-                .into_iter()
-                .flat_map(|pid| procs.children(pid))
-                .find_map(|task| allocation(&procs.environ(task)?, step.1));
-            match found {
-                Some(a) => {
-                    if !a.gpus.is_empty() {
-                        log::info!(
-                            "step {}.{} holds GPUs {:?} (GRES indexes){}",
-                            step.0,
-                            step.1.cgroup_name(),
-                            a.gpus,
-                            a.shares.map_or(String::new(), |s| format!(", {s} shares"))
-                        );
-                    }
-                    self.allocations.insert(step, a);
+        let a = match self.allocations.entry(step) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(unknown) => {
+                let found = stepd
+                    .into_iter()
+                    .flat_map(|pid| procs.children(pid))
+                    .find_map(|task| allocation(&procs.environ(task)?, step.1));
+                let Some(a) = found else {
+                    return Vec::new();
+                };
+                if !a.gpus.is_empty() {
+                    log::info!(
+                        "step {}.{} holds GPUs {:?} (GRES indexes){}",
+                        step.0,
+                        step.1.cgroup_name(),
+                        a.gpus,
+                        a.shares.map_or(String::new(), |s| format!(", {s} shares"))
+                    );
                 }
-                None => return Vec::new(),
+                unknown.insert(a)
             }
-        }
-        let Some(a) = self.allocations.get(&step) else {
-            return Vec::new();
         };
-        let shares = a.shares_per_gpu();
-        a.gpus
-            .iter()
+        let (gpus, shares) = (a.gpus.clone(), a.shares_per_gpu());
+        gpus.iter()
             .filter_map(|&index| Some((self.position(index, devices)?, shares)))
             .collect()
     }
