@@ -117,6 +117,26 @@ pub struct DeviceReading {
     /// Each process's use of the device so far, cumulative, in the vendor's unit (the same
     /// for all the processes of one device): `(pid, use)`.
     pub busy: Vec<(u32, u64)>,
+    /// Its MIG instances, when it is partitioned: Slurm allocates these, not the GPU.
+    pub instances: Vec<InstanceReading>,
+}
+
+/// A MIG instance of a [`DeviceReading`]: a device of its own to Slurm, whose energy is
+/// the parent GPU's (which alone has a meter) split among its instances.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct InstanceReading {
+    /// Its place after all the GPUs, its name in the ledger.
+    pub position: u32,
+    /// NVML's MIG UUID (`MIG-...`), as `CUDA_VISIBLE_DEVICES` names it.
+    pub uuid: String,
+    /// Its GPU instance and compute instance ids.
+    pub gpu_instance: u32,
+    pub compute_instance: u32,
+    /// Its streaming multiprocessors: its size.
+    pub sms: u32,
+    /// Its SM activity so far where the GPU reports it (GPM: percent-milliseconds),
+    /// cumulative; `None` where not.
+    pub activity: Option<u64>,
 }
 
 /// One part of the node in a [`Reading`].

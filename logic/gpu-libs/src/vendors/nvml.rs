@@ -1,34 +1,12 @@
-//! NVML and amd-smi, loaded at run time with `dlopen` and called through their C APIs
-//! (nvml.h, amd_smi/amdsmi.h); the safe [`GpuLibrary`] the GPU source uses. Only the GPU
-//! poller thread calls these.
+//! NVML (nvml.h): each GPU's energy counter and power, its processes' utilization.
 
 use std::collections::HashMap;
-use std::ffi::{CStr, c_char, c_float, c_int, c_uint, c_ulonglong, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
 
-use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW, Symbol};
+use libloading::os::unix::Library;
 
-use crate::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
-
-/// Looks a function up, naming it in the error.
-///
-/// # Safety
-/// `T` must be the function's C signature.
-unsafe fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
-    // SAFETY: the caller names the signature; the library stays loaded as long as the
-    // returned pointer is used (both live in the same struct, the library last dropped).
-    let s: Symbol<T> =
-        unsafe { lib.get(name.as_bytes()) }.map_err(|e| format!("{name} not found: {e}"))?;
-    Ok(*s)
-}
-
-fn load(path: &str) -> Result<Library, String> {
-    // SAFETY: loading runs the library's initialisers; NVML and amd-smi are made to be
-    // loaded into any process (Slurm's own gpu plugins do so).
-    unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL) }
-        .map_err(|e| format!("cannot load {path}: {e}"))
-}
-
-// ---- NVML ---------------------------------------------------------------------------
+use super::{load, symbol};
+use crate::{Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
 
 /// `nvmlReturn_t` values (nvml.h).
 const NVML_SUCCESS: c_int = 0;
@@ -283,143 +261,5 @@ impl Drop for Nvml {
     fn drop(&mut self) {
         // SAFETY: NVML was initialised (open_nvml returns no Nvml otherwise).
         unsafe { (self.api.shutdown)() };
-    }
-}
-
-// ---- amd-smi ------------------------------------------------------------------------
-
-/// `amdsmi_status_t` values (amdsmi.h).
-const AMDSMI_STATUS_SUCCESS: c_int = 0;
-const AMDSMI_STATUS_NOT_SUPPORTED: c_int = 2;
-/// `AMDSMI_INIT_AMD_GPUS`.
-const AMDSMI_INIT_AMD_GPUS: u64 = 1 << 1;
-
-/// `amdsmi_socket_handle`, `amdsmi_processor_handle`: opaque pointers.
-type AmdHandle = *mut c_void;
-
-#[derive(Clone, Copy)]
-struct AmdApi {
-    shut_down: unsafe extern "C" fn() -> c_int,
-    sockets: unsafe extern "C" fn(*mut u32, *mut AmdHandle) -> c_int,
-    processors: unsafe extern "C" fn(AmdHandle, *mut u32, *mut AmdHandle) -> c_int,
-    render_minor: unsafe extern "C" fn(AmdHandle, *mut u32) -> c_int,
-    energy: unsafe extern "C" fn(AmdHandle, *mut u64, *mut c_float, *mut u64) -> c_int,
-}
-
-pub struct AmdSmi {
-    api: AmdApi,
-    handles: Vec<AmdHandle>,
-    _lib: Library,
-}
-
-// SAFETY: amd-smi's processor handles are opaque pointers valid until amdsmi_shut_down,
-// used only by the one poller thread that owns this value.
-unsafe impl Send for AmdSmi {}
-
-/// Loads amd-smi from `path` and initialises it for AMD GPUs.
-pub fn open_amd_smi(path: &str) -> Result<Box<dyn GpuLibrary>, String> {
-    let lib = load(path)?;
-    // SAFETY: each signature is amdsmi.h's for that name.
-    let (init, api) = unsafe {
-        let init: unsafe extern "C" fn(u64) -> c_int = symbol(&lib, "amdsmi_init")?;
-        let api = AmdApi {
-            shut_down: symbol(&lib, "amdsmi_shut_down")?,
-            sockets: symbol(&lib, "amdsmi_get_socket_handles")?,
-            processors: symbol(&lib, "amdsmi_get_processor_handles")?,
-            render_minor: symbol(&lib, "amdsmi_get_gpu_drm_render_minor")?,
-            energy: symbol(&lib, "amdsmi_get_energy_count")?,
-        };
-        (init, api)
-    };
-    // SAFETY: the flag is amdsmi.h's.
-    let rc = unsafe { init(AMDSMI_INIT_AMD_GPUS) };
-    if rc != AMDSMI_STATUS_SUCCESS {
-        return Err(format!("amdsmi_init: status {rc}"));
-    }
-    Ok(Box::new(AmdSmi {
-        api,
-        handles: Vec::new(),
-        _lib: lib,
-    }))
-}
-
-fn amd_check(rc: c_int) -> Result<(), GpuError> {
-    match rc {
-        AMDSMI_STATUS_SUCCESS => Ok(()),
-        AMDSMI_STATUS_NOT_SUPPORTED => Err(GpuError::NotSupported),
-        rc => Err(GpuError::Failed(format!("amd-smi status {rc}"))),
-    }
-}
-
-/// Calls a "count, then fill" amd-smi list function.
-fn amd_list(fill: impl Fn(*mut u32, *mut AmdHandle) -> c_int) -> Result<Vec<AmdHandle>, GpuError> {
-    let mut count: u32 = 0;
-    amd_check(fill(&mut count, std::ptr::null_mut()))?;
-    let mut handles = vec![std::ptr::null_mut(); count as usize];
-    amd_check(fill(&mut count, handles.as_mut_ptr()))?;
-    handles.truncate(count as usize);
-    Ok(handles)
-}
-
-impl GpuLibrary for AmdSmi {
-    fn vendor(&self) -> &'static str {
-        "amd-smi"
-    }
-
-    fn devices(&mut self) -> Result<Vec<Device>, GpuError> {
-        let api = self.api;
-        // SAFETY: NULL asks for the count; then a buffer of that many handles.
-        let sockets = amd_list(|n, out| unsafe { (api.sockets)(n, out) })?;
-        self.handles.clear();
-        for socket in sockets {
-            // SAFETY: a socket handle amd-smi returned; as above.
-            let gpus = amd_list(|n, out| unsafe { (api.processors)(socket, n, out) })?;
-            self.handles.extend(gpus);
-        }
-        let devices = (0u32..)
-            .zip(&self.handles)
-            .map(|(index, &handle)| {
-                let mut minor: u32 = 0;
-                // SAFETY: a processor handle amd-smi returned; a valid out-pointer.
-                let rc = unsafe { (api.render_minor)(handle, &mut minor) };
-                Device {
-                    index,
-                    file: (rc == AMDSMI_STATUS_SUCCESS).then_some((DRM_MAJOR, minor)),
-                    name: format!("renderD{minor}"),
-                }
-            })
-            .collect();
-        Ok(devices)
-    }
-
-    fn energy_uj(&mut self, index: u32) -> Result<u64, GpuError> {
-        let handle = self
-            .handles
-            .get(index as usize)
-            .copied()
-            .ok_or_else(|| GpuError::Failed(format!("no GPU {index}")))?;
-        let (mut count, mut resolution, mut timestamp) = (0u64, 0.0 as c_float, 0u64);
-        // SAFETY: a processor handle amd-smi returned; valid out-pointers.
-        amd_check(unsafe {
-            (self.api.energy)(handle, &mut count, &mut resolution, &mut timestamp)
-        })?;
-        if !(resolution.is_finite() && resolution > 0.0) {
-            return Err(GpuError::Failed(format!("energy resolution {resolution}")));
-        }
-        // the accumulator counts units of `resolution` microjoules
-        Ok((count as f64 * f64::from(resolution)) as u64)
-    }
-
-    /// amd-smi's energy counter is read on every GPU it supports; without it there is no
-    /// energy (its power readings are averages over an unknown window).
-    fn power_w(&mut self, _index: u32) -> Result<f64, GpuError> {
-        Err(GpuError::NotSupported)
-    }
-}
-
-impl Drop for AmdSmi {
-    fn drop(&mut self) {
-        // SAFETY: amd-smi was initialised (open_amd_smi returns no AmdSmi otherwise).
-        unsafe { (self.api.shut_down)() };
     }
 }
