@@ -31,6 +31,17 @@ pub struct Device {
     pub name: String,
 }
 
+/// One MIG instance of a GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigInstance {
+    pub gpu_instance: u32,
+    pub compute_instance: u32,
+    /// `MIG-...`, as `CUDA_VISIBLE_DEVICES` names it.
+    pub uuid: String,
+    /// Its streaming multiprocessors.
+    pub sms: u32,
+}
+
 /// Why a GPU gave no figure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GpuError {
@@ -59,6 +70,16 @@ pub trait GpuLibrary: Send {
     /// per sampling period; amd-smi: graphics-engine nanoseconds). `NotSupported` where the
     /// GPU reports none (MIG-enabled GPUs).
     fn process_use(&mut self, _index: u32) -> Result<Vec<(u32, u64)>, GpuError> {
+        Err(GpuError::NotSupported)
+    }
+    /// The GPU's MIG instances; empty where MIG is off or unsupported.
+    fn mig_instances(&mut self, _index: u32) -> Result<Vec<MigInstance>, GpuError> {
+        Ok(Vec::new())
+    }
+    /// Each MIG instance's SM activity so far, by GPU instance id: cumulative
+    /// percent-milliseconds (NVML's GPM, Hopper and later). `NotSupported` where the GPU
+    /// reports none.
+    fn mig_activity(&mut self, _index: u32) -> Result<Vec<(u32, u64)>, GpuError> {
         Err(GpuError::NotSupported)
     }
 }

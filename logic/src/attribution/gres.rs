@@ -32,8 +32,9 @@ pub enum GresOrder {
     /// (`_sort_gpu_by_links_order()`, gres_gpu.c): index i is the library's GPU i.
     Detected,
     /// Without: gres.conf's `Name=gpu` records for this node in the file's order, one index
-    /// per device file (`File=/dev/nvidia[0-1]`: two), one per `MultipleFiles` record.
-    Files(Vec<PathBuf>),
+    /// per device file (`File=/dev/nvidia[0-1]`: two), one per `MultipleFiles` record (a
+    /// MIG instance: its GPU's file, then its capability files).
+    Files(Vec<Vec<PathBuf>>),
 }
 
 /// A line's `key=value` pairs; keys are case-insensitive, `#` starts a comment.
@@ -87,12 +88,17 @@ impl GresOrder {
                 continue;
             }
             if let Some(multiple) = get("multiplefiles") {
-                let first = multiple.split(',').next().unwrap_or_default();
-                files.push(PathBuf::from(first));
+                let expanded = hostlist::expand(multiple).map_err(|e| {
+                    format!(
+                        "gres.conf line {}: MultipleFiles={multiple}: {e}",
+                        number + 1
+                    )
+                })?;
+                files.push(expanded.into_iter().map(PathBuf::from).collect());
             } else if let Some(file) = get("file") {
                 let expanded = hostlist::expand(file)
                     .map_err(|e| format!("gres.conf line {}: File={file}: {e}", number + 1))?;
-                files.extend(expanded.into_iter().map(PathBuf::from));
+                files.extend(expanded.into_iter().map(|f| vec![PathBuf::from(f)]));
             }
         }
         Ok(if node_autodetect.or(global_autodetect).unwrap_or(false) {
@@ -102,12 +108,15 @@ impl GresOrder {
         })
     }
 
-    /// Each GRES index's device: its file's `(major, minor)` ([`Self::Files`], `None` where
-    /// the file is not a device), or `None` for all when the library's order applies.
-    pub fn device_files(&self) -> Vec<Option<(u32, u32)>> {
+    /// Each GRES index's device files: their `(major, minor)` ([`Self::Files`], `None`
+    /// where a file is not a device), or none when the library's order applies.
+    pub fn device_files(&self) -> Vec<Vec<Option<(u32, u32)>>> {
         match self {
             Self::Detected => Vec::new(),
-            Self::Files(files) => files.iter().map(|f| device_number(f)).collect(),
+            Self::Files(records) => records
+                .iter()
+                .map(|files| files.iter().map(|f| device_number(f)).collect())
+                .collect(),
         }
     }
 }
@@ -127,6 +136,9 @@ fn device_number(path: &Path) -> Option<(u32, u32)> {
 pub struct Allocation {
     /// Its GPUs' GRES indexes.
     pub gpus: Vec<u32>,
+    /// Its MIG instances' UUIDs, where `CUDA_VISIBLE_DEVICES` names them (Slurm does for
+    /// the MIG instances it detects).
+    pub mig_uuids: Vec<String>,
     /// How much of each GPU it holds, in the sharing GRES's unit (shards, an MPS
     /// percentage); `None`: the GPUs are its whole.
     pub shares: Option<f64>,
@@ -187,7 +199,18 @@ pub fn allocation(environ: &[u8], step: StepId) -> Option<Allocation> {
     };
     let shares =
         number("SLURM_SHARDS_ON_NODE").or_else(|| number("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
-    Some(Allocation { gpus, shares })
+    let mig_uuids = get("CUDA_VISIBLE_DEVICES")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|d| d.starts_with("MIG-"))
+        .map(str::to_string)
+        .collect();
+    Some(Allocation {
+        gpus,
+        mig_uuids,
+        shares,
+    })
 }
 
 #[cfg(test)]
@@ -205,19 +228,23 @@ mod tests {
         assert_eq!(
             GresOrder::parse(conf, "n1"),
             Ok(GresOrder::Files(vec![
-                "/dev/nvidia2".into(),
-                "/dev/nvidia3".into(),
-                "/dev/nvidia0".into()
+                vec!["/dev/nvidia2".into()],
+                vec!["/dev/nvidia3".into()],
+                vec!["/dev/nvidia0".into()]
             ]))
         );
         assert_eq!(
             GresOrder::parse(conf, "n3"),
-            Ok(GresOrder::Files(vec!["/dev/nvidia9".into()]))
+            Ok(GresOrder::Files(vec![vec!["/dev/nvidia9".into()]]))
         );
-        let mig = "Name=gpu MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21\n";
+        let mig = "Name=gpu MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap[21-22]\n";
         assert_eq!(
             GresOrder::parse(mig, "n1"),
-            Ok(GresOrder::Files(vec!["/dev/nvidia0".into()]))
+            Ok(GresOrder::Files(vec![vec![
+                "/dev/nvidia0".into(),
+                "/dev/nvidia-caps/nvidia-cap21".into(),
+                "/dev/nvidia-caps/nvidia-cap22".into()
+            ]]))
         );
         assert_eq!(
             GresOrder::parse("AutoDetect=nvml\nName=gpu File=/dev/nvidia1\n", "n1"),
@@ -228,7 +255,7 @@ mod tests {
         assert_eq!(GresOrder::parse(own, "n1"), Ok(GresOrder::Detected));
         assert_eq!(
             GresOrder::parse(own, "n2"),
-            Ok(GresOrder::Files(vec!["/dev/nvidia4".into()]))
+            Ok(GresOrder::Files(vec![vec!["/dev/nvidia4".into()]]))
         );
         let bad = GresOrder::parse("Name=gpu File=/dev/nvidia[1-\n", "n1").expect_err("bad");
         assert!(
@@ -252,6 +279,7 @@ mod tests {
             allocation(&task, step),
             Some(Allocation {
                 gpus: vec![1],
+                mig_uuids: vec![],
                 shares: None
             })
         );
@@ -272,6 +300,15 @@ mod tests {
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=15",
         ]);
         assert_eq!(allocation(&mps, step).map(|a| a.shares), Some(Some(15.0)));
+        let mig = env(&[
+            "SLURM_JOB_ID=7",
+            "SLURM_STEP_GPUS=0",
+            "CUDA_VISIBLE_DEVICES=MIG-4b1c-aa,MIG-4b1c-bb",
+        ]);
+        assert_eq!(
+            allocation(&mig, step).map(|a| a.mig_uuids),
+            Some(vec!["MIG-4b1c-aa".to_string(), "MIG-4b1c-bb".to_string()])
+        );
         // a task without GPUs holds none; a process that is not a task yet tells nothing
         assert_eq!(
             allocation(&env(&["SLURM_JOB_ID=7"]), step).map(|a| a.gpus),

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::StepId;
 use super::gres::{Allocation, GresOrder, allocation};
-use super::ledger::ObservedDevice;
+use super::ledger::{ObservedDevice, ObservedInstance};
 use super::procs::Procs;
 use crate::source::DeviceReading;
 
@@ -17,14 +17,18 @@ const MAX_DEPTH: usize = 64;
 
 pub struct Holders {
     order: GresOrder,
-    /// Each GRES index's device file, resolved once ([`GresOrder::Files`]).
-    files: Vec<Option<(u32, u32)>>,
+    /// Each GRES index's device files, resolved once ([`GresOrder::Files`]).
+    files: Vec<Vec<Option<(u32, u32)>>>,
+    /// The driver's MIG capability minors, read when a MIG record is first matched.
+    mig_minors: HashMap<String, u32>,
     /// Each present step's allocation, once read from one of its tasks.
     allocations: HashMap<(u32, StepId), Allocation>,
     /// Each process using a device: its job (`None`: no job's), while it uses one.
     owners: HashMap<u32, Option<u32>>,
     /// Each `(device position, pid)`'s use at the last sample.
     last_busy: HashMap<(u32, u32), u64>,
+    /// Each MIG instance's activity at the last sample, by position.
+    last_activity: HashMap<u32, u64>,
 }
 
 impl Holders {
@@ -34,7 +38,13 @@ impl Holders {
                 "GPUs by GRES index (gres.conf, AutoDetect off): {}",
                 files
                     .iter()
-                    .map(|f| f.display().to_string())
+                    .map(|record| {
+                        record
+                            .iter()
+                            .map(|f| f.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join("+")
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             );
@@ -42,9 +52,11 @@ impl Holders {
         Self {
             files: order.device_files(),
             order,
+            mig_minors: HashMap::new(),
             allocations: HashMap::new(),
             owners: HashMap::new(),
             last_busy: HashMap::new(),
+            last_activity: HashMap::new(),
         }
     }
 
@@ -53,16 +65,57 @@ impl Holders {
         self.allocations.retain(|step, _| present.contains(step));
     }
 
-    /// The device a GRES index names, by its position among `devices`.
-    fn position(&self, index: u32, devices: &[DeviceReading]) -> Option<u32> {
-        let device = match &self.order {
-            GresOrder::Detected => devices.iter().find(|d| d.position == index),
-            GresOrder::Files(_) => {
-                let file = (*self.files.get(index as usize)?)?;
-                devices.iter().find(|d| d.file == Some(file))
-            }
-        };
-        device.map(|d| d.position)
+    /// The devices an allocation names, by their positions among `devices`: MIG instances
+    /// by the UUIDs its tasks were given where they were, else its GRES indexes.
+    fn positions(&mut self, procs: &Procs, a: &Allocation, devices: &[DeviceReading]) -> Vec<u32> {
+        if !a.mig_uuids.is_empty() {
+            let instances: Vec<_> = devices.iter().flat_map(|d| &d.instances).collect();
+            return a
+                .mig_uuids
+                .iter()
+                .filter_map(|uuid| instances.iter().find(|i| &i.uuid == uuid))
+                .map(|i| i.position)
+                .collect();
+        }
+        a.gpus
+            .iter()
+            .filter_map(|&index| self.position(procs, index, devices))
+            .collect()
+    }
+
+    /// The device a GRES index names: by the library's order where Slurm detected the
+    /// GPUs, else by gres.conf's device file; a `MultipleFiles` record (MIG) names the
+    /// instance whose capability files it lists (the driver's `mig-minors`).
+    fn position(&mut self, procs: &Procs, index: u32, devices: &[DeviceReading]) -> Option<u32> {
+        if self.order == GresOrder::Detected {
+            return devices
+                .iter()
+                .find(|d| d.position == index)
+                .map(|d| d.position);
+        }
+        let record = self.files.get(index as usize)?;
+        let gpu = (*record.first()?)?;
+        let device = devices.iter().find(|d| d.file == Some(gpu))?;
+        if record.len() == 1 || device.instances.is_empty() {
+            return Some(device.position);
+        }
+        let caps: Vec<u32> = record[1..]
+            .iter()
+            .flatten()
+            .map(|(_, minor)| *minor)
+            .collect();
+        if self.mig_minors.is_empty() {
+            self.mig_minors = procs.mig_minors();
+        }
+        let cap = |key: String| self.mig_minors.get(&key).is_some_and(|m| caps.contains(m));
+        device
+            .instances
+            .iter()
+            .find(|i| {
+                let gi = format!("gpu{}/gi{}", gpu.1, i.gpu_instance);
+                cap(format!("{gi}/access")) && cap(format!("{gi}/ci{}/access", i.compute_instance))
+            })
+            .map(|i| i.position)
     }
 
     /// What `step` (its slurmstepd `stepd`, when found) holds: `(position, shares)`. Its
@@ -101,9 +154,10 @@ impl Holders {
                 unknown.insert(a)
             }
         };
-        let (gpus, shares) = (a.gpus.clone(), a.shares_per_gpu());
-        gpus.iter()
-            .filter_map(|&index| Some((self.position(index, devices)?, shares)))
+        let (a, shares) = (a.clone(), a.shares_per_gpu());
+        self.positions(procs, &a, devices)
+            .into_iter()
+            .map(|position| (position, shares))
             .collect()
     }
 
@@ -140,10 +194,24 @@ impl Holders {
                     }
                 }
             }
+            let instances = d
+                .instances
+                .iter()
+                .map(|i| {
+                    let total = i.activity.unwrap_or(0);
+                    let before = self.last_activity.insert(i.position, total).unwrap_or(0);
+                    ObservedInstance {
+                        position: i.position,
+                        sms: i.sms,
+                        activity: total.saturating_sub(before) as f64,
+                    }
+                })
+                .collect();
             observed.push(ObservedDevice {
                 position: d.position,
                 energy_uj: d.energy_uj,
                 busy,
+                instances,
             });
         }
         self.last_busy = last_busy;
@@ -189,6 +257,7 @@ mod tests {
             energy_uj: 1,
             watts: None,
             busy: busy.to_vec(),
+            instances: vec![],
         }
     }
 
@@ -203,10 +272,10 @@ mod tests {
         std::fs::create_dir_all(&dev).expect("mkdir");
         // gres.conf's order: nvidia3 is GRES 0, nvidia5 is GRES 1; the library has 5 first
         let devices = [gpu(0, 5, &[(40, 30), (50, 10)]), gpu(1, 3, &[])];
-        let order = GresOrder::Files(vec!["/dev/null".into(), "/dev/zero".into()]);
+        let order = GresOrder::Files(vec![vec!["/dev/null".into()], vec!["/dev/zero".into()]]);
         let mut holders = Holders::new(order);
         // stand-in numbers for the two files: as if nvidia3 and nvidia5
-        holders.files = vec![Some((195, 3)), Some((195, 5))];
+        holders.files = vec![vec![Some((195, 3))], vec![Some((195, 5))]];
         let procs = Procs::from_path(root);
         assert!(
             holders
@@ -246,5 +315,59 @@ mod tests {
         let seen = holders.observe(&procs, &stepds, &later);
         assert_eq!(seen[0].busy, vec![(7, 15.0)]);
         assert!(seen[1].busy.is_empty());
+    }
+
+    /// MIG instances are named by the UUIDs the tasks were given, or by a `MultipleFiles`
+    /// record's capability files, which the driver's `mig-minors` ties to an instance.
+    #[test]
+    fn mig_instances_are_found_by_uuid_or_by_capability_files() {
+        use crate::source::InstanceReading;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        write(
+            &root.join("driver/nvidia-caps/mig-minors"),
+            "gpu3/gi1/access 21\ngpu3/gi1/ci0/access 22\ngpu3/gi2/access 30\n\
+             gpu3/gi2/ci0/access 31\n",
+        );
+        let instance = |position, gpu_instance, uuid: &str| InstanceReading {
+            position,
+            uuid: uuid.into(),
+            gpu_instance,
+            compute_instance: 0,
+            sms: 14,
+            activity: Some(500),
+        };
+        let mut parent = gpu(0, 3, &[]);
+        parent.instances = vec![instance(100, 1, "MIG-a"), instance(101, 2, "MIG-b")];
+        let devices = [parent];
+        let mut holders = Holders::new(GresOrder::Files(vec![]));
+        // GRES 0 is GI 2's record, GRES 1 GI 1's (the capability files' minors)
+        holders.files = vec![
+            vec![Some((195, 3)), Some((235, 30)), Some((235, 31))],
+            vec![Some((195, 3)), Some((235, 21)), Some((235, 22))],
+        ];
+        let procs = Procs::from_path(root);
+        task(root, 100, 40, "SLURM_JOB_ID=7 SLURM_STEP_GPUS=1");
+        task(
+            root,
+            200,
+            50,
+            "SLURM_JOB_ID=8 SLURM_STEP_GPUS=0 CUDA_VISIBLE_DEVICES=MIG-a",
+        );
+        assert_eq!(
+            holders.holds(&procs, (7, StepId(0)), Some(100), &devices),
+            vec![(100, 1.0)]
+        );
+        // the UUID wins over the index
+        assert_eq!(
+            holders.holds(&procs, (8, StepId(0)), Some(200), &devices),
+            vec![(100, 1.0)]
+        );
+        let seen = holders.observe(&procs, &HashMap::new(), &devices);
+        assert_eq!(seen[0].instances[1].activity, 500.0);
+        assert_eq!(
+            holders.observe(&procs, &HashMap::new(), &devices)[0].instances[1].activity,
+            0.0
+        );
     }
 }

@@ -150,6 +150,19 @@ pub struct ObservedDevice {
     pub energy_uj: u64,
     /// Each job's processes' use of it since the last sample: `(job, use)`.
     pub busy: Vec<(u32, f64)>,
+    /// Its MIG instances: each a device of its own to Slurm.
+    pub instances: Vec<ObservedInstance>,
+}
+
+/// A MIG instance of an [`ObservedDevice`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedInstance {
+    /// Its name in [`ObservedStep::holds`].
+    pub position: u32,
+    pub sms: u32,
+    /// Its SMs' activity since the last sample (percent-milliseconds; 0 where not
+    /// reported), against its siblings'.
+    pub activity: f64,
 }
 
 /// A part of the node (pm_counters' cpu, memory, accelN): its energy since slurmd's meter
@@ -500,72 +513,40 @@ impl Ledger {
                 state.learned_idle_watts =
                     Some(state.learned_idle_watts.map_or(watts, |w| w.min(watts)));
             }
-            let mut holders = Vec::new();
-            let mut uses = Vec::new();
-            for o in &obs.jobs {
-                let shares = o
-                    .steps
-                    .iter()
-                    .flat_map(|s| &s.holds)
-                    .filter(|(p, _)| *p == d.position)
-                    .map(|(_, shares)| *shares)
-                    .max_by(f64::total_cmp);
-                if let Some(shares) = shares {
-                    let busy = d
-                        .busy
-                        .iter()
-                        .filter(|(j, _)| *j == o.job)
-                        .map(|(_, b)| b)
-                        .sum();
-                    holders.push(o);
-                    uses.push(DeviceUse { shares, busy });
-                }
-            }
             let static_watts = idle_watts.or(state.learned_idle_watts).unwrap_or(0.0);
-            let mut split = split_device(joules, secs, static_watts, &uses);
-            if holders.is_empty() {
-                state.unassigned.push_back(Unassigned {
-                    from: began,
-                    to: now,
-                    joules,
-                });
-            }
-            keep_recent(&mut state.unassigned, now);
-            // a job holding the device anew (its tasks just started) gets what nobody got
-            // of it since the job began, by shares among those new this interval
-            let new: Vec<usize> = (0..holders.len())
-                .filter(|&i| {
-                    !self
-                        .jobs
-                        .get(&holders[i].job)
-                        .is_some_and(|j| j.held.contains(&d.position))
-                })
-                .collect();
-            let first = new
-                .iter()
-                .filter_map(|&i| {
-                    let since = self.jobs.get(&holders[i].job).map(|j| j.account.since);
-                    holders[i].started().or(since)
-                })
-                .min_by(f64::total_cmp);
-            if let Some(first) = first {
-                let mut owed = 0.0;
-                for u in &mut state.unassigned {
-                    let part = u.within(first, began);
-                    u.joules -= part;
-                    owed += part;
+            // a partitioned GPU's meter is the whole GPU's: its instances get its energy by
+            // their size (static) and their activity (the rest)
+            let pieces: Vec<(u32, f64, f64)> = if d.instances.is_empty() {
+                vec![(d.position, joules, static_watts)]
+            } else {
+                let uses: Vec<DeviceUse> = d
+                    .instances
+                    .iter()
+                    .map(|i| DeviceUse {
+                        shares: f64::from(i.sms),
+                        busy: i.activity * f64::from(i.sms),
+                    })
+                    .collect();
+                let total_sms: f64 = uses.iter().map(|u| u.shares).sum();
+                d.instances
+                    .iter()
+                    .zip(split_device(joules, secs, static_watts, &uses))
+                    .map(|(i, part)| {
+                        let size = if total_sms > 0.0 {
+                            f64::from(i.sms) / total_sms
+                        } else {
+                            0.0
+                        };
+                        (i.position, part, static_watts * size)
+                    })
+                    .collect()
+            };
+            for (position, joules, static_watts) in pieces {
+                for (job, part) in
+                    self.charge_piece(obs, d, position, (began, now), joules, static_watts)
+                {
+                    parts.insert((job, position), part);
                 }
-                let total: f64 = new.iter().map(|&i| uses[i].shares).sum();
-                for &i in &new {
-                    split[i] += if total > 0.0 {
-                        owed * uses[i].shares / total
-                    } else {
-                        owed / new.len() as f64
-                    };
-                }
-            }
-            for (o, joules) in holders.iter().zip(split) {
-                parts.insert((o.job, d.position), joules);
             }
         }
         for o in &obs.jobs {
@@ -599,6 +580,84 @@ impl Ledger {
                     .charge(&mut step.account, began, now, joules, obs.settled);
             }
         }
+    }
+
+    /// One device (or MIG instance) at `position`, of `joules` over `(began, now)`, among
+    /// the jobs holding it: each holder's part. A job holding it anew (its tasks just
+    /// started) also gets what nobody got of it since the job began, by shares among those
+    /// new this interval.
+    fn charge_piece(
+        &mut self,
+        obs: &Observation,
+        device: &ObservedDevice,
+        position: u32,
+        (began, now): (f64, f64),
+        joules: f64,
+        static_watts: f64,
+    ) -> Vec<(u32, f64)> {
+        let mut holders = Vec::new();
+        let mut uses = Vec::new();
+        for o in &obs.jobs {
+            let shares = o
+                .steps
+                .iter()
+                .flat_map(|s| &s.holds)
+                .filter(|(p, _)| *p == position)
+                .map(|(_, shares)| *shares)
+                .max_by(f64::total_cmp);
+            if let Some(shares) = shares {
+                let busy = device
+                    .busy
+                    .iter()
+                    .filter(|(j, _)| *j == o.job)
+                    .map(|(_, b)| b)
+                    .sum();
+                holders.push(o);
+                uses.push(DeviceUse { shares, busy });
+            }
+        }
+        let mut split = split_device(joules, now - began, static_watts, &uses);
+        let state = self.devices.entry(position).or_default();
+        if holders.is_empty() {
+            state.unassigned.push_back(Unassigned {
+                from: began,
+                to: now,
+                joules,
+            });
+        }
+        keep_recent(&mut state.unassigned, now);
+        let new: Vec<usize> = (0..holders.len())
+            .filter(|&i| {
+                !self
+                    .jobs
+                    .get(&holders[i].job)
+                    .is_some_and(|j| j.held.contains(&position))
+            })
+            .collect();
+        let first = new
+            .iter()
+            .filter_map(|&i| {
+                let since = self.jobs.get(&holders[i].job).map(|j| j.account.since);
+                holders[i].started().or(since)
+            })
+            .min_by(f64::total_cmp);
+        if let (Some(first), Some(state)) = (first, self.devices.get_mut(&position)) {
+            let mut owed = 0.0;
+            for u in &mut state.unassigned {
+                let part = u.within(first, began);
+                u.joules -= part;
+                owed += part;
+            }
+            let total: f64 = new.iter().map(|&i| uses[i].shares).sum();
+            for &i in &new {
+                split[i] += if total > 0.0 {
+                    owed * uses[i].shares / total
+                } else {
+                    owed / new.len() as f64
+                };
+            }
+        }
+        holders.iter().map(|o| o.job).zip(split).collect()
     }
 
     fn charge_gap(&mut self, obs: &Observation, now: f64) {
@@ -1247,11 +1306,13 @@ mod tests {
                         position: 0,
                         energy_uj: secs * 240_000_000,
                         busy,
+                        instances: vec![],
                     },
                     ObservedDevice {
                         position: 1,
                         energy_uj: secs * 100_000_000,
                         busy: vec![],
+                        instances: vec![],
                     },
                 ],
             }
@@ -1271,6 +1332,58 @@ mod tests {
             assert_eq!(ledger.job(job).expect("job").joules, joules(job, StepId(0)));
         }
         assert_eq!(ledger.node().joules, 3.0 * 340.0);
+    }
+
+    /// A MIG-partitioned GPU at 240 W (40 W idle) with a 42-SM instance 90% busy and a
+    /// 14-SM instance 30% busy: the idle power by size, the rest by size times activity.
+    #[test]
+    fn a_partitioned_gpu_is_split_among_its_instances() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let mut ledger = Ledger::default();
+        let split = Split::Devices {
+            idle_watts: Some(40.0),
+        };
+        let holder = |job: u32, position: u32| ObservedJob {
+            job,
+            counters: None,
+            steps: vec![ObservedStep {
+                holds: vec![(position, 1.0)],
+                started: Some(w0),
+                ..step(StepId(0), None)
+            }],
+        };
+        let sample = |secs: u64| Observation {
+            at: t0 + Duration::from_secs(secs),
+            wall: w0 + Duration::from_secs(secs),
+            node_uj: secs * 240_000_000,
+            settled: true,
+            jobs: vec![holder(4, 100), holder(5, 101)],
+            parts: vec![],
+            devices: vec![ObservedDevice {
+                position: 0,
+                energy_uj: secs * 240_000_000,
+                busy: vec![],
+                instances: vec![
+                    ObservedInstance {
+                        position: 100,
+                        sms: 42,
+                        activity: 90.0,
+                    },
+                    ObservedInstance {
+                        position: 101,
+                        sms: 14,
+                        activity: 30.0,
+                    },
+                ],
+            }],
+        };
+        for secs in 0..=2 {
+            ledger.update(&sample(secs), split, PERIOD);
+        }
+        let joules = |job| ledger.step(job, StepId(0)).expect("step").joules;
+        // per second: static 30 + 10 W, dynamic 200 W by 3780 : 420
+        assert!((joules(4) - 2.0 * 210.0).abs() < 1e-9, "{}", joules(4));
+        assert!((joules(5) - 2.0 * 30.0).abs() < 1e-9, "{}", joules(5));
     }
 
     #[test]

@@ -96,6 +96,20 @@ impl Procs {
             .ok()
     }
 
+    /// The NVIDIA driver's MIG capability minors (`driver/nvidia-caps/mig-minors`):
+    /// `gpu<minor>/gi<id>/access` and `gpu<minor>/gi<id>/ci<id>/access` to the minor of
+    /// the capability file that gives access to it; empty without MIG.
+    pub fn mig_minors(&self) -> HashMap<String, u32> {
+        fs::read_to_string(self.root.join("driver/nvidia-caps/mig-minors"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (name, minor) = l.split_once(' ')?;
+                Some((name.to_string(), minor.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
     /// The name of the thread that calls (`/proc/thread-self/comm`): Slurm names its own.
     pub fn calling_thread(&self) -> Option<String> {
         let name = fs::read_to_string(self.root.join("thread-self/comm")).ok()?;

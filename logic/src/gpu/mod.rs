@@ -142,13 +142,20 @@ fn open(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
                             .map_or("unknown".into(), |(ma, mi)| format!("{ma}:{mi}"))
                     );
                 }
-                let tracked = devices
-                    .into_iter()
-                    .map(|d| {
-                        position += 1;
-                        Tracked::new(vendor, d, position - 1)
-                    })
-                    .collect();
+                let mut tracked = Vec::new();
+                for d in devices {
+                    let mut gpu = Tracked::new(vendor, d, position);
+                    match lib.mig_instances(gpu.figure().device.index) {
+                        Ok(instances) => gpu.partition(instances),
+                        Err(e) => log::error!(
+                            "{vendor} GPU {}: listing its MIG instances: {e}; its energy is \
+                             not split among them",
+                            gpu.figure().device.index
+                        ),
+                    }
+                    position += 1;
+                    tracked.push(gpu);
+                }
                 open.push((lib, tracked));
             }
             Err(e) => failures.push(format!("{}: listing GPUs: {e}", lib.vendor())),
@@ -264,6 +271,7 @@ impl EnergyReader for GpuReader {
                 energy_uj: value as u64,
                 watts: f.watts.filter(|_| fresh && !f.lost),
                 busy: f.busy.clone(),
+                instances: f.instances.clone(),
             });
             if f.lost {
                 continue;

@@ -9,9 +9,16 @@
 
 use std::time::Instant;
 
-use super::library::{Device, GpuError, GpuLibrary};
+use super::library::{Device, GpuError, GpuLibrary, MigInstance};
 use crate::accounting::PowerWindow;
 use crate::counter::{Advance, WrappingCounter};
+use crate::source::InstanceReading;
+
+/// MIG instances are placed after every GPU: instance `k` of the GPU at `p` at
+/// `MIG_PLACES + p * MAX_INSTANCES + k`.
+const MIG_PLACES: u32 = 1 << 16;
+/// More MIG instances than a GPU can hold (7 on A100 and H100).
+const MAX_INSTANCES: u32 = 64;
 
 /// More than any GPU draws: a counter rising faster was reset or misread.
 const MAX_GPU_WATTS: f64 = 5_000.0;
@@ -43,6 +50,8 @@ pub struct Figure {
     pub position: u32,
     /// Each process's use of it so far ([`GpuLibrary::process_use`]).
     pub busy: Vec<(u32, u64)>,
+    /// Its MIG instances, with their activity so far.
+    pub instances: Vec<InstanceReading>,
 }
 
 #[derive(Debug)]
@@ -69,6 +78,7 @@ impl Tracked {
                 lost: false,
                 position,
                 busy: Vec::new(),
+                instances: Vec::new(),
             },
             mode: Mode::Unknown,
             counter: WrappingCounter::new(MODULUS, MAX_GPU_WATTS * 1e6),
@@ -80,6 +90,32 @@ impl Tracked {
 
     pub fn figure(&self) -> &Figure {
         &self.figure
+    }
+
+    /// The GPU is partitioned into `instances` (MIG): Slurm allocates these.
+    pub fn partition(&mut self, instances: Vec<MigInstance>) {
+        let base = MIG_PLACES + self.figure.position * MAX_INSTANCES;
+        self.figure.instances = (base..)
+            .zip(instances.into_iter().take(MAX_INSTANCES as usize))
+            .map(|(position, i)| {
+                log::info!(
+                    "{}: MIG instance {} (GPU instance {}, compute instance {}), {} SMs",
+                    self.name(),
+                    i.uuid,
+                    i.gpu_instance,
+                    i.compute_instance,
+                    i.sms
+                );
+                InstanceReading {
+                    position,
+                    uuid: i.uuid,
+                    gpu_instance: i.gpu_instance,
+                    compute_instance: i.compute_instance,
+                    sms: i.sms,
+                    activity: None,
+                }
+            })
+            .collect();
     }
 
     fn name(&self) -> String {
@@ -130,6 +166,16 @@ impl Tracked {
         // a GPU that reports no use per process (MIG) is split by the shares held
         if let Ok(busy) = lib.process_use(index) {
             self.figure.busy = busy;
+        }
+        if !self.figure.instances.is_empty() {
+            // instances without GPM are split by their size alone
+            let activity = lib.mig_activity(index).unwrap_or_default();
+            for i in &mut self.figure.instances {
+                i.activity = activity
+                    .iter()
+                    .find(|(gi, _)| *gi == i.gpu_instance)
+                    .map(|(_, busy)| *busy);
+            }
         }
         Ok(note)
     }

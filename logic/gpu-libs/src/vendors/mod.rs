@@ -4,6 +4,7 @@
 
 mod amd_smi;
 mod nvml;
+mod nvml_mig;
 
 pub use amd_smi::open_amd_smi;
 pub use nvml::open_nvml;

@@ -5,11 +5,12 @@ use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
 
 use libloading::os::unix::Library;
 
+use super::nvml_mig::{GpmApi, GpuActivity, MigApi};
 use super::{load, symbol};
-use crate::{Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
+use crate::{Device, GpuError, GpuLibrary, MigInstance, NVIDIA_MAJOR};
 
 /// `nvmlReturn_t` values (nvml.h).
-const NVML_SUCCESS: c_int = 0;
+pub(super) const NVML_SUCCESS: c_int = 0;
 const NVML_ERROR_NOT_SUPPORTED: c_int = 3;
 const NVML_ERROR_NOT_FOUND: c_int = 6;
 const NVML_ERROR_INSUFFICIENT_SIZE: c_int = 7;
@@ -18,7 +19,7 @@ const NVML_ERROR_GPU_IS_LOST: c_int = 15;
 const NVML_UUID_SIZE: usize = 96;
 
 /// `nvmlDevice_t`: an opaque pointer.
-type NvmlDevice = *mut c_void;
+pub(super) type NvmlDevice = *mut c_void;
 
 #[derive(Clone, Copy)]
 struct NvmlApi {
@@ -70,6 +71,12 @@ pub struct Nvml {
     api: NvmlApi,
     handles: Vec<NvmlDevice>,
     process_use: HashMap<u32, ProcessUse>,
+    mig: Option<MigApi>,
+    gpm: Option<GpmApi>,
+    /// Per GPU: its GPU instances' ids, as last listed.
+    gpu_instances: HashMap<u32, Vec<u32>>,
+    /// Per GPU: its instances' GPM samples (freed before NVML shuts down).
+    activity: HashMap<u32, GpuActivity>,
     _lib: Library,
 }
 
@@ -105,6 +112,10 @@ pub fn open_nvml(path: &str) -> Result<Box<dyn GpuLibrary>, String> {
         api,
         handles: Vec::new(),
         process_use: HashMap::new(),
+        mig: MigApi::load(&lib),
+        gpm: GpmApi::load(&lib),
+        gpu_instances: HashMap::new(),
+        activity: HashMap::new(),
         _lib: lib,
     };
     Ok(Box::new(nvml))
@@ -255,10 +266,47 @@ impl GpuLibrary for Nvml {
             .map(|(pid, (busy, _))| (*pid, *busy))
             .collect())
     }
+
+    fn mig_instances(&mut self, index: u32) -> Result<Vec<MigInstance>, GpuError> {
+        let handle = self.handle(index)?;
+        let Some(mig) = self.mig else {
+            return Ok(Vec::new());
+        };
+        let instances = mig
+            .instances(handle)
+            .map_err(|rc| nvml_error(&self.api, rc))?;
+        self.gpu_instances
+            .insert(index, instances.iter().map(|i| i.gpu_instance).collect());
+        Ok(instances)
+    }
+
+    fn mig_activity(&mut self, index: u32) -> Result<Vec<(u32, u64)>, GpuError> {
+        let handle = self.handle(index)?;
+        let gpm = self.gpm.ok_or(GpuError::NotSupported)?;
+        let instances = self.gpu_instances.get(&index).cloned().unwrap_or_default();
+        if instances.is_empty() {
+            return Err(GpuError::NotSupported);
+        }
+        if !self.activity.contains_key(&index) {
+            if !gpm.supports(handle) {
+                return Err(GpuError::NotSupported);
+            }
+            let activity = gpm.activity().map_err(|rc| nvml_error(&self.api, rc))?;
+            self.activity.insert(index, activity);
+        }
+        let activity = self
+            .activity
+            .get_mut(&index)
+            .ok_or(GpuError::NotSupported)?;
+        activity
+            .sample(handle, &instances)
+            .map_err(|rc| nvml_error(&self.api, rc))
+    }
 }
 
 impl Drop for Nvml {
     fn drop(&mut self) {
+        self.activity.clear();
         // SAFETY: NVML was initialised (open_nvml returns no Nvml otherwise).
         unsafe { (self.api.shutdown)() };
     }
