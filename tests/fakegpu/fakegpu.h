@@ -16,6 +16,9 @@
  *              for a GPU the process may not open) | reload@<unix ns> (the driver reloaded then: the
  *              counter restarts from 0 at that instant).
  *   driver     "missing": initialisation fails as without a loaded driver.
+ *   mig.<minor>  "<gi> <ci> <sms> <sm%> <uuid>" lines: the GPU is partitioned into these MIG
+ *              instances (GPM reports each GPU instance busy at sm%); it then reports no
+ *              per-process utilization, as NVML does not on MIG-enabled GPUs.
  *   procs.<minor>  "<pid> <sm%>" lines, appended by use_gpu.sh: the processes using the GPU
  *              and their SM utilization while they live. The driver samples every
  *              SAMPLE_US and keeps BUFFER_SAMPLES periods; a process with 0% is not reported.

@@ -17,10 +17,15 @@ typedef int nvmlReturn_t;
 
 struct nvmlDevice_st {
     unsigned index;
+    /* a MIG instance's handle: its line in mig.<minor> */
+    int mig;
+    unsigned line;
 };
 typedef struct nvmlDevice_st *nvmlDevice_t;
 
+#define MAX_MIG 7
 static struct nvmlDevice_st devices[MAX_GPUS];
+static struct nvmlDevice_st mig_devices[MAX_GPUS][MAX_MIG];
 static int initialized;
 
 nvmlReturn_t nvmlInit_v2(void)
@@ -28,8 +33,11 @@ nvmlReturn_t nvmlInit_v2(void)
     if (driver_missing())
         return NVML_ERROR_DRIVER_NOT_LOADED;
     load_gpus();
-    for (unsigned i = 0; i < gpu_count; i++)
+    for (unsigned i = 0; i < gpu_count; i++) {
         devices[i].index = i;
+        for (unsigned k = 0; k < MAX_MIG; k++)
+            mig_devices[i][k] = (struct nvmlDevice_st){.index = i, .mig = 1, .line = k};
+    }
     initialized++;
     return NVML_SUCCESS;
 }
@@ -86,6 +94,33 @@ static int valid(nvmlDevice_t device)
     return initialized && device >= devices && device < devices + gpu_count;
 }
 
+static int valid_mig(nvmlDevice_t device)
+{
+    return initialized && device >= &mig_devices[0][0] && device < &mig_devices[0][0] + MAX_GPUS * MAX_MIG &&
+           device->mig && device->index < gpu_count;
+}
+
+/* One MIG instance: a line "<gi> <ci> <sms> <sm%> <uuid>" of mig.<minor>. */
+struct mig_line {
+    unsigned gi, ci, sms, sm;
+    char uuid[64];
+};
+
+/* The MIG instances of GPU `minor` (0: MIG is off). */
+static unsigned mig_lines(unsigned minor, struct mig_line *lines)
+{
+    char name[32], text[1024];
+    snprintf(name, sizeof(name), "mig.%u", minor);
+    read_control(name, text, sizeof(text));
+    unsigned n = 0;
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line && n < MAX_MIG;
+         line = strtok_r(NULL, "\n", &save))
+        if (sscanf(line, "%u %u %u %u %63s", &lines[n].gi, &lines[n].ci, &lines[n].sms, &lines[n].sm,
+                   lines[n].uuid) == 5)
+            n++;
+    return n;
+}
+
 nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor)
 {
     if (!valid(device) || !minor)
@@ -96,9 +131,16 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor)
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
-    if (!valid(device) || !uuid)
+    if (!uuid || !(valid(device) || valid_mig(device)))
         return NVML_ERROR_INVALID_ARGUMENT;
-    int n = snprintf(uuid, length, "GPU-fake-%u", gpu_minor[device->index]);
+    int n;
+    if (device->mig) {
+        struct mig_line lines[MAX_MIG];
+        if (device->line >= mig_lines(gpu_minor[device->index], lines))
+            return NVML_ERROR_NOT_FOUND;
+        n = snprintf(uuid, length, "%s", lines[device->line].uuid);
+    } else
+        n = snprintf(uuid, length, "GPU-fake-%u", gpu_minor[device->index]);
     return n < 0 || (unsigned)n >= length ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
 }
 
@@ -155,6 +197,9 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     unsigned minor = gpu_minor[device->index];
     if (gpu_mode(minor, &reload_ns) == MODE_LOST)
         return NVML_ERROR_GPU_IS_LOST;
+    struct mig_line lines[MAX_MIG];
+    if (mig_lines(minor, lines))
+        return NVML_ERROR_NOT_SUPPORTED; /* not on MIG-enabled GPUs */
     unsigned pids[MAX_PROCS], utils[MAX_PROCS];
     unsigned procs = gpu_procs(minor, pids, utils);
     unsigned long long now_us = (unsigned long long)(now_ns() / 1000.0);
@@ -182,5 +227,193 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
             s->memUtil = s->encUtil = s->decUtil = 0;
         }
     *processSamplesCount = n;
+    return NVML_SUCCESS;
+}
+
+/* ---- MIG: instances listed in mig.<minor> ------------------------------------------ */
+
+#define NVML_DEVICE_MIG_DISABLE 0
+#define NVML_DEVICE_MIG_ENABLE 1
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    if (!valid(device) || !currentMode || !pendingMode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mig_line lines[MAX_MIG];
+    *currentMode = *pendingMode =
+        mig_lines(gpu_minor[device->index], lines) ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+{
+    if (!valid(device) || !count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mig_line lines[MAX_MIG];
+    *count = mig_lines(gpu_minor[device->index], lines) ? MAX_MIG : 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice)
+{
+    if (!valid(device) || !migDevice || index >= MAX_MIG)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mig_line lines[MAX_MIG];
+    if (index >= mig_lines(gpu_minor[device->index], lines))
+        return NVML_ERROR_NOT_FOUND;
+    *migDevice = &mig_devices[device->index][index];
+    return NVML_SUCCESS;
+}
+
+/* The line of a MIG handle, or NULL. */
+static struct mig_line *mig_of(nvmlDevice_t device, struct mig_line *lines)
+{
+    if (!valid_mig(device) || device->line >= mig_lines(gpu_minor[device->index], lines))
+        return NULL;
+    return &lines[device->line];
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    struct mig_line lines[MAX_MIG], *m = mig_of(device, lines);
+    if (!id)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!m)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *id = m->gi;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    struct mig_line lines[MAX_MIG], *m = mig_of(device, lines);
+    if (!id)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!m)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *id = m->ci;
+    return NVML_SUCCESS;
+}
+
+typedef struct {
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    unsigned int gpuInstanceSliceCount;
+    unsigned int computeInstanceSliceCount;
+    unsigned long long memorySizeMB;
+} nvmlDeviceAttributes_t;
+
+/* MIG handles only, as NVML documents. */
+nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
+{
+    struct mig_line lines[MAX_MIG], *m = mig_of(device, lines);
+    if (!attributes)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!m)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(attributes, 0, sizeof(*attributes));
+    attributes->multiprocessorCount = m->sms;
+    attributes->gpuInstanceSliceCount = attributes->computeInstanceSliceCount = m->sms / 14;
+    attributes->memorySizeMB = 10240ULL * (m->sms / 14);
+    return NVML_SUCCESS;
+}
+
+/* ---- GPM: each GPU instance's SM activity, at its sm% from mig.<minor> -------------- */
+
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+
+struct nvmlGpmSample_st {
+    unsigned minor, gi;
+    double at_ns;
+    double busy; /* percent-nanoseconds so far at the instance's sm% */
+};
+typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
+
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct {
+        char *shortName;
+        char *longName;
+        char *unit;
+    } metricInfo;
+} nvmlGpmMetric_t;
+
+/* sized as an older header (98 metrics): NVML reads only numMetrics of them */
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[98];
+} nvmlGpmMetricsGet_t;
+
+#define NVML_GPM_METRIC_SM_UTIL 2
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support)
+{
+    if (!valid(device) || !support)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (support->version != 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    support->isSupportedDevice = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample)
+{
+    if (!sample)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *sample = calloc(1, sizeof(**sample));
+    return *sample ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample)
+{
+    free(sample);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t sample)
+{
+    if (!valid(device) || !sample)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct mig_line lines[MAX_MIG];
+    unsigned minor = gpu_minor[device->index], n = mig_lines(minor, lines);
+    for (unsigned k = 0; k < n; k++)
+        if (lines[k].gi == gpuInstanceId) {
+            sample->minor = minor;
+            sample->gi = gpuInstanceId;
+            sample->at_ns = now_ns();
+            sample->busy = lines[k].sm * sample->at_ns;
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
+{
+    if (!metricsGet || metricsGet->version != 1 || metricsGet->numMetrics > 98 || !metricsGet->sample1 ||
+        !metricsGet->sample2)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlGpmSample_t a = metricsGet->sample1, b = metricsGet->sample2;
+    if (a->minor != b->minor || a->gi != b->gi || b->at_ns <= a->at_ns)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned i = 0; i < metricsGet->numMetrics; i++) {
+        nvmlGpmMetric_t *m = &metricsGet->metrics[i];
+        if (m->metricId == NVML_GPM_METRIC_SM_UTIL) {
+            m->value = (b->busy - a->busy) / (b->at_ns - a->at_ns);
+            m->nvmlReturn = NVML_SUCCESS;
+        } else
+            m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+    }
     return NVML_SUCCESS;
 }

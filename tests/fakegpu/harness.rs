@@ -192,6 +192,11 @@ impl FakeGpus {
         self.write(&format!("mode.{minor}"), mode);
     }
 
+    /// Partitions GPU `minor` into MIG instances: `"<gi> <ci> <sms> <sm%> <uuid>"` lines.
+    pub fn set_mig(&self, minor: u32, instances: &str) {
+        self.write(&format!("mig.{minor}"), instances);
+    }
+
     pub fn set_driver_missing(&self) {
         self.write("driver", "missing");
     }

@@ -32,6 +32,10 @@ pub struct ClusterSpec<'a> {
     /// runs in a private mount namespace where they are bind-mounted over /etc's, so tests
     /// can have more Unix users without touching the machine's /etc.
     pub etc_users: Option<&'a Path>,
+    /// A directory whose contents the cluster sees as `/proc/driver` (a tmpfs over it in
+    /// the cluster's private mount namespace), for a GPU driver's files this machine lacks
+    /// (`nvidia-caps/mig-minors`).
+    pub proc_driver: Option<&'a Path>,
     /// A .deb of the plugins (ci/package.sh) that `dpkg -i` installs into Slurm's plugin
     /// directory for the daemons (tests/package/with-deb.sh), which then load only it; `None`
     /// loads the build dir's plugins.
@@ -55,6 +59,7 @@ impl Default for ClusterSpec<'_> {
             gres_conf: "",
             cgroup_conf: "",
             etc_users: None,
+            proc_driver: None,
             package: None,
         }
     }
@@ -63,8 +68,9 @@ impl Default for ClusterSpec<'_> {
 pub struct Cluster {
     pub dir: PathBuf,
     pub sims: Vec<Option<Sim>>,
-    /// The cluster runs in a private mount namespace (see [`ClusterSpec::etc_users`]).
-    private_etc: bool,
+    /// The cluster runs in a private mount namespace (see [`ClusterSpec::etc_users`],
+    /// [`ClusterSpec::proc_driver`]).
+    private_ns: bool,
 }
 
 impl Cluster {
@@ -101,35 +107,52 @@ impl Cluster {
         let cluster = Cluster {
             dir,
             sims,
-            private_etc: spec.etc_users.is_some(),
+            private_ns: spec.etc_users.is_some() || spec.proc_driver.is_some(),
         };
         let cluster_sh = workspace().join("ci/cluster.sh");
-        let mut up = match (spec.etc_users, spec.package) {
-            (None, None) => {
+        // what a private mount namespace is set up with: `sh -c` lines, their arguments
+        let mut setup: Vec<(&str, &Path)> = Vec::new();
+        if let Some(etc) = spec.etc_users {
+            setup.push((
+                r#"mount --bind "$1/passwd" /etc/passwd && mount --bind "$1/group" /etc/group"#,
+                etc,
+            ));
+        }
+        if let Some(driver) = spec.proc_driver {
+            setup.push((
+                r#"mount -t tmpfs rust-energy-test /proc/driver && cp -r "$1/." /proc/driver"#,
+                driver,
+            ));
+        }
+        let mut up = match (setup.is_empty(), spec.package) {
+            (true, None) => {
                 let mut up = Command::new(&cluster_sh);
                 up.env("EXTRA_PLUGIN_DIR", plugin_dir(root));
                 up
             }
-            (Some(etc), None) => {
+            (false, None) => {
                 let mut up = Command::new("unshare");
+                let script: Vec<String> = setup
+                    .iter()
+                    .map(|(line, _)| format!("({line}) || exit 1; shift"))
+                    .collect();
                 up.args(["-m", "--propagation", "private", "sh", "-c"])
-                    .arg(
-                        r#"mount --bind "$0/passwd" /etc/passwd && mount --bind "$0/group" /etc/group && exec "$@""#,
-                    )
-                    .arg(etc)
+                    .arg(format!("set -e; {}; exec \"$@\"", script.join("; ")))
+                    .arg("sh")
+                    .args(setup.iter().map(|(_, arg)| *arg))
                     .arg(&cluster_sh)
                     .env("EXTRA_PLUGIN_DIR", plugin_dir(root));
                 up
             }
-            (None, Some(deb)) => {
+            (true, Some(deb)) => {
                 let mut up = Command::new(workspace().join("tests/package/with-deb.sh"));
                 up.arg(deb)
                     .arg(root.join("package-install"))
                     .arg(&cluster_sh);
                 up
             }
-            (Some(_), Some(_)) => {
-                panic!("a private /etc and an installed package are not combined")
+            (false, Some(_)) => {
+                panic!("a private mount namespace and an installed package are not combined")
             }
         };
         let out = up
@@ -163,9 +186,9 @@ impl Cluster {
     }
 
     /// A command that runs in this cluster's mount namespace (see
-    /// [`ClusterSpec::etc_users`]), `program` first.
+    /// [`ClusterSpec::etc_users`], [`ClusterSpec::proc_driver`]), `program` first.
     fn command(&self, program: &Path) -> Command {
-        if !self.private_etc {
+        if !self.private_ns {
             return Command::new(program);
         }
         let record = fs::read_to_string(self.dir.join("run/pid/slurmctld")).unwrap_or_default();

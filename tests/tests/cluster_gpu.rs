@@ -340,36 +340,65 @@ fn without_device_constraints_each_job_pays_only_the_gpu_it_was_given() {
 struct SharedRun {
     /// Each job's figure: (the job's, its step 0's).
     jobs: [(f64, f64); 2],
+    /// Each job's GRES indexes, as its step was told.
+    gres: [String; 2],
     /// The GPU's joules in its 40 W phases.
     idle_j: f64,
     /// The GPU's joules in its 240 W phase.
     busy_j: f64,
 }
 
-/// Two jobs sharing one GPU by `gres_name` (its whole count `count`), with `shares` each
-/// and their processes' SM use `sm`: the first job sets the GPU's power, once both hold
-/// it, to 40 W (its idle), 240 W, 40 W and 0 W.
-fn shared_gpu(
-    test: &str,
-    gres_name: &str,
-    count: u32,
-    shares: [u32; 2],
+/// How two jobs share the one GPU (`/dev/nvidia3`) of [`shared_gpu`]'s node.
+struct Sharing<'a> {
+    /// gres.conf's records after `AutoDetect=off`; `{dev}` is the device directory.
+    gres: &'a str,
+    /// slurm.conf's `GresTypes` and the node's `Gres`.
+    types: &'a str,
+    node_gres: &'a str,
+    /// Each job's `--gres`.
+    requests: [&'a str; 2],
+    /// Each job's processes' SM use (0: none reported).
     sm: [u32; 2],
-) -> Option<SharedRun> {
+    /// Capability device files to make (`/dev/nvidia-caps/nvidia-capN` minors).
+    caps: &'a [u32],
+    /// The stand-in's `mig.3` (its MIG instances), and the driver's `mig-minors`.
+    mig: Option<(&'a str, &'a str)>,
+}
+
+/// Two jobs sharing one GPU as `sharing` says, with an unmanaged second GPU at 77 W: the
+/// first job sets the GPU's power, once both hold it, to 40 W (its idle power, as
+/// `EnergyAttributionIdleWatts` says), 240 W, 40 W and 0 W; the second ends after.
+fn shared_gpu(test: &str, sharing: &Sharing) -> Option<SharedRun> {
     let tmp = root_test_dir(test)?;
     let devices = tmp.path().join("dev");
     device_files(&devices, &[3]);
+    let caps = devices.join("nvidia-caps");
+    std::fs::create_dir_all(&caps).expect("mkdir");
+    for minor in sharing.caps {
+        let status = std::process::Command::new("mknod")
+            .arg(caps.join(format!("nvidia-cap{minor}")))
+            .args(["c", "235", &minor.to_string()])
+            .status()
+            .expect("mknod");
+        assert!(status.success());
+    }
     let fake = FakeGpus::new(Vendor::Nvidia, &[3, 7]);
     fake.set_power(7, 77.0);
-    let gpu = devices.join("nvidia3");
+    let driver = tmp.path().join("proc-driver");
+    if let Some((mig, minors)) = sharing.mig {
+        fake.set_mig(3, mig);
+        std::fs::create_dir_all(driver.join("nvidia-caps")).expect("mkdir");
+        std::fs::write(driver.join("nvidia-caps/mig-minors"), minors).expect("mig-minors");
+    }
     let gres = format!(
-        "AutoDetect=off\nName=gpu File={}\nName={gres_name} Count={count} File={}\n",
-        gpu.display(),
-        gpu.display()
+        "AutoDetect=off\n{}",
+        sharing
+            .gres
+            .replace("{dev}", &devices.display().to_string())
     );
     let acct_gather = format!("{}EnergyAttributionIdleWatts=40\n", fake.acct_gather());
-    let node_options = format!("Gres=gpu:1,{gres_name}:{count} ");
-    let extra = format!("GresTypes=gpu,{gres_name}\n");
+    let node_options = format!("Gres={} ", sharing.node_gres);
+    let extra = format!("GresTypes={}\n", sharing.types);
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
@@ -378,18 +407,26 @@ fn shared_gpu(
             node_options: &node_options,
             gres_conf: &gres,
             extra_conf: &extra,
+            proc_driver: sharing.mig.is_some().then_some(driver.as_path()),
             ..ClusterSpec::default()
         },
     );
     let marker = |name: &str| fake.dir.path().join(name).display().to_string();
     let wait_for = |name: &str| format!("while [ ! -e {} ]; do sleep 0.2; done", marker(name));
-    let power = |watts: f64| fake.set_gres_power_command(&[3], watts);
-    let use_gpu = |k: usize| fake.use_gpu_command(&[3], sm[k]);
+    let power = |watts: f64| fake.set_power_command("3", watts);
+    // every GRES index names (a part of) the one GPU
+    let begin = |k: usize| {
+        format!(
+            "echo $SLURM_STEP_GPUS > {}; {}",
+            marker(&format!("gres.{k}")),
+            fake.use_gpu_command(&[3, 3], sharing.sm[k])
+        )
+    };
     let first = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH --gres={gres_name}:{}\nsrun -n1 sh -c '{}; {}; sleep 2; \
+        "#!/bin/sh\n#SBATCH --gres={}\nsrun -n1 sh -c '{}; {}; sleep 2; \
          {}; sleep 3; {}; sleep 20; {}; sleep 3; {}; touch {}'\n",
-        shares[0],
-        use_gpu(0),
+        sharing.requests[0],
+        begin(0),
         wait_for("second_ready"),
         power(40.0),
         power(240.0),
@@ -398,9 +435,9 @@ fn shared_gpu(
         marker("first_done")
     ));
     let second = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH --gres={gres_name}:{}\nsrun -n1 sh -c '{}; touch {}; {}'\n",
-        shares[1],
-        use_gpu(1),
+        "#!/bin/sh\n#SBATCH --gres={}\nsrun -n1 sh -c '{}; touch {}; {}'\n",
+        sharing.requests[1],
+        begin(1),
         marker("second_ready"),
         wait_for("first_done")
     ));
@@ -423,15 +460,25 @@ fn shared_gpu(
             energy_of(&rows, &format!("{job}.0")),
         )
     });
-    println!("{gres_name}: jobs {figures:?}, GPU {idle_phases:.1} J idle + {busy_phase:.1} J");
+    let gres = [0, 1].map(|k| {
+        std::fs::read_to_string(marker(&format!("gres.{k}")))
+            .expect("the step's GRES")
+            .trim()
+            .to_string()
+    });
+    println!(
+        "{test}: jobs {figures:?} (GRES {gres:?}), GPU {idle_phases:.1} J idle + \
+         {busy_phase:.1} J"
+    );
     assert_close(
-        &format!("{gres_name}: the two jobs together"),
+        &format!("{test}: the two jobs together"),
         figures[0].0 + figures[1].0,
         total,
         0.01,
     );
     Some(SharedRun {
         jobs: figures,
+        gres,
         idle_j: idle_phases,
         busy_j: busy_phase,
     })
@@ -445,12 +492,18 @@ fn jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use() {
         jobs,
         idle_j: idle,
         busy_j: busy,
+        ..
     }) = shared_gpu(
         "jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use",
-        "shard",
-        4,
-        [2, 2],
-        [80, 0],
+        &Sharing {
+            gres: "Name=gpu File={dev}/nvidia3\nName=shard Count=4 File={dev}/nvidia3\n",
+            types: "gpu,shard",
+            node_gres: "gpu:1,shard:4",
+            requests: ["shard:2", "shard:2"],
+            sm: [80, 0],
+            caps: &[],
+            mig: None,
+        },
     )
     else {
         return;
@@ -472,12 +525,18 @@ fn jobs_sharing_a_gpu_by_mps_split_it_by_shares() {
         jobs,
         idle_j: idle,
         busy_j: busy,
+        ..
     }) = shared_gpu(
         "jobs_sharing_a_gpu_by_mps_split_it_by_shares",
-        "mps",
-        100,
-        [25, 75],
-        [0, 0],
+        &Sharing {
+            gres: "Name=gpu File={dev}/nvidia3\nName=mps Count=100 File={dev}/nvidia3\n",
+            types: "gpu,mps",
+            node_gres: "gpu:1,mps:100",
+            requests: ["mps:25", "mps:75"],
+            sm: [0, 0],
+            caps: &[],
+            mig: None,
+        },
     )
     else {
         return;
@@ -490,5 +549,55 @@ fn jobs_sharing_a_gpu_by_mps_split_it_by_shares() {
             part * (idle + busy),
             0.01,
         );
+    }
+}
+
+/// A GPU partitioned into two MIG instances, configured as `MultipleFiles` GRES: one of 42
+/// SMs 90% busy, one of 14 SMs 30% busy (GPM). Each job holds one: the GPU's idle power by
+/// the instances' sizes, the rest by size times activity.
+#[test]
+fn jobs_on_mig_instances_split_the_gpu_by_size_and_activity() {
+    let Some(SharedRun {
+        jobs,
+        gres,
+        idle_j: idle,
+        busy_j: busy,
+    }) = shared_gpu(
+        "jobs_on_mig_instances_split_the_gpu_by_size_and_activity",
+        &Sharing {
+            gres: "Name=gpu Type=3g.40gb MultipleFiles={dev}/nvidia3,{dev}/nvidia-caps/nvidia-cap21,\
+                   {dev}/nvidia-caps/nvidia-cap22\n\
+                   Name=gpu Type=1g.10gb MultipleFiles={dev}/nvidia3,{dev}/nvidia-caps/nvidia-cap30,\
+                   {dev}/nvidia-caps/nvidia-cap31\n",
+            types: "gpu",
+            node_gres: "gpu:3g.40gb:1,gpu:1g.10gb:1",
+            requests: ["gpu:3g.40gb:1", "gpu:1g.10gb:1"],
+            sm: [0, 0],
+            caps: &[21, 22, 30, 31],
+            mig: Some((
+                "1 0 42 90 MIG-fake-3-gi1\n2 0 14 30 MIG-fake-3-gi2\n",
+                "gpu3/gi1/access 21\ngpu3/gi1/ci0/access 22\ngpu3/gi2/access 30\n\
+                 gpu3/gi2/ci0/access 31\n",
+            )),
+        },
+    )
+    else {
+        return;
+    };
+    assert_eq!(
+        gres,
+        ["0".to_string(), "1".to_string()],
+        "GRES by gres.conf's order"
+    );
+    // idle power 40 W by size (42:14), the rest by size x activity (3780:420)
+    let idle_part = idle + busy / 6.0;
+    let dynamic = busy * 5.0 / 6.0;
+    let truths = [
+        idle_part * 0.75 + dynamic * 0.9,
+        idle_part * 0.25 + dynamic * 0.1,
+    ];
+    for (k, ((job, step), truth)) in jobs.into_iter().zip(truths).enumerate() {
+        assert_close(&format!("MIG job {k}"), job, truth, 0.01);
+        assert_close(&format!("MIG job {k}, step 0"), step, truth, 0.01);
     }
 }
