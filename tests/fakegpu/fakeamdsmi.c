@@ -12,6 +12,7 @@ typedef int amdsmi_status_t;
 #define AMDSMI_STATUS_INVAL 1
 #define AMDSMI_STATUS_NOT_SUPPORTED 2
 #define AMDSMI_STATUS_NO_PERM 10
+#define AMDSMI_STATUS_OUT_OF_RESOURCES 15
 #define AMDSMI_STATUS_NOT_INIT 32
 #define AMDSMI_STATUS_DRIVER_NOT_LOADED 34
 #define AMDSMI_INIT_AMD_GPUS (1 << 1)
@@ -107,5 +108,56 @@ amdsmi_status_t amdsmi_get_energy_count(amdsmi_processor_handle processor_handle
     *energy_accumulator = (uint64_t)(joules * 1e6 / RESOLUTION_UJ);
     *counter_resolution = RESOLUTION_UJ;
     *timestamp = (uint64_t)now_ns();
+    return AMDSMI_STATUS_SUCCESS;
+}
+
+/* amdsmi_proc_info_t of ROCm 6.2 and later. */
+#define AMDSMI_MAX_STRING_LENGTH 256
+typedef struct {
+    char name[AMDSMI_MAX_STRING_LENGTH];
+    uint32_t pid;
+    uint64_t mem;
+    struct {
+        uint64_t gfx; /* ns */
+        uint64_t enc; /* ns */
+        uint32_t reserved[12];
+    } engine_usage;
+    struct {
+        uint64_t gtt_mem;
+        uint64_t cpu_mem;
+        uint64_t vram_mem;
+        uint32_t reserved[10];
+    } memory_usage;
+    char container_name[AMDSMI_MAX_STRING_LENGTH];
+    uint32_t cu_occupancy;
+    uint32_t evicted_time;
+    uint32_t reserved[10];
+} amdsmi_proc_info_t;
+
+/*
+ * The live processes of procs.<minor>, each with its graphics-engine time so far at its
+ * percentage of the time (since the epoch: only its growth is meaningful). A buffer too
+ * small for them: OUT_OF_RESOURCES with the count needed.
+ */
+amdsmi_status_t amdsmi_get_gpu_process_list(amdsmi_processor_handle processor_handle, uint32_t *max_processes,
+                                            amdsmi_proc_info_t *list)
+{
+    int i = index_of(processor_handle);
+    if (i < 0 || !max_processes)
+        return AMDSMI_STATUS_INVAL;
+    unsigned pids[MAX_PROCS], utils[MAX_PROCS];
+    unsigned n = gpu_procs(gpu_minor[i], pids, utils);
+    if (!list || *max_processes < n) {
+        *max_processes = n;
+        return AMDSMI_STATUS_OUT_OF_RESOURCES;
+    }
+    double now = now_ns();
+    for (unsigned k = 0; k < n; k++) {
+        memset(&list[k], 0, sizeof(list[k]));
+        snprintf(list[k].name, sizeof(list[k].name), "task%u", pids[k]);
+        list[k].pid = pids[k];
+        list[k].engine_usage.gfx = (uint64_t)(now * utils[k] / 100.0);
+    }
+    *max_processes = n;
     return AMDSMI_STATUS_SUCCESS;
 }

@@ -164,7 +164,7 @@ static double counter_joules(unsigned minor, double reload_ns, double *watts_now
 }
 
 /* The live processes using GPU `minor` with a non-zero SM utilization, from procs.<minor>. */
-__attribute__((unused)) static unsigned gpu_procs(unsigned minor, unsigned *pids, unsigned *utils)
+static unsigned gpu_procs(unsigned minor, unsigned *pids, unsigned *utils)
 {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/procs.%u", control_dir, minor);

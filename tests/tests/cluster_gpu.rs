@@ -22,16 +22,20 @@ const MINORS: [u32; 2] = [5, 3];
 
 /// Makes `/dev/nvidiaN`-like character devices (major 195) for the gres.conf.
 fn device_files(dir: &Path, minors: &[u32]) {
-    std::fs::create_dir_all(dir).expect("mkdir");
     for &minor in minors {
-        let path = dir.join(format!("nvidia{minor}"));
-        let status = std::process::Command::new("mknod")
-            .arg(&path)
-            .args(["c", "195", &minor.to_string()])
-            .status()
-            .expect("mknod");
-        assert!(status.success(), "mknod {}", path.display());
+        device_file(&dir.join(format!("nvidia{minor}")), 195, minor);
     }
+}
+
+/// Makes a character device file for the gres.conf (its directory too).
+fn device_file(path: &Path, major: u32, minor: u32) {
+    std::fs::create_dir_all(path.parent().expect("a directory")).expect("mkdir");
+    let status = std::process::Command::new("mknod")
+        .arg(path)
+        .args(["c", &major.to_string(), &minor.to_string()])
+        .status()
+        .expect("mknod");
+    assert!(status.success(), "mknod {}", path.display());
 }
 
 /// The power schedule's changes: `(unix ns, minor, watts)`.
@@ -348,9 +352,12 @@ struct SharedRun {
     busy_j: f64,
 }
 
-/// How two jobs share the one GPU (`/dev/nvidia3`) of [`shared_gpu`]'s node.
+/// How two jobs share the one GPU of [`shared_gpu`]'s node.
 struct Sharing<'a> {
-    /// gres.conf's records after `AutoDetect=off`; `{dev}` is the device directory.
+    /// Its vendor: NVIDIA's GPU is `nvidia3`, AMD's `renderD128`.
+    vendor: Vendor,
+    /// gres.conf's records after `AutoDetect=off`; `{gpu}` is the GPU's device file,
+    /// `{dev}` their directory.
     gres: &'a str,
     /// slurm.conf's `GresTypes` and the node's `Gres`.
     types: &'a str,
@@ -371,22 +378,24 @@ struct Sharing<'a> {
 fn shared_gpu(test: &str, sharing: &Sharing) -> Option<SharedRun> {
     let tmp = root_test_dir(test)?;
     let devices = tmp.path().join("dev");
-    device_files(&devices, &[3]);
-    let caps = devices.join("nvidia-caps");
-    std::fs::create_dir_all(&caps).expect("mkdir");
+    // the shared GPU, and one gres.conf does not name
+    let (file, major, gpu, unmanaged) = match sharing.vendor {
+        Vendor::Nvidia => ("nvidia3", 195, 3, 7),
+        Vendor::Amd => ("renderD128", 226, 128, 129),
+    };
+    device_file(&devices.join(file), major, gpu);
     for minor in sharing.caps {
-        let status = std::process::Command::new("mknod")
-            .arg(caps.join(format!("nvidia-cap{minor}")))
-            .args(["c", "235", &minor.to_string()])
-            .status()
-            .expect("mknod");
-        assert!(status.success());
+        device_file(
+            &devices.join(format!("nvidia-caps/nvidia-cap{minor}")),
+            235,
+            *minor,
+        );
     }
-    let fake = FakeGpus::new(Vendor::Nvidia, &[3, 7]);
-    fake.set_power(7, 77.0);
+    let fake = FakeGpus::new(sharing.vendor, &[gpu, unmanaged]);
+    fake.set_power(unmanaged, 77.0);
     let driver = tmp.path().join("proc-driver");
     if let Some((mig, minors)) = sharing.mig {
-        fake.set_mig(3, mig);
+        fake.set_mig(gpu, mig);
         std::fs::create_dir_all(driver.join("nvidia-caps")).expect("mkdir");
         std::fs::write(driver.join("nvidia-caps/mig-minors"), minors).expect("mig-minors");
     }
@@ -394,6 +403,7 @@ fn shared_gpu(test: &str, sharing: &Sharing) -> Option<SharedRun> {
         "AutoDetect=off\n{}",
         sharing
             .gres
+            .replace("{gpu}", &devices.join(file).display().to_string())
             .replace("{dev}", &devices.display().to_string())
     );
     let acct_gather = format!("{}EnergyAttributionIdleWatts=40\n", fake.acct_gather());
@@ -413,13 +423,13 @@ fn shared_gpu(test: &str, sharing: &Sharing) -> Option<SharedRun> {
     );
     let marker = |name: &str| fake.dir.path().join(name).display().to_string();
     let wait_for = |name: &str| format!("while [ ! -e {} ]; do sleep 0.2; done", marker(name));
-    let power = |watts: f64| fake.set_power_command("3", watts);
+    let power = |watts: f64| fake.set_power_command(&gpu.to_string(), watts);
     // every GRES index names (a part of) the one GPU
     let begin = |k: usize| {
         format!(
             "echo $SLURM_STEP_GPUS > {}; {}",
             marker(&format!("gres.{k}")),
-            fake.use_gpu_command(&[3, 3], sharing.sm[k])
+            fake.use_gpu_command(&[gpu, gpu], sharing.sm[k])
         )
     };
     let first = cluster.sbatch(&format!(
@@ -444,11 +454,11 @@ fn shared_gpu(test: &str, sharing: &Sharing) -> Option<SharedRun> {
     for job in [first, second] {
         cluster.wait_job(job, Duration::from_secs(120));
     }
-    let (t1, t2) = (set_at(&fake, 3, 40.0, 0), set_at(&fake, 3, 240.0, 0));
-    let (t3, t4) = (set_at(&fake, 3, 40.0, 1), set_at(&fake, 3, 0.0, 0));
+    let (t1, t2) = (set_at(&fake, gpu, 40.0, 0), set_at(&fake, gpu, 240.0, 0));
+    let (t3, t4) = (set_at(&fake, gpu, 40.0, 1), set_at(&fake, gpu, 0.0, 0));
     let idle_phases = 40.0 * ((t2 - t1) + (t4 - t3)) / 1e9;
     let busy_phase = 240.0 * (t3 - t2) / 1e9;
-    let total = fake.truth(3, now_ns());
+    let total = fake.truth(gpu, now_ns());
     assert!(
         (total - idle_phases - busy_phase).abs() < 0.01,
         "the GPU drew {total} J"
@@ -496,7 +506,8 @@ fn jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use() {
     }) = shared_gpu(
         "jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use",
         &Sharing {
-            gres: "Name=gpu File={dev}/nvidia3\nName=shard Count=4 File={dev}/nvidia3\n",
+            vendor: Vendor::Nvidia,
+            gres: "Name=gpu File={gpu}\nName=shard Count=4 File={gpu}\n",
             types: "gpu,shard",
             node_gres: "gpu:1,shard:4",
             requests: ["shard:2", "shard:2"],
@@ -529,7 +540,8 @@ fn jobs_sharing_a_gpu_by_mps_split_it_by_shares() {
     }) = shared_gpu(
         "jobs_sharing_a_gpu_by_mps_split_it_by_shares",
         &Sharing {
-            gres: "Name=gpu File={dev}/nvidia3\nName=mps Count=100 File={dev}/nvidia3\n",
+            vendor: Vendor::Nvidia,
+            gres: "Name=gpu File={gpu}\nName=mps Count=100 File={gpu}\n",
             types: "gpu,mps",
             node_gres: "gpu:1,mps:100",
             requests: ["mps:25", "mps:75"],
@@ -565,9 +577,10 @@ fn jobs_on_mig_instances_split_the_gpu_by_size_and_activity() {
     }) = shared_gpu(
         "jobs_on_mig_instances_split_the_gpu_by_size_and_activity",
         &Sharing {
-            gres: "Name=gpu Type=3g.40gb MultipleFiles={dev}/nvidia3,{dev}/nvidia-caps/nvidia-cap21,\
+            vendor: Vendor::Nvidia,
+            gres: "Name=gpu Type=3g.40gb MultipleFiles={gpu},{dev}/nvidia-caps/nvidia-cap21,\
                    {dev}/nvidia-caps/nvidia-cap22\n\
-                   Name=gpu Type=1g.10gb MultipleFiles={dev}/nvidia3,{dev}/nvidia-caps/nvidia-cap30,\
+                   Name=gpu Type=1g.10gb MultipleFiles={gpu},{dev}/nvidia-caps/nvidia-cap30,\
                    {dev}/nvidia-caps/nvidia-cap31\n",
             types: "gpu",
             node_gres: "gpu:3g.40gb:1,gpu:1g.10gb:1",
@@ -599,5 +612,43 @@ fn jobs_on_mig_instances_split_the_gpu_by_size_and_activity() {
     for (k, ((job, step), truth)) in jobs.into_iter().zip(truths).enumerate() {
         assert_close(&format!("MIG job {k}"), job, truth, 0.01);
         assert_close(&format!("MIG job {k}, step 0"), step, truth, 0.01);
+    }
+}
+
+/// The same two shard holders on an AMD GPU, whose processes' use is their graphics-engine
+/// time (amd-smi's process list): one busy (60%), one at 20%, holding 1 and 3 shards.
+#[test]
+fn jobs_sharing_an_amd_gpu_by_shards_split_it_by_engine_time() {
+    let Some(SharedRun {
+        jobs,
+        idle_j: idle,
+        busy_j: busy,
+        ..
+    }) = shared_gpu(
+        "jobs_sharing_an_amd_gpu_by_shards_split_it_by_engine_time",
+        &Sharing {
+            vendor: Vendor::Amd,
+            gres: "Name=gpu File={gpu}\nName=shard Count=4 File={gpu}\n",
+            types: "gpu,shard",
+            node_gres: "gpu:1,shard:4",
+            requests: ["shard:1", "shard:3"],
+            sm: [60, 20],
+            caps: &[],
+            mig: None,
+        },
+    )
+    else {
+        return;
+    };
+    // idle power by shares (1:3), the rest by engine time (60:20)
+    let idle_part = idle + busy / 6.0;
+    let dynamic = busy * 5.0 / 6.0;
+    let truths = [
+        idle_part * 0.25 + dynamic * 0.75,
+        idle_part * 0.75 + dynamic * 0.25,
+    ];
+    for (k, ((job, step), truth)) in jobs.into_iter().zip(truths).enumerate() {
+        assert_close(&format!("AMD shard job {k}"), job, truth, 0.01);
+        assert_close(&format!("AMD shard job {k}, step 0"), step, truth, 0.01);
     }
 }

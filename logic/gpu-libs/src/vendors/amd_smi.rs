@@ -1,6 +1,6 @@
-//! amd-smi (amd_smi/amdsmi.h): each GPU's energy accumulator.
+//! amd-smi (amd_smi/amdsmi.h): each GPU's energy accumulator, its processes' engine time.
 
-use std::ffi::{c_float, c_int, c_void};
+use std::ffi::{c_char, c_float, c_int, c_void};
 
 use libloading::os::unix::Library;
 
@@ -10,6 +10,9 @@ use crate::{DRM_MAJOR, Device, GpuError, GpuLibrary};
 /// `amdsmi_status_t` values (amdsmi.h).
 const AMDSMI_STATUS_SUCCESS: c_int = 0;
 const AMDSMI_STATUS_NOT_SUPPORTED: c_int = 2;
+const AMDSMI_STATUS_OUT_OF_RESOURCES: c_int = 15;
+/// `AMDSMI_MAX_STRING_LENGTH`.
+const STRING_LENGTH: usize = 256;
 /// `AMDSMI_INIT_AMD_GPUS`.
 const AMDSMI_INIT_AMD_GPUS: u64 = 1 << 1;
 
@@ -23,6 +26,51 @@ struct AmdApi {
     processors: unsafe extern "C" fn(AmdHandle, *mut u32, *mut AmdHandle) -> c_int,
     render_minor: unsafe extern "C" fn(AmdHandle, *mut u32) -> c_int,
     energy: unsafe extern "C" fn(AmdHandle, *mut u64, *mut c_float, *mut u64) -> c_int,
+    /// `amdsmi_get_gpu_process_list` as ROCm 6.2 and later define it (full records);
+    /// `None` before, where it listed handles for `amdsmi_get_gpu_process_info`.
+    processes: Option<unsafe extern "C" fn(AmdHandle, *mut u32, *mut ProcInfo) -> c_int>,
+}
+
+/// `amdsmi_proc_info_t` of ROCm 6.2 and later (the tail's last 12 words are
+/// `cu_occupancy` and reserved, or `cu_occupancy`, `evicted_time` and reserved: the same
+/// size).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ProcInfo {
+    name: [c_char; STRING_LENGTH],
+    pid: u32,
+    mem: u64,
+    /// Nanoseconds on the graphics engine, then the encoder.
+    gfx_ns: u64,
+    enc_ns: u64,
+    engine_reserved: [u32; 12],
+    gtt_mem: u64,
+    cpu_mem: u64,
+    vram_mem: u64,
+    memory_reserved: [u32; 10],
+    container_name: [c_char; STRING_LENGTH],
+    tail: [u32; 12],
+}
+
+const _: () = assert!(std::mem::size_of::<ProcInfo>() == 704);
+
+impl ProcInfo {
+    fn empty() -> Self {
+        Self {
+            name: [0; STRING_LENGTH],
+            pid: 0,
+            mem: 0,
+            gfx_ns: 0,
+            enc_ns: 0,
+            engine_reserved: [0; 12],
+            gtt_mem: 0,
+            cpu_mem: 0,
+            vram_mem: 0,
+            memory_reserved: [0; 10],
+            container_name: [0; STRING_LENGTH],
+            tail: [0; 12],
+        }
+    }
 }
 
 pub struct AmdSmi {
@@ -47,6 +95,11 @@ pub fn open_amd_smi(path: &str) -> Result<Box<dyn GpuLibrary>, String> {
             processors: symbol(&lib, "amdsmi_get_processor_handles")?,
             render_minor: symbol(&lib, "amdsmi_get_gpu_drm_render_minor")?,
             energy: symbol(&lib, "amdsmi_get_energy_count")?,
+            // the older list (of handles) came with amdsmi_get_gpu_process_info
+            processes: match symbol::<usize>(&lib, "amdsmi_get_gpu_process_info") {
+                Ok(_) => None,
+                Err(_) => symbol(&lib, "amdsmi_get_gpu_process_list").ok(),
+            },
         };
         (init, api)
     };
@@ -78,6 +131,15 @@ fn amd_list(fill: impl Fn(*mut u32, *mut AmdHandle) -> c_int) -> Result<Vec<AmdH
     amd_check(fill(&mut count, handles.as_mut_ptr()))?;
     handles.truncate(count as usize);
     Ok(handles)
+}
+
+impl AmdSmi {
+    fn handle(&self, index: u32) -> Result<AmdHandle, GpuError> {
+        self.handles
+            .get(index as usize)
+            .copied()
+            .ok_or_else(|| GpuError::Failed(format!("no GPU {index}")))
+    }
 }
 
 impl GpuLibrary for AmdSmi {
@@ -112,11 +174,7 @@ impl GpuLibrary for AmdSmi {
     }
 
     fn energy_uj(&mut self, index: u32) -> Result<u64, GpuError> {
-        let handle = self
-            .handles
-            .get(index as usize)
-            .copied()
-            .ok_or_else(|| GpuError::Failed(format!("no GPU {index}")))?;
+        let handle = self.handle(index)?;
         let (mut count, mut resolution, mut timestamp) = (0u64, 0.0 as c_float, 0u64);
         // SAFETY: a processor handle amd-smi returned; valid out-pointers.
         amd_check(unsafe {
@@ -133,6 +191,27 @@ impl GpuLibrary for AmdSmi {
     /// energy (its power readings are averages over an unknown window).
     fn power_w(&mut self, _index: u32) -> Result<f64, GpuError> {
         Err(GpuError::NotSupported)
+    }
+
+    /// The graphics-engine nanoseconds of each process on the GPU, cumulative.
+    fn process_use(&mut self, index: u32) -> Result<Vec<(u32, u64)>, GpuError> {
+        let list = self.api.processes.ok_or(GpuError::NotSupported)?;
+        let handle = self.handle(index)?;
+        let mut records = vec![ProcInfo::empty(); 16];
+        for _ in 0..4 {
+            let mut count = records.len() as u32;
+            // SAFETY: a processor handle amd-smi returned; a buffer of `count` records.
+            let rc = unsafe { list(handle, &mut count, records.as_mut_ptr()) };
+            if rc == AMDSMI_STATUS_OUT_OF_RESOURCES {
+                let wanted = (count as usize).max(records.len() * 2).min(4096);
+                records = vec![ProcInfo::empty(); wanted];
+                continue;
+            }
+            amd_check(rc)?;
+            records.truncate((count as usize).min(records.len()));
+            return Ok(records.iter().map(|r| (r.pid, r.gfx_ns)).collect());
+        }
+        Err(GpuError::Failed("the process list keeps growing".into()))
     }
 }
 
