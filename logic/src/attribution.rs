@@ -599,7 +599,8 @@ fn step_cgroup(
 /// slurmstepd's side: its step's figure from slurmd's ledger, as a source its meter reads.
 /// In node mode the node's energy since the step's first reading (when its slurmstepd
 /// opened the plugin); in shared mode the step's share. Either is brought up to the moment
-/// of the call at the last power the ledger published, at most [`LEDGER_PERIOD`] ahead.
+/// of the call at the last power the ledger published, at most [`LEDGER_PERIOD`] ahead,
+/// unless energy plugins are stacked ([`StepFigure::stacked`]).
 ///
 /// When the ledger cannot be read, is stale (slurmd gone) or was begun anew (slurmd lost
 /// it), the step keeps the figure it had, says so once, and goes on from the new ledger's
@@ -610,6 +611,8 @@ pub struct StepFigure {
     procs: Procs,
     pid: u32,
     shared: bool,
+    /// Whether a figure is brought forward from the ledger's sample to the call.
+    bring_forward: bool,
     step: Option<(u32, StepId)>,
     /// What the step counted in the ledger it reads now.
     counted: Option<Counted>,
@@ -681,6 +684,7 @@ impl StepFigure {
             procs: procs.clone(),
             pid,
             shared,
+            bring_forward: true,
             step: None,
             counted: None,
             carried_uj: 0,
@@ -688,6 +692,15 @@ impl StepFigure {
             unanswered: false,
             parts: Vec::new(),
         }
+    }
+
+    /// Energy plugins are stacked: Slurm adds up what each answers since its answer before,
+    /// so a figure brought forward at a power that then fell would stay counted. The
+    /// ledger's figure is taken as it is (at most a sample period old; a step's edges ask
+    /// for a fresh one).
+    pub fn stacked(mut self) -> Self {
+        self.bring_forward = false;
+        self
     }
 
     fn step(&mut self) -> Option<(u32, StepId)> {
@@ -706,7 +719,11 @@ impl StepFigure {
     /// the ledger cannot be used.
     fn count(&mut self, ledger: &Ledger, now: f64) -> Result<f64, String> {
         let age = (now - ledger.sampled_at()).max(0.0);
-        let ahead = age.min(LEDGER_PERIOD.as_secs_f64());
+        let ahead = if self.bring_forward {
+            age.min(LEDGER_PERIOD.as_secs_f64())
+        } else {
+            0.0
+        };
         let (joules, watts) = if self.shared {
             match self.step() {
                 Some((job, step)) => ledger
@@ -1064,6 +1081,30 @@ mod tests {
         assert_eq!(read_from("slurmstepd"), 2, "the last poll does");
         procs::tests::child(&proc_root, 40, 41);
         assert_eq!(read_from("slurmstepd"), 2, "not while tasks run");
+    }
+
+    /// A figure is brought forward from the ledger's sample to the call at the power it
+    /// published, unless energy plugins are stacked: Slurm then adds up each plugin's
+    /// answers, and what was brought forward at a power that fell would stay counted.
+    #[test]
+    fn a_stacked_step_takes_the_ledgers_figure_as_it_is() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("energy-ledger.0.json");
+        let procs = Procs::from_path(tmp.path());
+        let load = || Ledger::load(&path).expect("ledger").expect("a ledger");
+        let t = 1_000_000.0;
+        let mut alone = StepFigure::from_path(&path, &procs, 1, false);
+        let mut stacked = StepFigure::from_path(&path, &procs, 1, false).stacked();
+        publish(&path, t - 100.0, t, 1000.0, 0.0);
+        for step in [&mut alone, &mut stacked] {
+            assert_eq!(step.count(&load(), t), Ok(0.0));
+        }
+        // sampled at 200 W, read half a second later
+        publish(&path, t - 100.0, t + 1.0, 1200.0, 200.0);
+        assert_eq!(alone.count(&load(), t + 1.5), Ok(200.0));
+        assert_eq!(stacked.count(&load(), t + 1.5), Ok(200.0));
+        assert_eq!(alone.total_uj(), 300_000_000);
+        assert_eq!(stacked.total_uj(), 200_000_000);
     }
 
     /// A step that ends after slurmd died takes slurmd's last sample as it is (not brought

@@ -196,12 +196,17 @@ impl<S: Source> State<S> {
         // slurmstepd reads its figure there (its share, or the node's since it began)
         let meter = if reads_ledger(daemon) {
             host.spool_dir().map(|spool| {
-                metered(StepFigure::from_path(
+                let figure = StepFigure::from_path(
                     &attribution::ledger_path(&spool, self.context_id),
                     &Procs::from_path(Path::new(attribution::procs::PROC_ROOT)),
                     std::process::id(),
                     site.is_some() || S::ALLOCATED_DEVICES,
-                ))
+                );
+                metered(if host.energy_plugins() > 1 {
+                    figure.stacked()
+                } else {
+                    figure
+                })
             })
         } else {
             S::open(&config).map(metered)

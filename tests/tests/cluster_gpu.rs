@@ -652,3 +652,84 @@ fn jobs_sharing_an_amd_gpu_by_shards_split_it_by_engine_time() {
         assert_close(&format!("AMD shard job {k}, step 0"), step, truth, 0.01);
     }
 }
+
+/// rust_rapl and rust_gpu stacked with `EnergyAttribution=shared`: two jobs side by side,
+/// each with one CPU and one GPU (100 W and 300 W, no device constraint), while the CPUs
+/// draw 60 W for 12 s, all of it idle power (`EnergyAttributionIdleWatts` above it): each
+/// job gets half the CPUs' energy (they hold the same) and its own GPU's, which Slurm sums.
+#[test]
+fn stacked_with_rapl_in_shared_mode_a_job_gets_its_cpu_share_and_its_gpus() {
+    let Some(tmp) =
+        root_test_dir("stacked_with_rapl_in_shared_mode_a_job_gets_its_cpu_share_and_its_gpus")
+    else {
+        return;
+    };
+    let devices = tmp.path().join("dev");
+    device_files(&devices, &MINORS);
+    let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);
+    let gres_order = [3, 5];
+    let gres = format!(
+        "AutoDetect=off\nName=gpu File={}\nName=gpu File={}\n",
+        devices.join("nvidia3").display(),
+        devices.join("nvidia5").display()
+    );
+    let acct_gather = format!(
+        "EnergyRaplSource=msr\nEnergyAttribution=shared\nEnergyAttributionIdleWatts=1000\n{}",
+        fake.acct_gather()
+    );
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_rapl,acct_gather_energy/rust_gpu",
+            acct_gather: &acct_gather,
+            sim_args: vec![Some("--vendor amd --packages 2 --cpus 2 --esu 16")],
+            node_options: "Gres=gpu:2 ",
+            gres_conf: &gres,
+            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            extra_conf: "GresTypes=gpu\nProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
+                         JobAcctGatherType=jobacct_gather/cgroup\n",
+            ..ClusterSpec::default()
+        },
+    );
+    let sim = cluster.sim(1);
+    sim.set(&["all=0"]);
+    let marker = |name: &str| fake.dir.path().join(name).display().to_string();
+    let wait_for = |name: &str| format!("while [ ! -e {} ]; do sleep 0.2; done", marker(name));
+    let gpu = |watts: f64| fake.set_gres_power_command(&gres_order, watts);
+    let first = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -n1 -c1 --gres=gpu:1\nsrun -n1 sh -c '{}; touch {}; {}; sleep 2; \
+         {}; sleep 2; {}; touch {}'\n",
+        gpu(100.0),
+        marker("first_ready"),
+        wait_for("second_ready"),
+        phase_commands(sim, "cpu", &[("package0=40 package1=20", 12)]),
+        gpu(0.0),
+        marker("first_done")
+    ));
+    let second = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -n1 -c1 --gres=gpu:1\nsrun -n1 sh -c '{}; touch {}; {}; {}'\n",
+        gpu(300.0),
+        marker("second_ready"),
+        wait_for("first_done"),
+        gpu(0.0)
+    ));
+    for job in [first, second] {
+        cluster.wait_job(job, Duration::from_secs(120));
+    }
+    let end = now_ns();
+    let cpu = mark(sim, "cpu_end").expect("cpu_end") - mark(sim, "cpu_start").expect("cpu_start");
+    for (job, watts) in [(first, 100.0), (second, 300.0)] {
+        let gpu_truth = fake.truth(minor_set_to(&fake, watts), end);
+        let rows = cluster.energy(job);
+        println!("job {job}: CPU {cpu:.1} J / 2 + GPU {gpu_truth:.1} J; {rows:?}");
+        assert_close(
+            &format!("job {job}: half the CPUs and its GPU"),
+            energy_of(&rows, &job.to_string()),
+            cpu / 2.0 + gpu_truth,
+            0.01,
+        );
+    }
+    let first_job = cluster.first_job_id();
+    drop(cluster);
+    remove_job_cgroups(first_job);
+}
