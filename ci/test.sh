@@ -74,6 +74,7 @@ RELEASE_TESTS=${RELEASE_TESTS:-"
     cluster_pm_counters::rust_pm_counters_job_energy_matches_the_truth
     cluster_variorum::rust_variorum_job_energy_matches_the_truth_with_both_api_generations
     cluster_gpu::jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl
+    cluster_gpu::jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use
     cluster_shared::shared_node_with_contain
     cluster_senergy::job_report_names_the_right_nodes_and_matches_sacct
     package::"}

@@ -340,18 +340,6 @@ fn without_device_constraints_each_job_pays_only_the_gpu_it_was_given() {
     }
 }
 
-/// What [`shared_gpu`] measured.
-struct SharedRun {
-    /// Each job's figure: (the job's, its step 0's).
-    jobs: [(f64, f64); 2],
-    /// Each job's GRES indexes, as its step was told.
-    gres: [String; 2],
-    /// The GPU's joules in its 40 W phases.
-    idle_j: f64,
-    /// The GPU's joules in its 240 W phase.
-    busy_j: f64,
-}
-
 /// How two jobs share the one GPU of [`shared_gpu`]'s node.
 struct Sharing<'a> {
     /// Its vendor: NVIDIA's GPU is `nvidia3`, AMD's `renderD128`.
@@ -370,12 +358,17 @@ struct Sharing<'a> {
     caps: &'a [u32],
     /// The stand-in's `mig.3` (its MIG instances), and the driver's `mig-minors`.
     mig: Option<(&'a str, &'a str)>,
+    /// Each job's part by the model: of the GPU's idle power (40 W of its 40 W and 240 W
+    /// phases), and of the rest.
+    parts: [(f64, f64); 2],
 }
 
 /// Two jobs sharing one GPU as `sharing` says, with an unmanaged second GPU at 77 W: the
 /// first job sets the GPU's power, once both hold it, to 40 W (its idle power, as
-/// `EnergyAttributionIdleWatts` says), 240 W, 40 W and 0 W; the second ends after.
-fn shared_gpu(test: &str, sharing: &Sharing) -> Option<SharedRun> {
+/// `EnergyAttributionIdleWatts` says), 240 W, 40 W and 0 W; the second ends after. Each
+/// job (and its step) gets its parts within 1%, and together the GPU's energy. Returns
+/// each job's GRES indexes, as its step was told.
+fn shared_gpu(test: &str, sharing: &Sharing) -> Option<[String; 2]> {
     let tmp = root_test_dir(test)?;
     let devices = tmp.path().join("dev");
     // the shared GPU, and one gres.conf does not name
@@ -486,24 +479,24 @@ fn shared_gpu(test: &str, sharing: &Sharing) -> Option<SharedRun> {
         total,
         0.01,
     );
-    Some(SharedRun {
-        jobs: figures,
-        gres,
-        idle_j: idle_phases,
-        busy_j: busy_phase,
-    })
+    // in the 240 W phase 40 W is idle power, 200 W the rest
+    let idle = idle_phases + busy_phase / 6.0;
+    let rest = busy_phase * 5.0 / 6.0;
+    for (k, ((job, step), (idle_part, rest_part))) in
+        figures.into_iter().zip(sharing.parts).enumerate()
+    {
+        let truth = idle * idle_part + rest * rest_part;
+        assert_close(&format!("{test}: job {k}"), job, truth, 0.01);
+        assert_close(&format!("{test}: job {k}, step 0"), step, truth, 0.01);
+    }
+    Some(gres)
 }
 
 /// Two jobs with 2 of a GPU's 4 shards each, one busy (80% SM) and one idle: the GPU's
 /// idle power (40 W) by shares, the rest by use; together the GPU's energy.
 #[test]
 fn jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use() {
-    let Some(SharedRun {
-        jobs,
-        idle_j: idle,
-        busy_j: busy,
-        ..
-    }) = shared_gpu(
+    shared_gpu(
         "jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use",
         &Sharing {
             vendor: Vendor::Nvidia,
@@ -514,30 +507,16 @@ fn jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use() {
             sm: [80, 0],
             caps: &[],
             mig: None,
+            parts: [(0.5, 1.0), (0.5, 0.0)],
         },
-    )
-    else {
-        return;
-    };
-    // in the 240 W phase 40 W is idle power, 200 W is use
-    let idle_part = idle + busy / 6.0;
-    let truths = [idle_part / 2.0 + busy * 5.0 / 6.0, idle_part / 2.0];
-    for (k, ((job, step), truth)) in jobs.into_iter().zip(truths).enumerate() {
-        assert_close(&format!("shard job {k}"), job, truth, 0.01);
-        assert_close(&format!("shard job {k}, step 0"), step, truth, 0.01);
-    }
+    );
 }
 
 /// Two jobs holding 25 and 75 of a GPU's 100 MPS shares, neither reporting any use: the
 /// GPU by their shares.
 #[test]
 fn jobs_sharing_a_gpu_by_mps_split_it_by_shares() {
-    let Some(SharedRun {
-        jobs,
-        idle_j: idle,
-        busy_j: busy,
-        ..
-    }) = shared_gpu(
+    shared_gpu(
         "jobs_sharing_a_gpu_by_mps_split_it_by_shares",
         &Sharing {
             vendor: Vendor::Nvidia,
@@ -548,20 +527,9 @@ fn jobs_sharing_a_gpu_by_mps_split_it_by_shares() {
             sm: [0, 0],
             caps: &[],
             mig: None,
+            parts: [(0.25, 0.25), (0.75, 0.75)],
         },
-    )
-    else {
-        return;
-    };
-    for (k, ((job, step), part)) in jobs.into_iter().zip([0.25, 0.75]).enumerate() {
-        assert_close(&format!("mps job {k}"), job, part * (idle + busy), 0.01);
-        assert_close(
-            &format!("mps job {k}, step 0"),
-            step,
-            part * (idle + busy),
-            0.01,
-        );
-    }
+    );
 }
 
 /// A GPU partitioned into two MIG instances, configured as `MultipleFiles` GRES: one of 42
@@ -569,12 +537,7 @@ fn jobs_sharing_a_gpu_by_mps_split_it_by_shares() {
 /// the instances' sizes, the rest by size times activity.
 #[test]
 fn jobs_on_mig_instances_split_the_gpu_by_size_and_activity() {
-    let Some(SharedRun {
-        jobs,
-        gres,
-        idle_j: idle,
-        busy_j: busy,
-    }) = shared_gpu(
+    let gres = shared_gpu(
         "jobs_on_mig_instances_split_the_gpu_by_size_and_activity",
         &Sharing {
             vendor: Vendor::Nvidia,
@@ -592,26 +555,12 @@ fn jobs_on_mig_instances_split_the_gpu_by_size_and_activity() {
                 "gpu3/gi1/access 21\ngpu3/gi1/ci0/access 22\ngpu3/gi2/access 30\n\
                  gpu3/gi2/ci0/access 31\n",
             )),
+            // idle power by size (42:14), the rest by size x activity (3780:420)
+            parts: [(0.75, 0.9), (0.25, 0.1)],
         },
-    )
-    else {
-        return;
-    };
-    assert_eq!(
-        gres,
-        ["0".to_string(), "1".to_string()],
-        "GRES by gres.conf's order"
     );
-    // idle power 40 W by size (42:14), the rest by size x activity (3780:420)
-    let idle_part = idle + busy / 6.0;
-    let dynamic = busy * 5.0 / 6.0;
-    let truths = [
-        idle_part * 0.75 + dynamic * 0.9,
-        idle_part * 0.25 + dynamic * 0.1,
-    ];
-    for (k, ((job, step), truth)) in jobs.into_iter().zip(truths).enumerate() {
-        assert_close(&format!("MIG job {k}"), job, truth, 0.01);
-        assert_close(&format!("MIG job {k}, step 0"), step, truth, 0.01);
+    if let Some(gres) = gres {
+        assert_eq!(gres, ["0", "1"], "GRES indexes in gres.conf's order");
     }
 }
 
@@ -619,12 +568,7 @@ fn jobs_on_mig_instances_split_the_gpu_by_size_and_activity() {
 /// time (amd-smi's process list): one busy (60%), one at 20%, holding 1 and 3 shards.
 #[test]
 fn jobs_sharing_an_amd_gpu_by_shards_split_it_by_engine_time() {
-    let Some(SharedRun {
-        jobs,
-        idle_j: idle,
-        busy_j: busy,
-        ..
-    }) = shared_gpu(
+    shared_gpu(
         "jobs_sharing_an_amd_gpu_by_shards_split_it_by_engine_time",
         &Sharing {
             vendor: Vendor::Amd,
@@ -635,22 +579,10 @@ fn jobs_sharing_an_amd_gpu_by_shards_split_it_by_engine_time() {
             sm: [60, 20],
             caps: &[],
             mig: None,
+            // idle power by shares (1:3), the rest by engine time (60:20)
+            parts: [(0.25, 0.75), (0.75, 0.25)],
         },
-    )
-    else {
-        return;
-    };
-    // idle power by shares (1:3), the rest by engine time (60:20)
-    let idle_part = idle + busy / 6.0;
-    let dynamic = busy * 5.0 / 6.0;
-    let truths = [
-        idle_part * 0.25 + dynamic * 0.75,
-        idle_part * 0.75 + dynamic * 0.25,
-    ];
-    for (k, ((job, step), truth)) in jobs.into_iter().zip(truths).enumerate() {
-        assert_close(&format!("AMD shard job {k}"), job, truth, 0.01);
-        assert_close(&format!("AMD shard job {k}, step 0"), step, truth, 0.01);
-    }
+    );
 }
 
 /// rust_rapl and rust_gpu stacked with `EnergyAttribution=shared`: two jobs side by side,
