@@ -1,6 +1,7 @@
 //! One meter per node: slurmd's instance reads the hardware and keeps the node's ledger;
 //! every slurmstepd reads its figure there. With `EnergyAttribution=shared` each job on a
-//! shared node gets its share of the node's energy.
+//! shared node gets its share of the node's energy; a source of devices Slurm allocates
+//! (GPUs) charges each job the devices it holds, in every mode ([`holders`], [`gres`]).
 //!
 //! slurmd's instance owns the node's meter; at each of its samples (at most once per
 //! [`LEDGER_PERIOD`]) a [`Keeper`] updates the node's account and, in shared mode, reads the

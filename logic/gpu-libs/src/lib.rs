@@ -24,8 +24,8 @@ pub const DRM_MAJOR: u32 = 226;
 pub struct Device {
     /// The library's index (enumeration order, which is not Slurm's).
     pub index: u32,
-    /// The device file that gives access to this GPU: `(major, minor)`; `None` when the
-    /// library cannot tell (then only an unconstrained process counts it).
+    /// The device file that gives access to this GPU: `(major, minor)`, as gres.conf's
+    /// `File=` names it; `None` when the library cannot tell.
     pub file: Option<(u32, u32)>,
     /// For the log: UUID or PCI bus id.
     pub name: String,

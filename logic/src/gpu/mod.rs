@@ -11,8 +11,7 @@
 //! thread in this process calls them; Slurm's calls read what it published. An
 //! in-process poller rather than a helper process (as rust_variorum has): NVML and
 //! amd-smi are designed to be called in-process (Slurm's own gpu plugins do, in slurmd and
-//! slurmstepd) and report errors by return code rather than crashing, a step's stepd must
-//! read its own GPUs anyway, and a helper per stepd would cost a process per step. A hung
+//! slurmstepd) and report errors by return code rather than crashing. A hung
 //! call holds only the poller: its GPUs' readings go stale and become unavailable
 //! (NO_VAL), never 0 J; a Slurm call waits for the poller at most [`FRESH_WAIT`], and not
 //! at all once a round is stuck.
