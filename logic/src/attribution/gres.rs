@@ -121,15 +121,31 @@ impl GresOrder {
     }
 }
 
+/// A device file's numbers: the file's own, else (a file slurmd cannot see either) the
+/// kernel's for its name, as Slurm takes a GPU's number from it: `/dev/nvidiaN` is NVIDIA's
+/// minor N, `/dev/dri/renderDN` the DRM minor N.
 fn device_number(path: &Path) -> Option<(u32, u32)> {
-    let rdev = std::fs::metadata(path).ok()?.rdev();
-    (rdev != 0).then(|| {
-        (
+    if let Some(rdev) = std::fs::metadata(path)
+        .ok()
+        .map(|m| m.rdev())
+        .filter(|r| *r != 0)
+    {
+        return Some((
             nix::sys::stat::major(rdev) as u32,
             nix::sys::stat::minor(rdev) as u32,
-        )
-    })
+        ));
+    }
+    let name = path.file_name()?.to_str()?;
+    let number = |prefix: &str| name.strip_prefix(prefix)?.parse::<u32>().ok();
+    number("nvidia")
+        .map(|n| (NVIDIA_MAJOR, n))
+        .or_else(|| number("renderD").map(|n| (DRM_MAJOR, n)))
 }
+
+/// Linux's character-device majors of GPU device files (gpu-libs' too, which this crate
+/// has only with its `gpu` feature).
+const NVIDIA_MAJOR: u32 = 195;
+const DRM_MAJOR: u32 = 226;
 
 /// What a step holds of the node's GPUs, from one of its tasks' environment.
 #[derive(Debug, Clone, PartialEq)]
@@ -256,6 +272,16 @@ mod tests {
         assert_eq!(
             GresOrder::parse(own, "n2"),
             Ok(GresOrder::Files(vec![vec!["/dev/nvidia4".into()]]))
+        );
+        // files slurmd cannot see are numbered as the kernel names them
+        assert_eq!(
+            GresOrder::Files(vec![
+                vec!["/nonexistent/nvidia4".into()],
+                vec!["/nonexistent/dri/renderD130".into()],
+                vec!["/nonexistent/gpu".into()]
+            ])
+            .device_files(),
+            vec![vec![Some((195, 4))], vec![Some((226, 130))], vec![None]]
         );
         let bad = GresOrder::parse("Name=gpu File=/dev/nvidia[1-\n", "n1").expect_err("bad");
         assert!(

@@ -93,6 +93,13 @@ impl Holders {
                 .find(|d| d.position == index)
                 .map(|d| d.position);
         }
+        // a library that tells no device files: its order, as the only one known
+        if devices.iter().all(|d| d.file.is_none()) {
+            return devices
+                .iter()
+                .find(|d| d.position == index)
+                .map(|d| d.position);
+        }
         let record = self.files.get(index as usize)?;
         let gpu = (*record.first()?)?;
         let device = devices.iter().find(|d| d.file == Some(gpu))?;
