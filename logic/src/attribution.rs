@@ -1265,6 +1265,92 @@ mod tests {
         }
     }
 
+    /// The GPU attribution cost per sample in steady state (steps found, their GPUs known,
+    /// each GPU's processes' use charged per job, ledger written) with 1, 16, 64 and 256 jobs
+    /// sharing 8 GPUs by shards, each with a process using its GPU, among 500 other
+    /// processes: `cargo test --release -p slurm-energy-logic --lib gpu_attribution_cost --
+    /// --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn gpu_attribution_cost_per_sample() {
+        use crate::source::DeviceReading;
+        for jobs in [1u32, 16, 64, 256] {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let (spool, proc_root) = (tmp.path().join("spool"), tmp.path().join("proc"));
+            fs::create_dir_all(&spool).expect("spool");
+            for pid in 1..=500 {
+                procs::tests::process(&proc_root, pid, "/usr/bin/sleep 1000", "0::/\n");
+            }
+            let mut sockets = Vec::new();
+            for job in 1..=jobs {
+                sockets
+                    .push(UnixListener::bind(spool.join(format!("n1_{job}.0"))).expect("socket"));
+                let (stepd, task) = (10_000 + 2 * job, 10_001 + 2 * job);
+                procs::tests::process(&proc_root, stepd, &format!("slurmstepd: [{job}.0]"), "0::/");
+                procs::tests::child(&proc_root, stepd, task);
+                cgroup::tests::write(
+                    &proc_root.join(format!("{task}/environ")),
+                    &format!(
+                        "SLURM_JOB_ID={job}\0SLURM_STEP_GPUS={}\0SLURM_SHARDS_ON_NODE=2\0",
+                        job % 8
+                    ),
+                );
+                cgroup::tests::write(
+                    &proc_root.join(format!("{task}/stat")),
+                    &format!("{task} (python) R {stepd} 1 1 0"),
+                );
+            }
+            let mut keeper =
+                Keeper::devices(&spool, 0, GresOrder::Detected, Some(60.0), &proc_root)
+                    .expect("keeper");
+            let (t0, w0) = (Instant::now(), SystemTime::now());
+            let mut accounting = Accounting::new(w0);
+            let rounds = 200u32;
+            let mut started = Instant::now();
+            for k in 0..=rounds {
+                if k == 1 {
+                    started = Instant::now();
+                }
+                let devices: Vec<DeviceReading> = (0..8u32)
+                    .map(|gpu| DeviceReading {
+                        position: gpu,
+                        file: Some((195, gpu)),
+                        energy_uj: u64::from(k) * 300_000_000,
+                        watts: Some(300.0),
+                        busy: (1..=jobs)
+                            .filter(|job| job % 8 == gpu)
+                            .map(|job| (10_001 + 2 * job, u64::from(k) * u64::from(job)))
+                            .collect(),
+                        instances: vec![],
+                    })
+                    .collect();
+                let at = Duration::from_secs(u64::from(k));
+                let reading = Reading {
+                    energy_uj: u64::from(k) * 2_400_000_000,
+                    complete: true,
+                    ..Reading::default()
+                };
+                accounting.record(&reading, t0 + at, w0 + at);
+                keeper.updated = None;
+                keeper.on_sample(&accounting, &devices);
+            }
+            let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
+            let charged = (1..=jobs)
+                .filter(|job| {
+                    keeper
+                        .ledger
+                        .step(*job, StepId(0))
+                        .is_some_and(|a| a.joules > 0.0)
+                })
+                .count();
+            assert_eq!(charged, jobs as usize, "every job holds its GPU");
+            println!(
+                "{jobs} jobs on 8 GPUs: {us:.0} us per sample ({:.1} us per job)",
+                us / f64::from(jobs)
+            );
+        }
+    }
+
     /// One sample of `keeper`, whatever the time since the last.
     fn tick(keeper: &mut Keeper) {
         let (t, w) = (Instant::now(), SystemTime::now());
