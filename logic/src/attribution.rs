@@ -697,8 +697,8 @@ impl StepFigure {
 
     /// Energy plugins are stacked: Slurm adds up what each answers since its answer before,
     /// so a figure brought forward at a power that then fell would stay counted. The
-    /// ledger's figure is taken as it is (at most a sample period old; a step's edges ask
-    /// for a fresh one).
+    /// ledger's figure is taken as it is: at Slurm's periodic polls at most a sample period
+    /// old; at a step's edges and other reads (sstat's) from a sample taken for it.
     pub fn stacked(mut self) -> Self {
         self.bring_forward = false;
         self
@@ -824,13 +824,20 @@ impl EnergyReader for StepFigure {
 
     fn read(&mut self, _now: Instant) -> Reading {
         // at the step's edges (before its tasks start, after they end) the figure is the
-        // step's first or last: it needs a ledger sampled now
-        let edge = self.procs.children(self.pid).is_empty()
-            && (self.counted.is_none()
-                || !self
+        // step's first or last: it needs a ledger sampled now; so does any read but Slurm's
+        // periodic polls (sstat's) where plugins are stacked, whose figures are not brought
+        // forward
+        let tasks = !self.procs.children(self.pid).is_empty();
+        let edge = match self.counted {
+            None => !tasks,
+            Some(_) => {
+                let periodic = self
                     .procs
                     .calling_thread()
-                    .is_some_and(|t| periodic_poll(&t)));
+                    .is_some_and(|t| periodic_poll(&t));
+                !periodic && (!tasks || !self.bring_forward)
+            }
+        };
         let unanswered =
             edge && !doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path);
         let now = unix_now();
@@ -1068,20 +1075,38 @@ mod tests {
         })
         .expect("doorbell");
         procs::tests::process(&proc_root, 40, "slurmstepd: [5.extern]", "0::/");
-        let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
-        let mut read_from = |thread: &str| {
+        let read_from = |step: &mut StepFigure, thread: &str| {
             procs::tests::write_thread_name(&proc_root, thread);
             // the ledger written just now would need no ring
             std::thread::sleep(Duration::from_millis(30));
             assert!(step.read(Instant::now()).complete);
             rings.load(Ordering::SeqCst)
         };
-        assert_eq!(read_from("acctg"), 1, "the first read rings");
-        assert_eq!(read_from("acctg"), 1, "a periodic poll does not");
-        assert_eq!(read_from("acctg_energy"), 1, "nor a profile's");
-        assert_eq!(read_from("slurmstepd"), 2, "the last poll does");
+        let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
+        assert_eq!(read_from(&mut step, "acctg"), 1, "the first read rings");
+        assert_eq!(read_from(&mut step, "acctg"), 1, "a periodic poll does not");
+        assert_eq!(read_from(&mut step, "acctg_energy"), 1, "nor a profile's");
+        assert_eq!(read_from(&mut step, "slurmstepd"), 2, "the last poll does");
         procs::tests::child(&proc_root, 40, 41);
-        assert_eq!(read_from("slurmstepd"), 2, "not while tasks run");
+        assert_eq!(read_from(&mut step, "slurmstepd"), 2, "not while tasks run");
+        // stacked, a figure is not brought forward: sstat's read while tasks run rings
+        let mut stacked =
+            StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false).stacked();
+        assert_eq!(
+            read_from(&mut stacked, "acctg"),
+            2,
+            "with tasks, the first read does not"
+        );
+        assert_eq!(
+            read_from(&mut stacked, "acctg"),
+            2,
+            "stacked: a periodic poll does not"
+        );
+        assert_eq!(
+            read_from(&mut stacked, "slurmstepd"),
+            3,
+            "stacked: sstat's read does"
+        );
     }
 
     /// A figure is brought forward from the ledger's sample to the call at the power it
