@@ -87,14 +87,8 @@ impl Holders {
     /// GPUs, else by gres.conf's device file; a `MultipleFiles` record (MIG) names the
     /// instance whose capability files it lists (the driver's `mig-minors`).
     fn position(&mut self, procs: &Procs, index: u32, devices: &[DeviceReading]) -> Option<u32> {
-        if self.order == GresOrder::Detected {
-            return devices
-                .iter()
-                .find(|d| d.position == index)
-                .map(|d| d.position);
-        }
-        // a library that tells no device files: its order, as the only one known
-        if devices.iter().all(|d| d.file.is_none()) {
+        // (and where the library tells no device files, its order is the only one known)
+        if self.order == GresOrder::Detected || devices.iter().all(|d| d.file.is_none()) {
             return devices
                 .iter()
                 .find(|d| d.position == index)
