@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use carbon::{Hourly, SiteFile, Tariff, TariffError};
+use carbon::{Intensities, SiteFile, Tariff, TariffError};
 use ffi::{Accounting, JobQuery};
 
 /// Exit statuses (documented in --help).
@@ -42,12 +42,16 @@ DATA PRESENCE
     missing   no energy recorded (no energy plugin, or every reading unavailable)
 
 EMISSIONS AND COST
-    emissions_g = kWh x carbon intensity (gCO2e/kWh); with an hourly table the job's
-    energy is spread evenly over its run time and each hour takes its own intensity.
+    emissions_g = kWh x carbon intensity (gCO2e/kWh); with an intensity series the job's
+    energy is spread evenly over its run time and each piece of it takes the intensity of
+    its time. A series is a CSV at any interval (5 minutes to an hour): time,g_co2e_per_kwh
+    (unix seconds or RFC 3339), or an Electricity Maps export (its direct intensity) or an
+    RTE eCO2mix export from ODRE (eco2mix-national-tr.csv), as downloaded. A value holds
+    for the series' step; a time no value covers takes the static intensity.
     cost = kWh x price per kWh. Flags override the site file (default
     /etc/slurm/senergy.conf, or SENERGY_CONF, or --config), which is TOML:
         carbon_intensity = 350                       # gCO2e/kWh
-        carbon_intensity_csv = \"/etc/slurm/grid.csv\" # hour,g_co2e_per_kwh
+        carbon_intensity_csv = \"/etc/slurm/grid.csv\" # a series, as above
         price_per_kwh = 0.25
         currency = \"EUR\"
 
@@ -55,7 +59,7 @@ EXIT STATUS
     0  success
     2  bad command line
     3  a requested job is unknown or not visible to you (the others are reported)
-    4  bad site file, hourly CSV or figure
+    4  bad site file, intensity series or figure
     5  slurmdbd unreachable or the query failed
 ";
 
@@ -119,7 +123,7 @@ struct TariffArgs {
     /// Carbon intensity in gCO2e/kWh.
     #[arg(long, global = true, value_name = "G_PER_KWH")]
     carbon_intensity: Option<f64>,
-    /// CSV of hourly intensities (hour,g_co2e_per_kwh).
+    /// Intensity series: time,g_co2e_per_kwh, or an Electricity Maps or eCO2mix export.
     #[arg(long, global = true, value_name = "PATH")]
     carbon_csv: Option<PathBuf>,
     /// Price per kWh.
@@ -170,13 +174,13 @@ fn tariff(args: &TariffArgs) -> Result<Tariff, TariffError> {
         }
         None => SiteFile::default(),
     };
-    let hourly = match args.carbon_csv.clone().or(site.carbon_intensity_csv) {
-        Some(path) => Some(Hourly::parse(&path, &read(&path)?)?),
+    let series = match args.carbon_csv.clone().or(site.carbon_intensity_csv) {
+        Some(path) => Some(Intensities::parse(&path, &read(&path)?)?),
         None => None,
     };
     Tariff::new(
         args.carbon_intensity.or(site.carbon_intensity),
-        hourly,
+        series,
         args.price.or(site.price_per_kwh),
         args.currency.clone().or(site.currency),
     )
@@ -318,7 +322,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 .map(|r| report::job_report(r, &tariff, now))
                 .collect();
             let has = (
-                tariff.intensity.is_some() || tariff.hourly.is_some(),
+                tariff.intensity.is_some() || tariff.series.is_some(),
                 tariff.price_per_kwh.is_some(),
             );
             let usage = usage::usage(&reports, start, end, has);
