@@ -3,6 +3,7 @@
 //! ([`super::gres`]) matched to the source's devices, and which job each process using a
 //! device belongs to (the slurmstepd it descends from).
 
+use std::cell::OnceCell;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
@@ -20,7 +21,7 @@ pub struct Holders {
     /// Each GRES index's device files, resolved once ([`GresOrder::Files`]).
     files: Vec<Vec<Option<(u32, u32)>>>,
     /// The driver's MIG capability minors, read when a MIG record is first matched.
-    mig_minors: HashMap<String, u32>,
+    mig_minors: OnceCell<HashMap<String, u32>>,
     /// Each present step's allocation, once read from one of its tasks.
     allocations: HashMap<(u32, StepId), Allocation>,
     /// Each process using a device: its job (`None`: no job's), while it uses one.
@@ -52,7 +53,7 @@ impl Holders {
         Self {
             files: order.device_files(),
             order,
-            mig_minors: HashMap::new(),
+            mig_minors: OnceCell::new(),
             allocations: HashMap::new(),
             owners: HashMap::new(),
             last_busy: HashMap::new(),
@@ -67,7 +68,7 @@ impl Holders {
 
     /// The devices an allocation names, by their positions among `devices`: MIG instances
     /// by the UUIDs its tasks were given where they were, else its GRES indexes.
-    fn positions(&mut self, procs: &Procs, a: &Allocation, devices: &[DeviceReading]) -> Vec<u32> {
+    fn positions(&self, procs: &Procs, a: &Allocation, devices: &[DeviceReading]) -> Vec<u32> {
         if !a.mig_uuids.is_empty() {
             let instances: Vec<_> = devices.iter().flat_map(|d| &d.instances).collect();
             return a
@@ -86,7 +87,7 @@ impl Holders {
     /// The device a GRES index names: by the library's order where Slurm detected the
     /// GPUs, else by gres.conf's device file; a `MultipleFiles` record (MIG) names the
     /// instance whose capability files it lists (the driver's `mig-minors`).
-    fn position(&mut self, procs: &Procs, index: u32, devices: &[DeviceReading]) -> Option<u32> {
+    fn position(&self, procs: &Procs, index: u32, devices: &[DeviceReading]) -> Option<u32> {
         // (and where the library tells no device files, its order is the only one known)
         if self.order == GresOrder::Detected || devices.iter().all(|d| d.file.is_none()) {
             return devices
@@ -105,10 +106,8 @@ impl Holders {
             .flatten()
             .map(|(_, minor)| *minor)
             .collect();
-        if self.mig_minors.is_empty() {
-            self.mig_minors = procs.mig_minors();
-        }
-        let cap = |key: String| self.mig_minors.get(&key).is_some_and(|m| caps.contains(m));
+        let minors = self.mig_minors.get_or_init(|| procs.mig_minors());
+        let cap = |key: String| minors.get(&key).is_some_and(|m| caps.contains(m));
         device
             .instances
             .iter()
@@ -133,30 +132,30 @@ impl Holders {
         if step.1 == StepId::EXTERN {
             return Vec::new();
         }
-        let a = match self.allocations.entry(step) {
-            Entry::Occupied(known) => known.into_mut(),
-            Entry::Vacant(unknown) => {
-                let found = stepd
-                    .into_iter()
-                    .flat_map(|pid| procs.children(pid))
-                    .find_map(|task| allocation(&procs.environ(task)?, step.1));
-                let Some(a) = found else {
-                    return Vec::new();
-                };
-                if !a.gpus.is_empty() {
-                    log::info!(
-                        "step {}.{} holds GPUs {:?} (GRES indexes){}",
-                        step.0,
-                        step.1.cgroup_name(),
-                        a.gpus,
-                        a.shares.map_or(String::new(), |s| format!(", {s} shares"))
-                    );
-                }
-                unknown.insert(a)
+        if let Entry::Vacant(unknown) = self.allocations.entry(step) {
+            let found = stepd
+                .into_iter()
+                .flat_map(|pid| procs.children(pid))
+                .find_map(|task| allocation(&procs.environ(task)?, step.1));
+            let Some(a) = found else {
+                return Vec::new();
+            };
+            if !a.gpus.is_empty() {
+                log::info!(
+                    "step {}.{} holds GPUs {:?} (GRES indexes){}",
+                    step.0,
+                    step.1.cgroup_name(),
+                    a.gpus,
+                    a.shares.map_or(String::new(), |s| format!(", {s} shares"))
+                );
             }
+            unknown.insert(a);
+        }
+        let Some(a) = self.allocations.get(&step) else {
+            return Vec::new();
         };
-        let (a, shares) = (a.clone(), a.shares_per_gpu());
-        self.positions(procs, &a, devices)
+        let shares = a.shares_per_gpu();
+        self.positions(procs, a, devices)
             .into_iter()
             .map(|position| (position, shares))
             .collect()
