@@ -57,18 +57,20 @@ fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn boot_time() -> f64 {
-    fs::read_to_string("/proc/stat")
+/// Seconds since boot (`/proc/uptime`).
+fn uptime() -> Option<f64> {
+    fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
         .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<f64>().ok())
-        })
-        .expect("btime in /proc/stat")
 }
 
-/// The step a slurmstepd's title names, and when the process started.
-fn stepd(pid: &str, boot: f64) -> Option<(String, f64)> {
+/// The step a slurmstepd's title names, and when the process started: its age (the time
+/// since boot less its start in ticks after boot) before now. Not from btime, which is
+/// whole seconds and moves when the wall clock is set.
+fn stepd(pid: &str) -> Option<(String, f64)> {
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let title = String::from_utf8_lossy(&cmdline).replace('\0', " ");
     let step = title
@@ -83,7 +85,8 @@ fn stepd(pid: &str, boot: f64) -> Option<(String, f64)> {
         .nth(19)?
         .parse()
         .ok()?;
-    Some((step, boot + ticks / 100.0))
+    let (now, up) = (now(), uptime()?);
+    Some((step, now - (up - ticks / 100.0)))
 }
 
 impl StepdWatch {
@@ -91,7 +94,6 @@ impl StepdWatch {
         let stop = Arc::new(AtomicBool::new(false));
         let lives: Arc<Mutex<HashMap<String, Life>>> = Arc::default();
         let (s, l) = (Arc::clone(&stop), Arc::clone(&lives));
-        let boot = boot_time();
         let thread = std::thread::spawn(move || {
             // pid -> step, so that a known process costs one stat per pass
             let mut known: HashMap<String, String> = HashMap::new();
@@ -109,7 +111,7 @@ impl StepdWatch {
                         }
                         continue;
                     }
-                    if let Some((step, start)) = stepd(&pid, boot) {
+                    if let Some((step, start)) = stepd(&pid) {
                         l.lock()
                             .expect("lives")
                             .entry(step.clone())

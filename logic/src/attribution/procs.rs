@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use super::{StepId, own_step};
 
@@ -53,21 +53,25 @@ impl Procs {
         found
     }
 
-    /// When process `pid` started: its start in clock ticks after boot
-    /// (`/proc/<pid>/stat`'s 22nd field) on top of the boot time (`/proc/stat`'s btime).
-    /// Ticks are USER_HZ, 100 per second on every architecture Slurm runs on.
+    /// When process `pid` started, on this moment's wall clock: its age is the time since
+    /// boot (`/proc/uptime`) less its start in clock ticks after boot (`/proc/<pid>/stat`'s
+    /// 22nd field). Not from `/proc/stat`'s btime: it is whole seconds (a start up to a
+    /// second early) and moves when the wall clock is set. Ticks are USER_HZ, 100 per
+    /// second on every architecture Slurm runs on.
     pub fn started(&self, pid: u32) -> Option<SystemTime> {
-        const TICKS_PER_SEC: u64 = 100;
+        const TICKS_PER_SEC: f64 = 100.0;
         let stat = fs::read_to_string(self.root.join(pid.to_string()).join("stat")).ok()?;
         // the command name may hold spaces and parentheses: fields count from its end
         let after_name = &stat[stat.rfind(')')? + 1..];
         let ticks: u64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
-        let boot: u64 = fs::read_to_string(self.root.join("stat"))
+        let uptime: f64 = fs::read_to_string(self.root.join("uptime"))
             .ok()?
-            .lines()
-            .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())?;
-        let since_boot = Duration::from_millis(ticks * 1000 / TICKS_PER_SEC);
-        Some(UNIX_EPOCH + Duration::from_secs(boot) + since_boot)
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        let age = (uptime - ticks as f64 / TICKS_PER_SEC).max(0.0);
+        SystemTime::now().checked_sub(Duration::try_from_secs_f64(age).ok()?)
     }
 
     /// `/proc/<pid>/cmdline`, where a process's title is.
@@ -202,23 +206,24 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_process_start_is_its_ticks_after_boot() {
+    fn a_process_start_is_its_age_before_now() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = tmp.path();
-        write(
-            &root.join("stat"),
-            "cpu  1 2 3\nbtime 1700000000\nprocesses 9\n",
-        );
+        write(&root.join("uptime"), "1300.34 2500.10\n");
         // a name with a space and a parenthesis; the start is the 22nd field: 1234 ticks
         write(
             &root.join("42/stat"),
             "42 (slurmstepd: [1.0) x) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 1234 \
              9000000 100 18446744073709551615\n",
         );
+        let before = SystemTime::now();
         let started = procs(root).started(42).expect("started");
-        assert_eq!(
-            started,
-            UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_millis(12_340)
+        let after = SystemTime::now();
+        // 1300.34 s since boot, started 12.34 s after it: 1288 s ago
+        let age = Duration::from_secs(1288);
+        assert!(
+            started >= before - age && started <= after - age,
+            "{started:?}"
         );
         assert_eq!(procs(root).started(43), None);
         // this very process, in the real /proc: it started before now, after boot
