@@ -36,6 +36,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::accounting::Accounting;
 use crate::accounting::MAX_SENSORS;
 use crate::config::{ConfigError, KeyValues};
+use crate::metrics::{self, Identity, MetricsFile, Owner};
 use crate::source::{DeviceReading, EnergyReader, Reading, SensorReading, stale_after};
 use cgroup::{CgroupTree, StepCgroup};
 use gres::GresOrder;
@@ -119,11 +120,16 @@ impl StepId {
 
     /// Its directory in the job's cgroup.
     pub fn cgroup_name(self) -> String {
+        format!("step_{}", self.name())
+    }
+
+    /// As Slurm names it after the job's id (`extern`, `batch`, `interactive`, a number).
+    pub fn name(self) -> String {
         match self {
-            Self::EXTERN => "step_extern".into(),
-            Self::BATCH => "step_batch".into(),
-            Self::INTERACTIVE => "step_interactive".into(),
-            Self(n) => format!("step_{n}"),
+            Self::EXTERN => "extern".into(),
+            Self::BATCH => "batch".into(),
+            Self::INTERACTIVE => "interactive".into(),
+            Self(n) => n.to_string(),
         }
     }
 
@@ -259,13 +265,21 @@ fn young_socket(path: &Path) -> bool {
 enum Place {
     /// Its slurmstepd is not found (not yet titled, or gone): searched again at sample
     /// `next`, `gap` samples after the last search.
-    Unseen {
-        next: u64,
-        gap: u64,
-    },
+    Unseen { next: u64, gap: u64 },
     /// Its slurmstepd, not yet in the step's cgroup (under v2 it first waits in `system/`).
     Stepd(u32),
-    Found(StepCgroup),
+    /// Its slurmstepd, and the step's cgroup.
+    Found(u32, StepCgroup),
+}
+
+impl Place {
+    /// Its slurmstepd, once found.
+    fn stepd(&self) -> Option<u32> {
+        match self {
+            Self::Stepd(pid) | Self::Found(pid, _) => Some(*pid),
+            Self::Unseen { .. } => None,
+        }
+    }
 }
 
 /// slurmd's side: updates and publishes the ledger at the meter's samples.
@@ -293,6 +307,10 @@ pub struct Keeper {
     wanted: Arc<AtomicBool>,
     /// A failure to publish is logged once per episode.
     failing: bool,
+    /// Where the ledger is also written for Prometheus, and the series' labels.
+    metrics: Option<(MetricsFile, Identity)>,
+    /// Who runs each job, learned from its tasks for the metrics.
+    owners: HashMap<u32, Owner>,
 }
 
 impl Keeper {
@@ -359,7 +377,27 @@ impl Keeper {
             updated: None,
             wanted: Arc::new(AtomicBool::new(false)),
             failing: false,
+            metrics: None,
+            owners: HashMap::new(),
         })
+    }
+
+    /// Also writes the ledger's figures in Prometheus's text format to `file`, labelled
+    /// with `node` and `source` (the plugin).
+    pub fn with_metrics(mut self, file: PathBuf, node: &str, source: &str) -> Self {
+        let attribution = match self.split {
+            Split::Node => "node",
+            Split::Shared { .. } => "shared",
+            Split::Devices { .. } => "devices",
+        };
+        log::info!("writing energy metrics to {}", file.display());
+        let who = Identity {
+            node: node.to_string(),
+            source: source.to_string(),
+            attribution: attribution.to_string(),
+        };
+        self.metrics = Some((MetricsFile::new(file), who));
+        self
     }
 
     /// The ledger file.
@@ -387,11 +425,8 @@ impl Keeper {
             return;
         };
         self.updated = Some(now);
-        let jobs = if self.tree.is_some() || self.holders.is_some() {
-            self.observe(devices)
-        } else {
-            Vec::new()
-        };
+        // in every mode: node mode charges each job the node's energy since it began
+        let jobs = self.observe(devices);
         let devices = self.observe_devices(devices);
         let parts = accounting
             .sensor_records(now, Duration::MAX)
@@ -428,6 +463,11 @@ impl Keeper {
             }
             Err(_) => {}
         }
+        if let Some((file, who)) = &mut self.metrics {
+            let kept: HashSet<u32> = self.ledger.jobs().map(|j| j.id).collect();
+            self.owners.retain(|job, _| kept.contains(job));
+            file.write(&metrics::render(&self.ledger, &self.owners, who));
+        }
     }
 
     /// The devices' energy and their use per job since the last sample.
@@ -438,10 +478,7 @@ impl Keeper {
         let stepds: HashMap<u32, u32> = self
             .places
             .iter()
-            .filter_map(|((job, _), place)| match place {
-                Place::Stepd(pid) => Some((*pid, *job)),
-                _ => None,
-            })
+            .filter_map(|((job, _), place)| Some((place.stepd()?, *job)))
             .collect();
         holders.observe(&self.procs, &stepds, devices)
     }
@@ -450,6 +487,9 @@ impl Keeper {
     fn observe(&mut self, devices: &[DeviceReading]) -> Vec<ObservedJob> {
         let present = present_steps(&self.spool);
         self.locate(&present);
+        if self.metrics.is_some() {
+            self.learn_owners(&present);
+        }
         if let Some(holders) = self.holders.as_mut() {
             holders.retain(&present.keys().copied().collect());
         }
@@ -457,16 +497,13 @@ impl Keeper {
         for &(job, step) in present.keys() {
             let holds = match (self.holders.as_mut(), self.places.get(&(job, step))) {
                 (Some(holders), place) => {
-                    let stepd = match place {
-                        Some(Place::Stepd(pid)) => Some(*pid),
-                        _ => None,
-                    };
+                    let stepd = place.and_then(Place::stepd);
                     holders.holds(&self.procs, (job, step), stepd, devices)
                 }
                 (None, _) => Vec::new(),
             };
             let mut cgroup = match self.places.get_mut(&(job, step)) {
-                Some(Place::Found(cgroup)) => Some(cgroup),
+                Some(Place::Found(_, cgroup)) => Some(cgroup),
                 _ => None,
             };
             if jobs.last().is_none_or(|j| j.job != job) {
@@ -499,6 +536,27 @@ impl Keeper {
 }
 
 impl Keeper {
+    /// Who runs each present job not yet known: from the environment of a task of one of
+    /// its steps (the extern step's own process has none).
+    fn learn_owners(&mut self, present: &BTreeMap<(u32, StepId), PathBuf>) {
+        for (job, step) in present.keys() {
+            if self.owners.contains_key(job) {
+                continue;
+            }
+            let Some(pid) = self.places.get(&(*job, *step)).and_then(Place::stepd) else {
+                continue;
+            };
+            let owner = self
+                .procs
+                .children(pid)
+                .into_iter()
+                .find_map(|task| Owner::from_environ(&self.procs.environ(task)?));
+            if let Some(owner) = owner {
+                self.owners.insert(*job, owner);
+            }
+        }
+    }
+
     /// Brings [`Self::places`] up to the present steps: forgets the ended ones, searches
     /// /proc once for the slurmstepds of those not seen yet, and reads the cgroup of each
     /// slurmstepd found whose step has none yet.
@@ -563,7 +621,7 @@ impl Keeper {
         for ((_, step), place) in &mut self.places {
             if let Place::Stepd(pid) = *place {
                 match step_cgroup(tree, &self.procs, pid, *step) {
-                    Some(Some(cgroup)) => *place = Place::Found(cgroup),
+                    Some(Some(cgroup)) => *place = Place::Found(pid, cgroup),
                     Some(None) => {}
                     // the slurmstepd is gone while its socket is not: look again
                     None => {
@@ -1261,7 +1319,12 @@ mod tests {
             let mut started = Instant::now();
             for k in 0..=rounds {
                 if k == 1 {
-                    assert!(keeper.places.values().all(|p| matches!(p, Place::Found(_))));
+                    assert!(
+                        keeper
+                            .places
+                            .values()
+                            .all(|p| matches!(p, Place::Found(..)))
+                    );
                     started = Instant::now();
                 }
                 let at = Duration::from_secs(u64::from(k));
@@ -1391,7 +1454,7 @@ mod tests {
 
     fn found(keeper: &mut Keeper, job: u32, step: StepId) -> Option<&mut StepCgroup> {
         match keeper.places.get_mut(&(job, step)) {
-            Some(Place::Found(cgroup)) => Some(cgroup),
+            Some(Place::Found(_, cgroup)) => Some(cgroup),
             _ => None,
         }
     }

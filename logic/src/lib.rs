@@ -30,6 +30,7 @@ pub mod hostlist;
 #[cfg(feature = "ipmi")]
 pub mod ipmi;
 pub mod meter;
+pub mod metrics;
 pub mod pm_counters;
 pub mod poller;
 pub mod power;

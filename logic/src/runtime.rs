@@ -21,6 +21,7 @@ use crate::attribution::{self, Attribution, Keeper, Mode, Site, StepFigure};
 use crate::config::KeyValues;
 use crate::guard::guard;
 use crate::meter::{Meter, Metering};
+use crate::metrics::{self, MetricsConfig};
 use crate::source::{EnergyReader, Source};
 
 /// The Slurm program the plugin runs in.
@@ -57,11 +58,26 @@ pub trait Host: Send + Sync + 'static {
     fn gres_order(&self) -> Result<GresOrder, String> {
         Err("not in a Slurm daemon".into())
     }
+
+    /// This node's name.
+    fn node_name(&self) -> String {
+        String::new()
+    }
+
+    /// The plugin's name after `acct_gather_energy/` (`rust_rapl`).
+    fn plugin_kind(&self) -> &'static str {
+        ""
+    }
 }
 
 /// Every key a plugin of source `S` reads: its source's and the runtime's.
 pub fn keys<S: Source>() -> Vec<&'static str> {
-    S::KEYS.iter().chain(attribution::KEYS).copied().collect()
+    S::KEYS
+        .iter()
+        .chain(attribution::KEYS)
+        .chain(metrics::KEYS)
+        .copied()
+        .collect()
 }
 
 /// What `get_data` asks for (Slurm's `ENERGY_DATA_*`).
@@ -138,6 +154,8 @@ struct State<S: Source> {
     config: Config<S::Config>,
     /// How the node's energy is attributed; a bad value was logged and is `node`.
     attribution: Attribution,
+    /// Where slurmd writes the metrics file; a bad value was logged and is none.
+    metrics: MetricsConfig,
     /// This plugin's index among stacked energy plugins, for asking slurmd.
     context_id: u16,
     hardware: Hardware,
@@ -170,6 +188,7 @@ impl<S: Source> State<S> {
         Self {
             config: Config::Unset,
             attribution: Attribution::default(),
+            metrics: MetricsConfig::default(),
             context_id: 0,
             hardware: Hardware::NotOpened,
             doorbell: None,
@@ -260,6 +279,10 @@ impl<S: Source> State<S> {
                 log::error!("no energy ledger: {why}; this node's steps report no energy")
             })
             .ok()?;
+        let stacked = host.energy_plugins() > 1;
+        if let Some(file) = self.metrics.path_for(host.plugin_kind(), stacked) {
+            keeper = keeper.with_metrics(file, &host.node_name(), host.plugin_kind());
+        }
         let (wanted, wake) = (keeper.wanted(), meter.waker());
         let bell = doorbell::doorbell_path(keeper.path());
         meter.observe(Box::new(move |a, devices| keeper.on_sample(a, devices)));
@@ -369,6 +392,10 @@ impl<S: Source> State<S> {
             log::error!("{e}; every step gets the node's energy");
             Attribution::default()
         });
+        let metrics = MetricsConfig::parse(values).unwrap_or_else(|e| {
+            log::error!("{e}; no metrics file is written");
+            MetricsConfig::default()
+        });
         let parsed = S::parse_config(values);
         if let Hardware::Open(_) = self.hardware {
             // reconfigure: keep measuring so the node's energy does not restart
@@ -383,6 +410,7 @@ impl<S: Source> State<S> {
             return;
         }
         self.attribution = attribution;
+        self.metrics = metrics;
         self.config = match parsed {
             Ok(c) => Config::Valid(c),
             Err(e) => {
@@ -407,6 +435,7 @@ impl<S: Source> State<S> {
                 .collect(),
         };
         shown.extend(self.attribution.show());
+        shown.extend(self.metrics.show());
         shown
     }
 }

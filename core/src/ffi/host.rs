@@ -7,7 +7,10 @@ use crate::attribution::Site;
 use crate::attribution::gres::GresOrder;
 use crate::runtime::{Daemon, Host};
 
-pub struct SlurmHost;
+/// `plugin_type`: the plugin's `acct_gather_energy/<kind>`.
+pub struct SlurmHost {
+    pub plugin_type: &'static str,
+}
 
 impl Host for SlurmHost {
     fn daemon(&self) -> Daemon {
@@ -34,5 +37,15 @@ impl Host for SlurmHost {
 
     fn gres_order(&self) -> Result<GresOrder, String> {
         super::slurm_conf::gres_order()
+    }
+
+    fn node_name(&self) -> String {
+        super::slurm_conf::node_name()
+    }
+
+    fn plugin_kind(&self) -> &'static str {
+        self.plugin_type
+            .strip_prefix("acct_gather_energy/")
+            .unwrap_or(self.plugin_type)
     }
 }

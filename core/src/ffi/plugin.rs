@@ -55,7 +55,7 @@ impl<S: Source> Plugin<S> {
     pub const fn new(plugin_type: &'static str) -> Self {
         Self {
             logger: SlurmLogger::new(plugin_type),
-            runtime: Runtime::new(SlurmHost),
+            runtime: Runtime::new(SlurmHost { plugin_type }),
             profile: Mutex::new(Profile::new()),
         }
     }

@@ -42,7 +42,7 @@ pub fn energy_plugin_count() -> Option<usize> {
 
 /// This node's name: its hostname (as slurmd's `-N` in the test cluster, and `%n` where
 /// NodeName is the hostname).
-fn node_name() -> String {
+pub(super) fn node_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default()

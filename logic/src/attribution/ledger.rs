@@ -95,6 +95,29 @@ struct Job {
     held: BTreeSet<u32>,
 }
 
+/// One job of a ledger, as its readers see it.
+#[derive(Debug, Clone, Copy)]
+pub struct JobView<'a> {
+    pub id: u32,
+    job: &'a Job,
+}
+
+impl JobView<'_> {
+    pub fn account(&self) -> Account {
+        self.job.account
+    }
+
+    /// Unix time of the last sample that saw it on the node.
+    pub fn last_seen(&self) -> f64 {
+        self.job.last_seen
+    }
+
+    /// Its steps' accounts, in step order.
+    pub fn steps(&self) -> impl Iterator<Item = (StepId, Account)> + '_ {
+        self.job.steps.iter().map(|(&id, s)| (id, s.account))
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct Step {
     account: Account,
@@ -233,7 +256,10 @@ pub struct Ledger {
     interval_watts: Option<f64>,
     /// The recent intervals' energy that no job got (nobody was there), for a job found
     /// after its start: it is charged the part of that energy since it began.
-    unassigned: VecDeque<Unassigned>,
+    unassigned: VecDeque<Piece>,
+    /// In node mode, the recent intervals' energy, for a job found after its start: it is
+    /// charged the node's energy since it began.
+    recent: VecDeque<Piece>,
     /// Each device's state, by position ([`Split::Devices`]; not kept in the file).
     devices: BTreeMap<u32, DeviceState>,
 }
@@ -246,18 +272,18 @@ struct DeviceState {
     /// Its lowest power over an interval of at least a sample period.
     learned_idle_watts: Option<f64>,
     /// Its recent energy that nobody held it for.
-    unassigned: VecDeque<Unassigned>,
+    unassigned: VecDeque<Piece>,
 }
 
-/// Energy of an interval (Unix times) that no job got.
+/// The node's energy of an interval (Unix times), or the part of it that no job got.
 #[derive(Debug, Clone, Copy)]
-struct Unassigned {
+struct Piece {
     from: f64,
     to: f64,
     joules: f64,
 }
 
-impl Unassigned {
+impl Piece {
     /// Its part within `[from, to]`, spread evenly over the interval.
     fn within(&self, from: f64, to: f64) -> f64 {
         let overlap = (self.to.min(to) - self.from.max(from)).max(0.0);
@@ -274,7 +300,7 @@ impl Unassigned {
 const UNASSIGNED_KEPT: f64 = 60.0;
 
 /// Forgets what nobody got longer ago than [`UNASSIGNED_KEPT`].
-fn keep_recent(unassigned: &mut VecDeque<Unassigned>, now: f64) {
+fn keep_recent(unassigned: &mut VecDeque<Piece>, now: f64) {
     while unassigned
         .front()
         .is_some_and(|u| u.to < now - UNASSIGNED_KEPT)
@@ -305,6 +331,11 @@ impl Ledger {
 
     pub fn parts(&self) -> &[Part] {
         &self.parts
+    }
+
+    /// The jobs it keeps (present, or gone less than [`KEEP_GONE`] ago), in job order.
+    pub fn jobs(&self) -> impl Iterator<Item = JobView<'_>> {
+        self.jobs.iter().map(|(&id, job)| JobView { id, job })
     }
 
     pub fn job(&self, job: u32) -> Option<Account> {
@@ -380,7 +411,7 @@ impl Ledger {
             }
         }
         let idle_watts = match split {
-            Split::Node => return,
+            Split::Node => return self.charge_whole(obs, (began, now), joules),
             Split::Devices { idle_watts } => {
                 let long = dt >= min_interval && obs.settled;
                 return self.charge_devices(obs, (began, now), idle_watts, long);
@@ -413,7 +444,7 @@ impl Ledger {
         }
         let mut shares = split_interval(&interval, &uses);
         self.charge_late_arrivals(&uses, &mut shares, began);
-        self.unassigned.push_back(Unassigned {
+        self.unassigned.push_back(Piece {
             from: began,
             to: now,
             joules: (joules - shares.iter().sum::<f64>()).max(0.0),
@@ -451,6 +482,57 @@ impl Ledger {
                 });
             }
             for (id, joules) in ids.into_iter().zip(split_job(share, &steps)) {
+                let started = o.steps.iter().find(|s| s.id == id).and_then(|s| s.started);
+                let step = job.steps.entry(id).or_insert_with(|| Step {
+                    account: Account::since(started.map_or(now, unix).min(now)),
+                    ..Step::default()
+                });
+                step.rate
+                    .charge(&mut step.account, began, now, joules, obs.settled);
+            }
+        }
+    }
+
+    /// [`Split::Node`]: every job and step present gets the node's energy since it began:
+    /// the whole interval, or the part since its start within it; one found after its start
+    /// also the node's energy between ([`Self::recent`]). One whose start is unknown counts
+    /// from its next interval.
+    fn charge_whole(&mut self, obs: &Observation, (began, now): (f64, f64), joules: f64) {
+        let secs = now - began;
+        let recent = &self.recent;
+        let since = |known: bool, started: Option<f64>| match started {
+            _ if known => joules,
+            Some(s) if s >= began => joules * ((now - s) / secs).clamp(0.0, 1.0),
+            Some(s) => joules + recent.iter().map(|p| p.within(s, began)).sum::<f64>(),
+            None => 0.0,
+        };
+        let mut charges = Vec::new();
+        for o in &obs.jobs {
+            let job = self.jobs.get(&o.job);
+            let steps: Vec<(StepId, f64)> = o
+                .steps
+                .iter()
+                .map(|s| {
+                    let known = job.is_some_and(|j| j.steps.contains_key(&s.id));
+                    (s.id, since(known, s.started.map(unix)))
+                })
+                .collect();
+            charges.push((o, since(job.is_some(), o.started()), steps));
+        }
+        self.recent.push_back(Piece {
+            from: began,
+            to: now,
+            joules,
+        });
+        keep_recent(&mut self.recent, now);
+        for (o, joules, steps) in charges {
+            let job = self.jobs.entry(o.job).or_insert_with(|| Job {
+                account: Account::since(o.started().unwrap_or(now).min(now)),
+                ..Job::default()
+            });
+            job.rate
+                .charge(&mut job.account, began, now, joules, obs.settled);
+            for (id, joules) in steps {
                 let started = o.steps.iter().find(|s| s.id == id).and_then(|s| s.started);
                 let step = job.steps.entry(id).or_insert_with(|| Step {
                     account: Account::since(started.map_or(now, unix).min(now)),
@@ -619,7 +701,7 @@ impl Ledger {
         let mut split = split_device(joules, now - began, static_watts, &uses);
         let state = self.devices.entry(position).or_default();
         if holders.is_empty() {
-            state.unassigned.push_back(Unassigned {
+            state.unassigned.push_back(Piece {
                 from: began,
                 to: now,
                 joules,
@@ -810,6 +892,7 @@ impl Ledger {
             node_rate: Rate::default(),
             interval_watts: None,
             unassigned: VecDeque::new(),
+            recent: VecDeque::new(),
             devices: BTreeMap::new(),
         })
     }
@@ -1170,6 +1253,56 @@ mod tests {
         assert!((ledger.node().joules - 650.0).abs() < 1e-9);
     }
 
+    /// In node mode every job and step gets the node's energy since it began: from its
+    /// start within an interval, and, found a sample late, the node's energy since then.
+    #[test]
+    fn in_node_mode_each_job_gets_the_node_since_it_began() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let mut ledger = Ledger::default();
+        let at = |ms: u64| Some(w0 + Duration::from_millis(ms));
+        let observed = |job: u32, steps: &[(StepId, Option<SystemTime>)]| ObservedJob {
+            job,
+            counters: None,
+            steps: steps
+                .iter()
+                .map(|&(id, started)| ObservedStep {
+                    started,
+                    ..step(id, None)
+                })
+                .collect(),
+        };
+        // 100 W, then 300 W from the second second on
+        ledger.update(&observation(t0, w0, 0, 0, vec![]), Split::Node, PERIOD);
+        ledger.update(&observation(t0, w0, 1, 100, vec![]), Split::Node, PERIOD);
+        // job 1 started at 1.25 s; job 2 at 0.5 s, found only at 3 s with its batch step
+        // (started at 2.5 s, first seen then too)
+        let one = observed(1, &[(StepId::EXTERN, at(1250))]);
+        ledger.update(
+            &observation(t0, w0, 2, 400, vec![one.clone()]),
+            Split::Node,
+            PERIOD,
+        );
+        let two = observed(2, &[(StepId::EXTERN, at(500)), (StepId::BATCH, at(2500))]);
+        ledger.update(
+            &observation(t0, w0, 3, 700, vec![one.clone(), two]),
+            Split::Node,
+            PERIOD,
+        );
+        let close = |a: Option<Account>, want: f64| {
+            let a = a.expect("account");
+            assert!((a.joules - want).abs() < 1e-6, "{a:?}, want {want}");
+        };
+        close(ledger.job(1), 225.0 + 300.0);
+        close(ledger.step(1, StepId::EXTERN), 525.0);
+        // 50 J of the first second, 300 + 300 J after
+        close(ledger.job(2), 650.0);
+        close(ledger.step(2, StepId::EXTERN), 650.0);
+        close(ledger.step(2, StepId::BATCH), 150.0);
+        assert!((ledger.job(1).expect("job").since - unix(w0) - 1.25).abs() < 1e-6);
+        // the node's own account is untouched by its jobs
+        assert!((ledger.node().joules - 700.0).abs() < 1e-9);
+    }
+
     /// A job found a sample after its start (its slurmstepd not yet titled at the sample
     /// before) is charged what nobody got since it began.
     #[test]
@@ -1395,7 +1528,8 @@ mod tests {
         ledger.update(&observation(t0, w0, 2, 500, jobs()), Split::Node, PERIOD);
         assert_eq!(ledger.node().joules, 500.0);
         assert_eq!(ledger.node().watts, 250.0);
-        assert_eq!(ledger.job(1).map(|a| a.joules), Some(0.0));
+        // a job seen at both samples: the node's energy between
+        assert_eq!(ledger.job(1).map(|a| a.joules), Some(500.0));
     }
 
     #[test]

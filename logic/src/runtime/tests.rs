@@ -335,7 +335,8 @@ fn slurmctld_never_opens_the_source_and_reports_unavailable() {
         Ok(vec![
             (KEY_ID, id.to_string()),
             ("EnergyAttribution", "node".to_string()),
-            ("EnergyAttributionIdleWatts", "(learned)".to_string())
+            ("EnergyAttributionIdleWatts", "(learned)".to_string()),
+            ("EnergyMetricsFile", "(none)".to_string())
         ]),
         "scontrol show config still shows the keys, the runtime's too"
     );
@@ -364,7 +365,8 @@ fn an_invalid_config_reports_no_val_never_zero() {
         Ok(vec![
             (KEY_ID, "(invalid, see the log)".to_string()),
             ("EnergyAttribution", "node".to_string()),
-            ("EnergyAttributionIdleWatts", "(learned)".to_string())
+            ("EnergyAttributionIdleWatts", "(learned)".to_string()),
+            ("EnergyMetricsFile", "(none)".to_string())
         ])
     );
 }

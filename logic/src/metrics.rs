@@ -1,0 +1,484 @@
+//! The node's and its jobs' energy in Prometheus's text format, for node_exporter's
+//! textfile collector (`EnergyMetricsFile=` in acct_gather.conf).
+//!
+//! slurmd's ledger keeper writes the file at each ledger update (about once a second),
+//! from the ledger itself: the figures are those the node's steps report to Slurm. It is
+//! written whole to a temporary file (a name the collector skips) renamed over the old
+//! one, so a scrape reads a whole file or the previous one. The counters continue across
+//! slurmd restarts as the ledger does; a job's series stay for [`GRACE`] after it left the
+//! node, so that a scrape sees its final figure, then go.
+//!
+//! The job's id is the label `jobid`, not `job`: Prometheus gives every scraped series
+//! the label `job` (the scrape job's name) and would rename ours. Who ran a job is in a
+//! separate info series (`slurm_energy_job_info`), joined by `jobid` where a query needs
+//! it: the owner is known only once a task has started, and a label that appeared later
+//! would start a new series.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::attribution::ledger::Ledger;
+use crate::config::{ConfigError, KeyValues};
+
+pub const FILE_KEY: &str = "EnergyMetricsFile";
+/// The keys every plugin of the family reads for its metrics.
+pub const KEYS: &[&str] = &[FILE_KEY];
+/// How long a job's series stay after it left the node: two scrapes at Prometheus's
+/// default interval of a minute.
+pub const GRACE: Duration = Duration::from_secs(120);
+
+/// Where the metrics go, if anywhere.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MetricsConfig {
+    pub file: Option<PathBuf>,
+}
+
+impl MetricsConfig {
+    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
+        let Some(v) = values.get(FILE_KEY).filter(|v| !v.is_empty()) else {
+            return Ok(Self::default());
+        };
+        let path = Path::new(v);
+        if !path.is_absolute() {
+            return Err(ConfigError::new(FILE_KEY, v, "expected an absolute path"));
+        }
+        if path.extension().is_none_or(|e| e != "prom") || path.file_stem().is_none() {
+            return Err(ConfigError::new(
+                FILE_KEY,
+                v,
+                "expected a file name ending in .prom (node_exporter's textfile collector \
+                 reads only those)",
+            ));
+        }
+        Ok(Self {
+            file: Some(path.to_path_buf()),
+        })
+    }
+
+    pub fn show(&self) -> Vec<(&'static str, String)> {
+        let file = self
+            .file
+            .as_ref()
+            .map_or("(none)".to_string(), |f| f.display().to_string());
+        vec![(FILE_KEY, file)]
+    }
+
+    /// The file plugin `source` writes: the one named, or where energy plugins are stacked
+    /// one per plugin beside it (`energy.prom`: `energy.rust_gpu.prom`), each with its own
+    /// `source` label.
+    pub fn path_for(&self, source: &str, stacked: bool) -> Option<PathBuf> {
+        let file = self.file.as_ref()?;
+        if !stacked {
+            return Some(file.clone());
+        }
+        let stem = file.file_stem()?.to_string_lossy();
+        Some(file.with_file_name(format!("{stem}.{source}.prom")))
+    }
+}
+
+/// A job's owner, as its tasks' environment says.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Owner {
+    pub user: String,
+    pub account: String,
+    pub partition: String,
+}
+
+impl Owner {
+    /// From a task's environment (`/proc/<pid>/environ`, NUL separated): `None` unless it
+    /// names the job's user (`SLURM_JOB_USER`).
+    pub fn from_environ(environ: &[u8]) -> Option<Self> {
+        let text = String::from_utf8_lossy(environ);
+        let get = |key: &str| {
+            text.split('\0')
+                .filter_map(|kv| kv.split_once('='))
+                .filter(|(k, _)| *k == key)
+                .map(|(_, v)| v.to_string())
+                .next_back()
+        };
+        Some(Self {
+            user: get("SLURM_JOB_USER").filter(|u| !u.is_empty())?,
+            account: get("SLURM_JOB_ACCOUNT").unwrap_or_default(),
+            partition: get("SLURM_JOB_PARTITION").unwrap_or_default(),
+        })
+    }
+}
+
+/// The labels of every series of one plugin on one node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Identity {
+    /// The node's name.
+    pub node: String,
+    /// The plugin (`rust_rapl`).
+    pub source: String,
+    /// How jobs are charged (`node`, `shared`, `devices`).
+    pub attribution: String,
+}
+
+/// A label value as the text format writes it: `\`, `"` and newlines escaped.
+fn escaped(value: &str) -> String {
+    value
+        .replace('\\', r"\\")
+        .replace('"', "\\\"")
+        .replace('\n', r"\n")
+}
+
+/// One metric family: its `# HELP` and `# TYPE` lines, then its samples.
+struct Family {
+    text: String,
+}
+
+impl Family {
+    fn new(name: &str, kind: &str, help: &str) -> Self {
+        Self {
+            text: format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"),
+        }
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.text.push_str(name);
+        self.text.push('{');
+        for (k, (key, value)) in labels.iter().enumerate() {
+            if k > 0 {
+                self.text.push(',');
+            }
+            let _ = write!(self.text, "{key}=\"{}\"", escaped(value));
+        }
+        let _ = writeln!(self.text, "}} {value}");
+    }
+}
+
+/// The file's text: the node's energy and power (and its parts'), and those of each job
+/// and step the ledger keeps that was on the node less than [`GRACE`] ago.
+pub fn render(ledger: &Ledger, owners: &HashMap<u32, Owner>, who: &Identity) -> String {
+    const NODE_J: &str = "slurm_energy_node_joules_total";
+    const NODE_W: &str = "slurm_energy_node_watts";
+    const PART_J: &str = "slurm_energy_node_part_joules_total";
+    const PART_W: &str = "slurm_energy_node_part_watts";
+    const JOB_J: &str = "slurm_energy_job_joules_total";
+    const JOB_W: &str = "slurm_energy_job_watts";
+    const STEP_J: &str = "slurm_energy_step_joules_total";
+    const STEP_W: &str = "slurm_energy_step_watts";
+    const JOB_INFO: &str = "slurm_energy_job_info";
+    const SAMPLED: &str = "slurm_energy_sampled_timestamp_seconds";
+    let node = [("node", who.node.as_str()), ("source", who.source.as_str())];
+
+    let mut sampled = Family::new(
+        SAMPLED,
+        "gauge",
+        "Unix time of the sample the figures are from (how fresh they are).",
+    );
+    sampled.sample(
+        SAMPLED,
+        &[node[0], node[1], ("attribution", who.attribution.as_str())],
+        ledger.sampled_at(),
+    );
+    let mut node_j = Family::new(
+        NODE_J,
+        "counter",
+        "Energy the node used, in joules, continued across slurmd restarts.",
+    );
+    let mut node_w = Family::new(
+        NODE_W,
+        "gauge",
+        "The node's power over the last second or more, in watts.",
+    );
+    let account = ledger.node();
+    node_j.sample(NODE_J, &node, account.joules);
+    node_w.sample(NODE_W, &node, account.watts);
+    let mut part_j = Family::new(
+        PART_J,
+        "counter",
+        "Energy of a part of the node the source measures (a package, DRAM, a GPU), in joules.",
+    );
+    let mut part_w = Family::new(PART_W, "gauge", "Power of a part of the node, in watts.");
+    for part in ledger.parts() {
+        let labels = [node[0], node[1], ("part", part.label.as_str())];
+        part_j.sample(PART_J, &labels, part.joules);
+        if let Some(watts) = part.watts {
+            part_w.sample(PART_W, &labels, watts);
+        }
+    }
+
+    let mut job_j = Family::new(
+        JOB_J,
+        "counter",
+        "Energy charged to the job on this node since it began, in joules (its share where \
+         the node or a GPU is shared): what Slurm's accounting gets.",
+    );
+    let mut job_w = Family::new(
+        JOB_W,
+        "gauge",
+        "Power charged to the job on this node, in watts; 0 once it left.",
+    );
+    let mut step_j = Family::new(
+        STEP_J,
+        "counter",
+        "Energy charged to the step on this node since it began, in joules.",
+    );
+    let mut step_w = Family::new(STEP_W, "gauge", "Power charged to the step, in watts.");
+    let mut info = Family::new(
+        JOB_INFO,
+        "gauge",
+        "Who runs the job (from its tasks' environment), always 1: join on jobid.",
+    );
+    let grace = GRACE.as_secs_f64();
+    for job in ledger
+        .jobs()
+        .filter(|j| ledger.sampled_at() - j.last_seen() <= grace)
+    {
+        let id = job.id.to_string();
+        let labels = [node[0], node[1], ("jobid", id.as_str())];
+        let account = job.account();
+        job_j.sample(JOB_J, &labels, account.joules);
+        job_w.sample(JOB_W, &labels, account.watts);
+        for (step, account) in job.steps() {
+            let name = step.name();
+            let labels = [node[0], node[1], ("jobid", id.as_str()), ("step", &name)];
+            step_j.sample(STEP_J, &labels, account.joules);
+            step_w.sample(STEP_W, &labels, account.watts);
+        }
+        if let Some(owner) = owners.get(&job.id) {
+            info.sample(
+                JOB_INFO,
+                &[
+                    node[0],
+                    ("jobid", id.as_str()),
+                    ("user", owner.user.as_str()),
+                    ("account", owner.account.as_str()),
+                    ("partition", owner.partition.as_str()),
+                ],
+                1.0,
+            );
+        }
+    }
+    [
+        sampled, node_j, node_w, part_j, part_w, job_j, job_w, step_j, step_w, info,
+    ]
+    .iter()
+    .map(|f| f.text.as_str())
+    .collect()
+}
+
+/// The file the metrics are written to; a failure is logged once per episode.
+pub struct MetricsFile {
+    path: PathBuf,
+    failing: bool,
+}
+
+impl Drop for MetricsFile {
+    /// slurmd stops measuring: the file goes, or node_exporter would serve its last
+    /// figures as current for ever.
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+impl MetricsFile {
+    pub fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            failing: false,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Replaces the file with `text`, readable by all (node_exporter runs as its own
+    /// user), through a temporary file in the same directory that the collector skips.
+    pub fn write(&mut self, text: &str) {
+        let mut tmp = self.path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        let written = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .and_then(|()| fs::rename(&tmp, &self.path));
+        match written {
+            Ok(()) if self.failing => {
+                log::info!(
+                    "the energy metrics are written to {} again",
+                    self.path.display()
+                );
+                self.failing = false;
+            }
+            Ok(()) => {}
+            Err(e) if !self.failing => {
+                log::error!(
+                    "cannot write the energy metrics to {}: {e}",
+                    self.path.display()
+                );
+                self.failing = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::StepId;
+    use crate::attribution::ledger::{Observation, ObservedJob, ObservedStep, Split};
+    use std::time::{Instant, SystemTime};
+
+    #[test]
+    fn the_file_key_wants_an_absolute_prom_file() {
+        let parse = |v: &str| {
+            let mut values = KeyValues::new();
+            values.set(FILE_KEY, v);
+            MetricsConfig::parse(&values)
+        };
+        assert_eq!(
+            MetricsConfig::parse(&KeyValues::new()),
+            Ok(MetricsConfig::default())
+        );
+        let ok = parse("/var/lib/node_exporter/slurm_energy.prom").expect("valid");
+        assert_eq!(
+            ok.path_for("rust_rapl", false),
+            Some(PathBuf::from("/var/lib/node_exporter/slurm_energy.prom"))
+        );
+        assert_eq!(
+            ok.path_for("rust_gpu", true),
+            Some(PathBuf::from(
+                "/var/lib/node_exporter/slurm_energy.rust_gpu.prom"
+            ))
+        );
+        for bad in ["energy.prom", "/var/lib/energy.txt", "/var/lib/"] {
+            let e = parse(bad).expect_err(bad);
+            assert_eq!((e.key, e.value.as_str()), (FILE_KEY, bad));
+        }
+    }
+
+    #[test]
+    fn the_owner_is_in_a_tasks_environment() {
+        let env = b"PATH=/bin\0SLURM_JOB_ID=7\0SLURM_JOB_USER=alice\0SLURM_JOB_ACCOUNT=physics\0\
+                    SLURM_JOB_PARTITION=gpu\0";
+        assert_eq!(
+            Owner::from_environ(env),
+            Some(Owner {
+                user: "alice".into(),
+                account: "physics".into(),
+                partition: "gpu".into()
+            })
+        );
+        assert_eq!(Owner::from_environ(b"PATH=/bin\0SLURM_JOB_ID=7\0"), None);
+    }
+
+    /// A node-mode ledger with job 7 (extern, batch) from the first sample and job 8, gone
+    /// `gone_for` seconds before the last sample.
+    fn ledger(gone_for: u64) -> Ledger {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let job = |id: u32, steps: &[StepId]| ObservedJob {
+            job: id,
+            counters: None,
+            steps: steps
+                .iter()
+                .map(|&id| ObservedStep {
+                    id,
+                    usage_ns: None,
+                    started: Some(w0),
+                    holds: vec![],
+                })
+                .collect(),
+        };
+        let mut ledger = Ledger::default();
+        let last = 2 + gone_for;
+        for secs in 0..=last {
+            let mut jobs = vec![job(7, &[StepId::EXTERN, StepId::BATCH])];
+            if secs <= 2 {
+                jobs.push(job(8, &[StepId(0)]));
+            }
+            let obs = Observation {
+                at: t0 + Duration::from_secs(secs),
+                wall: w0 + Duration::from_secs(secs),
+                node_uj: secs * 250_000_000,
+                settled: true,
+                jobs,
+                parts: vec![],
+                devices: vec![],
+            };
+            ledger.update(&obs, Split::Node, Duration::from_secs(1));
+        }
+        ledger
+    }
+
+    fn who() -> Identity {
+        Identity {
+            node: "n1".into(),
+            source: "rust_rapl".into(),
+            attribution: "node".into(),
+        }
+    }
+
+    #[test]
+    fn the_file_has_the_node_its_jobs_and_steps_and_who_runs_them() {
+        let owners = HashMap::from([(
+            7,
+            Owner {
+                user: "al\"ice".into(),
+                account: "physics".into(),
+                partition: "batch".into(),
+            },
+        )]);
+        let text = render(&ledger(3), &owners, &who());
+        let node = r#"node="n1",source="rust_rapl""#;
+        for line in [
+            "# TYPE slurm_energy_node_joules_total counter".to_string(),
+            format!("slurm_energy_node_joules_total{{{node}}} 1250"),
+            format!("slurm_energy_node_watts{{{node}}} 250"),
+            format!("slurm_energy_job_joules_total{{{node},jobid=\"7\"}} 1250"),
+            format!("slurm_energy_job_watts{{{node},jobid=\"7\"}} 250"),
+            format!("slurm_energy_step_joules_total{{{node},jobid=\"7\",step=\"batch\"}} 1250"),
+            format!("slurm_energy_step_joules_total{{{node},jobid=\"7\",step=\"extern\"}} 1250"),
+            // job 8 left 3 s ago: still there, with its final figure and no power
+            format!("slurm_energy_job_joules_total{{{node},jobid=\"8\"}} 500"),
+            format!("slurm_energy_job_watts{{{node},jobid=\"8\"}} 0"),
+            format!("slurm_energy_step_joules_total{{{node},jobid=\"8\",step=\"0\"}} 500"),
+            "slurm_energy_job_info{node=\"n1\",jobid=\"7\",user=\"al\\\"ice\",account=\"physics\",\
+             partition=\"batch\"} 1"
+                .to_string(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        // each family once, its HELP and TYPE before its samples
+        for family in ["slurm_energy_job_joules_total", "slurm_energy_job_info"] {
+            let help = format!("# HELP {family} ");
+            assert_eq!(text.matches(&help).count(), 1, "{text}");
+            let first = text.find(&format!("\n{family}{{")).expect("a sample");
+            assert!(text.find(&help).expect("help") < first);
+        }
+    }
+
+    #[test]
+    fn a_finished_jobs_series_go_after_the_grace_period() {
+        let gone = GRACE.as_secs() + 2;
+        let text = render(&ledger(gone), &HashMap::new(), &who());
+        assert!(text.contains("jobid=\"7\""), "{text}");
+        assert!(!text.contains("jobid=\"8\""), "{text}");
+    }
+
+    #[test]
+    fn the_file_is_replaced_whole_and_removed_when_slurmd_stops() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("energy.prom");
+        let mut file = MetricsFile::new(path.clone());
+        file.write("a 1\n");
+        file.write("a 2\n");
+        assert_eq!(fs::read_to_string(&path).expect("file"), "a 2\n");
+        let names: Vec<_> = fs::read_dir(tmp.path()).expect("dir").flatten().collect();
+        assert_eq!(names.len(), 1, "no temporary file is left behind");
+        drop(file);
+        assert!(!path.exists());
+    }
+}
