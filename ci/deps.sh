@@ -3,15 +3,15 @@
 # 22.05 (daemons, client, headers, the influxdb profile plugin), munge, MariaDB, libclang
 # for bindgen, iproute2 for network namespaces, OpenIPMI's ipmi_sim (the simulated BMC),
 # gcc and jansson (for the stand-in libvariorum.so), openssl (test certificates), dpkg-dev and
-# rpm (ci/package.sh and the package tests), through
-# ci/apt-install.sh (root when something is missing; package scripts never start system
-# daemons); and sushy-tools (a real Redfish server, sushy-static) from PyPI into a virtual
-# environment cached under /var/cache/rust-energy-slurm.
+# rpm (ci/package.sh and the package tests), Prometheus and node_exporter (the metrics file
+# scraped as sites scrape it), through ci/apt-install.sh (root when something is missing;
+# package scripts never start system daemons); and sushy-tools (a real Redfish server,
+# sushy-static) from PyPI into a virtual environment cached under /var/cache/rust-energy-slurm.
 set -eu
 sh "$(dirname "$0")/apt-install.sh" slurmd slurmctld slurmdbd slurm-client libslurm-dev \
     slurm-wlm-influxdb-plugin munge mariadb-server libclang-dev clang gcc libc6-dev iproute2 \
     util-linux procps python3 python3-venv ca-certificates curl openssl openipmi libopenipmi-dev \
-    ipmitool libjansson4 dpkg-dev rpm
+    ipmitool libjansson4 dpkg-dev rpm prometheus prometheus-node-exporter
 
 sushy=/var/cache/rust-energy-slurm/sushy-tools
 if [ ! -x "$sushy/bin/sushy-static" ]; then

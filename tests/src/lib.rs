@@ -5,6 +5,7 @@ pub mod bmc;
 pub mod cluster;
 pub mod influxdb;
 pub mod pmsim;
+pub mod prometheus;
 pub mod redfish;
 pub mod stepds;
 
