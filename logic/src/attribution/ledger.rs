@@ -95,6 +95,35 @@ struct Job {
     held: BTreeSet<u32>,
 }
 
+impl Job {
+    /// Its account, begun at its first step's start.
+    fn new(o: &ObservedJob, now: f64) -> Self {
+        Self {
+            account: Account::since(o.started().unwrap_or(now).min(now)),
+            ..Self::default()
+        }
+    }
+
+    /// Charges its step `id` (of `o`, as observed) `joules` of the interval `(began,
+    /// now)`; a step first seen counts from its start.
+    fn charge_step(
+        &mut self,
+        o: &ObservedJob,
+        id: StepId,
+        joules: f64,
+        (began, now): (f64, f64),
+        settled: bool,
+    ) {
+        let started = o.steps.iter().find(|s| s.id == id).and_then(|s| s.started);
+        let step = self.steps.entry(id).or_insert_with(|| Step {
+            account: Account::since(started.map_or(now, unix).min(now)),
+            ..Step::default()
+        });
+        step.rate
+            .charge(&mut step.account, began, now, joules, settled);
+    }
+}
+
 /// One job of a ledger, as its readers see it.
 #[derive(Debug, Clone, Copy)]
 pub struct JobView<'a> {
@@ -451,10 +480,7 @@ impl Ledger {
         });
         keep_recent(&mut self.unassigned, now);
         for (o, share) in present.into_iter().zip(shares) {
-            let job = self.jobs.entry(o.job).or_insert_with(|| Job {
-                account: Account::since(o.started().unwrap_or(now).min(now)),
-                ..Job::default()
-            });
+            let job = self.jobs.entry(o.job).or_insert_with(|| Job::new(o, now));
             job.rate
                 .charge(&mut job.account, began, now, share, obs.settled);
             let mut ids = Vec::new();
@@ -482,13 +508,7 @@ impl Ledger {
                 });
             }
             for (id, joules) in ids.into_iter().zip(split_job(share, &steps)) {
-                let started = o.steps.iter().find(|s| s.id == id).and_then(|s| s.started);
-                let step = job.steps.entry(id).or_insert_with(|| Step {
-                    account: Account::since(started.map_or(now, unix).min(now)),
-                    ..Step::default()
-                });
-                step.rate
-                    .charge(&mut step.account, began, now, joules, obs.settled);
+                job.charge_step(o, id, joules, (began, now), obs.settled);
             }
         }
     }
@@ -526,20 +546,11 @@ impl Ledger {
         });
         keep_recent(&mut self.recent, now);
         for (o, joules, steps) in charges {
-            let job = self.jobs.entry(o.job).or_insert_with(|| Job {
-                account: Account::since(o.started().unwrap_or(now).min(now)),
-                ..Job::default()
-            });
+            let job = self.jobs.entry(o.job).or_insert_with(|| Job::new(o, now));
             job.rate
                 .charge(&mut job.account, began, now, joules, obs.settled);
             for (id, joules) in steps {
-                let started = o.steps.iter().find(|s| s.id == id).and_then(|s| s.started);
-                let step = job.steps.entry(id).or_insert_with(|| Step {
-                    account: Account::since(started.map_or(now, unix).min(now)),
-                    ..Step::default()
-                });
-                step.rate
-                    .charge(&mut step.account, began, now, joules, obs.settled);
+                job.charge_step(o, id, joules, (began, now), obs.settled);
             }
         }
     }
@@ -632,10 +643,7 @@ impl Ledger {
             }
         }
         for o in &obs.jobs {
-            let job = self.jobs.entry(o.job).or_insert_with(|| Job {
-                account: Account::since(o.started().unwrap_or(now).min(now)),
-                ..Job::default()
-            });
+            let job = self.jobs.entry(o.job).or_insert_with(|| Job::new(o, now));
             let held: f64 = parts
                 .range((o.job, 0)..=(o.job, u32::MAX))
                 .map(|(_, j)| j)
@@ -654,12 +662,7 @@ impl Ledger {
                         .filter_map(|(p, _)| parts.get(&(o.job, *p)))
                         .sum()
                 };
-                let step = job.steps.entry(s.id).or_insert_with(|| Step {
-                    account: Account::since(s.started.map_or(now, unix).min(now)),
-                    ..Step::default()
-                });
-                step.rate
-                    .charge(&mut step.account, began, now, joules, obs.settled);
+                job.charge_step(o, s.id, joules, (began, now), obs.settled);
             }
         }
     }
@@ -757,10 +760,7 @@ impl Ledger {
 
     fn observe_counters(&mut self, obs: &Observation, now: f64) {
         for o in &obs.jobs {
-            let job = self.jobs.entry(o.job).or_insert_with(|| Job {
-                account: Account::since(o.started().unwrap_or(now).min(now)),
-                ..Job::default()
-            });
+            let job = self.jobs.entry(o.job).or_insert_with(|| Job::new(o, now));
             job.last_seen = now;
             job.usage_ns = o.counters.map(|c| c.usage_ns);
             for s in &o.steps {
