@@ -4,14 +4,14 @@
 # for bindgen, iproute2 for network namespaces, OpenIPMI's ipmi_sim (the simulated BMC),
 # gcc and jansson (for the stand-in libvariorum.so), openssl (test certificates), dpkg-dev and
 # rpm (ci/package.sh and the package tests), Prometheus and node_exporter (the metrics file
-# scraped as sites scrape it), through ci/apt-install.sh (root when something is missing;
+# scraped as sites scrape it), DejaVu fonts (senergy's plots), through ci/apt-install.sh (root when something is missing;
 # package scripts never start system daemons); and sushy-tools (a real Redfish server,
 # sushy-static) from PyPI into a virtual environment cached under /var/cache/rust-energy-slurm.
 set -eu
 sh "$(dirname "$0")/apt-install.sh" slurmd slurmctld slurmdbd slurm-client libslurm-dev \
     slurm-wlm-influxdb-plugin munge mariadb-server libclang-dev clang gcc libc6-dev iproute2 \
     util-linux procps python3 python3-venv ca-certificates curl openssl openipmi libopenipmi-dev \
-    ipmitool libjansson4 dpkg-dev rpm prometheus prometheus-node-exporter
+    ipmitool libjansson4 dpkg-dev rpm prometheus prometheus-node-exporter fonts-dejavu-core
 
 sushy=/var/cache/rust-energy-slurm/sushy-tools
 if [ ! -x "$sushy/bin/sushy-static" ]; then

@@ -6,7 +6,7 @@
 # The package, slurm-energy-rust_<version>+slurm<X.Y.Z>_<arch>.deb, holds
 #   <Slurm's plugin dir>/acct_gather_energy_rust_*.so and the Variorum sampler helper
 #   /usr/bin/senergy                       where the workspace built it (target/release)
-#   /usr/share/doc/slurm-energy-rust/      README.md, copyright, examples/ (conf/*)
+#   /usr/share/doc/slurm-energy-rust/      README.md, copyright, examples/ (conf/, the Grafana dashboard in grafana/)
 # Slurm's loader refuses a plugin built for any other release (micro included), so
 # `Depends` pins the exact package of the Slurm whose plugin directory it installs into:
 # Debian's `slurm-wlm-basic-plugins (= 22.05.8-4+deb12u3)`, or whatever dpkg package owns
@@ -37,7 +37,8 @@ DESTDIR=$root BINDIR=/usr/bin sh ci/install.sh "$plugin_dir" >&2
 doc=$root/usr/share/doc/$name
 mkdir -p "$doc/examples"
 install -m 0644 README.md "$doc/"
-install -m 0644 conf/* "$doc/examples/"
+cp -R conf/. "$doc/examples/"
+find "$doc/examples" -type d -exec chmod 0755 {} + -o -type f -exec chmod 0644 {} +
 cat >"$doc/copyright" <<EOF
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: $name

@@ -68,13 +68,15 @@ impl MetricsConfig {
         vec![(FILE_KEY, file)]
     }
 
-    /// The file plugin `source` writes: the one named, or where energy plugins are stacked
-    /// one per plugin beside it (`energy.prom`: `energy.rust_gpu.prom`), each with its own
-    /// `source` label.
-    pub fn path_for(&self, source: &str, stacked: bool) -> Option<PathBuf> {
-        let file = self.file.as_ref()?;
+    /// The file plugin `source` writes on node `node`: the one named, `%n` and `%h` in it
+    /// the node's name (one acct_gather.conf for nodes sharing a file system), or where
+    /// energy plugins are stacked one per plugin beside it (`energy.prom`:
+    /// `energy.rust_gpu.prom`), each with its own `source` label.
+    pub fn path_for(&self, source: &str, stacked: bool, node: &str) -> Option<PathBuf> {
+        let text = self.file.as_ref()?.to_str()?;
+        let file = PathBuf::from(text.replace("%n", node).replace("%h", node));
         if !stacked {
-            return Some(file.clone());
+            return Some(file);
         }
         let stem = file.file_stem()?.to_string_lossy();
         Some(file.with_file_name(format!("{stem}.{source}.prom")))
@@ -345,14 +347,19 @@ mod tests {
         );
         let ok = parse("/var/lib/node_exporter/slurm_energy.prom").expect("valid");
         assert_eq!(
-            ok.path_for("rust_rapl", false),
+            ok.path_for("rust_rapl", false, "n1"),
             Some(PathBuf::from("/var/lib/node_exporter/slurm_energy.prom"))
         );
         assert_eq!(
-            ok.path_for("rust_gpu", true),
+            ok.path_for("rust_gpu", true, "n1"),
             Some(PathBuf::from(
                 "/var/lib/node_exporter/slurm_energy.rust_gpu.prom"
             ))
+        );
+        let per_node = parse("/shared/metrics/%n/energy_%h.prom").expect("valid");
+        assert_eq!(
+            per_node.path_for("rust_rapl", false, "n7"),
+            Some(PathBuf::from("/shared/metrics/n7/energy_n7.prom"))
         );
         for bad in ["energy.prom", "/var/lib/energy.txt", "/var/lib/"] {
             let e = parse(bad).expect_err(bad);

@@ -280,8 +280,9 @@ impl<S: Source> State<S> {
             })
             .ok()?;
         let stacked = host.energy_plugins() > 1;
-        if let Some(file) = self.metrics.path_for(host.plugin_kind(), stacked) {
-            keeper = keeper.with_metrics(file, &host.node_name(), host.plugin_kind());
+        let node = host.node_name();
+        if let Some(file) = self.metrics.path_for(host.plugin_kind(), stacked, &node) {
+            keeper = keeper.with_metrics(file, &node, host.plugin_kind());
         }
         let (wanted, wake) = (keeper.wanted(), meter.waker());
         let bell = doorbell::doorbell_path(keeper.path());

@@ -40,6 +40,8 @@ pub struct SiteFile {
     pub carbon_intensity_csv: Option<PathBuf>,
     pub price_per_kwh: Option<f64>,
     pub currency: Option<String>,
+    /// The Prometheus that scrapes the nodes' metrics files (`EnergyMetricsFile`).
+    pub prometheus_url: Option<String>,
 }
 
 impl SiteFile {
@@ -189,17 +191,20 @@ impl Intensities {
         })
     }
 
-    /// The pieces of `[start, end)` with their intensity (`None` where no value holds).
-    fn pieces(&self, start: i64, end: i64) -> Vec<(i64, i64, Option<f64>)> {
+    /// The pieces of `[start, end)` (unix seconds) with their intensity (`None` where no
+    /// value holds).
+    fn pieces(&self, start: f64, end: f64) -> Vec<(f64, f64, Option<f64>)> {
         let mut bounds = vec![start, end];
-        for (t, _) in self.from.range(start - self.step..end) {
+        let (first, last) = (start.floor() as i64 - self.step, end.ceil() as i64);
+        for (t, _) in self.from.range(first..=last) {
             bounds.extend(
                 [*t, t + self.step]
                     .into_iter()
+                    .map(|b| b as f64)
                     .filter(|b| start < *b && *b < end),
             );
         }
-        bounds.sort_unstable();
+        bounds.sort_by(f64::total_cmp);
         bounds.dedup();
         bounds
             .windows(2)
@@ -207,10 +212,10 @@ impl Intensities {
             .collect()
     }
 
-    /// The intensity at `t`.
-    fn at(&self, t: i64) -> Option<f64> {
-        let (from, grams) = self.from.range(..=t).next_back()?;
-        (t < from + self.step).then_some(*grams)
+    /// The intensity at `t` (unix seconds).
+    fn at(&self, t: f64) -> Option<f64> {
+        let (from, grams) = self.from.range(..=t.floor() as i64).next_back()?;
+        (t < (from + self.step) as f64).then_some(*grams)
     }
 }
 
@@ -258,7 +263,7 @@ impl Tariff {
     /// gCO2e of `joules` spent evenly over `[start, end)` (unix seconds): each piece of the
     /// run at the series' intensity then, the static one where the series has none. `None`
     /// if some piece has neither.
-    pub fn emissions_g(&self, joules: f64, start: i64, end: i64) -> Option<f64> {
+    pub fn emissions_g(&self, joules: f64, start: f64, end: f64) -> Option<f64> {
         let kwh = joules / JOULES_PER_KWH;
         let Some(series) = &self.series else {
             return self.intensity.map(|g| kwh * g);
@@ -266,10 +271,10 @@ impl Tariff {
         if end <= start {
             return series.at(start).or(self.intensity).map(|g| kwh * g);
         }
-        let duration = (end - start) as f64;
+        let duration = end - start;
         let mut grams = 0.0;
         for (from, to, g) in series.pieces(start, end) {
-            grams += kwh * (to - from) as f64 / duration * g.or(self.intensity)?;
+            grams += kwh * (to - from) / duration * g.or(self.intensity)?;
         }
         Some(grams)
     }
@@ -302,10 +307,10 @@ mod tests {
         let t = Tariff::new(Some(350.0), None, Some(0.25), Some("EUR".into()))
             .expect("valid in this test");
         // 7.2 MJ = 2 kWh
-        assert_eq!(t.emissions_g(7.2e6, 0, 100), Some(700.0));
+        assert_eq!(t.emissions_g(7.2e6, 0.0, 100.0), Some(700.0));
         assert_eq!(t.cost(7.2e6), Some(0.5));
         let none = Tariff::default();
-        assert_eq!(none.emissions_g(7.2e6, 0, 100), None);
+        assert_eq!(none.emissions_g(7.2e6, 0.0, 100.0), None);
         assert_eq!(none.cost(7.2e6), None);
     }
 
@@ -317,22 +322,25 @@ mod tests {
         let t = Tariff::new(None, Some(h), None, None).expect("valid in this test");
         // 1 kWh over 00:30-01:30: half at 100, half at 300
         let g = t
-            .emissions_g(3.6e6, t0 + 1800, t0 + 5400)
+            .emissions_g(3.6e6, (t0 + 1800) as f64, (t0 + 5400) as f64)
             .expect("valid in this test");
         assert!((g - 200.0).abs() < 1e-9, "{g}");
         // a quarter in the first hour
         let g = t
-            .emissions_g(3.6e6, t0 + 2700, t0 + 6300)
+            .emissions_g(3.6e6, (t0 + 2700) as f64, (t0 + 6300) as f64)
             .expect("valid in this test");
         assert!((g - (0.25 * 100.0 + 0.75 * 300.0)).abs() < 1e-9, "{g}");
         // an hour the table lacks and no static fallback: unknown
-        assert_eq!(t.emissions_g(3.6e6, t0 + 3600, t0 + 7300), None);
+        assert_eq!(
+            t.emissions_g(3.6e6, (t0 + 3600) as f64, (t0 + 7300) as f64),
+            None
+        );
         let with_static = Tariff {
             intensity: Some(500.0),
             ..t
         };
         let g = with_static
-            .emissions_g(3.6e6, t0 + 5400, t0 + 9000)
+            .emissions_g(3.6e6, (t0 + 5400) as f64, (t0 + 9000) as f64)
             .expect("valid in this test");
         assert!((g - (0.5 * 300.0 + 0.5 * 500.0)).abs() < 1e-9, "{g}");
     }
@@ -359,7 +367,9 @@ mod tests {
             assert_eq!(series.format, "Electricity Maps export");
             let t = Tariff::new(None, Some(series), None, None).expect("valid");
             // 1 kWh over 00:30-01:30: half at 20.5, half at 60.5 (the direct figures)
-            let g = t.emissions_g(3.6e6, t0 + 1800, t0 + 5400).expect("covered");
+            let g = t
+                .emissions_g(3.6e6, (t0 + 1800) as f64, (t0 + 5400) as f64)
+                .expect("covered");
             assert!((g - 40.5).abs() < 1e-9, "{g}");
         }
         // éCO2mix through ODRE: `;`, times with their offset, rows unsorted, some empty
@@ -374,7 +384,9 @@ mod tests {
         let t = Tariff::new(Some(1000.0), Some(series), None, None).expect("valid");
         // an hour from 00:00 UTC (01:00 in Paris): 20, 30, the missing quarter at the
         // static 1000, then 50
-        let g = t.emissions_g(3.6e6, t0, t0 + 3600).expect("covered");
+        let g = t
+            .emissions_g(3.6e6, (t0) as f64, (t0 + 3600) as f64)
+            .expect("covered");
         assert!(
             (g - (20.0 + 30.0 + 1000.0 + 50.0) / 4.0).abs() < 1e-9,
             "{g}"
@@ -388,13 +400,18 @@ mod tests {
         let text = format!("time,g\n{t0},100\n{},200\n{},200\n", t0 + 300, t0 + 600);
         let t = Tariff::new(None, Some(hourly(&text).expect("valid")), None, None).expect("valid");
         // 2 kWh over 2.5 minutes before and 5 after the doubling
-        let g = t.emissions_g(7.2e6, t0 + 150, t0 + 600).expect("covered");
+        let g = t
+            .emissions_g(7.2e6, (t0 + 150) as f64, (t0 + 600) as f64)
+            .expect("covered");
         assert!(
             (g - (2.0 / 3.0 * 100.0 + 4.0 / 3.0 * 200.0)).abs() < 1e-9,
             "{g}"
         );
         // past the last value's step: not covered
-        assert_eq!(t.emissions_g(7.2e6, t0 + 600, t0 + 960), None);
+        assert_eq!(
+            t.emissions_g(7.2e6, (t0 + 600) as f64, (t0 + 960) as f64),
+            None
+        );
     }
 
     #[test]

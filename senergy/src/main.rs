@@ -1,9 +1,12 @@
 //! senergy: the energy of Slurm jobs from Slurm's accounting, with emissions and cost.
 
 mod carbon;
+mod emissions;
 mod ffi;
 mod output;
+mod plot;
 mod presence;
+mod prometheus;
 mod record;
 mod report;
 mod tres;
@@ -17,6 +20,7 @@ use clap::{Args, Parser, Subcommand};
 
 use carbon::{Intensities, SiteFile, Tariff, TariffError};
 use ffi::{Accounting, JobQuery};
+use prometheus::{NodeSamples, Prometheus};
 
 /// Exit statuses (documented in --help).
 mod exit {
@@ -86,6 +90,10 @@ enum Command {
         /// Job ids: 123, an array element 123_4, or an array job 123 (all its elements).
         #[arg(required = true, value_name = "JOBID")]
         jobs: Vec<String>,
+        /// Draw the job's power over time per node, its steps marked (from Prometheus),
+        /// or without Prometheus its steps' and nodes' energy: FILE.svg or FILE.png.
+        #[arg(long, value_name = "FILE")]
+        plot: Option<PathBuf>,
     },
     /// Energy, emissions and cost per account and user of the jobs that ended in a period.
     Usage {
@@ -132,6 +140,10 @@ struct TariffArgs {
     /// Currency of the price (e.g. EUR).
     #[arg(long, global = true)]
     currency: Option<String>,
+    /// Prometheus scraping the nodes' metrics (http://host:9090): emissions per power
+    /// sample, and power plots.
+    #[arg(long, global = true, value_name = "URL")]
+    prometheus: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -161,8 +173,9 @@ fn read(path: &Path) -> Result<String, TariffError> {
     })
 }
 
-/// Flags over the site file; the default site file may be absent, a named one not.
-fn tariff(args: &TariffArgs) -> Result<Tariff, TariffError> {
+/// Flags over the site file; the default site file may be absent, a named one not. Also
+/// the Prometheus to ask, if any.
+fn tariff(args: &TariffArgs) -> Result<(Tariff, Option<String>), TariffError> {
     let named = args
         .config
         .clone()
@@ -178,12 +191,14 @@ fn tariff(args: &TariffArgs) -> Result<Tariff, TariffError> {
         Some(path) => Some(Intensities::parse(&path, &read(&path)?)?),
         None => None,
     };
-    Tariff::new(
+    let prometheus = args.prometheus.clone().or(site.prometheus_url);
+    let tariff = Tariff::new(
         args.carbon_intensity.or(site.carbon_intensity),
         series,
         args.price.or(site.price_per_kwh),
         args.currency.clone().or(site.currency),
-    )
+    )?;
+    Ok((tariff, prometheus))
 }
 
 /// `123` or `123_4`.
@@ -230,7 +245,12 @@ fn uid_of(user: &str) -> Result<u32, Failure> {
 }
 
 fn run(cli: Cli) -> Result<u8, Failure> {
-    let tariff = tariff(&cli.tariff)?;
+    let (tariff, prometheus) = tariff(&cli.tariff)?;
+    let prometheus = prometheus
+        .as_deref()
+        .map(Prometheus::new)
+        .transpose()
+        .map_err(|e| Failure::Input(e.to_string()))?;
     let now = chrono::Utc::now().timestamp();
     let print = |table: String, json: String, csv: String| {
         let text = if cli.format.json {
@@ -243,20 +263,64 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         print!("{text}");
     };
     match &cli.command {
-        Command::Job { jobs } => {
+        Command::Job { jobs, plot } => {
             let wanted = jobs
                 .iter()
                 .map(|j| job_id(j))
                 .collect::<Result<Vec<_>, _>>()?;
+            if let Some(path) = plot {
+                plot::check(path).map_err(|e| Failure::Input(e.to_string()))?;
+            }
             let db = Accounting::open()?;
             let rows = db.jobs(&JobQuery {
                 jobs: wanted.clone(),
                 ..JobQuery::default()
             })?;
+            if plot.is_some() && rows.len() > 1 {
+                return Err(Failure::Input(format!(
+                    "--plot draws one job: {} are selected (name one job, or one array element)",
+                    rows.len()
+                )));
+            }
+            // each job's energy counter per node, where Prometheus has it
+            let samples: Vec<Option<Vec<NodeSamples>>> = rows
+                .iter()
+                .map(|r| {
+                    let prom = prometheus.as_ref().filter(|_| r.start > 0)?;
+                    let end = (r.end > 0).then_some(r.end);
+                    match prom.job_counters(r.job_id, r.start, end, now) {
+                        Ok(found) if !found.is_empty() => Some(found),
+                        Ok(_) => {
+                            eprintln!(
+                                "senergy: job {}: Prometheus has no samples of its energy",
+                                r.job_id
+                            );
+                            None
+                        }
+                        Err(e) => {
+                            eprintln!("senergy: {e}");
+                            None
+                        }
+                    }
+                })
+                .collect();
             let reports: Vec<_> = rows
                 .iter()
-                .map(|r| report::job_report(r, &tariff, now))
+                .zip(&samples)
+                .map(|(r, s)| {
+                    let points: Option<Vec<Vec<(f64, f64)>>> = s
+                        .as_ref()
+                        .map(|nodes| nodes.iter().map(|n| n.points.clone()).collect());
+                    report::job_report(r, &tariff, now, points.as_deref())
+                })
                 .collect();
+            if let (Some(path), Some(row), Some(report)) = (plot, rows.first(), reports.first()) {
+                let drawn = match samples.first().and_then(Option::as_ref) {
+                    Some(series) => plot::power(path, report, row, series, now),
+                    None => plot::energy_bars(path, report),
+                };
+                drawn.map_err(|e| Failure::Input(e.to_string()))?;
+            }
             let found: BTreeSet<(u32, Option<u32>)> = rows
                 .iter()
                 .flat_map(|r| {
@@ -319,7 +383,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             })?;
             let reports: Vec<_> = rows
                 .iter()
-                .map(|r| report::job_report(r, &tariff, now))
+                .map(|r| report::job_report(r, &tariff, now, None))
                 .collect();
             let has = (
                 tariff.intensity.is_some() || tariff.series.is_some(),

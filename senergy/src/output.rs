@@ -125,7 +125,7 @@ pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
                 min_j,
                 max,
                 max_j,
-                String::new(),
+                fixed(s.emissions_g, 6),
                 String::new(),
                 String::new(),
                 s.data.as_str().into(),
@@ -237,7 +237,10 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
         }
         let mut money = Vec::new();
         if let (Some(g), Some(how)) = (j.emissions_g, tariff.intensity_text()) {
-            money.push(format!("emissions {g:.2} gCO2e ({how})"));
+            match j.emissions_method.filter(|_| tariff.series.is_some()) {
+                Some(method) => money.push(format!("emissions {g:.2} gCO2e ({how}; {method})")),
+                None => money.push(format!("emissions {g:.2} gCO2e ({how})")),
+            }
         }
         if let Some(c) = j.cost {
             money.push(

@@ -4,8 +4,11 @@
 use serde::Serialize;
 
 use crate::carbon::{JOULES_PER_KWH, Tariff};
+use crate::emissions::{self, Method, Spent};
 use crate::presence::Presence;
-use crate::record::{EXTERN_STEP, JobRow, StepRow, StepUsage, step_name};
+use crate::record::{
+    BATCH_STEP, EXTERN_STEP, INTERACTIVE_STEP, JobRow, PENDING_STEP, StepRow, StepUsage, step_name,
+};
 use crate::tres::{self, ENERGY};
 use slurm_energy_logic::hostlist;
 
@@ -60,6 +63,8 @@ pub struct StepReport {
     pub max_node: Option<NodeEnergy>,
     /// Every node's energy, where the min, max and total determine them (3 nodes or fewer).
     pub node_energy: Vec<NodeEnergy>,
+    /// Its energy over its run at the intensity then.
+    pub emissions_g: Option<f64>,
     pub data: Presence,
 }
 
@@ -86,6 +91,8 @@ pub struct JobReport {
     pub avg_watts: Option<f64>,
     pub per_node_avg_j: Option<f64>,
     pub emissions_g: Option<f64>,
+    /// How the emissions were found ([`Method::text`]); `None` without emissions.
+    pub emissions_method: Option<&'static str>,
     pub cost: Option<f64>,
     pub data: Presence,
     pub steps: Vec<StepReport>,
@@ -178,6 +185,7 @@ pub fn step_report(step: &StepRow) -> StepReport {
         min_node: min.map(|(_, n)| n),
         max_node: max.map(|(_, n)| n),
         node_energy,
+        emissions_g: None,
         data,
     }
 }
@@ -227,7 +235,14 @@ fn every_node(
 }
 
 /// `now`: unix seconds, for the run time of a running job.
-pub fn job_report(job: &JobRow, tariff: &Tariff, now: i64) -> JobReport {
+/// The job's report; `samples`: its energy counter's samples per node from Prometheus,
+/// when known (emissions then follow its power).
+pub fn job_report(
+    job: &JobRow,
+    tariff: &Tariff,
+    now: i64,
+    samples: Option<&[Vec<(f64, f64)>]>,
+) -> JobReport {
     let steps: Vec<StepReport> = job.steps.iter().map(step_report).collect();
     let running = is_running(job.state);
     let elapsed_s = if running && job.start > 0 {
@@ -252,8 +267,17 @@ pub fn job_report(job: &JobRow, tariff: &Tariff, now: i64) -> JobReport {
     };
     let end = (job.end > 0).then_some(job.end);
     let run_end = end.unwrap_or(now);
-    let emissions_g =
-        energy_j.and_then(|j| tariff.emissions_g(j as f64, job.start.max(0), run_end));
+    let (emissions_g, method) = match energy_j {
+        Some(j) => job_emissions(job, j as f64, (job.start.max(0), run_end), tariff, samples),
+        None => (None, None),
+    };
+    let mut steps = steps;
+    for (report, row) in steps.iter_mut().zip(&job.steps) {
+        let step_end = if row.end > 0 { row.end } else { now };
+        report.emissions_g = report
+            .energy_j
+            .and_then(|j| tariff.emissions_g(j as f64, row.start.max(0) as f64, step_end as f64));
+    }
     JobReport {
         job_id: job.job_id,
         id: match job.array {
@@ -277,10 +301,58 @@ pub fn job_report(job: &JobRow, tariff: &Tariff, now: i64) -> JobReport {
         avg_watts: ratio(energy_j, elapsed_s),
         per_node_avg_j: ratio(energy_j, u64::from(job.alloc_nodes)),
         emissions_g,
+        emissions_method: method.filter(|_| emissions_g.is_some()).map(Method::text),
         cost: energy_j.and_then(|j| tariff.cost(j as f64)),
         data,
         steps,
     }
+}
+
+/// The job's emissions of `joules` over its run `(start, end)`, and how they were found:
+/// from its power samples, else its srun steps, else evenly.
+fn job_emissions(
+    job: &JobRow,
+    joules: f64,
+    (start, end): (i64, i64),
+    tariff: &Tariff,
+    samples: Option<&[Vec<(f64, f64)>]>,
+) -> (Option<f64>, Option<Method>) {
+    let (start, end) = (start as f64, end as f64);
+    if tariff.series.is_none() {
+        let even = [Spent { joules, start, end }];
+        return (emissions::emissions_g(tariff, &even), Some(Method::Static));
+    }
+    if let Some(pieces) = samples.and_then(|nodes| emissions::from_samples(joules, start, nodes)) {
+        return (
+            emissions::emissions_g(tariff, &pieces),
+            Some(Method::PowerSamples),
+        );
+    }
+    let steps: Vec<Spent> = job
+        .steps
+        .iter()
+        .filter(|s| {
+            !matches!(
+                s.step_id,
+                BATCH_STEP | EXTERN_STEP | INTERACTIVE_STEP | PENDING_STEP
+            )
+        })
+        .filter(|s| s.start > 0 && s.end >= s.start)
+        .filter_map(|s| {
+            Some(Spent {
+                joules: tres::joules(s.consumed_energy)? as f64,
+                start: s.start as f64,
+                end: s.end as f64,
+            })
+        })
+        .collect();
+    let method = if steps.is_empty() {
+        Method::Even
+    } else {
+        Method::Steps
+    };
+    let pieces = emissions::from_steps(joules, start, end, &steps);
+    (emissions::emissions_g(tariff, &pieces), Some(method))
 }
 
 /// A job without a recorded total (still running, or ended without one): as slurmctld
@@ -474,6 +546,7 @@ mod tests {
             ),
             &tariff,
             0,
+            None,
         );
         assert_eq!(r.energy_j, Some(23000));
         let kwh = 23000.0 / 3.6e6;
@@ -499,6 +572,7 @@ mod tests {
             &job(vec![s0, s1, batch], "1=3,4=3", job_states::JOB_RUNNING),
             &Tariff::default(),
             1_735_689_700,
+            None,
         );
         assert!(r.running);
         assert_eq!(r.state, "RUNNING");
@@ -515,6 +589,7 @@ mod tests {
             &job(vec![s], "1=1,3=0,4=1", job_states::JOB_COMPLETE),
             &Tariff::default(),
             0,
+            None,
         );
         assert_eq!(r.data, Presence::Missing);
         assert_eq!(r.energy_j, None);
@@ -525,6 +600,7 @@ mod tests {
             &job(vec![s], &format!("3={NO_VAL64}"), job_states::JOB_COMPLETE),
             &tariff,
             0,
+            None,
         );
         assert_eq!((r.energy_j, r.emissions_g, r.cost), (None, None, None));
         assert_eq!(r.data, Presence::Missing);
@@ -534,7 +610,7 @@ mod tests {
     fn array_elements_are_named_like_sacct() {
         let mut j = job(vec![], "3=5", job_states::JOB_COMPLETE);
         j.array = Some((40, 2));
-        let r = job_report(&j, &Tariff::default(), 0);
+        let r = job_report(&j, &Tariff::default(), 0, None);
         assert_eq!(r.id, "40_2");
         assert_eq!((r.array_job_id, r.array_task_id), (Some(40), Some(2)));
     }

@@ -112,7 +112,7 @@ mod tests {
         };
         let tariff = Tariff::new(Some(400.0), None, Some(0.2), Some("EUR".into()))
             .expect("valid in this test");
-        job_report(&row, &tariff, 0)
+        job_report(&row, &tariff, 0, None)
     }
 
     #[test]
