@@ -91,6 +91,7 @@ Maintainer: Slurm energy plugins in Rust <root@localhost>
 Section: admin
 Priority: optional
 Depends: $depends
+Recommends: fonts-dejavu-core
 Installed-Size: $(du -sk "$root" | cut -f1)
 Description: Slurm acct_gather_energy plugins in Rust (RAPL, IPMI, Variorum, Redfish, Cray, GPU)
  acct_gather_energy/rust_rapl, rust_ipmi, rust_variorum, rust_redfish,

@@ -46,9 +46,13 @@ DATA PRESENCE
     missing   no energy recorded (no energy plugin, or every reading unavailable)
 
 EMISSIONS AND COST
-    emissions_g = kWh x carbon intensity (gCO2e/kWh); with an intensity series the job's
-    energy is spread evenly over its run time and each piece of it takes the intensity of
-    its time. A series is a CSV at any interval (5 minutes to an hour): time,g_co2e_per_kwh
+    emissions_g = kWh x carbon intensity (gCO2e/kWh). With an intensity series each piece
+    of the job's energy takes the intensity of its time: with --prometheus, each increase
+    of the job's energy counter on each node between two samples (the metrics slurmd
+    writes with EnergyMetricsFile), scaled to accounting's total; else each srun step's
+    energy over its run and the rest over the time no step ran; else evenly over the run.
+    The JSON's emissions_method and the text say which. Each step's emissions_g is its
+    energy over its run. A series is a CSV at any interval (5 minutes to an hour): time,g_co2e_per_kwh
     (unix seconds or RFC 3339), or an Electricity Maps export (its direct intensity) or an
     RTE eCO2mix export from ODRE (eco2mix-national-tr.csv), as downloaded. A value holds
     for the series' step; a time no value covers takes the static intensity.
@@ -58,6 +62,13 @@ EMISSIONS AND COST
         carbon_intensity_csv = \"/etc/slurm/grid.csv\" # a series, as above
         price_per_kwh = 0.25
         currency = \"EUR\"
+        prometheus_url = \"http://prometheus:9090\"   # as --prometheus
+
+PLOTS
+    senergy job J --plot FILE.svg (or .png): with Prometheus, the job's power over time on
+    each node (each interval between two samples of its energy counter), its steps shaded
+    and named; without, its steps' and nodes' energy from accounting, as bars. PNG needs a
+    TrueType font (fonts-dejavu-core, or SENERGY_FONT=path.ttf).
 
 EXIT STATUS
     0  success

@@ -2,7 +2,7 @@
 //! (`slurm_energy_job_joules_total`, written by slurmd with `EnergyMetricsFile`): its raw
 //! samples per node and source, for emissions at each sample's time and power plots.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -46,6 +46,23 @@ impl NodeSamples {
             .collect()
     }
 }
+
+/// `text` matched literally in a PromQL regex (RE2), inside a double-quoted string.
+fn regex_quoted(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push_str("\\\\");
+        } else if c == '"' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Samples `(time, value)` per `(node, source)`.
+type BySeries = BTreeMap<(String, String), Vec<(f64, f64)>>;
 
 pub struct Prometheus {
     base: String,
@@ -103,8 +120,38 @@ impl Prometheus {
         Ok(answer["data"].clone())
     }
 
-    /// The raw samples of job `job`'s energy counter on each node from `start` to `end`
-    /// (unix seconds; `now` for a job still running). None when Prometheus has none.
+    /// The raw samples of `selector` over `range` seconds before `at`, per `(node,
+    /// source)`, in time order.
+    fn raw(
+        &self,
+        selector: &str,
+        range: u64,
+        at: f64,
+    ) -> Result<BySeries, PromError> {
+        let data = self.instant(&format!("{selector}[{range}s]"), at)?;
+        let mut found = BySeries::new();
+        for series in data["result"].as_array().into_iter().flatten() {
+            let label = |k: &str| series["metric"][k].as_str().unwrap_or("").to_string();
+            let points = found.entry((label("node"), label("source"))).or_default();
+            points.extend(
+                series["values"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| Some((v[0].as_f64()?, v[1].as_str()?.parse::<f64>().ok()?)))
+                    .filter(|(_, v)| v.is_finite()),
+            );
+        }
+        for points in found.values_mut() {
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        Ok(found)
+    }
+
+    /// The samples of job `job`'s energy counter on each node from `start` to `end` (unix
+    /// seconds; `now` for a job still running), each at the time slurmd took it: a scrape
+    /// reads the file up to a sample period after, and the same scrape's
+    /// `slurm_energy_sampled_timestamp_seconds` says when. Empty when Prometheus has none.
     pub fn job_counters(
         &self,
         job: u32,
@@ -114,25 +161,41 @@ impl Prometheus {
     ) -> Result<Vec<NodeSamples>, PromError> {
         let at = end.map_or(now as f64, |e| (e as f64 + AFTER_END).min(now as f64));
         let range = (at - start as f64 + 60.0).max(60.0).ceil() as u64;
-        let expr = format!("slurm_energy_job_joules_total{{jobid=\"{job}\"}}[{range}s]");
-        let data = self.instant(&expr, at)?;
-        let mut nodes: BTreeMap<(String, String), Vec<(f64, f64)>> = BTreeMap::new();
-        for series in data["result"].as_array().into_iter().flatten() {
-            let label = |k: &str| series["metric"][k].as_str().unwrap_or("").to_string();
-            let points = nodes.entry((label("node"), label("source"))).or_default();
-            points.extend(
-                series["values"]
-                    .as_array()
+        let counters = self.raw(
+            &format!("slurm_energy_job_joules_total{{jobid=\"{job}\"}}"),
+            range,
+            at,
+        )?;
+        if counters.is_empty() {
+            return Ok(Vec::new());
+        }
+        let nodes: BTreeSet<&str> = counters.keys().map(|(n, _)| n.as_str()).collect();
+        let pattern: Vec<String> = nodes.iter().map(|n| regex_quoted(n)).collect();
+        let sampled = self.raw(
+            &format!(
+                "slurm_energy_sampled_timestamp_seconds{{node=~\"{}\"}}",
+                pattern.join("|")
+            ),
+            range,
+            at,
+        )?;
+        // a scrape's samples share its timestamp (ms)
+        let ms = |t: f64| (t * 1000.0).round() as i64;
+        Ok(counters
+            .into_iter()
+            .map(|((node, source), points)| {
+                let taken: HashMap<i64, f64> = sampled
+                    .get(&(node.clone(), source.clone()))
                     .into_iter()
                     .flatten()
-                    .filter_map(|v| Some((v[0].as_f64()?, v[1].as_str()?.parse::<f64>().ok()?)))
-                    .filter(|(_, j)| j.is_finite()),
-            );
-        }
-        Ok(nodes
-            .into_iter()
-            .map(|((node, source), mut points)| {
-                points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    .map(|&(scraped, t)| (ms(scraped), t))
+                    .collect();
+                let points = points
+                    .into_iter()
+                    .map(|(scraped, joules)| {
+                        (taken.get(&ms(scraped)).copied().unwrap_or(scraped), joules)
+                    })
+                    .collect();
                 NodeSamples {
                     node,
                     source,
@@ -156,6 +219,12 @@ mod tests {
         };
         // a counter that fell began anew: its value is the rise
         assert_eq!(n.power(), vec![(11.0, 200.0), (13.0, 400.0), (15.0, 100.0)]);
+    }
+
+    #[test]
+    fn node_names_match_literally() {
+        assert_eq!(regex_quoted("node-1"), "node-1");
+        assert_eq!(regex_quoted("n1.cluster"), r"n1\\.cluster");
     }
 
     #[test]

@@ -205,6 +205,17 @@ impl Cluster {
 
     /// Runs any client program (e.g. senergy) against this cluster, as `user` (uid,
     /// gid) when given; its output whatever the status.
+    /// The command line that runs a program where the cluster's clients run (in its
+    /// controller's network namespace, with SLURM_CONF set): for servers a test runs
+    /// beside the cluster, such as Prometheus.
+    pub fn client_prefix(&self) -> Vec<std::ffi::OsString> {
+        let c = self.command(&workspace().join("ci/cluster.sh"));
+        let mut prefix = vec![c.get_program().to_owned()];
+        prefix.extend(c.get_args().map(ToOwned::to_owned));
+        prefix.extend(["client".into(), self.dir.clone().into_os_string()]);
+        prefix
+    }
+
     pub fn client(
         &self,
         user: Option<(u32, u32)>,

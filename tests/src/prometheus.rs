@@ -3,6 +3,7 @@
 //! metrics file in, and Prometheus scrapes node_exporter every 2 s (the file is written every second) into a TSDB in the
 //! test's directory. Queries go through Prometheus's HTTP API (curl).
 
+use std::ffi::OsString;
 use std::fs;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -20,9 +21,11 @@ fn free_port() -> u16 {
 }
 
 pub struct Prometheus {
-    /// The directory node_exporter's textfile collector reads.
-    pub textfile_dir: PathBuf,
     pub port: u16,
+    /// What runs a program where the cluster's clients run ([`Cluster::client_prefix`]).
+    ///
+    /// [`Cluster::client_prefix`]: crate::cluster::Cluster::client_prefix
+    prefix: Vec<OsString>,
     exporter: Child,
     server: Child,
 }
@@ -41,12 +44,26 @@ impl Series {
 }
 
 impl Prometheus {
-    /// Starts both under `dir`, scraping every 2 s.
-    pub fn start(dir: &Path) -> Prometheus {
+    /// The directory under `dir` that node_exporter's textfile collector reads, made.
+    pub fn textfile_dir(dir: &Path) -> PathBuf {
         let textfile_dir = dir.join("textfile");
         fs::create_dir_all(&textfile_dir).expect("textfile dir");
+        textfile_dir
+    }
+
+    /// A program run through `prefix`.
+    fn command(prefix: &[OsString], program: &str) -> Command {
+        let mut c = Command::new(&prefix[0]);
+        c.args(&prefix[1..]).arg(program);
+        c
+    }
+
+    /// Starts both under `dir`, scraping every 2 s, where `prefix` runs programs (the
+    /// cluster's clients' network namespace, [`crate::cluster::Cluster::client_prefix`]).
+    pub fn start(dir: &Path, prefix: Vec<OsString>) -> Prometheus {
+        let textfile_dir = Self::textfile_dir(dir);
         let exporter_port = free_port();
-        let exporter = Command::new("/usr/bin/prometheus-node-exporter")
+        let exporter = Self::command(&prefix, "/usr/bin/prometheus-node-exporter")
             .arg(format!("--web.listen-address=127.0.0.1:{exporter_port}"))
             .arg("--collector.disable-defaults")
             .arg("--collector.textfile")
@@ -69,7 +86,7 @@ impl Prometheus {
             ),
         )
         .expect("prometheus.yml");
-        let server = Command::new("/usr/bin/prometheus")
+        let server = Self::command(&prefix, "/usr/bin/prometheus")
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
@@ -81,8 +98,8 @@ impl Prometheus {
             .spawn()
             .expect("start prometheus (Debian's prometheus)");
         let p = Prometheus {
-            textfile_dir,
             port,
+            prefix,
             exporter,
             server,
         };
@@ -99,7 +116,7 @@ impl Prometheus {
     }
 
     fn get(&self, path: &str) -> Option<String> {
-        let out = Command::new("curl")
+        let out = Self::command(&self.prefix, "curl")
             .args(["-sf", "--max-time", "10"])
             .arg(format!("http://127.0.0.1:{}{path}", self.port))
             .output()
@@ -112,7 +129,7 @@ impl Prometheus {
     /// The API's answer to an instant query evaluated at `time` (Unix seconds; now when
     /// `None`); panics with Prometheus's error.
     fn instant(&self, expr: &str, time: Option<f64>) -> Value {
-        let mut curl = Command::new("curl");
+        let mut curl = Self::command(&self.prefix, "curl");
         curl.args(["-s", "--max-time", "20", "--get", "--data-urlencode"])
             .arg(format!("query={expr}"));
         if let Some(t) = time {

@@ -70,8 +70,8 @@ fn prometheus_scrapes_each_jobs_energy_as_sacct_shows_it() {
     let Some(tmp) = root_test_dir("prometheus_scrapes_each_jobs_energy_as_sacct_shows_it") else {
         return;
     };
-    let prom = Prometheus::start(&tmp.path().join("prometheus"));
-    let file = prom.textfile_dir.join("slurm_energy.prom");
+    let textfile = Prometheus::textfile_dir(&tmp.path().join("prometheus"));
+    let file = textfile.join("slurm_energy.prom");
     let cluster = Cluster::up(
         &tmp.path().join("cluster"),
         &ClusterSpec {
@@ -84,6 +84,7 @@ fn prometheus_scrapes_each_jobs_energy_as_sacct_shows_it() {
             ..ClusterSpec::default()
         },
     );
+    let prom = Prometheus::start(&tmp.path().join("prometheus"), cluster.client_prefix());
     let sim = cluster.sim(1);
     sim.set(&["package0=100"]);
     let job = cluster.sbatch(&format!(
@@ -150,6 +151,183 @@ fn prometheus_scrapes_each_jobs_energy_as_sacct_shows_it() {
     assert_eq!(info[0].label("user"), user.trim());
     dashboard_queries_return_data(&prom, job);
     // slurmd stops: the file goes with it, and node_exporter serves no stale figures
+    drop(prom);
     drop(cluster);
     assert!(!file.exists(), "{} left behind", file.display());
+}
+
+/// Unix seconds in a file a job wrote with `date +%s.%N`.
+fn time_in(path: &std::path::Path) -> f64 {
+    fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Three nodes, each with its own simulator, one metrics file each (`%n`) in the one
+/// directory node_exporter reads; a job on all three whose power steps mid-job (a
+/// different step on each node), and a grid intensity that doubles at another moment
+/// mid-job. `senergy job --prometheus` puts the job's emissions within 1% of the truth
+/// (each node's power at each moment times the intensity then; evenly over the run would
+/// be off by 5%), says how, and `--plot` draws the three nodes' power with the steps.
+#[test]
+fn senergy_applies_the_intensity_at_each_power_sample_and_plots_a_three_node_job() {
+    let Some(tmp) = root_test_dir(
+        "senergy_applies_the_intensity_at_each_power_sample_and_plots_a_three_node_job",
+    ) else {
+        return;
+    };
+    let textfile = Prometheus::textfile_dir(&tmp.path().join("prometheus"));
+    let cluster = Cluster::up(
+        &tmp.path().join("cluster"),
+        &ClusterSpec {
+            nodes: 3,
+            energy_type: RAPL,
+            acct_gather: &format!(
+                "EnergyRaplSource=msr\nEnergyMetricsFile={}/slurm_energy_%n.prom\n",
+                textfile.display()
+            ),
+            sim_args: vec![Some(SIM); 3],
+            ..ClusterSpec::default()
+        },
+    );
+    let prom = Prometheus::start(&tmp.path().join("prometheus"), cluster.client_prefix());
+    // each node's power before and after its step, in watts
+    let phases = [(100.0, 300.0), (200.0, 400.0), (300.0, 150.0)];
+    let raplsim = energy_tests::bin("raplsim").display().to_string();
+    let mut cases = String::new();
+    for (n, (a, b)) in phases.iter().enumerate() {
+        let d = cluster.sim(n + 1).dir.display().to_string();
+        cases.push_str(&format!("n{}) D={d}; A={a}; B={b};; ", n + 1));
+    }
+    for n in 1..=3 {
+        cluster.sim(n).set(&["all=0"]);
+    }
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -N3\nsleep 2\nsrun -N3 -n3 sh -c 'case $SLURMD_NODENAME in {cases}esac; \
+         date +%s.%N >$D/t_a; {raplsim} set $D package0=$A; sleep 12; \
+         date +%s.%N >$D/t_b; {raplsim} set $D package0=$B; sleep 12; \
+         date +%s.%N >$D/t_c; {raplsim} set $D package0=0'\nsleep 2\n"
+    ));
+    cluster.wait_job(job, Duration::from_secs(180));
+    let rows = cluster.energy(job);
+    println!("sacct: {rows:?}");
+    let times: Vec<(f64, f64, f64)> = (1..=3)
+        .map(|n| {
+            let d = &cluster.sim(n).dir;
+            (
+                time_in(&d.join("t_a")),
+                time_in(&d.join("t_b")),
+                time_in(&d.join("t_c")),
+            )
+        })
+        .collect();
+    // the intensity: 100 g/kWh, doubling 6 s into the first phase (on rows every 5 s)
+    let switch = times[0].0 + 6.0;
+    let mut csv = String::from("time,g_co2e_per_kwh\n");
+    for k in -40..=40 {
+        let t = switch + 5.0 * f64::from(k);
+        csv.push_str(&format!("{:.0},{}\n", t, if k < 0 { 100 } else { 200 }));
+    }
+    // rows at whole seconds: the switch is where the row at k = 0 begins
+    let switch = switch.round();
+    let series = tmp.path().join("grid.csv");
+    fs::write(&series, csv).expect("grid.csv");
+    let intensity = |t: f64| if t < switch { 100.0 } else { 200.0 };
+    // ∫ P(t) I(t) dt per node, in gCO2e: each phase cut at the switch
+    let piece = |watts: f64, from: f64, to: f64| -> f64 {
+        let mut grams = 0.0;
+        let cut = switch.clamp(from, to);
+        for (a, b) in [(from, cut), (cut, to)] {
+            grams += watts * (b - a) * intensity((a + b) / 2.0) / 3.6e6;
+        }
+        grams
+    };
+    let truth: f64 = phases
+        .iter()
+        .zip(&times)
+        .map(|(&(a, b), &(ta, tb, tc))| piece(a, ta, tb) + piece(b, tb, tc))
+        .sum();
+    let even_joules = energy_of(&rows, &job.to_string());
+    sleep(Duration::from_secs(6));
+
+    let url = format!("http://127.0.0.1:{}", prom.port);
+    let senergy = energy_tests::senergy();
+    let plot = tmp.path().join("job.svg");
+    let args = [
+        "job",
+        &job.to_string(),
+        "--json",
+        "--carbon-csv",
+        series.to_str().expect("path"),
+        "--prometheus",
+        &url,
+        "--plot",
+        plot.to_str().expect("path"),
+    ];
+    let out = cluster.client(None, &senergy, &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("senergy's stderr: {stderr}");
+    assert!(out.status.success(), "senergy {args:?}: {stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("senergy's JSON");
+    let j = &report["jobs"][0];
+    println!("{j:#}");
+    assert_eq!(
+        j["emissions_method"],
+        "series, each power sample (Prometheus) at its time"
+    );
+    let grams = j["emissions_g"].as_f64().expect("emissions");
+    let error = (grams - truth) / truth;
+    println!(
+        "emissions per power sample: {grams:.5} g, true {truth:.5} g ({:+.3}%)",
+        error * 100.0
+    );
+    assert!(error.abs() < 0.01, "{grams} g for {truth} g");
+    // spread evenly over the run, the same energy gives another figure
+    let start = j["start"].as_f64().expect("start");
+    let end = j["end"].as_f64().expect("end");
+    let mean =
+        (intensity(start) * (switch - start) + intensity(end) * (end - switch)) / (end - start);
+    let even = even_joules / 3.6e6 * mean;
+    println!("truth {truth:.4} g, per sample {grams:.4} g, evenly {even:.4} g");
+    assert!(
+        (even - truth).abs() > 3.0 * (grams - truth).abs(),
+        "the samples do not beat an even spread"
+    );
+    let svg = fs::read_to_string(&plot).expect("the plot");
+    for want in [
+        "n1".to_string(),
+        "n2".into(),
+        "n3".into(),
+        format!("step {job}.0"),
+        format!("step {job}.batch"),
+        "from Prometheus".into(),
+    ] {
+        assert!(svg.contains(&want), "no {want:?} in the plot");
+    }
+    // without Prometheus: the steps' emissions, each over its run, and bars
+    let bars = tmp.path().join("bars.png");
+    let args = [
+        "job",
+        &job.to_string(),
+        "--json",
+        "--carbon-csv",
+        series.to_str().expect("path"),
+        "--plot",
+        bars.to_str().expect("path"),
+    ];
+    let out = cluster.client(None, &senergy, &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        report["jobs"][0]["emissions_method"],
+        "series, each step's energy over its run"
+    );
+    let png = fs::read(&bars).expect("the bars");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
 }
