@@ -1344,9 +1344,27 @@ mod tests {
                 assert_eq!(keeper.observe(&[]).len(), jobs as usize);
             }
             let observe = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
+            // the same with the Prometheus metrics file written at each sample
+            let file = tmp.path().join("slurm_energy.prom");
+            let mut keeper = keeper.with_metrics(file.clone(), "n1", "rust_rapl");
+            let started = Instant::now();
+            for k in rounds + 1..=2 * rounds {
+                let at = Duration::from_secs(u64::from(k));
+                let reading = Reading {
+                    energy_uj: u64::from(k) * 300_000_000,
+                    complete: true,
+                    ..Reading::default()
+                };
+                accounting.record(&reading, t0 + at, w0 + at);
+                keeper.updated = None;
+                keeper.on_sample(&accounting, &[]);
+            }
+            let with_metrics = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
+            let bytes = fs::metadata(&file).map_or(0, |m| m.len());
             println!(
                 "{jobs} jobs: {us:.0} us per sample ({:.1} us per job), of which steps and \
-                 cgroups read {observe:.0} us ({:.1} us per job)",
+                 cgroups read {observe:.0} us ({:.1} us per job); with the metrics file \
+                 ({bytes} bytes) {with_metrics:.0} us",
                 us / f64::from(jobs),
                 observe / f64::from(jobs)
             );

@@ -122,12 +122,7 @@ impl Prometheus {
 
     /// The raw samples of `selector` over `range` seconds before `at`, per `(node,
     /// source)`, in time order.
-    fn raw(
-        &self,
-        selector: &str,
-        range: u64,
-        at: f64,
-    ) -> Result<BySeries, PromError> {
+    fn raw(&self, selector: &str, range: u64, at: f64) -> Result<BySeries, PromError> {
         let data = self.instant(&format!("{selector}[{range}s]"), at)?;
         let mut found = BySeries::new();
         for series in data["result"].as_array().into_iter().flatten() {
