@@ -98,7 +98,8 @@ struct Cli {
 enum Command {
     /// Per job and step: energy, power, min/max node, data presence, emissions, cost.
     Job {
-        /// Job ids: 123, an array element 123_4, or an array job 123 (all its elements).
+        /// Job ids: 123, an array element 123_4, or an array job 123 (all its elements);
+        /// a step as sacct names it (123.0, 123.batch, 123_4.1): the job with that step only.
         #[arg(required = true, value_name = "JOBID")]
         jobs: Vec<String>,
         /// Draw the job's power over time per node, its steps marked (from Prometheus),
@@ -108,7 +109,7 @@ enum Command {
     },
     /// Energy, emissions and cost per account and user of the jobs that ended in a period.
     Usage {
-        /// Start: YYYY-MM-DD[THH:MM[:SS]] (local time), RFC 3339 or unix seconds [default: 30 days ago].
+        /// Start: YYYY-MM-DD[THH:MM[:SS]] (local time), RFC 3339 or unix seconds [default: 30 days before the end].
         #[arg(long, short = 'S')]
         start: Option<String>,
         /// End (exclusive), same forms [default: now].
@@ -123,8 +124,9 @@ enum Command {
     },
 }
 
+/// `--json` and `--csv` exclude each other, wherever they are given (checked in `run`:
+/// clap checks a group of global flags only where they come before the subcommand).
 #[derive(Args)]
-#[group(multiple = false)]
 struct Format {
     /// JSON (schema_version 1, documented in the README).
     #[arg(long, global = true)]
@@ -212,15 +214,34 @@ fn tariff(args: &TariffArgs) -> Result<(Tariff, Option<String>), TariffError> {
     Ok((tariff, prometheus))
 }
 
-/// `123` or `123_4`.
-fn job_id(text: &str) -> Result<(u32, Option<u32>), Failure> {
-    let bad = || Failure::Input(format!("{text:?} is not a job id (123 or 123_4)"));
-    match text.split_once('_') {
+/// A job as the command line names it: `(job, array task, step)`.
+type Wanted = (u32, Option<u32>, Option<String>);
+
+/// `123`, `123_4`, or a step as sacct names it: `123.0`, `123.batch`, `123_4.extern`.
+fn job_id(text: &str) -> Result<Wanted, Failure> {
+    let bad = || {
+        Failure::Input(format!(
+            "{text:?} is not a job id (123, an array element 123_4, or a step 123.0, 123.batch)"
+        ))
+    };
+    let (job, step) = match text.split_once('.') {
+        Some((job, step)) => {
+            let known =
+                matches!(step, "batch" | "extern" | "interactive") || step.parse::<u32>().is_ok();
+            if !known {
+                return Err(bad());
+            }
+            (job, Some(step.to_string()))
+        }
+        None => (text, None),
+    };
+    match job.split_once('_') {
         Some((job, task)) => Ok((
             job.parse().map_err(|_| bad())?,
             Some(task.parse().map_err(|_| bad())?),
+            step,
         )),
-        None => Ok((text.parse().map_err(|_| bad())?, None)),
+        None => Ok((job.parse().map_err(|_| bad())?, None, step)),
     }
 }
 
@@ -246,6 +267,25 @@ fn when(text: &str) -> Result<i64, Failure> {
         })
 }
 
+/// Where every id naming a job names a step of it (`123.0`), its report keeps those
+/// steps only.
+fn only_named_steps(reports: &mut [report::JobReport], rows: &[record::JobRow], named: &[Wanted]) {
+    for (report, row) in reports.iter_mut().zip(rows) {
+        let names_it = |(job, task, _): &&Wanted| match *task {
+            Some(task) => row.array == Some((*job, task)),
+            None => row.job_id == *job || row.array.is_some_and(|(array, _)| array == *job),
+        };
+        let steps: Option<Vec<&str>> = named
+            .iter()
+            .filter(names_it)
+            .map(|(_, _, step)| step.as_deref())
+            .collect();
+        if let Some(steps) = steps.filter(|s| !s.is_empty()) {
+            report.steps.retain(|s| steps.contains(&s.step.as_str()));
+        }
+    }
+}
+
 fn uid_of(user: &str) -> Result<u32, Failure> {
     match nix::unistd::User::from_name(user) {
         Ok(Some(u)) => Ok(u.uid.as_raw()),
@@ -256,6 +296,11 @@ fn uid_of(user: &str) -> Result<u32, Failure> {
 }
 
 fn run(cli: Cli) -> Result<u8, Failure> {
+    if cli.format.json && cli.format.csv {
+        return Err(Failure::Input(
+            "--json and --csv exclude each other: give one".into(),
+        ));
+    }
     let (tariff, prometheus) = tariff(&cli.tariff)?;
     let prometheus = prometheus
         .as_deref()
@@ -275,10 +320,12 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     };
     match &cli.command {
         Command::Job { jobs, plot } => {
-            let wanted = jobs
+            let named = jobs
                 .iter()
                 .map(|j| job_id(j))
                 .collect::<Result<Vec<_>, _>>()?;
+            let wanted: Vec<(u32, Option<u32>)> =
+                named.iter().map(|(job, task, _)| (*job, *task)).collect();
             if let Some(path) = plot {
                 plot::check(path).map_err(|e| Failure::Input(e.to_string()))?;
             }
@@ -315,7 +362,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                     }
                 })
                 .collect();
-            let reports: Vec<_> = rows
+            let mut reports: Vec<_> = rows
                 .iter()
                 .zip(&samples)
                 .map(|(r, s)| {
@@ -325,6 +372,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                     report::job_report(r, &tariff, now, points.as_deref())
                 })
                 .collect();
+            only_named_steps(&mut reports, &rows, &named);
             if let (Some(path), Some(row), Some(report)) = (plot, rows.first(), reports.first()) {
                 let drawn = match samples.first().and_then(Option::as_ref) {
                     Some(series) => plot::power(path, report, row, series, now),
@@ -428,10 +476,33 @@ mod tests {
 
     #[test]
     fn job_ids() {
-        assert_eq!(job_id("123").expect("valid in this test"), (123, None));
-        assert_eq!(job_id("123_4").expect("valid in this test"), (123, Some(4)));
-        for bad in ["", "12a", "1_", "_3", "1.2"] {
+        assert_eq!(job_id("123").expect("valid"), (123, None, None));
+        assert_eq!(job_id("123_4").expect("valid"), (123, Some(4), None));
+        assert_eq!(
+            job_id("123.0").expect("valid"),
+            (123, None, Some("0".into()))
+        );
+        assert_eq!(
+            job_id("123_4.batch").expect("valid"),
+            (123, Some(4), Some("batch".into()))
+        );
+        for bad in ["", "12a", "1_", "_3", "1.x", "1.", ".0", "1.2.3"] {
             assert!(job_id(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn json_and_csv_exclude_each_other_wherever_given() {
+        for args in [
+            ["senergy", "--json", "--csv", "job", "1"],
+            ["senergy", "job", "1", "--json", "--csv"],
+            ["senergy", "--json", "job", "1", "--csv"],
+        ] {
+            let cli = Cli::try_parse_from(args).expect("parsed");
+            assert!(
+                matches!(run(cli), Err(Failure::Input(m)) if m.contains("exclude")),
+                "{args:?}"
+            );
         }
     }
 

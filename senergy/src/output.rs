@@ -65,9 +65,15 @@ fn csv_text(rows: Vec<Vec<String>>) -> String {
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
-/// One row per job (step empty) and one per step.
+/// One row per job (`step` empty) and one per step, with the JSON's fields: a step's row
+/// holds the step's own figures where the job and the step share a field (`name`,
+/// `state`, `energy_j`, ...), and the job's identity. `node_energy` is `name:J` pairs
+/// separated by `;`.
 pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
-    let header = "job_id,step,user,account,state,running,start,end,elapsed_s,nodes,energy_j,kwh,avg_watts,max_watts,min_node,min_node_energy_j,max_node,max_node_energy_j,emissions_g,cost,currency,data";
+    let header = "job_id,id,step,array_job_id,array_task_id,name,user,account,state,running,\
+                  start,end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,per_node_avg_j,\
+                  max_watts,min_node,min_node_energy_j,max_node,max_node_energy_j,node_energy,\
+                  emissions_g,emissions_method,cost,currency,data";
     let mut rows = vec![header.split(',').map(String::from).collect()];
     let node = |n: &Option<NodeEnergy>| {
         (
@@ -75,61 +81,88 @@ pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
             opt(n.as_ref().and_then(|n| n.energy_j)),
         )
     };
+    let kwh = |j: Option<u64>| fixed(j.map(|e| e as f64 / crate::carbon::JOULES_PER_KWH), 9);
     for j in jobs {
-        rows.push(vec![
-            j.id.clone(),
-            String::new(),
-            j.user.clone(),
-            j.account.clone(),
-            j.state.into(),
-            j.running.to_string(),
-            opt(j.start),
-            opt(j.end),
-            j.elapsed_s.to_string(),
-            j.nodes.to_string(),
-            opt(j.energy_j),
-            fixed(j.kwh, 9),
-            fixed(j.avg_watts, 3),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-            fixed(j.emissions_g, 6),
-            fixed(j.cost, 6),
-            tariff.currency.clone(),
-            j.data.as_str().into(),
-        ]);
+        let identity = [j.job_id.to_string(), j.id.clone()];
+        let array = [opt(j.array_job_id), opt(j.array_task_id)];
+        rows.push(
+            identity
+                .iter()
+                .cloned()
+                .chain([String::new()])
+                .chain(array.iter().cloned())
+                .chain([
+                    j.name.clone(),
+                    j.user.clone(),
+                    j.account.clone(),
+                    j.state.into(),
+                    j.running.to_string(),
+                    opt(j.start),
+                    opt(j.end),
+                    j.elapsed_s.to_string(),
+                    j.nodes.to_string(),
+                    j.node_list.clone(),
+                    opt(j.energy_j),
+                    kwh(j.energy_j),
+                    fixed(j.avg_watts, 3),
+                    fixed(j.per_node_avg_j, 3),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    fixed(j.emissions_g, 6),
+                    j.emissions_method.unwrap_or_default().to_string(),
+                    fixed(j.cost, 6),
+                    tariff.currency.clone(),
+                    j.data.as_str().into(),
+                ])
+                .collect(),
+        );
         for s in &j.steps {
             let (min, min_j) = node(&s.min_node);
             let (max, max_j) = node(&s.max_node);
-            rows.push(vec![
-                j.id.clone(),
-                s.step.clone(),
-                j.user.clone(),
-                j.account.clone(),
-                s.state.into(),
-                String::new(),
-                String::new(),
-                String::new(),
-                s.elapsed_s.to_string(),
-                s.nodes.to_string(),
-                opt(s.energy_j),
-                fixed(
-                    s.energy_j.map(|e| e as f64 / crate::carbon::JOULES_PER_KWH),
-                    9,
-                ),
-                fixed(s.avg_watts, 3),
-                opt(s.max_watts),
-                min,
-                min_j,
-                max,
-                max_j,
-                fixed(s.emissions_g, 6),
-                String::new(),
-                String::new(),
-                s.data.as_str().into(),
-            ]);
+            let per_node: Vec<String> = s
+                .node_energy
+                .iter()
+                .map(|n| format!("{}:{}", n.name, opt(n.energy_j)))
+                .collect();
+            rows.push(
+                identity
+                    .iter()
+                    .cloned()
+                    .chain([s.step.clone()])
+                    .chain(array.iter().cloned())
+                    .chain([
+                        s.name.clone(),
+                        j.user.clone(),
+                        j.account.clone(),
+                        s.state.into(),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        s.elapsed_s.to_string(),
+                        s.nodes.to_string(),
+                        s.node_list.clone(),
+                        opt(s.energy_j),
+                        kwh(s.energy_j),
+                        fixed(s.avg_watts, 3),
+                        fixed(s.per_node_avg_j, 3),
+                        opt(s.max_watts),
+                        min,
+                        min_j,
+                        max,
+                        max_j,
+                        per_node.join(";"),
+                        fixed(s.emissions_g, 6),
+                        String::new(),
+                        String::new(),
+                        String::new(),
+                        s.data.as_str().into(),
+                    ])
+                    .collect(),
+            );
         }
     }
     csv_text(rows)
@@ -344,6 +377,81 @@ pub fn usage_table(usage: &Usage, tariff: &Tariff) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every field of the JSON is a column of the CSV, with the same value.
+    #[test]
+    fn the_csv_carries_the_jsons_fields() {
+        use crate::record::{BATCH_STEP, JobRow, StepRow};
+        let step = |step_id: u32| StepRow {
+            step_id,
+            nodes: "n[1-2]".into(),
+            nnodes: 2,
+            state: 3,
+            start: 100,
+            end: 160,
+            elapsed_s: 60,
+            consumed_energy: 1200,
+            ..StepRow::default()
+        };
+        let row = JobRow {
+            job_id: 7,
+            array: Some((5, 2)),
+            name: "sim".into(),
+            user: "alice".into(),
+            account: "physics".into(),
+            state: 3,
+            start: 100,
+            end: 160,
+            elapsed_s: 60,
+            alloc_nodes: 2,
+            nodes: "n[1-2]".into(),
+            tres_alloc: "1=2,3=1200".into(),
+            steps: vec![step(BATCH_STEP), step(0)],
+        };
+        let tariff = Tariff::new(Some(300.0), None, Some(0.2), Some("EUR".into())).expect("t");
+        let reports = vec![crate::report::job_report(&row, &tariff, 200, None)];
+        let json: serde_json::Value =
+            serde_json::from_str(&jobs_json(&reports, &tariff)).expect("json");
+        let text = jobs_csv(&reports, &tariff);
+        let mut reader = csv::Reader::from_reader(text.as_bytes());
+        let header: Vec<String> = reader
+            .headers()
+            .expect("header")
+            .iter()
+            .map(String::from)
+            .collect();
+        let records: Vec<csv::StringRecord> =
+            reader.records().collect::<Result<_, _>>().expect("records");
+        assert_eq!(records.len(), 3, "{text}");
+        let field = |r: &csv::StringRecord, name: &str| {
+            let k = header
+                .iter()
+                .position(|h| h == name)
+                .unwrap_or_else(|| panic!("{name}"));
+            r[k].to_string()
+        };
+        let job = &json["jobs"][0];
+        for (name, value) in job.as_object().expect("job") {
+            if name == "steps" {
+                continue;
+            }
+            let want = match value {
+                serde_json::Value::Null => String::new(),
+                serde_json::Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            let got = field(&records[0], name);
+            match (want.parse::<f64>(), got.parse::<f64>()) {
+                (Ok(a), Ok(b)) => assert!((a - b).abs() < 1e-6, "{name}: {want} vs {got}"),
+                _ => assert_eq!(got, want, "{name}"),
+            }
+        }
+        assert_eq!(field(&records[0], "id"), "5_2");
+        assert_eq!(field(&records[0], "job_id"), "7");
+        assert_eq!(field(&records[2], "step"), "0");
+        assert_eq!(field(&records[2], "energy_j"), "1200");
+        assert_eq!(field(&records[2], "node_list"), "n[1-2]");
+    }
 
     #[test]
     fn durations_like_sacct() {

@@ -196,7 +196,7 @@ fn job_report_names_the_right_nodes_and_matches_sacct() {
     // CSV: a job row and one per step; the table names the job
     let csv = cluster.client(None, &senergy, &["job", &id, "--csv"]);
     let text = String::from_utf8_lossy(&csv.stdout);
-    assert!(text.starts_with("job_id,step,"), "{text}");
+    assert!(text.starts_with("job_id,id,step,"), "{text}");
     assert_eq!(
         text.lines().count(),
         1 + 1 + report["steps"].as_array().map_or(0, Vec::len)
