@@ -2,9 +2,11 @@
 //! (any interval; as grid operators publish it) integrated over a job's run time, and a
 //! price per kWh.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use chrono::{Datelike, Days, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta};
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -36,7 +38,8 @@ pub struct SiteFile {
     /// gCO2e per kWh, used for the hours the CSV does not cover.
     pub carbon_intensity: Option<f64>,
     /// An intensity series: `time,g_co2e_per_kwh` (unix seconds or RFC 3339), or an
-    /// Electricity Maps or RTE éCO2mix export as downloaded.
+    /// Electricity Maps or RTE éCO2mix export as downloaded (from ODRE, or the `.xls` in
+    /// rte-france.com's zip files).
     pub carbon_intensity_csv: Option<PathBuf>,
     pub price_per_kwh: Option<f64>,
     pub currency: Option<String>,
@@ -77,6 +80,38 @@ enum Format {
     /// RTE éCO2mix through ODRE (`eco2mix-national-tr.csv`, `;`): `Date - Heure` (RFC 3339
     /// with its offset) and `Taux de CO2 (g/kWh)`; rows not in order, some without a value.
     Eco2mix { time: usize, grams: usize },
+    /// RTE éCO2mix from rte-france.com ("Télécharger les indicateurs": the `.xls` in
+    /// `eCO2mix_RTE_En-cours-TR.zip`, `eCO2mix_RTE_En-cours-Consolide.zip`,
+    /// `eCO2mix_RTE_Annuel-Definitif_2023.zip`). Despite its name the `.xls` is text:
+    ///
+    /// - tab-separated, ISO-8859-1 (Latin-1); data rows end with a tab, one field more than
+    ///   the header;
+    /// - header `Périmètre`, `Nature`, `Date`, `Heures`, `Consommation`, `Prévision J-1`,
+    ///   `Prévision J`, `Fioul`, ..., `Ech. physiques`, `Taux de Co2` (so spelt), `Ech. comm.
+    ///   Angleterre`, ...: 36 columns in 2016, 40 since the battery and offshore wind ones;
+    /// - `Date` `2024-10-27`, `Heures` `02:15`, Paris wall-clock time, 96 quarter hours a day
+    ///   every day: on the spring-forward Sunday the 02:00-02:45 rows, an hour Paris skips,
+    ///   repeat another hour's figures; on the autumn Sunday the 02:00-02:45 rows that
+    ///   Paris lives twice are listed once;
+    /// - `Taux de Co2` in gCO2/kWh: every quarter hour in real-time (`Données temps réel`)
+    ///   files, only at :00 and :30 in consolidated and definitive ones, whose :15 and :45
+    ///   rows are empty but for forecasts; quarters not yet come are empty (`ND` in the
+    ///   forecasts);
+    /// - a closing notice, `RTE ne pourra être tenu responsable de l'usage qui pourrait être
+    ///   fait des données mises à disposition, ni en cas de prévisions qui se révèleraient
+    ///   imprécises.`, then an empty line.
+    ///
+    /// Read from such files kept in public repositories (`eCO2mix_RTE_En-cours-TR.xls` of
+    /// June 2016 in Vomain/dubonjus, `eCO2mix_RTE_En-cours-Consolide.xls` of 2024 in
+    /// thomasissa-png/Tempo: 2024-03-31 and 2024-10-27 show the two changes) and from
+    /// readers of them (lpea/eCO2mix_viz: Latin-1, every other row empty, one footer line;
+    /// henriupton99/eco2mix-retriever: tab, Latin-1; pierre-haessig/french-elec: the same
+    /// 96-row days in RTE's older daily files).
+    Eco2mixRte {
+        date: usize,
+        hours: usize,
+        grams: usize,
+    },
 }
 
 impl Format {
@@ -85,6 +120,7 @@ impl Format {
             Format::TwoColumns => "time,g_co2e_per_kwh",
             Format::ElectricityMaps { .. } => "Electricity Maps export",
             Format::Eco2mix { .. } => "RTE eCO2mix export",
+            Format::Eco2mixRte { .. } => "RTE eCO2mix (rte-france.com)",
         }
     }
 
@@ -98,36 +134,221 @@ impl Format {
         ) {
             return Format::ElectricityMaps { time, grams };
         }
-        if let (Some(time), Some(grams)) = (
-            find(&|h| h == "date - heure"),
-            find(&|h| h.starts_with("taux de co2")),
-        ) {
+        let co2 = find(&|h| h.starts_with("taux de co2"));
+        if let (Some(time), Some(grams)) = (find(&|h| h == "date - heure"), co2) {
             return Format::Eco2mix { time, grams };
         }
+        if let (Some(date), Some(hours), Some(grams)) =
+            (find(&|h| h == "date"), find(&|h| h == "heures"), co2)
+        {
+            return Format::Eco2mixRte { date, hours, grams };
+        }
         Format::TwoColumns
+    }
+
+    /// Whether rows may lack a value: éCO2mix leaves some quarter hours empty, or `ND` (not
+    /// available), `-` (none) or `DC` (confidential).
+    fn has_gaps(self) -> bool {
+        matches!(self, Format::Eco2mix { .. } | Format::Eco2mixRte { .. })
+    }
+}
+
+/// A file's text: UTF-8 when its bytes are, else ISO-8859-1 (Latin-1), where each byte is
+/// the code point of the same number: RTE's `.xls` is Latin-1. Windows-1252 differs only
+/// in 0x80-0x9F, which would come out as control characters; they can only be in names
+/// and notes, never in the dates, hours and figures read here.
+fn decode(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => Cow::Owned(bytes.iter().copied().map(char::from).collect()),
+    }
+}
+
+/// The delimiter the header line uses most: `,`, `;` (ODRE) or a tab (RTE's `.xls`); `,`
+/// on a tie.
+fn delimiter(header: &str) -> u8 {
+    [b'\t', b';', b',']
+        .into_iter()
+        .max_by_key(|d| header.bytes().filter(|b| b == d).count())
+        .unwrap_or(b',')
+}
+
+/// Whether a row is the notice RTE closes its downloads with, in the first column ("RTE ne
+/// pourra être tenu responsable ..."; "L'ensemble des informations disponibles sur
+/// éCO2mix ..." in its Tempo calendars).
+fn is_rte_notice(record: &csv::StringRecord) -> bool {
+    record.get(0).is_some_and(|first| {
+        first.starts_with("RTE ne pourra") || first.starts_with("L'ensemble des informations")
+    })
+}
+
+/// A row's time as written (RTE's `.xls` splits it in `Date` and `Heures`) and its
+/// intensity field.
+fn time_and_value(
+    format: Format,
+    record: &csv::StringRecord,
+    fields: usize,
+) -> Result<(Cow<'_, str>, &str), String> {
+    let short = || format!("fewer fields than the header's {fields}");
+    match format {
+        Format::TwoColumns => match (record.get(0), record.get(1), record.len()) {
+            (Some(t), Some(v), 2) => Ok((t.into(), v)),
+            _ => Err("expected two fields: time,g_co2e_per_kwh".into()),
+        },
+        Format::ElectricityMaps { time, grams } | Format::Eco2mix { time, grams } => {
+            match (record.get(time), record.get(grams)) {
+                (Some(t), Some(v)) => Ok((t.into(), v)),
+                _ => Err(short()),
+            }
+        }
+        Format::Eco2mixRte { date, hours, grams } => {
+            match (record.get(date), record.get(hours), record.get(grams)) {
+                (Some(d), Some(h), Some(v)) => Ok((format!("{d} {h}").into(), v)),
+                _ => Err(short()),
+            }
+        }
+    }
+}
+
+/// A gCO2e/kWh figure.
+fn grams(value: &str) -> Result<f64, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|g: &f64| g.is_finite() && *g >= 0.0)
+        .ok_or_else(|| format!("{value:?} is not a gCO2e/kWh figure >= 0"))
+}
+
+/// A row read: its time as written, its start (unix seconds) and gCO2e/kWh.
+type Row = (String, i64, f64);
+
+/// One row; `None` for a row that holds no intensity: an éCO2mix gap, RTE's closing notice,
+/// the spring hour Paris skips (whose figures RTE copies from another hour).
+fn read_row(
+    format: Format,
+    record: &csv::StringRecord,
+    fields: usize,
+    paris: &mut ParisClock,
+) -> Result<Option<Row>, String> {
+    if matches!(format, Format::Eco2mixRte { .. }) && is_rte_notice(record) {
+        return Ok(None);
+    }
+    let (time, value) = time_and_value(format, record, fields)?;
+    if format.has_gaps() && matches!(value, "" | "ND" | "-" | "DC") {
+        return Ok(None);
+    }
+    let bad_time = || format!("{time:?} is not a time this format has");
+    let start = match format {
+        Format::ElectricityMaps { .. } => NaiveDateTime::parse_from_str(&time, "%Y-%m-%d %H:%M:%S")
+            .ok()
+            .map(|t| t.and_utc().timestamp()),
+        Format::Eco2mixRte { .. } => {
+            let wall = NaiveDateTime::parse_from_str(&time, "%Y-%m-%d %H:%M")
+                .ok()
+                .and_then(paris_wall)
+                .ok_or_else(bad_time)?;
+            match paris.utc(wall) {
+                Some(t) => Some(t),
+                None => return Ok(None),
+            }
+        }
+        Format::TwoColumns | Format::Eco2mix { .. } => parse_time(&time),
+    }
+    .ok_or_else(bad_time)?;
+    Ok(Some((time.into_owned(), start, grams(value)?)))
+}
+
+/// Where a Paris wall-clock time falls in UTC.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Wall {
+    Once(NaiveDateTime),
+    /// The autumn hour the clocks go back over: in summer time, then again in winter time.
+    Twice {
+        cest: NaiveDateTime,
+        cet: NaiveDateTime,
+    },
+    /// The spring hour the clocks skip.
+    Never,
+}
+
+/// `local` (Paris wall-clock time) in UTC, by the EU rule that France follows (since 1996;
+/// no time zone database needed): CEST (+02:00) from the last Sunday of March 01:00 UTC to
+/// the last Sunday of October 01:00 UTC, CET (+01:00) otherwise. `None` past chrono's dates.
+fn paris_wall(local: NaiveDateTime) -> Option<Wall> {
+    let cest = local.checked_sub_signed(TimeDelta::hours(2))?;
+    let cet = local.checked_sub_signed(TimeDelta::hours(1))?;
+    Some(match (summer_time(cest)?, !summer_time(cet)?) {
+        (true, true) => Wall::Twice { cest, cet },
+        (true, false) => Wall::Once(cest),
+        (false, true) => Wall::Once(cet),
+        (false, false) => Wall::Never,
+    })
+}
+
+/// Whether Paris is on summer time (CEST) at `utc`.
+fn summer_time(utc: NaiveDateTime) -> Option<bool> {
+    let change =
+        |month| Some(last_sunday(utc.year(), month)?.and_time(NaiveTime::from_hms_opt(1, 0, 0)?));
+    Some(change(3)? <= utc && utc < change(10)?)
+}
+
+/// The last Sunday of March or October (both have 31 days).
+fn last_sunday(year: i32, month: u32) -> Option<NaiveDate> {
+    let last = NaiveDate::from_ymd_opt(year, month, 31)?;
+    last.checked_sub_days(Days::new(last.weekday().num_days_from_sunday().into()))
+}
+
+/// Paris wall-clock times to UTC, in file order. RTE's files list the autumn hour once; it
+/// is taken as the summer-time one, which comes first (so 01:00-02:00 UTC that night has no
+/// value); a file that lists it twice gets the second listing in winter time.
+#[derive(Debug, Default)]
+struct ParisClock {
+    /// The autumn wall-clock times already listed, by their summer-time instant.
+    twice: BTreeSet<NaiveDateTime>,
+}
+
+impl ParisClock {
+    /// Unix seconds; `None` in the spring hour Paris skips.
+    fn utc(&mut self, wall: Wall) -> Option<i64> {
+        let utc = match wall {
+            Wall::Once(utc) => utc,
+            Wall::Twice { cest, cet } => {
+                if self.twice.insert(cest) {
+                    cest
+                } else {
+                    cet
+                }
+            }
+            Wall::Never => return None,
+        };
+        Some(utc.and_utc().timestamp())
     }
 }
 
 impl Intensities {
-    /// Reads a series in any of the [`Format`]s; an error names the line.
-    pub fn parse(path: &Path, text: &str) -> Result<Intensities, TariffError> {
+    /// Reads a series in any of the [`Format`]s from a file's contents: text, or its bytes
+    /// as read, UTF-8 or Latin-1 (see [`decode`]); an error names the line.
+    pub fn parse(path: &Path, contents: impl AsRef<[u8]>) -> Result<Intensities, TariffError> {
         let err = |line: u64, message: String| TariffError::Csv {
             path: path.to_path_buf(),
             line,
             message,
         };
-        let first = text.lines().next().unwrap_or_default();
-        let delimiter = if first.matches(';').count() > first.matches(',').count() {
-            b';'
+        let text = decode(contents.as_ref());
+        // csv ends a record at its '\r' but counts lines by '\n', so with CRLF endings an error
+        // would name the line before the row's
+        let text = if text.contains('\r') {
+            Cow::Owned(text.replace("\r\n", "\n"))
         } else {
-            b','
+            text
         };
+        let text = text.trim_start_matches('\u{feff}');
         let mut reader = csv::ReaderBuilder::new()
             .trim(csv::Trim::All)
             .comment(Some(b'#'))
-            .delimiter(delimiter)
+            .delimiter(delimiter(text.lines().next().unwrap_or_default()))
             .flexible(true)
-            .from_reader(text.trim_start_matches('\u{feff}').as_bytes());
+            .from_reader(text.as_bytes());
         let header: Vec<String> = reader
             .headers()
             .map_err(|e| err(1, e.to_string()))?
@@ -136,45 +357,16 @@ impl Intensities {
             .collect();
         let format = Format::of(&header.iter().map(String::as_str).collect::<Vec<_>>());
         let mut from = BTreeMap::new();
+        let mut paris = ParisClock::default();
         for record in reader.records() {
             let record = record
                 .map_err(|e| err(e.position().map(|p| p.line()).unwrap_or(0), e.to_string()))?;
             let line = record.position().map(|p| p.line()).unwrap_or(0);
-            let (time, value) = match format {
-                Format::TwoColumns => match (record.get(0), record.get(1), record.len()) {
-                    (Some(t), Some(v), 2) => (t, v),
-                    _ => return Err(err(line, "expected two fields: time,g_co2e_per_kwh".into())),
-                },
-                Format::ElectricityMaps { time, grams } | Format::Eco2mix { time, grams } => {
-                    match (record.get(time), record.get(grams)) {
-                        (Some(t), Some(v)) => (t, v),
-                        _ => {
-                            return Err(err(
-                                line,
-                                format!("fewer fields than the header's {}", header.len()),
-                            ));
-                        }
-                    }
-                }
-            };
-            // éCO2mix leaves the intensity of some quarter hours empty (or "ND")
-            if matches!(format, Format::Eco2mix { .. }) && matches!(value, "" | "ND" | "-") {
+            let Some((time, start, grams)) =
+                read_row(format, &record, header.len(), &mut paris).map_err(|m| err(line, m))?
+            else {
                 continue;
-            }
-            let start = match format {
-                Format::ElectricityMaps { .. } => {
-                    chrono::NaiveDateTime::parse_from_str(time, "%Y-%m-%d %H:%M:%S")
-                        .ok()
-                        .map(|t| t.and_utc().timestamp())
-                }
-                _ => parse_time(time),
-            }
-            .ok_or_else(|| err(line, format!("{time:?} is not a time this format has")))?;
-            let grams: f64 = value
-                .parse()
-                .ok()
-                .filter(|g: &f64| g.is_finite() && *g >= 0.0)
-                .ok_or_else(|| err(line, format!("{value:?} is not a gCO2e/kWh figure >= 0")))?;
+            };
             if from.insert(start, grams).is_some() {
                 return Err(err(line, format!("time {time} is listed twice")));
             }
@@ -422,6 +614,11 @@ mod tests {
             ("hour,g\n1735689600,5\n1735689600,6\n", 3, "twice"),
             ("hour,g\n1735689600,-5\n", 2, ">= 0"),
             ("hour,g\n1735689600\n", 2, ""),
+            (
+                "hour,g\r\n1735689600,5\r\nyesterday,5\r\n",
+                3,
+                "\"yesterday\"",
+            ),
         ] {
             match hourly(text) {
                 Err(TariffError::Csv {
@@ -434,6 +631,207 @@ mod tests {
             }
         }
         assert!(matches!(hourly("hour,g\n"), Err(TariffError::Csv { .. })));
+    }
+
+    /// The header of RTE's `.xls` as of 2024 (40 columns).
+    const RTE_XLS_HEADER: &str = "Périmètre\tNature\tDate\tHeures\tConsommation\tPrévision J-1\t\
+        Prévision J\tFioul\tCharbon\tGaz\tNucléaire\tEolien\tSolaire\tHydraulique\tPompage\t\
+        Bioénergies\tEch. physiques\tTaux de Co2\tEch. comm. Angleterre\tEch. comm. Espagne\t\
+        Ech. comm. Italie\tEch. comm. Suisse\tEch. comm. Allemagne-Belgique\tFioul - TAC\t\
+        Fioul - Cogén.\tFioul - Autres\tGaz - TAC\tGaz - Cogén.\tGaz - CCG\tGaz - Autres\t\
+        Hydraulique - Fil de l?eau + éclusée\tHydraulique - Lacs\tHydraulique - STEP turbinage\t\
+        Bioénergies - Déchets\tBioénergies - Biomasse\tBioénergies - Biogaz\t Stockage batterie\t\
+        Déstockage batterie\tEolien terrestre\tEolien offshore";
+
+    const RTE_NOTICE: &str = "RTE ne pourra être tenu responsable de l'usage qui pourrait être \
+        fait des données mises à disposition, ni en cas de prévisions qui se révèleraient \
+        imprécises.";
+
+    /// A row of RTE's `.xls` with `co2` as its `Taux de Co2`; as in consolidated files, a row
+    /// without one has only its forecasts. Ends with a tab, as RTE's rows do.
+    fn rte_row(nature: &str, date: &str, hours: &str, co2: &str) -> String {
+        let figure = if co2.is_empty() { "" } else { "40000" };
+        let mut fields = vec!["France", nature, date, hours, figure, "43400", "43000"];
+        fields.extend(std::iter::repeat_n(figure, 10));
+        fields.push(co2);
+        fields.extend(std::iter::repeat_n(figure, 22));
+        fields.join("\t") + "\t"
+    }
+
+    /// RTE's `.xls` from its lines, in Latin-1 as RTE writes it.
+    fn rte_xls(rows: &[String]) -> Vec<u8> {
+        let text: String = std::iter::once(RTE_XLS_HEADER)
+            .chain(rows.iter().map(String::as_str))
+            .flat_map(|line| [line, "\n"])
+            .collect();
+        text.chars()
+            .map(|c| u8::try_from(u32::from(c)).expect("Latin-1 in this test"))
+            .collect()
+    }
+
+    fn utc(rfc3339: &str) -> i64 {
+        parse_time(rfc3339).expect("valid in this test")
+    }
+
+    /// A consolidated file over both 2024 changes, as RTE writes it: Latin-1, figures at :00
+    /// and :30 only, the skipped spring hour filled with the next one's figures, the autumn
+    /// hour listed once, the notice and an empty line at the end.
+    #[test]
+    fn rte_xls_is_read_in_paris_time() {
+        let rows: Vec<String> = [
+            ("2024-03-31", "01:30", "20"),
+            ("2024-03-31", "01:45", ""),
+            ("2024-03-31", "02:00", "21"),
+            ("2024-03-31", "02:15", ""),
+            ("2024-03-31", "02:30", "20"),
+            ("2024-03-31", "02:45", ""),
+            ("2024-03-31", "03:00", "21"),
+            ("2024-03-31", "03:15", ""),
+            ("2024-10-27", "01:30", "20"),
+            ("2024-10-27", "01:45", ""),
+            ("2024-10-27", "02:00", "9"),
+            ("2024-10-27", "02:15", ""),
+            ("2024-10-27", "02:30", "10"),
+            ("2024-10-27", "02:45", ""),
+            ("2024-10-27", "03:00", "11"),
+            ("2024-10-27", "03:15", ""),
+        ]
+        .iter()
+        .map(|(date, hours, co2)| rte_row("Données consolidées", date, hours, co2))
+        .chain([RTE_NOTICE.to_string(), String::new()])
+        .collect();
+        let bytes = rte_xls(&rows);
+        assert!(std::str::from_utf8(&bytes).is_err(), "Latin-1, not UTF-8");
+        let path = Path::new("eCO2mix_RTE_En-cours-Consolide.xls");
+        let series = Intensities::parse(path, &bytes).expect("valid in this test");
+        assert_eq!(series.format, "RTE eCO2mix (rte-france.com)");
+        let expected: BTreeMap<i64, f64> = [
+            ("2024-03-31T00:30:00Z", 20.0), // 01:30 CET
+            ("2024-03-31T01:00:00Z", 21.0), // 03:00 CEST; 02:xx does not exist
+            ("2024-10-26T23:30:00Z", 20.0), // 01:30 CEST
+            ("2024-10-27T00:00:00Z", 9.0),  // 02:00 CEST, the first of the two
+            ("2024-10-27T00:30:00Z", 10.0),
+            ("2024-10-27T02:00:00Z", 11.0), // 03:00 CET
+        ]
+        .into_iter()
+        .map(|(t, g)| (utc(t), g))
+        .collect();
+        assert_eq!(series.from, expected);
+        assert_eq!(series.step, 1800);
+        // the same file saved as UTF-8 reads the same
+        let text: String = bytes.iter().copied().map(char::from).collect();
+        assert_eq!(Intensities::parse(path, &text).expect("valid"), series);
+        let t = Tariff::new(None, Some(series), None, None).expect("valid");
+        let night = utc("2024-10-27T00:00:00Z") as f64;
+        let g = t
+            .emissions_g(3.6e6, night, night + 3600.0)
+            .expect("covered");
+        assert!((g - 9.5).abs() < 1e-9, "{g}");
+        // the winter-time 02:00-03:00, which RTE does not list, has no value
+        assert_eq!(t.emissions_g(3.6e6, night + 3600.0, night + 7200.0), None);
+    }
+
+    #[test]
+    fn paris_time_follows_the_eu_rule() {
+        let wall = |text: &str| {
+            NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M")
+                .ok()
+                .and_then(paris_wall)
+                .expect("valid in this test")
+        };
+        let naive = |rfc3339: &str| {
+            chrono::DateTime::parse_from_rfc3339(rfc3339)
+                .expect("valid in this test")
+                .naive_utc()
+        };
+        for (local, expected) in [
+            (
+                "2023-03-26 01:59",
+                Wall::Once(naive("2023-03-26T00:59:00Z")),
+            ),
+            ("2023-03-26 02:00", Wall::Never),
+            (
+                "2023-03-26 03:00",
+                Wall::Once(naive("2023-03-26T01:00:00Z")),
+            ),
+            (
+                "2023-07-14 12:00",
+                Wall::Once(naive("2023-07-14T10:00:00Z")),
+            ),
+            (
+                "2023-10-29 01:59",
+                Wall::Once(naive("2023-10-28T23:59:00Z")),
+            ),
+            (
+                "2023-10-29 02:45",
+                Wall::Twice {
+                    cest: naive("2023-10-29T00:45:00Z"),
+                    cet: naive("2023-10-29T01:45:00Z"),
+                },
+            ),
+            (
+                "2023-10-29 03:00",
+                Wall::Once(naive("2023-10-29T02:00:00Z")),
+            ),
+            (
+                "2025-01-01 00:30",
+                Wall::Once(naive("2024-12-31T23:30:00Z")),
+            ),
+            ("2025-03-30 02:30", Wall::Never),
+            (
+                "2025-10-26 01:00",
+                Wall::Once(naive("2025-10-25T23:00:00Z")),
+            ),
+        ] {
+            assert_eq!(wall(local), expected, "{local}");
+        }
+        // a file listing the autumn hour twice: summer time first, then winter time
+        let mut paris = ParisClock::default();
+        let twice = wall("2025-10-26 02:15");
+        assert_eq!(paris.utc(twice), Some(utc("2025-10-26T00:15:00Z")));
+        assert_eq!(paris.utc(twice), Some(utc("2025-10-26T01:15:00Z")));
+        assert_eq!(paris.utc(wall("2025-03-30 02:15")), None);
+    }
+
+    #[test]
+    fn malformed_rte_xls_names_the_line() {
+        let tr =
+            |date: &str, hours: &str, co2: &str| rte_row("Données temps réel", date, hours, co2);
+        for (rows, line, words) in [
+            (vec![tr("2024-01-01", "00:00", "abc")], 2, "\"abc\""),
+            (
+                vec![
+                    tr("2024-01-01", "00:00", "30"),
+                    tr("2024-01-01", "25:00", "30"),
+                ],
+                3,
+                "\"2024-01-01 25:00\"",
+            ),
+            (
+                vec!["France\tDonnées temps réel\t2024-01-01\t00:00\t45000".to_string()],
+                2,
+                "fewer fields",
+            ),
+            (
+                vec![
+                    tr("2024-10-27", "02:00", "30"),
+                    tr("2024-10-27", "02:00", "31"),
+                    tr("2024-10-27", "02:00", "32"),
+                ],
+                4,
+                "twice",
+            ),
+        ] {
+            match Intensities::parse(Path::new("eCO2mix_RTE_En-cours-TR.xls"), rte_xls(&rows)) {
+                Err(TariffError::Csv {
+                    line: l, message, ..
+                }) => {
+                    assert_eq!(l, line, "{rows:?}: {message}");
+                    assert!(message.contains(words), "{rows:?}: {message}");
+                }
+                other => panic!("{rows:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -2,8 +2,12 @@
 //! `slurmdb_jobs_get`) to the safe rows of [`crate::record`]. Nothing here decides.
 
 use std::ffi::{CStr, CString, c_char, c_void};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::FromRawFd;
 use std::ptr;
 use std::sync::Once;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use slurm_sys::{
     JOB_STATE_BASE, NO_VAL, slurm_conf_t, slurm_init, slurm_list_append, slurm_list_create,
@@ -126,20 +130,129 @@ unsafe fn each<T, R>(list: *mut xlist, mut f: impl FnMut(&T) -> R) -> Vec<R> {
     out
 }
 
+/// libslurm's own messages while it runs (it logs to stderr), held back so that a failure
+/// is told once, by senergy, with libslurm's reason in it. Its `fatal()` (no slurm.conf, a
+/// bad one) exits the process with status 1, outside senergy's documented statuses: an
+/// exit handler, armed while the messages are held, tells it the same way and exits with
+/// [`crate::exit::ACCOUNTING`] instead.
+struct Held {
+    saved: i32,
+    file: i32,
+}
+
+/// The file libslurm's stderr goes to while held, and the real stderr, for the handler.
+static HELD_FILE: AtomicI32 = AtomicI32::new(-1);
+static SAVED_STDERR: AtomicI32 = AtomicI32::new(-1);
+
+impl Held {
+    /// Sends stderr to an anonymous file; `None` (nothing held) if that cannot be done.
+    fn begin() -> Option<Held> {
+        static HANDLER: Once = Once::new();
+        // SAFETY: registering a plain extern "C" function.
+        HANDLER.call_once(|| unsafe {
+            libc::atexit(exit_while_held);
+        });
+        // SAFETY: descriptor calls on descriptors this function owns, and stderr.
+        unsafe {
+            let file = libc::memfd_create(c"senergy-libslurm".as_ptr(), libc::MFD_CLOEXEC);
+            if file < 0 {
+                return None;
+            }
+            let saved = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3);
+            if saved < 0 || libc::dup2(file, 2) < 0 {
+                libc::close(file);
+                if saved >= 0 {
+                    libc::close(saved);
+                }
+                return None;
+            }
+            SAVED_STDERR.store(saved, Ordering::SeqCst);
+            HELD_FILE.store(file, Ordering::SeqCst);
+            Some(Held { saved, file })
+        }
+    }
+
+    /// Gives stderr back; returns what libslurm wrote meanwhile.
+    fn end(self) -> String {
+        HELD_FILE.store(-1, Ordering::SeqCst);
+        SAVED_STDERR.store(-1, Ordering::SeqCst);
+        // SAFETY: both descriptors are this Held's own.
+        unsafe { give_back(self.saved, self.file) }
+    }
+}
+
+/// Restores stderr from `saved` and reads `file` whole; closes both.
+///
+/// # Safety
+/// `saved` and `file` are open descriptors owned by the caller.
+unsafe fn give_back(saved: i32, file: i32) -> String {
+    // SAFETY: per the contract.
+    unsafe {
+        libc::dup2(saved, 2);
+        libc::close(saved);
+    }
+    // SAFETY: `file` is owned and not used elsewhere after this.
+    let mut f = unsafe { File::from_raw_fd(file) };
+    let mut text = String::new();
+    if f.seek(SeekFrom::Start(0)).is_ok() {
+        let _ = f.read_to_string(&mut text);
+    }
+    text
+}
+
+/// libslurm's last word in `said` (its lines are `senergy: error: ...`, `fatal: ...`).
+fn reason(said: &str) -> String {
+    said.lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .map(|l| l.strip_prefix("senergy: ").unwrap_or(l).to_string())
+        .unwrap_or_default()
+}
+
+/// Runs at exit: if libslurm exits while its messages are held (its `fatal()`), says why
+/// once and exits with senergy's status for it.
+extern "C" fn exit_while_held() {
+    let file = HELD_FILE.swap(-1, Ordering::SeqCst);
+    let saved = SAVED_STDERR.swap(-1, Ordering::SeqCst);
+    if file < 0 || saved < 0 {
+        return;
+    }
+    // SAFETY: the descriptors were the Held's, which can no longer use them.
+    let said = unsafe { give_back(saved, file) };
+    let conf = std::env::var("SLURM_CONF").unwrap_or_else(|_| "the default slurm.conf".into());
+    eprintln!(
+        "senergy: Slurm's configuration cannot be loaded ({conf}): {}",
+        reason(&said)
+    );
+    // SAFETY: ends the process at once, as the exit in progress would have.
+    unsafe { libc::_exit(i32::from(crate::exit::ACCOUNTING)) }
+}
+
+/// `message`, with libslurm's reason when it gave one.
+fn with_reason(message: String, said: &str) -> String {
+    match reason(said) {
+        r if r.is_empty() || message.contains(&r) => message,
+        r => format!("{message} ({r})"),
+    }
+}
+
 impl Accounting {
     /// Loads slurm.conf (`SLURM_CONF`, else the compiled-in path) and connects to
     /// slurmdbd as the calling user.
     pub fn open() -> Result<Accounting, AccountingError> {
         static INIT: Once = Once::new();
+        let held = Held::begin();
         // SAFETY: NULL means "the default slurm.conf"; once per process.
         INIT.call_once(|| unsafe { slurm_init(ptr::null()) });
         let mut flags: u16 = 0;
         // SAFETY: flags is a valid out-parameter.
         let conn = unsafe { slurmdb_connection_get(&mut flags) };
-        if conn.is_null() {
-            return Err(AccountingError::Connect(last_error()));
+        let error = conn.is_null().then(last_error);
+        let said = held.map(Held::end).unwrap_or_default();
+        match error {
+            Some(e) => Err(AccountingError::Connect(with_reason(e, &said))),
+            None => Ok(Accounting { conn }),
         }
-        Ok(Accounting { conn })
     }
 
     pub fn jobs(&self, query: &JobQuery) -> Result<Vec<JobRow>, AccountingError> {
@@ -195,11 +308,14 @@ impl Accounting {
             cond.usage_start = start;
             cond.usage_end = end;
         }
+        let held = Held::begin();
         // SAFETY: conn is open; cond and everything its lists point to live until after
         // the call (the lists are destroyed at the end of this function, then the data).
         let result = unsafe { slurmdb_jobs_get(self.conn, &mut cond) };
-        if result.is_null() {
-            return Err(AccountingError::Query(last_error()));
+        let error = result.is_null().then(last_error);
+        let said = held.map(Held::end).unwrap_or_default();
+        if let Some(e) = error {
+            return Err(AccountingError::Query(with_reason(e, &said)));
         }
         // SAFETY: slurmdb_jobs_get returns a list of slurmdb_job_rec_t that we own.
         let rows = unsafe { each(result, job_row) };

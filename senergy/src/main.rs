@@ -54,7 +54,8 @@ EMISSIONS AND COST
     The JSON's emissions_method and the text say which. Each step's emissions_g is its
     energy over its run. A series is a CSV at any interval (5 minutes to an hour): time,g_co2e_per_kwh
     (unix seconds or RFC 3339), or an Electricity Maps export (its direct intensity) or an
-    RTE eCO2mix export from ODRE (eco2mix-national-tr.csv), as downloaded. A value holds
+    RTE eCO2mix export, from ODRE (eco2mix-national-tr.csv) or from rte-france.com (the
+    .xls in eCO2mix_RTE_*.zip: Latin-1 text, Paris time), as downloaded. A value holds
     for the series' step; a time no value covers takes the static intensity.
     cost = kWh x price per kWh. Flags override the site file (default
     /etc/slurm/senergy.conf, or SENERGY_CONF, or --config), which is TOML:
@@ -75,7 +76,7 @@ EXIT STATUS
     2  bad command line
     3  a requested job is unknown or not visible to you (the others are reported)
     4  bad site file, intensity series or figure
-    5  slurmdbd unreachable or the query failed
+    5  Slurm's configuration cannot be loaded, slurmdbd is unreachable, or the query failed
 ";
 
 #[derive(Parser)]
@@ -186,6 +187,13 @@ fn read(path: &Path) -> Result<String, TariffError> {
     })
 }
 
+fn read_bytes(path: &Path) -> Result<Vec<u8>, TariffError> {
+    std::fs::read(path).map_err(|source| TariffError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// Flags over the site file; the default site file may be absent, a named one not. Also
 /// the Prometheus to ask, if any.
 fn tariff(args: &TariffArgs) -> Result<(Tariff, Option<String>), TariffError> {
@@ -200,8 +208,9 @@ fn tariff(args: &TariffArgs) -> Result<(Tariff, Option<String>), TariffError> {
         }
         None => SiteFile::default(),
     };
+    // a series may be Latin-1 (RTE's own downloads): read as bytes
     let series = match args.carbon_csv.clone().or(site.carbon_intensity_csv) {
-        Some(path) => Some(Intensities::parse(&path, &read(&path)?)?),
+        Some(path) => Some(Intensities::parse(&path, read_bytes(&path)?)?),
         None => None,
     };
     let prometheus = args.prometheus.clone().or(site.prometheus_url);
