@@ -257,6 +257,17 @@ pub fn slurm_conf(tmp: &Path, energy_type: &str, acct_gather: &str) -> PathBuf {
 /// Runs the driver as `program` with its commands (`cmds`, whitespace-separated); inside a
 /// private mount namespace showing `sim`'s hardware when given.
 pub fn driver(sim: Option<&Sim>, conf: &Path, program: &str, cmds: &str) -> Child {
+    driver_env(sim, conf, program, cmds, &[])
+}
+
+/// [`driver`] with these environment variables set for the daemon.
+pub fn driver_env(
+    sim: Option<&Sim>,
+    conf: &Path,
+    program: &str,
+    cmds: &str,
+    env: &[(&str, &Path)],
+) -> Child {
     let mut command = match sim {
         Some(sim) => {
             let mut c = Command::new("unshare");
@@ -270,6 +281,7 @@ pub fn driver(sim: Option<&Sim>, conf: &Path, program: &str, cmds: &str) -> Chil
         None => Command::new(bin("energy-driver")),
     };
     command
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
         .arg(conf)
         .arg(program)
         .args(cmds.split_whitespace())

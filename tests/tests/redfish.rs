@@ -5,6 +5,7 @@
 
 use energy_tests as support;
 
+use std::path::Path;
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -88,28 +89,74 @@ fn environment_metrics_energy_counter_over_https_with_a_ca_file() {
     );
 }
 
-/// Without the CA file the self-signed certificate is refused; EnergyRedfishInsecure
-/// accepts it.
+/// Without a CA file the BMC's certificate is checked against the system's trust store
+/// (here `SSL_CERT_FILE`, as openssl reads it): refused when the BMC's CA is not in it,
+/// accepted when it is (a site CA installed system-wide), refused with a clear error when
+/// the store is empty; `EnergyRedfishInsecure=yes` accepts it and says so in the log.
 #[test]
-fn https_verification_and_insecure() {
+fn https_verification_system_trust_store_and_insecure() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let sim = RedfishSim::start(&tmp.path().join("bmc"), "metrics", true);
     slurm_dir(&sim);
+    // another CA, that did not sign the BMC's certificate
+    let other = tmp.path().join("other");
+    let status = std::process::Command::new("sh")
+        .arg(workspace().join("tests/redfish/make-certs.sh"))
+        .arg(&other)
+        .status()
+        .expect("make-certs.sh");
+    assert!(status.success());
     let bare = format!(
         "EnergyRedfishUrl={}\nEnergyRedfishFrequency=0.25\nEnergyRedfishTimeout=1\n",
         sim.url()
     );
     let conf = slurm_conf(&sim.dir.join("slurm"), REDFISH, &bare);
-    let (out, err) = finish(driver(None, &conf, "slurmd", "sleep=1500 update node"));
+    let run = |store: &Path| {
+        finish(driver_env(
+            None,
+            &conf,
+            "slurmd",
+            "sleep=1500 update node",
+            &[("SSL_CERT_FILE", store)],
+        ))
+    };
+    let (out, err) = run(&other.join("ca.pem"));
     assert_eq!(field(&out, "node", 0, "consumed"), "unavailable");
     assert!(err.contains("cannot connect to the power sensor"), "{err}");
+    let (out, err) = run(&sim.dir.join("tls/ca.pem"));
+    assert_eq!(field(&out, "node", 0, "consumed"), "0", "{err}");
+    let empty = tmp.path().join("empty.pem");
+    std::fs::write(&empty, "").expect("empty store");
+    let (out, err) = finish(driver_env(
+        None,
+        &conf,
+        "slurmd",
+        "sleep=1500 update node",
+        &[("SSL_CERT_FILE", &empty), ("SSL_CERT_DIR", tmp.path())],
+    ));
+    assert_eq!(field(&out, "node", 0, "consumed"), "unavailable");
+    assert!(
+        err.contains("no CA certificate in the system's trust store")
+            && err.contains("EnergyRedfishCaFile"),
+        "{err}"
+    );
     let conf = slurm_conf(
         &sim.dir.join("slurm"),
         REDFISH,
         &format!("{bare}EnergyRedfishInsecure=yes\n"),
     );
-    let (out, _) = finish(driver(None, &conf, "slurmd", "sleep=1500 update node"));
+    let (out, err) = finish(driver_env(
+        None,
+        &conf,
+        "slurmd",
+        "sleep=1500 update node",
+        &[("SSL_CERT_FILE", &other.join("ca.pem"))],
+    ));
     assert_eq!(field(&out, "node", 0, "consumed"), "0");
+    assert!(
+        err.contains("EnergyRedfishInsecure=yes: the BMC's certificate is not verified"),
+        "{err}"
+    );
 }
 
 /// Both chassis summed, or the one named.

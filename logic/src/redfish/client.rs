@@ -8,7 +8,7 @@ use ureq::Agent;
 use ureq::http::StatusCode;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
 
-use super::config::{KEY_CA_FILE, KEY_URL, RedfishConfig};
+use super::config::{KEY_CA_FILE, KEY_INSECURE, KEY_URL, RedfishConfig};
 
 /// Bigger than any Redfish resource this plugin reads.
 const MAX_BODY: u64 = 4 << 20;
@@ -170,26 +170,55 @@ impl Drop for Client {
     }
 }
 
+/// How the BMC's certificate is checked: against the site's CA file when one is named,
+/// else the system's trust store (`SSL_CERT_FILE`/`SSL_CERT_DIR`, else the distribution's
+/// bundle, as openssl finds it), or not at all when the admin said so.
 fn tls(config: &RedfishConfig) -> Result<TlsConfig, String> {
-    let mut tls = TlsConfig::builder();
+    let tls = TlsConfig::builder();
     if config.insecure {
-        tls = tls.disable_verification(true);
-    } else if let Some(path) = &config.ca_file {
-        let pem =
-            std::fs::read(path).map_err(|e| format!("{KEY_CA_FILE}={}: {e}", path.display()))?;
-        let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(&pem)
-            .filter_map(|item| match item {
-                Ok(PemItem::Certificate(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
-        if certs.is_empty() {
-            return Err(format!(
-                "{KEY_CA_FILE}={}: no PEM certificate in the file",
-                path.display()
-            ));
-        }
-        tls = tls.root_certs(RootCerts::new_with_certs(&certs));
+        log::warn!(
+            "{KEY_INSECURE}=yes: the BMC's certificate is not verified (for a self-signed \
+             BMC); anyone on the network path to it can pose as it"
+        );
+        return Ok(tls.disable_verification(true).build());
     }
-    Ok(tls.build())
+    let certs: Vec<Certificate<'static>> = match &config.ca_file {
+        Some(path) => {
+            let pem = std::fs::read(path)
+                .map_err(|e| format!("{KEY_CA_FILE}={}: {e}", path.display()))?;
+            let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(PemItem::Certificate(c)) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            if certs.is_empty() {
+                return Err(format!(
+                    "{KEY_CA_FILE}={}: no PEM certificate in the file",
+                    path.display()
+                ));
+            }
+            certs
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let certs: Vec<_> = found
+                .certs
+                .iter()
+                .map(|der| Certificate::from_der(der.as_ref()).to_owned())
+                .collect();
+            if certs.is_empty() {
+                let why = found
+                    .errors
+                    .first()
+                    .map_or("none found".to_string(), ToString::to_string);
+                return Err(format!(
+                    "no CA certificate in the system's trust store ({why}): name the BMC's CA \
+                     with {KEY_CA_FILE}"
+                ));
+            }
+            certs
+        }
+    };
+    Ok(tls.root_certs(RootCerts::new_with_certs(&certs)).build())
 }

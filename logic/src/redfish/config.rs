@@ -113,9 +113,10 @@ impl RedfishConfig {
             (KEY_USERNAME, self.username.clone().unwrap_or_default()),
             (
                 KEY_CA_FILE,
-                self.ca_file
-                    .as_ref()
-                    .map_or_else(|| "(system roots)".into(), |p| p.display().to_string()),
+                self.ca_file.as_ref().map_or_else(
+                    || "(the system's trust store)".into(),
+                    |p| p.display().to_string(),
+                ),
             ),
             (
                 KEY_INSECURE,
