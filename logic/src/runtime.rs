@@ -228,7 +228,12 @@ impl<S: Source> State<S> {
                 })
             })
         } else {
-            S::open(&config).map(metered)
+            let node = host.node_name();
+            let mine = S::for_node(&config, &node);
+            if mine != config {
+                log::info!("%n and %h in acct_gather.conf are this node's name, {node}");
+            }
+            S::open(&mine).map(metered)
         };
         self.hardware = match meter {
             Ok(mut meter) => {

@@ -69,12 +69,25 @@ pub trait Source: 'static {
     /// `(key, value)` pairs for `scontrol show config`, defaults included.
     fn show_config(config: &Self::Config) -> Vec<(&'static str, String)>;
 
+    /// The configuration for node `node`: `%n` and `%h` in the values that name a node's
+    /// own device (its BMC) become its name, so that one acct_gather.conf serves a cluster
+    /// (configless Slurm pushes one file to every node).
+    fn for_node(config: &Self::Config, _node: &str) -> Self::Config {
+        config.clone()
+    }
+
     /// Finds the hardware. An error says, for the admin, why there is no energy.
     fn open(config: &Self::Config) -> Result<Self::Reader, String>;
 
     /// Told once, at load, the directory of the plugin's `.so` (where a source may keep
     /// helper programs).
     fn plugin_located(_dir: &std::path::Path) {}
+}
+
+/// `text` with `%n` and `%h` as `node` (Slurm's NodeName and host name, which this
+/// family takes alike: a node's name as its host knows it).
+pub fn expand_node(text: &str, node: &str) -> String {
+    text.replace("%n", node).replace("%h", node)
 }
 
 /// The node's energy since the source was opened.

@@ -36,6 +36,9 @@ pub struct ClusterSpec<'a> {
     /// the cluster's private mount namespace), for a GPU driver's files this machine lacks
     /// (`nvidia-caps/mig-minors`).
     pub proc_driver: Option<&'a Path>,
+    /// Lines the nodes' /etc/hosts holds beside the machine's (bind-mounted in each node's
+    /// private mount namespace by tests/fakehw/node-hook.sh), e.g. BMC names.
+    pub hosts: &'a str,
     /// A .deb of the plugins (ci/package.sh) that `dpkg -i` installs into Slurm's plugin
     /// directory for the daemons (tests/package/with-deb.sh), which then load only it; `None`
     /// loads the build dir's plugins.
@@ -59,6 +62,7 @@ impl Default for ClusterSpec<'_> {
             gres_conf: "",
             cgroup_conf: "",
             etc_users: None,
+            hosts: "",
             proc_driver: None,
             package: None,
         }
@@ -87,6 +91,11 @@ impl Cluster {
                     .map(|args| Sim::start(&sim_root.join(format!("n{k}")), args))
             })
             .collect();
+        if !spec.hosts.is_empty() {
+            let machine = fs::read_to_string("/etc/hosts").unwrap_or_default();
+            fs::create_dir_all(&sim_root).expect("sim root");
+            fs::write(sim_root.join("hosts"), format!("{machine}\n{}", spec.hosts)).expect("hosts");
+        }
         let acct_gather = root.join("acct_gather.conf.in");
         fs::write(&acct_gather, spec.acct_gather).expect("acct_gather.conf");
         let extra = root.join("slurm.conf.extra");
@@ -205,6 +214,20 @@ impl Cluster {
 
     /// Runs any client program (e.g. senergy) against this cluster, as `user` (uid,
     /// gid) when given; its output whatever the status.
+    /// The command line that runs a program inside node `k`'s namespaces (mount, host
+    /// name, network), as its slurmd: for a device of that node only it reaches, its BMC.
+    pub fn node_prefix(&self, k: usize) -> Vec<std::ffi::OsString> {
+        let c = self.command(&workspace().join("ci/cluster.sh"));
+        let mut prefix = vec![c.get_program().to_owned()];
+        prefix.extend(c.get_args().map(ToOwned::to_owned));
+        prefix.extend([
+            "node-exec".into(),
+            self.dir.clone().into_os_string(),
+            format!("n{k}").into(),
+        ]);
+        prefix
+    }
+
     /// The command line that runs a program where the cluster's clients run (in its
     /// controller's network namespace, with SLURM_CONF set): for servers a test runs
     /// beside the cluster, such as Prometheus.

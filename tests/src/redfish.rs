@@ -37,11 +37,28 @@ pub struct RedfishSim {
     pub https: bool,
     sim: Child,
     server: Option<Child>,
+    /// What runs the server ([`RedfishSim::start_in`]); empty: this process's namespaces.
+    prefix: Vec<std::ffi::OsString>,
+    /// The address the server listens on.
+    addr: String,
 }
 
 impl RedfishSim {
     /// `mockup`: a directory of tests/redfish (`legacy`, `metrics`, `two-chassis`).
     pub fn start(dir: &Path, mockup: &str, https: bool) -> RedfishSim {
+        Self::start_in(dir, mockup, https, Vec::new(), "127.0.0.1", free_port())
+    }
+
+    /// A BMC listening at `addr:port` where `prefix` runs programs (a node's namespaces,
+    /// [`crate::cluster::Cluster::node_prefix`]): only that node reaches it.
+    pub fn start_in(
+        dir: &Path,
+        mockup: &str,
+        https: bool,
+        prefix: Vec<std::ffi::OsString>,
+        addr: &str,
+        port: u16,
+    ) -> RedfishSim {
         fs::create_dir_all(dir).expect("mkdir redfish");
         let sim = Command::new(bin("redfishsim"))
             .arg("run")
@@ -64,23 +81,37 @@ impl RedfishSim {
         }
         let mut sim = RedfishSim {
             dir: dir.to_path_buf(),
-            port: free_port(),
+            port,
             https,
             sim,
             server: None,
+            prefix,
+            addr: addr.to_string(),
         };
         sim.start_server();
         sim
     }
 
+    /// A command run where the server runs.
+    fn command(&self, program: &Path) -> Command {
+        match self.prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(program);
+                c
+            }
+            None => Command::new(program),
+        }
+    }
+
     /// Starts sushy-static and waits until it answers.
     pub fn start_server(&mut self) {
         let log = fs::File::create(self.dir.join("sushy.log")).expect("sushy log");
-        let mut command = Command::new(sushy_static());
+        let mut command = self.command(&sushy_static());
         command
             // its request log is read while it runs (`wait_until_polled`)
             .env("PYTHONUNBUFFERED", "1")
-            .args(["-i", "127.0.0.1", "-p", &self.port.to_string(), "-m"])
+            .args(["-i", &self.addr, "-p", &self.port.to_string(), "-m"])
             .arg(self.dir.join("mockup"))
             .stdout(Stdio::from(log.try_clone().expect("log")))
             .stderr(Stdio::from(log));
@@ -97,10 +128,23 @@ impl RedfishSim {
                 .expect("start sushy-static (ci/deps.sh installs it)"),
         );
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while !self.answers() {
             assert!(Instant::now() < deadline, "sushy-static did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Whether the server accepts connections, as seen where it runs.
+    fn answers(&self) -> bool {
+        if self.prefix.is_empty() {
+            return std::net::TcpStream::connect((self.addr.as_str(), self.port)).is_ok();
+        }
+        self.command(Path::new("bash"))
+            .args(["-c", "exec 3<>/dev/tcp/$0/$1"])
+            .args([&self.addr, &self.port.to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     }
 
     fn signal(&self, signal: i32) {
@@ -164,7 +208,7 @@ impl RedfishSim {
 
     pub fn url(&self) -> String {
         let scheme = if self.https { "https" } else { "http" };
-        format!("{scheme}://127.0.0.1:{}", self.port)
+        format!("{scheme}://{}:{}", self.addr, self.port)
     }
 
     /// acct_gather.conf for this BMC, readings every 0.25 s.

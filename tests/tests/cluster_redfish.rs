@@ -76,3 +76,86 @@ fn slurmd_stops_promptly_while_its_bmc_is_frozen() {
     println!("slurmd stopped in {took:?} with its BMC frozen");
     cluster.assert_stopped_promptly("n1", took);
 }
+
+/// One acct_gather.conf for a cluster whose BMCs are named after their nodes (configless
+/// Slurm pushes one file to every node): `EnergyRedfishUrl=http://%n-bmc:PORT`. Two nodes,
+/// each with its own BMC that only it reaches (in its network namespace, at the address
+/// its /etc/hosts gives `n1-bmc`, `n2-bmc`), at 200 and 320 W during a 2-node step: each
+/// node's energy in accounting is its own BMC's.
+#[test]
+fn each_node_reads_the_bmc_its_name_names() {
+    let Some(tmp) = root_test_dir("each_node_reads_the_bmc_its_name_names") else {
+        return;
+    };
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        l.local_addr().expect("addr").port()
+    };
+    let cluster = Cluster::up(
+        &tmp.path().join("cluster"),
+        &ClusterSpec {
+            nodes: 2,
+            energy_type: "acct_gather_energy/rust_redfish",
+            acct_gather: &format!(
+                "EnergyRedfishUrl=http://%n-bmc:{port}\nEnergyRedfishFrequency=0.25\n\
+                 EnergyRedfishTimeout=1\n"
+            ),
+            hosts: "127.0.0.1 n1-bmc\n127.0.0.2 n2-bmc\n",
+            ..ClusterSpec::default()
+        },
+    );
+    let bmcs: Vec<RedfishSim> = (1..=2)
+        .map(|k| {
+            RedfishSim::start_in(
+                &tmp.path().join(format!("bmc{k}")),
+                "legacy",
+                false,
+                cluster.node_prefix(k),
+                &format!("127.0.0.{k}"),
+                port,
+            )
+        })
+        .collect();
+    for bmc in &bmcs {
+        bmc.set(0);
+        bmc.wait_until_polled(0);
+    }
+    let (on1, on2) = (bmcs[0].set_command(200), bmcs[1].set_command(320));
+    let (off1, off2) = (bmcs[0].set_command(0), bmcs[1].set_command(0));
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -N2\nsrun -N2 -n2 sh -c 'case $SLURMD_NODENAME in \
+         n1) {on1}; sleep 15; {off1};; n2) {on2}; sleep 15; {off2};; esac; sleep 2'\n"
+    ));
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truths: Vec<f64> = bmcs.iter().map(RedfishSim::truth).collect();
+    let out = cluster.run(&[
+        "sacct",
+        "-j",
+        &format!("{job}.0"),
+        "-n",
+        "-P",
+        "-o",
+        "TRESUsageInMaxNode,TRESUsageInMax,TRESUsageInMinNode,TRESUsageInMin",
+    ]);
+    println!("sacct: {out}; truths {truths:?}");
+    let line = out.lines().next().expect("the step's line");
+    let fields: Vec<&str> = line.split('|').collect();
+    let energy = |f: &str| -> String {
+        f.split(',')
+            .find_map(|kv| kv.strip_prefix("energy="))
+            .unwrap_or_else(|| panic!("no energy in {f:?}"))
+            .to_string()
+    };
+    let (max_node, max_j) = (energy(fields[0]), energy(fields[1]));
+    let (min_node, min_j) = (energy(fields[2]), energy(fields[3]));
+    assert_eq!((min_node.as_str(), max_node.as_str()), ("n1", "n2"));
+    let bound = power_sampling_bound(&[200, 320], 15.0, 0.26) + 0.01;
+    assert_close("n1's own BMC", min_j.parse().expect("J"), truths[0], bound);
+    assert_close("n2's own BMC", max_j.parse().expect("J"), truths[1], bound);
+    assert!(
+        cluster
+            .log("slurmd-n1.log")
+            .contains("%n and %h in acct_gather.conf are this node's name, n1"),
+        "slurmd says how it read %n"
+    );
+}

@@ -254,6 +254,20 @@ impl Source for Bmc {
         config.show()
     }
 
+    fn for_node(config: &IpmiConfig, node: &str) -> IpmiConfig {
+        let target = match &config.target {
+            Target::Lan { host, port } => Target::Lan {
+                host: crate::source::expand_node(host, node),
+                port: *port,
+            },
+            device => device.clone(),
+        };
+        IpmiConfig {
+            target,
+            ..config.clone()
+        }
+    }
+
     fn open(config: &IpmiConfig) -> Result<Polled<Bmc>, String> {
         Polled::start(config)
     }

@@ -318,6 +318,24 @@ mod tests {
         IpmiConfig::parse(&values)
     }
 
+    /// One acct_gather.conf for a cluster of BMCs named after their nodes.
+    #[test]
+    fn the_host_names_each_nodes_own_bmc() {
+        use crate::source::Source;
+        let c = parse(&[(KEY_HOST, "%n-ipmi:6230")]).expect("valid");
+        let mine = super::super::bmc::Bmc::for_node(&c, "node17");
+        assert_eq!(
+            mine.target,
+            Target::Lan {
+                host: "node17-ipmi".into(),
+                port: 6230
+            }
+        );
+        // in band there is no host to name
+        let local = parse(&[]).expect("defaults");
+        assert_eq!(super::super::bmc::Bmc::for_node(&local, "n1"), local);
+    }
+
     #[test]
     fn defaults_are_in_band() {
         let c = parse(&[]).expect("defaults");

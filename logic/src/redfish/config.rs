@@ -180,6 +180,22 @@ mod tests {
         RedfishConfig::parse(&values)
     }
 
+    /// One acct_gather.conf for a cluster of BMCs named after their nodes.
+    #[test]
+    fn the_url_names_each_nodes_own_bmc() {
+        use crate::source::Source;
+        let c = parse(&[(KEY_URL, "https://%n-bmc.example.org:8443")]).expect("valid");
+        assert_eq!(c.show()[0].1, "https://%n-bmc.example.org:8443");
+        let mine = super::super::Bmc::for_node(&c, "node17");
+        assert_eq!(
+            mine.url.as_deref(),
+            Some("https://node17-bmc.example.org:8443")
+        );
+        let h = parse(&[(KEY_URL, "http://bmc-%h")]).expect("valid");
+        let mine = super::super::Bmc::for_node(&h, "n2");
+        assert_eq!(mine.url.as_deref(), Some("http://bmc-n2"));
+    }
+
     #[test]
     fn valid_keys() {
         let c = parse(&[

@@ -119,6 +119,16 @@ impl Source for Bmc {
         config.show()
     }
 
+    fn for_node(config: &RedfishConfig, node: &str) -> RedfishConfig {
+        RedfishConfig {
+            url: config
+                .url
+                .as_deref()
+                .map(|u| crate::source::expand_node(u, node)),
+            ..config.clone()
+        }
+    }
+
     fn open(config: &RedfishConfig) -> Result<Polled<Bmc>, String> {
         Polled::start(config)
     }
