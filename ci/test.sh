@@ -77,6 +77,7 @@ RELEASE_TESTS=${RELEASE_TESTS:-"
     cluster_gpu::jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use
     cluster_shared::shared_node_with_contain
     cluster_senergy::job_report_names_the_right_nodes_and_matches_sacct
+    cluster_check::senergy_check_tells_a_healthy_node_from_broken_ones
     package::"}
 
 slurm_tarball() {

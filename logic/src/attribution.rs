@@ -192,15 +192,9 @@ pub struct Site {
 /// Slurm's cgroup mount point (cgroup.conf's CgroupMountpoint default).
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
-/// cgroup.conf's CgroupMountpoint (the last one given, as Slurm's parser keeps), or its
-/// default; keys are case-insensitive and `#` starts a comment.
+/// cgroup.conf's CgroupMountpoint, or its default.
 pub fn cgroup_mountpoint(cgroup_conf: &str) -> PathBuf {
-    cgroup_conf
-        .lines()
-        .filter_map(|l| l.split('#').next()?.split_once('='))
-        .filter(|(key, _)| key.trim().eq_ignore_ascii_case("CgroupMountpoint"))
-        .map(|(_, value)| value.trim())
-        .rfind(|value| !value.is_empty())
+    crate::config::file_value(cgroup_conf, "CgroupMountpoint")
         .map_or_else(|| PathBuf::from(CGROUP_ROOT), PathBuf::from)
 }
 
@@ -398,6 +392,11 @@ impl Keeper {
         };
         self.metrics = Some((MetricsFile::new(file), who));
         self
+    }
+
+    /// Says in the ledger what the node's meter reads, for whoever inspects the node.
+    pub fn describe_source(&mut self, source: String) {
+        self.ledger.describe_source(source);
     }
 
     /// The ledger file.

@@ -22,6 +22,17 @@ impl KeyValues {
     }
 }
 
+/// The value of `key` in the text of a Slurm configuration file (cgroup.conf,
+/// acct_gather.conf): the last one given, as Slurm's parser keeps; keys are
+/// case-insensitive and `#` starts a comment.
+pub fn file_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .filter_map(|l| l.split('#').next()?.split_once('='))
+        .filter(|(k, _)| k.trim().eq_ignore_ascii_case(key))
+        .map(|(_, value)| value.trim())
+        .rfind(|value| !value.is_empty())
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("acct_gather.conf: invalid {key}={value}: {reason}")]
 pub struct ConfigError {

@@ -84,9 +84,15 @@ pub trait Metering: Send {
     fn observe(&mut self, observer: Observer);
     /// What makes the sampling thread take a reading now (and tell the observer).
     fn waker(&self) -> Box<dyn Fn() + Send + Sync>;
+    /// What it reads, in one line ([`EnergyReader::describe`]).
+    fn describe(&self) -> String;
 }
 
 impl<S: EnergyReader> Metering for Meter<S> {
+    fn describe(&self) -> String {
+        self.shared.lock().source.describe()
+    }
+
     fn stale_after(&self) -> Duration {
         stale_after(self.shared.period)
     }

@@ -284,6 +284,7 @@ impl<S: Source> State<S> {
                 log::error!("no energy ledger: {why}; this node's steps report no energy")
             })
             .ok()?;
+        keeper.describe_source(format!("{}: {}", host.plugin_kind(), meter.describe()));
         let stacked = host.energy_plugins() > 1;
         let node = host.node_name();
         if let Some(file) = self.metrics.path_for(host.plugin_kind(), stacked, &node) {

@@ -1,5 +1,6 @@
-//! The only unsafe code: libslurm's slurmdb API (`slurmdb_connection_get`,
-//! `slurmdb_jobs_get`) to the safe rows of [`crate::record`]. Nothing here decides.
+//! The only unsafe code: libslurm's slurm.conf (`slurm_init`, `slurm_conf`) to
+//! [`SlurmSettings`], and its slurmdb API (`slurmdb_connection_get`, `slurmdb_jobs_get`) to
+//! the safe rows of [`crate::record`]. Nothing here decides.
 
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::fs::File;
@@ -236,14 +237,55 @@ fn with_reason(message: String, said: &str) -> String {
     }
 }
 
+/// Loads slurm.conf (`SLURM_CONF`, else the compiled-in path) into libslurm, once per
+/// process; libslurm's messages must be held meanwhile (its `fatal()` exits).
+fn load_slurm_conf() {
+    static INIT: Once = Once::new();
+    // SAFETY: NULL means "the default slurm.conf"; once per process.
+    INIT.call_once(|| unsafe { slurm_init(ptr::null()) });
+}
+
+/// What `senergy check` reads of slurm.conf, as libslurm parsed it.
+#[derive(Debug, Clone, Default)]
+pub struct SlurmSettings {
+    /// The slurm.conf loaded (in configless mode, slurmd's cached copy).
+    pub slurm_conf: String,
+    pub energy_types: String,
+    pub plugin_dir: String,
+    pub spool_dir: String,
+    pub log_file: String,
+    pub proctrack: String,
+    pub task_plugin: String,
+}
+
+/// Loads slurm.conf and returns what `senergy check` reads of it.
+pub fn slurm_settings() -> SlurmSettings {
+    let held = Held::begin();
+    load_slurm_conf();
+    // SAFETY: slurm_init has filled slurm_conf; its strings are NULL or NUL-terminated
+    // and live until exit (nothing here frees or reloads it).
+    let settings = unsafe {
+        let conf = &*ptr::addr_of!(slurm_conf);
+        SlurmSettings {
+            slurm_conf: text(conf.slurm_conf),
+            energy_types: text(conf.acct_gather_energy_type),
+            plugin_dir: text(conf.plugindir),
+            spool_dir: text(conf.slurmd_spooldir),
+            log_file: text(conf.slurmd_logfile),
+            proctrack: text(conf.proctrack_type),
+            task_plugin: text(conf.task_plugin),
+        }
+    };
+    drop(held.map(Held::end));
+    settings
+}
+
 impl Accounting {
     /// Loads slurm.conf (`SLURM_CONF`, else the compiled-in path) and connects to
     /// slurmdbd as the calling user.
     pub fn open() -> Result<Accounting, AccountingError> {
-        static INIT: Once = Once::new();
         let held = Held::begin();
-        // SAFETY: NULL means "the default slurm.conf"; once per process.
-        INIT.call_once(|| unsafe { slurm_init(ptr::null()) });
+        load_slurm_conf();
         let mut flags: u16 = 0;
         // SAFETY: flags is a valid out-parameter.
         let conn = unsafe { slurmdb_connection_get(&mut flags) };

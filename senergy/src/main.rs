@@ -1,6 +1,7 @@
 //! senergy: the energy of Slurm jobs from Slurm's accounting, with emissions and cost.
 
 mod carbon;
+mod check;
 mod emissions;
 mod ffi;
 mod output;
@@ -28,6 +29,7 @@ mod exit {
     pub const NOT_FOUND: u8 = 3;
     pub const CONFIG: u8 = 4;
     pub const ACCOUNTING: u8 = 5;
+    pub const UNHEALTHY: u8 = 6;
 }
 
 const DEFAULT_CONF: &str = "/etc/slurm/senergy.conf";
@@ -77,6 +79,16 @@ EXIT STATUS
     3  a requested job is unknown or not visible to you (the others are reported)
     4  bad site file, intensity series or figure
     5  Slurm's configuration cannot be loaded, slurmdbd is unreachable, or the query failed
+    6  check: something on the node keeps its energy from being accounted (a FAIL line)
+
+CHECK
+    senergy check, run on a compute node as root (it reads slurmd's root-only energy
+    ledger), says whether the node's energy plugin works: the plugin AcctGatherEnergyType
+    names and the Slurm release its file was built for (against slurmd's), whether slurmd
+    runs for the node, what the plugin reads, how fresh its last reading is (slurmd takes
+    one every second: older than 10 s is stale), the node's watts, Slurm's job cgroups
+    where EnergyAttribution=shared, and the plugin's errors in slurmd's log since slurmd
+    started. Each line is ok, warn or FAIL; any FAIL exits 6.
 ";
 
 #[derive(Parser)]
@@ -107,6 +119,13 @@ enum Command {
         /// or without Prometheus its steps' and nodes' energy: FILE.svg or FILE.png.
         #[arg(long, value_name = "FILE")]
         plot: Option<PathBuf>,
+    },
+    /// Whether this node's energy plugin works: plugin, release, slurmd, source, ledger,
+    /// power, cgroups, slurmd's log (run on the node, as root).
+    Check {
+        /// The node, as slurm.conf names it [default: this host's short name].
+        #[arg(long, value_name = "NODENAME")]
+        node: Option<String>,
     },
     /// Energy, emissions and cost per account and user of the jobs that ended in a period.
     Usage {
@@ -304,18 +323,45 @@ fn uid_of(user: &str) -> Result<u32, Failure> {
     }
 }
 
+/// `senergy check`: the node's verdict, in text or JSON; exits 6 on any failure.
+fn check_node(format: &Format, node: Option<String>) -> Result<u8, Failure> {
+    if format.csv {
+        return Err(Failure::Input("check has no CSV form: use --json".into()));
+    }
+    let settings = ffi::slurm_settings();
+    let facts = check::node::gather(&settings, node);
+    let findings = check::judge(&facts);
+    print!(
+        "{}",
+        if format.json {
+            check::json(&facts, &findings)
+        } else {
+            check::text(&facts, &findings)
+        }
+    );
+    Ok(if check::healthy(&findings) {
+        0
+    } else {
+        exit::UNHEALTHY
+    })
+}
+
 fn run(cli: Cli) -> Result<u8, Failure> {
     if cli.format.json && cli.format.csv {
         return Err(Failure::Input(
             "--json and --csv exclude each other: give one".into(),
         ));
     }
-    let (tariff, prometheus) = tariff(&cli.tariff)?;
-    let prometheus = prometheus
-        .as_deref()
-        .map(Prometheus::new)
-        .transpose()
-        .map_err(|e| Failure::Input(e.to_string()))?;
+    // the site file, read where a report needs it
+    let site = || -> Result<(Tariff, Option<Prometheus>), Failure> {
+        let (tariff, prometheus) = tariff(&cli.tariff)?;
+        let prometheus = prometheus
+            .as_deref()
+            .map(Prometheus::new)
+            .transpose()
+            .map_err(|e| Failure::Input(e.to_string()))?;
+        Ok((tariff, prometheus))
+    };
     let now = chrono::Utc::now().timestamp();
     let print = |table: String, json: String, csv: String| {
         let text = if cli.format.json {
@@ -328,7 +374,10 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         print!("{text}");
     };
     match &cli.command {
+        // the node's health owes nothing to the site file
+        Command::Check { node } => check_node(&cli.format, node.clone()),
         Command::Job { jobs, plot } => {
+            let (tariff, prometheus) = site()?;
             let named = jobs
                 .iter()
                 .map(|j| job_id(j))
@@ -425,6 +474,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             accounts,
             users,
         } => {
+            let (tariff, _) = site()?;
             let end = end.as_deref().map(when).transpose()?.unwrap_or(now + 1);
             let start = start
                 .as_deref()

@@ -291,6 +291,9 @@ pub struct Ledger {
     recent: VecDeque<Piece>,
     /// Each device's state, by position ([`Split::Devices`]; not kept in the file).
     devices: BTreeMap<u32, DeviceState>,
+    /// What the node's meter reads (the plugin and its source), for whoever inspects the
+    /// node (`senergy check`); kept in the file, empty where unknown.
+    source: String,
 }
 
 /// What the ledger keeps of one device between samples.
@@ -376,6 +379,16 @@ impl Ledger {
     }
 
     /// Unix time of the last sample.
+    /// What the node's meter reads, as its keeper described it; empty where unknown.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Says what the node's meter reads (the plugin and its source).
+    pub fn describe_source(&mut self, source: String) {
+        self.source = source;
+    }
+
     pub fn sampled_at(&self) -> f64 {
         self.sampled_at
     }
@@ -792,8 +805,10 @@ impl Ledger {
             .map_or("null".to_string(), |w| format!("{w:?}"));
         let _ = write!(
             out,
-            r#"{{"version":{VERSION},"epoch":{},"sampled_at":{:?},"learned_idle_watts":{idle},"node":"#,
-            self.epoch, self.sampled_at
+            r#"{{"version":{VERSION},"epoch":{},"sampled_at":{:?},"learned_idle_watts":{idle},"source":{},"node":"#,
+            self.epoch,
+            self.sampled_at,
+            Value::from(self.source.as_str())
         );
         account(&mut out, &self.node);
         out.push_str(r#","parts":["#);
@@ -894,6 +909,12 @@ impl Ledger {
             unassigned: VecDeque::new(),
             recent: VecDeque::new(),
             devices: BTreeMap::new(),
+            // written since the field came; a ledger of before has none
+            source: value
+                .get("source")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
         })
     }
 
@@ -1166,6 +1187,7 @@ mod tests {
             idle(50.0),
             PERIOD,
         );
+        ledger.describe_source("rust_rapl: RAPL \"pkg\" of 2 sockets".into());
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("ledger.json");
         ledger.store(&path).expect("store");
@@ -1180,6 +1202,7 @@ mod tests {
         assert_eq!(published.watts, 200.0);
         assert_eq!(stored.node().joules, 400.0);
         assert_eq!(stored.epoch(), ledger.epoch());
+        assert_eq!(stored.source(), "rust_rapl: RAPL \"pkg\" of 2 sockets");
         // slurmd restarts 3 s later: its meter starts from zero again
         let mut again = Ledger::load(&path).expect("load").expect("a ledger");
         let t1 = Instant::now();

@@ -1,0 +1,597 @@
+//! `senergy check`: whether this node's energy plugin works, judged from what it leaves
+//! where an admin would look: slurm.conf, the plugin's file, slurmd, slurmd's log and the
+//! node's energy ledger. [`node`] gathers those facts; this module judges them and says the
+//! verdict, in a few lines or as JSON.
+
+pub mod node;
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+/// A ledger older than this is stale: slurmd writes it at least every second while its
+/// source answers (and not at all while it does not).
+pub const STALE_AFTER_SECS: f64 = 10.0;
+/// More power than this on one node is not a reading but a broken one.
+const MAX_NODE_WATTS: f64 = 100_000.0;
+/// What names the family's plugins in AcctGatherEnergyType.
+pub const FAMILY: &str = "acct_gather_energy/rust_";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    fn word(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+/// One line of the verdict: what was checked, how it stands, and what was seen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub check: &'static str,
+    pub status: Status,
+    pub detail: String,
+}
+
+/// A plugin named in AcctGatherEnergyType, as found in PluginDir: its file and the Slurm
+/// release it was built for (its `plugin_version`), or why not.
+#[derive(Debug, Clone)]
+pub struct PluginFile {
+    pub plugin_type: String,
+    pub found: Result<(PathBuf, u32), String>,
+}
+
+/// What a ledger says of the node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LedgerState {
+    /// Unix time of slurmd's last reading.
+    pub sampled_at: f64,
+    pub watts: f64,
+    pub joules: f64,
+    /// Unix time the ledger's node account began.
+    pub since: f64,
+    pub jobs: usize,
+    /// What the meter reads, as slurmd described it (empty in a ledger of before).
+    pub source: String,
+}
+
+/// A plugin's ledger: its path and what it holds (`None`: no ledger), or why it cannot
+/// be read.
+#[derive(Debug, Clone)]
+pub struct LedgerFact {
+    pub plugin_type: String,
+    pub path: PathBuf,
+    pub state: Result<Option<LedgerState>, String>,
+}
+
+/// What slurmd's log says of the family's plugins since slurmd started.
+#[derive(Debug, Clone, Default)]
+pub struct LogFacts {
+    /// SlurmdLogFile for this node; `None` where slurmd logs to syslog.
+    pub file: Option<PathBuf>,
+    /// Why it could not be read.
+    pub unreadable: Option<String>,
+    /// The plugins' "measuring ..." lines: what they read.
+    pub measuring: Vec<String>,
+    /// Their error and warning lines, and the loader's about their files, oldest first.
+    pub problems: Vec<String>,
+}
+
+/// Everything `check` judges, gathered on the node ([`node::gather`]).
+#[derive(Debug, Clone)]
+pub struct Facts {
+    pub node: String,
+    /// The slurm.conf libslurm loaded.
+    pub slurm_conf: String,
+    /// AcctGatherEnergyType, split.
+    pub energy_types: Vec<String>,
+    /// The family's plugins among them.
+    pub plugins: Vec<PluginFile>,
+    /// slurmd running for this node.
+    pub slurmd_pid: Option<u32>,
+    /// slurmd's release (`slurmd -V`), or why it is unknown.
+    pub slurmd_release: Result<u32, String>,
+    pub ledgers: Vec<LedgerFact>,
+    pub log: LogFacts,
+    /// With `EnergyAttribution=shared`: whether the node has what the split needs (the
+    /// plugin's own verdict, [`slurm_energy_logic::attribution::Site::from_conf`]).
+    pub shared: Option<Result<(), String>>,
+    /// Unix time now.
+    pub now: f64,
+}
+
+/// A release as Slurm numbers it (`SLURM_VERSION_NUMBER`), as people write it.
+pub fn release(number: u32) -> String {
+    format!(
+        "{}.{:02}.{}",
+        number >> 16,
+        (number >> 8) & 0xff,
+        number & 0xff
+    )
+}
+
+/// `22.05.8` (or `slurm 22.05.8`, as `slurmd -V` prints it) as Slurm numbers it.
+pub fn parse_release(text: &str) -> Option<u32> {
+    let word = text.split_whitespace().last()?;
+    let mut parts = word.split('.').map(|p| p.parse::<u32>().ok());
+    let (major, minor, micro) = (parts.next()??, parts.next()??, parts.next()??);
+    (parts.next().is_none() && minor < 256 && micro < 256)
+        .then_some((major << 16) | (minor << 8) | micro)
+}
+
+/// The family's lines in slurmd's log text (the part since slurmd started): what each
+/// plugin measures, and its problems. A line is the family's when it names one of its
+/// plugins (`acct_gather_energy/rust_...`, or the file `acct_gather_energy_rust_...`:
+/// Slurm's loader refusing it).
+pub fn read_log(text: &str) -> (Vec<String>, Vec<String>) {
+    let mut measuring = Vec::new();
+    let mut problems = Vec::new();
+    for line in text.lines() {
+        let ours = line.contains(FAMILY) || line.contains("acct_gather_energy_rust_");
+        if !ours {
+            continue;
+        }
+        let line = line.trim();
+        if let Some((_, what)) = line.split_once(": measuring ") {
+            measuring.push(what.to_string());
+        } else if ["error:", "warning:", "fatal:"]
+            .iter()
+            .any(|w| line.contains(w))
+        {
+            problems.push(line.to_string());
+        }
+    }
+    (measuring, problems)
+}
+
+/// The verdict's lines, in the order an admin would fix them.
+pub fn judge(facts: &Facts) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut say = |check, status, detail: String| {
+        out.push(Finding {
+            check,
+            status,
+            detail,
+        })
+    };
+    let types = facts.energy_types.join(",");
+    if facts.plugins.is_empty() {
+        say(
+            "config",
+            Status::Fail,
+            format!(
+                "AcctGatherEnergyType={} in {}: none of this family's plugins \
+                 ({FAMILY}rapl, ...)",
+                if types.is_empty() { "(none)" } else { &types },
+                facts.slurm_conf
+            ),
+        );
+        return out;
+    }
+    say(
+        "config",
+        Status::Ok,
+        format!("AcctGatherEnergyType={types} ({})", facts.slurm_conf),
+    );
+
+    for plugin in &facts.plugins {
+        match (&plugin.found, &facts.slurmd_release) {
+            (Err(why), _) => say(
+                "plugin",
+                Status::Fail,
+                format!("{}: {why}", plugin.plugin_type),
+            ),
+            (Ok((path, built)), Ok(running)) if built != running => say(
+                "plugin",
+                Status::Fail,
+                format!(
+                    "{} is built for Slurm {}, slurmd here is {}: Slurm refuses to load it \
+                     (install the build for {})",
+                    path.display(),
+                    release(*built),
+                    release(*running),
+                    release(*running)
+                ),
+            ),
+            (Ok((path, built)), Ok(_)) => say(
+                "plugin",
+                Status::Ok,
+                format!("{}, built for Slurm {}", path.display(), release(*built)),
+            ),
+            (Ok((path, built)), Err(why)) => say(
+                "plugin",
+                Status::Warn,
+                format!(
+                    "{}, built for Slurm {}; slurmd's release is unknown ({why})",
+                    path.display(),
+                    release(*built)
+                ),
+            ),
+        }
+    }
+
+    match facts.slurmd_pid {
+        Some(pid) => say(
+            "slurmd",
+            Status::Ok,
+            format!("running for node {} (pid {pid})", facts.node),
+        ),
+        None => say(
+            "slurmd",
+            Status::Fail,
+            format!("no slurmd runs for node {} on this host", facts.node),
+        ),
+    }
+
+    if let Some(Err(why)) = &facts.shared {
+        say(
+            "attribution",
+            Status::Fail,
+            format!("EnergyAttribution=shared: {why}; every step gets the node's energy"),
+        );
+    } else if let Some(Ok(())) = &facts.shared {
+        say(
+            "attribution",
+            Status::Ok,
+            "EnergyAttribution=shared: Slurm's job cgroups are there".into(),
+        );
+    }
+
+    let log_problems = |out: &mut String| {
+        if let Some(last) = facts.log.problems.last() {
+            out.push_str(&format!("; slurmd's log: {last}"));
+        } else if facts.log.file.is_none() {
+            out.push_str("; slurmd logs to syslog (journalctl -u slurmd | grep rust_)");
+        }
+    };
+    let mut failing = false;
+    for ledger in &facts.ledgers {
+        let path = ledger.path.display();
+        let state = match &ledger.state {
+            Err(why) => {
+                say("ledger", Status::Fail, why.clone());
+                failing = true;
+                continue;
+            }
+            Ok(None) => {
+                let mut detail = format!(
+                    "no ledger at {path}: slurmd has taken no reading from {} since the \
+                     ledger began",
+                    ledger.plugin_type
+                );
+                log_problems(&mut detail);
+                say("ledger", Status::Fail, detail);
+                failing = true;
+                continue;
+            }
+            Ok(Some(state)) => state,
+        };
+        let source = if !state.source.is_empty() {
+            state.source.clone()
+        } else {
+            facts
+                .log
+                .measuring
+                .last()
+                .cloned()
+                .unwrap_or_else(|| "(not said)".into())
+        };
+        say("source", Status::Ok, source);
+        let age = facts.now - state.sampled_at;
+        if age > STALE_AFTER_SECS {
+            let mut detail =
+                format!("{path}: the last reading is {age:.0} s old: readings have stopped");
+            log_problems(&mut detail);
+            say("ledger", Status::Fail, detail);
+            failing = true;
+            continue;
+        }
+        say(
+            "ledger",
+            Status::Ok,
+            format!(
+                "{path}: last reading {:.1} s ago, {} job(s) on the node",
+                age.max(0.0),
+                state.jobs
+            ),
+        );
+        let power = format!(
+            "{:.1} W now; {:.0} J since {}",
+            state.watts,
+            state.joules,
+            crate::output::local_time(state.since as i64)
+        );
+        if state.watts > MAX_NODE_WATTS {
+            say(
+                "power",
+                Status::Fail,
+                format!("{power}: more than a node can draw, a broken reading"),
+            );
+        } else if state.watts == 0.0 {
+            say(
+                "power",
+                Status::Warn,
+                format!("{power}: the source reports no power"),
+            );
+        } else {
+            say("power", Status::Ok, power);
+        }
+    }
+
+    if !failing && !facts.log.problems.is_empty() {
+        let n = facts.log.problems.len();
+        say(
+            "log",
+            Status::Warn,
+            format!(
+                "{n} problem line(s) from the plugin since slurmd started; the last: {}",
+                facts.log.problems[n - 1]
+            ),
+        );
+    }
+    if let Some(why) = &facts.log.unreadable {
+        say("log", Status::Warn, why.clone());
+    }
+    out
+}
+
+/// Whether the node is healthy: no finding failed.
+pub fn healthy(findings: &[Finding]) -> bool {
+    findings.iter().all(|f| f.status != Status::Fail)
+}
+
+pub fn text(facts: &Facts, findings: &[Finding]) -> String {
+    let mut out = format!("senergy check: node {}\n", facts.node);
+    for f in findings {
+        out.push_str(&format!(
+            "  {:<5} {:<12} {}\n",
+            f.status.word(),
+            f.check,
+            f.detail
+        ));
+    }
+    let failed = findings.iter().filter(|f| f.status == Status::Fail).count();
+    if failed == 0 {
+        out.push_str("verdict: OK\n");
+    } else {
+        out.push_str(&format!(
+            "verdict: {failed} problem(s): energy on this node is not accounted as it should be\n"
+        ));
+    }
+    out
+}
+
+pub fn json(facts: &Facts, findings: &[Finding]) -> String {
+    let checks: Vec<_> = findings
+        .iter()
+        .map(|f| {
+            json!({
+                "check": f.check,
+                "status": match f.status {
+                    Status::Ok => "ok",
+                    Status::Warn => "warn",
+                    Status::Fail => "fail",
+                },
+                "detail": f.detail,
+            })
+        })
+        .collect();
+    let value = json!({
+        "schema_version": 1,
+        "node": facts.node,
+        "healthy": healthy(findings),
+        "checks": checks,
+    });
+    format!("{value:#}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R22: u32 = (22 << 16) | (5 << 8) | 8;
+    const R24: u32 = (24 << 16) | (11 << 8) | 5;
+
+    fn healthy_facts() -> Facts {
+        Facts {
+            node: "n1".into(),
+            slurm_conf: "/etc/slurm/slurm.conf".into(),
+            energy_types: vec!["acct_gather_energy/rust_rapl".into()],
+            plugins: vec![PluginFile {
+                plugin_type: "acct_gather_energy/rust_rapl".into(),
+                found: Ok(("/p/acct_gather_energy_rust_rapl.so".into(), R22)),
+            }],
+            slurmd_pid: Some(42),
+            slurmd_release: Ok(R22),
+            ledgers: vec![LedgerFact {
+                plugin_type: "acct_gather_energy/rust_rapl".into(),
+                path: "/s/energy-ledger.0.json".into(),
+                state: Ok(Some(LedgerState {
+                    sampled_at: 999.5,
+                    watts: 250.0,
+                    joules: 25_000.0,
+                    since: 900.0,
+                    jobs: 1,
+                    source: "rust_rapl: RAPL of 2 packages".into(),
+                })),
+            }],
+            log: LogFacts {
+                file: Some("/l/slurmd.log".into()),
+                ..LogFacts::default()
+            },
+            shared: None,
+            now: 1000.0,
+        }
+    }
+
+    fn failed(findings: &[Finding]) -> Vec<(&'static str, &str)> {
+        findings
+            .iter()
+            .filter(|f| f.status == Status::Fail)
+            .map(|f| (f.check, f.detail.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn releases_read_and_print_as_slurm_numbers_them() {
+        assert_eq!(parse_release("slurm 22.05.8"), Some(R22));
+        assert_eq!(parse_release("24.11.5\n"), Some(R24));
+        assert_eq!(release(R22), "22.05.8");
+        assert_eq!(release(R24), "24.11.5");
+        for bad in ["", "slurm", "22.05", "22.05.x", "22.05.8.1", "22.300.1"] {
+            assert_eq!(parse_release(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_healthy_node_passes_with_its_source_and_power() {
+        let facts = healthy_facts();
+        let findings = judge(&facts);
+        assert!(healthy(&findings), "{findings:?}");
+        let shown = text(&facts, &findings);
+        assert!(shown.contains("RAPL of 2 packages"), "{shown}");
+        assert!(shown.contains("250.0 W now"), "{shown}");
+        assert!(
+            shown.contains("last reading 0.5 s ago, 1 job(s)"),
+            "{shown}"
+        );
+        assert!(shown.ends_with("verdict: OK\n"), "{shown}");
+        let value: serde_json::Value =
+            serde_json::from_str(&json(&facts, &findings)).expect("json");
+        assert_eq!(value["healthy"], true);
+    }
+
+    #[test]
+    fn a_plugin_built_for_another_release_fails_naming_both() {
+        let mut facts = healthy_facts();
+        facts.plugins[0].found = Ok(("/p/acct_gather_energy_rust_rapl.so".into(), R24));
+        let findings = judge(&facts);
+        let failed = failed(&findings);
+        assert_eq!(failed.len(), 1, "{findings:?}");
+        assert_eq!(failed[0].0, "plugin");
+        assert!(
+            failed[0]
+                .1
+                .contains("built for Slurm 24.11.5, slurmd here is 22.05.8"),
+            "{}",
+            failed[0].1
+        );
+        // slurmd's release unknown: said, not failed
+        facts.slurmd_release = Err("no slurmd on PATH".into());
+        assert!(healthy(&judge(&facts)));
+    }
+
+    #[test]
+    fn not_one_of_ours_fails_at_once() {
+        let mut facts = healthy_facts();
+        facts.energy_types = vec!["acct_gather_energy/rapl".into()];
+        facts.plugins.clear();
+        let findings = judge(&facts);
+        assert_eq!(findings.len(), 1);
+        assert!(
+            findings[0]
+                .detail
+                .contains("AcctGatherEnergyType=acct_gather_energy/rapl")
+        );
+        assert!(!healthy(&findings));
+    }
+
+    #[test]
+    fn a_missing_or_stale_ledger_fails_with_the_logs_reason() {
+        let mut facts = healthy_facts();
+        facts.log.problems =
+            vec!["[t] error: acct_gather_energy/rust_rapl: no energy can be measured".into()];
+        facts.ledgers[0].state = Ok(None);
+        let findings = judge(&facts);
+        let failed = failed(&findings);
+        assert_eq!(failed.len(), 1, "{findings:?}");
+        assert!(failed[0].1.contains("no ledger at"), "{}", failed[0].1);
+        assert!(
+            failed[0].1.contains("no energy can be measured"),
+            "{}",
+            failed[0].1
+        );
+
+        let mut facts = healthy_facts();
+        facts.now = 1060.0;
+        let failed_now = judge(&facts);
+        let failed = self::failed(&failed_now);
+        assert!(failed[0].1.contains("60 s old"), "{failed:?}");
+        // within the staleness bound, a problem of the past is a warning
+        let mut facts = healthy_facts();
+        facts.log.problems = vec!["[t] error: acct_gather_energy/rust_rapl: BMC timed out".into()];
+        let findings = judge(&facts);
+        assert!(healthy(&findings));
+        assert!(
+            findings
+                .iter()
+                .any(|f| f.status == Status::Warn && f.check == "log")
+        );
+    }
+
+    #[test]
+    fn an_unreadable_ledger_and_a_stopped_slurmd_fail() {
+        let mut facts = healthy_facts();
+        facts.ledgers[0].state = Err("cannot read /s/energy-ledger.0.json: permission".into());
+        facts.slurmd_pid = None;
+        let checks: Vec<_> = failed(&judge(&facts)).iter().map(|f| f.0).collect();
+        assert_eq!(checks, ["slurmd", "ledger"]);
+    }
+
+    #[test]
+    fn shared_mode_without_cgroups_fails_with_what_is_missing() {
+        let mut facts = healthy_facts();
+        facts.shared = Some(Err("it needs Slurm's job cgroups: ProctrackType=...".into()));
+        let failed = failed(&judge(&facts))
+            .iter()
+            .map(|f| f.1.to_string())
+            .collect::<Vec<_>>();
+        assert_eq!(failed.len(), 1);
+        assert!(failed[0].starts_with("EnergyAttribution=shared: it needs"));
+    }
+
+    #[test]
+    fn implausible_and_zero_power_are_told() {
+        let mut facts = healthy_facts();
+        if let Ok(Some(state)) = &mut facts.ledgers[0].state {
+            state.watts = 1e9;
+        }
+        assert!(!healthy(&judge(&facts)));
+        if let Ok(Some(state)) = &mut facts.ledgers[0].state {
+            state.watts = 0.0;
+        }
+        let findings = judge(&facts);
+        assert!(healthy(&findings));
+        assert!(
+            findings
+                .iter()
+                .any(|f| f.status == Status::Warn && f.check == "power")
+        );
+    }
+
+    #[test]
+    fn the_log_gives_the_families_source_and_problems() {
+        let log = "\
+[2026-11-25T10:00:00.000] slurmd version 22.05.8 started
+[2026-11-25T10:00:00.100] acct_gather_energy/rust_rapl: measuring RAPL via MSRs, 2 packages
+[2026-11-25T10:00:00.200] error: Couldn't find the specified plugin name for gres/foo
+[2026-11-25T10:00:01.000] error: acct_gather_energy/rust_rapl: reading energy failed: EIO
+[2026-11-25T10:00:02.000] acct_gather_energy/rust_rapl: warning: a counter jumped
+[2026-11-25T10:00:03.000] error: plugin_load_from_file: Incompatible Slurm plugin /p/acct_gather_energy_rust_gpu.so version (24.11.5)
+";
+        let (measuring, problems) = read_log(log);
+        assert_eq!(measuring, ["RAPL via MSRs, 2 packages"]);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].contains("EIO"));
+        assert!(problems[2].contains("Incompatible"));
+    }
+}
