@@ -219,7 +219,13 @@ impl Site {
             ));
         }
         if !task_plugin.split(',').any(|p| p.trim() == "task/cgroup") {
-            missing.push(format!("task/cgroup in TaskPlugin (it is {task_plugin})"));
+            // 26.05 leaves TaskPlugin empty for task/none
+            let is = if task_plugin.trim().is_empty() {
+                "none"
+            } else {
+                task_plugin
+            };
+            missing.push(format!("task/cgroup in TaskPlugin (it is {is})"));
         }
         if !missing.is_empty() {
             return Err(format!(

@@ -98,8 +98,8 @@ pub struct Facts {
     pub plugins: Vec<PluginFile>,
     /// slurmd running for this node.
     pub slurmd_pid: Option<u32>,
-    /// slurmd's release (`slurmd -V`), or why it is unknown.
-    pub slurmd_release: Result<u32, String>,
+    /// slurmd's release (`slurmd -V`) and which slurmd said it, or why it is unknown.
+    pub slurmd_release: Result<(u32, PathBuf), String>,
     pub ledgers: Vec<LedgerFact>,
     pub log: LogFacts,
     /// With `EnergyAttribution=shared`: whether the node has what the split needs (the
@@ -190,15 +190,16 @@ pub fn judge(facts: &Facts) -> Vec<Finding> {
                 Status::Fail,
                 format!("{}: {why}", plugin.plugin_type),
             ),
-            (Ok((path, built)), Ok(running)) if built != running => say(
+            (Ok((path, built)), Ok((running, slurmd))) if built != running => say(
                 "plugin",
                 Status::Fail,
                 format!(
-                    "{} is built for Slurm {}, slurmd here is {}: Slurm refuses to load it \
-                     (install the build for {})",
+                    "{} is built for Slurm {}, slurmd here is {} ({}): Slurm refuses to load \
+                     it (install the build for {})",
                     path.display(),
                     release(*built),
                     release(*running),
+                    slurmd.display(),
                     release(*running)
                 ),
             ),
@@ -411,7 +412,7 @@ mod tests {
                 found: Ok(("/p/acct_gather_energy_rust_rapl.so".into(), R22)),
             }],
             slurmd_pid: Some(42),
-            slurmd_release: Ok(R22),
+            slurmd_release: Ok((R22, "/usr/sbin/slurmd".into())),
             ledgers: vec![LedgerFact {
                 plugin_type: "acct_gather_energy/rust_rapl".into(),
                 path: "/s/energy-ledger.0.json".into(),
@@ -481,7 +482,7 @@ mod tests {
         assert!(
             failed[0]
                 .1
-                .contains("built for Slurm 24.11.5, slurmd here is 22.05.8"),
+                .contains("built for Slurm 24.11.5, slurmd here is 22.05.8 (/usr/sbin/slurmd)"),
             "{}",
             failed[0].1
         );

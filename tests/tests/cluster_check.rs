@@ -119,7 +119,9 @@ fn senergy_check_tells_a_healthy_node_from_broken_ones() {
         .next()
         .and_then(|w| w.parse().ok())
         .expect("watts first");
-    assert_close("senergy check: n1's watts", watts, 250.0, 0.01);
+    // a window of a second or more over counters the simulator moves every 10 ms: within
+    // a tick or two of the truth, and a loaded machine's late reads
+    assert_close("senergy check: n1's watts", watts, 250.0, 0.03);
     assert!(detail("source").starts_with("rust_rapl: "), "{report:#}");
     assert!(detail("plugin").contains(PLUGIN_FILE), "{report:#}");
     let text = check_on(&cluster, 1, &[]);
@@ -168,7 +170,7 @@ fn senergy_check_tells_a_healthy_node_from_broken_ones() {
     assert_eq!(failed[0].0, "plugin");
     assert!(
         failed[0].1.contains(&format!(
-            "built for Slurm {}, slurmd here is {}",
+            "built for Slurm {}, slurmd here is {} (",
             release(built + 1),
             release(built)
         )),
@@ -212,11 +214,12 @@ fn senergy_check_tells_a_healthy_node_from_broken_ones() {
     println!("senergy check --node n1 outside: {}", said(&out));
     assert_eq!(out.status.code(), Some(6), "slurmd stopped: {}", said(&out));
     let failed = failures(&out);
+    // the release is told by the slurmd installed with the Slurm of slurm.conf: the
+    // plugin is still its release's
+    let checks: Vec<&str> = failed.iter().map(|(check, _)| check.as_str()).collect();
+    assert_eq!(checks, ["slurmd", "attribution"], "{}", said(&out));
     assert!(
-        failed
-            .iter()
-            .any(|(check, detail)| check == "slurmd"
-                && detail.contains("no slurmd runs for node n1")),
+        failed[0].1.contains("no slurmd runs for node n1"),
         "{}",
         said(&out)
     );

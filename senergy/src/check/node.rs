@@ -219,15 +219,48 @@ fn named_node(args: &[String]) -> Option<&str> {
     None
 }
 
-/// The release of `exe` (the running slurmd's program), else of `slurmd` on PATH.
-fn slurmd_release(exe: Option<&Path>) -> Result<u32, String> {
-    let exe = exe.unwrap_or(Path::new("slurmd"));
-    let out = Command::new(exe)
+/// The release of `exe` (the running slurmd's program), else of the slurmd installed with
+/// the libslurm this process loaded (the Slurm whose slurm.conf it read), else of `slurmd`
+/// on PATH; and which slurmd that is.
+fn slurmd_release(exe: Option<&Path>) -> Result<(u32, PathBuf), String> {
+    let exe = exe
+        .map(Path::to_path_buf)
+        .or_else(|| loaded_libslurm().as_deref().and_then(slurmd_beside))
+        .unwrap_or_else(|| PathBuf::from("slurmd"));
+    let out = Command::new(&exe)
         .arg("-V")
         .output()
         .map_err(|e| format!("cannot run {} -V: {e}", exe.display()))?;
     let said = String::from_utf8_lossy(&out.stdout);
-    parse_release(said.trim()).ok_or_else(|| format!("{} -V said {:?}", exe.display(), said.trim()))
+    let release = parse_release(said.trim())
+        .ok_or_else(|| format!("{} -V said {:?}", exe.display(), said.trim()))?;
+    Ok((release, exe))
+}
+
+/// The libslurm mapped into this process (`/proc/self/maps`).
+fn loaded_libslurm() -> Option<PathBuf> {
+    let maps = fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|path| {
+            Path::new(path)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libslurm.so") || n.starts_with("libslurmfull"))
+        })
+        .map(PathBuf::from)
+}
+
+/// The `sbin/slurmd` of the installation a library belongs to: one or two directories above
+/// the library's (`/opt/slurm/lib/libslurm.so` → `/opt/slurm/sbin`,
+/// `/usr/lib/x86_64-linux-gnu/libslurm.so.37` → `/usr/sbin`).
+fn slurmd_beside(library: &Path) -> Option<PathBuf> {
+    library
+        .ancestors()
+        .skip(2)
+        .take(2)
+        .map(|dir| dir.join("sbin/slurmd"))
+        .find(|slurmd| slurmd.is_file())
 }
 
 /// When process `pid` started.
@@ -311,6 +344,18 @@ mod tests {
         assert_eq!(named_node(&args(&["slurmd", "-D", "-N", "n1"])), Some("n1"));
         assert_eq!(named_node(&args(&["slurmd", "-Nn2"])), Some("n2"));
         assert_eq!(named_node(&args(&["slurmd", "-D"])), None);
+    }
+
+    #[test]
+    fn the_slurmd_of_a_library_is_in_its_installations_sbin() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let prefix = tmp.path().join("usr");
+        fs::create_dir_all(prefix.join("lib/x86_64-linux-gnu")).expect("mkdir");
+        fs::create_dir_all(prefix.join("sbin")).expect("mkdir");
+        let library = prefix.join("lib/x86_64-linux-gnu/libslurm.so.37");
+        assert_eq!(slurmd_beside(&library), None);
+        fs::write(prefix.join("sbin/slurmd"), "").expect("slurmd");
+        assert_eq!(slurmd_beside(&library), Some(prefix.join("sbin/slurmd")));
     }
 
     #[test]
