@@ -192,12 +192,16 @@ fn counter_reset_and_vanished_device_are_not_wraps() {
         let truth = sim.truth() - before;
         let (out, err) = finish(driver);
         println!("{out}{err}");
-        // the reset's gap (up to one sample period) is estimated from the power after it
+        // the reset's gap (one or two sample periods, 200-400 J of the step's 2.8 kJ) is
+        // estimated from the power measured after it: about 0.1% off on an idle machine,
+        // +2.4% once on a loaded one (the simulator's ticks late, the power after the
+        // reset read 16% high). A wrap taken for the reset would be megajoules, the gap
+        // lost -7% to -14%: both far outside 3%
         assert_close(
             &format!("step with glitches via {source}"),
             joules(&out, "step", 1),
             truth,
-            0.01,
+            0.03,
         );
         assert!(err.contains("not a wrap"), "the reset is reported: {err}");
         // package-0's reset may be reported in the same reading, before it
