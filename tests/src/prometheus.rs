@@ -1,7 +1,8 @@
 //! Debian's Prometheus and node_exporter on free loopback ports, as a site runs them:
 //! node_exporter's textfile collector reads a directory the cluster's slurmd writes its
-//! metrics file in, and Prometheus scrapes node_exporter every 2 s (the file is written every second) into a TSDB in the
-//! test's directory. Queries go through Prometheus's HTTP API (curl).
+//! metrics file in, and Prometheus scrapes node_exporter at the interval the test picks
+//! (the file is written every second) into a TSDB in the test's directory. Queries go
+//! through Prometheus's HTTP API (curl).
 
 use std::ffi::OsString;
 use std::fs;
@@ -58,9 +59,10 @@ impl Prometheus {
         c
     }
 
-    /// Starts both under `dir`, scraping every 2 s, where `prefix` runs programs (the
-    /// cluster's clients' network namespace, [`crate::cluster::Cluster::client_prefix`]).
-    pub fn start(dir: &Path, prefix: Vec<OsString>) -> Prometheus {
+    /// Starts both under `dir`, scraping every `scrape_secs`, where `prefix` runs programs
+    /// (the cluster's clients' network namespace,
+    /// [`crate::cluster::Cluster::client_prefix`]).
+    pub fn start(dir: &Path, prefix: Vec<OsString>, scrape_secs: u32) -> Prometheus {
         let textfile_dir = Self::textfile_dir(dir);
         let exporter_port = free_port();
         let exporter = Self::command(&prefix, "/usr/bin/prometheus-node-exporter")
@@ -80,7 +82,7 @@ impl Prometheus {
         fs::write(
             &config,
             format!(
-                "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\n\
+                "global:\n  scrape_interval: {scrape_secs}s\n  evaluation_interval: {scrape_secs}s\n\
                  scrape_configs:\n  - job_name: node\n    static_configs:\n      \
                  - targets: ['127.0.0.1:{exporter_port}']\n"
             ),

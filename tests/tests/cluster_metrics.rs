@@ -84,7 +84,11 @@ fn prometheus_scrapes_each_jobs_energy_as_sacct_shows_it() {
             ..ClusterSpec::default()
         },
     );
-    let prom = Prometheus::start(&tmp.path().join("prometheus"), cluster.client_prefix());
+    // every 5 s: a job's series appears once slurmd has seen its slurmstepd (a second or
+    // two, up to 4 s on a loaded 2-core machine), and increase() counts the energy before
+    // its first sample only if that comes within about one scrape interval (sites scrape
+    // every 15 s or more; at 2 s a loaded CI run missed 7.6%)
+    let prom = Prometheus::start(&tmp.path().join("prometheus"), cluster.client_prefix(), 5);
     let sim = cluster.sim(1);
     sim.set(&["package0=100"]);
     let job = cluster.sbatch(&format!(
@@ -192,7 +196,8 @@ fn senergy_applies_the_intensity_at_each_power_sample_and_plots_a_three_node_job
             ..ClusterSpec::default()
         },
     );
-    let prom = Prometheus::start(&tmp.path().join("prometheus"), cluster.client_prefix());
+    // every 2 s: the power samples the emissions are computed from
+    let prom = Prometheus::start(&tmp.path().join("prometheus"), cluster.client_prefix(), 2);
     // each node's power before and after its step, in watts
     let phases = [(100.0, 300.0), (200.0, 400.0), (300.0, 150.0)];
     let raplsim = energy_tests::bin("raplsim").display().to_string();
