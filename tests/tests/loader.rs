@@ -179,14 +179,15 @@ fn counter_reset_and_vanished_device_are_not_wraps() {
             "--vendor amd --packages 2 --cpus 2 --esu 16",
         );
         let conf = slurm_conf(tmp.path(), RAPL, &format!("EnergyRaplSource={source}\n"));
-        let driver = driver(Some(&sim), &conf, "slurmd", "step sleep=11000 step");
+        let driver = driver(Some(&sim), &conf, "slurmd", "step sleep=12000 step");
         sleep(Duration::from_millis(800));
         let before = sim.truth();
         sim.set(&["all=200"]);
         // long enough for reads at 200 W before the reset, even with the sampler a few
         // seconds late on a loaded machine: a reset whose counter climbs past the last
         // value read before it (read at 0 W) is the same to the counter as a bad read (a
-        // 2 s wait lost 14% once, in a loaded CI-style run)
+        // 2 s wait lost 14% once, in a loaded CI-style run); the step lasts until well after
+        // the vanished counter is back, so that its recovery is logged within it
         sleep(Duration::from_millis(4000));
         sim.glitch("reset", "package0", 0.0);
         sleep(Duration::from_millis(2000));
