@@ -25,11 +25,19 @@ pub enum Status {
 }
 
 impl Status {
-    fn word(self) -> &'static str {
+    /// As JSON names it; the text shouts a failure (`FAIL`).
+    fn name(self) -> &'static str {
         match self {
             Status::Ok => "ok",
             Status::Warn => "warn",
-            Status::Fail => "FAIL",
+            Status::Fail => "fail",
+        }
+    }
+
+    fn word(self) -> String {
+        match self {
+            Status::Fail => self.name().to_ascii_uppercase(),
+            _ => self.name().to_string(),
         }
     }
 }
@@ -377,11 +385,7 @@ pub fn json(facts: &Facts, findings: &[Finding]) -> String {
         .map(|f| {
             json!({
                 "check": f.check,
-                "status": match f.status {
-                    Status::Ok => "ok",
-                    Status::Warn => "warn",
-                    Status::Fail => "fail",
-                },
+                "status": f.status.name(),
                 "detail": f.detail,
             })
         })
