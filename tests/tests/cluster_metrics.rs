@@ -63,7 +63,8 @@ fn dashboard_queries_return_data(prom: &Prometheus, job: u32) {
 }
 
 /// One node, node mode, a job whose power steps from 200 to 350 W: Prometheus's figures
-/// for the job and its steps are sacct's, `increase()` over the job's run included; the
+/// for the job and its steps are sacct's, and `increase()` over the job's series counts
+/// its rise exactly (no reset, no dip); the
 /// owner's info series names the submitting user; the dashboard's queries return data.
 #[test]
 fn prometheus_scrapes_each_jobs_energy_as_sacct_shows_it() {
@@ -106,21 +107,30 @@ fn prometheus_scrapes_each_jobs_energy_as_sacct_shows_it() {
     let (_, last) = *samples.last().expect("samples of the job");
     let sacct = energy_of(&rows, &job.to_string());
     assert_close("the job's last figure in Prometheus", last, sacct, 0.005);
-    // increase() over the job's run, evaluated at the first scrape of its final figure
-    // (Prometheus extrapolates a range's ends: a range ending between two scrapes would
-    // add part of a scrape interval at the job's average power)
+    // The series appears holding the energy since the job began (the job's first part,
+    // before slurmd saw its slurmstepd and Prometheus next scraped, is in the first
+    // sample, not in increase()'s). From the series' first sample to the first scrape of
+    // its final figure, increase() is exactly the counter's rise: a reset or a dip in
+    // the counter would add to it (Prometheus reads a fall as a reset to 0), and a range
+    // that ends on samples is not extrapolated.
+    let (first_time, first) = samples[0];
+    println!(
+        "before the series' first sample: {first:.1} J ({:.1}% of the job), which increase() \
+         counts only where it can extrapolate to the job's start",
+        100.0 * first / sacct
+    );
     let (end, _) = *samples
         .iter()
         .find(|(_, v)| *v == last)
         .expect("the final figure");
-    let range = (end - samples[0].0 + 10.0).ceil();
-    let increase = prom.query_at(&format!("increase({series}[{range}s])"), Some(end));
+    let range_ms = ((end - first_time) * 1000.0).round();
+    let increase = prom.query_at(&format!("increase({series}[{range_ms}ms])"), Some(end));
     assert_eq!(increase.len(), 1, "{increase:?}");
     assert_close(
-        "increase() over the job's run",
+        "increase() from the series' first sample to its final figure",
         increase[0].value,
-        sacct,
-        0.01,
+        last - first,
+        0.001,
     );
     for step in ["batch", "extern"] {
         let expr = format!(
