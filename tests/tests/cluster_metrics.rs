@@ -13,6 +13,9 @@ use energy_tests::{assert_close, root_test_dir, workspace};
 
 const RAPL: &str = "acct_gather_energy/rust_rapl";
 const SIM: &str = "--vendor amd --packages 1 --cpus 2";
+/// Prometheus's scrape interval in the job test: a job's series appears once slurmd has
+/// seen its slurmstepd (a second or two, 3 s or more on a loaded 2-core machine).
+const SCRAPE_SECS: u32 = 5;
 
 /// Runs every query of the dashboard at `prom`, its variables set to all nodes and `job`;
 /// each must return at least one finite value.
@@ -63,8 +66,9 @@ fn dashboard_queries_return_data(prom: &Prometheus, job: u32) {
 }
 
 /// One node, node mode, a job whose power steps from 200 to 350 W: Prometheus's figures
-/// for the job and its steps are sacct's, and `increase()` over the job's series counts
-/// its rise exactly (no reset, no dip); the
+/// for the job and its steps are sacct's, `increase()` over the job's run too where its
+/// series' first sample came early enough for Prometheus to extrapolate to the start
+/// (and over the series always its rise exactly: no reset, no dip); the
 /// owner's info series names the submitting user; the dashboard's queries return data.
 #[test]
 fn prometheus_scrapes_each_jobs_energy_as_sacct_shows_it() {
@@ -85,11 +89,11 @@ fn prometheus_scrapes_each_jobs_energy_as_sacct_shows_it() {
             ..ClusterSpec::default()
         },
     );
-    // every 5 s: a job's series appears once slurmd has seen its slurmstepd (a second or
-    // two, up to 4 s on a loaded 2-core machine), and increase() counts the energy before
-    // its first sample only if that comes within about one scrape interval (sites scrape
-    // every 15 s or more; at 2 s a loaded CI run missed 7.6%)
-    let prom = Prometheus::start(&tmp.path().join("prometheus"), cluster.client_prefix(), 5);
+    let prom = Prometheus::start(
+        &tmp.path().join("prometheus"),
+        cluster.client_prefix(),
+        SCRAPE_SECS,
+    );
     let sim = cluster.sim(1);
     sim.set(&["package0=100"]);
     let job = cluster.sbatch(&format!(
@@ -107,31 +111,69 @@ fn prometheus_scrapes_each_jobs_energy_as_sacct_shows_it() {
     let (_, last) = *samples.last().expect("samples of the job");
     let sacct = energy_of(&rows, &job.to_string());
     assert_close("the job's last figure in Prometheus", last, sacct, 0.005);
-    // The series appears holding the energy since the job began (the job's first part,
-    // before slurmd saw its slurmstepd and Prometheus next scraped, is in the first
-    // sample, not in increase()'s). From the series' first sample to the first scrape of
-    // its final figure, increase() is exactly the counter's rise: a reset or a dip in
-    // the counter would add to it (Prometheus reads a fall as a reset to 0), and a range
-    // that ends on samples is not extrapolated.
+    // The series appears holding the energy since the job began: the part before its
+    // first sample (before slurmd saw the job's slurmstepd and Prometheus next scraped)
+    // is in that sample, and increase() over the job's run counts it only by
+    // extrapolating from the first sample to the job's start, which Prometheus does
+    // where the gap is under 1.1 scrape intervals (else half an interval at most).
     let (first_time, first) = samples[0];
-    println!(
-        "before the series' first sample: {first:.1} J ({:.1}% of the job), which increase() \
-         counts only where it can extrapolate to the job's start",
-        100.0 * first / sacct
-    );
     let (end, _) = *samples
         .iter()
         .find(|(_, v)| *v == last)
         .expect("the final figure");
-    let range_ms = ((end - first_time) * 1000.0).round();
-    let increase = prom.query_at(&format!("increase({series}[{range_ms}ms])"), Some(end));
-    assert_eq!(increase.len(), 1, "{increase:?}");
+    // a range that ends on a sample is not extrapolated at its end
+    let increase_over = |start: f64| {
+        let range_ms = ((end - start) * 1000.0).round();
+        let found = prom.query_at(&format!("increase({series}[{range_ms}ms])"), Some(end));
+        assert_eq!(found.len(), 1, "{found:?}");
+        found[0].value
+    };
+    // from the first sample to the final figure: the counter's rise exactly (a reset or
+    // a dip would add to it: Prometheus reads a fall as a reset to 0)
     assert_close(
         "increase() from the series' first sample to its final figure",
-        increase[0].value,
+        increase_over(first_time),
         last - first,
         0.001,
     );
+    let start: f64 = cluster
+        .run(&[
+            "env",
+            "SLURM_TIME_FORMAT=%s",
+            "sacct",
+            "-X",
+            "-n",
+            "-P",
+            "-o",
+            "Start",
+            "-j",
+            &job.to_string(),
+        ])
+        .trim()
+        .parse()
+        .expect("the job's start in Unix seconds");
+    let gap = first_time - start;
+    println!(
+        "the series' first sample came {gap:.1} s after the job's start, holding {first:.1} J \
+         ({:.1}% of the job)",
+        100.0 * first / sacct
+    );
+    let over_run = increase_over(start);
+    // (Prometheus's interval is the samples' average, which wanders a little from the
+    // configured one; sacct's start is a whole second early at most, which the cap at
+    // the counter's zero absorbs)
+    if gap < 1.1 * f64::from(SCRAPE_SECS) - 0.5 {
+        assert_close("increase() over the job's run", over_run, sacct, 0.01);
+    } else {
+        println!(
+            "increase() over the job's run: {over_run:.1} J (too late a first sample to extrapolate to the start)"
+        );
+        assert!(
+            over_run >= last - first && over_run <= sacct * 1.01,
+            "increase() over the job's run: {over_run} J, outside the rise {} J .. sacct {sacct} J",
+            last - first
+        );
+    }
     for step in ["batch", "extern"] {
         let expr = format!(
             "max_over_time(slurm_energy_step_joules_total{{jobid=\"{job}\",step=\"{step}\"}}[3m])"
