@@ -21,7 +21,8 @@
  *              per-process utilization, as NVML does not on MIG-enabled GPUs.
  *   procs.<minor>  "<pid> <sm%>" lines, appended by use_gpu.sh: the processes using the GPU
  *              and their SM utilization while they live. The driver samples every
- *              SAMPLE_US and keeps BUFFER_SAMPLES periods; a process with 0% is not reported.
+ *              SAMPLE_US and reports each process's latest period; a process with 0% is
+ *              not reported.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -36,7 +37,6 @@
 
 #define MAX_GPUS 16
 #define SAMPLE_US 100000ULL
-#define BUFFER_SAMPLES 30ULL
 #define MAX_PROCS 64
 #define COUNTER_OFFSET_J 123456.0
 

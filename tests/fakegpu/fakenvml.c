@@ -182,10 +182,13 @@ typedef struct {
 } nvmlProcessUtilizationSample_t;
 
 /*
- * The samples of the sampling periods that ended after `lastSeenTimeStamp` (CPU µs) and
- * are still in the driver's buffer, one per live process with a non-zero use per period.
- * A NULL buffer asks for the count (INSUFFICIENT_SIZE with it); NOT_FOUND when none is new.
+ * As the real NVML answers (seen on an H200, driver 580.159.04): each live process's
+ * latest sample (the sampling period that ended last, if after `lastSeenTimeStamp`, CPU
+ * µs), one per process with a non-zero use, however long since the last call; NOT_FOUND
+ * when none is new. A NULL buffer asks for the count: INSUFFICIENT_SIZE with a buffer
+ * size, not the number of samples (the real one said 72 for one process).
  */
+#define PROCESS_SAMPLES_BUFFER 72
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                              nvmlProcessUtilizationSample_t *utilization,
                                              unsigned int *processSamplesCount,
@@ -204,29 +207,22 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     unsigned procs = gpu_procs(minor, pids, utils);
     unsigned long long now_us = (unsigned long long)(now_ns() / 1000.0);
     unsigned long long last_end = now_us / SAMPLE_US * SAMPLE_US;
-    unsigned long long first_end = last_end - (BUFFER_SAMPLES - 1) * SAMPLE_US;
-    if (first_end <= lastSeenTimeStamp)
-        first_end = (lastSeenTimeStamp / SAMPLE_US + 1) * SAMPLE_US;
-    unsigned periods = first_end <= last_end ? (unsigned)((last_end - first_end) / SAMPLE_US + 1) : 0;
-    unsigned needed = periods * procs;
-    if (needed == 0) {
+    if (procs == 0 || last_end <= lastSeenTimeStamp) {
         *processSamplesCount = 0;
         return NVML_ERROR_NOT_FOUND;
     }
-    if (!utilization || *processSamplesCount < needed) {
-        *processSamplesCount = needed;
+    if (!utilization || *processSamplesCount < procs) {
+        *processSamplesCount = PROCESS_SAMPLES_BUFFER > procs ? PROCESS_SAMPLES_BUFFER : procs;
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
-    unsigned n = 0;
-    for (unsigned p = 0; p < periods; p++)
-        for (unsigned i = 0; i < procs; i++) {
-            nvmlProcessUtilizationSample_t *s = &utilization[n++];
-            s->pid = pids[i];
-            s->timeStamp = first_end + p * SAMPLE_US;
-            s->smUtil = utils[i];
-            s->memUtil = s->encUtil = s->decUtil = 0;
-        }
-    *processSamplesCount = n;
+    for (unsigned i = 0; i < procs; i++) {
+        nvmlProcessUtilizationSample_t *s = &utilization[i];
+        s->pid = pids[i];
+        s->timeStamp = last_end;
+        s->smUtil = utils[i];
+        s->memUtil = s->encUtil = s->decUtil = 0;
+    }
+    *processSamplesCount = procs;
     return NVML_SUCCESS;
 }
 

@@ -66,8 +66,8 @@ pub trait GpuLibrary: Send {
     /// The GPU's power draw in watts.
     fn power_w(&mut self, index: u32) -> Result<f64, GpuError>;
     /// Each process's use of the GPU so far, `(pid, use)`, cumulative since the library
-    /// was opened, in the vendor's unit (NVML: its SM-utilization samples summed, percent
-    /// per sampling period; amd-smi: graphics-engine nanoseconds). `NotSupported` where the
+    /// was opened, in the vendor's unit (NVML: SM utilization over time, percent-
+    /// milliseconds; amd-smi: graphics-engine nanoseconds). `NotSupported` where the
     /// GPU reports none (MIG-enabled GPUs).
     fn process_use(&mut self, _index: u32) -> Result<Vec<(u32, u64)>, GpuError> {
         Err(GpuError::NotSupported)

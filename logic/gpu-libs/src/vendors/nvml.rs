@@ -57,14 +57,52 @@ type ProcessUtilizationFn = unsafe extern "C" fn(
 
 /// A process not sampled for this long (µs of NVML's clock) is forgotten.
 const FORGET_PROCESS_US: u64 = 600_000_000;
+/// The longest time one sample stands for: a longer gap between samples (a stalled
+/// poller, a stepped clock) counts as this long.
+const MAX_SAMPLE_SPAN_US: u64 = 10_000_000;
 
 /// One GPU's processes' use as far as read: the newest sample's time stamp, and per pid
-/// the sum of its SM-utilization samples (percent per sampling period) and when it was
-/// last sampled.
+/// its SM utilization integrated over time (percent-milliseconds) and when it was last
+/// sampled.
 #[derive(Default)]
 struct ProcessUse {
     last_seen: u64,
     busy: HashMap<u32, (u64, u64)>,
+}
+
+impl ProcessUse {
+    /// Adds the samples newer than the last seen, each weighted by the time it stands
+    /// for: from the GPU's previous sample to its own. The real NVML (an H200, driver
+    /// 580) returns only each process's latest sample, so that time is the time since
+    /// the last read, which a loaded poller stretches; a library returning every
+    /// buffered sample gives each its sampling period. The GPU's first sample only
+    /// marks the start.
+    fn add(&mut self, samples: &[NvmlProcessUtilizationSample]) {
+        let mut new: Vec<&NvmlProcessUtilizationSample> = samples
+            .iter()
+            .filter(|s| s.time_stamp > self.last_seen)
+            .collect();
+        new.sort_by_key(|s| s.time_stamp);
+        let mut previous = self.last_seen;
+        let mut span_of = (0, 0);
+        for s in new {
+            if span_of.0 != s.time_stamp {
+                let span = if previous == 0 {
+                    0
+                } else {
+                    (s.time_stamp - previous).min(MAX_SAMPLE_SPAN_US)
+                };
+                span_of = (s.time_stamp, span);
+                previous = s.time_stamp;
+            }
+            let entry = self.busy.entry(s.pid).or_default();
+            entry.0 += u64::from(s.sm_util) * span_of.1 / 1000;
+            entry.1 = entry.1.max(s.time_stamp);
+        }
+        self.last_seen = previous;
+        let horizon = self.last_seen.saturating_sub(FORGET_PROCESS_US);
+        self.busy.retain(|_, (_, at)| *at >= horizon);
+    }
 }
 
 pub struct Nvml {
@@ -220,7 +258,7 @@ impl GpuLibrary for Nvml {
     }
 
     /// The samples newer than the last seen (`NOT_FOUND`: none), added to each process's
-    /// sum. NVML reports only processes that used the GPU in a period.
+    /// use ([`ProcessUse::add`]). NVML reports only processes that used the GPU.
     fn process_use(&mut self, index: u32) -> Result<Vec<(u32, u64)>, GpuError> {
         let handle = self.handle(index)?;
         let get = self.api.process_utilization.ok_or(GpuError::NotSupported)?;
@@ -251,15 +289,7 @@ impl GpuLibrary for Nvml {
             NVML_ERROR_NOT_FOUND | NVML_ERROR_INSUFFICIENT_SIZE => samples.clear(),
             rc => return Err(nvml_error(&self.api, rc)),
         }
-        let seen = state.last_seen;
-        for s in samples.iter().filter(|s| s.time_stamp > seen) {
-            let entry = state.busy.entry(s.pid).or_default();
-            entry.0 += u64::from(s.sm_util);
-            entry.1 = entry.1.max(s.time_stamp);
-            state.last_seen = state.last_seen.max(s.time_stamp);
-        }
-        let horizon = state.last_seen.saturating_sub(FORGET_PROCESS_US);
-        state.busy.retain(|_, (_, at)| *at >= horizon);
+        state.add(&samples);
         Ok(state
             .busy
             .iter()
@@ -309,5 +339,55 @@ impl Drop for Nvml {
         self.activity.clear();
         // SAFETY: NVML was initialised (open_nvml returns no Nvml otherwise).
         unsafe { (self.api.shutdown)() };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(pid: u32, ms: u64, sm: u32) -> NvmlProcessUtilizationSample {
+        NvmlProcessUtilizationSample {
+            pid,
+            time_stamp: 1_795_650_621_000_000 + ms * 1000,
+            sm_util: sm,
+            ..Default::default()
+        }
+    }
+
+    fn busy(state: &ProcessUse, pid: u32) -> u64 {
+        state.busy.get(&pid).map_or(0, |b| b.0)
+    }
+
+    /// As the real NVML answers: each process's latest sample, read at uneven times (a
+    /// loaded poller): each counts for the time since the previous read, so a process
+    /// busy through a long gap is not undercounted; a repeated sample counts once.
+    #[test]
+    fn latest_samples_count_for_the_time_since_the_last_read() {
+        let mut state = ProcessUse::default();
+        state.add(&[sample(7, 0, 90), sample(8, 0, 10)]);
+        assert_eq!(
+            (busy(&state, 7), busy(&state, 8)),
+            (0, 0),
+            "the first only marks the start"
+        );
+        state.add(&[sample(7, 250, 90), sample(8, 250, 10)]);
+        state.add(&[sample(7, 1250, 20), sample(8, 1250, 60)]);
+        state.add(&[sample(7, 1250, 20), sample(8, 1250, 60)]);
+        assert_eq!(busy(&state, 7), 90 * 250 + 20 * 1000);
+        assert_eq!(busy(&state, 8), 10 * 250 + 60 * 1000);
+    }
+
+    /// A library that returns every buffered sample: each counts for its period, as a
+    /// plain sum would; a gap past the longest span counts as that span.
+    #[test]
+    fn buffered_samples_count_for_their_periods_and_gaps_are_capped() {
+        let mut state = ProcessUse::default();
+        state.add(&[sample(7, 0, 50)]);
+        state.add(&[sample(7, 200, 50), sample(7, 100, 50), sample(8, 200, 30)]);
+        assert_eq!(busy(&state, 7), 50 * 200);
+        assert_eq!(busy(&state, 8), 30 * 100);
+        state.add(&[sample(7, 60_200, 50)]);
+        assert_eq!(busy(&state, 7), 50 * 200 + 50 * MAX_SAMPLE_SPAN_US / 1000);
     }
 }
