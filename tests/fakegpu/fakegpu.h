@@ -21,7 +21,7 @@
  *              per-process utilization, as NVML does not on MIG-enabled GPUs.
  *   procs.<minor>  "<pid> <sm%>" lines, appended by use_gpu.sh: the processes using the GPU
  *              and their SM utilization while they live. The driver samples every
- *              SAMPLE_US and reports each process's latest period; a process with 0% is
+ *              SAMPLE_US and reports each process's mean since the caller's last read; one at 0% is
  *              not reported.
  */
 #define _GNU_SOURCE

@@ -182,11 +182,12 @@ typedef struct {
 } nvmlProcessUtilizationSample_t;
 
 /*
- * As the real NVML answers (seen on an H200, driver 580.159.04): each live process's
- * latest sample (the sampling period that ended last, if after `lastSeenTimeStamp`, CPU
- * µs), one per process with a non-zero use, however long since the last call; NOT_FOUND
- * when none is new. A NULL buffer asks for the count: INSUFFICIENT_SIZE with a buffer
- * size, not the number of samples (the real one said 72 for one process).
+ * As the real NVML answers (seen on an H200, driver 580.159.04): one entry per live process
+ * with a non-zero use, its mean SM utilization over its samples since `lastSeenTimeStamp`
+ * (CPU µs; here its constant use), time-stamped with the newest sampling period's end;
+ * NOT_FOUND when no period ended since. A NULL buffer asks for the count:
+ * INSUFFICIENT_SIZE with a buffer size, not the number of entries (the real one said 72
+ * for one process).
  */
 #define PROCESS_SAMPLES_BUFFER 72
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,

@@ -3,7 +3,9 @@
 utilization: the count call, NOT_FOUND, time stamps, samples per read; running processes;
 GPM), then rust_gpu loaded by Slurm's framework as slurmd (energy-driver) against NVML's
 own counter at four moments while the GPU idles, runs bf16 matrix products flat out and at
-half duty. Needs python3 with pynvml (nvidia-ml-py) and torch; no Slurm daemon.
+half duty; and, where BUNDLE holds gpu_probe, each process's part of the GPU's use as
+rust_gpu's binding reads it against the work each of two processes did. Needs python3
+with pynvml (nvidia-ml-py) and torch; no Slurm daemon.
 
     python3 tests/hardware/nvml_on_a_real_gpu.py BUNDLE OUTDIR
 
@@ -12,6 +14,7 @@ BUNDLE, made on the build machine from a release build for Debian's Slurm 22.05.
     BUNDLE/lib/libslurmfull.so                 /usr/lib/x86_64-linux-gnu/slurm-wlm/
     BUNDLE/plugins/acct_gather_energy_rust_gpu.so   target/release/libacct_gather_energy_rust_gpu.so
     BUNDLE/plugins/acct_gather_{profile,interconnect,filesystem}_none.so   Slurm's plugin dir
+    BUNDLE/gpu_probe                           cargo build --release -p slurm-energy-gpu-libs --example gpu_probe
 Figures of a run: docs/plugins.md (rust_gpu, "On a real GPU").
 """
 import ctypes
@@ -126,6 +129,39 @@ except Exception as e:  # noqa
     say("GPM:", repr(e))
 busy.kill()
 busy.wait()
+
+# Two processes at different duty on the one GPU: each one's part of the GPU's use, as
+# rust_gpu's binding reads it (the figure a shared GPU's dynamic energy is split by),
+# against its part of the work done (matrix products of one size, counted by each).
+COUNTED = LOAD.replace("[a@a for _ in range(4)]", "[a@a for _ in range(4)];n[0]+=4").replace(
+    "duty=float", "n=[0];duty=float") + "print('matmuls', n[0], flush=True)\n"
+probe = os.path.join(B, "gpu_probe")
+if os.path.exists(probe):
+    nvml_lib = next(l.split()[-1] for l in open("/proc/self/maps") if "libnvidia-ml" in l)
+    watch = subprocess.Popen([probe, nvml_lib, "32"], stdout=subprocess.PIPE, text=True)
+    time.sleep(1)
+    pair = [subprocess.Popen([sys.executable, "-c", COUNTED, duty, "18"], stdout=subprocess.PIPE, text=True)
+            for duty in ("0.4", "0.1")]
+    done = {}
+    for q in pair:
+        out = q.communicate()[0]
+        done[q.pid] = int(out.split("matmuls")[1].split()[0])
+    report = watch.communicate()[0]
+    for l in report.splitlines():
+        say("gpu_probe:", l)
+    use = {}
+    for l in report.splitlines():
+        if l.strip().startswith("pid "):
+            pid = int(l.split()[1].rstrip(":"))
+            use[pid] = float(l.split("use ")[1].split()[0])
+    total_work = sum(done.values())
+    total_use = sum(use.get(pid, 0) for pid in done)
+    for pid, n in done.items():
+        say("RESULT pid %d: %d matmuls (%.1f%% of the work), %.1f%% of the GPU's use as read" % (
+            pid, n, 100 * n / total_work, 100 * use.get(pid, 0) / total_use if total_use else 0))
+    others = {pid: u for pid, u in use.items() if pid not in done}
+    if others:
+        say("other processes' use:", others)
 
 # rust_gpu through Slurm's framework: four figures, NVML's counter at each
 work = "/tmp/gpucheck"

@@ -55,54 +55,62 @@ type ProcessUtilizationFn = unsafe extern "C" fn(
     c_ulonglong,
 ) -> c_int;
 
-/// A process not sampled for this long (µs of NVML's clock) is forgotten.
+/// A process not reported for this long (µs of NVML's clock) is forgotten.
 const FORGET_PROCESS_US: u64 = 600_000_000;
-/// The longest time one sample stands for: a longer gap between samples (a stalled
-/// poller, a stepped clock) counts as this long.
-const MAX_SAMPLE_SPAN_US: u64 = 10_000_000;
+/// The longest time one read stands for: a longer gap between reads (a stalled poller,
+/// a stepped clock) counts as this long.
+const MAX_READ_SPAN_US: u64 = 10_000_000;
 
-/// One GPU's processes' use as far as read: the newest sample's time stamp, and per pid
-/// its SM utilization integrated over time (percent-milliseconds) and when it was last
-/// sampled.
+/// How long a read that found no sample leaves the window open: longer than the driver's
+/// sampling period (200 ms seen), so that an empty read means that no process used the
+/// GPU rather than that the driver had not sampled yet.
+const SAMPLE_PERIOD_WAIT_US: u64 = 1_000_000;
+
+/// One GPU's processes' use as far as read: when it was last read (CPU µs, NVML's
+/// clock), and per pid its SM utilization integrated over time (percent-milliseconds)
+/// and when it was last reported.
+///
+/// The real NVML (seen on an H200, driver 580.159.04) reports, per process, its mean SM
+/// utilization over its samples since `lastSeenTimeStamp` (since it began, for 0), with
+/// the time of its newest sample, which for a process time-sliced with another can stay
+/// behind for seconds. So each read asks since the previous read and counts each
+/// process's mean for the time between the two; a time stamp is no cut-off.
 #[derive(Default)]
 struct ProcessUse {
-    last_seen: u64,
+    last_read: u64,
     busy: HashMap<u32, (u64, u64)>,
 }
 
 impl ProcessUse {
-    /// Adds the samples newer than the last seen, each weighted by the time it stands
-    /// for: from the GPU's previous sample to its own. The real NVML (an H200, driver
-    /// 580) returns only each process's latest sample, so that time is the time since
-    /// the last read, which a loaded poller stretches; a library returning every
-    /// buffered sample gives each its sampling period. The GPU's first sample only
-    /// marks the start.
-    fn add(&mut self, samples: &[NvmlProcessUtilizationSample]) {
-        let mut new: Vec<&NvmlProcessUtilizationSample> = samples
-            .iter()
-            .filter(|s| s.time_stamp > self.last_seen)
-            .collect();
-        new.sort_by_key(|s| s.time_stamp);
-        let mut previous = self.last_seen;
-        let mut span_of = (0, 0);
-        for s in new {
-            if span_of.0 != s.time_stamp {
-                let span = if previous == 0 {
-                    0
-                } else {
-                    (s.time_stamp - previous).min(MAX_SAMPLE_SPAN_US)
-                };
-                span_of = (s.time_stamp, span);
-                previous = s.time_stamp;
-            }
-            let entry = self.busy.entry(s.pid).or_default();
-            entry.0 += u64::from(s.sm_util) * span_of.1 / 1000;
-            entry.1 = entry.1.max(s.time_stamp);
+    /// Adds a read made at `now` (CPU µs) that reported `samples`, each its process's
+    /// mean since the previous read. The GPU's first read only marks the start.
+    fn add(&mut self, now: u64, samples: &[NvmlProcessUtilizationSample]) {
+        // no sample yet since the previous read (the driver samples every 200 ms): the
+        // next read's means cover this time too
+        if samples.is_empty() && now.saturating_sub(self.last_read) < SAMPLE_PERIOD_WAIT_US {
+            return;
         }
-        self.last_seen = previous;
-        let horizon = self.last_seen.saturating_sub(FORGET_PROCESS_US);
+        let span = if self.last_read == 0 {
+            0
+        } else {
+            now.saturating_sub(self.last_read).min(MAX_READ_SPAN_US)
+        };
+        for s in samples {
+            let entry = self.busy.entry(s.pid).or_default();
+            entry.0 += u64::from(s.sm_util) * span / 1000;
+            entry.1 = now;
+        }
+        self.last_read = now;
+        let horizon = now.saturating_sub(FORGET_PROCESS_US);
         self.busy.retain(|_, (_, at)| *at >= horizon);
     }
+}
+
+/// Now on NVML's clock for process samples: CPU time in microseconds since the epoch.
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 pub struct Nvml {
@@ -257,19 +265,20 @@ impl GpuLibrary for Nvml {
         Ok(f64::from(mw) / 1000.0)
     }
 
-    /// The samples newer than the last seen (`NOT_FOUND`: none), added to each process's
-    /// use ([`ProcessUse::add`]). NVML reports only processes that used the GPU.
+    /// Each process's mean use since the previous read (`NOT_FOUND`: none used the GPU),
+    /// added to its use ([`ProcessUse::add`]).
     fn process_use(&mut self, index: u32) -> Result<Vec<(u32, u64)>, GpuError> {
         let handle = self.handle(index)?;
         let get = self.api.process_utilization.ok_or(GpuError::NotSupported)?;
         let state = self.process_use.entry(index).or_default();
+        let now = now_us();
         let mut samples: Vec<NvmlProcessUtilizationSample> = Vec::new();
         // sized first; more samples may arrive between the calls
         let mut rc = NVML_ERROR_INSUFFICIENT_SIZE;
         for _ in 0..3 {
             let mut count: c_uint = 0;
             // SAFETY: a NULL buffer asks for the count, written to a valid out-pointer.
-            let sized = unsafe { get(handle, std::ptr::null_mut(), &mut count, state.last_seen) };
+            let sized = unsafe { get(handle, std::ptr::null_mut(), &mut count, state.last_read) };
             if !matches!(sized, NVML_SUCCESS | NVML_ERROR_INSUFFICIENT_SIZE) || count == 0 {
                 rc = sized;
                 samples.clear();
@@ -278,7 +287,7 @@ impl GpuLibrary for Nvml {
             samples = vec![NvmlProcessUtilizationSample::default(); count as usize + 8];
             let mut count = samples.len() as c_uint;
             // SAFETY: a buffer of `count` samples, its length in the in/out count.
-            rc = unsafe { get(handle, samples.as_mut_ptr(), &mut count, state.last_seen) };
+            rc = unsafe { get(handle, samples.as_mut_ptr(), &mut count, state.last_read) };
             samples.truncate((count as usize).min(samples.len()));
             if rc != NVML_ERROR_INSUFFICIENT_SIZE {
                 break;
@@ -289,7 +298,7 @@ impl GpuLibrary for Nvml {
             NVML_ERROR_NOT_FOUND | NVML_ERROR_INSUFFICIENT_SIZE => samples.clear(),
             rc => return Err(nvml_error(&self.api, rc)),
         }
-        state.add(&samples);
+        state.add(now, &samples);
         Ok(state
             .busy
             .iter()
@@ -346,10 +355,13 @@ impl Drop for Nvml {
 mod tests {
     use super::*;
 
-    fn sample(pid: u32, ms: u64, sm: u32) -> NvmlProcessUtilizationSample {
+    const T0: u64 = 1_795_650_621_000_000;
+
+    fn sample(pid: u32, sm: u32) -> NvmlProcessUtilizationSample {
         NvmlProcessUtilizationSample {
             pid,
-            time_stamp: 1_795_650_621_000_000 + ms * 1000,
+            // a time stamp that lags: it is no cut-off
+            time_stamp: T0 - 8_000_000,
             sm_util: sm,
             ..Default::default()
         }
@@ -359,35 +371,45 @@ mod tests {
         state.busy.get(&pid).map_or(0, |b| b.0)
     }
 
-    /// As the real NVML answers: each process's latest sample, read at uneven times (a
-    /// loaded poller): each counts for the time since the previous read, so a process
-    /// busy through a long gap is not undercounted; a repeated sample counts once.
+    /// Each process's mean since the previous read counts for the time between the reads,
+    /// uneven as a loaded poller makes them; a process absent from a read (no use since
+    /// the previous) gains nothing.
     #[test]
-    fn latest_samples_count_for_the_time_since_the_last_read() {
+    fn each_mean_counts_for_the_time_since_the_previous_read() {
         let mut state = ProcessUse::default();
-        state.add(&[sample(7, 0, 90), sample(8, 0, 10)]);
+        state.add(T0, &[sample(7, 90), sample(8, 10)]);
         assert_eq!(
             (busy(&state, 7), busy(&state, 8)),
             (0, 0),
             "the first only marks the start"
         );
-        state.add(&[sample(7, 250, 90), sample(8, 250, 10)]);
-        state.add(&[sample(7, 1250, 20), sample(8, 1250, 60)]);
-        state.add(&[sample(7, 1250, 20), sample(8, 1250, 60)]);
+        state.add(T0 + 250_000, &[sample(7, 90), sample(8, 10)]);
+        state.add(T0 + 1_250_000, &[sample(7, 20), sample(8, 60)]);
+        state.add(T0 + 1_500_000, &[sample(8, 40)]);
         assert_eq!(busy(&state, 7), 90 * 250 + 20 * 1000);
-        assert_eq!(busy(&state, 8), 10 * 250 + 60 * 1000);
+        assert_eq!(busy(&state, 8), 10 * 250 + 60 * 1000 + 40 * 250);
+        // a read too soon for a new sample leaves the window open for the next
+        state.add(T0 + 1_600_000, &[]);
+        state.add(T0 + 1_800_000, &[sample(8, 50)]);
+        assert_eq!(busy(&state, 8), 10 * 250 + 60 * 1000 + 40 * 250 + 50 * 300);
+        // an empty read after a second or more: nobody used the GPU then
+        state.add(T0 + 3_800_000, &[]);
+        state.add(T0 + 4_000_000, &[sample(8, 50)]);
+        assert_eq!(
+            busy(&state, 8),
+            10 * 250 + 60 * 1000 + 40 * 250 + 50 * 300 + 50 * 200
+        );
     }
 
-    /// A library that returns every buffered sample: each counts for its period, as a
-    /// plain sum would; a gap past the longest span counts as that span.
+    /// A gap past the longest span counts as that span; a clock stepped back counts
+    /// nothing.
     #[test]
-    fn buffered_samples_count_for_their_periods_and_gaps_are_capped() {
+    fn a_long_gap_is_capped_and_a_clock_stepped_back_counts_nothing() {
         let mut state = ProcessUse::default();
-        state.add(&[sample(7, 0, 50)]);
-        state.add(&[sample(7, 200, 50), sample(7, 100, 50), sample(8, 200, 30)]);
-        assert_eq!(busy(&state, 7), 50 * 200);
-        assert_eq!(busy(&state, 8), 30 * 100);
-        state.add(&[sample(7, 60_200, 50)]);
-        assert_eq!(busy(&state, 7), 50 * 200 + 50 * MAX_SAMPLE_SPAN_US / 1000);
+        state.add(T0, &[sample(7, 50)]);
+        state.add(T0 + 60_000_000, &[sample(7, 50)]);
+        assert_eq!(busy(&state, 7), 50 * MAX_READ_SPAN_US / 1000);
+        state.add(T0 + 59_000_000, &[sample(7, 50)]);
+        assert_eq!(busy(&state, 7), 50 * MAX_READ_SPAN_US / 1000);
     }
 }
