@@ -174,7 +174,7 @@ with open(work + "/slurm.conf", "w") as f:
 with open(work + "/acct_gather.conf", "w") as f:
     f.write("EnergyGpuNvmlLibrary=%s\nEnergyGpuAmdLibrary=none\n" % nvml_path)
 env = dict(os.environ, LD_LIBRARY_PATH=B + "/lib")
-cmds = "sleep=3000 step sleep=15000 step sleep=15000 step sleep=8000 step"
+cmds = "sleep=3000 step sleep=15000 step sleep=15000 step sleep=8000 step probe=30"
 p = subprocess.Popen([B + "/energy-driver", work + "/slurm.conf", "slurmd"] + cmds.split(),
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 marks = []
@@ -182,6 +182,8 @@ loads = []
 for line in p.stdout:
     e, t = pynvml.nvmlDeviceGetTotalEnergyConsumption(h), time.time()
     line = line.rstrip()
+    if line.startswith("probe rounds"):
+        say("driver: %s (the slowest of the Slurm calls, 100 ms apart)" % line)
     if line.startswith("step"):
         marks.append((t, e / 1000, float(line.split("consumed=")[1].split()[0])))
         say("driver: %s | NVML %.3f J" % (line, e / 1000))
