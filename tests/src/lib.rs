@@ -3,6 +3,7 @@
 
 pub mod bmc;
 pub mod cluster;
+pub mod inbox;
 pub mod influxdb;
 pub mod pmsim;
 pub mod prometheus;

@@ -25,6 +25,8 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use energy_tests::inbox::{self, Inbox};
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
@@ -134,8 +136,7 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
         &dir.join("power.log"),
         &format!("{} {watts}", unix_us() * 1000),
     )?;
-    let commands = dir.join("commands");
-    let _ = fs::remove_file(&commands);
+    let mut commands = Inbox::open(&dir.join("commands"));
     let (mut vanished, mut garbage, mut stale): (
         Option<Instant>,
         Option<Instant>,
@@ -156,27 +157,24 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
         {
             watts = w;
         }
-        if let Ok(text) = fs::read_to_string(&commands) {
-            let _ = fs::remove_file(&commands);
-            for line in text.lines() {
-                let mut words = line.split_whitespace();
-                let what = words.next().unwrap_or("");
-                let secs: f64 = words.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
-                let until = Some(now + Duration::from_secs_f64(secs));
-                match what {
-                    "restart" => {
-                        for m in &mut meters {
-                            m.since = m.joules;
-                        }
-                        startup = unix_us();
-                        freshness = 0;
-                        write_atomic(&pm.join("startup"), &format!("{startup}\n"))?;
+        for line in commands.take() {
+            let mut words = line.split_whitespace();
+            let what = words.next().unwrap_or("");
+            let secs: f64 = words.next().and_then(|s| s.parse().ok()).unwrap_or(3.0);
+            let until = Some(now + Duration::from_secs_f64(secs));
+            match what {
+                "restart" => {
+                    for m in &mut meters {
+                        m.since = m.joules;
                     }
-                    "vanish" => vanished = until,
-                    "garbage" => garbage = until,
-                    "stale" => stale = until,
-                    _ => {}
+                    startup = unix_us();
+                    freshness = 0;
+                    write_atomic(&pm.join("startup"), &format!("{startup}\n"))?;
                 }
+                "vanish" => vanished = until,
+                "garbage" => garbage = until,
+                "stale" => stale = until,
+                _ => {}
             }
         }
         let active = |t: Option<Instant>| t.is_some_and(|t| now < t);
@@ -222,5 +220,5 @@ fn set(dir: &Path, watts: &str) -> Result<(), String> {
 }
 
 fn glitch(dir: &Path, words: &[String]) -> Result<(), String> {
-    append(&dir.join("commands"), &words.join(" "))
+    inbox::post(&dir.join("commands"), &words.join(" "))
 }

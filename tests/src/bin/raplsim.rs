@@ -34,6 +34,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use energy_tests::inbox::{self, Inbox};
+
 const AMD_UNIT: u64 = 0xC001_0299;
 const AMD_PKG: u64 = 0xC001_029B;
 const INTEL_UNIT: u64 = 0x606;
@@ -292,8 +294,7 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
     }
     let power_file = dir.join("power");
     write_atomic(&power_file, &power_text(&counters))?;
-    let commands = dir.join("commands");
-    let _ = fs::remove_file(&commands);
+    let mut commands = Inbox::open(&dir.join("commands"));
     let mut energy_files: BTreeMap<String, File> = BTreeMap::new();
     for c in &counters {
         let path = c.powercap.join("energy_uj");
@@ -317,7 +318,7 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
             c.joules += c.watts * dt;
         }
         apply_power(&power_file, &mut counters);
-        apply_commands(&commands, &mut counters, &msr_files, &energy_files, now);
+        apply_commands(&mut commands, &mut counters, &msr_files, &energy_files, now);
         for c in &mut counters {
             let raw = c.raw();
             if raw < c.last_raw
@@ -381,19 +382,15 @@ fn apply_power(path: &Path, counters: &mut [Counter]) {
     }
 }
 
-/// Glitch commands are appended to DIR/commands and consumed here.
+/// Glitch commands are appended to DIR/commands and taken here.
 fn apply_commands(
-    path: &Path,
+    commands: &mut Inbox,
     counters: &mut [Counter],
     msr_files: &[(u32, File)],
     energy_files: &BTreeMap<String, File>,
     now: Instant,
 ) {
-    let Ok(text) = fs::read_to_string(path) else {
-        return;
-    };
-    let _ = fs::remove_file(path);
-    for line in text.lines() {
+    for line in commands.take() {
         let words: Vec<&str> = line.split_whitespace().collect();
         let (Some(&what), Some(&name)) = (words.first(), words.get(1)) else {
             continue;
@@ -485,14 +482,7 @@ fn set(dir: &Path, assignments: &[String]) -> Result<(), String> {
 }
 
 fn command(dir: &Path, line: &str) -> Result<(), String> {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("commands"))
-        .map_err(|e| e.to_string())?;
-    // one write(2), so lines appended at the same moment by two jobs stay whole
-    f.write_all(format!("{line}\n").as_bytes())
-        .map_err(|e| e.to_string())
+    inbox::post(&dir.join("commands"), line)
 }
 
 fn read_truth(dir: &Path) -> Result<f64, String> {
