@@ -66,9 +66,9 @@ fn dashboard_queries_return_data(prom: &Prometheus, job: u32) {
 }
 
 /// One node, node mode, a job whose power steps from 200 to 350 W: Prometheus's figures
-/// for the job and its steps are sacct's, `increase()` over the job's run too where its
-/// series' first sample came early enough for Prometheus to extrapolate to the start
-/// (and over the series always its rise exactly: no reset, no dip); the
+/// for the job and its steps are sacct's, `increase()` over the job's run too where
+/// Prometheus's rule extrapolates back to the counter's zero (and over the series always
+/// its rise exactly: no reset, no dip); the
 /// owner's info series names the submitting user; the dashboard's queries return data.
 #[test]
 fn prometheus_scrapes_each_jobs_energy_as_sacct_shows_it() {
@@ -159,15 +159,30 @@ fn prometheus_scrapes_each_jobs_energy_as_sacct_shows_it() {
         100.0 * first / sacct
     );
     let over_run = increase_over(start);
-    // (Prometheus's interval is the samples' average, which wanders a little from the
-    // configured one; sacct's start is a whole second early at most, which the cap at
-    // the counter's zero absorbs)
-    if gap < 1.1 * f64::from(SCRAPE_SECS) - 0.5 {
+    // Prometheus's rule (extrapolatedRate): from the first sample back towards the range's
+    // start it extrapolates at the average rate, no further than where the counter would
+    // reach 0, in full if that is under 1.1 average sample intervals, else half of one.
+    // The job's power rises, so the extrapolation to 0 gives back the first sample's
+    // figure: increase() over the run is sacct's where that holds.
+    let run: Vec<f64> = samples
+        .iter()
+        .map(|(t, _)| *t)
+        .filter(|t| *t <= end)
+        .collect();
+    let sampled = end - first_time;
+    let average_interval = sampled / (run.len() - 1) as f64;
+    let to_zero = sampled * first / (last - first);
+    let extrapolated = gap.min(to_zero);
+    println!(
+        "Prometheus extrapolates {extrapolated:.2} s back (to the counter's zero: {to_zero:.2} s) \
+         against 1.1 average intervals, {:.2} s",
+        1.1 * average_interval
+    );
+    // (a margin for the sample times' rounding to milliseconds)
+    if extrapolated < 1.1 * average_interval - 0.05 {
         assert_close("increase() over the job's run", over_run, sacct, 0.01);
     } else {
-        println!(
-            "increase() over the job's run: {over_run:.1} J (too late a first sample to extrapolate to the start)"
-        );
+        println!("increase() over the job's run: {over_run:.1} J (half an interval extrapolated)");
         assert!(
             over_run >= last - first && over_run <= sacct * 1.01,
             "increase() over the job's run: {over_run} J, outside the rise {} J .. sacct {sacct} J",
