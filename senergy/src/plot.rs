@@ -235,13 +235,18 @@ pub fn energy_bars(path: &Path, report: &JobReport) -> Result<(), PlotError> {
             .margin(15)
             .x_label_area_size(60)
             .y_label_area_size(80)
-            .build_cartesian_2d(0..bars.len().max(1), 0.0..top)
+            // segments 0..=n-1: one per bar (a segmented range holds its end too)
+            .build_cartesian_2d((0..bars.len().max(1) - 1).into_segmented(), 0.0..top)
             .map_err(err)?;
+        // each name under the middle of its bar
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(bars.len().max(1))
-            .x_label_formatter(&|i| names.get(*i).cloned().unwrap_or_default())
+            .x_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
             .y_desc("joules")
             .label_style((FONT, 13))
             .draw()
@@ -249,10 +254,17 @@ pub fn energy_bars(path: &Path, report: &JobReport) -> Result<(), PlotError> {
         for (i, (_, joules)) in bars.iter().enumerate() {
             let color = Palette99::pick(i);
             chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(i, 0.0), (i + 1, *joules)],
-                    color.filled(),
-                )))
+                .draw_series(std::iter::once({
+                    let mut bar = Rectangle::new(
+                        [
+                            (SegmentValue::Exact(i), 0.0),
+                            (SegmentValue::Exact(i + 1), *joules),
+                        ],
+                        color.filled(),
+                    );
+                    bar.set_margin(0, 0, 4, 4);
+                    bar
+                }))
                 .map_err(err)?;
         }
         area.present().map_err(err)
