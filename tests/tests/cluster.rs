@@ -551,12 +551,18 @@ fn profile_energy_samples_reach_influxdb_with_the_true_power() {
         influx.lines()
     );
     // each sample is the power over the last >= 1 s window, which the simulator's counter
-    // updates (a few ms apart, later under load) make jitter by about 1%; the mean is exact
-    for (watts, _) in &samples {
-        assert!(
-            (watts - 540.0).abs() <= 540.0 * 0.03,
-            "{watts} W: {samples:?}"
-        );
+    // updates (a few ms apart, later under load) make jitter by about 1%; a simulator
+    // starved for a few hundred ms moves energy from one window to the next (354 W then
+    // 728 W seen in a loaded CI run), never loses or invents it: a sample off by more
+    // than 3% must make up with a neighbour
+    let close = |watts: f64| (watts - 540.0).abs() <= 540.0 * 0.03;
+    for (i, (watts, _)) in samples.iter().enumerate() {
+        let made_up = [i.checked_sub(1), Some(i + 1)]
+            .into_iter()
+            .flatten()
+            .filter_map(|j| samples.get(j))
+            .any(|(other, _)| close((watts + other) / 2.0));
+        assert!(close(*watts) || made_up, "{watts} W: {samples:?}");
     }
     let mean = samples.iter().map(|(w, _)| w).sum::<f64>() / samples.len() as f64;
     println!("mean of the samples {mean:.2} W, simulated 540 W");
