@@ -48,9 +48,9 @@ impl Inbox {
     }
 }
 
-/// Appends `line` to the inbox at `path` in one write(2), so that lines appended at the
-/// same moment by two jobs stay whole.
-pub fn post(path: &Path, line: &str) -> Result<(), String> {
+/// Appends `line` to the file at `path` (an inbox, a log) in one write(2), so that lines
+/// appended at the same moment by two jobs stay whole.
+pub fn append_line(path: &Path, line: &str) -> Result<(), String> {
     let mut f = OpenOptions::new()
         .create(true)
         .append(true)
@@ -73,15 +73,15 @@ mod tests {
         fs::write(&path, "stale\n").expect("an old run's line");
         let mut inbox = Inbox::open(&path);
         assert!(inbox.take().is_empty());
-        post(&path, "reset package0 0").expect("post");
-        post(&path, "vanish package1 2.5").expect("post");
+        append_line(&path, "reset package0 0").expect("post");
+        append_line(&path, "vanish package1 2.5").expect("post");
         assert_eq!(inbox.take(), ["reset package0 0", "vanish package1 2.5"]);
         assert!(inbox.take().is_empty());
         let mut half = OpenOptions::new().append(true).open(&path).expect("open");
         half.write_all(b"stuck pack").expect("half a line");
         assert!(inbox.take().is_empty(), "half a line waits");
         half.write_all(b"age0 1\n").expect("the rest");
-        post(&path, "spike package0").expect("post");
+        append_line(&path, "spike package0").expect("post");
         assert_eq!(inbox.take(), ["stuck package0 1", "spike package0"]);
     }
 }

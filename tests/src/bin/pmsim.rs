@@ -19,8 +19,7 @@
 //! DIR/truth holds "NODE_J cpu=J memory=J accelN=J"; DIR/power.log "<unix ns> <watts>" per
 //! change.
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -58,17 +57,6 @@ fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
     let tmp = path.with_extension("tmp");
     fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
     fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn append(path: &Path, line: &str) -> Result<(), String> {
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    // one write(2), so lines appended at the same moment by two jobs stay whole
-    f.write_all(format!("{line}\n").as_bytes())
-        .map_err(|e| e.to_string())
 }
 
 struct Meter {
@@ -132,7 +120,7 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
     }
     let power_file = dir.join("power");
     write_atomic(&power_file, &format!("{watts}\n"))?;
-    append(
+    inbox::append_line(
         &dir.join("power.log"),
         &format!("{} {watts}", unix_us() * 1000),
     )?;
@@ -216,9 +204,9 @@ fn set(dir: &Path, watts: &str) -> Result<(), String> {
         .parse()
         .map_err(|_| format!("{watts}: not a number of watts"))?;
     write_atomic(&dir.join("power"), &format!("{w}\n"))?;
-    append(&dir.join("power.log"), &format!("{} {w}", unix_us() * 1000))
+    inbox::append_line(&dir.join("power.log"), &format!("{} {w}", unix_us() * 1000))
 }
 
 fn glitch(dir: &Path, words: &[String]) -> Result<(), String> {
-    inbox::post(&dir.join("commands"), &words.join(" "))
+    inbox::append_line(&dir.join("commands"), &words.join(" "))
 }

@@ -482,7 +482,7 @@ fn set(dir: &Path, assignments: &[String]) -> Result<(), String> {
 }
 
 fn command(dir: &Path, line: &str) -> Result<(), String> {
-    inbox::post(&dir.join("commands"), line)
+    inbox::append_line(&dir.join("commands"), line)
 }
 
 fn read_truth(dir: &Path) -> Result<f64, String> {
