@@ -19,6 +19,7 @@
 
 pub mod cgroup;
 pub mod doorbell;
+pub mod grant;
 pub mod gres;
 pub mod holders;
 pub mod ledger;
@@ -55,6 +56,9 @@ pub const KEYS: &[&str] = &[MODE_KEY, IDLE_KEY];
 const LEDGER_INTERVAL: Duration = Duration::from_millis(500);
 /// How old the ledger may get while slurmd samples normally.
 pub const LEDGER_PERIOD: Duration = Duration::from_secs(1);
+
+/// Ended steps' grants are swept at every this many ledger updates (about a minute).
+const GRANT_SWEEP_SAMPLES: u64 = 60;
 /// A step reads the file at each of Slurm's calls and has no sampling thread (there is no
 /// counter to wrap); its figure goes stale only when the ledger does.
 const STEP_SAMPLE_PERIOD: Duration = Duration::from_secs(30);
@@ -309,8 +313,10 @@ pub struct Keeper {
     failing: bool,
     /// Where the ledger is also written for Prometheus, and the series' labels.
     metrics: Option<(MetricsFile, Identity)>,
-    /// Who runs each job, learned from its tasks for the metrics.
+    /// Who runs each job, learned from Slurm's step records for the metrics.
     owners: HashMap<u32, Owner>,
+    /// slurmd's user, which its slurmstepds run as.
+    stepd_uid: u32,
 }
 
 impl Keeper {
@@ -337,7 +343,7 @@ impl Keeper {
     ) -> Result<Self, String> {
         let mut keeper = Self::node(spool, context_id)?;
         keeper.split = Split::Devices { idle_watts };
-        keeper.holders = Some(Holders::new(order));
+        keeper.holders = Some(Holders::new(order, spool));
         keeper.procs = Procs::from_path(proc_root);
         Ok(keeper)
     }
@@ -379,6 +385,7 @@ impl Keeper {
             failing: false,
             metrics: None,
             owners: HashMap::new(),
+            stepd_uid: nix::unistd::getuid().as_raw(),
         })
     }
 
@@ -492,6 +499,9 @@ impl Keeper {
     fn observe(&mut self, devices: &[DeviceReading]) -> Vec<ObservedJob> {
         let present = present_steps(&self.spool);
         self.locate(&present);
+        if self.samples.is_multiple_of(GRANT_SWEEP_SAMPLES) {
+            grant::Grant::remove_ended(&self.spool, &present.keys().copied().collect());
+        }
         if self.metrics.is_some() {
             self.learn_owners(&present);
         }
@@ -500,12 +510,9 @@ impl Keeper {
         }
         let mut jobs: Vec<ObservedJob> = Vec::new();
         for &(job, step) in present.keys() {
-            let holds = match (self.holders.as_mut(), self.places.get(&(job, step))) {
-                (Some(holders), place) => {
-                    let stepd = place.and_then(Place::stepd);
-                    holders.holds(&self.procs, (job, step), stepd, devices)
-                }
-                (None, _) => Vec::new(),
+            let holds = match self.holders.as_mut() {
+                Some(holders) => holders.holds(&self.procs, (job, step), devices),
+                None => Vec::new(),
             };
             let mut cgroup = match self.places.get_mut(&(job, step)) {
                 Some(Place::Found(_, cgroup)) => Some(cgroup),
@@ -541,23 +548,23 @@ impl Keeper {
 }
 
 impl Keeper {
-    /// Who runs each present job not yet known: from the environment of a task of one of
-    /// its steps (the extern step's own process has none).
+    /// Who runs each present job not yet known: the user Slurm launched one of its steps
+    /// as ([`grant::Grant`]), never what its tasks say. Slurm's step record names no
+    /// account or partition.
     fn learn_owners(&mut self, present: &BTreeMap<(u32, StepId), PathBuf>) {
         for (job, step) in present.keys() {
             if self.owners.contains_key(job) {
                 continue;
             }
-            let Some(pid) = self.places.get(&(*job, *step)).and_then(Place::stepd) else {
-                continue;
-            };
-            let owner = self
-                .procs
-                .children(pid)
-                .into_iter()
-                .find_map(|task| Owner::from_environ(&self.procs.environ(task)?));
-            if let Some(owner) = owner {
-                self.owners.insert(*job, owner);
+            if let Some(grant) = grant::Grant::read(&self.spool, *job, *step) {
+                self.owners.insert(
+                    *job,
+                    Owner {
+                        user: grant.user,
+                        account: String::new(),
+                        partition: String::new(),
+                    },
+                );
             }
         }
     }
@@ -584,13 +591,13 @@ impl Keeper {
             .copied()
             .collect();
         if !search.is_empty() {
-            let mut stepds = self.procs.stepds(&search);
+            let mut stepds = self.procs.stepds(&search, self.stepd_uid);
             for step in search {
                 let pids = stepds.remove(&step).unwrap_or_default();
+                // only the step's slurmstepd holds its socket: not a process titled as it,
+                // nor another node's slurmstepd of the same step on the same host
                 let pid = match pids[..] {
-                    [pid] => Some(pid),
                     [] => None,
-                    // another node's slurmstepd of the same step, on the same host
                     _ => self.procs.holding_socket(&pids, &present[&step]),
                 };
                 let place = match (pid, self.places.get(&step)) {
@@ -1047,7 +1054,8 @@ mod tests {
         let _sock = UnixListener::bind(spool.join("n1_5.4294967292")).expect("socket");
         let proc_root = tmp.path().join("proc");
         let stepd = cgroup::tests::v1_stepd(&job, "step_extern", true);
-        procs::tests::process(&proc_root, 40, "slurmstepd: [5.extern]", &stepd);
+        let socket = spool.join("n1_5.4294967292");
+        procs::tests::stepd(&proc_root, 40, (5, StepId::EXTERN), &stepd, &socket);
         let procs = Procs::from_path(&proc_root);
         let site = Site {
             spool: spool.clone(),
@@ -1304,12 +1312,9 @@ mod tests {
                     let name = format!("n1_{job}.{}", step.0);
                     sockets.push(UnixListener::bind(spool.join(name)).expect("socket"));
                     let pid = 1000 + 2 * job + k as u32;
-                    let title = format!(
-                        "slurmstepd: [{job}.{}]",
-                        step.cgroup_name().trim_start_matches("step_")
-                    );
                     let stepd = cgroup::tests::v1_stepd(&dir, &step.cgroup_name(), true);
-                    procs::tests::process(&proc_root, pid, &title, &stepd);
+                    let socket = spool.join(format!("n1_{job}.{}", step.0));
+                    procs::tests::stepd(&proc_root, pid, (job, step), &stepd, &socket);
                 }
             }
             let site = Site {
@@ -1397,19 +1402,15 @@ mod tests {
                 sockets
                     .push(UnixListener::bind(spool.join(format!("n1_{job}.0"))).expect("socket"));
                 let (stepd, task) = (10_000 + 2 * job, 10_001 + 2 * job);
-                procs::tests::process(&proc_root, stepd, &format!("slurmstepd: [{job}.0]"), "0::/");
-                procs::tests::child(&proc_root, stepd, task);
-                cgroup::tests::write(
-                    &proc_root.join(format!("{task}/environ")),
-                    &format!(
-                        "SLURM_JOB_ID={job}\0SLURM_STEP_GPUS={}\0SLURM_SHARDS_ON_NODE=2\0",
-                        job % 8
-                    ),
-                );
-                cgroup::tests::write(
-                    &proc_root.join(format!("{task}/stat")),
-                    &format!("{task} (python) R {stepd} 1 1 0"),
-                );
+                let job_dir = format!("0::/system.slice/slurmstepd.scope/job_{job}");
+                let socket = spool.join(format!("n1_{job}.0"));
+                let cgroup = format!("{job_dir}/step_0/slurm\n");
+                procs::tests::stepd(&proc_root, stepd, (job, StepId(0)), &cgroup, &socket);
+                let task_cgroup = format!("{job_dir}/step_0/user/task_0\n");
+                procs::tests::process(&proc_root, task, "python", &task_cgroup);
+                grant::tests::shards(job, StepId(0), 2, job % 8)
+                    .publish(&spool)
+                    .expect("grant");
             }
             let mut keeper =
                 Keeper::devices(&spool, 0, GresOrder::Detected, Some(60.0), &proc_root)
@@ -1510,12 +1511,8 @@ mod tests {
             let name = format!("n1_{job}.{}", step.0);
             let socket = UnixListener::bind(self.site.spool.join(name)).expect("socket");
             self.sockets.insert((job, step), socket);
-            let title = match step {
-                StepId::EXTERN => format!("slurmstepd: [{job}.extern]"),
-                StepId::BATCH => format!("slurmstepd: [{job}.batch]"),
-                StepId(n) => format!("slurmstepd: [{job}.{n}]"),
-            };
-            procs::tests::process(&self.site.proc_root, pid, &title, cgroup);
+            let socket = self.site.spool.join(format!("n1_{job}.{}", step.0));
+            procs::tests::stepd(&self.site.proc_root, pid, (job, step), cgroup, &socket);
         }
 
         fn moves(&self, pid: u32, cgroup: &str) {

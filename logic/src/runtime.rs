@@ -16,6 +16,7 @@ use std::time::Instant;
 use crate::accounting::{Baseline, EnergyRecord};
 use crate::attribution::doorbell::{self, Doorbell};
 use crate::attribution::gres::GresOrder;
+use crate::attribution::grant::Grant;
 use crate::attribution::procs::Procs;
 use crate::attribution::{self, Attribution, Keeper, Mode, Site, StepFigure};
 use crate::config::KeyValues;
@@ -102,10 +103,12 @@ pub enum Answer {
 }
 
 /// What `set_data` tells (Slurm's `ENERGY_DATA_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Update {
     Reconfig,
-    StepPtr,
+    /// `ENERGY_DATA_STEP_PTR`: what Slurm's step record says this slurmstepd's step was
+    /// granted, published for slurmd; `None` where the record could not be read (logged).
+    StepRecord(Option<Grant>),
     /// Send a `--profile=energy` sample.
     Profile,
 }
@@ -561,7 +564,20 @@ impl<S: Source, H: Host> Runtime<S, H> {
     pub fn set(&self, update: Update) -> Result<Option<ProfileSample>, CallFailed> {
         self.with_state("set_data", |state, host| match update {
             // State survives reconfiguration: the node's energy must not restart.
-            Update::Reconfig | Update::StepPtr => None,
+            Update::Reconfig | Update::StepRecord(None) => None,
+            Update::StepRecord(Some(grant)) => {
+                let published = host
+                    .spool_dir()
+                    .and_then(|spool| grant.publish(&spool).map_err(|e| e.to_string()));
+                if let Err(why) = published {
+                    log::error!(
+                        "step {}.{}: {why}; slurmd cannot tell which GPUs it holds",
+                        grant.job,
+                        grant.step_id().name()
+                    );
+                }
+                None
+            }
             Update::Profile => {
                 let record = state.node_record(host, Read::Now);
                 let parts = state.sensor_records(host);

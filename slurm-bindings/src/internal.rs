@@ -168,3 +168,88 @@ unsafe extern "C" {
 
 /// `time_t` on the LP64 Linux targets Slurm supports.
 pub type libc_time_t = i64;
+
+/// Where slurmstepd's step record (`stepd_step_rec_t`, `src/slurmd/slurmstepd/slurmstepd_job.h`)
+/// and the GRES states it points to (`gres_state_t`, `gres_job_state_t`,
+/// `gres_step_state_t`: `src/common/gres.h` in 22.05, `src/interfaces/gres.h` from 23.02)
+/// keep what slurmstepd hands the plugin at `ENERGY_DATA_STEP_PTR`: byte offsets on 64-bit
+/// Linux, measured with `offsetof` over each release's own headers (22.05.8, 23.02.7,
+/// 23.11.4, 24.05.8, 24.11.5, 25.05.8, 25.11.7, 26.05.3). None of these structs holds a
+/// field under `#if`, so a release's layout is its headers'. Releases between those keep
+/// the layout of the one before (Slurm changes these structs at major releases); whoever
+/// reads through them checks what it reads (the step's ids, the list's magic) before
+/// trusting the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepRecordLayout {
+    /// `stepd_step_rec_t.step_id`, a `slurm_step_id_t`.
+    pub step_id: usize,
+    /// `slurm_step_id_t.job_id` and `.step_id` within it (24.11 put a 64-bit SLUID first).
+    pub step_id_job: usize,
+    pub step_id_step: usize,
+    /// `stepd_step_rec_t.uid` (`uid_t`) and `.user_name` (`char *`).
+    pub uid: usize,
+    pub user_name: usize,
+    /// `stepd_step_rec_t.job_gres_list` and `.step_gres_list` (`list_t *` of `gres_state_t`,
+    /// this node's part of the credential's lists: `get_cred_gres()`).
+    pub job_gres_list: usize,
+    pub step_gres_list: usize,
+    /// `gres_state_t.plugin_id` (`uint32_t`, `gres_build_id(name)`) and `.gres_data`.
+    pub gres_plugin_id: usize,
+    pub gres_data: usize,
+    /// `gres_job_state_t`: `node_cnt` (`uint32_t`), `gres_bit_alloc` (`bitstr_t **`, one
+    /// bitmap of GRES indexes per node), `gres_cnt_node_alloc` (`uint64_t *`, per node).
+    pub job_node_cnt: usize,
+    pub job_bit_alloc: usize,
+    pub job_cnt_node_alloc: usize,
+    /// The same three in `gres_step_state_t`.
+    pub step_node_cnt: usize,
+    pub step_bit_alloc: usize,
+    pub step_cnt_node_alloc: usize,
+}
+
+/// `LIST_MAGIC` (`src/common/list.c`), the first field of every `list_t` in every release.
+pub const LIST_MAGIC: u32 = 0xDEAD_BEEF;
+
+const fn step_record_layout(version: u32) -> StepRecordLayout {
+    // (job_gres_list, step_gres_list, uid, user_name) moved at 23.02, 23.11, 24.11, 25.05
+    let (job_gres_list, step_gres_list, uid, user_name) = if version >= 0x19_05_00 {
+        (768, 776, 384, 392)
+    } else if version >= 0x18_0B_00 {
+        (760, 768, 376, 384)
+    } else if version >= 0x17_0B_00 {
+        (752, 760, 368, 376)
+    } else if version >= 0x17_02_00 {
+        (736, 744, 352, 360)
+    } else {
+        (648, 656, 352, 360)
+    };
+    // gres_job_state_t grew at 23.11 and 24.05
+    let (job_node_cnt, job_bit_alloc, job_cnt_node_alloc) = if version >= 0x18_05_00 {
+        (136, 144, 152)
+    } else if version >= 0x17_0B_00 {
+        (120, 128, 136)
+    } else {
+        (112, 120, 128)
+    };
+    let sluid_first = version >= 0x18_0B_00;
+    StepRecordLayout {
+        step_id: 112,
+        step_id_job: if sluid_first { 8 } else { 0 },
+        step_id_step: if sluid_first { 16 } else { 8 },
+        uid,
+        user_name,
+        job_gres_list,
+        step_gres_list,
+        gres_plugin_id: 4,
+        gres_data: 8,
+        job_node_cnt,
+        job_bit_alloc,
+        job_cnt_node_alloc,
+        step_node_cnt: 96,
+        step_bit_alloc: 112,
+        step_cnt_node_alloc: 88,
+    }
+}
+
+/// The layout of the release being built for.
+pub const STEP_RECORD: StepRecordLayout = step_record_layout(crate::SLURM_VERSION_NUMBER);

@@ -12,6 +12,7 @@ mod macros;
 mod plugin;
 mod profile;
 mod slurm_conf;
+mod step_record;
 
 pub use self::log::SlurmLogger;
 pub use plugin::Plugin;

@@ -1,6 +1,7 @@
 //! Slurm's calls into one plugin: pointers in, [`Runtime`] calls, pointers out.
 
 use core::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use slurm_sys::{
@@ -11,7 +12,7 @@ use slurm_sys::{
 use super::host::SlurmHost;
 use super::log::SlurmLogger;
 use super::profile::Profile;
-use super::{conf, energy};
+use super::{conf, energy, step_record};
 use crate::runtime::{Answer, Query, Runtime, Update};
 use crate::source::Source;
 use slurm_energy_logic::guard::guard;
@@ -20,6 +21,9 @@ pub struct Plugin<S: Source> {
     logger: SlurmLogger,
     runtime: Runtime<S, SlurmHost>,
     profile: Mutex<Profile>,
+    /// The last `SENSOR_CNT` answer, by which Slurm sizes the arrays it passes with
+    /// `STRUCT` and `JOULES_TASK` (0: never asked, so no more than one record is written).
+    sized_for: AtomicU16,
 }
 
 fn status<T, E>(result: Result<T, E>) -> c_int {
@@ -42,10 +46,26 @@ fn query(data_type: u32) -> Option<Query> {
     })
 }
 
-fn update(data_type: u32) -> Option<Update> {
+/// # Safety
+/// `data` is what Slurm passes with `data_type` to `set_data`.
+unsafe fn update(data_type: u32, data: *mut c_void) -> Option<Update> {
     Some(match data_type {
         acct_energy_type::ENERGY_DATA_RECONFIG => Update::Reconfig,
-        acct_energy_type::ENERGY_DATA_STEP_PTR => Update::StepPtr,
+        acct_energy_type::ENERGY_DATA_STEP_PTR => {
+            // SAFETY: STEP_PTR passes slurmstepd's stepd_step_rec_t.
+            let grant = guard("set_data", Err("internal error (logged)".into()), || unsafe {
+                step_record::grant(data)
+            });
+            Update::StepRecord(
+                grant
+                    .inspect_err(|why| {
+                        log::error!(
+                            "{why}; slurmd cannot tell which GPUs this step holds, nor its user"
+                        )
+                    })
+                    .ok(),
+            )
+        }
         acct_energy_type::ENERGY_DATA_PROFILE => Update::Profile,
         _ => return None,
     })
@@ -57,6 +77,7 @@ impl<S: Source> Plugin<S> {
             logger: SlurmLogger::new(plugin_type),
             runtime: Runtime::new(SlurmHost { plugin_type }),
             profile: Mutex::new(Profile::new()),
+            sized_for: AtomicU16::new(0),
         }
     }
 
@@ -95,25 +116,32 @@ impl<S: Source> Plugin<S> {
             }
             Ok(Answer::Records(records)) => {
                 let array = data.cast::<acct_gather_energy_t>();
-                for (i, record) in records.iter().enumerate() {
+                // the meter's records now may outnumber what Slurm was told (a reconfigure
+                // between its SENSOR_CNT and this call): never more than the array holds
+                let room = usize::from(self.sized_for.load(Ordering::SeqCst).max(1));
+                for (i, record) in records.iter().take(room).enumerate() {
                     // SAFETY: STRUCT and JOULES_TASK pass an array that Slurm sized by our
-                    // SENSOR_CNT, which counts exactly these records.
+                    // last SENSOR_CNT answer, `room` records (at least one).
                     energy::write(unsafe { &mut *array.add(i) }, record);
                 }
             }
             // SAFETY: LAST_POLL passes a time_t.
             Ok(Answer::PollTime(t)) => unsafe { *data.cast::<libc_time_t>() = t },
-            // SAFETY: SENSOR_CNT passes a uint16_t.
-            Ok(Answer::SensorCount(n)) => unsafe { *data.cast::<u16>() = n },
+            Ok(Answer::SensorCount(n)) => {
+                self.sized_for.store(n, Ordering::SeqCst);
+                // SAFETY: SENSOR_CNT passes a uint16_t.
+                unsafe { *data.cast::<u16>() = n }
+            }
             Err(_) => return SLURM_ERROR,
         }
         SLURM_SUCCESS
     }
 
     /// # Safety
-    /// `data` is what Slurm passes for `data_type` (slurm-abi.md §2.1); it is not used.
-    pub unsafe fn set_data(&self, data_type: u32, _data: *mut c_void) -> c_int {
-        let Some(update) = update(data_type) else {
+    /// `data` is what Slurm passes for `data_type` (slurm-abi.md §2.1).
+    pub unsafe fn set_data(&self, data_type: u32, data: *mut c_void) -> c_int {
+        // SAFETY: forwarded from Slurm.
+        let Some(update) = (unsafe { update(data_type, data) }) else {
             log::error!("set_data: unknown data type {data_type}");
             return SLURM_ERROR;
         };

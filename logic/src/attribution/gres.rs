@@ -1,28 +1,14 @@
-//! Which of the node's GPUs a step holds, as Slurm allocated them (its GPU GRES): the same
-//! with or without `ConstrainDevices`, on cgroup v1 and v2.
-//!
-//! Slurm tells a step's tasks the GRES indexes of its GPUs in their environment:
-//! `SLURM_STEP_GPUS` for srun's steps, `SLURM_JOB_GPUS` for the batch and interactive
-//! steps (`gres_common_gpu_set_env()`), also for a step holding only shards or MPS of a GPU
-//! (the shard and MPS plugins name the underlying GPU), with `SLURM_SHARDS_ON_NODE` and
-//! `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` for how much of it. This is the one source that is
-//! the same in every configuration: the devices cgroup limits only with `ConstrainDevices`
-//! and is not readable back under cgroup v2; Slurm's step structure is internal and changes
-//! with every release; `CUDA_VISIBLE_DEVICES` is renumbered from 0 under
-//! `ConstrainDevices`. A step's environment is read once, from its first task (or batch
-//! script) that has started: until then it holds nothing known, and the GPU's energy
-//! meanwhile is charged to it when its holding is known ([`super::ledger`]).
-//!
-//! A GRES index is a place in slurmd's list of the node's GPUs ([`GresOrder`]), matched to
-//! the library's GPUs by device file, or by the library's order where Slurm detected the
-//! GPUs with that library: never by an enumeration order Slurm did not use.
+//! Which of the node's GPUs a GRES index names: a step's GPUs come from Slurm's own step
+//! record ([`super::grant`]) as GRES indexes, places in slurmd's list of the node's GPUs
+//! ([`GresOrder`]), matched to the library's GPUs by device file, or by the library's order
+//! where Slurm detected the GPUs with that library: never by an enumeration order Slurm did
+//! not use.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::hostlist;
 
-use super::StepId;
 
 /// How slurmd numbers the node's GPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,16 +133,13 @@ fn device_number(path: &Path) -> Option<(u32, u32)> {
 const NVIDIA_MAJOR: u32 = 195;
 const DRM_MAJOR: u32 = 226;
 
-/// What a step holds of the node's GPUs, from one of its tasks' environment.
-#[derive(Debug, Clone, PartialEq)]
+/// What a step holds of the node's GPUs ([`super::grant::Grant::allocation`]).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Allocation {
     /// Its GPUs' GRES indexes.
     pub gpus: Vec<u32>,
-    /// Its MIG instances' UUIDs, where `CUDA_VISIBLE_DEVICES` names them (Slurm does for
-    /// the MIG instances it detects).
-    pub mig_uuids: Vec<String>,
-    /// How much of each GPU it holds, in the sharing GRES's unit (shards, an MPS
-    /// percentage); `None`: the GPUs are its whole.
+    /// How much of each GPU it holds, in the sharing GRES's unit (shards, MPS units);
+    /// `None`: the GPUs are its whole.
     pub shares: Option<f64>,
 }
 
@@ -170,63 +153,6 @@ impl Allocation {
             None => 1.0,
         }
     }
-}
-
-/// A GRES index list (`0,2`, `0-1`); `None` if malformed.
-fn indexes(list: &str) -> Option<Vec<u32>> {
-    let mut out = Vec::new();
-    for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        match item.split_once('-') {
-            Some((lo, hi)) => {
-                let (lo, hi): (u32, u32) = (lo.parse().ok()?, hi.parse().ok()?);
-                if hi < lo || hi - lo > 4096 {
-                    return None;
-                }
-                out.extend(lo..=hi);
-            }
-            None => out.push(item.parse().ok()?),
-        }
-    }
-    Some(out)
-}
-
-/// The step's allocation from a process's environment (`/proc/<pid>/environ`, NUL
-/// separated); `None` when it is not a task's (no `SLURM_JOB_ID`: a process the
-/// slurmstepd forked that has not become a task yet). A task without GPU variables holds
-/// no GPU.
-pub fn allocation(environ: &[u8], step: StepId) -> Option<Allocation> {
-    let text = String::from_utf8_lossy(environ);
-    let vars: Vec<(&str, &str)> = text
-        .split('\0')
-        .filter_map(|kv| kv.split_once('='))
-        .collect();
-    let get = |key: &str| vars.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| *v);
-    get("SLURM_JOB_ID")?;
-    // a srun step's tasks inherit the batch script's SLURM_JOB_GPUS: the step's own first
-    let list = match step {
-        StepId::BATCH | StepId::INTERACTIVE => get("SLURM_JOB_GPUS"),
-        _ => get("SLURM_STEP_GPUS").or_else(|| get("SLURM_JOB_GPUS")),
-    };
-    let gpus = list.and_then(indexes).unwrap_or_default();
-    let number = |key: &str| {
-        get(key)
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v > 0.0)
-    };
-    let shares =
-        number("SLURM_SHARDS_ON_NODE").or_else(|| number("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
-    let mig_uuids = get("CUDA_VISIBLE_DEVICES")
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|d| d.starts_with("MIG-"))
-        .map(str::to_string)
-        .collect();
-    Some(Allocation {
-        gpus,
-        mig_uuids,
-        shares,
-    })
 }
 
 #[cfg(test)]
@@ -287,63 +213,6 @@ mod tests {
         assert!(
             bad.contains("line 1") && bad.contains("File=/dev/nvidia[1-"),
             "{bad}"
-        );
-    }
-
-    fn env(vars: &[&str]) -> Vec<u8> {
-        vars.iter()
-            .flat_map(|v| format!("{v}\0").into_bytes())
-            .collect()
-    }
-
-    #[test]
-    fn a_steps_gpus_and_shares_come_from_its_tasks_environment() {
-        let step = StepId(0);
-        // srun's step: its own list, not the batch script's inherited one
-        let task = env(&["SLURM_JOB_ID=7", "SLURM_JOB_GPUS=0,1", "SLURM_STEP_GPUS=1"]);
-        assert_eq!(
-            allocation(&task, step),
-            Some(Allocation {
-                gpus: vec![1],
-                mig_uuids: vec![],
-                shares: None
-            })
-        );
-        assert_eq!(
-            allocation(&task, StepId::BATCH).map(|a| a.gpus),
-            Some(vec![0, 1])
-        );
-        let shards = env(&[
-            "SLURM_JOB_ID=7",
-            "SLURM_STEP_GPUS=0-1",
-            "SLURM_SHARDS_ON_NODE=4",
-        ]);
-        let a = allocation(&shards, step).expect("a task");
-        assert_eq!((a.gpus.clone(), a.shares_per_gpu()), (vec![0, 1], 2.0));
-        let mps = env(&[
-            "SLURM_JOB_ID=7",
-            "SLURM_STEP_GPUS=2",
-            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=15",
-        ]);
-        assert_eq!(allocation(&mps, step).map(|a| a.shares), Some(Some(15.0)));
-        let mig = env(&[
-            "SLURM_JOB_ID=7",
-            "SLURM_STEP_GPUS=0",
-            "CUDA_VISIBLE_DEVICES=MIG-4b1c-aa,MIG-4b1c-bb",
-        ]);
-        assert_eq!(
-            allocation(&mig, step).map(|a| a.mig_uuids),
-            Some(vec!["MIG-4b1c-aa".to_string(), "MIG-4b1c-bb".to_string()])
-        );
-        // a task without GPUs holds none; a process that is not a task yet tells nothing
-        assert_eq!(
-            allocation(&env(&["SLURM_JOB_ID=7"]), step).map(|a| a.gpus),
-            Some(vec![])
-        );
-        assert_eq!(allocation(&env(&["PATH=/bin"]), step), None);
-        assert_eq!(
-            allocation(&env(&["SLURM_JOB_ID=7", "SLURM_STEP_GPUS=x"]), step).map(|a| a.gpus),
-            Some(vec![])
         );
     }
 }

@@ -1,31 +1,41 @@
 //! slurmd's view of who holds the node's devices (GPUs), for the ledger's
-//! [`super::ledger::Split::Devices`]: each step's allocation from its tasks' environment
-//! ([`super::gres`]) matched to the source's devices, and which job each process using a
-//! device belongs to (the slurmstepd it descends from).
+//! [`super::ledger::Split::Devices`]: each step's allocation from Slurm's own step record
+//! ([`super::grant`]) matched to the source's devices ([`super::gres`]), and which job each
+//! process using a device belongs to: the job whose cgroup holds it, as the kernel says
+//! (`/proc/<pid>/cgroup`), whatever its parents, title or environment.
 
 use std::cell::OnceCell;
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 
 use super::StepId;
-use super::gres::{Allocation, GresOrder, allocation};
+use super::grant::Grant;
+use super::gres::{Allocation, GresOrder};
 use super::ledger::{ObservedDevice, ObservedInstance};
 use super::procs::Procs;
 use crate::source::DeviceReading;
 
-/// How far up a device process's ancestors its slurmstepd is looked for.
+/// How far up a device process's ancestors its slurmstepd is looked for, where Slurm
+/// places no process in a cgroup of its job.
 const MAX_DEPTH: usize = 64;
 
 pub struct Holders {
     order: GresOrder,
+    /// SlurmdSpoolDir, where the steps' grants are.
+    spool: PathBuf,
     /// Each GRES index's device files, resolved once ([`GresOrder::Files`]).
     files: Vec<Vec<Option<(u32, u32)>>>,
     /// The driver's MIG capability minors, read when a MIG record is first matched.
     mig_minors: OnceCell<HashMap<String, u32>>,
-    /// Each present step's allocation, once read from one of its tasks.
+    /// Each present step's allocation, once its grant is read.
     allocations: HashMap<(u32, StepId), Allocation>,
     /// Each process using a device: its job (`None`: no job's), while it uses one.
     owners: HashMap<u32, Option<u32>>,
+    /// Each slurmstepd's job directories, one per cgroup hierarchy, once it is in them.
+    job_dirs: HashMap<u32, Vec<JobDir>>,
+    /// Slurm placed no slurmstepd in a job's cgroup (no cgroup plugin): said once.
+    said_no_cgroups: bool,
     /// Each `(device position, pid)`'s use at the last sample.
     last_busy: HashMap<(u32, u32), u64>,
     /// Each MIG instance's activity at the last sample, by position.
@@ -33,7 +43,7 @@ pub struct Holders {
 }
 
 impl Holders {
-    pub fn new(order: GresOrder) -> Self {
+    pub fn new(order: GresOrder, spool: &Path) -> Self {
         if let GresOrder::Files(files) = &order {
             log::info!(
                 "GPUs by GRES index (gres.conf, AutoDetect off): {}",
@@ -53,9 +63,12 @@ impl Holders {
         Self {
             files: order.device_files(),
             order,
+            spool: spool.to_path_buf(),
             mig_minors: OnceCell::new(),
             allocations: HashMap::new(),
             owners: HashMap::new(),
+            job_dirs: HashMap::new(),
+            said_no_cgroups: false,
             last_busy: HashMap::new(),
             last_activity: HashMap::new(),
         }
@@ -66,18 +79,8 @@ impl Holders {
         self.allocations.retain(|step, _| present.contains(step));
     }
 
-    /// The devices an allocation names, by their positions among `devices`: MIG instances
-    /// by the UUIDs its tasks were given where they were, else its GRES indexes.
+    /// The devices an allocation names, by their positions among `devices`.
     fn positions(&self, procs: &Procs, a: &Allocation, devices: &[DeviceReading]) -> Vec<u32> {
-        if !a.mig_uuids.is_empty() {
-            let instances: Vec<_> = devices.iter().flat_map(|d| &d.instances).collect();
-            return a
-                .mig_uuids
-                .iter()
-                .filter_map(|uuid| instances.iter().find(|i| &i.uuid == uuid))
-                .map(|i| i.position)
-                .collect();
-        }
         a.gpus
             .iter()
             .filter_map(|&index| self.position(procs, index, devices))
@@ -85,15 +88,21 @@ impl Holders {
     }
 
     /// The device a GRES index names: by the library's order where Slurm detected the
-    /// GPUs, else by gres.conf's device file; a `MultipleFiles` record (MIG) names the
+    /// GPUs (a GPU split into MIG instances counting as its instances, in the library's
+    /// order), else by gres.conf's device file; a `MultipleFiles` record (MIG) names the
     /// instance whose capability files it lists (the driver's `mig-minors`).
     fn position(&self, procs: &Procs, index: u32, devices: &[DeviceReading]) -> Option<u32> {
         // (and where the library tells no device files, its order is the only one known)
         if self.order == GresOrder::Detected || devices.iter().all(|d| d.file.is_none()) {
-            return devices
-                .iter()
-                .find(|d| d.position == index)
-                .map(|d| d.position);
+            let mut ordered: Vec<&DeviceReading> = devices.iter().collect();
+            ordered.sort_by_key(|d| d.position);
+            return ordered
+                .into_iter()
+                .flat_map(|d| match d.instances.is_empty() {
+                    true => vec![d.position],
+                    false => d.instances.iter().map(|i| i.position).collect(),
+                })
+                .nth(index as usize);
         }
         let record = self.files.get(index as usize)?;
         let gpu = (*record.first()?)?;
@@ -118,31 +127,26 @@ impl Holders {
             .map(|i| i.position)
     }
 
-    /// What `step` (its slurmstepd `stepd`, when found) holds: `(position, shares)`. Its
-    /// allocation is read from the first of its tasks that has started; until then
-    /// nothing. The extern step has no tasks of its own: it is charged its job's devices
-    /// ([`super::ledger::Split::Devices`]).
+    /// What `step` holds: `(position, shares)`, from its grant ([`Grant`]), read when
+    /// its slurmstepd has published it; until then nothing. The extern step is charged its
+    /// job's devices ([`super::ledger::Split::Devices`]).
     pub fn holds(
         &mut self,
         procs: &Procs,
         step: (u32, StepId),
-        stepd: Option<u32>,
         devices: &[DeviceReading],
     ) -> Vec<(u32, f64)> {
         if step.1 == StepId::EXTERN {
             return Vec::new();
         }
         if let Entry::Vacant(unknown) = self.allocations.entry(step) {
-            let found = stepd
-                .into_iter()
-                .flat_map(|pid| procs.children(pid))
-                .find_map(|task| allocation(&procs.environ(task)?, step.1));
-            let Some(a) = found else {
+            let Some(grant) = Grant::read(&self.spool, step.0, step.1) else {
                 return Vec::new();
             };
+            let a = grant.allocation();
             if !a.gpus.is_empty() {
                 log::info!(
-                    "step {}.{} holds GPUs {:?} (GRES indexes){}",
+                    "step {}.{} holds GPUs {:?} (GRES indexes, from Slurm's step record){}",
                     step.0,
                     step.1.cgroup_name(),
                     a.gpus,
@@ -162,7 +166,8 @@ impl Holders {
     }
 
     /// Each device's energy, and its processes' use since the last sample per job, the
-    /// jobs known by their slurmstepds' pids (`stepds`: pid to job).
+    /// jobs known by their slurmstepds' pids (`stepds`: pid to job), each process's job
+    /// by the job cgroup that holds it.
     pub fn observe(
         &mut self,
         procs: &Procs,
@@ -174,6 +179,7 @@ impl Holders {
             .flat_map(|d| d.busy.iter().map(|(pid, _)| *pid))
             .collect();
         self.owners.retain(|pid, _| using.contains(pid));
+        let jobs = self.jobs_by_cgroup(procs, stepds);
         let mut observed = Vec::new();
         let mut last_busy = HashMap::new();
         for d in devices {
@@ -186,7 +192,12 @@ impl Holders {
                 let owner = *self
                     .owners
                     .entry(pid)
-                    .or_insert_with(|| owning_job(procs, stepds, pid));
+                    .or_insert_with(|| match jobs.is_empty() {
+                        false => job_of_cgroup(&jobs, &procs.cgroup(pid).unwrap_or_default()),
+                        // no Slurm cgroup on this node: the slurmstepd a process descends
+                        // from is all there is (one that leaves its parents escapes)
+                        true => owning_job(procs, stepds, pid),
+                    });
                 if let (Some(job), true) = (owner, used > 0) {
                     match busy.iter_mut().find(|(j, _)| *j == job) {
                         Some((_, b)) => *b += used as f64,
@@ -217,6 +228,92 @@ impl Holders {
         self.last_busy = last_busy;
         observed
     }
+
+    /// The job directories of the present jobs, from where Slurm placed their
+    /// slurmstepds (read until found, then kept while the slurmstepd lives).
+    fn jobs_by_cgroup(&mut self, procs: &Procs, stepds: &HashMap<u32, u32>) -> Vec<(JobDir, u32)> {
+        self.job_dirs.retain(|pid, _| stepds.contains_key(pid));
+        let mut jobs = Vec::new();
+        for (&pid, &job) in stepds {
+            let dirs = match self.job_dirs.entry(pid) {
+                Entry::Occupied(known) => known.into_mut(),
+                Entry::Vacant(unknown) => {
+                    let dirs = job_dirs(&procs.cgroup(pid).unwrap_or_default());
+                    if dirs.is_empty() {
+                        continue;
+                    }
+                    unknown.insert(dirs)
+                }
+            };
+            jobs.extend(dirs.iter().map(|d| (d.clone(), job)));
+        }
+        if jobs.is_empty() && !stepds.is_empty() && !self.said_no_cgroups {
+            log::info!(
+                "no slurmstepd is in a cgroup of its job (no cgroup plugin): GPU processes \
+                 are matched to jobs by their parents"
+            );
+            self.said_no_cgroups = true;
+        }
+        jobs
+    }
+}
+
+/// A job's directory in one cgroup hierarchy (`/proc/<pid>/cgroup`'s `hierarchy:controllers`
+/// and path components).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct JobDir {
+    hierarchy: String,
+    components: Vec<String>,
+}
+
+/// The lines of a `/proc/<pid>/cgroup`: `(hierarchy, path components)`.
+fn cgroup_lines(text: &str) -> impl Iterator<Item = (String, Vec<String>)> + '_ {
+    text.lines().filter_map(|line| {
+        let (hierarchy, path) = line.rsplit_once(':')?;
+        let components = path
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect();
+        Some((hierarchy.to_string(), components))
+    })
+}
+
+/// Where a slurmstepd's cgroups say its job's directory is, in each hierarchy: the
+/// directory above its step's (`.../job_123/step_0`, and 26.05's `.../s<SLUID>/step_0`),
+/// or its own where Slurm keeps it at the job's level (v1's freezer: `.../job_123`).
+fn job_dirs(stepd_cgroup: &str) -> Vec<JobDir> {
+    cgroup_lines(stepd_cgroup)
+        .filter_map(|(hierarchy, components)| {
+            let step = components.iter().position(|c| c.starts_with("step_"));
+            let end = match step {
+                Some(i) if i > 0 => i,
+                _ if components.last().is_some_and(|c| is_job_component(c)) => components.len(),
+                _ => return None,
+            };
+            Some(JobDir {
+                hierarchy,
+                components: components[..end].to_vec(),
+            })
+        })
+        .collect()
+}
+
+fn is_job_component(c: &str) -> bool {
+    c.strip_prefix("job_")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The job whose directory holds a process with cgroups `cgroup`, if any: the kernel's
+/// answer, which no process can change but by being moved by root.
+fn job_of_cgroup(jobs: &[(JobDir, u32)], cgroup: &str) -> Option<u32> {
+    cgroup_lines(cgroup).find_map(|(hierarchy, components)| {
+        jobs.iter()
+            .find(|(dir, _)| {
+                dir.hierarchy == hierarchy && components.starts_with(&dir.components)
+            })
+            .map(|(_, job)| *job)
+    })
 }
 
 /// The job of the slurmstepd that `pid` descends from.
@@ -235,20 +332,8 @@ fn owning_job(procs: &Procs, stepds: &HashMap<u32, u32>, pid: u32) -> Option<u32
 mod tests {
     use super::*;
     use crate::attribution::cgroup::tests::write;
-    use crate::attribution::procs::tests::child;
-    use std::path::Path;
-
-    fn task(root: &Path, stepd: u32, pid: u32, env: &str) {
-        child(root, stepd, pid);
-        write(
-            &root.join(format!("{pid}/environ")),
-            &env.replace(' ', "\0"),
-        );
-        write(
-            &root.join(format!("{pid}/stat")),
-            &format!("{pid} (sh) S {stepd} 1 1 0"),
-        );
-    }
+    use crate::attribution::grant::tests::{shards, whole};
+    use crate::attribution::procs::tests::{child, process};
 
     fn gpu(position: u32, minor: u32, busy: &[(u32, u64)]) -> DeviceReading {
         DeviceReading {
@@ -261,69 +346,96 @@ mod tests {
         }
     }
 
-    /// GRES indexes name gres.conf's files, matched to the library's GPUs by minor; the
-    /// extern step and a step whose tasks have not started hold nothing yet; use is per
-    /// job, from the slurmstepd a process descends from.
+    /// A task of `stepd` in `cgroup`, its environment claiming GPUs it was not given.
+    fn task(root: &Path, stepd: u32, pid: u32, cgroup: &str) {
+        child(root, stepd, pid);
+        process(root, pid, "python", cgroup);
+        write(
+            &root.join(format!("{pid}/environ")),
+            "SLURM_JOB_ID=7\0SLURM_JOB_GPUS=0,1\0CUDA_VISIBLE_DEVICES=0,1\0",
+        );
+        write(
+            &root.join(format!("{pid}/stat")),
+            &format!("{pid} (python) S {stepd} 1 1 0"),
+        );
+    }
+
+    /// GRES indexes come from the steps' grants (what tasks' environments say is not
+    /// read), named by gres.conf's files, matched to the library's GPUs by minor; the
+    /// extern step and a step whose grant is not published hold nothing yet; use is per
+    /// job, by the job cgroup that holds the process, whatever its parents.
     #[test]
-    fn steps_hold_the_gpus_their_tasks_were_given() {
+    fn steps_hold_the_gpus_slurm_granted_and_use_is_the_cgroups_job() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let root = tmp.path();
-        let dev = tmp.path().join("dev");
-        std::fs::create_dir_all(&dev).expect("mkdir");
+        let (root, spool) = (tmp.path().join("proc"), tmp.path().join("spool"));
+        std::fs::create_dir_all(&spool).expect("spool");
         // gres.conf's order: nvidia3 is GRES 0, nvidia5 is GRES 1; the library has 5 first
-        let devices = [gpu(0, 5, &[(40, 30), (50, 10)]), gpu(1, 3, &[])];
+        let devices = [gpu(0, 5, &[(40, 30), (50, 10), (60, 5)]), gpu(1, 3, &[])];
         let order = GresOrder::Files(vec![vec!["/dev/null".into()], vec!["/dev/zero".into()]]);
-        let mut holders = Holders::new(order);
+        let mut holders = Holders::new(order, &spool);
         // stand-in numbers for the two files: as if nvidia3 and nvidia5
         holders.files = vec![vec![Some((195, 3))], vec![Some((195, 5))]];
-        let procs = Procs::from_path(root);
-        assert!(
-            holders
-                .holds(&procs, (7, StepId(0)), Some(100), &devices)
-                .is_empty()
-        );
-        task(
-            root,
-            100,
-            40,
-            "SLURM_JOB_ID=7 SLURM_STEP_GPUS=1 SLURM_SHARDS_ON_NODE=2",
-        );
-        task(
-            root,
-            200,
-            50,
-            "SLURM_JOB_ID=8 SLURM_JOB_GPUS=1 SLURM_SHARDS_ON_NODE=2",
-        );
+        let procs = Procs::from_path(&root);
+        let v2 = "0::/system.slice/slurmstepd.scope";
+        process(&root, 100, "slurmstepd: [7.0]", &format!("{v2}/job_7/step_0/slurm"));
+        process(&root, 200, "slurmstepd: [8.batch]", &format!("{v2}/job_8/step_batch/slurm"));
+        task(&root, 100, 40, &format!("{v2}/job_7/step_0/user/task_0"));
+        // job 8's process double-forked: its parent is init, its cgroup still job 8's
+        task(&root, 1, 50, &format!("{v2}/job_8/step_batch/user/task_0"));
+        // a process outside every job, whose parent is job 7's slurmstepd
+        task(&root, 100, 60, "0::/user.slice/user-1000.slice/session-3.scope");
+        assert!(holders.holds(&procs, (7, StepId(0)), &devices).is_empty());
+        shards(7, StepId(0), 2, 1).publish(&spool).expect("grant");
+        shards(8, StepId::BATCH, 2, 1).publish(&spool).expect("grant");
         assert_eq!(
-            holders.holds(&procs, (7, StepId(0)), Some(100), &devices),
+            holders.holds(&procs, (7, StepId(0)), &devices),
             vec![(0, 2.0)]
         );
-        assert!(
-            holders
-                .holds(&procs, (7, StepId::EXTERN), Some(100), &devices)
-                .is_empty()
-        );
+        assert!(holders.holds(&procs, (7, StepId::EXTERN), &devices).is_empty());
         assert_eq!(
-            holders.holds(&procs, (8, StepId::BATCH), Some(200), &devices),
+            holders.holds(&procs, (8, StepId::BATCH), &devices),
             vec![(0, 2.0)]
         );
         let stepds: HashMap<u32, u32> = [(100, 7), (200, 8)].into_iter().collect();
         let seen = holders.observe(&procs, &stepds, &devices);
         assert_eq!(seen[0].busy, vec![(7, 30.0), (8, 10.0)]);
         // the next sample counts only what was used since
-        let later = [gpu(0, 5, &[(40, 45), (50, 10)]), gpu(1, 3, &[])];
+        let later = [gpu(0, 5, &[(40, 45), (50, 10), (60, 9)]), gpu(1, 3, &[])];
         let seen = holders.observe(&procs, &stepds, &later);
         assert_eq!(seen[0].busy, vec![(7, 15.0)]);
         assert!(seen[1].busy.is_empty());
     }
 
-    /// MIG instances are named by the UUIDs the tasks were given, or by a `MultipleFiles`
-    /// record's capability files, which the driver's `mig-minors` ties to an instance.
+    /// Under cgroup v1 the slurmstepd sits at its job's level in the freezer hierarchy and
+    /// at its step's in the others; 26.05 names job directories by SLUID.
     #[test]
-    fn mig_instances_are_found_by_uuid_or_by_capability_files() {
+    fn a_processs_job_is_the_job_directory_that_holds_it() {
+        let v1 = job_dirs("7:freezer:/slurm/uid_1000/job_12\n4:cpuset:/slurm/uid_1000/job_12/step_0\n");
+        assert_eq!(v1.len(), 2);
+        let sluid = job_dirs("0::/system.slice/slurmstepd.scope/s1a2b3c4d5e6f7/step_0/slurm\n");
+        let jobs = vec![(v1[0].clone(), 12), (v1[1].clone(), 12), (sluid[0].clone(), 13)];
+        let of = |text: &str| job_of_cgroup(&jobs, text);
+        assert_eq!(of("7:freezer:/slurm/uid_1000/job_12/step_0/task_0\n"), Some(12));
+        assert_eq!(
+            of("0::/system.slice/slurmstepd.scope/s1a2b3c4d5e6f7/step_0/user/task_1\n"),
+            Some(13)
+        );
+        // a name that only begins like a job's directory is not inside it
+        assert_eq!(of("7:freezer:/slurm/uid_1000/job_123/step_0\n"), None);
+        assert_eq!(of("0::/system.slice/slurmstepd.scope/system\n"), None);
+        // a slurmstepd still outside its step (v2's system/) tells no job directory
+        assert!(job_dirs("0::/system.slice/slurmstepd.scope/system\n").is_empty());
+    }
+
+    /// With AutoDetect, GRES indexes follow the library's order, a GPU split into MIG
+    /// instances counting as its instances; with gres.conf, a `MultipleFiles` record names
+    /// the instance its capability files give access to (the driver's `mig-minors`).
+    #[test]
+    fn mig_instances_are_found_by_library_order_or_by_capability_files() {
         use crate::source::InstanceReading;
         let tmp = tempfile::tempdir().expect("tempdir");
-        let root = tmp.path();
+        let (root, spool) = (tmp.path().join("proc"), tmp.path().join("spool"));
+        std::fs::create_dir_all(&spool).expect("spool");
         write(
             &root.join("driver/nvidia-caps/mig-minors"),
             "gpu3/gi1/access 21\ngpu3/gi1/ci0/access 22\ngpu3/gi2/access 30\n\
@@ -337,36 +449,28 @@ mod tests {
             sms: 14,
             activity: Some(500),
         };
-        let mut parent = gpu(0, 3, &[]);
+        let mut parent = gpu(1, 3, &[]);
         parent.instances = vec![instance(100, 1, "MIG-a"), instance(101, 2, "MIG-b")];
-        let devices = [parent];
-        let mut holders = Holders::new(GresOrder::Files(vec![]));
-        // GRES 0 is GI 2's record, GRES 1 GI 1's (the capability files' minors)
-        holders.files = vec![
+        let devices = [gpu(0, 2, &[]), parent];
+        let procs = Procs::from_path(&root);
+        whole(7, StepId(0), 1).publish(&spool).expect("grant");
+        whole(8, StepId(0), 2).publish(&spool).expect("grant");
+        let mut detected = Holders::new(GresOrder::Detected, &spool);
+        assert_eq!(detected.holds(&procs, (7, StepId(0)), &devices), vec![(100, 1.0)]);
+        assert_eq!(detected.holds(&procs, (8, StepId(0)), &devices), vec![(101, 1.0)]);
+        let mut files = Holders::new(GresOrder::Files(vec![]), &spool);
+        // GRES 1 is GI 2's record, GRES 2 GI 1's (the capability files' minors)
+        files.files = vec![
+            vec![Some((195, 2))],
             vec![Some((195, 3)), Some((235, 30)), Some((235, 31))],
             vec![Some((195, 3)), Some((235, 21)), Some((235, 22))],
         ];
-        let procs = Procs::from_path(root);
-        task(root, 100, 40, "SLURM_JOB_ID=7 SLURM_STEP_GPUS=1");
-        task(
-            root,
-            200,
-            50,
-            "SLURM_JOB_ID=8 SLURM_STEP_GPUS=0 CUDA_VISIBLE_DEVICES=MIG-a",
-        );
+        assert_eq!(files.holds(&procs, (7, StepId(0)), &devices), vec![(101, 1.0)]);
+        assert_eq!(files.holds(&procs, (8, StepId(0)), &devices), vec![(100, 1.0)]);
+        let seen = files.observe(&procs, &HashMap::new(), &devices);
+        assert_eq!(seen[1].instances[1].activity, 500.0);
         assert_eq!(
-            holders.holds(&procs, (7, StepId(0)), Some(100), &devices),
-            vec![(100, 1.0)]
-        );
-        // the UUID wins over the index
-        assert_eq!(
-            holders.holds(&procs, (8, StepId(0)), Some(200), &devices),
-            vec![(100, 1.0)]
-        );
-        let seen = holders.observe(&procs, &HashMap::new(), &devices);
-        assert_eq!(seen[0].instances[1].activity, 500.0);
-        assert_eq!(
-            holders.observe(&procs, &HashMap::new(), &devices)[0].instances[1].activity,
+            files.observe(&procs, &HashMap::new(), &devices)[1].instances[1].activity,
             0.0
         );
     }

@@ -2,11 +2,13 @@
 //! processes are ([`super::cgroup`]).
 //!
 //! A step's slurmstepd names itself `slurmstepd: [<job>.<step>]` (`_set_job_log_prefix()`
-//! in slurmstepd.c, every release; 26.05's step manager appends ` stepmgr`), which is how
-//! it is found: one pass over /proc finds every new step's, and the pid is kept while the
-//! step runs. Several slurmd on one host (`--enable-multiple-slurmd`, or nodes in network
-//! namespaces) run one slurmstepd per node for the same step; the one of this node is the
-//! one holding the step's socket in this node's SlurmdSpoolDir.
+//! in slurmstepd.c, every release; 26.05's step manager appends ` stepmgr`): one pass over
+//! /proc finds every new step's candidates by title, and the pid is kept while the step
+//! runs. A title is anyone's to set (`exec -a`), so a candidate is the step's slurmstepd
+//! only if it runs as slurmd's user (its real uid: slurmstepd drops only its effective one
+//! at times) and holds the step's socket in this node's SlurmdSpoolDir, which only the
+//! step's slurmstepd binds. That also tells apart the slurmstepds of the same step on one
+//! host (`--enable-multiple-slurmd`, or nodes in network namespaces).
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -32,8 +34,13 @@ impl Procs {
         }
     }
 
-    /// The slurmstepd processes of the `wanted` steps, in one pass over all processes.
-    pub fn stepds(&self, wanted: &HashSet<(u32, StepId)>) -> HashMap<(u32, StepId), Vec<u32>> {
+    /// The processes of real uid `uid` titled as the slurmstepd of one of the `wanted`
+    /// steps, in one pass over all processes.
+    pub fn stepds(
+        &self,
+        wanted: &HashSet<(u32, StepId)>,
+        uid: u32,
+    ) -> HashMap<(u32, StepId), Vec<u32>> {
         let mut found: HashMap<(u32, StepId), Vec<u32>> = HashMap::new();
         let pids = fs::read_dir(&self.root)
             .into_iter()
@@ -46,7 +53,10 @@ impl Procs {
                 continue;
             };
             let title = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if let Some(step) = own_step(&title).filter(|s| wanted.contains(s)) {
+            let Some(step) = own_step(&title).filter(|s| wanted.contains(s)) else {
+                continue;
+            };
+            if self.uid(pid) == Some(uid) {
                 found.entry(step).or_default().push(pid);
             }
         }
@@ -72,6 +82,18 @@ impl Procs {
             .ok()?;
         let age = (uptime - ticks as f64 / TICKS_PER_SEC).max(0.0);
         SystemTime::now().checked_sub(Duration::try_from_secs_f64(age).ok()?)
+    }
+
+    /// The real uid of process `pid` (`/proc/<pid>/status`'s `Uid:` first field).
+    pub fn uid(&self, pid: u32) -> Option<u32> {
+        let status = fs::read_to_string(self.root.join(pid.to_string()).join("status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
     }
 
     /// `/proc/<pid>/cmdline`, where a process's title is.
@@ -170,11 +192,27 @@ pub(crate) mod tests {
     use std::os::unix::fs::symlink;
 
     /// A process in a fake /proc: its title (NUL-separated as the kernel shows argv) and
-    /// its `/proc/<pid>/cgroup`.
+    /// its `/proc/<pid>/cgroup`, running as this test's user.
     pub fn process(proc_root: &Path, pid: u32, title: &str, cgroup: &str) {
+        process_of(proc_root, pid, title, cgroup, nix::unistd::getuid().as_raw());
+    }
+
+    /// The same, of real uid `uid`.
+    pub fn process_of(proc_root: &Path, pid: u32, title: &str, cgroup: &str, uid: u32) {
         let dir = proc_root.join(pid.to_string());
         write(&dir.join("cmdline"), &format!("{title}\0\0\0"));
         write(&dir.join("cgroup"), cgroup);
+        write(
+            &dir.join("status"),
+            &format!("Name:\tx\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"),
+        );
+    }
+
+    /// A step's slurmstepd in a fake /proc: titled, in `cgroup`, holding `socket`.
+    pub fn stepd(proc_root: &Path, pid: u32, step: (u32, StepId), cgroup: &str, socket: &Path) {
+        let title = format!("slurmstepd: [{}.{}]", step.0, step.1.name());
+        process(proc_root, pid, &title, cgroup);
+        holds_socket(proc_root, pid, socket, 50_000 + pid);
     }
 
     /// The thread that reads `proc_root/thread-self` is named `name`.
@@ -253,7 +291,12 @@ pub(crate) mod tests {
         ]
         .into_iter()
         .collect();
-        let found = procs(root).stepds(&wanted);
+        // a process of another user titled as a slurmstepd is none
+        process_of(root, 16, "slurmstepd: [8.0]", "0::/", 4242);
+        let me = nix::unistd::getuid().as_raw();
+        assert_ne!(me, 4242);
+        let found = procs(root).stepds(&wanted, me);
+        assert_eq!(procs(root).uid(16), Some(4242));
         assert_eq!(found.get(&(5, StepId(0))), Some(&vec![11]));
         assert_eq!(found.get(&(5, StepId::EXTERN)), Some(&vec![10]));
         assert_eq!(found.get(&(7, StepId::EXTERN)), Some(&vec![14]));

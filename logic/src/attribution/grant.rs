@@ -1,0 +1,332 @@
+//! What Slurm granted a step on this node, from Slurm's own step record: its user and the
+//! GPUs, shards and MPS shares it holds, as its slurmstepd reads them at
+//! `ENERGY_DATA_STEP_PTR` (the record `slurmstepd` builds from the launch credential
+//! slurmctld signed), and hands to slurmd through a file only root can write.
+//!
+//! Nothing here comes from a task: a job's owner can exec with any environment, and a
+//! task's `SLURM_JOB_GPUS` or `CUDA_VISIBLE_DEVICES` is theirs to write. The step record
+//! is Slurm's: the same on every release and in every configuration (cgroup v1 or v2,
+//! with or without `ConstrainDevices`), since it is what Slurm's own GRES plugins
+//! constrain and fill the tasks' environment from.
+//!
+//! slurmstepd runs as root and writes `<SlurmdSpoolDir>/energy-grants/<job>.<step>`;
+//! slurmd reads it when it first meets the step and removes it once the step has been
+//! gone a while. The directory is created by root with mode 0700, and a directory or file
+//! anyone else could have written is not trusted.
+
+use std::collections::HashSet;
+use std::fs::{self, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use super::StepId;
+use super::gres::Allocation;
+
+/// The directory of grants in SlurmdSpoolDir.
+const DIR: &str = "energy-grants";
+
+/// A grant is read once, when slurmd meets its step; one much larger is not Slurm's.
+const MAX_BYTES: u64 = 64 * 1024;
+
+/// A grant stays this long after its step is gone: slurmstepd writes it before its step's
+/// socket appears, and slurmd may meet the step late.
+pub const KEPT_AFTER_STEP: Duration = Duration::from_secs(60);
+
+/// One kind of GRES a step holds on this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GresHeld {
+    /// `gpu`, `shard` or `mps`.
+    pub name: String,
+    /// How many on this node (GPUs, shards, MPS units).
+    pub count: u64,
+    /// The GRES indexes of the GPUs they are on (Slurm's bitmap for this node).
+    pub indexes: Vec<u32>,
+}
+
+/// What Slurm granted one step on this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub job: u32,
+    pub step: u32,
+    /// The step's user, as Slurm launched it.
+    pub uid: u32,
+    pub user: String,
+    pub gres: Vec<GresHeld>,
+}
+
+/// Why a grant could not be published.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} is not a directory only root can write (owner uid {uid}, mode {mode:o}): \
+         no step's GPUs are published there",
+        path.display()
+    )]
+    Untrusted { path: PathBuf, uid: u32, mode: u32 },
+}
+
+impl Grant {
+    pub fn step_id(&self) -> StepId {
+        StepId(self.step)
+    }
+
+    /// The GPUs it holds and how much of each: whole GPUs where it holds `gpu`, else the
+    /// GPUs under its shards or MPS share, with their count as its shares.
+    pub fn allocation(&self) -> Allocation {
+        let held = |name: &str| self.gres.iter().find(|g| g.name == name);
+        if let Some(gpu) = held("gpu").filter(|g| !g.indexes.is_empty()) {
+            return Allocation {
+                gpus: gpu.indexes.clone(),
+                shares: None,
+            };
+        }
+        match held("shard").or_else(|| held("mps")) {
+            Some(shared) if !shared.indexes.is_empty() && shared.count > 0 => Allocation {
+                gpus: shared.indexes.clone(),
+                shares: Some(shared.count as f64),
+            },
+            _ => Allocation::default(),
+        }
+    }
+
+    fn file_name(job: u32, step: StepId) -> String {
+        format!("{job}.{}", step.name())
+    }
+
+    /// Writes the grant for slurmd, replacing any earlier one of the same step: a file
+    /// created exclusively (never through a link) then renamed into place.
+    pub fn publish(&self, spool: &Path) -> Result<(), GrantError> {
+        let dir = trusted_dir(spool, true)?;
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| GrantError::Io { path, source }
+        };
+        let text = serde_json::to_vec(self).map_err(|e| GrantError::Io {
+            path: dir.clone(),
+            source: e.into(),
+        })?;
+        let target = dir.join(Self::file_name(self.job, self.step_id()));
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        let temp = dir.join(format!(
+            ".{}.{}.{nanos}",
+            Self::file_name(self.job, self.step_id()),
+            std::process::id()
+        ));
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&temp)
+            .map_err(io(&temp))?;
+        let written = file.write_all(&text).and_then(|()| file.sync_all());
+        if let Err(e) = written.and_then(|()| fs::rename(&temp, &target)) {
+            let _ = fs::remove_file(&temp);
+            return Err(GrantError::Io {
+                path: target,
+                source: e,
+            });
+        }
+        Ok(())
+    }
+
+    /// The grant of `step` of `job`, if its slurmstepd published one in a directory only
+    /// root could write; `None` otherwise (not yet, or not trusted: logged by the caller
+    /// when it matters).
+    pub fn read(spool: &Path, job: u32, step: StepId) -> Option<Self> {
+        let dir = trusted_dir(spool, false).ok()?;
+        let path = dir.join(Self::file_name(job, step));
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || meta.uid() != nix::unistd::geteuid().as_raw() {
+            return None;
+        }
+        let mut text = Vec::new();
+        file.take(MAX_BYTES).read_to_end(&mut text).ok()?;
+        let grant: Self = serde_json::from_slice(&text)
+            .inspect_err(|e| log::error!("{}: not a step's grant: {e}", path.display()))
+            .ok()?;
+        (grant.job == job && grant.step_id() == step).then_some(grant)
+    }
+
+    /// Removes the grants of steps not in `present` that were written more than
+    /// [`KEPT_AFTER_STEP`] ago, and temp files left by a slurmstepd that died writing one.
+    pub fn remove_ended(spool: &Path, present: &HashSet<(u32, StepId)>) {
+        let Ok(dir) = trusted_dir(spool, false) else {
+            return;
+        };
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let live = name
+                .split_once('.')
+                .and_then(|(job, step)| Some((job.parse().ok()?, StepId::parse(step)?)))
+                .is_some_and(|step| present.contains(&step));
+            let old = entry
+                .metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > KEPT_AFTER_STEP);
+            if !live && old {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// The grants' directory in `spool`, created (mode 0700) when `create` and missing; an
+/// error unless it is a directory of this process's user that nobody else can write.
+fn trusted_dir(spool: &Path, create: bool) -> Result<PathBuf, GrantError> {
+    let path = spool.join(DIR);
+    if create {
+        match fs::DirBuilder::new().mode(0o700).create(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(GrantError::Io { path, source: e });
+            }
+            _ => {}
+        }
+    }
+    // not followed if a link: a link is no directory of ours
+    let meta = fs::symlink_metadata(&path).map_err(|source| GrantError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let mode = meta.permissions().mode() & 0o7777;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() || mode & 0o022 != 0 {
+        return Err(GrantError::Untrusted {
+            path,
+            uid: meta.uid(),
+            mode,
+        });
+    }
+    Ok(path)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::fs::File;
+
+    /// A grant of GPU `index` whole.
+    pub fn whole(job: u32, step: StepId, index: u32) -> Grant {
+        grant(job, step, vec![held("gpu", 1, &[index])])
+    }
+
+    /// A grant of `count` shards of GPU `index`.
+    pub fn shards(job: u32, step: StepId, count: u64, index: u32) -> Grant {
+        grant(job, step, vec![held("shard", count, &[index])])
+    }
+
+    fn grant(job: u32, step: StepId, gres: Vec<GresHeld>) -> Grant {
+        Grant {
+            job,
+            step: step.0,
+            uid: 1000,
+            user: "alice".into(),
+            gres,
+        }
+    }
+
+    fn held(name: &str, count: u64, indexes: &[u32]) -> GresHeld {
+        GresHeld {
+            name: name.into(),
+            count,
+            indexes: indexes.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_grant_names_whole_gpus_or_the_gpus_under_its_shares() {
+        let whole = grant(7, StepId(0), vec![held("gpu", 2, &[0, 3])]);
+        assert_eq!(
+            whole.allocation(),
+            Allocation {
+                gpus: vec![0, 3],
+                shares: None
+            }
+        );
+        let shards = grant(7, StepId(0), vec![held("shard", 4, &[1])]);
+        assert_eq!(
+            shards.allocation(),
+            Allocation {
+                gpus: vec![1],
+                shares: Some(4.0)
+            }
+        );
+        let mps = grant(7, StepId::BATCH, vec![held("mps", 200, &[2])]);
+        assert_eq!(mps.allocation().shares, Some(200.0));
+        assert_eq!(grant(7, StepId(1), vec![]).allocation(), Allocation::default());
+    }
+
+    #[test]
+    fn grants_are_read_back_only_from_a_directory_nobody_else_writes() {
+        let spool = tempfile::tempdir().expect("tempdir");
+        let g = grant(42, StepId::BATCH, vec![held("gpu", 1, &[1])]);
+        g.publish(spool.path()).expect("publish");
+        assert_eq!(Grant::read(spool.path(), 42, StepId::BATCH), Some(g.clone()));
+        assert_eq!(Grant::read(spool.path(), 42, StepId(0)), None);
+        let dir = spool.path().join(DIR);
+        let mode = fs::metadata(&dir).expect("dir").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        // a group- or world-writable directory could hold anyone's file
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).expect("chmod");
+        assert_eq!(Grant::read(spool.path(), 42, StepId::BATCH), None);
+        assert!(matches!(
+            g.publish(spool.path()),
+            Err(GrantError::Untrusted { .. })
+        ));
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).expect("chmod");
+        // a planted link is never followed, for reading or writing
+        let outside = spool.path().join("outside");
+        fs::write(&outside, "keep").expect("write");
+        let target = dir.join("43.0");
+        std::os::unix::fs::symlink(&outside, &target).expect("symlink");
+        assert_eq!(Grant::read(spool.path(), 43, StepId(0)), None);
+        grant(43, StepId(0), vec![]).publish(spool.path()).expect("publish");
+        assert_eq!(fs::read_to_string(&outside).expect("read"), "keep");
+        assert!(Grant::read(spool.path(), 43, StepId(0)).is_some());
+    }
+
+    #[test]
+    fn ended_steps_grants_are_removed_after_a_while() {
+        let spool = tempfile::tempdir().expect("tempdir");
+        for step in [StepId(0), StepId(1)] {
+            grant(5, step, vec![]).publish(spool.path()).expect("publish");
+        }
+        let present: HashSet<(u32, StepId)> = [(5, StepId(0))].into_iter().collect();
+        // young: kept even though step 1 is gone
+        Grant::remove_ended(spool.path(), &present);
+        assert!(Grant::read(spool.path(), 5, StepId(1)).is_some());
+        let old = SystemTime::now() - KEPT_AFTER_STEP - Duration::from_secs(1);
+        for step in ["5.0", "5.1"] {
+            File::options()
+                .write(true)
+                .open(spool.path().join(DIR).join(step))
+                .and_then(|f| f.set_modified(old))
+                .expect("age");
+        }
+        Grant::remove_ended(spool.path(), &present);
+        assert!(Grant::read(spool.path(), 5, StepId(0)).is_some());
+        assert!(Grant::read(spool.path(), 5, StepId(1)).is_none());
+    }
+}
