@@ -86,7 +86,8 @@ SLURM_PLUGINS = [
     "proctrack_linuxproc", "proctrack_cgroup", "task_cgroup", "task_affinity",
     "cgroup_v1", "cgroup_v2", "jobacct_gather_linux", "jobacct_gather_cgroup",
     "sched_backfill", "sched_builtin", "priority_basic", "topology_flat", "hash_k12",
-    "tls_none", "namespace_linux", "mpi_pmi2", "switch_none", "jobcomp_none",
+    "tls_none", "compress_none", "prep_script", "certgen_script", "certmgr_script",
+    "url_parser_internal", "namespace_linux", "mpi_pmi2",
     "libslurmfull", "libslurm_pmi",
 ]
 OUR_PLUGINS = ["acct_gather_energy_rust_gpu", "acct_gather_energy_rust_rapl"]
@@ -487,7 +488,7 @@ class Run:
             tries.append((gres[-1], c))
         self.rapl = os.path.isdir("/sys/class/powercap/intel-rapl") and not self.a.no_rapl
         say("cgroup: %s; /sys/fs/cgroup/cgroup.controllers: %s; v1 devices: %s; in this Slurm: %s" % (
-            open("/proc/self/mounts").read().count(" cgroup2 ") and "cgroup2 mounted" or "no cgroup2",
+            "/sys/fs/cgroup is " + next((l.split()[2] for l in open("/proc/self/mounts") if l.split()[1] == "/sys/fs/cgroup"), "not mounted"),
             open("/sys/fs/cgroup/cgroup.controllers").read().strip() if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "-",
             os.path.ismount("/sys/fs/cgroup/devices"),
             " ".join(sorted(p for p in self.plugins if p.startswith(("cgroup_", "gpu_", "auth_"))))))
@@ -607,8 +608,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             if st.strip().endswith("idle"):
                 return True
             time.sleep(0.5)
+        r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t %E"], env=self.env, capture_output=True, text=True)
         say("slurmd did not come up: sinfo %r; slurmd %s, slurmctld %s" % (
-            self.client(["sinfo", "-h", "-N", "-o", "%N %t %E"], check=False).strip(),
+            (r.stdout + r.stderr).strip(),
             self.slurmd.poll(), self.ctld.poll()))
         for name in ("slurmd.log", "slurmctld.log", "daemons.out"):
             p = os.path.join(t, "log", name)
@@ -750,66 +752,108 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 joules += watts * (t1 - a)
         return joules
 
+    def idle_watts(self):
+        """The GPU's lowest mean power over a second or more in the samples (how rust_gpu
+        learns its idle power when EnergyAttributionIdleWatts is not set)."""
+        s, low = self.sampler.samples, None
+        j = 0
+        for i in range(len(s)):
+            while j < len(s) and s[j][0] - s[i][0] < 1.0:
+                j += 1
+            if j == len(s):
+                break
+            w = (s[j][1][self.gpu] - s[i][1][self.gpu]) / 1000 / (s[j][0] - s[i][0])
+            low = w if low is None else min(low, w)
+        return low
+
+    def shard_model(self, win, p0):
+        """What rust_gpu's split should give the two shard jobs, from NVML's samples: in
+        each interval both hold the GPU the idle part min(E, P0 dt) goes by shares (half
+        each), the rest to the busy job (the only one with a GPU process); an interval
+        held by one job is all its own."""
+        got = {"busy": 0.0, "idle": 0.0}
+        s = self.sampler.samples
+        for (ta, ea), (tb, eb) in zip(s, s[1:]):
+            e, dt = (eb[self.gpu] - ea[self.gpu]) / 1000, tb - ta
+            holders = [w for w in ("busy", "idle") if win[w][0] <= ta and tb <= win[w][1]]
+            if len(holders) == 1:
+                got[holders[0]] += e
+            elif len(holders) == 2:
+                idle = min(e, p0 * dt)
+                got["busy"] += idle / 2 + (e - idle)
+                got["idle"] += idle / 2
+        return got
+
     def report(self):
         s = self.sampler
         s.read_metrics()
-        rows = []
-        head = "%-7s %-6s %-9s %8s %11s %12s %9s" % ("job", "what", "gres", "window", "rust_gpu J", "NVML J", "error")
-        if self.dry:
-            head += " %12s" % "stand-in J"
-        if self.rapl:
-            head += " %11s" % "rust_rapl J"
-        lines = [head]
+        p0 = self.idle_watts()
         fig, win = {}, {}
         for what, job in self.jobs:
-            w = s.window(job)
             g = s.jobs.get(("rust_gpu", job))
             if g is None:     # one plugin: no source label, or another name
                 g = next((v for (src, j), v in s.jobs.items() if j == job and src != "rust_rapl"), None)
-            fig[what], win[what] = g, w
+            fig[what], win[what] = g, s.window(job)
+        model = self.shard_model(win, p0) if win.get("busy") and win.get("idle") else {}
+        head = "%-9s %-6s %-8s %7s %11s %11s %9s %8s %10s" % (
+            "job", "what", "gres", "window", "rust_gpu J", "NVML J", "error", "of GPU", "model J")
+        if self.dry:
+            head += " %11s" % "stand-in J"
+        if self.rapl:
+            head += " %11s" % "rust_rapl J"
+        lines = [head]
+        rows = []
+        for what, job in self.jobs:
+            w, g = win[what], fig[what]
             nv = s.energy_at(self.gpu, w[1]) - s.energy_at(self.gpu, w[0]) if w else None
-            gres = {"whole": "gpu:1"}.get(what, "shard:%d" % (SHARDS // 2))
-            line = "%-7s %-6s %-9s %7.1fs %11s %12s %9s" % (
-                job, what, gres, (w[1] - w[0]) if w else float("nan"),
+            whole = what == "whole"
+            line = "%-9s %-6s %-8s %6.1fs %11s %11s %9s %8s %10s" % (
+                job, what, "gpu:1" if whole else "shard:%d" % (SHARDS // 2), (w[1] - w[0]) if w else float("nan"),
                 "%.1f" % g if g is not None else "none", "%.1f" % nv if nv is not None else "-",
-                "%+.3f%%" % (100 * (g - nv) / nv) if g is not None and nv and what == "whole" else
-                ("%.1f%% of GPU" % (100 * g / nv) if g is not None and nv else "-"))
+                "%+.3f%%" % (100 * (g - nv) / nv) if whole and g is not None and nv else "",
+                "%.1f%%" % (100 * g / nv) if g is not None and nv else "-",
+                "%.1f" % model[what] if what in model else "")
             if self.dry:
-                line += " %12s" % ("%.1f" % self.truth_between(*w) if w else "-")
+                line += " %11s" % ("%.1f" % self.truth_between(*w) if w else "-")
             if self.rapl:
                 r = s.jobs.get(("rust_rapl", job))
                 line += " %11s" % ("%.1f" % r if r is not None else "-")
             lines.append(line)
-            rows.append(dict(job=job, what=what, window=w, rust_gpu=g, nvml=nv))
-        if win.get("busy") and win.get("idle") and fig.get("busy") is not None and fig.get("idle") is not None:
+            rows.append(dict(job=job, what=what, window=w, rust_gpu=g, nvml=nv, model=model.get(what)))
+        if model and fig.get("busy") is not None and fig.get("idle") is not None:
             u = (min(win["busy"][0], win["idle"][0]), max(win["busy"][1], win["idle"][1]))
             nv = s.energy_at(self.gpu, u[1]) - s.energy_at(self.gpu, u[0])
             tot = fig["busy"] + fig["idle"]
-            line = "%-7s %-6s %-9s %7.1fs %11.1f %12.1f %9s" % (
-                "both", "sum", "shard:%d" % SHARDS, u[1] - u[0], tot, nv, "%+.3f%%" % (100 * (tot - nv) / nv))
+            line = "%-9s %-6s %-8s %6.1fs %11.1f %11.1f %9s %8s %10.1f" % (
+                "both", "sum", "shard:%d" % SHARDS, u[1] - u[0], tot, nv, "%+.3f%%" % (100 * (tot - nv) / nv),
+                "%.1f%%" % (100 * tot / nv), model["busy"] + model["idle"])
             if self.dry:
-                line += " %12.1f" % self.truth_between(*u)
+                line += " %11.1f" % self.truth_between(*u)
             lines.append(line)
-        say("RESULT table (rust_gpu: the job's final counter in EnergyMetricsFile; NVML: its energy "
-            "counter over the life of the job's extern slurmstepd; shard rows: the job's part of the GPU)")
+        say("RESULT rust_gpu: each job's final counter in EnergyMetricsFile (what Slurm's accounting gets); "
+            "NVML: its energy counter over the life of the job's extern slurmstepd (for a shard job: the "
+            "whole GPU's, 'of GPU' is the job's part); model: the split rust_gpu should make with the GPU's "
+            "idle power %.1f W (lowest 1 s mean seen) by shares, the rest to the busy job" % (p0 or 0))
         for l in lines:
             say("RESULT " + l)
         for job, t0, t1, out in self.sstats:
-            w = s.window(job)
+            w = s.steps.get(job + ".0")
             if w:
-                lo = s.energy_at(self.gpu, t0) - s.energy_at(self.gpu, w[0])
-                hi = s.energy_at(self.gpu, t1) - s.energy_at(self.gpu, w[0])
-                say("RESULT sstat mid-job %s: %r; NVML since the job began: %.1f..%.1f J (rust_gpu's part; "
-                    "steps start later than the job)" % (job, out, lo, hi))
+                lo = s.energy_at(self.gpu, t0) - s.energy_at(self.gpu, w[0] - 0.025)
+                hi = s.energy_at(self.gpu, t1) - s.energy_at(self.gpu, w[0] - 0.025)
+                say("RESULT sstat mid-job %s.0: %s J (ConsumedEnergyRaw); NVML since the step began: "
+                    "%.1f..%.1f J%s" % (job, out.split("|")[-1] if out else "none", lo, hi,
+                                        " (whole GPU; the job holds a part)" if job != self.jobs[0][1] else ""))
         say("RESULT machine: %s; GRES AutoDetect=%s, cgroup %s, auth/%s, %s, EnergyAttribution=%s, load: %s" % (
-            "dry run (stand-in NVML)" if self.dry else self.nvml.name(0), self.cfg["gres"], self.cfg["cgroup"],
-            self.cfg["auth"], self.cfg["energy"], self.cfg["attribution"], self.load_kind))
+            "dry run (stand-in NVML)" if self.dry else "%s (%s)" % (self.nvml.name(0), self.nvml_path),
+            self.cfg["gres"], self.cfg["cgroup"], self.cfg["auth"], self.cfg["energy"],
+            self.cfg["attribution"], self.load_kind))
         for what, _ in self.jobs:
             p = os.path.join(self.tmp, "jobs", what + ".out")
             if os.path.exists(p):
-                say("job %s output: %s" % (what, open(p).read().strip().replace("\n", " | ")[:400]))
+                say("job %s output: %s" % (what, open(p).read().strip().replace("\n", " | ")[-400:]))
         errors = [l for l in open(os.path.join(self.tmp, "log/slurmd.log")).read().splitlines()
-                  if re.search(r"rust_gpu|rust_rapl|energy", l) and re.search(r"error|warn", l, re.I)]
+                  if re.search(r"rust_gpu|rust_rapl|energy|gres|gpu", l) and re.search(r"error|warn", l, re.I)]
         for l in errors[-8:]:
             say("slurmd.log: " + l)
         self.rows = rows
