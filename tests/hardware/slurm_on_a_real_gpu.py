@@ -713,7 +713,13 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         whole = self.sbatch("gpu:1", "sleep 2\nsrun -n1 sh -c '%s'\nsleep 2" % load.replace("'", "'\\''"), "whole")
         self.mid_sstat(whole, LOAD_SECS / 2 + 4)
         self.wait_gone([whole], LOAD_SECS + 90)
-        # 2: two shard jobs side by side: the idle one holds its shards until the busy one is done
+        # 2: two shard jobs side by side: the idle one holds its shards until the busy one is done.
+        # gpu_probe (rust_gpu's NVML binding, at its poller's pace) shows each process's use
+        # as rust_gpu reads it: the busy job's process must be there for the split by use.
+        probe = os.path.join(self.b, "gpu_probe")
+        if os.path.exists(probe):
+            self.probe = subprocess.Popen([probe, self.nvml_path, str(LOAD_SECS + 8)], stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True)
         half = SHARDS // 2
         busy = self.sbatch("shard:%d" % half, "%s\nsleep 1\nsrun -n1 sh -c '%s'\ntouch %s\nsleep 1" % (
             self.wait_for("idle_ready"), load.replace("'", "'\\''"), self.marker("busy_done")), "busy")
@@ -721,6 +727,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             self.marker("idle_ready"), self.wait_for("busy_done")), "idle")
         self.mid_sstat(busy, LOAD_SECS / 2 + 5)
         self.wait_gone([busy, idle], LOAD_SECS + 90)
+        if getattr(self, "probe", None):
+            for l in self.probe.communicate(timeout=30)[0].splitlines():
+                say("gpu_probe during the shard jobs: " + l)
         self.jobs = [("whole", whole), ("busy", busy), ("idle", idle)]
 
     def mid_sstat(self, job, after):
@@ -784,6 +793,18 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 got["idle"] += idle / 2
         return got
 
+    def slurm_window(self, job):
+        """Where no extern slurmstepd was seen (a /proc without titles): the job's start and
+        end as slurmctld has them (whole seconds: NVML's figure is then rougher)."""
+        out = self.client(["scontrol", "-o", "show", "job", job], check=False)
+        t = dict(re.findall(r"(StartTime|EndTime)=(\S+)", out))
+        try:
+            w = tuple(time.mktime(time.strptime(t[k], "%Y-%m-%dT%H:%M:%S")) for k in ("StartTime", "EndTime"))
+        except (KeyError, ValueError):
+            return None
+        say("job %s: no extern slurmstepd seen; its window from scontrol (whole seconds): %s" % (job, t))
+        return w
+
     def report(self):
         s = self.sampler
         s.read_metrics()
@@ -793,7 +814,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             g = s.jobs.get(("rust_gpu", job))
             if g is None:     # one plugin: no source label, or another name
                 g = next((v for (src, j), v in s.jobs.items() if j == job and src != "rust_rapl"), None)
-            fig[what], win[what] = g, s.window(job)
+            fig[what], win[what] = g, s.window(job) or self.slurm_window(job)
         model = self.shard_model(win, p0) if win.get("busy") and win.get("idle") else {}
         head = "%-9s %-6s %-8s %7s %11s %11s %9s %8s %10s" % (
             "job", "what", "gres", "window", "rust_gpu J", "NVML J", "error", "of GPU", "model J")
