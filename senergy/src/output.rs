@@ -56,6 +56,19 @@ fn fixed(v: Option<f64>, digits: usize) -> String {
     v.map(|v| format!("{v:.digits$}")).unwrap_or_default()
 }
 
+/// A CSV text field as a spreadsheet will show it. Job, step, user, account and node names
+/// are the job owner's or the site's text, and a spreadsheet runs a field that begins with
+/// `=`, `+`, `-`, `@`, tab or carriage return as a formula, so such a field gets a leading
+/// `'` (OWASP's rule against CSV injection). Numeric columns never come here: `-0.5` stays a
+/// number.
+fn text(field: &str) -> String {
+    if field.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{field}")
+    } else {
+        field.to_string()
+    }
+}
+
 fn csv_text(rows: Vec<Vec<String>>) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
     for row in rows {
@@ -77,13 +90,13 @@ pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
     let mut rows = vec![header.split(',').map(String::from).collect()];
     let node = |n: &Option<NodeEnergy>| {
         (
-            n.as_ref().map(|n| n.name.clone()).unwrap_or_default(),
+            text(n.as_ref().map(|n| n.name.as_str()).unwrap_or_default()),
             opt(n.as_ref().and_then(|n| n.energy_j)),
         )
     };
     let kwh = |j: Option<u64>| fixed(j.map(|e| e as f64 / crate::carbon::JOULES_PER_KWH), 9);
     for j in jobs {
-        let identity = [j.job_id.to_string(), j.id.clone()];
+        let identity = [j.job_id.to_string(), text(&j.id)];
         let array = [opt(j.array_job_id), opt(j.array_task_id)];
         rows.push(
             identity
@@ -92,16 +105,16 @@ pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
                 .chain([String::new()])
                 .chain(array.iter().cloned())
                 .chain([
-                    j.name.clone(),
-                    j.user.clone(),
-                    j.account.clone(),
+                    text(&j.name),
+                    text(&j.user),
+                    text(&j.account),
                     j.state.into(),
                     j.running.to_string(),
                     opt(j.start),
                     opt(j.end),
                     j.elapsed_s.to_string(),
                     j.nodes.to_string(),
-                    j.node_list.clone(),
+                    text(&j.node_list),
                     opt(j.energy_j),
                     kwh(j.energy_j),
                     fixed(j.avg_watts, 3),
@@ -115,7 +128,7 @@ pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
                     fixed(j.emissions_g, 6),
                     j.emissions_method.unwrap_or_default().to_string(),
                     fixed(j.cost, 6),
-                    tariff.currency.clone(),
+                    text(&tariff.currency),
                     j.data.as_str().into(),
                 ])
                 .collect(),
@@ -132,19 +145,19 @@ pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
                 identity
                     .iter()
                     .cloned()
-                    .chain([s.step.clone()])
+                    .chain([text(&s.step)])
                     .chain(array.iter().cloned())
                     .chain([
-                        s.name.clone(),
-                        j.user.clone(),
-                        j.account.clone(),
+                        text(&s.name),
+                        text(&j.user),
+                        text(&j.account),
                         s.state.into(),
                         String::new(),
                         String::new(),
                         String::new(),
                         s.elapsed_s.to_string(),
                         s.nodes.to_string(),
-                        s.node_list.clone(),
+                        text(&s.node_list),
                         opt(s.energy_j),
                         kwh(s.energy_j),
                         fixed(s.avg_watts, 3),
@@ -154,7 +167,8 @@ pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
                         min_j,
                         max,
                         max_j,
-                        per_node.join(";"),
+                        // the cell begins with the first node's name
+                        text(&per_node.join(";")),
                         fixed(s.emissions_g, 6),
                         String::new(),
                         String::new(),
@@ -173,15 +187,15 @@ pub fn usage_csv(usage: &Usage, tariff: &Tariff) -> String {
     let mut rows = vec![header.split(',').map(String::from).collect()];
     let row = |r: &UsageRow, account: &str, user: &str| {
         vec![
-            account.to_string(),
-            user.to_string(),
+            text(account),
+            text(user),
             r.jobs.to_string(),
             r.jobs_incomplete.to_string(),
             r.energy_j.to_string(),
             format!("{:.9}", r.kwh),
             fixed(r.emissions_g, 6),
             fixed(r.cost, 6),
-            tariff.currency.clone(),
+            text(&tariff.currency),
         ]
     };
     for r in &usage.rows {
@@ -451,6 +465,112 @@ mod tests {
         assert_eq!(field(&records[2], "step"), "0");
         assert_eq!(field(&records[2], "energy_j"), "1200");
         assert_eq!(field(&records[2], "node_list"), "n[1-2]");
+    }
+
+    /// A text field that begins with `=`, `+`, `-`, `@`, tab or CR gets a leading `'`;
+    /// any other, and one with such a character further in, stays as it is.
+    #[test]
+    fn text_that_would_be_a_formula_gets_a_quote() {
+        for (field, want) in [
+            ("=1+2", "'=1+2"),
+            ("+1", "'+1"),
+            ("-1+2", "'-1+2"),
+            ("@evil", "'@evil"),
+            ("\tjob", "'\tjob"),
+            ("\rjob", "'\rjob"),
+            ("alice", "alice"),
+            ("a-b=c", "a-b=c"),
+            ("n[1-2]", "n[1-2]"),
+            ("", ""),
+        ] {
+            assert_eq!(text(field), want, "{field:?}");
+        }
+    }
+
+    /// The job owner's text cannot become a formula in `senergy job --csv`, quoted as CSV
+    /// where it needs to be; numbers, negative ones too, and plain names are untouched.
+    #[test]
+    fn jobs_csv_neutralises_formulas_not_numbers() {
+        use crate::record::{JobRow, StepRow};
+        let row = JobRow {
+            job_id: 7,
+            name: r#"=HYPERLINK("http://example.com","x")"#.into(),
+            user: "@evil".into(),
+            account: "-1+2".into(),
+            state: 3,
+            start: 100,
+            end: 160,
+            elapsed_s: 60,
+            alloc_nodes: 1,
+            nodes: "\tn1".into(),
+            tres_alloc: "3=600".into(),
+            steps: vec![StepRow {
+                name: "+sum".into(),
+                nodes: "\rn1".into(),
+                nnodes: 1,
+                state: 3,
+                start: 100,
+                end: 160,
+                elapsed_s: 60,
+                consumed_energy: 600,
+                ..StepRow::default()
+            }],
+            ..JobRow::default()
+        };
+        let tariff = Tariff::new(None, None, None, None).expect("tariff");
+        let mut report = crate::report::job_report(&row, &tariff, 200, None);
+        // a negative figure in a numeric column must stay a number
+        report.avg_watts = Some(-3.5);
+        let node = NodeEnergy {
+            name: "-n1".into(),
+            energy_j: Some(600),
+        };
+        let step = &mut report.steps[0];
+        step.min_node = Some(node.clone());
+        step.max_node = Some(node.clone());
+        step.node_energy = vec![node];
+        let text = jobs_csv(&[report], &tariff);
+        let header = "job_id,id,step,array_job_id,array_task_id,name,user,account,state,\
+                      running,start,end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,\
+                      per_node_avg_j,max_watts,min_node,min_node_energy_j,max_node,\
+                      max_node_energy_j,node_energy,emissions_g,emissions_method,cost,\
+                      currency,data\n";
+        let job = "7,7,,,,\"'=HYPERLINK(\"\"http://example.com\"\",\"\"x\"\")\",'@evil,'-1+2,\
+                   COMPLETED,false,100,160,60,1,'\tn1,600,0.000166667,-3.500,600.000,\
+                   ,,,,,,,,,,complete\n";
+        let step = "7,7,0,,,'+sum,'@evil,'-1+2,COMPLETED,,,,60,1,\"'\rn1\",600,0.000166667,\
+                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete\n";
+        assert_eq!(text, format!("{header}{job}{step}"));
+    }
+
+    /// `senergy usage --csv`: an account or user that would be a formula gets a quote; the
+    /// figures, a negative cost too, do not.
+    #[test]
+    fn usage_csv_neutralises_formulas_not_numbers() {
+        let row = |account: &str, user: &str| UsageRow {
+            account: account.into(),
+            user: user.into(),
+            jobs: 2,
+            jobs_incomplete: 0,
+            energy_j: 3_600_000,
+            kwh: 1.0,
+            emissions_g: Some(-3.5),
+            cost: Some(-0.5),
+        };
+        let usage = Usage {
+            start: 0,
+            end: 100,
+            rows: vec![row("@evil", "\tbob"), row("physics", "alice")],
+            total: row("", ""),
+        };
+        let tariff = Tariff::new(None, None, None, Some("EUR".into())).expect("tariff");
+        assert_eq!(
+            usage_csv(&usage, &tariff),
+            "account,user,jobs,jobs_incomplete,energy_j,kwh,emissions_g,cost,currency\n\
+             '@evil,'\tbob,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR\n\
+             physics,alice,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR\n\
+             (all),(all),2,0,3600000,1.000000000,-3.500000,-0.500000,EUR\n"
+        );
     }
 
     #[test]
