@@ -1727,6 +1727,35 @@ mod tests {
         assert_eq!(searched, expected);
     }
 
+    /// A job's owner can title a process as any step's slurmstepd (`exec -a`): it is not
+    /// taken for one unless it runs as slurmd's user and holds the step's socket.
+    #[test]
+    fn a_process_titled_as_a_slurmstepd_is_not_taken_for_one() {
+        let node = Node::new("cgroup");
+        let job = cgroup::tests::v1_tree(&node.site.cgroup_root, "slurm", 3, "0", 1 << 30, 0, &[]);
+        let socket = node.site.spool.join("n1_3.0");
+        let _listener = UnixListener::bind(&socket).expect("socket");
+        let root = &node.site.proc_root;
+        let task = format!("4:cpuset:/{job}/step_0/task_0\n");
+        // the user's process, as another uid; and one of slurmd's uid not holding it
+        procs::tests::process_of(root, 900, "slurmstepd: [3.0]", &task, 4242);
+        procs::tests::process(root, 901, "slurmstepd: [3.0]", &task);
+        let mut keeper = node.keeper();
+        tick(&mut keeper);
+        assert!(matches!(
+            keeper.places.get(&(3, StepId(0))),
+            Some(Place::Unseen { .. })
+        ));
+        assert!(keeper.starts.get(&(3, StepId(0))).is_some());
+        // the step's own slurmstepd, holding its socket, is found
+        procs::tests::stepd(root, 902, (3, StepId(0)), "0::/\n", &socket);
+        tick(&mut keeper);
+        assert_eq!(
+            keeper.places.get(&(3, StepId(0))).and_then(Place::stepd),
+            Some(902)
+        );
+    }
+
     #[test]
     fn the_site_needs_slurms_cgroups() {
         let tmp = tempfile::tempdir().expect("tempdir");

@@ -15,8 +15,8 @@ use std::time::Instant;
 
 use crate::accounting::{Baseline, EnergyRecord};
 use crate::attribution::doorbell::{self, Doorbell};
-use crate::attribution::gres::GresOrder;
 use crate::attribution::grant::Grant;
+use crate::attribution::gres::GresOrder;
 use crate::attribution::procs::Procs;
 use crate::attribution::{self, Attribution, Keeper, Mode, Site, StepFigure};
 use crate::config::KeyValues;

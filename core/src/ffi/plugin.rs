@@ -53,9 +53,11 @@ unsafe fn update(data_type: u32, data: *mut c_void) -> Option<Update> {
         acct_energy_type::ENERGY_DATA_RECONFIG => Update::Reconfig,
         acct_energy_type::ENERGY_DATA_STEP_PTR => {
             // SAFETY: STEP_PTR passes slurmstepd's stepd_step_rec_t.
-            let grant = guard("set_data", Err("internal error (logged)".into()), || unsafe {
-                step_record::grant(data)
-            });
+            let grant = guard(
+                "set_data",
+                Err("internal error (logged)".into()),
+                || unsafe { step_record::grant(data) },
+            );
             Update::StepRecord(
                 grant
                     .inspect_err(|why| {

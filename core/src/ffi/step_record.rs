@@ -226,8 +226,12 @@ unsafe fn gres_state(
     level: Level,
 ) -> Result<Option<GresHeld>, String> {
     // SAFETY: per the caller.
-    let (plugin_id, data): (u32, *mut c_void) =
-        unsafe { (field(state, layout.gres_plugin_id), field(state, layout.gres_data)) };
+    let (plugin_id, data): (u32, *mut c_void) = unsafe {
+        (
+            field(state, layout.gres_plugin_id),
+            field(state, layout.gres_data),
+        )
+    };
     let Some(name) = GPU_GRES.iter().find(|n| gres_build_id(n) == plugin_id) else {
         return Ok(None);
     };
@@ -235,7 +239,11 @@ unsafe fn gres_state(
         return Ok(None);
     }
     let (node_cnt, bits, counts) = match level {
-        Level::Job => (layout.job_node_cnt, layout.job_bit_alloc, layout.job_cnt_node_alloc),
+        Level::Job => (
+            layout.job_node_cnt,
+            layout.job_bit_alloc,
+            layout.job_cnt_node_alloc,
+        ),
         Level::Step => (
             layout.step_node_cnt,
             layout.step_bit_alloc,
@@ -243,8 +251,13 @@ unsafe fn gres_state(
         ),
     };
     // SAFETY: the state's data at this release's offsets.
-    let (nodes, bit_alloc, cnt_alloc): (u32, *const *const i64, *const u64) =
-        unsafe { (field(data, node_cnt), field(data, bits), field(data, counts)) };
+    let (nodes, bit_alloc, cnt_alloc): (u32, *const *const i64, *const u64) = unsafe {
+        (
+            field(data, node_cnt),
+            field(data, bits),
+            field(data, counts),
+        )
+    };
     // slurmstepd keeps this node's part of the credential's lists: one node
     if nodes != 1 {
         return Err(format!(

@@ -275,7 +275,10 @@ pub(crate) mod tests {
         );
         let mps = grant(7, StepId::BATCH, vec![held("mps", 200, &[2])]);
         assert_eq!(mps.allocation().shares, Some(200.0));
-        assert_eq!(grant(7, StepId(1), vec![]).allocation(), Allocation::default());
+        assert_eq!(
+            grant(7, StepId(1), vec![]).allocation(),
+            Allocation::default()
+        );
     }
 
     #[test]
@@ -283,7 +286,10 @@ pub(crate) mod tests {
         let spool = tempfile::tempdir().expect("tempdir");
         let g = grant(42, StepId::BATCH, vec![held("gpu", 1, &[1])]);
         g.publish(spool.path()).expect("publish");
-        assert_eq!(Grant::read(spool.path(), 42, StepId::BATCH), Some(g.clone()));
+        assert_eq!(
+            Grant::read(spool.path(), 42, StepId::BATCH),
+            Some(g.clone())
+        );
         assert_eq!(Grant::read(spool.path(), 42, StepId(0)), None);
         let dir = spool.path().join(DIR);
         let mode = fs::metadata(&dir).expect("dir").permissions().mode() & 0o777;
@@ -302,7 +308,9 @@ pub(crate) mod tests {
         let target = dir.join("43.0");
         std::os::unix::fs::symlink(&outside, &target).expect("symlink");
         assert_eq!(Grant::read(spool.path(), 43, StepId(0)), None);
-        grant(43, StepId(0), vec![]).publish(spool.path()).expect("publish");
+        grant(43, StepId(0), vec![])
+            .publish(spool.path())
+            .expect("publish");
         assert_eq!(fs::read_to_string(&outside).expect("read"), "keep");
         assert!(Grant::read(spool.path(), 43, StepId(0)).is_some());
     }
@@ -311,7 +319,9 @@ pub(crate) mod tests {
     fn ended_steps_grants_are_removed_after_a_while() {
         let spool = tempfile::tempdir().expect("tempdir");
         for step in [StepId(0), StepId(1)] {
-            grant(5, step, vec![]).publish(spool.path()).expect("publish");
+            grant(5, step, vec![])
+                .publish(spool.path())
+                .expect("publish");
         }
         let present: HashSet<(u32, StepId)> = [(5, StepId(0))].into_iter().collect();
         // young: kept even though step 1 is gone

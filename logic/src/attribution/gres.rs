@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use crate::hostlist;
 
-
 /// How slurmd numbers the node's GPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GresOrder {

@@ -309,9 +309,7 @@ fn is_job_component(c: &str) -> bool {
 fn job_of_cgroup(jobs: &[(JobDir, u32)], cgroup: &str) -> Option<u32> {
     cgroup_lines(cgroup).find_map(|(hierarchy, components)| {
         jobs.iter()
-            .find(|(dir, _)| {
-                dir.hierarchy == hierarchy && components.starts_with(&dir.components)
-            })
+            .find(|(dir, _)| dir.hierarchy == hierarchy && components.starts_with(&dir.components))
             .map(|(_, job)| *job)
     })
 }
@@ -377,21 +375,42 @@ mod tests {
         holders.files = vec![vec![Some((195, 3))], vec![Some((195, 5))]];
         let procs = Procs::from_path(&root);
         let v2 = "0::/system.slice/slurmstepd.scope";
-        process(&root, 100, "slurmstepd: [7.0]", &format!("{v2}/job_7/step_0/slurm"));
-        process(&root, 200, "slurmstepd: [8.batch]", &format!("{v2}/job_8/step_batch/slurm"));
+        process(
+            &root,
+            100,
+            "slurmstepd: [7.0]",
+            &format!("{v2}/job_7/step_0/slurm"),
+        );
+        process(
+            &root,
+            200,
+            "slurmstepd: [8.batch]",
+            &format!("{v2}/job_8/step_batch/slurm"),
+        );
         task(&root, 100, 40, &format!("{v2}/job_7/step_0/user/task_0"));
         // job 8's process double-forked: its parent is init, its cgroup still job 8's
         task(&root, 1, 50, &format!("{v2}/job_8/step_batch/user/task_0"));
         // a process outside every job, whose parent is job 7's slurmstepd
-        task(&root, 100, 60, "0::/user.slice/user-1000.slice/session-3.scope");
+        task(
+            &root,
+            100,
+            60,
+            "0::/user.slice/user-1000.slice/session-3.scope",
+        );
         assert!(holders.holds(&procs, (7, StepId(0)), &devices).is_empty());
         shards(7, StepId(0), 2, 1).publish(&spool).expect("grant");
-        shards(8, StepId::BATCH, 2, 1).publish(&spool).expect("grant");
+        shards(8, StepId::BATCH, 2, 1)
+            .publish(&spool)
+            .expect("grant");
         assert_eq!(
             holders.holds(&procs, (7, StepId(0)), &devices),
             vec![(0, 2.0)]
         );
-        assert!(holders.holds(&procs, (7, StepId::EXTERN), &devices).is_empty());
+        assert!(
+            holders
+                .holds(&procs, (7, StepId::EXTERN), &devices)
+                .is_empty()
+        );
         assert_eq!(
             holders.holds(&procs, (8, StepId::BATCH), &devices),
             vec![(0, 2.0)]
@@ -410,12 +429,20 @@ mod tests {
     /// at its step's in the others; 26.05 names job directories by SLUID.
     #[test]
     fn a_processs_job_is_the_job_directory_that_holds_it() {
-        let v1 = job_dirs("7:freezer:/slurm/uid_1000/job_12\n4:cpuset:/slurm/uid_1000/job_12/step_0\n");
+        let v1 =
+            job_dirs("7:freezer:/slurm/uid_1000/job_12\n4:cpuset:/slurm/uid_1000/job_12/step_0\n");
         assert_eq!(v1.len(), 2);
         let sluid = job_dirs("0::/system.slice/slurmstepd.scope/s1a2b3c4d5e6f7/step_0/slurm\n");
-        let jobs = vec![(v1[0].clone(), 12), (v1[1].clone(), 12), (sluid[0].clone(), 13)];
+        let jobs = vec![
+            (v1[0].clone(), 12),
+            (v1[1].clone(), 12),
+            (sluid[0].clone(), 13),
+        ];
         let of = |text: &str| job_of_cgroup(&jobs, text);
-        assert_eq!(of("7:freezer:/slurm/uid_1000/job_12/step_0/task_0\n"), Some(12));
+        assert_eq!(
+            of("7:freezer:/slurm/uid_1000/job_12/step_0/task_0\n"),
+            Some(12)
+        );
         assert_eq!(
             of("0::/system.slice/slurmstepd.scope/s1a2b3c4d5e6f7/step_0/user/task_1\n"),
             Some(13)
@@ -456,8 +483,14 @@ mod tests {
         whole(7, StepId(0), 1).publish(&spool).expect("grant");
         whole(8, StepId(0), 2).publish(&spool).expect("grant");
         let mut detected = Holders::new(GresOrder::Detected, &spool);
-        assert_eq!(detected.holds(&procs, (7, StepId(0)), &devices), vec![(100, 1.0)]);
-        assert_eq!(detected.holds(&procs, (8, StepId(0)), &devices), vec![(101, 1.0)]);
+        assert_eq!(
+            detected.holds(&procs, (7, StepId(0)), &devices),
+            vec![(100, 1.0)]
+        );
+        assert_eq!(
+            detected.holds(&procs, (8, StepId(0)), &devices),
+            vec![(101, 1.0)]
+        );
         let mut files = Holders::new(GresOrder::Files(vec![]), &spool);
         // GRES 1 is GI 2's record, GRES 2 GI 1's (the capability files' minors)
         files.files = vec![
@@ -465,8 +498,14 @@ mod tests {
             vec![Some((195, 3)), Some((235, 30)), Some((235, 31))],
             vec![Some((195, 3)), Some((235, 21)), Some((235, 22))],
         ];
-        assert_eq!(files.holds(&procs, (7, StepId(0)), &devices), vec![(101, 1.0)]);
-        assert_eq!(files.holds(&procs, (8, StepId(0)), &devices), vec![(100, 1.0)]);
+        assert_eq!(
+            files.holds(&procs, (7, StepId(0)), &devices),
+            vec![(101, 1.0)]
+        );
+        assert_eq!(
+            files.holds(&procs, (8, StepId(0)), &devices),
+            vec![(100, 1.0)]
+        );
         let seen = files.observe(&procs, &HashMap::new(), &devices);
         assert_eq!(seen[1].instances[1].activity, 500.0);
         assert_eq!(

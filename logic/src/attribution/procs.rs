@@ -194,7 +194,13 @@ pub(crate) mod tests {
     /// A process in a fake /proc: its title (NUL-separated as the kernel shows argv) and
     /// its `/proc/<pid>/cgroup`, running as this test's user.
     pub fn process(proc_root: &Path, pid: u32, title: &str, cgroup: &str) {
-        process_of(proc_root, pid, title, cgroup, nix::unistd::getuid().as_raw());
+        process_of(
+            proc_root,
+            pid,
+            title,
+            cgroup,
+            nix::unistd::getuid().as_raw(),
+        );
     }
 
     /// The same, of real uid `uid`.
