@@ -353,6 +353,8 @@ impl Keeper {
             ));
         }
         let path = ledger_path(spool, context_id);
+        // a slurmd killed while it wrote left a temporary file beside the ledger
+        crate::replace::sweep(&path);
         let ledger = match Ledger::load(&path) {
             Ok(ledger) => ledger.unwrap_or_default(),
             Err(e) => {

@@ -3,8 +3,9 @@
 //!
 //! slurmd's ledger keeper writes the file at each ledger update (about once a second),
 //! from the ledger itself: the figures are those the node's steps report to Slurm. It is
-//! written whole to a temporary file (a name the collector skips) renamed over the old
-//! one, so a scrape reads a whole file or the previous one. The counters continue across
+//! written whole to a temporary file (a name the collector skips, created so that no link
+//! planted in the directory is followed: [`crate::replace`]) renamed over the old one, so
+//! a scrape reads a whole file or the previous one. The counters continue across
 //! slurmd restarts as the ledger does; a job's series stay for [`GRACE`] after it left the
 //! node, so that a scrape sees its final figure, then go.
 //!
@@ -17,13 +18,12 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs;
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::attribution::ledger::Ledger;
 use crate::config::{ConfigError, KeyValues};
+use crate::replace::{Access, replace, sweep};
 
 pub const FILE_KEY: &str = "EnergyMetricsFile";
 /// The keys every plugin of the family reads for its metrics.
@@ -282,7 +282,9 @@ impl Drop for MetricsFile {
 }
 
 impl MetricsFile {
+    /// Writes to `path`, once the temporary files a killed slurmd left beside it are gone.
     pub fn new(path: PathBuf) -> Self {
+        sweep(&path);
         Self {
             path,
             failing: false,
@@ -294,18 +296,13 @@ impl MetricsFile {
     }
 
     /// Replaces the file with `text`, readable by all (node_exporter runs as its own
-    /// user), through a temporary file in the same directory that the collector skips.
+    /// user), through a temporary file beside it that the collector skips ([`replace`]).
     pub fn write(&mut self, text: &str) {
-        let mut tmp = self.path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let written = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(text.as_bytes()))
-            .and_then(|()| fs::rename(&tmp, &self.path));
+        let access = Access {
+            mode: 0o644,
+            group: None,
+        };
+        let written = replace(&self.path, text.as_bytes(), access);
         match written {
             Ok(()) if self.failing => {
                 log::info!(
@@ -485,6 +482,17 @@ mod tests {
         assert_eq!(fs::read_to_string(&path).expect("file"), "a 2\n");
         let names: Vec<_> = fs::read_dir(tmp.path()).expect("dir").flatten().collect();
         assert_eq!(names.len(), 1, "no temporary file is left behind");
+        // node_exporter's user plants a link at the name the file once went through
+        let outside = tempfile::NamedTempFile::new().expect("outside");
+        fs::write(outside.path(), "root's\n").expect("outside");
+        std::os::unix::fs::symlink(outside.path(), tmp.path().join("energy.prom.tmp"))
+            .expect("link");
+        file.write("a 3\n");
+        assert_eq!(fs::read_to_string(&path).expect("file"), "a 3\n");
+        assert_eq!(
+            fs::read_to_string(outside.path()).expect("outside"),
+            "root's\n"
+        );
         drop(file);
         assert!(!path.exists());
     }

@@ -1,8 +1,8 @@
 //! Cumulative joules of the node and of each job and step on it, updated at each sample of
 //! the node's meter, and the file slurmd publishes them in for the node's slurmstepds.
 //!
-//! The file is JSON with a version, written to a temporary file renamed over the old one, so
-//! a reader sees a whole ledger or the previous one, and a slurmd that restarts (or crashes)
+//! The file is JSON with a version, written to a temporary file renamed over the old one
+//! ([`crate::replace`]), so a reader sees a whole ledger or the previous one, and a slurmd that restarts (or crashes)
 //! continues from the last one written. It is not synced to disk every second: what must
 //! survive is slurmd, not the node (a node that goes down takes its jobs with it), and a
 //! ledger left torn by a power cut is refused on load and started anew, with a new epoch
@@ -10,8 +10,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,6 +19,7 @@ use super::StepId;
 use super::cgroup::JobCounters;
 use super::model::{DeviceUse, Interval, JobUse, StepUse, split_device, split_interval, split_job};
 use crate::accounting::PowerWindow;
+use crate::replace::{Access, replace};
 
 /// The file format; a reader refuses any other.
 pub const VERSION: u64 = 2;
@@ -947,23 +946,16 @@ impl Ledger {
         Self::from_json(&value).map(Some).ok_or_else(format)
     }
 
-    /// Replaces `path` with this ledger, readable by root only.
+    /// Replaces `path` with this ledger, readable by root only ([`replace`]).
     pub fn store(&self, path: &Path) -> Result<(), LedgerError> {
-        let error = |source| LedgerError::Write {
+        let access = Access {
+            mode: 0o600,
+            group: None,
+        };
+        replace(path, self.to_text().as_bytes(), access).map_err(|source| LedgerError::Write {
             path: path.display().to_string(),
             source,
-        };
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".new");
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(error)?;
-        file.write_all(self.to_text().as_bytes()).map_err(error)?;
-        fs::rename(&tmp, path).map_err(error)
+        })
     }
 }
 
