@@ -29,7 +29,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -39,6 +38,7 @@ use crate::config::{ConfigError, KeyValues};
 use crate::metrics::{self, Identity, MetricsFile, Owner};
 use crate::source::{DeviceReading, EnergyReader, Reading, SensorReading, stale_after};
 use cgroup::{CgroupTree, StepCgroup};
+use doorbell::Pace;
 use gres::GresOrder;
 use holders::Holders;
 use ledger::{
@@ -301,10 +301,10 @@ pub struct Keeper {
     samples: u64,
     spool: PathBuf,
     path: PathBuf,
-    updated: Option<Instant>,
-    /// A step asked for a fresh ledger ([`doorbell`]): the next sample updates it however
-    /// recent the last update.
-    wanted: Arc<AtomicBool>,
+    /// When the ledger was last updated, and whether a step asked for a fresh one
+    /// ([`doorbell`]): the next sample updates it once [`doorbell::MIN_UPDATE_GAP`] has
+    /// passed, however often steps ring.
+    pace: Arc<Pace>,
     /// A failure to publish is logged once per episode.
     failing: bool,
     /// Where the ledger is also written for Prometheus, and the series' labels.
@@ -376,8 +376,7 @@ impl Keeper {
             samples: 0,
             spool: spool.to_path_buf(),
             path,
-            updated: None,
-            wanted: Arc::new(AtomicBool::new(false)),
+            pace: Arc::default(),
             failing: false,
             metrics: None,
             owners: HashMap::new(),
@@ -412,26 +411,20 @@ impl Keeper {
         &self.path
     }
 
-    /// Set by a step's ring: the next sample updates the ledger at once.
-    pub fn wanted(&self) -> Arc<AtomicBool> {
-        Arc::clone(&self.wanted)
+    /// Told by the doorbell that a step asks for a fresh ledger; paces the updates.
+    pub fn pace(&self) -> Arc<Pace> {
+        Arc::clone(&self.pace)
     }
 
     /// Takes the node's energy at a sample of its meter, and its devices'.
     pub fn on_sample(&mut self, accounting: &Accounting, devices: &[DeviceReading]) {
         let now = Instant::now();
-        let wanted = self.wanted.swap(false, Ordering::SeqCst);
-        if !wanted
-            && self
-                .updated
-                .is_some_and(|t| now.saturating_duration_since(t) < LEDGER_INTERVAL)
-        {
-            return;
-        }
         let Some(point) = accounting.fresh(now, Duration::MAX) else {
             return;
         };
-        self.updated = Some(now);
+        if !self.pace.take(now, LEDGER_INTERVAL) {
+            return;
+        }
         // in every mode: node mode charges each job the node's energy since it began
         let jobs = self.observe(devices);
         let devices = self.observe_devices(devices);
@@ -972,7 +965,7 @@ impl EnergyReader for StepFigure {
 mod tests {
     use super::*;
     use std::os::unix::net::UnixListener;
-    use std::sync::atomic::AtomicU32;
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     #[test]
     fn keys_parse_and_bad_values_name_key_and_value() {
@@ -1078,7 +1071,7 @@ mod tests {
         let later = |s| (t0 + Duration::from_secs(s), w0 + Duration::from_secs(s));
         let (t, w) = later(2);
         accounting.record(&reading(200_000_000), t, w);
-        keeper.updated = None;
+        keeper.pace = Arc::default();
         keeper.on_sample(&accounting, &[]);
         let first = share.read(Instant::now());
         assert!(first.complete);
@@ -1093,7 +1086,7 @@ mod tests {
         // the published one again, not what was brought forward at the old power
         let (t, w) = later(3);
         accounting.record(&reading(200_000_000), t, w);
-        keeper.updated = None;
+        keeper.pace = Arc::default();
         keeper.on_sample(&accounting, &[]);
         let after_fall = share.read(Instant::now());
         assert_eq!(after_fall.watts, Some(0.0));
@@ -1134,7 +1127,8 @@ mod tests {
         let now = unix_now();
         publish(&path, now - 100.0, now, 1000.0, 200.0);
         let ledger = path.clone();
-        let _bell = doorbell::Doorbell::open(&doorbell::doorbell_path(&path), move || {
+        let pace = Arc::default();
+        let _bell = doorbell::Doorbell::open(&doorbell::doorbell_path(&path), pace, move || {
             counted.fetch_add(1, Ordering::SeqCst);
             publish(&ledger, now - 100.0, unix_now(), 1000.0, 200.0);
         })
@@ -1341,7 +1335,7 @@ mod tests {
                     ..Reading::default()
                 };
                 accounting.record(&reading, t0 + at, w0 + at);
-                keeper.updated = None;
+                keeper.pace = Arc::default();
                 keeper.on_sample(&accounting, &[]);
             }
             let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
@@ -1363,7 +1357,7 @@ mod tests {
                     ..Reading::default()
                 };
                 accounting.record(&reading, t0 + at, w0 + at);
-                keeper.updated = None;
+                keeper.pace = Arc::default();
                 keeper.on_sample(&accounting, &[]);
             }
             let with_metrics = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
@@ -1444,7 +1438,7 @@ mod tests {
                     ..Reading::default()
                 };
                 accounting.record(&reading, t0 + at, w0 + at);
-                keeper.updated = None;
+                keeper.pace = Arc::default();
                 keeper.on_sample(&accounting, &devices);
             }
             let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
@@ -1473,7 +1467,7 @@ mod tests {
             ..Reading::default()
         };
         accounting.record(&reading, t, w);
-        keeper.updated = None;
+        keeper.pace = Arc::default();
         keeper.on_sample(&accounting, &[]);
     }
 
