@@ -36,6 +36,7 @@ use crate::accounting::Accounting;
 use crate::accounting::MAX_SENSORS;
 use crate::config::{ConfigError, KeyValues};
 use crate::metrics::{self, Identity, MetricsFile, Owner};
+use crate::replace::Access;
 use crate::source::{DeviceReading, EnergyReader, Reading, SensorReading, stale_after};
 use cgroup::{CgroupTree, StepCgroup};
 use doorbell::Pace;
@@ -385,7 +386,15 @@ impl Keeper {
 
     /// Also writes the ledger's figures in Prometheus's text format to `file`, labelled
     /// with `node` and `source` (the plugin).
-    pub fn with_metrics(mut self, file: PathBuf, node: &str, source: &str) -> Self {
+    /// The file is readable as `access` says, and says who runs each job if `owners`.
+    pub fn with_metrics(
+        mut self,
+        file: PathBuf,
+        access: Access,
+        owners: bool,
+        node: &str,
+        source: &str,
+    ) -> Self {
         let attribution = match self.split {
             Split::Node => "node",
             Split::Shared { .. } => "shared",
@@ -397,7 +406,7 @@ impl Keeper {
             source: source.to_string(),
             attribution: attribution.to_string(),
         };
-        self.metrics = Some((MetricsFile::new(file), who));
+        self.metrics = Some((MetricsFile::new(file, access, owners), who));
         self
     }
 
@@ -466,7 +475,8 @@ impl Keeper {
         if let Some((file, who)) = &mut self.metrics {
             let kept: HashSet<u32> = self.ledger.jobs().map(|j| j.id).collect();
             self.owners.retain(|job, _| kept.contains(job));
-            file.write(&metrics::render(&self.ledger, &self.owners, who));
+            let owners = file.owners().then_some(&self.owners);
+            file.write(&metrics::render(&self.ledger, owners, who));
         }
     }
 
@@ -487,7 +497,8 @@ impl Keeper {
     fn observe(&mut self, devices: &[DeviceReading]) -> Vec<ObservedJob> {
         let present = present_steps(&self.spool);
         self.locate(&present);
-        if self.metrics.is_some() {
+        // a job's owner is read from its tasks only where the metrics file says it
+        if self.metrics.as_ref().is_some_and(|(file, _)| file.owners()) {
             self.learn_owners(&present);
         }
         if let Some(holders) = self.holders.as_mut() {
@@ -1347,7 +1358,11 @@ mod tests {
             let observe = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
             // the same with the Prometheus metrics file written at each sample
             let file = tmp.path().join("slurm_energy.prom");
-            let mut keeper = keeper.with_metrics(file.clone(), "n1", "rust_rapl");
+            let readable = Access {
+                mode: 0o644,
+                group: None,
+            };
+            let mut keeper = keeper.with_metrics(file.clone(), readable, true, "n1", "rust_rapl");
             let started = Instant::now();
             for k in rounds + 1..=2 * rounds {
                 let at = Duration::from_secs(u64::from(k));

@@ -287,7 +287,13 @@ impl<S: Source> State<S> {
         let stacked = host.energy_plugins() > 1;
         let node = host.node_name();
         if let Some(file) = self.metrics.path_for(host.plugin_kind(), stacked, &node) {
-            keeper = keeper.with_metrics(file, &node, host.plugin_kind());
+            match self.metrics.access() {
+                Ok(access) => {
+                    let owners = self.metrics.owners;
+                    keeper = keeper.with_metrics(file, access, owners, &node, host.plugin_kind());
+                }
+                Err(e) => log::error!("{e}; no metrics file is written"),
+            }
         }
         let (pace, wake) = (keeper.pace(), meter.waker());
         let bell = doorbell::doorbell_path(keeper.path());
