@@ -30,7 +30,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -38,8 +37,10 @@ use crate::accounting::Accounting;
 use crate::accounting::MAX_SENSORS;
 use crate::config::{ConfigError, KeyValues};
 use crate::metrics::{self, Identity, MetricsFile, Owner};
+use crate::replace::Access;
 use crate::source::{DeviceReading, EnergyReader, Reading, SensorReading, stale_after};
 use cgroup::{CgroupTree, StepCgroup};
+use doorbell::Pace;
 use gres::GresOrder;
 use holders::Holders;
 use ledger::{
@@ -305,10 +306,10 @@ pub struct Keeper {
     samples: u64,
     spool: PathBuf,
     path: PathBuf,
-    updated: Option<Instant>,
-    /// A step asked for a fresh ledger ([`doorbell`]): the next sample updates it however
-    /// recent the last update.
-    wanted: Arc<AtomicBool>,
+    /// When the ledger was last updated, and whether a step asked for a fresh one
+    /// ([`doorbell`]): the next sample updates it once [`doorbell::MIN_UPDATE_GAP`] has
+    /// passed, however often steps ring.
+    pace: Arc<Pace>,
     /// A failure to publish is logged once per episode.
     failing: bool,
     /// Where the ledger is also written for Prometheus, and the series' labels.
@@ -359,6 +360,8 @@ impl Keeper {
             ));
         }
         let path = ledger_path(spool, context_id);
+        // a slurmd killed while it wrote left a temporary file beside the ledger
+        crate::replace::sweep(&path);
         let ledger = match Ledger::load(&path) {
             Ok(ledger) => ledger.unwrap_or_default(),
             Err(e) => {
@@ -380,8 +383,7 @@ impl Keeper {
             samples: 0,
             spool: spool.to_path_buf(),
             path,
-            updated: None,
-            wanted: Arc::new(AtomicBool::new(false)),
+            pace: Arc::default(),
             failing: false,
             metrics: None,
             owners: HashMap::new(),
@@ -391,7 +393,15 @@ impl Keeper {
 
     /// Also writes the ledger's figures in Prometheus's text format to `file`, labelled
     /// with `node` and `source` (the plugin).
-    pub fn with_metrics(mut self, file: PathBuf, node: &str, source: &str) -> Self {
+    /// The file is readable as `access` says, and says who runs each job if `owners`.
+    pub fn with_metrics(
+        mut self,
+        file: PathBuf,
+        access: Access,
+        owners: bool,
+        node: &str,
+        source: &str,
+    ) -> Self {
         let attribution = match self.split {
             Split::Node => "node",
             Split::Shared { .. } => "shared",
@@ -403,7 +413,7 @@ impl Keeper {
             source: source.to_string(),
             attribution: attribution.to_string(),
         };
-        self.metrics = Some((MetricsFile::new(file), who));
+        self.metrics = Some((MetricsFile::new(file, access, owners), who));
         self
     }
 
@@ -417,26 +427,20 @@ impl Keeper {
         &self.path
     }
 
-    /// Set by a step's ring: the next sample updates the ledger at once.
-    pub fn wanted(&self) -> Arc<AtomicBool> {
-        Arc::clone(&self.wanted)
+    /// Told by the doorbell that a step asks for a fresh ledger; paces the updates.
+    pub fn pace(&self) -> Arc<Pace> {
+        Arc::clone(&self.pace)
     }
 
     /// Takes the node's energy at a sample of its meter, and its devices'.
     pub fn on_sample(&mut self, accounting: &Accounting, devices: &[DeviceReading]) {
         let now = Instant::now();
-        let wanted = self.wanted.swap(false, Ordering::SeqCst);
-        if !wanted
-            && self
-                .updated
-                .is_some_and(|t| now.saturating_duration_since(t) < LEDGER_INTERVAL)
-        {
-            return;
-        }
         let Some(point) = accounting.fresh(now, Duration::MAX) else {
             return;
         };
-        self.updated = Some(now);
+        if !self.pace.take(now, LEDGER_INTERVAL) {
+            return;
+        }
         // in every mode: node mode charges each job the node's energy since it began
         let jobs = self.observe(devices);
         let devices = self.observe_devices(devices);
@@ -478,7 +482,8 @@ impl Keeper {
         if let Some((file, who)) = &mut self.metrics {
             let kept: HashSet<u32> = self.ledger.jobs().map(|j| j.id).collect();
             self.owners.retain(|job, _| kept.contains(job));
-            file.write(&metrics::render(&self.ledger, &self.owners, who));
+            let owners = file.owners().then_some(&self.owners);
+            file.write(&metrics::render(&self.ledger, owners, who));
         }
     }
 
@@ -502,7 +507,8 @@ impl Keeper {
         if self.samples.is_multiple_of(GRANT_SWEEP_SAMPLES) {
             grant::Grant::remove_ended(&self.spool, &present.keys().copied().collect());
         }
-        if self.metrics.is_some() {
+        // a job's owner is looked up only where the metrics file shows owners
+        if self.metrics.as_ref().is_some_and(|(file, _)| file.owners()) {
             self.learn_owners(&present);
         }
         if let Some(holders) = self.holders.as_mut() {
@@ -549,22 +555,14 @@ impl Keeper {
 
 impl Keeper {
     /// Who runs each present job not yet known: the user Slurm launched one of its steps
-    /// as ([`grant::Grant`]), never what its tasks say. Slurm's step record names no
-    /// account or partition.
+    /// as ([`grant::Grant`]), never what its tasks say.
     fn learn_owners(&mut self, present: &BTreeMap<(u32, StepId), PathBuf>) {
         for (job, step) in present.keys() {
             if self.owners.contains_key(job) {
                 continue;
             }
             if let Some(grant) = grant::Grant::read(&self.spool, *job, *step) {
-                self.owners.insert(
-                    *job,
-                    Owner {
-                        user: grant.user,
-                        account: String::new(),
-                        partition: String::new(),
-                    },
-                );
+                self.owners.insert(*job, Owner { user: grant.user });
             }
         }
     }
@@ -977,7 +975,7 @@ impl EnergyReader for StepFigure {
 mod tests {
     use super::*;
     use std::os::unix::net::UnixListener;
-    use std::sync::atomic::AtomicU32;
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     #[test]
     fn keys_parse_and_bad_values_name_key_and_value() {
@@ -1084,7 +1082,7 @@ mod tests {
         let later = |s| (t0 + Duration::from_secs(s), w0 + Duration::from_secs(s));
         let (t, w) = later(2);
         accounting.record(&reading(200_000_000), t, w);
-        keeper.updated = None;
+        keeper.pace = Arc::default();
         keeper.on_sample(&accounting, &[]);
         let first = share.read(Instant::now());
         assert!(first.complete);
@@ -1099,7 +1097,7 @@ mod tests {
         // the published one again, not what was brought forward at the old power
         let (t, w) = later(3);
         accounting.record(&reading(200_000_000), t, w);
-        keeper.updated = None;
+        keeper.pace = Arc::default();
         keeper.on_sample(&accounting, &[]);
         let after_fall = share.read(Instant::now());
         assert_eq!(after_fall.watts, Some(0.0));
@@ -1140,7 +1138,8 @@ mod tests {
         let now = unix_now();
         publish(&path, now - 100.0, now, 1000.0, 200.0);
         let ledger = path.clone();
-        let _bell = doorbell::Doorbell::open(&doorbell::doorbell_path(&path), move || {
+        let pace = Arc::default();
+        let _bell = doorbell::Doorbell::open(&doorbell::doorbell_path(&path), pace, move || {
             counted.fetch_add(1, Ordering::SeqCst);
             publish(&ledger, now - 100.0, unix_now(), 1000.0, 200.0);
         })
@@ -1344,7 +1343,7 @@ mod tests {
                     ..Reading::default()
                 };
                 accounting.record(&reading, t0 + at, w0 + at);
-                keeper.updated = None;
+                keeper.pace = Arc::default();
                 keeper.on_sample(&accounting, &[]);
             }
             let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
@@ -1356,7 +1355,11 @@ mod tests {
             let observe = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
             // the same with the Prometheus metrics file written at each sample
             let file = tmp.path().join("slurm_energy.prom");
-            let mut keeper = keeper.with_metrics(file.clone(), "n1", "rust_rapl");
+            let readable = Access {
+                mode: 0o644,
+                group: None,
+            };
+            let mut keeper = keeper.with_metrics(file.clone(), readable, true, "n1", "rust_rapl");
             let started = Instant::now();
             for k in rounds + 1..=2 * rounds {
                 let at = Duration::from_secs(u64::from(k));
@@ -1366,7 +1369,7 @@ mod tests {
                     ..Reading::default()
                 };
                 accounting.record(&reading, t0 + at, w0 + at);
-                keeper.updated = None;
+                keeper.pace = Arc::default();
                 keeper.on_sample(&accounting, &[]);
             }
             let with_metrics = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
@@ -1443,7 +1446,7 @@ mod tests {
                     ..Reading::default()
                 };
                 accounting.record(&reading, t0 + at, w0 + at);
-                keeper.updated = None;
+                keeper.pace = Arc::default();
                 keeper.on_sample(&accounting, &devices);
             }
             let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
@@ -1472,7 +1475,7 @@ mod tests {
             ..Reading::default()
         };
         accounting.record(&reading, t, w);
-        keeper.updated = None;
+        keeper.pace = Arc::default();
         keeper.on_sample(&accounting, &[]);
     }
 
@@ -1746,7 +1749,7 @@ mod tests {
             keeper.places.get(&(3, StepId(0))),
             Some(Place::Unseen { .. })
         ));
-        assert!(keeper.starts.get(&(3, StepId(0))).is_some());
+        assert!(keeper.starts.contains_key(&(3, StepId(0))));
         // the step's own slurmstepd, holding its socket, is found
         procs::tests::stepd(root, 902, (3, StepId(0)), "0::/\n", &socket);
         tick(&mut keeper);

@@ -37,6 +37,7 @@ pub mod power;
 pub mod rapl;
 #[cfg(feature = "redfish")]
 pub mod redfish;
+pub mod replace;
 pub mod runtime;
 pub mod source;
 #[cfg(feature = "variorum")]

@@ -3,8 +3,9 @@
 //!
 //! slurmd's ledger keeper writes the file at each ledger update (about once a second),
 //! from the ledger itself: the figures are those the node's steps report to Slurm. It is
-//! written whole to a temporary file (a name the collector skips) renamed over the old
-//! one, so a scrape reads a whole file or the previous one. The counters continue across
+//! written whole to a temporary file (a name the collector skips, created so that no link
+//! planted in the directory is followed: [`crate::replace`]) renamed over the old one, so
+//! a scrape reads a whole file or the previous one. The counters continue across
 //! slurmd restarts as the ledger does; a job's series stay for [`GRACE`] after it left the
 //! node, so that a scrape sees its final figure, then go.
 //!
@@ -17,31 +18,128 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::fs;
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::attribution::ledger::Ledger;
 use crate::config::{ConfigError, KeyValues};
+use crate::replace::{Access, replace, sweep};
 
 pub const FILE_KEY: &str = "EnergyMetricsFile";
+pub const MODE_KEY: &str = "EnergyMetricsFileMode";
+pub const GROUP_KEY: &str = "EnergyMetricsFileGroup";
+pub const OWNERS_KEY: &str = "EnergyMetricsOwners";
 /// The keys every plugin of the family reads for its metrics.
-pub const KEYS: &[&str] = &[FILE_KEY];
+pub const KEYS: &[&str] = &[FILE_KEY, MODE_KEY, GROUP_KEY, OWNERS_KEY];
+/// Readable by all, node_exporter's user included: what the file's mode was before it
+/// could be set.
+const DEFAULT_MODE: u32 = 0o644;
 /// How long a job's series stay after it left the node: two scrapes at Prometheus's
 /// default interval of a minute.
 pub const GRACE: Duration = Duration::from_secs(120);
 
-/// Where the metrics go, if anywhere.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// Where the metrics go, if anywhere, and who may read them.
+#[derive(Debug, Clone, PartialEq)]
 pub struct MetricsConfig {
     pub file: Option<PathBuf>,
+    /// The file's permission bits ([`MODE_KEY`]).
+    pub mode: u32,
+    /// The file's group ([`GROUP_KEY`]), when not slurmd's: node_exporter's, where the file
+    /// is not readable by all.
+    pub group: Option<GroupName>,
+    /// Whether the file says who runs each job ([`OWNERS_KEY`]): not where Slurm's
+    /// PrivateData hides users from each other and node_exporter serves all.
+    pub owners: bool,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            file: None,
+            mode: DEFAULT_MODE,
+            group: None,
+            owners: true,
+        }
+    }
+}
+
+/// A group as acct_gather.conf names it: by number, or by name (looked up on the node that
+/// writes the file: the controller, which shows the configuration, may not know it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum GroupName {
+    Id(u32),
+    Name(String),
+}
+
+impl std::fmt::Display for GroupName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Id(gid) => write!(f, "{gid}"),
+            Self::Name(name) => f.write_str(name),
+        }
+    }
+}
+
+/// [`MODE_KEY`]'s value: octal permission bits, writable by the owner (root) only: the
+/// figures are billed, and a file others could write between two updates could lie.
+fn parse_mode(v: &str) -> Result<u32, ConfigError> {
+    let bad = || {
+        ConfigError::new(
+            MODE_KEY,
+            v,
+            "expected octal permission bits writable by root only, such as 0644 or 0640",
+        )
+    };
+    if v.is_empty() || v.len() > 4 || !v.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return Err(bad());
+    }
+    u32::from_str_radix(v, 8)
+        .ok()
+        .filter(|m| m & !0o777 == 0 && m & 0o022 == 0)
+        .ok_or_else(bad)
+}
+
+/// [`GROUP_KEY`]'s value: a number, or a name as `groupadd` allows one.
+fn parse_group(v: &str) -> Result<GroupName, ConfigError> {
+    if v.bytes().all(|b| b.is_ascii_digit()) {
+        return v
+            .parse()
+            .map(GroupName::Id)
+            .map_err(|_| ConfigError::new(GROUP_KEY, v, "expected a group id below 2^32"));
+    }
+    let name = v.len() <= 32
+        && !v.starts_with('-')
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if name {
+        Ok(GroupName::Name(v.to_string()))
+    } else {
+        Err(ConfigError::new(
+            GROUP_KEY,
+            v,
+            "expected a group name or number",
+        ))
+    }
 }
 
 impl MetricsConfig {
     pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        if let Some(v) = values.get(MODE_KEY).filter(|v| !v.is_empty()) {
+            config.mode = parse_mode(v)?;
+        }
+        if let Some(v) = values.get(GROUP_KEY).filter(|v| !v.is_empty()) {
+            config.group = Some(parse_group(v)?);
+        }
+        if let Some(v) = values.get(OWNERS_KEY).filter(|v| !v.is_empty()) {
+            config.owners = match v.to_ascii_lowercase().as_str() {
+                "yes" => true,
+                "no" => false,
+                _ => return Err(ConfigError::new(OWNERS_KEY, v, "expected yes or no")),
+            };
+        }
         let Some(v) = values.get(FILE_KEY).filter(|v| !v.is_empty()) else {
-            return Ok(Self::default());
+            return Ok(config);
         };
         let path = Path::new(v);
         if !path.is_absolute() {
@@ -55,9 +153,8 @@ impl MetricsConfig {
                  reads only those)",
             ));
         }
-        Ok(Self {
-            file: Some(path.to_path_buf()),
-        })
+        config.file = Some(path.to_path_buf());
+        Ok(config)
     }
 
     pub fn show(&self) -> Vec<(&'static str, String)> {
@@ -65,7 +162,47 @@ impl MetricsConfig {
             .file
             .as_ref()
             .map_or("(none)".to_string(), |f| f.display().to_string());
-        vec![(FILE_KEY, file)]
+        let group = self
+            .group
+            .as_ref()
+            .map_or("(slurmd's)".to_string(), GroupName::to_string);
+        let owners = if self.owners { "yes" } else { "no" };
+        vec![
+            (FILE_KEY, file),
+            (MODE_KEY, format!("{:04o}", self.mode)),
+            (GROUP_KEY, group),
+            (OWNERS_KEY, owners.to_string()),
+        ]
+    }
+
+    /// Who may read the file, its group looked up on this node; an error names the key
+    /// and the value.
+    pub fn access(&self) -> Result<Access, ConfigError> {
+        let group = match &self.group {
+            None => None,
+            Some(GroupName::Id(gid)) => Some(*gid),
+            Some(GroupName::Name(name)) => match nix::unistd::Group::from_name(name) {
+                Ok(Some(group)) => Some(group.gid.as_raw()),
+                Ok(None) => {
+                    return Err(ConfigError::new(
+                        GROUP_KEY,
+                        name,
+                        "no such group on this node",
+                    ));
+                }
+                Err(e) => {
+                    return Err(ConfigError::new(
+                        GROUP_KEY,
+                        name,
+                        format!("cannot look the group up: {e}"),
+                    ));
+                }
+            },
+        };
+        Ok(Access {
+            mode: self.mode,
+            group,
+        })
     }
 
     /// The file plugin `source` writes on node `node`: the one named, `%n` and `%h` in it
@@ -83,32 +220,12 @@ impl MetricsConfig {
     }
 }
 
-/// A job's owner, as its tasks' environment says.
+/// A job's owner, as Slurm's step record says ([`crate::attribution::grant`]): never what
+/// its tasks' environment says, which is the owner's to write. The record names no account
+/// or partition.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Owner {
     pub user: String,
-    pub account: String,
-    pub partition: String,
-}
-
-impl Owner {
-    /// From a task's environment (`/proc/<pid>/environ`, NUL separated): `None` unless it
-    /// names the job's user (`SLURM_JOB_USER`).
-    pub fn from_environ(environ: &[u8]) -> Option<Self> {
-        let text = String::from_utf8_lossy(environ);
-        let get = |key: &str| {
-            text.split('\0')
-                .filter_map(|kv| kv.split_once('='))
-                .filter(|(k, _)| *k == key)
-                .map(|(_, v)| v.to_string())
-                .next_back()
-        };
-        Some(Self {
-            user: get("SLURM_JOB_USER").filter(|u| !u.is_empty())?,
-            account: get("SLURM_JOB_ACCOUNT").unwrap_or_default(),
-            partition: get("SLURM_JOB_PARTITION").unwrap_or_default(),
-        })
-    }
 }
 
 /// The labels of every series of one plugin on one node.
@@ -156,8 +273,10 @@ impl Family {
 }
 
 /// The file's text: the node's energy and power (and its parts'), and those of each job
-/// and step the ledger keeps that was on the node less than [`GRACE`] ago.
-pub fn render(ledger: &Ledger, owners: &HashMap<u32, Owner>, who: &Identity) -> String {
+/// and step the ledger keeps that was on the node less than [`GRACE`] ago (a job's ended
+/// steps as long as the ledger keeps them: a minute at most, a few dozen per job), and who
+/// runs each job unless `owners` is `None` ([`OWNERS_KEY`]): then no series says it.
+pub fn render(ledger: &Ledger, owners: Option<&HashMap<u32, Owner>>, who: &Identity) -> String {
     const NODE_J: &str = "slurm_energy_node_joules_total";
     const NODE_W: &str = "slurm_energy_node_watts";
     const PART_J: &str = "slurm_energy_node_part_joules_total";
@@ -227,7 +346,7 @@ pub fn render(ledger: &Ledger, owners: &HashMap<u32, Owner>, who: &Identity) -> 
     let mut info = Family::new(
         JOB_INFO,
         "gauge",
-        "Who runs the job (from its tasks' environment), always 1: join on jobid.",
+        "Who runs the job (from Slurm's step record), always 1: join on jobid.",
     );
     let grace = GRACE.as_secs_f64();
     for job in ledger
@@ -245,24 +364,24 @@ pub fn render(ledger: &Ledger, owners: &HashMap<u32, Owner>, who: &Identity) -> 
             step_j.sample(STEP_J, &labels, account.joules);
             step_w.sample(STEP_W, &labels, account.watts);
         }
-        if let Some(owner) = owners.get(&job.id) {
+        if let Some(owner) = owners.and_then(|o| o.get(&job.id)) {
             info.sample(
                 JOB_INFO,
                 &[
                     node[0],
                     ("jobid", id.as_str()),
                     ("user", owner.user.as_str()),
-                    ("account", owner.account.as_str()),
-                    ("partition", owner.partition.as_str()),
                 ],
                 1.0,
             );
         }
     }
+    let info = owners.is_some().then_some(info);
     [
-        sampled, node_j, node_w, part_j, part_w, job_j, job_w, step_j, step_w, info,
+        sampled, node_j, node_w, part_j, part_w, job_j, job_w, step_j, step_w,
     ]
     .iter()
+    .chain(info.as_ref())
     .map(|f| f.text.as_str())
     .collect()
 }
@@ -270,6 +389,9 @@ pub fn render(ledger: &Ledger, owners: &HashMap<u32, Owner>, who: &Identity) -> 
 /// The file the metrics are written to; a failure is logged once per episode.
 pub struct MetricsFile {
     path: PathBuf,
+    access: Access,
+    /// Whether it says who runs each job ([`OWNERS_KEY`]).
+    owners: bool,
     failing: bool,
 }
 
@@ -282,30 +404,31 @@ impl Drop for MetricsFile {
 }
 
 impl MetricsFile {
-    pub fn new(path: PathBuf) -> Self {
+    /// Writes to `path`, readable as `access` says and saying who runs each job if
+    /// `owners`, once the temporary files a killed slurmd left beside it are gone.
+    pub fn new(path: PathBuf, access: Access, owners: bool) -> Self {
+        sweep(&path);
         Self {
             path,
+            access,
+            owners,
             failing: false,
         }
+    }
+
+    /// Whether it says who runs each job.
+    pub fn owners(&self) -> bool {
+        self.owners
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Replaces the file with `text`, readable by all (node_exporter runs as its own
-    /// user), through a temporary file in the same directory that the collector skips.
+    /// Replaces the file with `text`, readable by node_exporter's user as configured,
+    /// through a temporary file beside it that the collector skips ([`replace`]).
     pub fn write(&mut self, text: &str) {
-        let mut tmp = self.path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let written = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(text.as_bytes()))
-            .and_then(|()| fs::rename(&tmp, &self.path));
+        let written = replace(&self.path, text.as_bytes(), self.access);
         match written {
             Ok(()) if self.failing => {
                 log::info!(
@@ -368,18 +491,79 @@ mod tests {
     }
 
     #[test]
-    fn the_owner_is_in_a_tasks_environment() {
-        let env = b"PATH=/bin\0SLURM_JOB_ID=7\0SLURM_JOB_USER=alice\0SLURM_JOB_ACCOUNT=physics\0\
-                    SLURM_JOB_PARTITION=gpu\0";
+    fn the_files_mode_group_and_owners_are_configurable_and_bad_values_named() {
+        let parse = |pairs: &[(&'static str, &str)]| {
+            let mut values = KeyValues::new();
+            for (k, v) in pairs {
+                values.set(k, *v);
+            }
+            MetricsConfig::parse(&values)
+        };
+        let default = parse(&[]).expect("defaults");
         assert_eq!(
-            Owner::from_environ(env),
-            Some(Owner {
-                user: "alice".into(),
-                account: "physics".into(),
-                partition: "gpu".into()
+            (default.mode, &default.group, default.owners),
+            (0o644, &None, true)
+        );
+        assert_eq!(
+            default.access(),
+            Ok(Access {
+                mode: 0o644,
+                group: None
             })
         );
-        assert_eq!(Owner::from_environ(b"PATH=/bin\0SLURM_JOB_ID=7\0"), None);
+        let set =
+            parse(&[(MODE_KEY, "0640"), (GROUP_KEY, "4242"), (OWNERS_KEY, "No")]).expect("valid");
+        assert_eq!(
+            set.access(),
+            Ok(Access {
+                mode: 0o640,
+                group: Some(4242)
+            })
+        );
+        assert!(!set.owners);
+        assert_eq!(
+            set.show()[1..],
+            [
+                (MODE_KEY, "0640".to_string()),
+                (GROUP_KEY, "4242".to_string()),
+                (OWNERS_KEY, "no".to_string())
+            ]
+        );
+        assert_eq!(parse(&[(MODE_KEY, "600")]).map(|c| c.mode), Ok(0o600));
+        // a name is looked up where the file is written
+        let root = parse(&[(GROUP_KEY, "root")]).expect("a name");
+        assert_eq!(root.access().map(|a| a.group), Ok(Some(0)));
+        let unknown = parse(&[(GROUP_KEY, "no-such-group-here")]).expect("a name");
+        let e = unknown.access().expect_err("unknown");
+        assert_eq!((e.key, e.value.as_str()), (GROUP_KEY, "no-such-group-here"));
+        assert!(e.to_string().contains("no such group"), "{e}");
+        for (key, bad) in [
+            (MODE_KEY, "0666"),
+            (MODE_KEY, "0646"),
+            (MODE_KEY, "4755"),
+            (MODE_KEY, "rw-r--r--"),
+            (MODE_KEY, "0x1a4"),
+            (MODE_KEY, "0o644"),
+            (MODE_KEY, "01777"),
+            (GROUP_KEY, "99999999999"),
+            (GROUP_KEY, "node exporter"),
+            (GROUP_KEY, "-g"),
+            (OWNERS_KEY, "maybe"),
+        ] {
+            let e = parse(&[(key, bad)]).expect_err(bad);
+            assert_eq!((e.key, e.value.as_str()), (key, bad));
+            assert!(e.to_string().contains(&format!("{key}={bad}")), "{e}");
+        }
+    }
+
+    /// `EnergyMetricsOwners=no`: no series names a user or an account.
+    #[test]
+    fn without_owners_no_series_says_who_runs_a_job() {
+        let text = render(&ledger(3), None, &who());
+        assert!(text.contains("slurm_energy_job_joules_total{"), "{text}");
+        for absent in ["slurm_energy_job_info", "user=", "account="] {
+            assert!(!text.contains(absent), "{absent} in\n{text}");
+        }
     }
 
     /// A node-mode ledger with job 7 (extern, batch) from the first sample and job 8, gone
@@ -434,11 +618,9 @@ mod tests {
             7,
             Owner {
                 user: "al\"ice".into(),
-                account: "physics".into(),
-                partition: "batch".into(),
             },
         )]);
-        let text = render(&ledger(3), &owners, &who());
+        let text = render(&ledger(3), Some(&owners), &who());
         let node = r#"node="n1",source="rust_rapl""#;
         for line in [
             "# TYPE slurm_energy_node_joules_total counter".to_string(),
@@ -452,9 +634,7 @@ mod tests {
             format!("slurm_energy_job_joules_total{{{node},jobid=\"8\"}} 500"),
             format!("slurm_energy_job_watts{{{node},jobid=\"8\"}} 0"),
             format!("slurm_energy_step_joules_total{{{node},jobid=\"8\",step=\"0\"}} 500"),
-            "slurm_energy_job_info{node=\"n1\",jobid=\"7\",user=\"al\\\"ice\",account=\"physics\",\
-             partition=\"batch\"} 1"
-                .to_string(),
+            "slurm_energy_job_info{node=\"n1\",jobid=\"7\",user=\"al\\\"ice\"} 1".to_string(),
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
@@ -470,7 +650,7 @@ mod tests {
     #[test]
     fn a_finished_jobs_series_go_after_the_grace_period() {
         let gone = GRACE.as_secs() + 2;
-        let text = render(&ledger(gone), &HashMap::new(), &who());
+        let text = render(&ledger(gone), Some(&HashMap::new()), &who());
         assert!(text.contains("jobid=\"7\""), "{text}");
         assert!(!text.contains("jobid=\"8\""), "{text}");
     }
@@ -479,12 +659,27 @@ mod tests {
     fn the_file_is_replaced_whole_and_removed_when_slurmd_stops() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("energy.prom");
-        let mut file = MetricsFile::new(path.clone());
+        let readable = Access {
+            mode: DEFAULT_MODE,
+            group: None,
+        };
+        let mut file = MetricsFile::new(path.clone(), readable, true);
         file.write("a 1\n");
         file.write("a 2\n");
         assert_eq!(fs::read_to_string(&path).expect("file"), "a 2\n");
         let names: Vec<_> = fs::read_dir(tmp.path()).expect("dir").flatten().collect();
         assert_eq!(names.len(), 1, "no temporary file is left behind");
+        // node_exporter's user plants a link at the name the file once went through
+        let outside = tempfile::NamedTempFile::new().expect("outside");
+        fs::write(outside.path(), "root's\n").expect("outside");
+        std::os::unix::fs::symlink(outside.path(), tmp.path().join("energy.prom.tmp"))
+            .expect("link");
+        file.write("a 3\n");
+        assert_eq!(fs::read_to_string(&path).expect("file"), "a 3\n");
+        assert_eq!(
+            fs::read_to_string(outside.path()).expect("outside"),
+            "root's\n"
+        );
         drop(file);
         assert!(!path.exists());
     }

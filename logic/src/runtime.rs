@@ -9,7 +9,6 @@
 //! source makes that call return an error, and the next call works.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -291,16 +290,19 @@ impl<S: Source> State<S> {
         let stacked = host.energy_plugins() > 1;
         let node = host.node_name();
         if let Some(file) = self.metrics.path_for(host.plugin_kind(), stacked, &node) {
-            keeper = keeper.with_metrics(file, &node, host.plugin_kind());
+            match self.metrics.access() {
+                Ok(access) => {
+                    let owners = self.metrics.owners;
+                    keeper = keeper.with_metrics(file, access, owners, &node, host.plugin_kind());
+                }
+                Err(e) => log::error!("{e}; no metrics file is written"),
+            }
         }
-        let (wanted, wake) = (keeper.wanted(), meter.waker());
+        let (pace, wake) = (keeper.pace(), meter.waker());
         let bell = doorbell::doorbell_path(keeper.path());
         meter.observe(Box::new(move |a, devices| keeper.on_sample(a, devices)));
-        let answer = move || {
-            wanted.store(true, Ordering::SeqCst);
-            wake();
-        };
-        Doorbell::open(&bell, answer)
+        // a ring wakes the sampler, whose sample the keeper takes as the update asked for
+        Doorbell::open(&bell, pace, wake)
             .inspect_err(|e| {
                 log::error!(
                     "{e}; steps' figures are brought forward from the last ledger at their ends"

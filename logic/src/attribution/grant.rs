@@ -16,15 +16,16 @@
 
 use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::StepId;
 use super::gres::Allocation;
+use crate::replace::{self, Access};
 
 /// The directory of grants in SlurmdSpoolDir.
 const DIR: &str = "energy-grants";
@@ -102,44 +103,21 @@ impl Grant {
         format!("{job}.{}", step.name())
     }
 
-    /// Writes the grant for slurmd, replacing any earlier one of the same step: a file
-    /// created exclusively (never through a link) then renamed into place.
+    /// Writes the grant for slurmd, replacing any earlier one of the same step, through
+    /// the one way slurmd's files are written ([`crate::replace`]: never through a link).
     pub fn publish(&self, spool: &Path) -> Result<(), GrantError> {
         let dir = trusted_dir(spool, true)?;
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| GrantError::Io { path, source }
-        };
-        let text = serde_json::to_vec(self).map_err(|e| GrantError::Io {
-            path: dir.clone(),
-            source: e.into(),
-        })?;
         let target = dir.join(Self::file_name(self.job, self.step_id()));
-        let nanos = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .subsec_nanos();
-        let temp = dir.join(format!(
-            ".{}.{}.{nanos}",
-            Self::file_name(self.job, self.step_id()),
-            std::process::id()
-        ));
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&temp)
-            .map_err(io(&temp))?;
-        let written = file.write_all(&text).and_then(|()| file.sync_all());
-        if let Err(e) = written.and_then(|()| fs::rename(&temp, &target)) {
-            let _ = fs::remove_file(&temp);
-            return Err(GrantError::Io {
-                path: target,
-                source: e,
-            });
-        }
-        Ok(())
+        let io = |source| GrantError::Io {
+            path: target.clone(),
+            source,
+        };
+        let text = serde_json::to_vec(self).map_err(|e| io(e.into()))?;
+        let access = Access {
+            mode: 0o600,
+            group: None,
+        };
+        replace::replace(&target, &text, access).map_err(io)
     }
 
     /// The grant of `step` of `job`, if its slurmstepd published one in a directory only
@@ -166,7 +144,8 @@ impl Grant {
     }
 
     /// Removes the grants of steps not in `present` that were written more than
-    /// [`KEPT_AFTER_STEP`] ago, and temp files left by a slurmstepd that died writing one.
+    /// [`KEPT_AFTER_STEP`] ago, and temporary files left by a slurmstepd that died writing
+    /// one (their names are no step's).
     pub fn remove_ended(spool: &Path, present: &HashSet<(u32, StepId)>) {
         let Ok(dir) = trusted_dir(spool, false) else {
             return;
@@ -226,6 +205,7 @@ fn trusted_dir(spool: &Path, create: bool) -> Result<PathBuf, GrantError> {
 pub(crate) mod tests {
     use super::*;
     use std::fs::File;
+    use std::time::SystemTime;
 
     /// A grant of GPU `index` whole.
     pub fn whole(job: u32, step: StepId, index: u32) -> Grant {

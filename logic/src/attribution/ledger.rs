@@ -1,8 +1,8 @@
 //! Cumulative joules of the node and of each job and step on it, updated at each sample of
 //! the node's meter, and the file slurmd publishes them in for the node's slurmstepds.
 //!
-//! The file is JSON with a version, written to a temporary file renamed over the old one, so
-//! a reader sees a whole ledger or the previous one, and a slurmd that restarts (or crashes)
+//! The file is JSON with a version, written to a temporary file renamed over the old one
+//! ([`crate::replace`]), so a reader sees a whole ledger or the previous one, and a slurmd that restarts (or crashes)
 //! continues from the last one written. It is not synced to disk every second: what must
 //! survive is slurmd, not the node (a node that goes down takes its jobs with it), and a
 //! ledger left torn by a power cut is refused on load and started anew, with a new epoch
@@ -10,8 +10,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -21,11 +19,28 @@ use super::StepId;
 use super::cgroup::JobCounters;
 use super::model::{DeviceUse, Interval, JobUse, StepUse, split_device, split_interval, split_job};
 use crate::accounting::PowerWindow;
+use crate::replace::{Access, replace};
 
 /// The file format; a reader refuses any other.
 pub const VERSION: u64 = 2;
 /// A job that left the node is kept this long, so its slurmstepds' last reads find it.
 const KEEP_GONE: Duration = Duration::from_secs(300);
+/// A step that ended while its job goes on is kept this long at most, and only the
+/// [`ENDED_STEPS_KEPT`] that ended last: the ledger is rewritten every second and read
+/// whole by every slurmstepd, and a job may run thousands of steps (Slurm's MaxStepCount
+/// is 40 000), so a job's entry must not grow with the steps it ran. The ended step needs
+/// none of it for its own figure: its slurmstepd takes its last figure as its tasks are
+/// removed, from a sample it rang for while its socket still showed it present. What is
+/// kept serves readers that come later (a scrape of the metrics file, a slurmstepd that
+/// was slow to read), for a minute: a Prometheus scrape at its default interval. The job's
+/// own account is apart from its steps' and keeps their energy. A ledger thus holds, per
+/// job present, its running steps and at most [`ENDED_STEPS_KEPT`] more: its size is
+/// O(running steps + a constant per job), plus the jobs gone less than [`KEEP_GONE`] ago
+/// as they were when they left.
+const KEEP_ENDED_STEP: Duration = Duration::from_secs(60);
+/// How many ended steps a job present keeps at most ([`KEEP_ENDED_STEP`]): a few dozen,
+/// enough for the steps of a job array's task or a workflow that end within one scrape.
+const ENDED_STEPS_KEPT: usize = 32;
 /// After a slurmd restart, the time it was away is charged at the power each job had,
 /// up to this long; a longer absence is not guessed.
 pub const MAX_GAP: Duration = Duration::from_secs(300);
@@ -96,6 +111,25 @@ struct Job {
 }
 
 impl Job {
+    /// Forgets its steps that ended ([`KEEP_ENDED_STEP`]) more than that long ago, or
+    /// beyond the [`ENDED_STEPS_KEPT`] that ended last; a step seen at `now` is running.
+    fn forget_ended_steps(&mut self, now: f64) {
+        let keep = KEEP_ENDED_STEP.as_secs_f64();
+        self.steps.retain(|_, s| now - s.last_seen <= keep);
+        let mut ended: Vec<(f64, StepId)> = self
+            .steps
+            .iter()
+            .filter(|(_, s)| s.last_seen < now)
+            .map(|(&id, s)| (s.last_seen, id))
+            .collect();
+        if let Some(excess) = ended.len().checked_sub(ENDED_STEPS_KEPT).filter(|&e| e > 0) {
+            ended.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            for (_, id) in &ended[..excess] {
+                self.steps.remove(id);
+            }
+        }
+    }
+
     /// Its account, begun at its first step's start.
     fn new(o: &ObservedJob, now: f64) -> Self {
         Self {
@@ -152,6 +186,8 @@ struct Step {
     account: Account,
     usage_ns: Option<u64>,
     rate: Rate,
+    /// Unix time of the last sample that saw it running.
+    last_seen: f64,
 }
 
 /// The power of an account, published with its figure: over a window of at least a second
@@ -412,6 +448,13 @@ impl Ledger {
             self.devices.entry(d.position).or_default().last_uj = Some(d.energy_uj);
         }
         self.parts.clone_from(&obs.parts);
+        // only a job seen now: one that left keeps the steps it had, with it, for its
+        // slurmstepds' last reads
+        for o in &obs.jobs {
+            if let Some(job) = self.jobs.get_mut(&o.job) {
+                job.forget_ended_steps(now);
+            }
+        }
         self.jobs
             .retain(|_, j| now - j.last_seen <= KEEP_GONE.as_secs_f64());
         self.sampled_at = now;
@@ -782,6 +825,7 @@ impl Ledger {
                     ..Step::default()
                 });
                 step.usage_ns = s.usage_ns;
+                step.last_seen = now;
             }
         }
     }
@@ -840,7 +884,11 @@ impl Ledger {
                 if n > 0 {
                     out.push(',');
                 }
-                let _ = write!(out, r#"{{"step":{},"account":"#, step.0);
+                let _ = write!(
+                    out,
+                    r#"{{"step":{},"last_seen":{:?},"account":"#,
+                    step.0, s.last_seen
+                );
                 account(&mut out, &s.account);
                 out.push('}');
             }
@@ -860,14 +908,21 @@ impl Ledger {
         };
         let mut jobs = BTreeMap::new();
         for j in value.get("jobs")?.as_array()? {
+            let job_seen = finite(j.get("last_seen")?)?;
             let mut steps = BTreeMap::new();
             for s in j.get("steps")?.as_array()? {
                 let id = StepId(u32::try_from(s.get("step")?.as_u64()?).ok()?);
                 let account = account(s.get("account")?)?;
+                // a ledger written before steps were dated: seen with their job
+                let last_seen = match s.get("last_seen") {
+                    Some(v) => finite(v)?,
+                    None => job_seen,
+                };
                 steps.insert(
                     id,
                     Step {
                         account,
+                        last_seen,
                         ..Step::default()
                     },
                 );
@@ -878,7 +933,7 @@ impl Ledger {
                 Job {
                     account: account(j.get("account")?)?,
                     steps,
-                    last_seen: finite(j.get("last_seen")?)?,
+                    last_seen: job_seen,
                     ..Job::default()
                 },
             );
@@ -947,23 +1002,16 @@ impl Ledger {
         Self::from_json(&value).map(Some).ok_or_else(format)
     }
 
-    /// Replaces `path` with this ledger, readable by root only.
+    /// Replaces `path` with this ledger, readable by root only ([`replace`]).
     pub fn store(&self, path: &Path) -> Result<(), LedgerError> {
-        let error = |source| LedgerError::Write {
+        let access = Access {
+            mode: 0o600,
+            group: None,
+        };
+        replace(path, self.to_text().as_bytes(), access).map_err(|source| LedgerError::Write {
             path: path.display().to_string(),
             source,
-        };
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".new");
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(error)?;
-        file.write_all(self.to_text().as_bytes()).map_err(error)?;
-        fs::rename(&tmp, path).map_err(error)
+        })
     }
 }
 
@@ -1540,6 +1588,96 @@ mod tests {
         // per second: static 30 + 10 W, dynamic 200 W by 3780 : 420
         assert!((joules(4) - 2.0 * 210.0).abs() < 1e-9, "{}", joules(4));
         assert!((joules(5) - 2.0 * 30.0).abs() < 1e-9, "{}", joules(5));
+    }
+
+    /// A job that runs 1 000 steps one after another (each a second, at 250 W) keeps its
+    /// running steps and at most [`ENDED_STEPS_KEPT`] ended ones, in a ledger file that
+    /// stops growing; its own figure is still the node's energy over its whole life, and
+    /// once it has left it keeps the steps it had.
+    #[test]
+    fn a_job_of_a_thousand_steps_keeps_a_bounded_ledger_and_its_whole_energy() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let mut ledger = Ledger::default();
+        let at = |ms: u64| w0 + Duration::from_millis(ms);
+        const STEPS: u32 = 1000;
+        // step k runs from k + 0.5 s and is seen at the sample of second k + 1 only
+        let observed = |secs: u32| {
+            let mut steps = vec![ObservedStep {
+                started: Some(w0),
+                ..step(StepId::EXTERN, None)
+            }];
+            if (1..=STEPS).contains(&secs) {
+                steps.push(ObservedStep {
+                    started: Some(at(u64::from(secs) * 1000 - 500)),
+                    ..step(StepId(secs - 1), None)
+                });
+            }
+            vec![ObservedJob {
+                job: 9,
+                counters: None,
+                steps,
+            }]
+        };
+        let mut largest = 0;
+        for secs in 0..=STEPS + 1 {
+            let obs = Observation {
+                jobs: observed(secs),
+                ..observation(t0, w0, u64::from(secs), u64::from(secs) * 250, vec![])
+            };
+            ledger.update(&obs, Split::Node, PERIOD);
+            let steps = ledger.jobs().map(|j| j.steps().count()).sum::<usize>();
+            // the extern step, the running step, the ended ones kept
+            assert!(steps <= 2 + ENDED_STEPS_KEPT, "{steps} steps at {secs} s");
+            largest = largest.max(ledger.to_text().len());
+        }
+        let job = ledger.job(9).expect("job");
+        assert_eq!(job.joules, 250.0 * f64::from(STEPS + 1));
+        assert_eq!(ledger.node().joules, 250.0 * f64::from(STEPS + 1));
+        assert_eq!(
+            ledger.step(9, StepId::EXTERN).map(|a| a.joules),
+            Some(job.joules)
+        );
+        // the last steps ended are there with their figure (half a second at 250 W)
+        let kept: Vec<StepId> = ledger
+            .jobs()
+            .flat_map(|j| j.steps().map(|(id, _)| id).collect::<Vec<_>>())
+            .filter(|&id| id != StepId::EXTERN)
+            .collect();
+        let first_kept = STEPS - ENDED_STEPS_KEPT as u32;
+        assert_eq!(kept, (first_kept..STEPS).map(StepId).collect::<Vec<_>>());
+        let last = ledger
+            .step(9, StepId(STEPS - 1))
+            .expect("the last step")
+            .joules;
+        assert!((last - 125.0).abs() < 1e-3, "{last}");
+        assert_eq!(ledger.step(9, StepId(0)), None);
+        // a step's entry is about 110 bytes: the file stays under 6 KB, where keeping
+        // every step would have made it over 100 KB
+        let text = ledger.to_text();
+        assert!(
+            largest < 512 + 160 * (2 + ENDED_STEPS_KEPT),
+            "{largest} bytes"
+        );
+        println!(
+            "the ledger of a job of {STEPS} steps: {} bytes at its end, {largest} at most",
+            text.len()
+        );
+        // stored and loaded, the steps keep when they were last seen
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("ledger.json");
+        ledger.store(&path).expect("stored");
+        let loaded = Ledger::load(&path).expect("loads").expect("a ledger");
+        assert_eq!(loaded.to_text(), text);
+        // the job leaves: it keeps the steps it had, as they were, while it is kept
+        for secs in STEPS + 2..STEPS + 2 + 90 {
+            let obs = observation(t0, w0, u64::from(secs), u64::from(secs) * 250, vec![]);
+            ledger.update(&obs, Split::Node, PERIOD);
+        }
+        assert_eq!(ledger.job(9).map(|a| a.joules), Some(job.joules));
+        assert_eq!(
+            ledger.jobs().map(|j| j.steps().count()).sum::<usize>(),
+            1 + ENDED_STEPS_KEPT
+        );
     }
 
     #[test]

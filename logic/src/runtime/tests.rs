@@ -336,7 +336,10 @@ fn slurmctld_never_opens_the_source_and_reports_unavailable() {
             (KEY_ID, id.to_string()),
             ("EnergyAttribution", "node".to_string()),
             ("EnergyAttributionIdleWatts", "(learned)".to_string()),
-            ("EnergyMetricsFile", "(none)".to_string())
+            ("EnergyMetricsFile", "(none)".to_string()),
+            ("EnergyMetricsFileMode", "0644".to_string()),
+            ("EnergyMetricsFileGroup", "(slurmd's)".to_string()),
+            ("EnergyMetricsOwners", "yes".to_string())
         ]),
         "scontrol show config still shows the keys, the runtime's too"
     );
@@ -366,7 +369,10 @@ fn an_invalid_config_reports_no_val_never_zero() {
             (KEY_ID, "(invalid, see the log)".to_string()),
             ("EnergyAttribution", "node".to_string()),
             ("EnergyAttributionIdleWatts", "(learned)".to_string()),
-            ("EnergyMetricsFile", "(none)".to_string())
+            ("EnergyMetricsFile", "(none)".to_string()),
+            ("EnergyMetricsFileMode", "0644".to_string()),
+            ("EnergyMetricsFileGroup", "(slurmd's)".to_string()),
+            ("EnergyMetricsOwners", "yes".to_string())
         ])
     );
 }
