@@ -40,6 +40,7 @@ use crate::metrics::{self, Identity, MetricsFile, Owner};
 use crate::replace::Access;
 use crate::source::{DeviceReading, EnergyReader, Reading, SensorReading, stale_after};
 use cgroup::{CgroupTree, StepCgroup};
+use doorbell::Freshness;
 use doorbell::Pace;
 use gres::GresOrder;
 use holders::Holders;
@@ -786,13 +787,20 @@ impl StepFigure {
 
     /// Counts the step's figure in `ledger` at unix time `now`; returns its power, or why
     /// the ledger cannot be used.
-    fn count(&mut self, ledger: &Ledger, now: f64) -> Result<f64, String> {
-        let age = (now - ledger.sampled_at()).max(0.0);
-        let ahead = if self.bring_forward {
+    fn count(&mut self, ledger: &Ledger, now: f64, rang_for: bool) -> Result<f64, String> {
+        let age = now - ledger.sampled_at();
+        // the sample slurmd took for this call's ring, after the call, is brought back to
+        // the call at its power; one before the call, forward (unless plugins are stacked)
+        let ahead = if age < 0.0 && rang_for {
+            age.max(-doorbell::ANSWER_WAIT.as_secs_f64())
+        } else if age < 0.0 {
+            0.0
+        } else if self.bring_forward {
             age.min(LEDGER_PERIOD.as_secs_f64())
         } else {
             0.0
         };
+        let age = age.max(0.0);
         let (joules, watts) = if self.shared {
             match self.step() {
                 Some((job, step)) => ledger
@@ -906,9 +914,15 @@ impl EnergyReader for StepFigure {
                 !periodic && (!tasks || !self.bring_forward)
             }
         };
-        let unanswered =
-            edge && !doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path);
+        // the figure is the step's at the call: the sample slurmd takes for this call's ring
+        // may come a moment later (rings are paced, [`doorbell::MIN_UPDATE_GAP`])
         let now = unix_now();
+        let freshness = match edge {
+            true => doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path),
+            false => Freshness::Recent,
+        };
+        let unanswered = freshness == Freshness::Unanswered;
+        let rang_for = freshness == Freshness::Answered;
         let counted = match Ledger::load(&self.path) {
             Ok(Some(ledger)) => {
                 let age = now - ledger.sampled_at();
@@ -919,7 +933,7 @@ impl EnergyReader for StepFigure {
                     );
                 }
                 self.unanswered = unanswered;
-                self.count(&ledger, now)
+                self.count(&ledger, now, rang_for)
             }
             Ok(None) => Err(format!(
                 "there is no energy ledger {} (slurmd does not run this plugin, or cannot \
@@ -1193,14 +1207,25 @@ mod tests {
         let mut stacked = StepFigure::from_path(&path, &procs, 1, false).stacked();
         publish(&path, t - 100.0, t, 1000.0, 0.0);
         for step in [&mut alone, &mut stacked] {
-            assert_eq!(step.count(&load(), t), Ok(0.0));
+            assert_eq!(step.count(&load(), t, false), Ok(0.0));
         }
         // sampled at 200 W, read half a second later
         publish(&path, t - 100.0, t + 1.0, 1200.0, 200.0);
-        assert_eq!(alone.count(&load(), t + 1.5), Ok(200.0));
-        assert_eq!(stacked.count(&load(), t + 1.5), Ok(200.0));
+        assert_eq!(alone.count(&load(), t + 1.5, false), Ok(200.0));
+        assert_eq!(stacked.count(&load(), t + 1.5, false), Ok(200.0));
         assert_eq!(alone.total_uj(), 300_000_000);
         assert_eq!(stacked.total_uj(), 200_000_000);
+        // the step's last read rang, and slurmd's sample for it came 0.2 s after the call
+        // (rings are paced): the figure is the step's at the call, brought back at its power
+        publish(&path, t - 100.0, t + 3.2, 1640.0, 200.0);
+        for step in [&mut alone, &mut stacked] {
+            assert_eq!(step.count(&load(), t + 3.0, true), Ok(200.0));
+            assert_eq!(step.total_uj(), 600_000_000);
+        }
+        // a read that did not ring for it is not: the sample is as fresh as it gets
+        publish(&path, t - 100.0, t + 3.4, 1680.0, 200.0);
+        assert_eq!(alone.count(&load(), t + 3.3, false), Ok(200.0));
+        assert_eq!(alone.total_uj(), 680_000_000);
     }
 
     /// A step that ends after slurmd died takes slurmd's last sample as it is (not brought
@@ -1214,13 +1239,13 @@ mod tests {
         let load = || Ledger::load(&path).expect("ledger").expect("a ledger");
         let t = 1_000_000.0;
         publish(&path, t - 100.0, t, 1000.0, 300.0);
-        assert_eq!(step.count(&load(), t), Ok(300.0));
+        assert_eq!(step.count(&load(), t, false), Ok(300.0));
         publish(&path, t - 100.0, t + 0.5, 1150.0, 300.0);
-        assert_eq!(step.count(&load(), t + 0.5), Ok(300.0));
+        assert_eq!(step.count(&load(), t + 0.5, false), Ok(300.0));
         assert_eq!(step.total_uj(), 150_000_000);
         // slurmd's last sample, 0.4 s after the step's last read; slurmd died then
         publish(&path, t - 100.0, t + 0.9, 1270.0, 300.0);
-        assert!(step.count(&load(), t + 20.0).is_err(), "stale");
+        assert!(step.count(&load(), t + 20.0, false).is_err(), "stale");
         assert_eq!(
             step.total_uj(),
             270_000_000,
@@ -1228,7 +1253,7 @@ mod tests {
         );
         // an older sample (a ledger restored from elsewhere) changes nothing
         publish(&path, t - 100.0, t + 0.2, 5000.0, 300.0);
-        assert!(step.count(&load(), t + 30.0).is_err(), "stale");
+        assert!(step.count(&load(), t + 30.0, false).is_err(), "stale");
         assert_eq!(step.total_uj(), 270_000_000);
     }
 

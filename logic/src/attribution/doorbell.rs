@@ -38,7 +38,7 @@ pub const MIN_UPDATE_GAP: Duration = Duration::from_millis(250);
 /// update that answers may wait [`MIN_UPDATE_GAP`], and a sample is microseconds of reads
 /// and a file written, so slurmd answers within that gap and milliseconds unless it is
 /// gone, when the step goes on with what it has.
-const ANSWER_WAIT: Duration = MIN_UPDATE_GAP.saturating_add(Duration::from_millis(150));
+pub const ANSWER_WAIT: Duration = MIN_UPDATE_GAP.saturating_add(Duration::from_millis(150));
 const POLL: Duration = Duration::from_millis(2);
 /// A ledger this young at a step's edge is its figure's end, to a few joules.
 const FRESH: Duration = Duration::from_millis(10);
@@ -188,9 +188,26 @@ fn ring(path: &Path) -> bool {
         .is_ok()
 }
 
+/// How fresh the ledger a step reads is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// Written just before the step asked: no ring needed.
+    Recent,
+    /// Written after the step rang: its sample may be a moment after the step's call.
+    Answered,
+    /// Nobody answered within [`ANSWER_WAIT`] (or nobody listens).
+    Unanswered,
+}
+
+impl Freshness {
+    pub fn is_fresh(self) -> bool {
+        self != Self::Unanswered
+    }
+}
+
 /// slurmstepd's side: rings and waits until `ledger` is written anew (at most
-/// [`ANSWER_WAIT`]); whether it was.
-pub fn freshen(doorbell: &Path, ledger: &Path) -> bool {
+/// [`ANSWER_WAIT`]).
+pub fn freshen(doorbell: &Path, ledger: &Path) -> Freshness {
     // a file's time is the kernel's coarse clock (a few milliseconds behind ours): a
     // ledger written within FRESH before asking is fresh enough, and needs no ring
     let asked = SystemTime::now() - FRESH;
@@ -200,20 +217,24 @@ pub fn freshen(doorbell: &Path, ledger: &Path) -> bool {
             .is_ok_and(|t| t >= asked)
     };
     if written() {
-        return true;
+        return Freshness::Recent;
     }
     if !ring(doorbell) {
-        return false;
+        return Freshness::Unanswered;
     }
     let mut waited = Duration::ZERO;
     while waited < ANSWER_WAIT {
         if written() {
-            return true;
+            return Freshness::Answered;
         }
         sleep(POLL);
         waited += POLL;
     }
-    written()
+    if written() {
+        Freshness::Answered
+    } else {
+        Freshness::Unanswered
+    }
 }
 
 #[cfg(test)]
@@ -236,13 +257,13 @@ mod tests {
         .expect("doorbell");
         let mode = fs::metadata(&bell).expect("socket").permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert!(freshen(&bell, &ledger));
+        assert!(freshen(&bell, &ledger).is_fresh());
         assert_eq!(rings.load(Ordering::SeqCst), 1);
         // written a moment ago: fresh, no ring
-        assert!(freshen(&bell, &ledger));
+        assert!(freshen(&bell, &ledger).is_fresh());
         assert_eq!(rings.load(Ordering::SeqCst), 1);
         sleep(FRESH * 2);
-        assert!(freshen(&bell, &ledger));
+        assert!(freshen(&bell, &ledger).is_fresh());
         assert_eq!(rings.load(Ordering::SeqCst), 2);
         let t0 = Instant::now();
         drop(doorbell);
@@ -255,7 +276,7 @@ mod tests {
         // nobody listens: the step does not wait
         sleep(FRESH * 2);
         let t0 = Instant::now();
-        assert!(!freshen(&bell, &ledger));
+        assert!(!freshen(&bell, &ledger).is_fresh());
         assert!(t0.elapsed() < Duration::from_millis(10));
     }
 
@@ -347,7 +368,7 @@ mod tests {
         // slurmd listens but never writes (hung)
         let _doorbell = Doorbell::open(&bell, Arc::default(), || {}).expect("doorbell");
         let t0 = Instant::now();
-        assert!(!freshen(&bell, &ledger));
+        assert!(!freshen(&bell, &ledger).is_fresh());
         let waited = t0.elapsed();
         assert!(
             waited >= ANSWER_WAIT && waited < ANSWER_WAIT * 3,
