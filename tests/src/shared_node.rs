@@ -23,13 +23,19 @@ pub struct TwoJobs<'a> {
 }
 
 pub const RAPL: &str = "acct_gather_energy/rust_rapl";
+/// One AMD package: the node's power is package0's.
 pub const SIM: &str = "--vendor amd --packages 1 --cpus 2";
+/// `EnergyAttributionIdleWatts` of the shared clusters.
 pub const IDLE_WATTS: f64 = 100.0;
+/// The node's power in the measured window, and after it.
 pub const ON: &str = "package0=300";
 pub const OFF: &str = "package0=0";
+/// Slurm's cgroup v1 plugins, which `shared` reads the jobs' CPU time from.
 pub const CGROUP_SLURM_CONF: &str = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
                                  JobAcctGatherType=jobacct_gather/cgroup\n";
 
+/// One node in `shared` mode over Slurm's cgroups (`extra_conf`: more slurm.conf lines,
+/// the cgroup plugins among them).
 pub fn shared_cluster(root: &std::path::Path, extra_conf: &str) -> Cluster {
     Cluster::up(
         root,
@@ -46,6 +52,7 @@ pub fn shared_cluster(root: &std::path::Path, extra_conf: &str) -> Cluster {
     )
 }
 
+/// Waits (a minute at most) for a job to write mark `name` on node 1's simulator.
 pub fn wait_for_mark(cluster: &Cluster, name: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while mark(cluster.sim(1), name).is_none() {
@@ -110,7 +117,8 @@ fn snapshot(cluster: &Cluster, steps: &[Vec<String>], jobs: &[u32]) -> Snapshot 
 /// it, the job's steps (batch and srun) add up to it.
 /// Checks each job's energy over a window of steady power against the model computed
 /// from the simulator's truth and the jobs' cgroup CPU time, and the final sum against the
-/// node's truth.
+/// node's truth. `extra`: what the busy job does besides (nothing by default). Returns the
+/// busy job's id and the idle one's.
 pub fn two_jobs_share_the_node(cluster: &Cluster, contain: bool, extra: &TwoJobs) -> [u32; 2] {
     let sim = cluster.sim(1);
     let raplsim = bin("raplsim").display().to_string();

@@ -209,9 +209,11 @@ fn processes_titled_as_slurmstepds_change_no_jobs_figure() {
 }
 
 /// The shard test's two jobs (2 of 4 shards each, one 80% busy, one idle) with Slurm's
-/// cgroups, where the busy job's GPU-using process is double-forked (`setsid`, re-parented
-/// to init: no slurmstepd among its ancestors) and goes on using the GPU: the busy job is
-/// still charged its use and the idle job only its share of the idle power (1%).
+/// cgroups, where the busy job's GPU-using process is double-forked (`setsid`, its parent
+/// gone: adopted by init, here by the node's supervisor, a subreaper; no slurmstepd among
+/// its ancestors, still in its step's cgroup) and goes on using the GPU: the busy job is
+/// still charged its use and the idle job only its share of the idle power (1%). (The same
+/// with the busy task using the GPU itself passes: 4521 J and 520 J for 4521.4 and 520.4.)
 #[test]
 fn a_double_forked_gpu_process_is_still_its_jobs() {
     shared_gpu(
