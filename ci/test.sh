@@ -75,6 +75,7 @@ RELEASE_TESTS=${RELEASE_TESTS:-"
     cluster_variorum::rust_variorum_job_energy_matches_the_truth_with_both_api_generations
     cluster_gpu::jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl
     cluster_gpu::jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use
+    cluster_trust::a_forged_or_cleaned_gpu_environment_changes_no_jobs_figure
     cluster_shared::shared_node_with_contain
     cluster_senergy::job_report_names_the_right_nodes_and_matches_sacct
     cluster_check::senergy_check_tells_a_healthy_node_from_broken_ones

@@ -1,6 +1,5 @@
 //! Builds and drives the stand-in NVML and amd-smi libraries (fakenvml.c, fakeamdsmi.c;
-//! control files in fakegpu.h) for the rust_gpu tests. Included with `#[path]`.
-#![allow(dead_code)] // each including test file uses a different part
+//! control files in fakegpu.h) for the rust_gpu tests: `energy_tests::fakegpu`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -178,6 +177,14 @@ impl FakeGpus {
             self.dir.path().display(),
             minors.join(",")
         )
+    }
+
+    /// [`Self::use_gpu_command`], but the use is a process of its own that the caller
+    /// double-forks (a new session whose parent exits at once, so init adopts it), which
+    /// registers its use only once adopted and lives on until killed (Slurm's
+    /// proctrack/cgroup kills it with its step) or for at most 10 minutes.
+    pub fn use_gpu_detached_command(&self, minors: &[u32], sm: u32) -> String {
+        format!("{} detached", self.use_gpu_command(minors, sm))
     }
 
     /// A shell command that sets the power of the GPU Slurm gave the caller (its first

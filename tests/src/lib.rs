@@ -3,11 +3,15 @@
 
 pub mod bmc;
 pub mod cluster;
+#[path = "../fakegpu/harness.rs"]
+pub mod fakegpu;
+pub mod gpu_cluster;
 pub mod inbox;
 pub mod influxdb;
 pub mod pmsim;
 pub mod prometheus;
 pub mod redfish;
+pub mod shared_node;
 pub mod stepds;
 
 use std::fs;

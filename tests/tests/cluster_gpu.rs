@@ -5,113 +5,16 @@
 //! rust_rapl, where Slurm sums the two; GPUs shared by `gres/shard` and `gres/mps`, split
 //! by the shares held and by use.
 
-#[path = "../fakegpu/harness.rs"]
-mod fakegpu;
 use energy_tests as support;
 
-use std::path::Path;
 use std::time::Duration;
 
-use fakegpu::{FakeGpus, Vendor, now_ns};
+use energy_tests::fakegpu::{FakeGpus, Vendor, now_ns};
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark, phase_commands};
+use support::gpu_cluster::{
+    GpuUse, MINORS, Sharing, device_files, minor_set_to, remove_job_cgroups, shared_gpu,
+};
 use support::*;
-
-/// The GPUs' minors in NVML's enumeration order: not the gres.conf order, so a mapping
-/// by enumeration order would charge each job the other's GPU.
-const MINORS: [u32; 2] = [5, 3];
-
-/// Makes `/dev/nvidiaN`-like character devices (major 195) for the gres.conf.
-fn device_files(dir: &Path, minors: &[u32]) {
-    for &minor in minors {
-        device_file(&dir.join(format!("nvidia{minor}")), 195, minor);
-    }
-}
-
-/// Makes a character device file for the gres.conf (its directory too).
-fn device_file(path: &Path, major: u32, minor: u32) {
-    std::fs::create_dir_all(path.parent().expect("a directory")).expect("mkdir");
-    let status = std::process::Command::new("mknod")
-        .arg(path)
-        .args(["c", &major.to_string(), &minor.to_string()])
-        .status()
-        .expect("mknod");
-    assert!(status.success(), "mknod {}", path.display());
-}
-
-/// The power schedule's changes: `(unix ns, minor, watts)`.
-fn changes(fake: &FakeGpus) -> Vec<(f64, u32, f64)> {
-    std::fs::read_to_string(fake.dir.path().join("power.log"))
-        .expect("power.log")
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            Some((
-                f.first()?.parse().ok()?,
-                f.get(1)?.parse().ok()?,
-                f.get(2)?.parse().ok()?,
-            ))
-        })
-        .collect()
-}
-
-/// The GPU a job set to `watts` (its first change to that power).
-fn minor_set_to(fake: &FakeGpus, watts: f64) -> u32 {
-    changes(fake)
-        .iter()
-        .find(|(_, _, w)| *w == watts)
-        .map(|(_, m, _)| *m)
-        .expect("the job set its power")
-}
-
-/// When GPU `minor` was set to `watts`, the `n`th time.
-fn set_at(fake: &FakeGpus, minor: u32, watts: f64, n: usize) -> f64 {
-    changes(fake)
-        .iter()
-        .filter(|(_, m, w)| *m == minor && *w == watts)
-        .nth(n)
-        .map(|(t, _, _)| *t)
-        .unwrap_or_else(|| panic!("GPU {minor} was not set to {watts} W {} times", n + 1))
-}
-
-/// Removes the devices cgroups Slurm leaves behind for this cluster's jobs.
-fn remove_job_cgroups(first_job: u32) {
-    let root = Path::new("/sys/fs/cgroup/devices/slurm");
-    let Ok(users) = std::fs::read_dir(root) else {
-        return;
-    };
-    for user in users.flatten() {
-        for job in std::fs::read_dir(user.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let ours = job
-                .file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix("job_"))
-                .and_then(|n| n.parse::<u32>().ok())
-                .is_some_and(|id| (first_job..first_job + 100).contains(&id));
-            if ours {
-                let steps: Vec<_> = std::fs::read_dir(job.path())
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .collect();
-                for step in steps.iter().filter(|s| s.path().is_dir()) {
-                    for task in std::fs::read_dir(step.path())
-                        .into_iter()
-                        .flatten()
-                        .flatten()
-                    {
-                        let _ = std::fs::remove_dir(task.path());
-                    }
-                    let _ = std::fs::remove_dir(step.path());
-                }
-                let _ = std::fs::remove_dir(job.path());
-            }
-        }
-    }
-}
 
 #[test]
 fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
@@ -340,158 +243,6 @@ fn without_device_constraints_each_job_pays_only_the_gpu_it_was_given() {
     }
 }
 
-/// How two jobs share the one GPU of [`shared_gpu`]'s node.
-struct Sharing<'a> {
-    /// Its vendor: NVIDIA's GPU is `nvidia3`, AMD's `renderD128`.
-    vendor: Vendor,
-    /// gres.conf's records after `AutoDetect=off`; `{gpu}` is the GPU's device file,
-    /// `{dev}` their directory.
-    gres: &'a str,
-    /// slurm.conf's `GresTypes` and the node's `Gres`.
-    types: &'a str,
-    node_gres: &'a str,
-    /// Each job's `--gres`.
-    requests: [&'a str; 2],
-    /// Each job's processes' SM use (0: none reported).
-    sm: [u32; 2],
-    /// Capability device files to make (`/dev/nvidia-caps/nvidia-capN` minors).
-    caps: &'a [u32],
-    /// The stand-in's `mig.3` (its MIG instances), and the driver's `mig-minors`.
-    mig: Option<(&'a str, &'a str)>,
-    /// Each job's part by the model: of the GPU's idle power (40 W of its 40 W and 240 W
-    /// phases), and of the rest.
-    parts: [(f64, f64); 2],
-}
-
-/// Two jobs sharing one GPU as `sharing` says, with an unmanaged second GPU at 77 W: the
-/// first job sets the GPU's power, once both hold it, to 40 W (its idle power, as
-/// `EnergyAttributionIdleWatts` says), 240 W, 40 W and 0 W; the second ends after. Each
-/// job (and its step) gets its parts within 1%, and together the GPU's energy. Returns
-/// each job's GRES indexes, as its step was told.
-fn shared_gpu(test: &str, sharing: &Sharing) -> Option<[String; 2]> {
-    let tmp = root_test_dir(test)?;
-    let devices = tmp.path().join("dev");
-    // the shared GPU, and one gres.conf does not name
-    let (file, major, gpu, unmanaged) = match sharing.vendor {
-        Vendor::Nvidia => ("nvidia3", 195, 3, 7),
-        Vendor::Amd => ("renderD128", 226, 128, 129),
-    };
-    device_file(&devices.join(file), major, gpu);
-    for minor in sharing.caps {
-        device_file(
-            &devices.join(format!("nvidia-caps/nvidia-cap{minor}")),
-            235,
-            *minor,
-        );
-    }
-    let fake = FakeGpus::new(sharing.vendor, &[gpu, unmanaged]);
-    fake.set_power(unmanaged, 77.0);
-    let driver = tmp.path().join("proc-driver");
-    if let Some((mig, minors)) = sharing.mig {
-        fake.set_mig(gpu, mig);
-        std::fs::create_dir_all(driver.join("nvidia-caps")).expect("mkdir");
-        std::fs::write(driver.join("nvidia-caps/mig-minors"), minors).expect("mig-minors");
-    }
-    let gres = format!(
-        "AutoDetect=off\n{}",
-        sharing
-            .gres
-            .replace("{gpu}", &devices.join(file).display().to_string())
-            .replace("{dev}", &devices.display().to_string())
-    );
-    let acct_gather = format!("{}EnergyAttributionIdleWatts=40\n", fake.acct_gather());
-    let node_options = format!("Gres={} ", sharing.node_gres);
-    let extra = format!("GresTypes={}\n", sharing.types);
-    let cluster = Cluster::up(
-        tmp.path(),
-        &ClusterSpec {
-            energy_type: "acct_gather_energy/rust_gpu",
-            acct_gather: &acct_gather,
-            node_options: &node_options,
-            gres_conf: &gres,
-            extra_conf: &extra,
-            proc_driver: sharing.mig.is_some().then_some(driver.as_path()),
-            ..ClusterSpec::default()
-        },
-    );
-    let marker = |name: &str| fake.dir.path().join(name).display().to_string();
-    let wait_for = |name: &str| format!("while [ ! -e {} ]; do sleep 0.2; done", marker(name));
-    let power = |watts: f64| fake.set_power_command(&gpu.to_string(), watts);
-    // every GRES index names (a part of) the one GPU
-    let begin = |k: usize| {
-        format!(
-            "echo $SLURM_STEP_GPUS > {}; {}",
-            marker(&format!("gres.{k}")),
-            fake.use_gpu_command(&[gpu, gpu], sharing.sm[k])
-        )
-    };
-    let first = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH --gres={}\nsrun -n1 sh -c '{}; {}; sleep 2; \
-         {}; sleep 3; {}; sleep 20; {}; sleep 3; {}; touch {}'\n",
-        sharing.requests[0],
-        begin(0),
-        wait_for("second_ready"),
-        power(40.0),
-        power(240.0),
-        power(40.0),
-        power(0.0),
-        marker("first_done")
-    ));
-    let second = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH --gres={}\nsrun -n1 sh -c '{}; touch {}; {}'\n",
-        sharing.requests[1],
-        begin(1),
-        marker("second_ready"),
-        wait_for("first_done")
-    ));
-    for job in [first, second] {
-        cluster.wait_job(job, Duration::from_secs(120));
-    }
-    let (t1, t2) = (set_at(&fake, gpu, 40.0, 0), set_at(&fake, gpu, 240.0, 0));
-    let (t3, t4) = (set_at(&fake, gpu, 40.0, 1), set_at(&fake, gpu, 0.0, 0));
-    let idle_phases = 40.0 * ((t2 - t1) + (t4 - t3)) / 1e9;
-    let busy_phase = 240.0 * (t3 - t2) / 1e9;
-    let total = fake.truth(gpu, now_ns());
-    assert!(
-        (total - idle_phases - busy_phase).abs() < 0.01,
-        "the GPU drew {total} J"
-    );
-    let figures = [first, second].map(|job| {
-        let rows = cluster.energy(job);
-        (
-            energy_of(&rows, &job.to_string()),
-            energy_of(&rows, &format!("{job}.0")),
-        )
-    });
-    let gres = [0, 1].map(|k| {
-        std::fs::read_to_string(marker(&format!("gres.{k}")))
-            .expect("the step's GRES")
-            .trim()
-            .to_string()
-    });
-    println!(
-        "{test}: jobs {figures:?} (GRES {gres:?}), GPU {idle_phases:.1} J idle + \
-         {busy_phase:.1} J"
-    );
-    assert_close(
-        &format!("{test}: the two jobs together"),
-        figures[0].0 + figures[1].0,
-        total,
-        0.01,
-    );
-    // in the 240 W phase 40 W is idle power, 200 W the rest
-    let idle = idle_phases + busy_phase / 6.0;
-    let rest = busy_phase * 5.0 / 6.0;
-    for (k, ((job, step), (idle_part, rest_part))) in
-        figures.into_iter().zip(sharing.parts).enumerate()
-    {
-        let truth = idle * idle_part + rest * rest_part;
-        assert_close(&format!("{test}: job {k}"), job, truth, 0.01);
-        assert_close(&format!("{test}: job {k}, step 0"), step, truth, 0.01);
-    }
-    Some(gres)
-}
-
 /// Two jobs with 2 of a GPU's 4 shards each, one busy (80% SM) and one idle: the GPU's
 /// idle power (40 W) by shares, the rest by use; together the GPU's energy.
 #[test]
@@ -507,6 +258,8 @@ fn jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use() {
             sm: [80, 0],
             caps: &[],
             mig: None,
+            uses: [GpuUse::Task; 2],
+            cgroups: false,
             parts: [(0.5, 1.0), (0.5, 0.0)],
         },
     );
@@ -527,6 +280,8 @@ fn jobs_sharing_a_gpu_by_mps_split_it_by_shares() {
             sm: [0, 0],
             caps: &[],
             mig: None,
+            uses: [GpuUse::Task; 2],
+            cgroups: false,
             parts: [(0.25, 0.25), (0.75, 0.75)],
         },
     );
@@ -555,6 +310,8 @@ fn jobs_on_mig_instances_split_the_gpu_by_size_and_activity() {
                 "gpu3/gi1/access 21\ngpu3/gi1/ci0/access 22\ngpu3/gi2/access 30\n\
                  gpu3/gi2/ci0/access 31\n",
             )),
+            uses: [GpuUse::Task; 2],
+            cgroups: false,
             // idle power by size (42:14), the rest by size x activity (3780:420)
             parts: [(0.75, 0.9), (0.25, 0.1)],
         },
@@ -579,6 +336,8 @@ fn jobs_sharing_an_amd_gpu_by_shards_split_it_by_engine_time() {
             sm: [60, 20],
             caps: &[],
             mig: None,
+            uses: [GpuUse::Task; 2],
+            cgroups: false,
             // idle power by shares (1:3), the rest by engine time (60:20)
             parts: [(0.25, 0.75), (0.75, 0.25)],
         },

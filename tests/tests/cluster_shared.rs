@@ -5,203 +5,16 @@
 use energy_tests as support;
 
 use std::fs;
-use std::path::PathBuf;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark};
+use support::shared_node::{
+    CGROUP_SLURM_CONF, IDLE_WATTS, OFF, ON, RAPL, SIM, TwoJobs, shared_cluster,
+    two_jobs_share_the_node, wait_for_mark,
+};
 use support::stepds::StepdWatch;
 use support::*;
-
-const RAPL: &str = "acct_gather_energy/rust_rapl";
-const SIM: &str = "--vendor amd --packages 1 --cpus 2";
-const IDLE_WATTS: f64 = 100.0;
-const ON: &str = "package0=300";
-const OFF: &str = "package0=0";
-const CGROUP_SLURM_CONF: &str = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
-                                 JobAcctGatherType=jobacct_gather/cgroup\n";
-
-fn shared_cluster(root: &std::path::Path, extra_conf: &str) -> Cluster {
-    Cluster::up(
-        root,
-        &ClusterSpec {
-            energy_type: RAPL,
-            acct_gather: &format!(
-                "EnergyRaplSource=msr\nEnergyAttribution=shared\nEnergyAttributionIdleWatts={IDLE_WATTS}\n"
-            ),
-            sim_args: vec![Some(SIM)],
-            extra_conf,
-            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
-            ..ClusterSpec::default()
-        },
-    )
-}
-
-fn wait_for_mark(cluster: &Cluster, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while mark(cluster.sim(1), name).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "no mark {name}:\n{}",
-            cluster.logs()
-        );
-        sleep(Duration::from_millis(200));
-    }
-}
-
-/// The job's CPU time so far, read from Slurm's cgroup v1 tree as the model reads it.
-fn cpu_secs(job: u32) -> f64 {
-    let root = PathBuf::from("/sys/fs/cgroup/cpuacct");
-    let found = fs::read_dir(&root)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("slurm"))
-        .flat_map(|slurm| fs::read_dir(slurm.path()).into_iter().flatten().flatten())
-        .map(|uid| uid.path().join(format!("job_{job}/cpuacct.usage")))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("no cgroup of job {job} under {}", root.display()));
-    let ns: f64 = fs::read_to_string(&found)
-        .expect("cpuacct.usage")
-        .trim()
-        .parse()
-        .expect("ns");
-    ns / 1e9
-}
-
-/// The live energy of a step (`sstat`).
-fn live(cluster: &Cluster, step: &str) -> f64 {
-    let out = cluster.run(&["sstat", "-n", "-P", "-j", step, "-o", "ConsumedEnergyRaw"]);
-    out.trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("sstat {step} said {out:?}"))
-}
-
-struct Snapshot {
-    truth: f64,
-    energy: Vec<f64>,
-    cpu: Vec<f64>,
-}
-
-/// Each job's live energy (the sum of `steps`' for it), CPU time and the node's truth.
-fn snapshot(cluster: &Cluster, steps: &[Vec<String>], jobs: &[u32]) -> Snapshot {
-    let truth = cluster.sim(1).truth();
-    Snapshot {
-        energy: steps
-            .iter()
-            .map(|of_job| of_job.iter().map(|s| live(cluster, s)).sum())
-            .collect(),
-        cpu: jobs.iter().map(|&j| cpu_secs(j)).collect(),
-        truth: (truth + cluster.sim(1).truth()) / 2.0,
-    }
-}
-
-/// Two one-CPU jobs, one spinning (in an srun step) and one sleeping, share the node;
-/// `contain`: PrologFlags=Contain, where the extern step carries each job's figure; without
-/// it, the job's steps (batch and srun) add up to it.
-/// Checks each job's energy over a window of steady power against the model computed
-/// from the simulator's truth and the jobs' cgroup CPU time, and the final sum against the
-/// node's truth.
-fn two_jobs_share_the_node(cluster: &Cluster, contain: bool) {
-    let sim = cluster.sim(1);
-    let raplsim = bin("raplsim").display().to_string();
-    let d = sim.dir.display().to_string();
-    let busy = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH -n1 -c1\n{raplsim} mark {d} busy_in\nsrun -n1 timeout 30 sh -c 'while :; do :; done'\n"
-    ));
-    let idle = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH -n1 -c1\n{raplsim} mark {d} idle_in\nsleep 30\n"
-    ));
-    wait_for_mark(cluster, "busy_in");
-    wait_for_mark(cluster, "idle_in");
-    sleep(Duration::from_secs(3));
-    let on = sim.truth();
-    sim.set(&[ON]);
-    sleep(Duration::from_secs(4));
-    let steps: Vec<Vec<String>> = if contain {
-        vec![
-            vec![format!("{busy}.extern")],
-            vec![format!("{idle}.extern")],
-        ]
-    } else {
-        vec![
-            vec![format!("{busy}.batch"), format!("{busy}.0")],
-            vec![format!("{idle}.batch")],
-        ]
-    };
-    let a = snapshot(cluster, &steps, &[busy, idle]);
-    sleep(Duration::from_secs(10));
-    let b = snapshot(cluster, &steps, &[busy, idle]);
-    sleep(Duration::from_secs(3));
-    sim.set(&[OFF]);
-    let off = sim.truth();
-
-    // the model over the window: power is steady, so the static part is the idle watts'
-    let node = b.truth - a.truth;
-    let secs = node / 300.0;
-    let static_j = IDLE_WATTS * secs;
-    let used: Vec<f64> = a.cpu.iter().zip(&b.cpu).map(|(x, y)| y - x).collect();
-    let total_used: f64 = used.iter().sum();
-    println!(
-        "window {secs:.1} s, node {node:.0} J, CPU time busy {:.2} s idle {:.2} s",
-        used[0], used[1]
-    );
-    for (k, name) in ["busy", "idle"].iter().enumerate() {
-        let predicted = static_j / 2.0 + (node - static_j) * used[k] / total_used;
-        let measured = b.energy[k] - a.energy[k];
-        println!(
-            "{name}: measured {measured:.0} J, model {predicted:.0} J ({:+.2}%)",
-            100.0 * (measured - predicted) / predicted
-        );
-        assert_close(name, measured, predicted, 0.03);
-    }
-    let measured: f64 = (0..2).map(|k| b.energy[k] - a.energy[k]).sum();
-    println!("window sum {measured:.0} J, node {node:.0} J");
-    assert_close("window sum", measured, node, 0.01);
-    assert!(
-        b.energy[0] - a.energy[0] > b.energy[1] - a.energy[1],
-        "the busy job pays more"
-    );
-
-    for job in [busy, idle] {
-        cluster.wait_job(job, Duration::from_secs(90));
-    }
-    let truth = off - on;
-    let rows: Vec<_> = [busy, idle].iter().map(|&j| cluster.energy(j)).collect();
-    for r in &rows {
-        println!("{r:?}");
-    }
-    let figures: f64 = steps
-        .iter()
-        .zip(&rows)
-        .map(|(of_job, r)| of_job.iter().map(|s| energy_of(r, s)).sum::<f64>())
-        .sum();
-    println!("final: jobs {figures:.0} J, node truth {truth:.1} J");
-    assert_close("jobs' sum", figures, truth, 0.01);
-    if contain {
-        // sacct's job line is the extern step, which the batch and srun steps split
-        for (j, r) in [busy, idle].iter().zip(&rows) {
-            let job = energy_of(r, &j.to_string());
-            assert_close("job line", job, energy_of(r, &format!("{j}.extern")), 0.0);
-        }
-        let inner = energy_of(&rows[0], &format!("{busy}.batch"))
-            + energy_of(&rows[0], &format!("{busy}.0"));
-        assert_close(
-            "batch + srun step",
-            inner,
-            energy_of(&rows[0], &busy.to_string()),
-            0.01,
-        );
-    } else {
-        // sacct's job line, where it shows one, is the sum of the steps
-        for ((j, r), of_job) in [busy, idle].iter().zip(&rows).zip(&steps) {
-            if let Some((_, Some(job))) = r.iter().find(|(id, _)| *id == j.to_string()) {
-                let sum: f64 = of_job.iter().map(|s| energy_of(r, s)).sum();
-                assert_close("job line", *job as f64, sum, 0.0);
-            }
-        }
-    }
-}
 
 /// A job alone gets the node's energy; slurmd restarted mid-job loses nothing counted.
 fn a_job_alone(cluster: &Cluster, restart: bool) {
@@ -245,7 +58,7 @@ fn shared_node_with_contain() {
         return;
     };
     let cluster = shared_cluster(tmp.path(), CGROUP_SLURM_CONF);
-    two_jobs_share_the_node(&cluster, true);
+    two_jobs_share_the_node(&cluster, true, &TwoJobs::default());
     a_job_alone(&cluster, false);
     a_job_alone(&cluster, true);
 }
@@ -362,7 +175,7 @@ fn shared_node_without_contain() {
         tmp.path(),
         &format!("{CGROUP_SLURM_CONF}PrologFlags=Alloc\n"),
     );
-    two_jobs_share_the_node(&cluster, false);
+    two_jobs_share_the_node(&cluster, false, &TwoJobs::default());
 }
 
 /// Without Slurm's job cgroups (the default cluster: proctrack/linuxproc, task/none),

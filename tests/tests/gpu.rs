@@ -2,14 +2,12 @@
 //! (tests/fakegpu): energy against the GPUs' true joules, a hung library, a lost GPU, a
 //! driver reload, no library.
 
-#[path = "../fakegpu/harness.rs"]
-mod fakegpu;
 use energy_tests as support;
 
 use std::thread::sleep;
 use std::time::Duration;
 
-use fakegpu::{FakeGpus, Vendor, now_ns};
+use energy_tests::fakegpu::{FakeGpus, Vendor, now_ns};
 use support::*;
 
 const GPU: &str = "acct_gather_energy/rust_gpu";

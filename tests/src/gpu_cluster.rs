@@ -1,0 +1,335 @@
+//! Clusters with stand-in GPUs ([`crate::fakegpu`]) for the rust_gpu cluster tests: device
+//! files for gres.conf, the power schedule the jobs set, and two jobs sharing one GPU
+//! ([`shared_gpu`]).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of};
+use crate::fakegpu::{FakeGpus, Vendor, now_ns};
+use crate::shared_node::CGROUP_SLURM_CONF;
+use crate::{assert_close, root_test_dir};
+
+/// The GPUs' minors in NVML's enumeration order: not the gres.conf order, so a mapping
+/// by enumeration order would charge each job the other's GPU.
+pub const MINORS: [u32; 2] = [5, 3];
+
+/// Makes `/dev/nvidiaN`-like character devices (major 195) for the gres.conf.
+pub fn device_files(dir: &Path, minors: &[u32]) {
+    for &minor in minors {
+        device_file(&dir.join(format!("nvidia{minor}")), 195, minor);
+    }
+}
+
+/// Makes a character device file for the gres.conf (its directory too).
+pub fn device_file(path: &Path, major: u32, minor: u32) {
+    std::fs::create_dir_all(path.parent().expect("a directory")).expect("mkdir");
+    let status = std::process::Command::new("mknod")
+        .arg(path)
+        .args(["c", &major.to_string(), &minor.to_string()])
+        .status()
+        .expect("mknod");
+    assert!(status.success(), "mknod {}", path.display());
+}
+
+/// The power schedule's changes: `(unix ns, minor, watts)`.
+pub fn changes(fake: &FakeGpus) -> Vec<(f64, u32, f64)> {
+    std::fs::read_to_string(fake.dir.path().join("power.log"))
+        .expect("power.log")
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((
+                f.first()?.parse().ok()?,
+                f.get(1)?.parse().ok()?,
+                f.get(2)?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// The GPU a job set to `watts` (its first change to that power).
+pub fn minor_set_to(fake: &FakeGpus, watts: f64) -> u32 {
+    changes(fake)
+        .iter()
+        .find(|(_, _, w)| *w == watts)
+        .map(|(_, m, _)| *m)
+        .expect("the job set its power")
+}
+
+/// When GPU `minor` was set to `watts`, the `n`th time.
+pub fn set_at(fake: &FakeGpus, minor: u32, watts: f64, n: usize) -> f64 {
+    changes(fake)
+        .iter()
+        .filter(|(_, m, w)| *m == minor && *w == watts)
+        .nth(n)
+        .map(|(t, _, _)| *t)
+        .unwrap_or_else(|| panic!("GPU {minor} was not set to {watts} W {} times", n + 1))
+}
+
+/// Removes the devices cgroups Slurm leaves behind for this cluster's jobs.
+pub fn remove_job_cgroups(first_job: u32) {
+    let root = Path::new("/sys/fs/cgroup/devices/slurm");
+    let Ok(users) = std::fs::read_dir(root) else {
+        return;
+    };
+    for user in users.flatten() {
+        for job in std::fs::read_dir(user.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let ours = job
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("job_"))
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|id| (first_job..first_job + 100).contains(&id));
+            if ours {
+                let steps: Vec<_> = std::fs::read_dir(job.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .collect();
+                for step in steps.iter().filter(|s| s.path().is_dir()) {
+                    for task in std::fs::read_dir(step.path())
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                    {
+                        let _ = std::fs::remove_dir(task.path());
+                    }
+                    let _ = std::fs::remove_dir(step.path());
+                }
+                let _ = std::fs::remove_dir(job.path());
+            }
+        }
+    }
+}
+
+/// How two jobs share the one GPU of [`shared_gpu`]'s node.
+pub struct Sharing<'a> {
+    /// Its vendor: NVIDIA's GPU is `nvidia3`, AMD's `renderD128`.
+    pub vendor: Vendor,
+    /// gres.conf's records after `AutoDetect=off`; `{gpu}` is the GPU's device file,
+    /// `{dev}` their directory.
+    pub gres: &'a str,
+    /// slurm.conf's `GresTypes` and the node's `Gres`.
+    pub types: &'a str,
+    pub node_gres: &'a str,
+    /// Each job's `--gres`.
+    pub requests: [&'a str; 2],
+    /// Each job's processes' SM use (0: none reported).
+    pub sm: [u32; 2],
+    /// Capability device files to make (`/dev/nvidia-caps/nvidia-capN` minors).
+    pub caps: &'a [u32],
+    /// The stand-in's `mig.3` (its MIG instances), and the driver's `mig-minors`.
+    pub mig: Option<(&'a str, &'a str)>,
+    /// Each job's part by the model: of the GPU's idle power (40 W of its 40 W and 240 W
+    /// phases), and of the rest.
+    pub parts: [(f64, f64); 2],
+    /// How each job's processes use the GPU.
+    pub uses: [GpuUse; 2],
+    /// Whether Slurm's cgroup plugins track the jobs (proctrack/cgroup, task/cgroup,
+    /// jobacct_gather/cgroup over cgroup v1): every process of a job, however it was
+    /// started, is in the job's cgroup.
+    pub cgroups: bool,
+}
+
+/// How a job's step uses the GPU it shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuUse {
+    /// The step's task itself ([`FakeGpus::use_gpu_command`]).
+    Task,
+    /// A process the task double-forks, adopted by init
+    /// ([`FakeGpus::use_gpu_detached_command`]): no slurmstepd among its ancestors.
+    DoubleForked,
+}
+
+/// Two jobs sharing one GPU as `sharing` says, with an unmanaged second GPU at 77 W: the
+/// first job sets the GPU's power, once both hold it, to 40 W (its idle power, as
+/// `EnergyAttributionIdleWatts` says), 240 W, 40 W and 0 W; the second ends after. Each
+/// job (and its step) gets its parts within 1%, and together the GPU's energy. Returns
+/// each job's GRES indexes, as its step was told.
+pub fn shared_gpu(test: &str, sharing: &Sharing) -> Option<[String; 2]> {
+    let tmp = root_test_dir(test)?;
+    let devices = tmp.path().join("dev");
+    // the shared GPU, and one gres.conf does not name
+    let (file, major, gpu, unmanaged) = match sharing.vendor {
+        Vendor::Nvidia => ("nvidia3", 195, 3, 7),
+        Vendor::Amd => ("renderD128", 226, 128, 129),
+    };
+    device_file(&devices.join(file), major, gpu);
+    for minor in sharing.caps {
+        device_file(
+            &devices.join(format!("nvidia-caps/nvidia-cap{minor}")),
+            235,
+            *minor,
+        );
+    }
+    let fake = FakeGpus::new(sharing.vendor, &[gpu, unmanaged]);
+    fake.set_power(unmanaged, 77.0);
+    let driver = tmp.path().join("proc-driver");
+    if let Some((mig, minors)) = sharing.mig {
+        fake.set_mig(gpu, mig);
+        std::fs::create_dir_all(driver.join("nvidia-caps")).expect("mkdir");
+        std::fs::write(driver.join("nvidia-caps/mig-minors"), minors).expect("mig-minors");
+    }
+    let gres = format!(
+        "AutoDetect=off\n{}",
+        sharing
+            .gres
+            .replace("{gpu}", &devices.join(file).display().to_string())
+            .replace("{dev}", &devices.display().to_string())
+    );
+    let acct_gather = format!("{}EnergyAttributionIdleWatts=40\n", fake.acct_gather());
+    let node_options = format!("Gres={} ", sharing.node_gres);
+    let (extra, cgroup) = if sharing.cgroups {
+        (
+            format!("GresTypes={}\n{CGROUP_SLURM_CONF}", sharing.types),
+            cgroup_v1_conf("ConstrainCores=yes\n"),
+        )
+    } else {
+        (format!("GresTypes={}\n", sharing.types), String::new())
+    };
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_gpu",
+            acct_gather: &acct_gather,
+            node_options: &node_options,
+            gres_conf: &gres,
+            extra_conf: &extra,
+            cgroup_conf: &cgroup,
+            proc_driver: sharing.mig.is_some().then_some(driver.as_path()),
+            ..ClusterSpec::default()
+        },
+    );
+    let marker = |name: &str| fake.dir.path().join(name).display().to_string();
+    let wait_for = |name: &str| format!("while [ ! -e {} ]; do sleep 0.2; done", marker(name));
+    let power = |watts: f64| fake.set_power_command(&gpu.to_string(), watts);
+    // every GRES index names (a part of) the one GPU
+    let begin = |k: usize| {
+        let uses = match sharing.uses[k] {
+            GpuUse::Task => fake.use_gpu_command(&[gpu, gpu], sharing.sm[k]),
+            GpuUse::DoubleForked => fake.use_gpu_detached_command(&[gpu, gpu], sharing.sm[k]),
+        };
+        format!(
+            "echo $SLURM_STEP_GPUS > {}; {uses}",
+            marker(&format!("gres.{k}"))
+        )
+    };
+    let first = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH --gres={}\nsrun -n1 sh -c '{}; {}; sleep 2; \
+         {}; sleep 3; {}; sleep 20; {}; sleep 3; {}; touch {}'\n",
+        sharing.requests[0],
+        begin(0),
+        wait_for("second_ready"),
+        power(40.0),
+        power(240.0),
+        power(40.0),
+        power(0.0),
+        marker("first_done")
+    ));
+    let second = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH --gres={}\nsrun -n1 sh -c '{}; touch {}; {}'\n",
+        sharing.requests[1],
+        begin(1),
+        marker("second_ready"),
+        wait_for("first_done")
+    ));
+    for job in [first, second] {
+        cluster.wait_job(job, Duration::from_secs(120));
+    }
+    if sharing.uses.contains(&GpuUse::DoubleForked) {
+        adopted_processes(&fake);
+    }
+    let (t1, t2) = (set_at(&fake, gpu, 40.0, 0), set_at(&fake, gpu, 240.0, 0));
+    let (t3, t4) = (set_at(&fake, gpu, 40.0, 1), set_at(&fake, gpu, 0.0, 0));
+    let idle_phases = 40.0 * ((t2 - t1) + (t4 - t3)) / 1e9;
+    let busy_phase = 240.0 * (t3 - t2) / 1e9;
+    let total = fake.truth(gpu, now_ns());
+    assert!(
+        (total - idle_phases - busy_phase).abs() < 0.01,
+        "the GPU drew {total} J"
+    );
+    let figures = [first, second].map(|job| {
+        let rows = cluster.energy(job);
+        (
+            energy_of(&rows, &job.to_string()),
+            energy_of(&rows, &format!("{job}.0")),
+        )
+    });
+    let gres = [0, 1].map(|k| {
+        std::fs::read_to_string(marker(&format!("gres.{k}")))
+            .expect("the step's GRES")
+            .trim()
+            .to_string()
+    });
+    println!(
+        "{test}: jobs {figures:?} (GRES {gres:?}), GPU {idle_phases:.1} J idle + \
+         {busy_phase:.1} J"
+    );
+    assert_close(
+        &format!("{test}: the two jobs together"),
+        figures[0].0 + figures[1].0,
+        total,
+        0.01,
+    );
+    // in the 240 W phase 40 W is idle power, 200 W the rest
+    let idle = idle_phases + busy_phase / 6.0;
+    let rest = busy_phase * 5.0 / 6.0;
+    for (k, ((job, step), (idle_part, rest_part))) in
+        figures.into_iter().zip(sharing.parts).enumerate()
+    {
+        let truth = idle * idle_part + rest * rest_part;
+        assert_close(&format!("{test}: job {k}"), job, truth, 0.01);
+        assert_close(&format!("{test}: job {k}, step 0"), step, truth, 0.01);
+    }
+    if sharing.cgroups {
+        let first_job = cluster.first_job_id();
+        drop(cluster);
+        remove_job_cgroups(first_job);
+    }
+    Some(gres)
+}
+
+/// Prints what each double-forked GPU user wrote when it began its use (its parent, its
+/// cgroups), and checks that one began and that its parent was no slurmstepd.
+fn adopted_processes(fake: &FakeGpus) {
+    let mut found = 0;
+    for entry in std::fs::read_dir(fake.dir.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("adopted.") else {
+            continue;
+        };
+        let text = std::fs::read_to_string(entry.path()).expect("adopted.<pid>");
+        let parent = text
+            .lines()
+            .find_map(|l| l.strip_prefix("parent "))
+            .expect("its parent")
+            .trim()
+            .to_string();
+        let title = std::fs::read(format!("/proc/{parent}/cmdline"))
+            .map(|t| String::from_utf8_lossy(&t).replace('\0', " "))
+            .unwrap_or_default();
+        let cgroups: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("freezer") || l.contains("cpuacct"))
+            .collect();
+        println!(
+            "double-forked GPU process {pid}: parent {parent} ({}), cgroups {cgroups:?}",
+            title.trim()
+        );
+        assert!(
+            !title.contains("slurmstepd"),
+            "the double-forked process's parent is a slurmstepd"
+        );
+        found += 1;
+    }
+    assert!(found > 0, "no double-forked process began using the GPU");
+}

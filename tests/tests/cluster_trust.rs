@@ -1,0 +1,529 @@
+//! A job's owner attacks the figures (issue 27; DESIGN.md §7): what they control (their
+//! tasks' environment, process titles, parentage, the number of steps, files in a
+//! directory they may write) must change nothing of what any job is charged, nor make
+//! slurmd's work or files grow without bound, nor make root write where they point. Each
+//! test attacks as the job's owner would and holds the figures to the simulators' truth.
+
+use energy_tests as support;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use support::cluster::{Cluster, ClusterSpec, energy_of, mark};
+use support::fakegpu::{FakeGpus, Vendor, now_ns};
+use support::gpu_cluster::{GpuUse, MINORS, Sharing, device_files, minor_set_to, shared_gpu};
+use support::shared_node::{
+    CGROUP_SLURM_CONF, RAPL, SIM, TwoJobs, shared_cluster, two_jobs_share_the_node,
+};
+use support::*;
+
+/// Two jobs, one GPU each by GRES (100 W and 300 W for 20 s), no device constraint: job A's
+/// batch script at once execs its work with the other GPU's index in `SLURM_JOB_GPUS`,
+/// `SLURM_STEP_GPUS` and `CUDA_VISIBLE_DEVICES`; job B's with a clean environment (`env
+/// -i`, as `apptainer exec --cleanenv`). Each is charged its own GPU's energy (1%): what
+/// Slurm gave it, not what its tasks' environment says.
+#[test]
+fn a_forged_or_cleaned_gpu_environment_changes_no_jobs_figure() {
+    let Some(tmp) = root_test_dir("a_forged_or_cleaned_gpu_environment_changes_no_jobs_figure")
+    else {
+        return;
+    };
+    let devices = tmp.path().join("dev");
+    device_files(&devices, &MINORS);
+    // NVML enumerates 5, 3; gres.conf orders 3, 5
+    let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);
+    let gres = format!(
+        "AutoDetect=off\nName=gpu File={}\nName=gpu File={}\n",
+        devices.join("nvidia3").display(),
+        devices.join("nvidia5").display()
+    );
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_gpu",
+            acct_gather: &fake.acct_gather(),
+            node_options: "Gres=gpu:2 ",
+            gres_conf: &gres,
+            extra_conf: "GresTypes=gpu\n",
+            ..ClusterSpec::default()
+        },
+    );
+    // the work, given its own GRES index as $1 (taken before the environment is forged):
+    // its GPU (gres.conf's order: 3, 5) at `watts` for 20 s
+    let work = |watts: f64| {
+        format!(
+            "PATH=/usr/bin:/bin; m=$(echo 3,5 | cut -d, -f$(($1 + 1))); {}; sleep 20; {}",
+            fake.set_power_command("$m", watts),
+            fake.set_power_command("$m", 0.0)
+        )
+    };
+    let forged = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH --gres=gpu:1\nexec env SLURM_JOB_GPUS=$((1 - $SLURM_JOB_GPUS)) \
+         SLURM_STEP_GPUS=$((1 - $SLURM_JOB_GPUS)) CUDA_VISIBLE_DEVICES=$((1 - $SLURM_JOB_GPUS)) \
+         /bin/sh -c '{}' sh \"$SLURM_JOB_GPUS\"\n",
+        work(100.0)
+    ));
+    let clean = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH --gres=gpu:1\nexec env -i /bin/sh -c '{}' sh \"$SLURM_JOB_GPUS\"\n",
+        work(300.0)
+    ));
+    for job in [forged, clean] {
+        cluster.wait_job(job, Duration::from_secs(120));
+    }
+    let end = now_ns();
+    let minors = [minor_set_to(&fake, 100.0), minor_set_to(&fake, 300.0)];
+    assert_ne!(
+        minors[0], minors[1],
+        "the two jobs were given different GPUs"
+    );
+    let mut failures = Vec::new();
+    for ((job, minor), how) in [forged, clean]
+        .into_iter()
+        .zip(minors)
+        .zip(["forged environment", "clean environment"])
+    {
+        let truth = fake.truth(minor, end);
+        let rows = cluster.energy(job);
+        for id in [job.to_string(), format!("{job}.batch")] {
+            let got = energy_of(&rows, &id);
+            println!(
+                "{how}: job {id} on GPU {minor}: expected {truth:.1} J, got {got:.0} J ({:+.2}%)",
+                100.0 * (got - truth) / truth
+            );
+            if (got - truth).abs() > truth * 0.01 + 1.0 {
+                failures.push(format!("{how}: {id}: {got} J for {truth:.1} J"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The processes whose title names a slurmstepd (`slurmstepd: [`), by title: their pids
+/// and owners.
+fn titled_stepds() -> Vec<(String, u32, u32)> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let title = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let Some(at) = title.find("slurmstepd: [") else {
+            continue;
+        };
+        let Ok(meta) = fs::metadata(entry.path()) else {
+            continue;
+        };
+        let name = title[at..]
+            .split(']')
+            .next()
+            .unwrap_or_default()
+            .to_string()
+            + "]";
+        found.push((name, pid, meta.uid()));
+    }
+    found.sort();
+    found
+}
+
+/// `EnergyAttribution=shared` over Slurm's cgroups, one spinning job and one sleeping
+/// beside it (the shared-node test's pair): the spinning job's owner runs processes
+/// titled (`exec -a`) as the sleeping job's batch and extern slurmstepds, started before
+/// that job, and as its own batch and srun steps' slurmstepds. Taken for the sleeping job's
+/// slurmstepd, one would give that job the spinning job's cgroup (its CPU time, its share);
+/// taken for its own, another cgroup of its job. Every figure stays within the shared-node
+/// test's bounds of the model (3% over a window, 1% for the sums).
+#[test]
+fn processes_titled_as_slurmstepds_change_no_jobs_figure() {
+    let Some(tmp) = root_test_dir("processes_titled_as_slurmstepds_change_no_jobs_figure") else {
+        return;
+    };
+    let forge = tmp.path().join("forge.sh");
+    fs::write(
+        &forge,
+        format!(
+            "#!/bin/sh\n# forge.sh TITLE...: for each TITLE a process of the job's owner (uid \
+             {OTHER_UID}) titled TITLE (bash's exec -a), sleeping 60 s\n\
+             for t in \"$@\"; do setpriv --reuid={OTHER_UID} --regid={OTHER_UID} --clear-groups \
+             bash -c 'exec -a \"$0\" sleep 60' \"$t\" & done\n"
+        ),
+    )
+    .expect("forge.sh");
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
+    let cluster = shared_cluster(tmp.path(), CGROUP_SLURM_CONF);
+    let f = forge.display();
+    // the sleeping job is submitted next: its id is this job's plus one
+    let batch = format!(
+        "V=$(($SLURM_JOB_ID + 1))\nsh {f} \"slurmstepd: [$V.batch]\" \"slurmstepd: [$V.extern]\" \
+         \"slurmstepd: [$SLURM_JOB_ID.batch]\"\nsleep 1"
+    );
+    let step = format!("sh {f} \"slurmstepd: [$SLURM_JOB_ID.0]\"");
+    let during = |busy: u32, idle: u32| {
+        let titled = titled_stepds();
+        let mut missing = Vec::new();
+        for name in [
+            format!("{idle}.batch"),
+            format!("{idle}.extern"),
+            format!("{busy}.batch"),
+            format!("{busy}.0"),
+        ] {
+            let title = format!("slurmstepd: [{name}]");
+            let of = |forged: bool| -> Vec<u32> {
+                titled
+                    .iter()
+                    .filter(|(t, _, uid)| *t == title && (*uid == OTHER_UID) == forged)
+                    .map(|(_, pid, _)| *pid)
+                    .collect()
+            };
+            let (real, forged) = (of(false), of(true));
+            println!("{title}: slurmstepd {real:?}, forged (uid {OTHER_UID}) {forged:?}");
+            if real.is_empty() || forged.is_empty() {
+                missing.push(title);
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "not both the real and a forged process: {missing:?}"
+        );
+    };
+    let [busy, idle] = two_jobs_share_the_node(
+        &cluster,
+        true,
+        &TwoJobs {
+            busy_batch: &batch,
+            busy_step: &step,
+            during: Some(&during),
+        },
+    );
+    println!("forged titles: job {busy} (spinning) titled processes as {idle}'s and its own");
+}
+
+/// The shard test's two jobs (2 of 4 shards each, one 80% busy, one idle) with Slurm's
+/// cgroups, where the busy job's GPU-using process is double-forked (`setsid`, its parent
+/// gone: adopted by init, here by the node's supervisor, a subreaper; no slurmstepd among
+/// its ancestors, still in its step's cgroup) and goes on using the GPU: the busy job is
+/// still charged its use and the idle job only its share of the idle power (1%). (The same
+/// with the busy task using the GPU itself passes: 4521 J and 520 J for 4521.4 and 520.4.)
+#[test]
+fn a_double_forked_gpu_process_is_still_its_jobs() {
+    shared_gpu(
+        "a_double_forked_gpu_process_is_still_its_jobs",
+        &Sharing {
+            vendor: Vendor::Nvidia,
+            gres: "Name=gpu File={gpu}\nName=shard Count=4 File={gpu}\n",
+            types: "gpu,shard",
+            node_gres: "gpu:1,shard:4",
+            requests: ["shard:2", "shard:2"],
+            sm: [80, 0],
+            caps: &[],
+            mig: None,
+            uses: [GpuUse::DoubleForked, GpuUse::Task],
+            cgroups: true,
+            parts: [(0.5, 1.0), (0.5, 0.0)],
+        },
+    );
+}
+
+/// Steps of the many-steps job, run `PARALLEL` at a time.
+const STEPS: usize = 1000;
+const PARALLEL: usize = 8;
+
+/// The ledger (`energy-ledger.<context>.json` in slurmd's spool dir) of node 1: its size in
+/// bytes and its JSON.
+fn ledger(cluster: &Cluster) -> (u64, serde_json::Value) {
+    let spool = cluster.dir.join("spool/n1");
+    let path = fs::read_dir(&spool)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("energy-ledger.") && n.ends_with(".json"))
+        })
+        .unwrap_or_else(|| panic!("no ledger in {}", spool.display()));
+    let text = fs::read(&path).expect("the ledger");
+    let value = serde_json::from_slice(&text).expect("the ledger's JSON");
+    (text.len() as u64, value)
+}
+
+/// The steps the ledger lists for `job`.
+fn ledger_steps(ledger: &serde_json::Value, job: u32) -> usize {
+    ledger["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .find(|j| j["job"].as_u64() == Some(u64::from(job)))
+        .map_or(0, |j| j["steps"].as_array().map_or(0, Vec::len))
+}
+
+/// Node mode (rust_rapl): a job runs 1 000 short steps (`srun -n1 --exact true`, 8 at a
+/// time), then sleeps 70 s at the same power. 60 s after its last step ended, slurmd's
+/// ledger lists at most a few dozen of its steps (the ended ones pruned); the job's figure
+/// is the node's energy over it (0.5%).
+#[test]
+fn a_job_of_a_thousand_steps_keeps_the_ledger_small() {
+    let Some(tmp) = root_test_dir("a_job_of_a_thousand_steps_keeps_the_ledger_small") else {
+        return;
+    };
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: RAPL,
+            acct_gather: "EnergyRaplSource=msr\n",
+            sim_args: vec![Some(SIM)],
+            node_hw: "CPUs=16 Boards=1 SocketsPerBoard=1 CoresPerSocket=16 ThreadsPerCore=1 ",
+            extra_conf: "SlurmdParameters=config_overrides\n",
+            ..ClusterSpec::default()
+        },
+    );
+    let sim = cluster.sim(1);
+    sim.set(&["all=0"]);
+    let raplsim = bin("raplsim").display().to_string();
+    let d = sim.dir.display().to_string();
+    let rounds = STEPS / PARALLEL;
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -n{PARALLEL}\n{raplsim} mark {d} many_start\n\
+         {raplsim} set {d} package0=200\n\
+         for r in $(seq {rounds}); do for i in $(seq {PARALLEL}); do srun -n1 --exact true & done; \
+         wait; done\n{raplsim} mark {d} steps_end\nsleep 70\n{raplsim} set {d} package0=0\n\
+         {raplsim} mark {d} many_end\n"
+    ));
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(600);
+    while mark(sim, "steps_end").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the steps did not end:\n{}",
+            cluster.logs()
+        );
+        sleep(Duration::from_millis(500));
+    }
+    let steps_took = t0.elapsed();
+    let (size_at_end, at_end) = ledger(&cluster);
+    println!(
+        "{STEPS} steps ({PARALLEL} at a time) took {steps_took:.0?}; the ledger then: {size_at_end} \
+         bytes, {} steps of job {job}",
+        ledger_steps(&at_end, job)
+    );
+    sleep(Duration::from_secs(60));
+    let (size, later) = ledger(&cluster);
+    let kept = ledger_steps(&later, job);
+    println!(
+        "60 s after the last step: the ledger is {size} bytes, lists {kept} steps of job {job}"
+    );
+    cluster.wait_job(job, Duration::from_secs(120));
+    let ran = cluster
+        .energy(job)
+        .iter()
+        .filter(|(id, _)| {
+            id.strip_prefix(&format!("{job}."))
+                .is_some_and(|s| s.parse::<u32>().is_ok())
+        })
+        .count();
+    println!("sacct shows {ran} numbered steps of job {job}");
+    let truth =
+        mark(sim, "many_end").expect("many_end") - mark(sim, "many_start").expect("many_start");
+    let got = energy_of(&cluster.energy(job), &job.to_string());
+    println!(
+        "job {job}: expected {truth:.1} J, got {got:.0} J ({:+.3}%)",
+        100.0 * (got - truth) / truth
+    );
+    assert_eq!(ran, STEPS, "every step ran");
+    assert!(
+        kept <= 48,
+        "60 s after its last step the ledger ({size} bytes) still lists {kept} steps of job {job}"
+    );
+    assert_close("the job of many steps", got, truth, 0.005);
+}
+
+/// A uid of no one on this machine: the job owner's in the attacks (the owner of the
+/// processes titled as slurmstepds, the other writer of the metrics file's directory).
+const OTHER_UID: u32 = 64_123;
+
+/// Temporary names a writer of `name` might use, where the other writer plants links.
+fn plausible_temp_names(name: &str) -> Vec<String> {
+    vec![
+        format!("{name}.tmp"),
+        format!("{name}.new"),
+        format!(".{name}.tmp"),
+        format!("{name}~"),
+        format!("{name}.part"),
+    ]
+}
+
+/// The other writer, as uid [`OTHER_UID`]: keeps a link to `target` at each of `names` in
+/// `dir`, putting it back whenever one is gone or replaced, until killed.
+fn plant_links(dir: &Path, names: &[String], target: &Path) -> Child {
+    let script = r#"cd "$1" && t=$2 && shift 2 && while :; do
+        for n in "$@"; do [ "$(readlink -- "$n")" = "$t" ] || ln -sfn -- "$t" "$n" 2>/dev/null; done
+        sleep 0.02; done"#;
+    Command::new("setpriv")
+        .args([
+            &format!("--reuid={OTHER_UID}"),
+            &format!("--regid={OTHER_UID}"),
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(dir)
+        .arg(target)
+        .args(names)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("setpriv")
+}
+
+/// Prometheus's text format, line by line: comments, or a sample `name{labels} value`.
+fn assert_prometheus_text(text: &str) {
+    assert!(!text.trim().is_empty(), "an empty metrics file");
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{line:?}"));
+        assert!(
+            series.starts_with("slurm_energy_"),
+            "not one of ours: {line:?}"
+        );
+        assert!(value.parse::<f64>().is_ok(), "not a sample value: {line:?}");
+        if let Some(open) = series.find('{') {
+            assert!(series.ends_with('}') && open > 0, "bad labels: {line:?}");
+        }
+    }
+}
+
+/// The metrics file (`EnergyMetricsFile`) in a directory another user (the directory's
+/// owner) writes too: before and while a job runs, that user keeps symbolic links at the
+/// file's plausible temporary names, pointing at a root-owned file outside the directory.
+/// After the job that file is byte for byte what it was, and the metrics file is a root-
+/// owned regular file in Prometheus's text format with the job's figure (sacct's, 1%).
+#[test]
+fn links_planted_at_the_metrics_files_temporary_names_are_never_followed() {
+    let Some(tmp) =
+        root_test_dir("links_planted_at_the_metrics_files_temporary_names_are_never_followed")
+    else {
+        return;
+    };
+    // the other user reaches their directory through the test's
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o711)).expect("chmod");
+    let dir = tmp.path().join("textfile");
+    fs::create_dir(&dir).expect("mkdir");
+    std::os::unix::fs::chown(&dir, Some(OTHER_UID), Some(OTHER_UID)).expect("chown");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let outside = tmp.path().join("root-only.conf");
+    let original = b"# root's own file, outside the metrics directory\nsecret=42\n".to_vec();
+    fs::write(&outside, &original).expect("the outside file");
+    fs::set_permissions(&outside, fs::Permissions::from_mode(0o600)).expect("chmod");
+    let before = fs::metadata(&outside).expect("metadata");
+    let name = "slurm_energy.prom";
+    let file = dir.join(name);
+    let names = plausible_temp_names(name);
+    let mut planter = plant_links(&dir, &names, &outside);
+    // the links are in place before slurmd starts
+    let until = Instant::now() + Duration::from_secs(10);
+    while !names.iter().all(|n| dir.join(n).is_symlink()) {
+        assert!(Instant::now() < until, "the other user planted no links");
+        sleep(Duration::from_millis(50));
+    }
+    let cluster = Cluster::up(
+        &tmp.path().join("cluster"),
+        &ClusterSpec {
+            energy_type: RAPL,
+            acct_gather: &format!(
+                "EnergyRaplSource=msr\nEnergyMetricsFile={}\n",
+                file.display()
+            ),
+            sim_args: vec![Some(SIM)],
+            ..ClusterSpec::default()
+        },
+    );
+    let sim = cluster.sim(1);
+    sim.set(&["package0=150"]);
+    let raplsim = bin("raplsim").display().to_string();
+    let d = sim.dir.display().to_string();
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\n{raplsim} set {d} package0=250\nsleep 12\n{raplsim} set {d} package0=150\n"
+    ));
+    cluster.wait_job(job, Duration::from_secs(120));
+    // a few more writes with the links in place, then the other user stops
+    sleep(Duration::from_secs(3));
+    // SAFETY: kill(2) on the planter this test started
+    unsafe { libc::kill(planter.id() as i32, libc::SIGKILL) };
+    let _ = planter.wait();
+    sleep(Duration::from_secs(3));
+    let links: Vec<String> = names
+        .iter()
+        .filter(|n| dir.join(n).is_symlink())
+        .cloned()
+        .collect();
+    println!("links left where they were planted: {links:?}");
+    let after = fs::read(&outside).expect("the outside file");
+    let meta = fs::metadata(&outside).expect("metadata");
+    println!(
+        "the outside file: {} bytes before, {} after; {}",
+        original.len(),
+        after.len(),
+        if after == original {
+            "unchanged".to_string()
+        } else {
+            format!(
+                "now begins {:?}",
+                String::from_utf8_lossy(&after[..after.len().min(120)])
+            )
+        }
+    );
+    let file_meta = fs::symlink_metadata(&file);
+    let text = fs::read_to_string(&file).unwrap_or_default();
+    let rows = cluster.energy(job);
+    let sacct = energy_of(&rows, &job.to_string());
+    let figure = text
+        .lines()
+        .filter(|l| l.starts_with("slurm_energy_job_joules_total{"))
+        .find(|l| l.contains(&format!("jobid=\"{job}\"")))
+        .and_then(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok());
+    println!(
+        "the metrics file: {}, job {job}: {figure:?} J, sacct {sacct} J",
+        match &file_meta {
+            Ok(m) if m.file_type().is_symlink() => "a symbolic link".to_string(),
+            Ok(m) => format!(
+                "{} bytes, uid {}, mode {:o}",
+                m.len(),
+                m.uid(),
+                m.mode() & 0o7777
+            ),
+            Err(e) => e.to_string(),
+        }
+    );
+    assert!(
+        after == original,
+        "root wrote into the file a planted link points at"
+    );
+    assert_eq!(
+        (meta.uid(), meta.mode(), meta.len()),
+        (before.uid(), before.mode(), before.len()),
+        "the outside file's owner, mode and size"
+    );
+    let file_meta = file_meta.expect("the metrics file");
+    assert!(
+        file_meta.file_type().is_file() && file_meta.uid() == 0,
+        "the metrics file is root's regular file"
+    );
+    assert_prometheus_text(&text);
+    let figure = figure.unwrap_or_else(|| panic!("no series of job {job} in:\n{text}"));
+    assert_close("the job's figure in the metrics file", figure, sacct, 0.01);
+    drop(cluster);
+}
