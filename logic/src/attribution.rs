@@ -694,6 +694,12 @@ pub struct StepFigure {
     unanswered: bool,
     /// In node mode, the node's parts as the ledger last gave them, for the profile.
     parts: Vec<SensorReading>,
+    /// Tasks of its own have run (26.05's extern step never runs one).
+    had_tasks: bool,
+    /// Its figure once its last task has ended: its final one, which the reads after
+    /// return (Slurm reads again as the step ends; a read that waited for slurmd's answer
+    /// delays those, and the time since the tasks ended is no work of the step's).
+    ended: Option<Reading>,
 }
 
 /// A part's label as a reading carries it (`&'static`, as a source's own): each distinct
@@ -761,6 +767,8 @@ impl StepFigure {
             trouble: None,
             unanswered: false,
             parts: Vec::new(),
+            had_tasks: false,
+            ended: None,
         }
     }
 
@@ -904,6 +912,10 @@ impl EnergyReader for StepFigure {
         // periodic polls (sstat's) where plugins are stacked, whose figures are not brought
         // forward
         let tasks = !self.procs.children(self.pid).is_empty();
+        self.had_tasks |= tasks;
+        if let Some(last) = self.ended.as_ref().filter(|_| !tasks) {
+            return last.clone();
+        }
         let edge = match self.counted {
             None => !tasks,
             Some(_) => {
@@ -964,7 +976,7 @@ impl EnergyReader for StepFigure {
                 None
             }
         };
-        Reading {
+        let reading = Reading {
             energy_uj: self.total_uj(),
             // a step that never read the ledger has no figure (NO_VAL), not 0 J
             complete: self.counted.is_some(),
@@ -973,7 +985,11 @@ impl EnergyReader for StepFigure {
             unsettled: false,
             sensors: self.parts.clone(),
             devices: Vec::new(),
+        };
+        if self.had_tasks && !tasks && edge && reading.complete {
+            self.ended = Some(reading.clone());
         }
+        reading
     }
 
     fn sample_period(&self) -> Duration {
@@ -1136,6 +1152,33 @@ mod tests {
             "jobs": [],
         });
         fs::write(path, text.to_string()).expect("ledger");
+    }
+
+    /// Once its last task has ended, a step's figure is final: Slurm's reads after its last
+    /// poll (which may come later by the time the last one waited for slurmd) return it.
+    #[test]
+    fn a_steps_figure_is_final_once_its_tasks_have_ended() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("energy-ledger.0.json");
+        let proc_root = tmp.path().join("proc");
+        procs::tests::write_thread_name(&proc_root, "acctg");
+        procs::tests::child(&proc_root, 40, 41);
+        let now = unix_now();
+        publish(&path, now - 100.0, now, 1000.0, 300.0);
+        let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
+        assert!(step.read(Instant::now()).complete);
+        publish(&path, now - 100.0, unix_now(), 4000.0, 300.0);
+        let running = step.read(Instant::now()).energy_uj;
+        assert!(running >= 2_990_000_000, "{running}");
+        // the task ends; the last poll (not a periodic one) takes the figure
+        fs::remove_file(proc_root.join("40/task/40/children")).expect("no task");
+        procs::tests::write_thread_name(&proc_root, "slurmstepd");
+        publish(&path, now - 100.0, unix_now(), 5000.0, 300.0);
+        let last = step.read(Instant::now()).energy_uj;
+        assert!(last >= 3_990_000_000, "{last}");
+        // later reads, slurmd having sampled meanwhile, say the same
+        publish(&path, now - 100.0, unix_now(), 5300.0, 300.0);
+        assert_eq!(step.read(Instant::now()).energy_uj, last);
     }
 
     /// A step asks slurmd for a fresh sample at its edges only: its first read, and a read
