@@ -40,7 +40,6 @@ use crate::metrics::{self, Identity, MetricsFile, Owner};
 use crate::replace::Access;
 use crate::source::{DeviceReading, EnergyReader, Reading, SensorReading, stale_after};
 use cgroup::{CgroupTree, StepCgroup};
-use doorbell::Freshness;
 use doorbell::Pace;
 use gres::GresOrder;
 use holders::Holders;
@@ -308,8 +307,8 @@ pub struct Keeper {
     spool: PathBuf,
     path: PathBuf,
     /// When the ledger was last updated, and whether a step asked for a fresh one
-    /// ([`doorbell`]): the next sample updates it once [`doorbell::MIN_UPDATE_GAP`] has
-    /// passed, however often steps ring.
+    /// ([`doorbell`]): the next sample updates it as the pace of rings allows, however
+    /// often steps ring.
     pace: Arc<Pace>,
     /// A failure to publish is logged once per episode.
     failing: bool,
@@ -694,12 +693,6 @@ pub struct StepFigure {
     unanswered: bool,
     /// In node mode, the node's parts as the ledger last gave them, for the profile.
     parts: Vec<SensorReading>,
-    /// Tasks of its own have run (26.05's extern step never runs one).
-    had_tasks: bool,
-    /// Its figure once its last task has ended: its final one, which the reads after
-    /// return (Slurm reads again as the step ends; a read that waited for slurmd's answer
-    /// delays those, and the time since the tasks ended is no work of the step's).
-    ended: Option<Reading>,
 }
 
 /// A part's label as a reading carries it (`&'static`, as a source's own): each distinct
@@ -767,8 +760,6 @@ impl StepFigure {
             trouble: None,
             unanswered: false,
             parts: Vec::new(),
-            had_tasks: false,
-            ended: None,
         }
     }
 
@@ -795,20 +786,13 @@ impl StepFigure {
 
     /// Counts the step's figure in `ledger` at unix time `now`; returns its power, or why
     /// the ledger cannot be used.
-    fn count(&mut self, ledger: &Ledger, now: f64, rang_for: bool) -> Result<f64, String> {
-        let age = now - ledger.sampled_at();
-        // the sample slurmd took for this call's ring, after the call, is brought back to
-        // the call at its power; one before the call, forward (unless plugins are stacked)
-        let ahead = if age < 0.0 && rang_for {
-            age.max(-doorbell::ANSWER_WAIT.as_secs_f64())
-        } else if age < 0.0 {
-            0.0
-        } else if self.bring_forward {
+    fn count(&mut self, ledger: &Ledger, now: f64) -> Result<f64, String> {
+        let age = (now - ledger.sampled_at()).max(0.0);
+        let ahead = if self.bring_forward {
             age.min(LEDGER_PERIOD.as_secs_f64())
         } else {
             0.0
         };
-        let age = age.max(0.0);
         let (joules, watts) = if self.shared {
             match self.step() {
                 Some((job, step)) => ledger
@@ -912,10 +896,6 @@ impl EnergyReader for StepFigure {
         // periodic polls (sstat's) where plugins are stacked, whose figures are not brought
         // forward
         let tasks = !self.procs.children(self.pid).is_empty();
-        self.had_tasks |= tasks;
-        if let Some(last) = self.ended.as_ref().filter(|_| !tasks) {
-            return last.clone();
-        }
         let edge = match self.counted {
             None => !tasks,
             Some(_) => {
@@ -926,15 +906,9 @@ impl EnergyReader for StepFigure {
                 !periodic && (!tasks || !self.bring_forward)
             }
         };
-        // the figure is the step's at the call: the sample slurmd takes for this call's ring
-        // may come a moment later (rings are paced, [`doorbell::MIN_UPDATE_GAP`])
+        let unanswered =
+            edge && !doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path).is_fresh();
         let now = unix_now();
-        let freshness = match edge {
-            true => doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path),
-            false => Freshness::Recent,
-        };
-        let unanswered = freshness == Freshness::Unanswered;
-        let rang_for = freshness == Freshness::Answered;
         let counted = match Ledger::load(&self.path) {
             Ok(Some(ledger)) => {
                 let age = now - ledger.sampled_at();
@@ -945,7 +919,7 @@ impl EnergyReader for StepFigure {
                     );
                 }
                 self.unanswered = unanswered;
-                self.count(&ledger, now, rang_for)
+                self.count(&ledger, now)
             }
             Ok(None) => Err(format!(
                 "there is no energy ledger {} (slurmd does not run this plugin, or cannot \
@@ -976,7 +950,7 @@ impl EnergyReader for StepFigure {
                 None
             }
         };
-        let reading = Reading {
+        Reading {
             energy_uj: self.total_uj(),
             // a step that never read the ledger has no figure (NO_VAL), not 0 J
             complete: self.counted.is_some(),
@@ -985,11 +959,7 @@ impl EnergyReader for StepFigure {
             unsettled: false,
             sensors: self.parts.clone(),
             devices: Vec::new(),
-        };
-        if self.had_tasks && !tasks && edge && reading.complete {
-            self.ended = Some(reading.clone());
         }
-        reading
     }
 
     fn sample_period(&self) -> Duration {
@@ -1154,33 +1124,6 @@ mod tests {
         fs::write(path, text.to_string()).expect("ledger");
     }
 
-    /// Once its last task has ended, a step's figure is final: Slurm's reads after its last
-    /// poll (which may come later by the time the last one waited for slurmd) return it.
-    #[test]
-    fn a_steps_figure_is_final_once_its_tasks_have_ended() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let path = tmp.path().join("energy-ledger.0.json");
-        let proc_root = tmp.path().join("proc");
-        procs::tests::write_thread_name(&proc_root, "acctg");
-        procs::tests::child(&proc_root, 40, 41);
-        let now = unix_now();
-        publish(&path, now - 100.0, now, 1000.0, 300.0);
-        let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
-        assert!(step.read(Instant::now()).complete);
-        publish(&path, now - 100.0, unix_now(), 4000.0, 300.0);
-        let running = step.read(Instant::now()).energy_uj;
-        assert!(running >= 2_990_000_000, "{running}");
-        // the task ends; the last poll (not a periodic one) takes the figure
-        fs::remove_file(proc_root.join("40/task/40/children")).expect("no task");
-        procs::tests::write_thread_name(&proc_root, "slurmstepd");
-        publish(&path, now - 100.0, unix_now(), 5000.0, 300.0);
-        let last = step.read(Instant::now()).energy_uj;
-        assert!(last >= 3_990_000_000, "{last}");
-        // later reads, slurmd having sampled meanwhile, say the same
-        publish(&path, now - 100.0, unix_now(), 5300.0, 300.0);
-        assert_eq!(step.read(Instant::now()).energy_uj, last);
-    }
-
     /// A step asks slurmd for a fresh sample at its edges only: its first read, and a read
     /// without tasks from elsewhere than Slurm's periodic polls (its last, as its tasks are
     /// removed, or sstat's). A step that never has tasks (26.05's extern step) does not ring
@@ -1250,25 +1193,14 @@ mod tests {
         let mut stacked = StepFigure::from_path(&path, &procs, 1, false).stacked();
         publish(&path, t - 100.0, t, 1000.0, 0.0);
         for step in [&mut alone, &mut stacked] {
-            assert_eq!(step.count(&load(), t, false), Ok(0.0));
+            assert_eq!(step.count(&load(), t), Ok(0.0));
         }
         // sampled at 200 W, read half a second later
         publish(&path, t - 100.0, t + 1.0, 1200.0, 200.0);
-        assert_eq!(alone.count(&load(), t + 1.5, false), Ok(200.0));
-        assert_eq!(stacked.count(&load(), t + 1.5, false), Ok(200.0));
+        assert_eq!(alone.count(&load(), t + 1.5), Ok(200.0));
+        assert_eq!(stacked.count(&load(), t + 1.5), Ok(200.0));
         assert_eq!(alone.total_uj(), 300_000_000);
         assert_eq!(stacked.total_uj(), 200_000_000);
-        // the step's last read rang, and slurmd's sample for it came 0.2 s after the call
-        // (rings are paced): the figure is the step's at the call, brought back at its power
-        publish(&path, t - 100.0, t + 3.2, 1640.0, 200.0);
-        for step in [&mut alone, &mut stacked] {
-            assert_eq!(step.count(&load(), t + 3.0, true), Ok(200.0));
-            assert_eq!(step.total_uj(), 600_000_000);
-        }
-        // a read that did not ring for it is not: the sample is as fresh as it gets
-        publish(&path, t - 100.0, t + 3.4, 1680.0, 200.0);
-        assert_eq!(alone.count(&load(), t + 3.3, false), Ok(200.0));
-        assert_eq!(alone.total_uj(), 680_000_000);
     }
 
     /// A step that ends after slurmd died takes slurmd's last sample as it is (not brought
@@ -1282,13 +1214,13 @@ mod tests {
         let load = || Ledger::load(&path).expect("ledger").expect("a ledger");
         let t = 1_000_000.0;
         publish(&path, t - 100.0, t, 1000.0, 300.0);
-        assert_eq!(step.count(&load(), t, false), Ok(300.0));
+        assert_eq!(step.count(&load(), t), Ok(300.0));
         publish(&path, t - 100.0, t + 0.5, 1150.0, 300.0);
-        assert_eq!(step.count(&load(), t + 0.5, false), Ok(300.0));
+        assert_eq!(step.count(&load(), t + 0.5), Ok(300.0));
         assert_eq!(step.total_uj(), 150_000_000);
         // slurmd's last sample, 0.4 s after the step's last read; slurmd died then
         publish(&path, t - 100.0, t + 0.9, 1270.0, 300.0);
-        assert!(step.count(&load(), t + 20.0, false).is_err(), "stale");
+        assert!(step.count(&load(), t + 20.0).is_err(), "stale");
         assert_eq!(
             step.total_uj(),
             270_000_000,
@@ -1296,7 +1228,7 @@ mod tests {
         );
         // an older sample (a ledger restored from elsewhere) changes nothing
         publish(&path, t - 100.0, t + 0.2, 5000.0, 300.0);
-        assert!(step.count(&load(), t + 30.0, false).is_err(), "stale");
+        assert!(step.count(&load(), t + 30.0).is_err(), "stale");
         assert_eq!(step.total_uj(), 270_000_000);
     }
 

@@ -6,15 +6,15 @@
 //! tasks end and the node's power falls within that second, and the figure at the step's
 //! last poll is its final one. So a slurmstepd at an edge (its first read, and a read once
 //! its tasks are gone) rings slurmd's doorbell, a datagram socket beside the ledger, and
-//! waits for the ledger to be sampled anew (milliseconds; at most [`MIN_UPDATE_GAP`] more
-//! when it was updated just before). slurmd answers from a thread that sleeps in `recv`:
-//! it wakes for rings only, twice per step.
+//! waits for the ledger to be sampled anew (milliseconds). slurmd answers from a thread
+//! that sleeps in `recv`: it wakes for rings only, twice per step.
 //!
 //! Users ring too: every `sstat` of a step is a read outside Slurm's periodic polls, and a
-//! job may run an `sstat` loop, or thousands of steps. However they ring, slurmd updates the
-//! ledger no sooner than [`MIN_UPDATE_GAP`] after its last update ([`Pace`]): a ring within
-//! that time is answered by the next update, at its end, with every ring that came
-//! meanwhile.
+//! job may run an `sstat` loop, or thousands of steps. However they ring, the updates rings
+//! cause are paced ([`Pace`]): a bucket of [`RING_BURST`] updates, refilled at
+//! [`RING_RATE`] a second. Steps' edges, a few at a time, are answered at once (their
+//! figures exact); a flood of rings waits for the bucket, each update answering every ring
+//! that came before it.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -27,18 +27,19 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::worker::Worker;
 
-/// The least time between two updates of the ledger, however often steps ring: a sample
-/// reads the hardware and every step's cgroup and rewrites the ledger (and the metrics
-/// file), and a job's owner decides how often their steps ring (an `sstat` loop in every
-/// job). A quarter of a second keeps slurmd to four samples a second at most, and costs a
-/// step's last figure at most that much of waiting (and nothing when no update came in
-/// the quarter second before it rang).
-pub const MIN_UPDATE_GAP: Duration = Duration::from_millis(250);
-/// How long a step waits at an edge for slurmd to publish a fresh ledger, at most: the
-/// update that answers may wait [`MIN_UPDATE_GAP`], and a sample is microseconds of reads
-/// and a file written, so slurmd answers within that gap and milliseconds unless it is
-/// gone, when the step goes on with what it has.
-pub const ANSWER_WAIT: Duration = MIN_UPDATE_GAP.saturating_add(Duration::from_millis(150));
+/// How many updates a second rings may cause in the long run, however often steps ring: a
+/// sample reads the hardware and every step's cgroup and rewrites the ledger (and the
+/// metrics file), and a job's owner decides how often their steps ring (an `sstat` loop in
+/// every job). With the periodic updates (two a second at most), slurmd samples six times
+/// a second at most.
+pub const RING_RATE: f64 = 4.0;
+/// How many rings in a row are answered at once (steps starting or ending together).
+pub const RING_BURST: f64 = 8.0;
+/// How long a step waits at an edge for slurmd to publish a fresh ledger, at most: an
+/// update may wait a quarter of a second for the bucket ([`RING_RATE`]), and a sample is
+/// microseconds of reads and a file written, so slurmd answers within that and
+/// milliseconds unless it is gone, when the step goes on with what it has.
+pub const ANSWER_WAIT: Duration = Duration::from_millis(250 + 150);
 const POLL: Duration = Duration::from_millis(2);
 /// A ledger this young at a step's edge is its figure's end, to a few joules.
 const FRESH: Duration = Duration::from_millis(10);
@@ -48,10 +49,10 @@ pub fn doorbell_path(ledger: &Path) -> PathBuf {
     ledger.with_extension("bell")
 }
 
-/// When slurmd last updated the ledger, and whether a step asks for a new one: shared by
-/// slurmd's keeper, which decides at each sample whether to update ([`Pace::take`]), and
-/// its doorbell, which wakes the sampler for an update no sooner than it may be taken
-/// ([`Pace::ask`]).
+/// When slurmd last updated the ledger, whether a step asks for a new one, and how many
+/// updates rings may still cause at once: shared by slurmd's keeper, which decides at each
+/// sample whether to update ([`Pace::take`]), and its doorbell, which wakes the sampler for
+/// an update no sooner than it may be taken ([`Pace::ask`]).
 #[derive(Debug, Default)]
 pub struct Pace(Mutex<Paced>);
 
@@ -59,6 +60,24 @@ pub struct Pace(Mutex<Paced>);
 struct Paced {
     updated: Option<Instant>,
     wanted: bool,
+    /// Updates rings caused that the bucket has not yet made up for (0: a full bucket).
+    spent: f64,
+    refilled: Option<Instant>,
+}
+
+impl Paced {
+    fn refill(&mut self, now: Instant) {
+        let since = self
+            .refilled
+            .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
+        self.spent = (self.spent - since * RING_RATE).max(0.0);
+        self.refilled = Some(now);
+    }
+
+    /// Whether a ring may cause an update now.
+    fn may_ring(&self) -> bool {
+        self.spent <= RING_BURST - 1.0
+    }
 }
 
 impl Pace {
@@ -71,25 +90,29 @@ impl Pace {
     pub fn ask(&self, now: Instant) -> Duration {
         let mut paced = self.lock();
         paced.wanted = true;
-        paced.updated.map_or(Duration::ZERO, |t| {
-            (t + MIN_UPDATE_GAP).saturating_duration_since(now)
-        })
+        paced.refill(now);
+        let short = paced.spent - (RING_BURST - 1.0);
+        Duration::from_secs_f64((short / RING_RATE).max(0.0))
     }
 
     /// Whether a sample at `now` updates the ledger: the first does, one a step asked for
-    /// does [`MIN_UPDATE_GAP`] or more after the last update, any does `interval` or more
-    /// after it. When it does, it is the last update and answers every ask before it.
+    /// does while the bucket allows, any does `interval` or more after the last update.
+    /// When it does, it answers every ask before it.
     pub fn take(&self, now: Instant, interval: Duration) -> bool {
         let mut paced = self.lock();
-        let due = match paced.updated.map(|t| now.saturating_duration_since(t)) {
-            None => true,
-            Some(since) => since >= interval || (paced.wanted && since >= MIN_UPDATE_GAP),
-        };
-        if due {
+        paced.refill(now);
+        let periodic = paced
+            .updated
+            .is_none_or(|t| now.saturating_duration_since(t) >= interval);
+        let rung = !periodic && paced.wanted && paced.may_ring();
+        if rung {
+            paced.spent += 1.0;
+        }
+        if periodic || rung {
             paced.updated = Some(now);
             paced.wanted = false;
         }
-        due
+        periodic || rung
     }
 }
 
@@ -280,37 +303,56 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_millis(10));
     }
 
-    /// Samples every 100 ms, a step asking at each: an update every 250 ms, each answering
-    /// the asks before it; without asks, one every interval.
+    /// Samples every 100 ms, a step asking at each: the first [`RING_BURST`] asks are
+    /// answered at once, then one every 1 / [`RING_RATE`] s; without asks, an update every
+    /// interval.
     #[test]
-    fn asks_are_answered_no_sooner_than_the_gap_after_the_last_update() {
+    fn rings_are_answered_at_once_then_paced() {
         let pace = Pace::default();
         let t0 = Instant::now();
         let interval = Duration::from_millis(500);
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         assert!(pace.take(at(0), interval), "the first sample updates");
         let mut updates = vec![];
-        for ms in (100..=2000).step_by(100) {
+        for ms in (100..=3000).step_by(100) {
             let wait = pace.ask(at(ms));
             let taken = pace.take(at(ms), interval);
-            assert_eq!(taken, wait.is_zero(), "at {ms} ms");
+            if !taken {
+                assert!(!wait.is_zero(), "at {ms} ms");
+            }
             if taken {
                 updates.push(ms);
             }
         }
-        // 300 ms: the first sample 250 ms or more after the update at 0
-        assert_eq!(updates, [300, 600, 900, 1200, 1500, 1800]);
-        // the asks at 1900 and 2000 ms are answered by the first sample after the gap
-        assert!(pace.take(at(2100), interval));
+        // at once while the bucket lasts (8, refilled by 0.4 per 100 ms: 12 in a row),
+        // then every 250 ms or more (the 500 ms interval answering too)
+        let at_once: Vec<u64> = (1..=12).map(|k| k * 100).collect();
+        assert_eq!(updates[..12], at_once[..]);
+        for pair in updates[12..].windows(2) {
+            assert!(pair[1] - pair[0] >= 200, "{updates:?}");
+        }
+        let most = RING_BURST + RING_RATE * 3.0 + 3.0 / 0.5 + 1.0;
+        assert!(updates.len() as f64 <= most, "{updates:?}");
         // then nobody asks: an update every interval
-        assert!(!pace.take(at(2400), interval));
-        assert!(pace.take(at(2600), interval));
-        // an ask 50 ms after an update waits the rest of the gap
-        assert_eq!(pace.ask(at(2650)), Duration::from_millis(200));
+        assert!(!pace.take(at(3200), interval) || !pace.take(at(3300), interval));
+        assert!(pace.take(at(4000), interval));
+        // an empty bucket makes a ring wait at most a quarter of a second
+        let (t1, pace) = (at(5000), Pace::default());
+        for k in 0..20u32 {
+            let now = t1 + Duration::from_micros(u64::from(k));
+            pace.ask(now);
+            pace.take(now, interval);
+        }
+        let wait = pace.ask(t1);
+        assert!(
+            !wait.is_zero() && wait <= Duration::from_millis(250),
+            "{wait:?}"
+        );
     }
 
-    /// 1 000 rings in a burst (an `sstat` loop in every job) cause at most one update per
-    /// [`MIN_UPDATE_GAP`] (ceil(T / 0.25 s) + 1 over T), and the last ring is answered.
+    /// 1 000 rings in a burst (an `sstat` loop in every job) cause at most [`RING_BURST`] +
+    /// [`RING_RATE`] × T updates over T (and the periodic ones), and the last ring is
+    /// answered.
     #[test]
     fn a_burst_of_rings_makes_a_few_updates_a_second() {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -340,20 +382,17 @@ mod tests {
                 sleep(Duration::from_millis(50));
             }
         }
-        sleep(MIN_UPDATE_GAP * 2 + Duration::from_millis(100));
+        sleep(Duration::from_millis(600));
         let updates = updates.lock().expect("updates").clone();
         let last = *updates.last().expect("an update");
         assert!(last >= last_ring, "the last ring is answered");
         let span = last.duration_since(t0).as_secs_f64();
-        let most = (span / MIN_UPDATE_GAP.as_secs_f64()).ceil() as usize + 1;
+        let most = (RING_BURST + RING_RATE * span + span.ceil() + 1.0) as usize;
         assert!(
             updates.len() <= most,
             "{} updates for {rung} rings over {span:.3} s",
             updates.len()
         );
-        for pair in updates.windows(2) {
-            assert!(pair[1].duration_since(pair[0]) >= MIN_UPDATE_GAP);
-        }
         println!(
             "{rung} rings over {:.3} s: {} updates",
             last_ring.duration_since(t0).as_secs_f64(),
