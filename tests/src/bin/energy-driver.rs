@@ -124,14 +124,14 @@ fn main() -> ExitCode {
     // `driver`). Start-up time differs by release: 23.02's slurm_conf_init loads
     // auth/munge, whose init in a daemon (slurmd, slurmctld) probes munged, and
     // without one the munge library retries for about 2 s.
-    if let Some(ready) = std::env::var_os("ENERGY_DRIVER_READY") {
-        if let Err(e) = std::fs::write(&ready, b"ready\n") {
-            eprintln!(
-                "energy-driver: cannot write {}: {e}",
-                ready.to_string_lossy()
-            );
-            return ExitCode::FAILURE;
-        }
+    if let Some(ready) = std::env::var_os("ENERGY_DRIVER_READY")
+        && let Err(e) = std::fs::write(&ready, b"ready\n")
+    {
+        eprintln!(
+            "energy-driver: cannot write {}: {e}",
+            ready.to_string_lossy()
+        );
+        return ExitCode::FAILURE;
     }
     for cmd in &args[3..] {
         let mut energy = acct_gather_energy_t::default();
