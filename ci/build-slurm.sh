@@ -110,6 +110,9 @@ host_mirror() {
 # SHA-256 of the tarballs CI is given through SLURM_TARBALL
 known_sha256() {
     case $1 in
+    slurm-23.02.7.tar.gz) echo 8981d8788b35f2c3756c351df0a562315cc2f64fb51fd4fbc0e871592d8cabc0 ;;
+    slurm-23.11.4.tar.gz) echo db337f4c285a1b9c05e48f4d027f4acb1c22476d4a955408011d36b28cbd7a92 ;;
+    slurm-24.05.8.tar.gz) echo 5ab9e48ff0f848d7d88600f6e7610915fa8d6c70da12404c40e7312b26a59b22 ;;
     slurm-25.05.8.tar.gz) echo beac66e778b75aaab2e480065e2ff3b167da0a9aafea678c791804889108d09f ;;
     slurm-25.11.7.tar.gz) echo 6c2d6cdc6615b850996c803aa3869546c0f584e0d5e640f9bcbc5a851199c6ad ;;
     slurm-26.05.3.tar.gz) echo d41a71248d57816f873a990bcc085a79d746b69a9bbe6f2a0b64dc75536a5b51 ;;

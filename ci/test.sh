@@ -2,6 +2,9 @@
 # test.sh: the whole test suite, as CI runs it. Installs what it needs when run as root on
 # Debian 12, checks format, then for each Slurm release builds the plugins and tests them:
 #   22.05  Debian 12's Slurm 22.05.8 (packages), target dir ${CARGO_TARGET_DIR:-target}
+#   23.02  Slurm 23.02.7, from ${SLURM_TARBALL_DIR:-../shared/slurm}/slurm-23.02.7.tar.gz
+#   23.11  Slurm 23.11.4 (Ubuntu 24.04 LTS's), from .../slurm-23.11.4.tar.gz
+#   24.05  Slurm 24.05.8, from .../slurm-24.05.8.tar.gz
 #   24.11  Slurm 24.11.5, from the upstream tarball of Debian 13's source package
 #   25.05  Slurm 25.05.8, from ${SLURM_TARBALL_DIR:-../shared/slurm}/slurm-25.05.8.tar.gz
 #   25.11  Slurm 25.11.7, from ${SLURM_TARBALL_DIR:-../shared/slurm}/slurm-25.11.7.tar.gz
@@ -9,12 +12,19 @@
 # Those built from source are built by ci/build-slurm.sh (cached; it says where else to get
 # the tarballs), each into target dir ${CARGO_TARGET_DIR:-target}-X.Y.Z.
 #
-# SLURM_VERSIONS picks the releases (default all five, e.g. SLURM_VERSIONS=22.05 for a
-# quick local run; a full X.Y.Z builds that release). Every test runs on the releases in
-# SLURM_FULL (default: the oldest and the newest of SLURM_VERSIONS), with clippy and the
-# unit tests (release-independent logic, so once per full pass). The others run what
-# depends on the release: the build, the package, the loader and export tests, and one
-# cluster test per plugin, senergy and the package (RELEASE_TESTS below).
+# SLURM_VERSIONS picks the releases (default all eight, e.g. SLURM_VERSIONS=22.05 for a
+# quick local run; a full X.Y.Z builds that release). Each release runs at one of three
+# tiers, the first that names it:
+#   all      the releases in SLURM_FULL (default: the oldest and the newest of
+#            SLURM_VERSIONS): every test, with clippy and the unit tests
+#            (release-independent logic, so once per full pass);
+#   loader   the releases in SLURM_LOADER_ONLY (default 23.02 and 24.05, releases no
+#            supported distribution ships): the build, the package, and each plugin loaded
+#            and driven by that release's own loader (LOADER_TESTS below), no cluster;
+#   release  the others: what depends on the release: the build, the package, the loader
+#            and export tests, and one cluster test per plugin, senergy and the package
+#            (RELEASE_TESTS below).
+# SLURM_FULL=none or SLURM_LOADER_ONLY=none empties that tier.
 #
 # Time (2 cores): the work is in two lanes. The build lane builds each release in turn
 # (Slurm from source in the background at nice 19 from the start, then cargo, all at nice 19);
@@ -37,6 +47,9 @@ tarball_dir=${SLURM_TARBALL_DIR:-../shared/slurm}
 full_release() {
     case $1 in
     22.05) echo 22.05.8 ;;
+    23.02) echo 23.02.7 ;;
+    23.11) echo 23.11.4 ;;
+    24.05) echo 24.05.8 ;;
     24.11) echo 24.11.5 ;;
     25.05) echo 25.05.8 ;;
     25.11) echo 25.11.7 ;;
@@ -45,10 +58,10 @@ full_release() {
     esac
 }
 versions=""
-for r in $(echo "${SLURM_VERSIONS:-22.05 24.11 25.05 25.11 26.05}" | tr ',' ' '); do
+for r in $(echo "${SLURM_VERSIONS:-22.05 23.02 23.11 24.05 24.11 25.05 25.11 26.05}" | tr ',' ' '); do
     r=$(full_release "$r")
     echo "$r" | grep -Eqx '[0-9]+\.[0-9]+\.[0-9]+' || {
-        echo "test.sh: unknown Slurm release $r in SLURM_VERSIONS (22.05 ... 26.05 or X.Y.Z)" >&2
+        echo "test.sh: unknown Slurm release $r in SLURM_VERSIONS (22.05, 23.02, 23.11, 24.05, 24.11, 25.05, 25.11, 26.05 or X.Y.Z)" >&2
         exit 2
     }
     versions="$versions $r"
@@ -59,15 +72,35 @@ for r in $(echo "${SLURM_FULL:-$(echo "$sorted" | head -n 1) $(echo "$sorted" | 
     full="$full $(full_release "$r")"
 done
 is_full() { case " $full " in *" $1 "*) return 0 ;; esac; return 1; }
-# the order of the passes: the full ones first (the test lane's longest work), then the rest
-order=$(for r in $sorted; do is_full "$r" && echo "$r"; done; for r in $sorted; do is_full "$r" || echo "$r"; done)
+loader_only=""
+for r in $(echo "${SLURM_LOADER_ONLY:-23.02 24.05}" | tr ',' ' '); do
+    loader_only="$loader_only $(full_release "$r")"
+done
+# tier RELEASE: all, loader or release (above); SLURM_FULL wins over SLURM_LOADER_ONLY
+tier() {
+    if is_full "$1"; then
+        echo all
+    else
+        case " $loader_only " in *" $1 "*) echo loader ;; *) echo release ;; esac
+    fi
+}
+# the order of the passes, longest test work first (the test lane's): every test, then the
+# release tier, then the loader tier; by release within a tier
+order=$(for want in all release loader; do
+    for r in $sorted; do if [ "$(tier "$r")" = "$want" ]; then echo "$r"; fi; done
+done)
 
-# What a release that does not run everything still tests (names, libtest's substrings):
-# each plugin loaded and driven by that release's loader, and measured in a cluster of it.
-RELEASE_TESTS=${RELEASE_TESTS:-"
+# What a release that does not run everything still tests (names, libtest's substrings).
+# The loader tier: each plugin loaded and driven by that release's loader (libslurmfull's
+# plugin framework in energy-driver, no daemons) and its exports checked; the cluster
+# tests' binaries (cluster*) are skipped there.
+LOADER_TESTS=${LOADER_TESTS:-"
     loader:: plugin_exports:: gpu::node_and_step_energy_match_the_truth_for_both_vendors
     ipmi::dcmi_energy_over_rmcp_plus_matches_the_truth pm_counters:: redfish::
-    variorum_sampler::every_generation_speaks_the_protocol
+    variorum_sampler::every_generation_speaks_the_protocol"}
+# The release tier: those, and each plugin measured in a cluster of that release, senergy
+# and the package.
+RELEASE_TESTS=${RELEASE_TESTS:-"$LOADER_TESTS
     cluster::rust_rapl_job_energy_matches_the_truth_on_wrapping_amd_counters
     cluster_ipmi::rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth
     cluster_redfish::rust_redfish_job_energy_matches_the_truth
@@ -175,10 +208,20 @@ run_tests() {
     ENERGY_TEST_DEB=$(cat "$logs/deb-$release")
     export ENERGY_TEST_DEB
     set -- --artifacts "$logs/artifacts-$release.json" --times "$logs/times-$release.txt" "$@"
-    if ! is_full "$release"; then
+    case $(tier "$release") in
+    all) echo "== Slurm $release: tests, all" ;;
+    release)
         for t in $RELEASE_TESTS; do set -- --only "$t" "$@"; done
-    fi
-    echo "== Slurm $release: tests$(is_full "$release" && echo ", all" || echo ", those that depend on the release")"
+        echo "== Slurm $release: tests, those that depend on the release (RELEASE_TESTS)"
+        ;;
+    loader)
+        # --only matches substrings: redfish:: and pm_counters:: would also pick
+        # cluster_redfish:: and cluster_pm_counters::; this tier starts no cluster
+        for t in $LOADER_TESTS; do set -- --only "$t" "$@"; done
+        set -- --skip cluster "$@"
+        echo "== Slurm $release: tests, the plugins in that release's loader (LOADER_TESTS)"
+        ;;
+    esac
     python3 ci/run-tests.py "$@"
 }
 
@@ -235,7 +278,7 @@ for release in $order; do
     result=$(cat "$logs/result-$release" 2>/dev/null || echo "FAILED (no result)")
     case $result in passed) ;; *) failed=1 ;; esac
     summary="$summary
-   Slurm $release: $result; build $(seconds_of build "$release")s, tests $(seconds_of test "$release")s$(is_full "$release" && echo " (all tests)" || echo " (release tests)")"
+   Slurm $release: $result; build $(seconds_of build "$release")s, tests $(seconds_of test "$release")s ($(tier "$release") tests)"
 done
 echo "== summary (total $(($(date +%s) - t_start))s):$summary"
 exit $failed

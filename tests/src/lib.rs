@@ -17,6 +17,7 @@ pub mod stepds;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 pub fn workspace() -> PathBuf {
@@ -260,7 +261,10 @@ pub fn slurm_conf(tmp: &Path, energy_type: &str, acct_gather: &str) -> PathBuf {
 }
 
 /// Runs the driver as `program` with its commands (`cmds`, whitespace-separated); inside a
-/// private mount namespace showing `sim`'s hardware when given.
+/// private mount namespace showing `sim`'s hardware when given. Returns once the driver has
+/// loaded and configured the plugin (or has exited, or after 30 s), so that what a test
+/// does to the hardware next happens while the plugin is running, however long the
+/// release's start-up takes.
 pub fn driver(sim: Option<&Sim>, conf: &Path, program: &str, cmds: &str) -> Child {
     driver_env(sim, conf, program, cmds, &[])
 }
@@ -285,15 +289,30 @@ pub fn driver_env(
         }
         None => Command::new(bin("energy-driver")),
     };
-    command
+    // a file of this driver's own beside the conf: several drivers may share a directory
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    let ready = conf.with_file_name(format!(
+        "energy-driver-ready.{}.{}",
+        std::process::id(),
+        STARTED.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = fs::remove_file(&ready);
+    let mut child = command
         .envs(env.iter().map(|(k, v)| (*k, *v)))
+        .env("ENERGY_DRIVER_READY", &ready)
         .arg(conf)
         .arg(program)
         .args(cmds.split_whitespace())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start energy-driver")
+        .expect("start energy-driver");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() && Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = fs::remove_file(&ready);
+    child
 }
 
 pub fn finish(child: Child) -> (String, String) {

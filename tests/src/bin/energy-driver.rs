@@ -14,6 +14,8 @@
 //! further record (the node's parts) of the SENSOR_CNT Slurm's energy RPC asks for. `bench=N` times N rounds of `update` + `node` and prints ns per round;
 //! `bench-step=N` times N `get_sum(NODE_ENERGY_UP)`, a step's poll in slurmstepd; `probe=N`
 //! makes N rounds of `update` + `node` 100 ms apart and prints the slowest call, in µs.
+//! With `ENERGY_DRIVER_READY=FILE` it writes FILE once the plugin is loaded and
+//! configured, before the first command.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::process::ExitCode;
@@ -117,6 +119,19 @@ fn main() -> ExitCode {
             eprintln!("acct_gather_conf_init failed");
             return ExitCode::FAILURE;
         }
+    }
+    // The plugin is loaded and configured: say so to whoever waits (the tests'
+    // `driver`). Start-up time differs by release: 23.02's slurm_conf_init loads
+    // auth/munge, whose init in a daemon (slurmd, slurmctld) probes munged, and
+    // without one the munge library retries for about 2 s.
+    if let Some(ready) = std::env::var_os("ENERGY_DRIVER_READY")
+        && let Err(e) = std::fs::write(&ready, b"ready\n")
+    {
+        eprintln!(
+            "energy-driver: cannot write {}: {e}",
+            ready.to_string_lossy()
+        );
+        return ExitCode::FAILURE;
     }
     for cmd in &args[3..] {
         let mut energy = acct_gather_energy_t::default();
