@@ -99,13 +99,25 @@ fn rust_rapl_job_energy_matches_the_truth_on_wrapping_amd_counters() {
         before - s0_start,
         after - s0_start
     );
-    let watts: f64 = scontrol_field(&cluster, "n1", "CurrentWatts")
-        .parse()
-        .expect("CurrentWatts");
-    println!("CurrentWatts {watts} W, simulated 540 W");
+    // the median of three reads a second apart (still in the 540 W phase): a simulator
+    // starved on a loaded machine moves energy from one 1 s window to the next (609 W
+    // once in a CI-style run), which the next window gives back
+    let mut reads: Vec<f64> = (0..3)
+        .map(|k| {
+            if k > 0 {
+                sleep(Duration::from_secs(1));
+            }
+            scontrol_field(&cluster, "n1", "CurrentWatts")
+                .parse()
+                .expect("CurrentWatts")
+        })
+        .collect();
+    println!("CurrentWatts {reads:?} W, simulated 540 W");
+    reads.sort_by(f64::total_cmp);
+    let watts = reads[1];
     assert!(
         (watts - 540.0).abs() <= 540.0 * 0.02,
-        "CurrentWatts {watts} vs 540 W"
+        "CurrentWatts {watts} (the median of {reads:?}) vs 540 W"
     );
 
     cluster.wait_job(job, Duration::from_secs(120));
