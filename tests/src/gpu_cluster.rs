@@ -32,6 +32,30 @@ pub fn device_file(path: &Path, major: u32, minor: u32) {
     assert!(status.success(), "mknod {}", path.display());
 }
 
+/// A node whose gres.conf lists two GPUs, `/dev/nvidia3` then `/dev/nvidia5` (GRES 0 and 1;
+/// made under `dir/dev`), with AutoDetect off and no device constraints, running rust_gpu
+/// over `fake`: the order NVML enumerates them in is `fake`'s, not gres.conf's.
+pub fn two_gpu_cluster(dir: &Path, fake: &FakeGpus) -> Cluster {
+    let devices = dir.join("dev");
+    device_files(&devices, &MINORS);
+    let gres = format!(
+        "AutoDetect=off\nName=gpu File={}\nName=gpu File={}\n",
+        devices.join("nvidia3").display(),
+        devices.join("nvidia5").display()
+    );
+    Cluster::up(
+        dir,
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_gpu",
+            acct_gather: &fake.acct_gather(),
+            node_options: "Gres=gpu:2 ",
+            gres_conf: &gres,
+            extra_conf: "GresTypes=gpu\n",
+            ..ClusterSpec::default()
+        },
+    )
+}
+
 /// The power schedule's changes: `(unix ns, minor, watts)`.
 pub fn changes(fake: &FakeGpus) -> Vec<(f64, u32, f64)> {
     std::fs::read_to_string(fake.dir.path().join("power.log"))

@@ -13,6 +13,7 @@ use energy_tests::fakegpu::{FakeGpus, Vendor, now_ns};
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark, phase_commands};
 use support::gpu_cluster::{
     GpuUse, MINORS, Sharing, device_files, minor_set_to, remove_job_cgroups, shared_gpu,
+    two_gpu_cluster,
 };
 use support::*;
 
@@ -190,28 +191,11 @@ fn without_device_constraints_each_job_pays_only_the_gpu_it_was_given() {
     else {
         return;
     };
-    let devices = tmp.path().join("dev");
-    device_files(&devices, &MINORS);
     // NVML enumerates 5, 3 and the unmanaged 7; gres.conf orders 3, 5
     let fake = FakeGpus::new(Vendor::Nvidia, &[5, 3, 7]);
     fake.set_power(7, 77.0);
     let gres_order = [3, 5];
-    let gres = format!(
-        "AutoDetect=off\nName=gpu File={}\nName=gpu File={}\n",
-        devices.join("nvidia3").display(),
-        devices.join("nvidia5").display()
-    );
-    let cluster = Cluster::up(
-        tmp.path(),
-        &ClusterSpec {
-            energy_type: "acct_gather_energy/rust_gpu",
-            acct_gather: &fake.acct_gather(),
-            node_options: "Gres=gpu:2 ",
-            gres_conf: &gres,
-            extra_conf: "GresTypes=gpu\n",
-            ..ClusterSpec::default()
-        },
-    );
+    let cluster = two_gpu_cluster(tmp.path(), &fake);
     let gpu_job = |watts: f64| {
         cluster.sbatch(&format!(
             "#!/bin/sh\n#SBATCH --gres=gpu:1\nsrun -n1 sh -c '{}; sleep 20; {}'\n",

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use support::cluster::{Cluster, ClusterSpec, energy_of, mark};
 use support::fakegpu::{FakeGpus, Vendor, now_ns};
-use support::gpu_cluster::{GpuUse, MINORS, Sharing, device_files, minor_set_to, shared_gpu};
+use support::gpu_cluster::{GpuUse, MINORS, Sharing, minor_set_to, shared_gpu, two_gpu_cluster};
 use support::shared_node::{
     CGROUP_SLURM_CONF, RAPL, SIM, TwoJobs, shared_cluster, two_jobs_share_the_node,
 };
@@ -32,26 +32,9 @@ fn a_forged_or_cleaned_gpu_environment_changes_no_jobs_figure() {
     else {
         return;
     };
-    let devices = tmp.path().join("dev");
-    device_files(&devices, &MINORS);
     // NVML enumerates 5, 3; gres.conf orders 3, 5
     let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);
-    let gres = format!(
-        "AutoDetect=off\nName=gpu File={}\nName=gpu File={}\n",
-        devices.join("nvidia3").display(),
-        devices.join("nvidia5").display()
-    );
-    let cluster = Cluster::up(
-        tmp.path(),
-        &ClusterSpec {
-            energy_type: "acct_gather_energy/rust_gpu",
-            acct_gather: &fake.acct_gather(),
-            node_options: "Gres=gpu:2 ",
-            gres_conf: &gres,
-            extra_conf: "GresTypes=gpu\n",
-            ..ClusterSpec::default()
-        },
-    );
+    let cluster = two_gpu_cluster(tmp.path(), &fake);
     // the work, given its own GRES index as $1 (taken before the environment is forged):
     // its GPU (gres.conf's order: 3, 5) at `watts` for 20 s
     let work = |watts: f64| {
