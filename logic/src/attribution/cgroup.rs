@@ -96,10 +96,7 @@ impl CgroupTree {
     /// `None` while that process is not (or no longer) in the step's directory.
     pub fn step_cgroup(&self, proc_cgroup: &str, step: StepId) -> Option<StepCgroup> {
         let name = step.cgroup_name();
-        let lines = proc_cgroup.lines().filter_map(|l| {
-            let (_, rest) = l.split_once(':')?;
-            rest.split_once(':')
-        });
+        let lines = lines(proc_cgroup);
         let dir = match self.layout {
             Layout::V2 => lines
                 .filter(|(controllers, _)| controllers.is_empty())
@@ -159,10 +156,69 @@ impl CgroupTree {
     }
 }
 
+/// The lines of a `/proc/<pid>/cgroup`: `(controllers, path)` (cgroup v2's line has no
+/// controllers).
+fn lines(proc_cgroup: &str) -> impl Iterator<Item = (&str, &str)> {
+    proc_cgroup
+        .lines()
+        .filter_map(|l| l.split_once(':')?.1.split_once(':'))
+}
+
+fn components(path: &str) -> Vec<&str> {
+    path.split('/').filter(|p| !p.is_empty()).collect()
+}
+
+/// A job's directory in one cgroup hierarchy, where Slurm placed the job's slurmstepd:
+/// which job a process belongs to is which job's directory holds it, as the kernel says,
+/// whatever the process's parents, title or environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobDir {
+    controllers: String,
+    path: Vec<String>,
+}
+
+impl JobDir {
+    /// From a slurmstepd's `/proc/<pid>/cgroup`, in each hierarchy: the directory above its
+    /// step's (`.../job_123/step_0`, 26.05's `.../s<SLUID>/step_0`), or its own where Slurm
+    /// keeps it at the job's level (v1's freezer: `.../job_123`). None while it is elsewhere
+    /// (v2's `system/` before its step's directory exists).
+    pub fn of_stepd(proc_cgroup: &str) -> Vec<Self> {
+        lines(proc_cgroup)
+            .filter_map(|(controllers, path)| {
+                let parts = components(path);
+                let end = match parts.iter().position(|c| c.starts_with("step_")) {
+                    Some(i) if i > 0 => i,
+                    _ if parts.last().is_some_and(|c| is_job_dir(c)) => parts.len(),
+                    _ => return None,
+                };
+                Some(Self {
+                    controllers: controllers.to_string(),
+                    path: parts[..end].iter().map(|c| c.to_string()).collect(),
+                })
+            })
+            .collect()
+    }
+
+    /// Whether a process with `/proc/<pid>/cgroup` `proc_cgroup` is in this directory.
+    pub fn holds(&self, proc_cgroup: &str) -> bool {
+        lines(proc_cgroup).any(|(controllers, path)| {
+            let parts = components(path);
+            controllers == self.controllers
+                && parts.len() >= self.path.len()
+                && parts.iter().zip(&self.path).all(|(p, own)| p == own)
+        })
+    }
+}
+
+fn is_job_dir(name: &str) -> bool {
+    name.strip_prefix("job_")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// The step's directory in a `/proc/<pid>/cgroup` path: the path up to its deepest
 /// component named as Slurm names the step's directory, relative (no leading `/`).
 fn step_dir(path: &str, name: &str) -> Option<PathBuf> {
-    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let parts = components(path);
     let at = parts.iter().rposition(|p| *p == name)?;
     // a step directory always has its job's above it
     (at > 0).then(|| parts[..=at].iter().collect())
@@ -423,6 +479,33 @@ pub(crate) mod tests {
             write(&job_dir.join(step).join("slurm/cpu.stat"), &stat(0));
             write(&job_dir.join(step).join("user/task_0/cpu.stat"), &stat(*us));
         }
+    }
+
+    /// Under cgroup v1 the slurmstepd sits at its job's level in the freezer hierarchy and
+    /// at its step's in the others; 26.05 names job directories by SLUID.
+    #[test]
+    fn a_processs_job_is_the_job_directory_that_holds_it() {
+        let v1 = JobDir::of_stepd(
+            "7:freezer:/slurm/uid_1000/job_12\n4:cpuset:/slurm/uid_1000/job_12/step_0\n",
+        );
+        assert_eq!(v1.len(), 2);
+        let sluid =
+            JobDir::of_stepd("0::/system.slice/slurmstepd.scope/s1a2b3c4d5e6f7/step_0/slurm\n");
+        let jobs = [(&v1[0], 12), (&v1[1], 12), (&sluid[0], 13)];
+        let of = |text: &str| jobs.iter().find(|(d, _)| d.holds(text)).map(|(_, j)| *j);
+        assert_eq!(
+            of("7:freezer:/slurm/uid_1000/job_12/step_0/task_0\n"),
+            Some(12)
+        );
+        assert_eq!(
+            of("0::/system.slice/slurmstepd.scope/s1a2b3c4d5e6f7/step_0/user/task_1\n"),
+            Some(13)
+        );
+        // a name that only begins like a job's directory is not inside it
+        assert_eq!(of("7:freezer:/slurm/uid_1000/job_123/step_0\n"), None);
+        assert_eq!(of("0::/system.slice/slurmstepd.scope/system\n"), None);
+        // a slurmstepd still outside its step (v2's system/) tells no job directory
+        assert!(JobDir::of_stepd("0::/system.slice/slurmstepd.scope/system\n").is_empty());
     }
 
     #[test]

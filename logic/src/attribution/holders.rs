@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::StepId;
+use super::cgroup::JobDir;
 use super::grant::Grant;
 use super::gres::{Allocation, GresOrder};
 use super::ledger::{ObservedDevice, ObservedInstance};
@@ -79,31 +80,37 @@ impl Holders {
         self.allocations.retain(|step, _| present.contains(step));
     }
 
-    /// The devices an allocation names, by their positions among `devices`.
+    /// The devices an allocation names, by their positions among `devices`: by the
+    /// library's order where Slurm detected the GPUs (a GPU split into MIG instances
+    /// counting as its instances, in the library's order), or where the library tells no
+    /// device files (its order is the only one known); else by gres.conf's device files.
     fn positions(&self, procs: &Procs, a: &Allocation, devices: &[DeviceReading]) -> Vec<u32> {
-        a.gpus
-            .iter()
-            .filter_map(|&index| self.position(procs, index, devices))
-            .collect()
-    }
-
-    /// The device a GRES index names: by the library's order where Slurm detected the
-    /// GPUs (a GPU split into MIG instances counting as its instances, in the library's
-    /// order), else by gres.conf's device file; a `MultipleFiles` record (MIG) names the
-    /// instance whose capability files it lists (the driver's `mig-minors`).
-    fn position(&self, procs: &Procs, index: u32, devices: &[DeviceReading]) -> Option<u32> {
-        // (and where the library tells no device files, its order is the only one known)
         if self.order == GresOrder::Detected || devices.iter().all(|d| d.file.is_none()) {
             let mut ordered: Vec<&DeviceReading> = devices.iter().collect();
             ordered.sort_by_key(|d| d.position);
-            return ordered
+            let detected: Vec<u32> = ordered
                 .into_iter()
                 .flat_map(|d| match d.instances.is_empty() {
                     true => vec![d.position],
                     false => d.instances.iter().map(|i| i.position).collect(),
                 })
-                .nth(index as usize);
+                .collect();
+            return a
+                .gpus
+                .iter()
+                .filter_map(|&index| detected.get(index as usize).copied())
+                .collect();
         }
+        a.gpus
+            .iter()
+            .filter_map(|&index| self.by_file(procs, index, devices))
+            .collect()
+    }
+
+    /// The device GRES index `index` names by gres.conf's device file; a `MultipleFiles`
+    /// record (MIG) names the instance whose capability files it lists (the driver's
+    /// `mig-minors`).
+    fn by_file(&self, procs: &Procs, index: u32, devices: &[DeviceReading]) -> Option<u32> {
         let record = self.files.get(index as usize)?;
         let gpu = (*record.first()?)?;
         let device = devices.iter().find(|d| d.file == Some(gpu))?;
@@ -179,7 +186,16 @@ impl Holders {
             .flat_map(|d| d.busy.iter().map(|(pid, _)| *pid))
             .collect();
         self.owners.retain(|pid, _| using.contains(pid));
-        let jobs = self.jobs_by_cgroup(procs, stepds);
+        // a process's job is looked up once, when it first uses a device
+        if !using.iter().all(|pid| self.owners.contains_key(pid)) {
+            self.place_jobs(procs, stepds);
+        }
+        let jobs: Vec<(&JobDir, u32)> = self
+            .job_dirs
+            .iter()
+            .filter_map(|(pid, dirs)| Some((dirs, *stepds.get(pid)?)))
+            .flat_map(|(dirs, job)| dirs.iter().map(move |d| (d, job)))
+            .collect();
         let mut observed = Vec::new();
         let mut last_busy = HashMap::new();
         for d in devices {
@@ -193,7 +209,10 @@ impl Holders {
                     .owners
                     .entry(pid)
                     .or_insert_with(|| match jobs.is_empty() {
-                        false => job_of_cgroup(&jobs, &procs.cgroup(pid).unwrap_or_default()),
+                        false => {
+                            let cgroup = procs.cgroup(pid).unwrap_or_default();
+                            jobs.iter().find(|(d, _)| d.holds(&cgroup)).map(|(_, j)| *j)
+                        }
                         // no Slurm cgroup on this node: the slurmstepd a process descends
                         // from is all there is (one that leaves its parents escapes)
                         true => owning_job(procs, stepds, pid),
@@ -229,89 +248,26 @@ impl Holders {
         observed
     }
 
-    /// The job directories of the present jobs, from where Slurm placed their
-    /// slurmstepds (read until found, then kept while the slurmstepd lives).
-    fn jobs_by_cgroup(&mut self, procs: &Procs, stepds: &HashMap<u32, u32>) -> Vec<(JobDir, u32)> {
+    /// Reads where Slurm placed the present jobs' slurmstepds, for those not read yet (kept
+    /// while the slurmstepd lives).
+    fn place_jobs(&mut self, procs: &Procs, stepds: &HashMap<u32, u32>) {
         self.job_dirs.retain(|pid, _| stepds.contains_key(pid));
-        let mut jobs = Vec::new();
-        for (&pid, &job) in stepds {
-            let dirs = match self.job_dirs.entry(pid) {
-                Entry::Occupied(known) => known.into_mut(),
-                Entry::Vacant(unknown) => {
-                    let dirs = job_dirs(&procs.cgroup(pid).unwrap_or_default());
-                    if dirs.is_empty() {
-                        continue;
-                    }
-                    unknown.insert(dirs)
+        for &pid in stepds.keys() {
+            if let Entry::Vacant(unknown) = self.job_dirs.entry(pid) {
+                let dirs = JobDir::of_stepd(&procs.cgroup(pid).unwrap_or_default());
+                if !dirs.is_empty() {
+                    unknown.insert(dirs);
                 }
-            };
-            jobs.extend(dirs.iter().map(|d| (d.clone(), job)));
+            }
         }
-        if jobs.is_empty() && !stepds.is_empty() && !self.said_no_cgroups {
+        if self.job_dirs.is_empty() && !stepds.is_empty() && !self.said_no_cgroups {
             log::info!(
                 "no slurmstepd is in a cgroup of its job (no cgroup plugin): GPU processes \
                  are matched to jobs by their parents"
             );
             self.said_no_cgroups = true;
         }
-        jobs
     }
-}
-
-/// A job's directory in one cgroup hierarchy (`/proc/<pid>/cgroup`'s `hierarchy:controllers`
-/// and path components).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct JobDir {
-    hierarchy: String,
-    components: Vec<String>,
-}
-
-/// The lines of a `/proc/<pid>/cgroup`: `(hierarchy, path components)`.
-fn cgroup_lines(text: &str) -> impl Iterator<Item = (String, Vec<String>)> + '_ {
-    text.lines().filter_map(|line| {
-        let (hierarchy, path) = line.rsplit_once(':')?;
-        let components = path
-            .split('/')
-            .filter(|c| !c.is_empty())
-            .map(str::to_string)
-            .collect();
-        Some((hierarchy.to_string(), components))
-    })
-}
-
-/// Where a slurmstepd's cgroups say its job's directory is, in each hierarchy: the
-/// directory above its step's (`.../job_123/step_0`, and 26.05's `.../s<SLUID>/step_0`),
-/// or its own where Slurm keeps it at the job's level (v1's freezer: `.../job_123`).
-fn job_dirs(stepd_cgroup: &str) -> Vec<JobDir> {
-    cgroup_lines(stepd_cgroup)
-        .filter_map(|(hierarchy, components)| {
-            let step = components.iter().position(|c| c.starts_with("step_"));
-            let end = match step {
-                Some(i) if i > 0 => i,
-                _ if components.last().is_some_and(|c| is_job_component(c)) => components.len(),
-                _ => return None,
-            };
-            Some(JobDir {
-                hierarchy,
-                components: components[..end].to_vec(),
-            })
-        })
-        .collect()
-}
-
-fn is_job_component(c: &str) -> bool {
-    c.strip_prefix("job_")
-        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// The job whose directory holds a process with cgroups `cgroup`, if any: the kernel's
-/// answer, which no process can change but by being moved by root.
-fn job_of_cgroup(jobs: &[(JobDir, u32)], cgroup: &str) -> Option<u32> {
-    cgroup_lines(cgroup).find_map(|(hierarchy, components)| {
-        jobs.iter()
-            .find(|(dir, _)| dir.hierarchy == hierarchy && components.starts_with(&dir.components))
-            .map(|(_, job)| *job)
-    })
 }
 
 /// The job of the slurmstepd that `pid` descends from.
@@ -423,35 +379,6 @@ mod tests {
         let seen = holders.observe(&procs, &stepds, &later);
         assert_eq!(seen[0].busy, vec![(7, 15.0)]);
         assert!(seen[1].busy.is_empty());
-    }
-
-    /// Under cgroup v1 the slurmstepd sits at its job's level in the freezer hierarchy and
-    /// at its step's in the others; 26.05 names job directories by SLUID.
-    #[test]
-    fn a_processs_job_is_the_job_directory_that_holds_it() {
-        let v1 =
-            job_dirs("7:freezer:/slurm/uid_1000/job_12\n4:cpuset:/slurm/uid_1000/job_12/step_0\n");
-        assert_eq!(v1.len(), 2);
-        let sluid = job_dirs("0::/system.slice/slurmstepd.scope/s1a2b3c4d5e6f7/step_0/slurm\n");
-        let jobs = vec![
-            (v1[0].clone(), 12),
-            (v1[1].clone(), 12),
-            (sluid[0].clone(), 13),
-        ];
-        let of = |text: &str| job_of_cgroup(&jobs, text);
-        assert_eq!(
-            of("7:freezer:/slurm/uid_1000/job_12/step_0/task_0\n"),
-            Some(12)
-        );
-        assert_eq!(
-            of("0::/system.slice/slurmstepd.scope/s1a2b3c4d5e6f7/step_0/user/task_1\n"),
-            Some(13)
-        );
-        // a name that only begins like a job's directory is not inside it
-        assert_eq!(of("7:freezer:/slurm/uid_1000/job_123/step_0\n"), None);
-        assert_eq!(of("0::/system.slice/slurmstepd.scope/system\n"), None);
-        // a slurmstepd still outside its step (v2's system/) tells no job directory
-        assert!(job_dirs("0::/system.slice/slurmstepd.scope/system\n").is_empty());
     }
 
     /// With AutoDetect, GRES indexes follow the library's order, a GPU split into MIG
