@@ -41,6 +41,8 @@
 #   NODE_HW=                every node's hardware instead of this machine's (slurmd -C),
 #                           e.g. "CPUs=64 CoresPerSocket=64"; add
 #                           SlurmdParameters=config_overrides to EXTRA_SLURM_CONF
+#   CRED_EXPIRE=            seconds a step's credential lives (AuthInfo's cred_expire; at
+#                           least 5), and so how long a requeued job waits to run again
 #   GRES_CONF=              file copied to DIR/etc/gres.conf
 #   CGROUP_CONF=            file copied to DIR/etc/cgroup.conf instead of the default
 #   UP_TIMEOUT=60           seconds `up` waits for each readiness step
@@ -505,7 +507,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$sock
+AuthInfo=socket=$sock${CRED_EXPIRE:+,cred_expire=$CRED_EXPIRE}
 PluginDir=$plugin_dir
 PlugStackConfig=$DIR/etc/plugstack.conf
 MpiDefault=none

@@ -432,12 +432,14 @@ impl Keeper {
         Arc::clone(&self.pace)
     }
 
-    /// Takes the node's energy at a sample of its meter, and its devices'.
-    pub fn on_sample(&mut self, accounting: &Accounting, devices: &[DeviceReading]) {
+    /// Takes the node's energy at a sample of its meter (`accounting`, of `reading`), and
+    /// its devices'.
+    pub fn on_sample(&mut self, accounting: &Accounting, reading: &Reading) {
         let now = Instant::now();
         let Some(point) = accounting.fresh(now, Duration::MAX) else {
             return;
         };
+        let devices = &reading.devices[..];
         if !self.pace.take(now, LEDGER_INTERVAL) {
             return;
         }
@@ -460,6 +462,13 @@ impl Keeper {
             wall: point.wall,
             node_uj: point.energy_uj,
             settled: point.settled,
+            // the counts behind the point: of this reading, unless it was incomplete (the
+            // point is then an earlier one's)
+            counts: if reading.complete {
+                reading.counts.clone()
+            } else {
+                Vec::new()
+            },
             jobs,
             parts,
             devices,
@@ -683,6 +692,9 @@ pub struct StepFigure {
     /// Whether a figure is brought forward from the ledger's sample to the call.
     bring_forward: bool,
     step: Option<(u32, StepId)>,
+    /// When this process started (Unix time), once read: a step of its name in the ledger
+    /// begun before it is a run before this one.
+    started: Option<f64>,
     /// What the step counted in the ledger it reads now.
     counted: Option<Counted>,
     /// What it counted in ledgers before this one.
@@ -755,6 +767,7 @@ impl StepFigure {
             shared,
             bring_forward: true,
             step: None,
+            started: None,
             counted: None,
             carried_uj: 0,
             trouble: None,
@@ -780,6 +793,16 @@ impl StepFigure {
         self.step
     }
 
+    /// Whether a step of this name begun at `since` (Unix time) is this run of it, not an
+    /// earlier run of a requeued job the ledger still holds.
+    fn this_run(&mut self, since: f64) -> bool {
+        if self.started.is_none() {
+            self.started = self.procs.started(self.pid).map(ledger::unix);
+        }
+        self.started
+            .is_none_or(|started| since >= started - ledger::RUN_SLACK)
+    }
+
     fn total_uj(&self) -> u64 {
         self.carried_uj + self.counted.map_or(0, |c| c.figure_uj)
     }
@@ -797,6 +820,7 @@ impl StepFigure {
             match self.step() {
                 Some((job, step)) => ledger
                     .step(job, step)
+                    .filter(|a| self.this_run(a.since))
                     .map_or((0.0, 0.0), |a| (a.joules, a.watts)),
                 // not yet named: the title is set after the plugin loads
                 None => (0.0, 0.0),
@@ -958,7 +982,7 @@ impl EnergyReader for StepFigure {
             watts,
             unsettled: false,
             sensors: self.parts.clone(),
-            devices: Vec::new(),
+            ..Reading::default()
         }
     }
 
@@ -1077,13 +1101,13 @@ mod tests {
             ..Reading::default()
         };
         accounting.record(&reading(0), t0, w0);
-        keeper.on_sample(&accounting, &[]);
+        keeper.on_sample(&accounting, &Reading::default());
         // 2 s later, 200 J: the job alone gets it all, at 100 W
         let later = |s| (t0 + Duration::from_secs(s), w0 + Duration::from_secs(s));
         let (t, w) = later(2);
         accounting.record(&reading(200_000_000), t, w);
         keeper.pace = Arc::default();
-        keeper.on_sample(&accounting, &[]);
+        keeper.on_sample(&accounting, &Reading::default());
         let first = share.read(Instant::now());
         assert!(first.complete);
         assert_eq!(first.watts, Some(100.0));
@@ -1098,7 +1122,7 @@ mod tests {
         let (t, w) = later(3);
         accounting.record(&reading(200_000_000), t, w);
         keeper.pace = Arc::default();
-        keeper.on_sample(&accounting, &[]);
+        keeper.on_sample(&accounting, &Reading::default());
         let after_fall = share.read(Instant::now());
         assert_eq!(after_fall.watts, Some(0.0));
         assert_eq!(after_fall.energy_uj, 200_000_000);
@@ -1108,6 +1132,46 @@ mod tests {
             again.ledger.step(5, StepId::EXTERN).map(|a| a.joules),
             Some(200.0)
         );
+    }
+
+    /// A requeued job's new slurmstepd reads the ledger before slurmd has seen its run: the
+    /// step of its name that the ledger holds began 30 s before this process, and is the
+    /// run before; it counts nothing of it. Once the ledger holds this run's step, it
+    /// counts that.
+    #[test]
+    fn a_step_counts_only_its_own_run_of_its_name() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let proc_root = tmp.path().join("proc");
+        fs::create_dir_all(proc_root.join("40")).expect("proc");
+        // 1 000 s since boot; the process started 5 s ago (99 500 ticks), titled as 7.batch
+        fs::write(proc_root.join("uptime"), "1000.00 1.00\n").expect("uptime");
+        fs::write(
+            proc_root.join("40/stat"),
+            "40 (slurmstepd) S 1 40 40 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99500 0 0\n",
+        )
+        .expect("stat");
+        fs::write(proc_root.join("40/cmdline"), "slurmstepd: [7.batch]\0").expect("cmdline");
+        let path = tmp.path().join("ledger.json");
+        let now = unix_now();
+        let publish = |since: f64, joules: f64| {
+            let account = serde_json::json!({"joules": joules, "watts": 100.0, "since": since});
+            let text = serde_json::json!({
+                "version": ledger::VERSION, "epoch": ((now - 100.0) * 1e6) as u64,
+                "sampled_at": unix_now(), "node": account, "parts": [],
+                "learned_idle_watts": null,
+                "jobs": [{"job": 7, "last_seen": now, "account": account,
+                          "steps": [{"step": StepId::BATCH.0, "last_seen": now, "account": account}]}],
+            });
+            fs::write(&path, text.to_string()).expect("ledger");
+        };
+        let mut step =
+            StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
+        publish(now - 35.0, 3_000.0);
+        let first = step.read(Instant::now());
+        assert!(first.complete);
+        assert_eq!(first.energy_uj, 0, "the run before is not this step's");
+        publish(now - 5.0, 400.0);
+        assert_eq!(step.read(Instant::now()).energy_uj, 400_000_000);
     }
 
     /// A ledger's node account at unix time `sampled_at`, begun at `epoch`, published.
@@ -1344,7 +1408,7 @@ mod tests {
                 };
                 accounting.record(&reading, t0 + at, w0 + at);
                 keeper.pace = Arc::default();
-                keeper.on_sample(&accounting, &[]);
+                keeper.on_sample(&accounting, &Reading::default());
             }
             let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
             // the part of it that finds the jobs and reads their cgroups
@@ -1370,7 +1434,7 @@ mod tests {
                 };
                 accounting.record(&reading, t0 + at, w0 + at);
                 keeper.pace = Arc::default();
-                keeper.on_sample(&accounting, &[]);
+                keeper.on_sample(&accounting, &Reading::default());
             }
             let with_metrics = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
             let bytes = fs::metadata(&file).map_or(0, |m| m.len());
@@ -1447,7 +1511,7 @@ mod tests {
                 };
                 accounting.record(&reading, t0 + at, w0 + at);
                 keeper.pace = Arc::default();
-                keeper.on_sample(&accounting, &devices);
+                keeper.on_sample(&accounting, &Reading { devices, ..reading });
             }
             let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
             let charged = (1..=jobs)
@@ -1476,7 +1540,7 @@ mod tests {
         };
         accounting.record(&reading, t, w);
         keeper.pace = Arc::default();
-        keeper.on_sample(&accounting, &[]);
+        keeper.on_sample(&accounting, &Reading::default());
     }
 
     fn found(keeper: &mut Keeper, job: u32, step: StepId) -> Option<&mut StepCgroup> {

@@ -231,6 +231,16 @@ impl WrappingCounter {
         self.held.is_none() && self.unestimated_gap.is_zero()
     }
 
+    /// The hardware value the published total stands at, when no read is held undecided:
+    /// the anchor, moved on by what was published ahead of the count (a held burst shown
+    /// to readers before it was dropped), so that energy counted on from this value is
+    /// never counted twice.
+    pub fn published_value(&self) -> Option<u64> {
+        let anchor = self.anchor.filter(|_| self.settled())?;
+        let ahead = self.published.saturating_sub(self.counted) % self.modulus;
+        Some((anchor.value + ahead) % self.modulus)
+    }
+
     pub fn advance(&mut self, raw: u64, now: Instant) -> Advance {
         let advance = self.judge(raw, now);
         let held = self.held.map_or(0, |h| h.published);

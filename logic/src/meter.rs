@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::accounting::Accounting;
-use crate::source::{DeviceReading, EnergyReader, stale_after};
+use crate::source::{EnergyReader, Reading, stale_after};
 use crate::worker::{Control, Worker};
 
 pub struct Meter<S: EnergyReader> {
@@ -30,9 +30,9 @@ struct Shared<S> {
     sampler: Mutex<Option<Arc<Control>>>,
 }
 
-/// What [`Metering::observe`] is given: told the accounting and the devices of each
-/// reading ([`crate::source::Reading::devices`]).
-pub type Observer = Box<dyn FnMut(&Accounting, &[DeviceReading]) + Send>;
+/// What [`Metering::observe`] is given: told the accounting and the reading of each sample
+/// (its devices and hardware counts beside the energy the accounting took).
+pub type Observer = Box<dyn FnMut(&Accounting, &Reading) + Send>;
 
 struct Metered<S> {
     source: S,
@@ -105,14 +105,14 @@ impl<S: EnergyReader> Metering for Meter<S> {
         let period = self.shared.period;
         match Worker::spawn("energy-sampler", move |control| {
             while control.wait(Some(period)) {
-                let (accounting, devices) = shared.sample_devices();
+                let (accounting, reading) = shared.sample_reading();
                 if let Some(observer) = shared
                     .observer
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .as_mut()
                 {
-                    observer(&accounting, &devices);
+                    observer(&accounting, &reading);
                 }
             }
         }) {
@@ -177,11 +177,11 @@ impl<S: EnergyReader> Shared<S> {
     }
 
     fn sample(&self) -> Accounting {
-        self.sample_devices().0
+        self.sample_reading().0
     }
 
-    /// Reads the source; its accounting, and the devices of this reading.
-    fn sample_devices(&self) -> (Accounting, Vec<DeviceReading>) {
+    /// Reads the source; its accounting, and this reading.
+    fn sample_reading(&self) -> (Accounting, Reading) {
         let mut metered = self.lock();
         let now = Instant::now();
         metered.sampled_at = now;
@@ -204,7 +204,7 @@ impl<S: EnergyReader> Shared<S> {
             metered.failing = true;
         }
         metered.accounting.record(&reading, now, SystemTime::now());
-        (metered.accounting, reading.devices)
+        (metered.accounting, reading)
     }
 }
 
@@ -213,7 +213,6 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use super::*;
-    use crate::source::Reading;
 
     struct Counted {
         reads: Arc<AtomicU32>,

@@ -597,6 +597,7 @@ mod tests {
                 settled: true,
                 jobs,
                 parts: vec![],
+                counts: vec![],
                 devices: vec![],
             };
             ledger.update(&obs, Split::Node, Duration::from_secs(1));

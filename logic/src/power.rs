@@ -248,9 +248,7 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
                 vec!["no power reading for too long".into()]
             },
             watts: integral.last.map(|(_, w)| w),
-            unsettled: false,
-            sensors: Vec::new(),
-            devices: Vec::new(),
+            ..Reading::default()
         }
     }
 

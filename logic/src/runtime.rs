@@ -300,7 +300,7 @@ impl<S: Source> State<S> {
         }
         let (pace, wake) = (keeper.pace(), meter.waker());
         let bell = doorbell::doorbell_path(keeper.path());
-        meter.observe(Box::new(move |a, devices| keeper.on_sample(a, devices)));
+        meter.observe(Box::new(move |a, reading| keeper.on_sample(a, reading)));
         // a ring wakes the sampler, whose sample the keeper takes as the update asked for
         Doorbell::open(&bell, pace, wake)
             .inspect_err(|e| {

@@ -113,6 +113,54 @@ pub struct Reading {
     /// The devices Slurm allocates to jobs that the source measures (rust_gpu's GPUs), for
     /// slurmd's ledger to charge each job the devices it holds.
     pub devices: Vec<DeviceReading>,
+    /// The hardware's own counts that `energy_uj` adds up, as any process reading the
+    /// same hardware sees them (empty for a source of power only): a slurmd started again
+    /// bridges the time it was away with their rise ([`bridge`]).
+    pub counts: Vec<HardwareCount>,
+}
+
+/// One of the hardware's energy counts behind a [`Reading`]: its value now, as the hardware
+/// holds it, not since the source was opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HardwareCount {
+    /// Names the counter: the same counter in the next process's readings. A counter whose
+    /// count started again (a controller's restart) is named anew.
+    pub name: String,
+    pub value_uj: u64,
+    /// Where it wraps to zero; `None` for a count that never does in a node's life.
+    pub wraps_at_uj: Option<u64>,
+    /// The most power it can count: a rise beyond that over a gap is not energy.
+    pub max_watts: f64,
+}
+
+/// The energy the counts rose by from `before` to `after`, `secs` apart, when the counts
+/// alone tell it: the same counters on both sides, none gone back (a reset) or risen
+/// beyond its maximum power, and none that could have wrapped more often than the rise
+/// says (at its maximum power, the gap is shorter than a whole wrap). `None` otherwise.
+pub fn bridge(before: &[HardwareCount], after: &[HardwareCount], secs: f64) -> Option<u64> {
+    if before.is_empty() || before.len() != after.len() || secs.is_nan() || secs <= 0.0 {
+        return None;
+    }
+    let mut rise_uj = 0u64;
+    for b in before {
+        let a = after.iter().find(|a| a.name == b.name)?;
+        let most_uj = b.max_watts * secs * 1e6;
+        let rise = match b.wraps_at_uj {
+            _ if a.wraps_at_uj != b.wraps_at_uj => return None,
+            None => a.value_uj.checked_sub(b.value_uj)?,
+            Some(wrap) => {
+                if most_uj >= wrap as f64 || a.value_uj >= wrap || b.value_uj >= wrap {
+                    return None;
+                }
+                (a.value_uj + wrap - b.value_uj) % wrap
+            }
+        };
+        if rise as f64 > most_uj {
+            return None;
+        }
+        rise_uj = rise_uj.checked_add(rise)?;
+    }
+    Some(rise_uj)
 }
 
 /// One device Slurm allocates to jobs (a GPU) in a [`Reading`].
@@ -165,6 +213,52 @@ pub struct SensorReading {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn count(name: &str, value_uj: u64, wraps_at_uj: Option<u64>) -> HardwareCount {
+        HardwareCount {
+            name: name.into(),
+            value_uj,
+            wraps_at_uj,
+            max_watts: 500.0,
+        }
+    }
+
+    /// A gap is bridged by the counters' rise, across a wrap, only where no other number of
+    /// wraps could explain it, and never across a reset or a rise beyond the maximum power.
+    #[test]
+    fn a_gap_is_bridged_only_where_the_counts_alone_tell_the_energy() {
+        let wrap = Some(65_536_000_000); // 65 536 J: 131 s at 500 W
+        let before = [
+            count("package0", 65_000_000_000, wrap),
+            count("dram0", 10, None),
+        ];
+        // package0 wrapped: 1 536 J, dram0 rose 2 J, in 8 s
+        let after = [
+            count("dram0", 2_000_010, None),
+            count("package0", 1_000_000_000, wrap),
+        ];
+        assert_eq!(bridge(&before, &after, 8.0), Some(1_538_000_000));
+        // 140 s at up to 500 W could hold another wrap
+        assert_eq!(bridge(&before, &after, 140.0), None);
+        // more than 500 W over 2 s: not energy
+        assert_eq!(bridge(&before, &after, 2.0), None);
+        // a count gone back: the counter was reset
+        let reset = [
+            count("dram0", 5, None),
+            count("package0", 1_000_000_000, wrap),
+        ];
+        assert_eq!(bridge(&before, &reset, 8.0), None);
+        // another counter, or none: nothing to bridge with
+        let other = [
+            count("dram1", 2_000_010, None),
+            count("package0", 1_000_000_000, wrap),
+        ];
+        assert_eq!(bridge(&before, &other, 8.0), None);
+        assert_eq!(bridge(&before, &after[..1], 8.0), None);
+        assert_eq!(bridge(&[], &[], 8.0), None);
+        assert_eq!(bridge(&before, &after, 0.0), None);
+        assert_eq!(bridge(&before, &after, f64::NAN), None);
+    }
 
     #[test]
     fn staleness_is_three_periods_but_never_under_ten_seconds() {

@@ -24,6 +24,9 @@ pub struct ClusterSpec<'a> {
     /// Every node's hardware in slurm.conf (`CPUs=64 CoresPerSocket=64`, with
     /// `SlurmdParameters=config_overrides`); empty: this machine's.
     pub node_hw: &'a str,
+    /// How long a step's credential lives (AuthInfo's `cred_expire`), which is also how
+    /// long a requeued job waits before it runs again; `None`: Slurm's 120 s.
+    pub cred_expire: Option<u32>,
     /// gres.conf; empty: none.
     pub gres_conf: &'a str,
     /// cgroup.conf in place of cluster.sh's; empty: cluster.sh's.
@@ -59,6 +62,7 @@ impl Default for ClusterSpec<'_> {
             extra_dbd_conf: "",
             node_options: "",
             node_hw: "",
+            cred_expire: None,
             gres_conf: "",
             cgroup_conf: "",
             etc_users: None,
@@ -168,6 +172,10 @@ impl Cluster {
             .envs(optional_files)
             .env("NODE_OPTIONS", spec.node_options)
             .env("NODE_HW", spec.node_hw)
+            .env(
+                "CRED_EXPIRE",
+                spec.cred_expire.map(|s| s.to_string()).unwrap_or_default(),
+            )
             .arg("up")
             .arg(&cluster.dir)
             .env("NODES", spec.nodes.to_string())

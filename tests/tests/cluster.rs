@@ -434,6 +434,141 @@ fn a_slurmd_killed_mid_job_loses_nothing_and_a_step_ending_without_it_keeps_its_
     );
 }
 
+/// A 15 s job requeued 6 s into its run (`scontrol requeue`) runs again whole under its id, on the same
+/// node: the second run's records are the node's energy over that run alone, not both
+/// runs'. Then slurmd is killed mid-job while the power doubles, and started again 8 s
+/// later: the time it was away is the counters' own rise (Intel server counters: a wrap
+/// takes over 4 min at their maximum power), every figure within 0.5%. In both modes.
+#[test]
+fn a_requeued_job_begins_anew_and_a_slurmd_away_while_the_power_doubles_loses_nothing() {
+    let Some(tmp) = root_test_dir(
+        "a_requeued_job_begins_anew_and_a_slurmd_away_while_the_power_doubles_loses_nothing",
+    ) else {
+        return;
+    };
+    for mode in ["shared", "node"] {
+        println!("EnergyAttribution={mode}");
+        let cluster = Cluster::up(
+            &tmp.path().join(mode),
+            &ClusterSpec {
+                energy_type: RAPL,
+                acct_gather: &format!("EnergyRaplSource=msr\nEnergyAttribution={mode}\n"),
+                sim_args: vec![Some(INTEL_SERVER)],
+                extra_conf: "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
+                             JobAcctGatherType=jobacct_gather/cgroup\n",
+                cgroup_conf: &support::cluster::cgroup_v1_conf("ConstrainCores=yes\n"),
+                // a requeued job runs again 11 s after it left, not 121 s
+                cred_expire: Some(10),
+                ..ClusterSpec::default()
+            },
+        );
+        let sim = cluster.sim(1);
+        // each run marks its own start and end
+        let job = cluster.sbatch(&format!(
+            "#!/bin/sh\n#SBATCH --requeue\n{}\n",
+            phase_commands(
+                sim,
+                "q${SLURM_RESTART_COUNT:-0}",
+                &[("package0=120 package1=80", 15)]
+            )
+        ));
+        wait_for_mark(&cluster, "q0_start", Duration::from_secs(60));
+        sleep(Duration::from_secs(6));
+        cluster.run(&["scontrol", "requeue", &job.to_string()]);
+        // the killed run leaves its power set: off until the next run sets it
+        sim.set(&["all=0"]);
+        wait_for_mark(&cluster, "q1_start", Duration::from_secs(180));
+        cluster.wait_job(job, Duration::from_secs(120));
+        let truth = mark(sim, "q1_end").expect("end") - mark(sim, "q1_start").expect("start");
+        println!(
+            "both runs (sacct -D):\n{}",
+            cluster.run(&[
+                "sacct",
+                "-D",
+                "-n",
+                "-P",
+                "-j",
+                &job.to_string(),
+                "-o",
+                "JobID,ConsumedEnergyRaw,State,Start,End"
+            ])
+        );
+        assert_rows(
+            &cluster.energy(job),
+            &[
+                (job.to_string(), truth),
+                (format!("{job}.batch"), truth),
+                (format!("{job}.extern"), truth),
+            ],
+            0.01,
+        );
+
+        let job = cluster.sbatch(&format!(
+            "#!/bin/sh\n{}\n",
+            phase_commands(
+                sim,
+                "k",
+                &[
+                    ("package0=90 package1=60", 8),
+                    ("package0=180 package1=120", 17)
+                ]
+            )
+        ));
+        wait_for_mark(&cluster, "k_start", Duration::from_secs(60));
+        sleep(Duration::from_secs(5));
+        // away from 5 s to 13 s; the power doubles at 8 s
+        let status = restart_slurmd(&cluster, "KILL", 8)
+            .wait()
+            .expect("restart-slurmd");
+        assert!(status.success(), "slurmd restart failed");
+        sleep(Duration::from_secs(5));
+        let start = mark(sim, "k_start").expect("start");
+        let before = sim.truth() - start;
+        let live = cluster.run(&[
+            "sstat",
+            "-n",
+            "-P",
+            "-j",
+            &format!("{job}.batch"),
+            "-o",
+            "ConsumedEnergyRaw",
+        ]);
+        let after = sim.truth() - start;
+        println!(
+            "sstat 5 s after the restart: {} J, {before:.0} to {after:.0} J true",
+            live.trim()
+        );
+        let live: f64 = live
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("sstat said {live:?}"));
+        assert!(
+            live >= before * 0.98 && live <= after * 1.02,
+            "sstat {live} J for {before:.0} to {after:.0} J"
+        );
+        cluster.wait_job(job, Duration::from_secs(120));
+        let truth = mark(sim, "k_end").expect("end") - start;
+        assert_rows(
+            &cluster.energy(job),
+            &[
+                (job.to_string(), truth),
+                (format!("{job}.batch"), truth),
+                (format!("{job}.extern"), truth),
+            ],
+            0.005,
+        );
+        let log = cluster.log("slurmd-n1.log");
+        assert!(
+            log.contains("bridged by the meter's own counts"),
+            "the time away was not bridged:\n{}",
+            log.lines()
+                .filter(|l| l.contains("energy"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}
+
 /// A package counter reads a wrong constant 600 J *ahead* of its true count for 1.5 s, from
 /// the moment its register wraps: a value just past the wrap, which the counter could have
 /// reached from the read before (a burst under the maximum power), not a wrap the reads

@@ -20,6 +20,7 @@ use super::cgroup::JobCounters;
 use super::model::{DeviceUse, Interval, JobUse, StepUse, split_device, split_interval, split_job};
 use crate::accounting::PowerWindow;
 use crate::replace::{Access, replace};
+use crate::source::{HardwareCount, bridge};
 
 /// The file format; a reader refuses any other.
 pub const VERSION: u64 = 2;
@@ -41,9 +42,14 @@ const KEEP_ENDED_STEP: Duration = Duration::from_secs(60);
 /// How many ended steps a job present keeps at most ([`KEEP_ENDED_STEP`]): a few dozen,
 /// enough for the steps of a job array's task or a workflow that end within one scrape.
 const ENDED_STEPS_KEPT: usize = 32;
-/// After a slurmd restart, the time it was away is charged at the power each job had,
-/// up to this long; a longer absence is not guessed.
+/// After a slurmd restart, the time it was away is the meter's own where its counts tell
+/// it ([`bridge`]); else it is estimated at the power each job had, up to this long; a
+/// longer absence is not guessed.
 pub const MAX_GAP: Duration = Duration::from_secs(300);
+/// A step seen begun this much later than the step of the same name the ledger holds is
+/// another run of its job (requeued, or its id come round again): more than the start of
+/// one slurmstepd as read from its socket and from its process differ.
+pub const RUN_SLACK: f64 = 2.0;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -227,6 +233,8 @@ pub struct Observation {
     pub parts: Vec<Part>,
     /// The devices Slurm allocates (GPUs), in [`Split::Devices`].
     pub devices: Vec<ObservedDevice>,
+    /// The hardware's counts behind `node_uj` ([`crate::source::Reading::counts`]).
+    pub counts: Vec<HardwareCount>,
 }
 
 /// A device Slurm allocates (a GPU) at one sample.
@@ -330,6 +338,9 @@ pub struct Ledger {
     /// What the node's meter reads (the plugin and its source), for whoever inspects the
     /// node (`senergy check`); kept in the file, empty where unknown.
     source: String,
+    /// The hardware's counts at the last settled sample (kept in the file: a slurmd started
+    /// again bridges the time it was away with their rise).
+    counts: Vec<HardwareCount>,
 }
 
 /// What the ledger keeps of one device between samples.
@@ -436,13 +447,23 @@ impl Ledger {
             self.epoch = (now * 1e6) as u64;
             self.node.since = now;
         }
+        self.forget_earlier_runs(obs);
         match self.last {
-            Some(prev) => self.charge_interval(prev, obs, split, min_interval),
-            // the first sample of this process: a ledger loaded from the file charges the
-            // time slurmd was away at the last power of the node and of each job
-            None if self.sampled_at > 0.0 => self.charge_gap(obs, now),
+            Some(prev) => {
+                let secs = obs.at.saturating_duration_since(prev.at).as_secs_f64();
+                let joules = obs.node_uj.saturating_sub(prev.node_uj) as f64 / 1e6;
+                self.charge_interval(secs, joules, obs, split, min_interval);
+            }
+            // the first sample of this process, of a ledger loaded from the file: the time
+            // slurmd was away
+            None if self.sampled_at > 0.0 => self.charge_away(obs, now, split, min_interval),
             None => {}
         }
+        // only a settled sample's counts: energy a held read counts later is not in them
+        self.counts = match obs.settled {
+            true => obs.counts.clone(),
+            false => Vec::new(),
+        };
         self.observe_counters(obs, now);
         for d in &obs.devices {
             self.devices.entry(d.position).or_default().last_uj = Some(d.energy_uj);
@@ -464,19 +485,87 @@ impl Ledger {
         });
     }
 
+    /// A job whose step is seen begun later than the step of the same name it holds runs
+    /// again (requeued, preempted and requeued, or its id come round again): a step's name
+    /// is never reused within one run. The run before is forgotten, so the new run's
+    /// figures begin at zero, as a job new to the node's do; the figures of the run before
+    /// were taken as its steps ended.
+    fn forget_earlier_runs(&mut self, obs: &Observation) {
+        for o in &obs.jobs {
+            let Some(job) = self.jobs.get(&o.job) else {
+                continue;
+            };
+            let again = o.steps.iter().any(|s| {
+                let kept = job.steps.get(&s.id).map(|k| k.account.since);
+                matches!((s.started.map(unix), kept), (Some(now), Some(before)) if now > before + RUN_SLACK)
+            });
+            if again {
+                log::info!(
+                    "job {} runs again on this node: its energy begins anew",
+                    o.job
+                );
+                self.jobs.remove(&o.job);
+            }
+        }
+    }
+
+    /// The first sample after slurmd was away (since the ledger's last sample): the node's
+    /// energy over the gap is the meter's own where its counts bridge it, charged as any
+    /// interval; else estimated at the last power of the node and of each job, and said so.
+    fn charge_away(&mut self, obs: &Observation, now: f64, split: Split, min_interval: Duration) {
+        let secs = now - self.sampled_at;
+        // a device's share needs each device's own counts, which the ledger does not keep
+        let bridged = match split {
+            Split::Devices { .. } => None,
+            Split::Node | Split::Shared { .. } => bridge(&self.counts, &obs.counts, secs),
+        };
+        match bridged {
+            Some(uj) => {
+                let joules = uj as f64 / 1e6;
+                log::info!(
+                    "the {secs:.1} s since the energy ledger's last sample are bridged by the \
+                     meter's own counts: {joules:.1} J"
+                );
+                self.charge_interval(secs, joules, obs, split, min_interval);
+            }
+            None => {
+                let gap = secs.clamp(0.0, MAX_GAP.as_secs_f64());
+                log::warn!(
+                    "the {secs:.1} s since the energy ledger's last sample are estimated at \
+                     the last power ({:.1} W for the node){}: the meter's counts cannot span \
+                     them ({})",
+                    self.node.watts,
+                    if gap < secs {
+                        format!(", for {gap:.0} s at most")
+                    } else {
+                        String::new()
+                    },
+                    match split {
+                        Split::Devices { .. } => "each device's share is not bridged",
+                        _ if self.counts.is_empty() || obs.counts.is_empty() => {
+                            "the source reports power, or no settled count was kept"
+                        }
+                        _ => "a counter may have wrapped or was reset",
+                    }
+                );
+                self.charge_gap(obs, gap);
+            }
+        }
+    }
+
+    /// Charges the node and the jobs `joules` of the interval of `secs` that ends with `obs`.
     fn charge_interval(
         &mut self,
-        prev: Sampled,
+        secs: f64,
+        joules: f64,
         obs: &Observation,
         split: Split,
         min_interval: Duration,
     ) {
-        let dt = obs.at.saturating_duration_since(prev.at);
-        let secs = dt.as_secs_f64();
-        let joules = obs.node_uj.saturating_sub(prev.node_uj) as f64 / 1e6;
-        if secs <= 0.0 {
+        if secs.is_nan() || secs <= 0.0 {
             return;
         }
+        let dt = Duration::from_secs_f64(secs);
         let prior_watts = self.interval_watts.unwrap_or(self.node.watts);
         let (now, began) = (unix(obs.wall), unix(obs.wall) - secs);
         self.node_rate
@@ -801,8 +890,8 @@ impl Ledger {
         holders.iter().map(|o| o.job).zip(split).collect()
     }
 
-    fn charge_gap(&mut self, obs: &Observation, now: f64) {
-        let gap = (now - self.sampled_at).clamp(0.0, MAX_GAP.as_secs_f64());
+    /// Charges the node and the jobs present their last power over `gap` seconds.
+    fn charge_gap(&mut self, obs: &Observation, gap: f64) {
         self.node.joules += self.node.watts * gap;
         for o in &obs.jobs {
             if let Some(job) = self.jobs.get_mut(&o.job) {
@@ -836,6 +925,9 @@ impl Ledger {
     /// prints an `f64` as the shortest text that reads back to the same value.
     pub fn to_text(&self) -> String {
         use std::fmt::Write as _;
+        fn optional(n: Option<u64>) -> String {
+            n.map_or("null".to_string(), |n| n.to_string())
+        }
         fn account(out: &mut String, a: &Account) {
             let _ = write!(
                 out,
@@ -868,6 +960,20 @@ impl Ledger {
                 part.joules
             );
         }
+        out.push_str(r#"],"counts":["#);
+        for (k, c) in self.counts.iter().enumerate() {
+            if k > 0 {
+                out.push(',');
+            }
+            let _ = write!(
+                out,
+                r#"{{"name":{},"value_uj":{},"wraps_at_uj":{},"max_watts":{:?}}}"#,
+                Value::from(c.name.as_str()),
+                c.value_uj,
+                c.wraps_at_uj.map_or("null".to_string(), |w| w.to_string()),
+                c.max_watts
+            );
+        }
         out.push_str(r#"],"jobs":["#);
         for (k, (id, job)) in self.jobs.iter().enumerate() {
             if k > 0 {
@@ -875,8 +981,9 @@ impl Ledger {
             }
             let _ = write!(
                 out,
-                r#"{{"job":{id},"last_seen":{:?},"account":"#,
-                job.last_seen
+                r#"{{"job":{id},"last_seen":{:?},"usage_ns":{},"account":"#,
+                job.last_seen,
+                optional(job.usage_ns)
             );
             account(&mut out, &job.account);
             out.push_str(r#","steps":["#);
@@ -886,8 +993,10 @@ impl Ledger {
                 }
                 let _ = write!(
                     out,
-                    r#"{{"step":{},"last_seen":{:?},"account":"#,
-                    step.0, s.last_seen
+                    r#"{{"step":{},"last_seen":{:?},"usage_ns":{},"account":"#,
+                    step.0,
+                    s.last_seen,
+                    optional(s.usage_ns)
                 );
                 account(&mut out, &s.account);
                 out.push('}');
@@ -906,6 +1015,32 @@ impl Ledger {
                 since: finite(v.get("since")?)?,
             })
         };
+        // CPU time and counts are written since slurmd's absence is bridged: a ledger of
+        // before has none, and its absence is estimated
+        let usage_ns = |v: &Value| -> Option<Option<u64>> {
+            match v.get("usage_ns") {
+                None | Some(Value::Null) => Some(None),
+                Some(n) => Some(Some(n.as_u64()?)),
+            }
+        };
+        let mut counts = Vec::new();
+        for c in value
+            .get("counts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let wraps_at_uj = match c.get("wraps_at_uj")? {
+                Value::Null => None,
+                n => Some(n.as_u64().filter(|&w| w > 0)?),
+            };
+            counts.push(HardwareCount {
+                name: c.get("name")?.as_str()?.to_string(),
+                value_uj: c.get("value_uj")?.as_u64()?,
+                wraps_at_uj,
+                max_watts: finite(c.get("max_watts")?)?,
+            });
+        }
         let mut jobs = BTreeMap::new();
         for j in value.get("jobs")?.as_array()? {
             let job_seen = finite(j.get("last_seen")?)?;
@@ -923,6 +1058,7 @@ impl Ledger {
                     Step {
                         account,
                         last_seen,
+                        usage_ns: usage_ns(s)?,
                         ..Step::default()
                     },
                 );
@@ -934,6 +1070,7 @@ impl Ledger {
                     account: account(j.get("account")?)?,
                     steps,
                     last_seen: job_seen,
+                    usage_ns: usage_ns(j)?,
                     ..Job::default()
                 },
             );
@@ -970,6 +1107,7 @@ impl Ledger {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string(),
+            counts,
         })
     }
 
@@ -1090,6 +1228,7 @@ mod tests {
             settled: true,
             jobs,
             parts: vec![],
+            counts: vec![],
             devices: vec![],
         }
     }
@@ -1285,6 +1424,162 @@ mod tests {
         assert_eq!(again.epoch(), ledger.epoch());
     }
 
+    /// slurmd killed while the power rises and started again 8 s later: the time it was
+    /// away is the meter's own counts' rise (across a wrap), split by the model as any
+    /// interval, not the last power; where the counts cannot tell (a counter that may have
+    /// wrapped twice, none kept), the last power, as before.
+    #[test]
+    fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let ext = StepId::EXTERN;
+        let wrap = 262_144_000_000; // 262 144 J
+        let count = |value_uj: u64| HardwareCount {
+            name: "package0".into(),
+            value_uj,
+            wraps_at_uj: Some(wrap),
+            max_watts: 1_000.0,
+        };
+        // two jobs, 50 W static power: job 1 uses 3 CPUs to job 2's 1
+        let jobs = |usage: f64| {
+            vec![
+                job(1, 2, 3.0 * usage, &[(ext, 0.0)]),
+                job(2, 2, usage, &[(ext, 0.0)]),
+            ]
+        };
+        let at = |secs: u64, joules: u64, value_uj: u64, usage: f64| Observation {
+            counts: vec![count(value_uj)],
+            ..observation(t0, w0, secs, joules, jobs(usage))
+        };
+        let mut ledger = Ledger::default();
+        let start = wrap - 1_000_000_000; // 1 000 J before a wrap
+        ledger.update(&at(0, 0, start, 0.0), idle(50.0), PERIOD);
+        // 150 W for 12 s
+        ledger.update(
+            &at(12, 1_800, start + 1_800_000_000 - wrap, 12.0),
+            idle(50.0),
+            PERIOD,
+        );
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("ledger.json");
+        ledger.store(&path).expect("store");
+        let (before_1, before_2) = (
+            ledger.job(1).expect("1").joules,
+            ledger.job(2).expect("2").joules,
+        );
+        // away 8 s at 300 W: 2 400 J; the new meter counts from zero, 1 s after its start
+        let t1 = Instant::now();
+        let mut again = Ledger::load(&path).expect("load").expect("a ledger");
+        again.update(
+            &Observation {
+                counts: vec![count(start + 4_200_000_000 - wrap)],
+                ..observation(t1, w0 + Duration::from_secs(20), 0, 300, jobs(20.0))
+            },
+            idle(50.0),
+            PERIOD,
+        );
+        let node = again.node().joules;
+        assert!((node - 4_200.0).abs() < 1e-3, "{node}");
+        // the model's split of 2 400 J over 8 s: 400 J static (200 each), 2 000 J by CPU
+        let (got_1, got_2) = (
+            again.job(1).expect("1").joules - before_1,
+            again.job(2).expect("2").joules - before_2,
+        );
+        assert!(
+            (got_1 - 1_700.0).abs() < 1e-3 && (got_2 - 700.0).abs() < 1e-3,
+            "{got_1} {got_2}"
+        );
+        assert_eq!(
+            again.step(1, ext).map(|a| a.joules),
+            again.job(1).map(|a| a.joules)
+        );
+
+        // away 300 s: at 1 kW the counter could have wrapped once more: the last power
+        let mut long = Ledger::load(&path).expect("load").expect("a ledger");
+        long.update(
+            &Observation {
+                counts: vec![count(start + 4_200_000_000 - wrap)],
+                ..observation(t1, w0 + Duration::from_secs(312), 0, 300, jobs(20.0))
+            },
+            idle(50.0),
+            PERIOD,
+        );
+        assert!(
+            (long.node().joules - (1_800.0 + 150.0 * 300.0)).abs() < 1e-3,
+            "{:?}",
+            long.node()
+        );
+        // no counts kept (a power sensor's ledger): the last power too
+        let mut powered = Ledger::load(&path).expect("load").expect("a ledger");
+        powered.counts.clear();
+        powered.update(
+            &Observation {
+                counts: vec![count(start + 4_200_000_000 - wrap)],
+                ..observation(t1, w0 + Duration::from_secs(20), 0, 300, jobs(20.0))
+            },
+            idle(50.0),
+            PERIOD,
+        );
+        assert!(
+            (powered.node().joules - 3_000.0).abs() < 1e-3,
+            "{:?}",
+            powered.node()
+        );
+    }
+
+    /// A requeued job runs again under its id while the ledger still holds its first run:
+    /// the second run's steps begin from zero, in both modes, and its figure is the
+    /// node's energy (its share) over the second run alone.
+    #[test]
+    fn a_requeued_job_begins_anew() {
+        for split in [Split::Node, idle(0.0)] {
+            let (t0, w0) = (Instant::now(), SystemTime::now());
+            let mut ledger = Ledger::default();
+            let run = |started: u64, usage: f64| ObservedJob {
+                job: 7,
+                counters: counters(1, usage),
+                steps: [StepId::BATCH, StepId::EXTERN]
+                    .into_iter()
+                    .map(|id| ObservedStep {
+                        id,
+                        usage_ns: Some((usage * 1e9) as u64),
+                        started: Some(w0 + Duration::from_secs(started)),
+                        holds: vec![],
+                    })
+                    .collect(),
+            };
+            // 200 W throughout; the first run from 0 s to 10 s, the second from 15 s
+            for secs in 0..=10 {
+                let obs = observation(t0, w0, secs, secs * 200, vec![run(0, secs as f64)]);
+                ledger.update(&obs, split, PERIOD);
+            }
+            for secs in 11..15 {
+                ledger.update(
+                    &observation(t0, w0, secs, secs * 200, vec![]),
+                    split,
+                    PERIOD,
+                );
+            }
+            assert!((ledger.step(7, StepId::BATCH).expect("first").joules - 2_000.0).abs() < 1e-6);
+            for secs in 15..=40 {
+                let usage = secs as f64 - 15.0;
+                let obs = observation(t0, w0, secs, secs * 200, vec![run(15, usage)]);
+                ledger.update(&obs, split, PERIOD);
+            }
+            for id in [StepId::BATCH, StepId::EXTERN] {
+                let step = ledger.step(7, id).expect("second");
+                assert!(
+                    (step.joules - 5_000.0).abs() < 1e-6,
+                    "{split:?} {id:?}: {step:?}"
+                );
+                assert!((step.since - unix(w0 + Duration::from_secs(15))).abs() < 1e-6);
+            }
+            assert!(
+                (ledger.job(7).expect("job").joules - 5_000.0).abs() < 1e-6,
+                "{split:?}"
+            );
+        }
+    }
+
     /// A job is charged from its first step's start, also when slurmd first sees it a
     /// sample later; the piece of the interval before it came is not its.
     #[test]
@@ -1420,6 +1715,7 @@ mod tests {
             settled: true,
             jobs: vec![],
             parts: vec![],
+            counts: vec![],
             devices: vec![],
         };
         ledger.update(&at(0, 0.0), Split::Node, PERIOD);
@@ -1447,6 +1743,7 @@ mod tests {
             settled: true,
             jobs: vec![job(3, 1, usage_s, &[(StepId::EXTERN, 0.0)])],
             parts: vec![],
+            counts: vec![],
             devices: vec![],
         };
         ledger.update(&at(0, 0.0, 0.0), idle(0.0), PERIOD);
@@ -1505,6 +1802,7 @@ mod tests {
                     holder(3, late),
                 ],
                 parts: vec![],
+                counts: vec![],
                 devices: vec![
                     ObservedDevice {
                         position: 0,
@@ -1563,6 +1861,7 @@ mod tests {
             settled: true,
             jobs: vec![holder(4, 100), holder(5, 101)],
             parts: vec![],
+            counts: vec![],
             devices: vec![ObservedDevice {
                 position: 0,
                 energy_uj: secs * 240_000_000,

@@ -17,7 +17,7 @@ pub use files::{FileError, Value, parse_value};
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
-use crate::source::{EnergyReader, Reading, SensorReading, Source};
+use crate::source::{EnergyReader, HardwareCount, Reading, SensorReading, Source};
 use files::{Files, Pair, PairValues};
 
 /// The controller scans about ten times a second; a sample a second keeps CurrentWatts
@@ -220,6 +220,20 @@ impl EnergyReader for PmCounters {
                     .extend(self.count_node(values, restarted, now));
                 reading.energy_uj = self.node.total_uj();
                 reading.unsettled = !self.node.counter.settled();
+                // named by the controller's startup: a count begun again is another count
+                reading
+                    .counts
+                    .extend(
+                        self.node
+                            .counter
+                            .published_value()
+                            .map(|joules| HardwareCount {
+                                name: format!("energy since startup {}", scan.startup),
+                                value_uj: joules.saturating_mul(1_000_000),
+                                wraps_at_uj: None,
+                                max_watts: MAX_NODE_WATTS,
+                            }),
+                    );
                 reading.watts = Some(values.watts.value as f64);
             }
             Err(e) => reading.problems.push(e.to_string()),

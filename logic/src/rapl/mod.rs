@@ -16,7 +16,7 @@ pub use topology::{CpuModel, Package, parse_cpuinfo};
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
-use crate::source::{EnergyReader, Reading, Source};
+use crate::source::{EnergyReader, HardwareCount, Reading, Source};
 
 /// Sample at least this many times per shortest wrap at maximum power.
 const SAMPLES_PER_WRAP: f64 = 4.0;
@@ -214,6 +214,18 @@ impl EnergyReader for Rapl {
                 .energy_uj
                 .saturating_add(c.unit.to_uj(c.counter.total_units()));
             reading.unsettled |= !c.counter.settled();
+            if let Some(value) = c.counter.published_value() {
+                reading.counts.push(HardwareCount {
+                    name: c.label.clone(),
+                    value_uj: c.unit.to_uj(value),
+                    wraps_at_uj: Some(c.unit.to_uj(c.modulus)),
+                    max_watts: c.domain.max_watts(),
+                });
+            }
+        }
+        // a gap is bridged by every counter or none
+        if reading.counts.len() != self.counters.len() {
+            reading.counts.clear();
         }
         reading
     }
