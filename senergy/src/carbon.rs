@@ -387,7 +387,10 @@ impl Intensities {
     /// value holds).
     fn pieces(&self, start: f64, end: f64) -> Vec<(f64, f64, Option<f64>)> {
         let mut bounds = vec![start, end];
-        let (first, last) = (start.floor() as i64 - self.step, end.ceil() as i64);
+        let (first, last) = (
+            (start.floor() as i64).saturating_sub(self.step),
+            end.ceil() as i64,
+        );
         for (t, _) in self.from.range(first..=last) {
             bounds.extend(
                 [*t, t + self.step]
@@ -411,9 +414,15 @@ impl Intensities {
     }
 }
 
-/// Unix seconds, or an RFC 3339 time (`2025-03-01T13:00:00Z`).
+/// Unix seconds, or an RFC 3339 time (`2025-03-01T13:00:00Z`); seconds only within the
+/// dates chrono knows (±262 000 years), so that differences and sums of times never
+/// overflow (`-9223372036854775808` made a series' pieces panic).
 pub fn parse_time(text: &str) -> Option<i64> {
-    text.parse::<i64>().ok().or_else(|| {
+    let seconds = text
+        .parse::<i64>()
+        .ok()
+        .filter(|&t| chrono::DateTime::from_timestamp(t, 0).is_some());
+    seconds.or_else(|| {
         chrono::DateTime::parse_from_rfc3339(text)
             .ok()
             .map(|t| t.timestamp())
@@ -485,6 +494,10 @@ impl Tariff {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "carbon_proptest.rs"]
+mod proptests;
 
 #[cfg(test)]
 mod tests {

@@ -323,7 +323,8 @@ fn usage_ns(layout: Layout, counter: &mut Counter) -> Option<u64> {
             stat.lines()
                 .find_map(|l| l.strip_prefix("usage_usec "))
                 .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|us| us * 1000)
+                // a figure that does not fit in ns is no reading (it would wrap)
+                .and_then(|us| us.checked_mul(1000))
         }),
     }
 }
@@ -361,7 +362,8 @@ impl StepCgroup {
     }
 }
 
-/// The number of CPUs in a cpuset list ("0-3,8,10-11").
+/// The number of CPUs in a cpuset list ("0-3,8,10-11"), saturating: a garbled list
+/// (`0-4294967295`) must not wrap around to a few CPUs, nor panic.
 pub fn count_cpus(list: &str) -> u32 {
     list.split(',')
         .filter_map(|part| {
@@ -369,12 +371,12 @@ pub fn count_cpus(list: &str) -> u32 {
             match part.split_once('-') {
                 Some((a, b)) => {
                     let (a, b) = (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?);
-                    b.checked_sub(a).map(|n| n + 1)
+                    b.checked_sub(a).map(|n| n.saturating_add(1))
                 }
                 None => part.parse::<u32>().ok().map(|_| 1),
             }
         })
-        .sum()
+        .fold(0, u32::saturating_add)
 }
 
 #[cfg(test)]

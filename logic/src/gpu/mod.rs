@@ -301,4 +301,6 @@ impl EnergyReader for GpuReader {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;

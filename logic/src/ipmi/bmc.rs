@@ -136,7 +136,7 @@ impl Bmc {
             )
             .map_err(|e| format!("reading sensor {} ({}): {e}", sensor.record_id, sensor.name))?;
         p::parse_sensor_reading(&data)
-            .map(|raw| sensor.watts(raw))
+            .and_then(|raw| sensor.watts(raw))
             .map_err(|e| format!("sensor {} ({}): {e}", sensor.record_id, sensor.name))
     }
 

@@ -3,6 +3,8 @@
 
 mod bmc;
 mod config;
+#[cfg(test)]
+mod proptests;
 mod protocol;
 
 pub use bmc::Bmc;

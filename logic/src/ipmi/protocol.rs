@@ -114,8 +114,8 @@ impl WattsSensor {
         })
     }
 
-    /// IPMI 2.0 §36.3: y = (M·x + B·10^Bexp)·10^Rexp.
-    pub fn watts(&self, raw: u8) -> f64 {
+    /// IPMI 2.0 §36.3: y = (M·x + B·10^Bexp)·10^Rexp; an error when that is negative.
+    pub fn watts(&self, raw: u8) -> Result<f64, String> {
         let x = match self.format {
             DataFormat::Unsigned => f64::from(raw),
             DataFormat::TwosComplement => f64::from(raw as i8),
@@ -123,8 +123,19 @@ impl WattsSensor {
             DataFormat::OnesComplement if raw & 0x80 != 0 => -f64::from(!raw & 0x7F),
             DataFormat::OnesComplement => f64::from(raw),
         };
-        (f64::from(self.m) * x + f64::from(self.b) * 10f64.powi(self.b_exponent.into()))
-            * 10f64.powi(self.result_exponent.into())
+        let watts = (f64::from(self.m) * x
+            + f64::from(self.b) * 10f64.powi(self.b_exponent.into()))
+            * 10f64.powi(self.result_exponent.into());
+        // a record whose M or B is negative turns a reading into negative watts, which
+        // integrated would take energy away
+        if watts.is_finite() && watts >= 0.0 {
+            Ok(watts)
+        } else {
+            Err(format!(
+                "sensor {} ({}) reads {raw:#04x}, which its record converts to {watts} W",
+                self.record_id, self.name
+            ))
+        }
     }
 }
 
@@ -190,7 +201,7 @@ mod tests {
         let sensor = WattsSensor::from_record(&record).expect("a watts sensor");
         assert_eq!((sensor.record_id, sensor.number, sensor.lun), (2, 3, 0));
         assert_eq!(sensor.name, "Pwr Consumption");
-        assert_eq!(sensor.watts(75), 300.0);
+        assert_eq!(sensor.watts(75), Ok(300.0));
     }
 
     #[test]
@@ -208,11 +219,11 @@ mod tests {
         };
         let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-9, "{a} != {b}");
         // (2*100 + 5*10) / 10
-        close(s.watts(100), 25.0);
+        close(s.watts(100).expect("watts"), 25.0);
         s.format = DataFormat::TwosComplement;
-        close(s.watts(0xFE), (2.0 * -2.0 + 50.0) / 10.0);
+        close(s.watts(0xFE).expect("watts"), (2.0 * -2.0 + 50.0) / 10.0);
         s.format = DataFormat::OnesComplement;
-        close(s.watts(0xFE), (-2.0 + 50.0) / 10.0); // -1 in ones' complement, M = 2
+        close(s.watts(0xFE).expect("watts"), (-2.0 + 50.0) / 10.0); // -1 in ones' complement, M = 2
     }
 
     #[test]

@@ -52,20 +52,21 @@ fn listed_cpus(cpu_dir: &Path) -> Result<Vec<u32>, String> {
     Ok(cpus)
 }
 
+/// CPU numbers at or above this are no CPU's: more than any kernel's `NR_CPUS` (8192 at
+/// most). A list naming one is garbage, and `0-4294967295` would otherwise be a list of
+/// four billion CPUs (16 GiB).
+const MAX_CPUS: u32 = 1 << 16;
+
 /// Parses the kernel's CPU list format: `0-3,8,10-11`.
 pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
     let mut cpus = Vec::new();
     for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
-                if a > b {
-                    return None;
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse().ok()?),
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
+        if a > b || b >= MAX_CPUS || cpus.len() + (b - a) as usize >= MAX_CPUS as usize {
+            return None;
         }
+        cpus.extend(a..=b);
     }
     Some(cpus)
 }
@@ -155,6 +156,9 @@ mod tests {
         assert_eq!(parse_cpu_list("3"), Some(vec![3]));
         assert_eq!(parse_cpu_list("3-1"), None);
         assert_eq!(parse_cpu_list("x"), None);
+        // no CPU is numbered that high: not four billion of them
+        assert_eq!(parse_cpu_list("0-4294967295"), None);
+        assert_eq!(parse_cpu_list("0-60000,0-60000"), None);
     }
 
     #[test]

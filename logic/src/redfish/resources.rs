@@ -97,6 +97,12 @@ fn number(v: &Value) -> Option<f64> {
     v.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
 }
 
+/// A figure converted or summed from finite ones, unless it overflowed (a BMC's
+/// `1e308` kWh is no reading, not an infinite one).
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
 /// The `@odata.id` of a link property (`"Power": {"@odata.id": "..."}`).
 pub fn link(doc: &Value, property: &str) -> Option<String> {
     doc.get(property)?
@@ -123,7 +129,7 @@ pub fn metrics_energy_j(doc: &Value) -> Option<f64> {
         .or_else(|| {
             doc.get("EnergykWh")
                 .and_then(|e| number(e.get("Reading")?))
-                .map(|kwh| kwh * 3.6e6)
+                .and_then(|kwh| finite(kwh * 3.6e6))
         })
 }
 
@@ -140,7 +146,7 @@ pub fn sensor_energy_j(doc: &Value) -> Option<f64> {
         "EnergykWh" => 3.6e6,
         _ => return None,
     };
-    number(doc.get("Reading")?).map(|r| r * scale)
+    number(doc.get("Reading")?).and_then(|r| finite(r * scale))
 }
 
 /// The deprecated `Power` resource: the sum of every `PowerControl` entry that reports.
@@ -151,7 +157,9 @@ pub fn legacy_watts(doc: &Value) -> Option<f64> {
         .iter()
         .filter_map(|c| number(c.get("PowerConsumedWatts")?))
         .collect();
-    (!readings.is_empty()).then(|| readings.iter().sum())
+    (!readings.is_empty())
+        .then(|| readings.iter().sum())
+        .and_then(finite)
 }
 
 /// The chassis to read: the one named (by its `Id`, the last part of its path), or all.

@@ -194,11 +194,9 @@ fn device_watts(v: &Value) -> (Option<f64>, Vec<DevicePower>) {
                     })
                 })
                 .collect();
-            let total = if list.is_empty() {
-                None
-            } else {
-                Some(list.iter().map(|d| d.watts).sum())
-            };
+            // finite values can still overflow when summed: no total then
+            let total = Some(list.iter().map(|d| d.watts).sum::<f64>())
+                .filter(|w| !list.is_empty() && w.is_finite());
             (total, list)
         }
         other => (watts(other), Vec::new()),

@@ -97,7 +97,10 @@ impl ProcessUse {
         };
         for s in samples {
             let entry = self.busy.entry(s.pid).or_default();
-            entry.0 += u64::from(s.sm_util) * span / 1000;
+            // a percent: NVML's "not available" (0xFFFFFFFF) or garbage must not make one
+            // process millions of times busier than the whole GPU
+            let percent = u64::from(s.sm_util.min(100));
+            entry.0 = entry.0.saturating_add(percent * span / 1000);
             entry.1 = now;
         }
         self.last_read = now;
@@ -350,6 +353,10 @@ impl Drop for Nvml {
         unsafe { (self.api.shutdown)() };
     }
 }
+
+#[cfg(test)]
+#[path = "nvml_proptest.rs"]
+mod proptests;
 
 #[cfg(test)]
 mod tests {
