@@ -1093,7 +1093,10 @@ impl Ledger {
             node: account(value.get("node")?)?,
             parts,
             jobs,
-            learned_idle_watts: value.get("learned_idle_watts")?.as_f64(),
+            learned_idle_watts: match value.get("learned_idle_watts")? {
+                Value::Null => None,
+                watts => Some(finite(watts)?),
+            },
             sampled_at: finite(value.get("sampled_at")?)?,
             last: None,
             node_rate: Rate::default(),
