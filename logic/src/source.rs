@@ -121,7 +121,7 @@ pub struct Reading {
 
 /// One of the hardware's energy counts behind a [`Reading`]: its value now, as the hardware
 /// holds it, not since the source was opened.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct HardwareCount {
     /// Names the counter: the same counter in the next process's readings. A counter whose
     /// count started again (a controller's restart) is named anew.
@@ -149,7 +149,7 @@ pub fn bridge(before: &[HardwareCount], after: &[HardwareCount], secs: f64) -> O
             _ if a.wraps_at_uj != b.wraps_at_uj => return None,
             None => a.value_uj.checked_sub(b.value_uj)?,
             Some(wrap) => {
-                if most_uj >= wrap as f64 || a.value_uj >= wrap || b.value_uj >= wrap {
+                if wrap == 0 || most_uj >= wrap as f64 || a.value_uj >= wrap || b.value_uj >= wrap {
                     return None;
                 }
                 (a.value_uj + wrap - b.value_uj) % wrap

@@ -13,7 +13,8 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
+mod file;
+pub use file::Refused;
 
 use super::StepId;
 use super::cgroup::JobCounters;
@@ -70,12 +71,15 @@ pub enum LedgerError {
 }
 
 /// One job's or one step's account, or the node's.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Account {
+    #[serde(deserialize_with = "file::finite")]
     pub joules: f64,
     /// Its share of the node's power over the last interval.
+    #[serde(deserialize_with = "file::finite")]
     pub watts: f64,
     /// Unix time its counting began.
+    #[serde(deserialize_with = "file::finite")]
     pub since: f64,
 }
 
@@ -263,10 +267,12 @@ pub struct ObservedInstance {
 
 /// A part of the node (pm_counters' cpu, memory, accelN): its energy since slurmd's meter
 /// opened and its power, for a step's `--profile=energy` samples.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Part {
     pub label: String,
+    #[serde(deserialize_with = "file::finite")]
     pub joules: f64,
+    #[serde(deserialize_with = "file::optional_finite")]
     pub watts: Option<f64>,
 }
 
@@ -919,198 +925,53 @@ impl Ledger {
         }
     }
 
-    /// The ledger as the file holds it: JSON written directly (a sample of a node with
-    /// hundreds of jobs must cost microseconds per job, not a tree of values per job).
-    /// Numbers are finite (shares of finite energies over positive intervals), and Rust
-    /// prints an `f64` as the shortest text that reads back to the same value.
+    /// The ledger as the file holds it ([`file`]): JSON written straight from the ledger
+    /// (a sample of a node with hundreds of jobs must cost microseconds per job, not a tree
+    /// of values per job). Numbers are finite (shares of finite energies over positive
+    /// intervals), written as the shortest text that reads back to the same value.
     pub fn to_text(&self) -> String {
-        use std::fmt::Write as _;
-        fn optional(n: Option<u64>) -> String {
-            n.map_or("null".to_string(), |n| n.to_string())
-        }
-        fn account(out: &mut String, a: &Account) {
-            let _ = write!(
-                out,
-                r#"{{"joules":{:?},"watts":{:?},"since":{:?}}}"#,
-                a.joules, a.watts, a.since
-            );
-        }
-        let mut out = String::with_capacity(256 + 160 * self.jobs.len());
-        let idle = self
-            .learned_idle_watts
-            .map_or("null".to_string(), |w| format!("{w:?}"));
-        let _ = write!(
-            out,
-            r#"{{"version":{VERSION},"epoch":{},"sampled_at":{:?},"learned_idle_watts":{idle},"source":{},"node":"#,
-            self.epoch,
-            self.sampled_at,
-            Value::from(self.source.as_str())
-        );
-        account(&mut out, &self.node);
-        out.push_str(r#","parts":["#);
-        for (k, part) in self.parts.iter().enumerate() {
-            if k > 0 {
-                out.push(',');
-            }
-            let watts = part.watts.map_or("null".to_string(), |w| format!("{w:?}"));
-            let _ = write!(
-                out,
-                r#"{{"label":{},"joules":{:?},"watts":{watts}}}"#,
-                Value::from(part.label.as_str()),
-                part.joules
-            );
-        }
-        out.push_str(r#"],"counts":["#);
-        for (k, c) in self.counts.iter().enumerate() {
-            if k > 0 {
-                out.push(',');
-            }
-            let _ = write!(
-                out,
-                r#"{{"name":{},"value_uj":{},"wraps_at_uj":{},"max_watts":{:?}}}"#,
-                Value::from(c.name.as_str()),
-                c.value_uj,
-                c.wraps_at_uj.map_or("null".to_string(), |w| w.to_string()),
-                c.max_watts
-            );
-        }
-        out.push_str(r#"],"jobs":["#);
-        for (k, (id, job)) in self.jobs.iter().enumerate() {
-            if k > 0 {
-                out.push(',');
-            }
-            let _ = write!(
-                out,
-                r#"{{"job":{id},"last_seen":{:?},"usage_ns":{},"account":"#,
-                job.last_seen,
-                optional(job.usage_ns)
-            );
-            account(&mut out, &job.account);
-            out.push_str(r#","steps":["#);
-            for (n, (step, s)) in job.steps.iter().enumerate() {
-                if n > 0 {
-                    out.push(',');
-                }
-                let _ = write!(
-                    out,
-                    r#"{{"step":{},"last_seen":{:?},"usage_ns":{},"account":"#,
-                    step.0,
-                    s.last_seen,
-                    optional(s.usage_ns)
-                );
-                account(&mut out, &s.account);
-                out.push('}');
-            }
-            out.push_str("]}");
-        }
-        out.push_str("]}");
-        out
+        serde_json::to_string(&file::Out::from(self)).unwrap_or_default()
     }
 
-    pub fn from_json(value: &Value) -> Option<Self> {
-        let account = |v: &Value| -> Option<Account> {
-            Some(Account {
-                joules: finite(v.get("joules")?)?,
-                watts: finite(v.get("watts")?)?,
-                since: finite(v.get("since")?)?,
-            })
-        };
-        // CPU time and counts are written since slurmd's absence is bridged: a ledger of
-        // before has none, and its absence is estimated
-        let usage_ns = |v: &Value| -> Option<Option<u64>> {
-            match v.get("usage_ns") {
-                None | Some(Value::Null) => Some(None),
-                Some(n) => Some(Some(n.as_u64()?)),
-            }
-        };
-        let mut counts = Vec::new();
-        for c in value
-            .get("counts")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let wraps_at_uj = match c.get("wraps_at_uj")? {
-                Value::Null => None,
-                n => Some(n.as_u64().filter(|&w| w > 0)?),
-            };
-            counts.push(HardwareCount {
-                name: c.get("name")?.as_str()?.to_string(),
-                value_uj: c.get("value_uj")?.as_u64()?,
-                wraps_at_uj,
-                max_watts: finite(c.get("max_watts")?)?,
-            });
-        }
-        let mut jobs = BTreeMap::new();
-        for j in value.get("jobs")?.as_array()? {
-            let job_seen = finite(j.get("last_seen")?)?;
-            let mut steps = BTreeMap::new();
-            for s in j.get("steps")?.as_array()? {
-                let id = StepId(u32::try_from(s.get("step")?.as_u64()?).ok()?);
-                let account = account(s.get("account")?)?;
-                // a ledger written before steps were dated: seen with their job
-                let last_seen = match s.get("last_seen") {
-                    Some(v) => finite(v)?,
-                    None => job_seen,
-                };
-                steps.insert(
-                    id,
-                    Step {
-                        account,
-                        last_seen,
-                        usage_ns: usage_ns(s)?,
-                        ..Step::default()
-                    },
-                );
-            }
-            let id = u32::try_from(j.get("job")?.as_u64()?).ok()?;
-            jobs.insert(
-                id,
-                Job {
-                    account: account(j.get("account")?)?,
-                    steps,
-                    last_seen: job_seen,
-                    usage_ns: usage_ns(j)?,
-                    ..Job::default()
-                },
-            );
-        }
-        let mut parts = Vec::new();
-        for p in value.get("parts")?.as_array()? {
-            let watts = p.get("watts")?;
-            parts.push(Part {
-                label: p.get("label")?.as_str()?.to_string(),
-                joules: finite(p.get("joules")?)?,
-                watts: if watts.is_null() {
-                    None
-                } else {
-                    Some(finite(watts)?)
-                },
-            });
-        }
-        Some(Self {
-            epoch: value.get("epoch")?.as_u64()?,
-            node: account(value.get("node")?)?,
-            parts,
-            jobs,
-            learned_idle_watts: match value.get("learned_idle_watts")? {
-                Value::Null => None,
-                watts => Some(finite(watts)?),
-            },
-            sampled_at: finite(value.get("sampled_at")?)?,
-            last: None,
-            node_rate: Rate::default(),
-            interval_watts: None,
-            unassigned: VecDeque::new(),
-            recent: VecDeque::new(),
-            devices: BTreeMap::new(),
-            // written since the field came; a ledger of before has none
-            source: value
-                .get("source")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-            counts,
+    /// The ledger in `text` ([`file`]), or why not.
+    pub fn parse(text: &[u8]) -> Result<Self, Refused> {
+        file::parse(text).map(|f| Self {
+            epoch: f.epoch,
+            node: f.node,
+            parts: f.parts,
+            jobs: f
+                .jobs
+                .into_iter()
+                .map(|j| {
+                    let steps = j
+                        .steps
+                        .into_iter()
+                        .map(|s| {
+                            let step = Step {
+                                account: s.account,
+                                // a ledger written before steps were dated: seen with their job
+                                last_seen: s.last_seen.unwrap_or(j.last_seen),
+                                usage_ns: s.usage_ns,
+                                ..Step::default()
+                            };
+                            (StepId(s.step), step)
+                        })
+                        .collect();
+                    let job = Job {
+                        account: j.account,
+                        steps,
+                        last_seen: j.last_seen,
+                        usage_ns: j.usage_ns,
+                        ..Job::default()
+                    };
+                    (j.job, job)
+                })
+                .collect(),
+            learned_idle_watts: f.learned_idle_watts,
+            sampled_at: f.sampled_at,
+            source: f.source,
+            counts: f.counts,
+            ..Self::default()
         })
     }
 
@@ -1126,21 +987,12 @@ impl Ledger {
                 });
             }
         };
-        let format = || LedgerError::Format {
-            path: path.display().to_string(),
-        };
-        let value: Value = serde_json::from_slice(&text).map_err(|_| format())?;
-        match value.get("version").and_then(Value::as_u64) {
-            Some(VERSION) => {}
-            Some(other) => {
-                return Err(LedgerError::Version {
-                    path: path.display().to_string(),
-                    found: other.to_string(),
-                });
-            }
-            None => return Err(format()),
+        let path = path.display().to_string();
+        match Self::parse(&text) {
+            Ok(ledger) => Ok(Some(ledger)),
+            Err(file::Refused::Version(found)) => Err(LedgerError::Version { path, found }),
+            Err(file::Refused::Format) => Err(LedgerError::Format { path }),
         }
-        Self::from_json(&value).map(Some).ok_or_else(format)
     }
 
     /// Replaces `path` with this ledger, readable by root only ([`replace`]).
@@ -1154,12 +1006,6 @@ impl Ledger {
             source,
         })
     }
-}
-
-/// A number of the file, refused when it is not finite or negative: a corrupt file must
-/// never put garbage in accounting.
-fn finite(v: &Value) -> Option<f64> {
-    v.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
 }
 
 /// A job's or step's CPU seconds in the interval that `began` (unix time) `secs` ago, and
@@ -1527,6 +1373,62 @@ mod tests {
             "{:?}",
             powered.node()
         );
+    }
+
+    /// The cost of a slurmstepd's read of the ledger (loading the file and finding its own
+    /// step) and of slurmd's write, at 1, 16, 64 and 256 jobs of three steps each, in a temp
+    /// dir: `cargo test --release -p slurm-energy-logic --lib ledger_read_cost -- --ignored
+    /// --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn ledger_read_cost() {
+        let (t0, w0) = (Instant::now(), SystemTime::now());
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("ledger.json");
+        for jobs in [1u32, 16, 64, 256] {
+            let observed = |usage: f64| -> Vec<ObservedJob> {
+                (1..=jobs)
+                    .map(|j| {
+                        job(
+                            j,
+                            1,
+                            usage,
+                            &[
+                                (StepId::EXTERN, 0.0),
+                                (StepId::BATCH, usage),
+                                (StepId(0), usage),
+                            ],
+                        )
+                    })
+                    .collect()
+            };
+            let mut ledger = Ledger::default();
+            for secs in 0..3 {
+                ledger.update(
+                    &observation(t0, w0, secs, secs * 300, observed(secs as f64)),
+                    idle(50.0),
+                    PERIOD,
+                );
+            }
+            const ROUNDS: u32 = 2_000;
+            let started = Instant::now();
+            for _ in 0..ROUNDS {
+                ledger.store(&path).expect("store");
+            }
+            let write_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
+            let started = Instant::now();
+            let mut joules = 0.0;
+            for _ in 0..ROUNDS {
+                let read = Ledger::load(&path).expect("load").expect("a ledger");
+                joules += read.step(jobs, StepId(0)).expect("step").joules;
+            }
+            let read_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
+            assert!(joules > 0.0);
+            println!(
+                "{jobs:>4} jobs: {} bytes, a step's read {read_us:.1} us, slurmd's write {write_us:.1} us",
+                fs::metadata(&path).expect("meta").len()
+            );
+        }
     }
 
     /// A requeued job runs again under its id while the ledger still holds its first run:

@@ -187,9 +187,9 @@ impl Bmc {
                 }
                 record.extend_from_slice(bytes);
             }
-            match Record::parse(&record[..total]) {
+            match p::parse_record(&record[..total]) {
                 Ok(r) => records.push(r),
-                Err(e) => log::debug!("skipping SDR record {id}: {e:?}"),
+                Err(e) => log::debug!("skipping SDR record {id}: {e}"),
             }
             if next == p::SDR_LAST_RECORD {
                 return Ok(records);

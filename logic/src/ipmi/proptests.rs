@@ -6,7 +6,8 @@ use ipmi_rs::storage::sdr::record::Record;
 use proptest::prelude::*;
 
 use super::protocol::{
-    WattsSensor, parse_dcmi_power, parse_get_sdr, parse_reservation, parse_sensor_reading,
+    WattsSensor, parse_dcmi_power, parse_get_sdr, parse_record, parse_reservation,
+    parse_sensor_reading,
 };
 
 /// The simulated BMC's "Pwr Consumption" record (tests/ipmisim): Full sensor record 2,
@@ -20,7 +21,7 @@ const SIM_POWER_RECORD: [u8; 63] = [
 
 /// A record's watts for every raw reading: finite and not negative, or an error.
 fn check_record(bytes: &[u8]) -> Result<(), TestCaseError> {
-    let Ok(record) = Record::parse(bytes) else {
+    let Ok(record) = parse_record(bytes) else {
         return Ok(());
     };
     let Ok(sensor) = WattsSensor::from_record(&record) else {
@@ -32,6 +33,28 @@ fn check_record(bytes: &[u8]) -> Result<(), TestCaseError> {
         }
     }
     Ok(())
+}
+
+/// A compact sensor record whose ID string modifier is 0b10 or 0b11 makes ipmi-rs 0.6.0
+/// panic (found by `any_frame`): decoded, it is an error, never a panic.
+#[test]
+fn a_record_ipmi_rs_panics_on_is_an_error() {
+    let mut panicking = 0;
+    for at in 5..SIM_POWER_RECORD.len() {
+        for value in [0x20u8, 0x30, 0xE0, 0xF0] {
+            let mut bytes = SIM_POWER_RECORD.to_vec();
+            bytes[3] = 0x02; // a compact sensor record
+            bytes[at] = value;
+            if std::panic::catch_unwind(|| Record::parse(&bytes)).is_err() {
+                panicking += 1;
+                assert!(parse_record(&bytes).is_err());
+            }
+        }
+    }
+    assert!(
+        panicking > 0,
+        "no record made ipmi-rs panic: the guard is untested"
+    );
 }
 
 #[test]

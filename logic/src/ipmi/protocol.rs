@@ -59,6 +59,17 @@ pub fn get_sdr_request(reservation: u16, record: u16, offset: u8, len: u8) -> Ve
 }
 
 /// `(next record id, bytes)` from a Get SDR response.
+/// An SDR record the BMC sent, decoded by ipmi-rs, or why not. ipmi-rs panics on some
+/// records a BMC can send (an ID string modifier it has no fallback for): a record it
+/// cannot decode is one it cannot decode, whichever way it says so.
+pub fn parse_record(bytes: &[u8]) -> Result<Record, String> {
+    match std::panic::catch_unwind(|| Record::parse(bytes)) {
+        Ok(Ok(record)) => Ok(record),
+        Ok(Err(e)) => Err(format!("{e:?}")),
+        Err(_) => Err("ipmi-rs cannot decode it".into()),
+    }
+}
+
 pub fn parse_get_sdr(data: &[u8]) -> Result<(u16, &[u8]), String> {
     match data {
         [lo, hi, rest @ ..] => Ok((u16::from_le_bytes([*lo, *hi]), rest)),

@@ -1,0 +1,179 @@
+//! The ledger's file: JSON of these types, versioned ([`VERSION`]). Every number is
+//! checked as it is read (finite, not negative): a corrupt file must never put garbage in
+//! accounting; such a file, or one of another version, is refused whole.
+//!
+//! slurmd writes it from the ledger itself ([`Out`], borrowing), and every slurmstepd reads
+//! it at each of its polls ([`parse`]), straight into these types: no tree of values.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::{Account, Job, Ledger, Part, Step, StepId, VERSION};
+use crate::source::HardwareCount;
+
+/// Why a text is not a ledger.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refused {
+    /// Not whole JSON of the expected fields, or a number out of range.
+    Format,
+    /// A ledger of another version (the version found).
+    Version(String),
+}
+
+/// A number of the file, refused when it is not finite or negative.
+pub(super) fn finite<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let x = f64::deserialize(d)?;
+    if x.is_finite() && x >= 0.0 {
+        Ok(x)
+    } else {
+        Err(serde::de::Error::custom(
+            "a number that is not finite or is negative",
+        ))
+    }
+}
+
+/// [`finite`], or `null`.
+pub(super) fn optional_finite<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    match Option::<f64>::deserialize(d)? {
+        Some(x) if !(x.is_finite() && x >= 0.0) => Err(serde::de::Error::custom(
+            "a number that is not finite or is negative",
+        )),
+        x => Ok(x),
+    }
+}
+
+/// The file as read.
+#[derive(Deserialize)]
+pub(super) struct In {
+    version: u64,
+    pub epoch: u64,
+    #[serde(deserialize_with = "finite")]
+    pub sampled_at: f64,
+    #[serde(deserialize_with = "optional_finite")]
+    pub learned_idle_watts: Option<f64>,
+    /// Written since the field came; a ledger of before has none.
+    #[serde(default)]
+    pub source: String,
+    pub node: Account,
+    pub parts: Vec<Part>,
+    /// The counts and CPU times are written since slurmd's absence is bridged: a ledger of
+    /// before has none, and its absence is estimated.
+    #[serde(default)]
+    pub counts: Vec<HardwareCount>,
+    pub jobs: Vec<JobIn>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct JobIn {
+    pub job: u32,
+    #[serde(deserialize_with = "finite")]
+    pub last_seen: f64,
+    #[serde(default)]
+    pub usage_ns: Option<u64>,
+    pub account: Account,
+    pub steps: Vec<StepIn>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct StepIn {
+    pub step: u32,
+    /// A ledger written before steps were dated has none.
+    #[serde(default, deserialize_with = "optional_finite")]
+    pub last_seen: Option<f64>,
+    #[serde(default)]
+    pub usage_ns: Option<u64>,
+    pub account: Account,
+}
+
+/// Only the version, to tell a ledger of another version from a broken one.
+#[derive(Deserialize)]
+struct Versioned {
+    version: u64,
+}
+
+/// The file in `text`, or why it is refused.
+pub(super) fn parse(text: &[u8]) -> Result<In, Refused> {
+    match serde_json::from_slice::<In>(text) {
+        Ok(file) if file.version != VERSION => Err(Refused::Version(file.version.to_string())),
+        Ok(file) if !file.counts.iter().all(sound) => Err(Refused::Format),
+        Ok(file) => Ok(file),
+        Err(_) => match serde_json::from_slice::<Versioned>(text) {
+            Ok(v) if v.version != VERSION => Err(Refused::Version(v.version.to_string())),
+            _ => Err(Refused::Format),
+        },
+    }
+}
+
+/// A count that can be bridged with: a finite maximum power, a wrap above zero.
+fn sound(count: &HardwareCount) -> bool {
+    count.max_watts.is_finite() && count.max_watts >= 0.0 && count.wraps_at_uj != Some(0)
+}
+
+/// The file as written, borrowed from the ledger.
+#[derive(Serialize)]
+pub(super) struct Out<'a> {
+    version: u64,
+    epoch: u64,
+    sampled_at: f64,
+    learned_idle_watts: Option<f64>,
+    source: &'a str,
+    node: &'a Account,
+    parts: &'a [Part],
+    counts: &'a [HardwareCount],
+    #[serde(serialize_with = "jobs")]
+    jobs: &'a BTreeMap<u32, Job>,
+}
+
+impl<'a> From<&'a Ledger> for Out<'a> {
+    fn from(ledger: &'a Ledger) -> Self {
+        Self {
+            version: VERSION,
+            epoch: ledger.epoch,
+            sampled_at: ledger.sampled_at,
+            learned_idle_watts: ledger.learned_idle_watts,
+            source: &ledger.source,
+            node: &ledger.node,
+            parts: &ledger.parts,
+            counts: &ledger.counts,
+            jobs: &ledger.jobs,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct JobOut<'a> {
+    job: u32,
+    last_seen: f64,
+    usage_ns: Option<u64>,
+    account: &'a Account,
+    #[serde(serialize_with = "steps")]
+    steps: &'a BTreeMap<StepId, Step>,
+}
+
+#[derive(Serialize)]
+struct StepOut<'a> {
+    step: u32,
+    last_seen: f64,
+    usage_ns: Option<u64>,
+    account: &'a Account,
+}
+
+fn jobs<S: Serializer>(jobs: &&BTreeMap<u32, Job>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(jobs.iter().map(|(&job, j)| JobOut {
+        job,
+        last_seen: j.last_seen,
+        usage_ns: j.usage_ns,
+        account: &j.account,
+        steps: &j.steps,
+    }))
+}
+
+fn steps<S: Serializer>(steps: &&BTreeMap<StepId, Step>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(steps.iter().map(|(id, step)| StepOut {
+        step: id.0,
+        last_seen: step.last_seen,
+        usage_ns: step.usage_ns,
+        account: &step.account,
+    }))
+}
