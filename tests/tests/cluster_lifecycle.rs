@@ -1,0 +1,510 @@
+//! Slurm's job life cycle on a shared node (`EnergyAttribution=shared`, Slurm's cgroup v1
+//! plugins) against the RAPL simulators' truth: a job suspended (`scontrol suspend`) and
+//! resumed, in both modes; two jobs gang-scheduled on the same CPUs; a heterogeneous job;
+//! two `srun --overlap` steps on one CPU; job array elements side by side.
+//!
+//! Each scenario sets its nodes' power (300 W) only while its jobs run, so a job's final
+//! figure covers the window the test measured. The jobs run until the test creates a stop
+//! file: a `while` loop spinning a CPU, or one that sleeps half a second between looks.
+
+use energy_tests as support;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark};
+use support::shared_node::{
+    CGROUP_SLURM_CONF, IDLE_WATTS, OFF, ON, RAPL, SIM, cpu_secs, live, shared_cluster,
+    step_cpu_secs,
+};
+use support::*;
+
+/// The nodes' power while jobs run (`ON`).
+const WATTS: f64 = 300.0;
+/// Jobs' figures against the node's truth, as the shared-node tests hold them.
+const SUM_TOLERANCE: f64 = 0.01;
+/// A job's figure against the model computed from the jobs' cgroup CPU time.
+const MODEL_TOLERANCE: f64 = 0.03;
+/// Gang scheduling: a time slice of 5 s, two jobs per CPU in partition `gang`.
+const GANG_CONF: &str = "PreemptMode=GANG\nSchedulerTimeSlice=5\n\
+                         PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP\n";
+/// Heterogeneous jobs are started by the backfill scheduler only: every second, not 30.
+const BACKFILL_CONF: &str =
+    "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1\n";
+
+/// Shell text: `raplsim mark` on node `k`'s simulator.
+fn mark_cmd(cluster: &Cluster, k: usize, name: &str) -> String {
+    format!(
+        "{} mark {} {name}",
+        bin("raplsim").display(),
+        cluster.sim(k).dir.display()
+    )
+}
+
+/// Shell text: spin a CPU until `stop` exists (no single quote: it goes inside them).
+fn spin(stop: &Path) -> String {
+    format!("while [ ! -e {} ]; do :; done", stop.display())
+}
+
+/// Shell text: sleep until `stop` exists.
+fn idle(stop: &Path) -> String {
+    format!("while [ ! -e {} ]; do sleep 0.5; done", stop.display())
+}
+
+fn wait_for_marks(cluster: &Cluster, k: usize, names: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for name in names {
+        while mark(cluster.sim(k), name).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "no mark {name} on n{k}:\n{}",
+                cluster.logs()
+            );
+            sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Ends the jobs waiting on `stop` and waits until they are in accounting.
+fn stop_jobs(cluster: &Cluster, stop: &Path, jobs: &[u32]) {
+    fs::write(stop, "").expect("stop file");
+    for &job in jobs {
+        cluster.wait_job(job, Duration::from_secs(90));
+    }
+}
+
+/// The raw job ids of allocations `ids` of `job` (array elements `J_0`, hetjob components
+/// `J+1`): the ids their cgroups are named by. sacct shows a running job once slurmdbd has
+/// its start, a moment after it began.
+fn raw_ids<const N: usize>(cluster: &Cluster, job: u32, ids: [String; N]) -> [u32; N] {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let known: HashMap<String, u32> = cluster
+            .run(&[
+                "sacct",
+                "-n",
+                "-P",
+                "-X",
+                "-j",
+                &job.to_string(),
+                "-o",
+                "JobID,JobIDRaw",
+            ])
+            .lines()
+            .filter_map(|l| {
+                let (id, raw) = l.split_once('|')?;
+                Some((id.to_string(), raw.trim().parse().ok()?))
+            })
+            .collect();
+        if ids.iter().all(|id| known.contains_key(id)) {
+            return ids.map(|id| known[&id]);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sacct does not show {ids:?} of job {job}: {known:?}"
+        );
+        sleep(Duration::from_millis(500));
+    }
+}
+
+/// The model over a window of steady power (`node` joules at [`WATTS`]): each job's static
+/// part by the CPUs it holds (`held`, shares summing to 1), the dynamic part by its CPU time
+/// (`used`, seconds).
+fn model(node: f64, held: &[f64], used: &[f64]) -> Vec<f64> {
+    let static_j = IDLE_WATTS * node / WATTS;
+    let total: f64 = used.iter().sum();
+    held.iter()
+        .zip(used)
+        .map(|(h, u)| h * static_j + (node - static_j) * u / total)
+        .collect()
+}
+
+/// One moment of a running scenario on node 1: each job's live figure (its extern step's,
+/// `sstat`), its CPU time and the node's truth.
+struct Point {
+    truth: f64,
+    energy: Vec<f64>,
+    cpu: Vec<f64>,
+}
+
+fn point(cluster: &Cluster, jobs: &[u32]) -> Point {
+    let before = cluster.sim(1).truth();
+    let energy = jobs
+        .iter()
+        .map(|j| live(cluster, &format!("{j}.extern")))
+        .collect();
+    let cpu = jobs.iter().map(|&j| cpu_secs(j)).collect();
+    Point {
+        truth: (before + cluster.sim(1).truth()) / 2.0,
+        energy,
+        cpu,
+    }
+}
+
+/// Two one-CPU jobs spin side by side; one is suspended for 8 s. Suspended, its tasks are
+/// frozen and use no CPU, but its cgroup keeps its CPU: it pays its half of the static power
+/// and none of the dynamic part, which the running job pays. Both together get the node's
+/// energy over the whole window.
+fn suspended_job_in_shared_mode(cluster: &Cluster) {
+    let sim = cluster.sim(1);
+    let stop = sim.dir.join("stop-suspend");
+    let [a, b] = ["a_in", "b_in"].map(|name| {
+        cluster.sbatch(&format!(
+            "#!/bin/sh\n#SBATCH -n1 -c1\n{}\n{}\n",
+            mark_cmd(cluster, 1, name),
+            spin(&stop)
+        ))
+    });
+    wait_for_marks(cluster, 1, &["a_in", "b_in"]);
+    sleep(Duration::from_secs(2));
+    let on = sim.truth();
+    sim.set(&[ON]);
+    sleep(Duration::from_secs(3));
+    cluster.run(&["scontrol", "suspend", &a.to_string()]);
+    // the freezer stops the job's tasks a moment after slurmctld calls it suspended
+    sleep(Duration::from_secs(3));
+    let p0 = point(cluster, &[a, b]);
+    sleep(Duration::from_secs(8));
+    let p1 = point(cluster, &[a, b]);
+    cluster.run(&["scontrol", "resume", &a.to_string()]);
+    sleep(Duration::from_secs(3));
+    sim.set(&[OFF]);
+    let off = sim.truth();
+    stop_jobs(cluster, &stop, &[a, b]);
+
+    let node = p1.truth - p0.truth;
+    let cpu = [p1.cpu[0] - p0.cpu[0], p1.cpu[1] - p0.cpu[1]];
+    let paid = [p1.energy[0] - p0.energy[0], p1.energy[1] - p0.energy[1]];
+    println!(
+        "suspended {:.1} s: node {node:.0} J; suspended job {a}: {:.2} s CPU, {:.0} J; \
+         running job {b}: {:.2} s CPU, {:.0} J",
+        node / WATTS,
+        cpu[0],
+        paid[0],
+        cpu[1],
+        paid[1]
+    );
+    assert!(
+        cpu[0] < 0.05,
+        "the suspended job used {:.2} s of CPU",
+        cpu[0]
+    );
+    let predicted = model(node, &[0.5, 0.5], &cpu);
+    assert_close("suspended job", paid[0], predicted[0], MODEL_TOLERANCE);
+    assert_close(
+        "suspended job: half the static power",
+        paid[0],
+        IDLE_WATTS / 2.0 * node / WATTS,
+        MODEL_TOLERANCE,
+    );
+    assert_close("running job", paid[1], predicted[1], MODEL_TOLERANCE);
+
+    let figure = |j: u32| energy_of(&cluster.energy(j), &j.to_string());
+    let (fa, fb) = (figure(a), figure(b));
+    println!("final: suspended-and-resumed job {fa} J, the other {fb} J");
+    assert_close(
+        "shared: the two jobs vs the node",
+        fa + fb,
+        off - on,
+        SUM_TOLERANCE,
+    );
+    assert!(fa < fb, "the job suspended a while pays less");
+}
+
+/// Two jobs holding both CPUs in partition `gang` take turns (5 s slices, the other
+/// suspended). Each holds the node's two CPUs, so each pays half the static power; the
+/// dynamic part goes to the one running: each ran about half the time and pays about
+/// half. Together they get the node's energy.
+fn gang_scheduled_jobs(cluster: &Cluster) {
+    let sim = cluster.sim(1);
+    let stop = sim.dir.join("stop-gang");
+    // the batch step spins: an srun step of a job suspended by the gang scheduler as it
+    // starts waits for step creation until srun's next retry, up to a minute later
+    let jobs = ["g1_in", "g2_in"].map(|name| {
+        cluster.sbatch(&format!(
+            "#!/bin/sh\n#SBATCH -p gang -n1 -c2\n{}\n{}\n",
+            mark_cmd(cluster, 1, name),
+            spin(&stop)
+        ))
+    });
+    wait_for_marks(cluster, 1, &["g1_in", "g2_in"]);
+    let cpu0 = jobs.map(cpu_secs);
+    let on = sim.truth();
+    sim.set(&[ON]);
+    sleep(Duration::from_secs(20));
+    sim.set(&[OFF]);
+    let off = sim.truth();
+    let cpu1 = jobs.map(cpu_secs);
+    stop_jobs(cluster, &stop, &jobs);
+
+    let node = off - on;
+    let used = [cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]];
+    let predicted = model(node, &[0.5, 0.5], &used);
+    let figures = jobs.map(|j| energy_of(&cluster.energy(j), &j.to_string()));
+    for k in 0..2 {
+        println!(
+            "gang: job {}: {:.2} s CPU ({:.0}% of both), {:.0} J ({:.0}% of the node), \
+             model {:.0} J",
+            jobs[k],
+            used[k],
+            100.0 * used[k] / (used[0] + used[1]),
+            figures[k],
+            100.0 * figures[k] / node,
+            predicted[k]
+        );
+    }
+    assert_close(
+        "gang: the two jobs vs the node",
+        figures[0] + figures[1],
+        node,
+        SUM_TOLERANCE,
+    );
+    for k in 0..2 {
+        let ran = used[k] / (used[0] + used[1]);
+        assert!(
+            (0.3..0.7).contains(&ran),
+            "gang: job {} had {:.0}% of the CPU time: they did not take turns",
+            jobs[k],
+            ran * 100.0
+        );
+        assert_close(
+            &format!("gang: job {}", jobs[k]),
+            figures[k],
+            predicted[k],
+            MODEL_TOLERANCE,
+        );
+    }
+}
+
+/// In node mode a job suspended mid-life is charged the node's energy over its whole life,
+/// the suspension included, as Slurm's own plugins charge it: a step's figure is the
+/// node's energy between its first and last readings.
+fn suspended_job_in_node_mode(cluster: &Cluster) {
+    let sim = cluster.sim(1);
+    let stop = sim.dir.join("stop-node");
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -n1 -c1\n{}\n{}\n",
+        mark_cmd(cluster, 1, "n_in"),
+        idle(&stop)
+    ));
+    wait_for_marks(cluster, 1, &["n_in"]);
+    sleep(Duration::from_secs(1));
+    let on = sim.truth();
+    sim.set(&[ON]);
+    sleep(Duration::from_secs(3));
+    cluster.run(&["scontrol", "suspend", &job.to_string()]);
+    sleep(Duration::from_secs(6));
+    cluster.run(&["scontrol", "resume", &job.to_string()]);
+    sleep(Duration::from_secs(3));
+    sim.set(&[OFF]);
+    let off = sim.truth();
+    stop_jobs(cluster, &stop, &[job]);
+    assert_close(
+        "node: a job suspended 6 s of 12",
+        energy_of(&cluster.energy(job), &job.to_string()),
+        off - on,
+        SUM_TOLERANCE,
+    );
+}
+
+#[test]
+fn suspended_and_gang_scheduled_jobs_in_both_modes() {
+    let Some(tmp) = root_test_dir("suspended_and_gang_scheduled_jobs_in_both_modes") else {
+        return;
+    };
+    let shared = shared_cluster(
+        &tmp.path().join("shared"),
+        &format!("{CGROUP_SLURM_CONF}{GANG_CONF}"),
+    );
+    suspended_job_in_shared_mode(&shared);
+    gang_scheduled_jobs(&shared);
+    drop(shared);
+    let node = Cluster::up(
+        &tmp.path().join("node"),
+        &ClusterSpec {
+            energy_type: RAPL,
+            acct_gather: "EnergyRaplSource=msr\nEnergyAttribution=node\n",
+            sim_args: vec![Some(SIM)],
+            extra_conf: CGROUP_SLURM_CONF,
+            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            ..ClusterSpec::default()
+        },
+    );
+    suspended_job_in_node_mode(&node);
+}
+
+/// Nodes `ks` at [`WATTS`] for `secs`: each node's true joules over the window.
+fn powered(cluster: &Cluster, ks: &[usize], secs: u64, during: impl FnOnce()) -> Vec<f64> {
+    let on: Vec<f64> = ks.iter().map(|&k| cluster.sim(k).truth()).collect();
+    for &k in ks {
+        cluster.sim(k).set(&[ON]);
+    }
+    sleep(Duration::from_secs(secs));
+    during();
+    for &k in ks {
+        cluster.sim(k).set(&[OFF]);
+    }
+    ks.iter()
+        .zip(on)
+        .map(|(&k, on)| cluster.sim(k).truth() - on)
+        .collect()
+}
+
+/// A heterogeneous job, one component on each node: component 0 spins alone on n1, component
+/// 1 sleeps on n2 beside a job whose two `srun --overlap` steps spin on its one CPU. Each
+/// component is a job of its own on its node (its own id and cgroup) and gets its share of
+/// that node; the overlapping steps split their job's share by their CPU time.
+fn hetjob_and_overlapping_steps(cluster: &Cluster) {
+    let stop = cluster.sim(1).dir.join("stop-het");
+    let overlap = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -w n2 -n1 -c1\n\
+         srun --overlap -n1 sh -c '{}; {}' &\nsrun --overlap -n1 sh -c '{}; {}' &\nwait\n",
+        mark_cmd(cluster, 2, "ov0_in"),
+        spin(&stop),
+        mark_cmd(cluster, 2, "ov1_in"),
+        spin(&stop)
+    ));
+    let het = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -w n1 -n1 -c1\n#SBATCH hetjob\n#SBATCH -w n2 -n1 -c1\n\
+         srun --het-group=0 sh -c '{}; {}' &\nsrun --het-group=1 sh -c '{}; {}' &\nwait\n",
+        mark_cmd(cluster, 1, "het0_in"),
+        spin(&stop),
+        mark_cmd(cluster, 2, "het1_in"),
+        idle(&stop)
+    ));
+    wait_for_marks(cluster, 1, &["het0_in"]);
+    wait_for_marks(cluster, 2, &["het1_in", "ov0_in", "ov1_in"]);
+    let [het1] = raw_ids(cluster, het, [format!("{het}+1")]);
+    sleep(Duration::from_secs(2));
+    let cpu = || {
+        [
+            cpu_secs(het1),
+            cpu_secs(overlap),
+            step_cpu_secs(overlap, "0"),
+            step_cpu_secs(overlap, "1"),
+            step_cpu_secs(overlap, "batch"),
+        ]
+    };
+    let before = cpu();
+    let mut after = before;
+    let truth = powered(cluster, &[1, 2], 10, || after = cpu());
+    let used: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    stop_jobs(cluster, &stop, &[het, overlap]);
+
+    let het_rows = cluster.energy(het);
+    let ov_rows = cluster.energy(overlap);
+    println!("hetjob {het}: {het_rows:?}\noverlap {overlap}: {ov_rows:?}");
+    println!(
+        "n1 {:.0} J, n2 {:.0} J; n2's CPU time: component 1 {:.2} s, overlap job {:.2} s \
+         (steps {:.2} s and {:.2} s, batch {:.2} s)",
+        truth[0], truth[1], used[0], used[1], used[2], used[3], used[4]
+    );
+    let fig = |rows: &[(String, Option<u64>)], id: String| energy_of(rows, &id);
+    let c0 = fig(&het_rows, format!("{het}+0"));
+    let c1 = fig(&het_rows, format!("{het}+1"));
+    let ov = fig(&ov_rows, overlap.to_string());
+    assert_close("component 0, alone on n1", c0, truth[0], SUM_TOLERANCE);
+    assert_close(
+        "n2: component 1 + the overlap job",
+        c1 + ov,
+        truth[1],
+        SUM_TOLERANCE,
+    );
+    let predicted = model(truth[1], &[0.5, 0.5], &used[..2]);
+    assert_close("component 1 on n2", c1, predicted[0], MODEL_TOLERANCE);
+    assert_close("the overlap job on n2", ov, predicted[1], MODEL_TOLERANCE);
+    // sacct shows a line per component and none for the whole: the job's total is theirs
+    println!(
+        "hetjob total (sacct's component lines): {:.0} J = {c0:.0} + {c1:.0} J",
+        c0 + c1
+    );
+    assert!(
+        !het_rows.iter().any(|(id, _)| *id == het.to_string()),
+        "sacct shows no line for the hetjob as a whole: {het_rows:?}"
+    );
+
+    let steps = ["0", "1", "batch"].map(|s| fig(&ov_rows, format!("{overlap}.{s}")));
+    assert_close(
+        "overlap: steps 0 + 1 + batch vs the job",
+        steps.iter().sum(),
+        ov,
+        SUM_TOLERANCE,
+    );
+    let inner: f64 = used[2..].iter().sum();
+    for (k, s) in ["0", "1"].iter().enumerate() {
+        assert_close(
+            &format!("overlap step {s}, by its CPU time"),
+            steps[k],
+            ov * used[2 + k] / inner,
+            MODEL_TOLERANCE,
+        );
+    }
+}
+
+/// Two elements of a job array side by side on n1, one spinning, one sleeping: each is a
+/// job of its own (its own id and cgroup) and gets its share.
+fn array_elements_side_by_side(cluster: &Cluster) {
+    let stop = cluster.sim(1).dir.join("stop-array");
+    let array = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -w n1 -n1 -c1 --array=0-1\n{} \"arr${{SLURM_ARRAY_TASK_ID}}_in\"\n\
+         if [ \"$SLURM_ARRAY_TASK_ID\" = 0 ]; then {}; else {}; fi\n",
+        mark_cmd(cluster, 1, ""),
+        spin(&stop),
+        idle(&stop)
+    ));
+    wait_for_marks(cluster, 1, &["arr0_in", "arr1_in"]);
+    let elements = raw_ids(cluster, array, [0, 1].map(|k| format!("{array}_{k}")));
+    sleep(Duration::from_secs(2));
+    let before = elements.map(cpu_secs);
+    let truth = powered(cluster, &[1], 10, || {})[0];
+    let after = elements.map(cpu_secs);
+    stop_jobs(cluster, &stop, &[array]);
+    let rows = cluster.energy(array);
+    println!("array {array}: {rows:?}");
+    let used = [after[0] - before[0], after[1] - before[1]];
+    let predicted = model(truth, &[0.5, 0.5], &used);
+    let figures = [0, 1].map(|k| energy_of(&rows, &format!("{array}_{k}")));
+    assert_close(
+        "array: both elements vs n1",
+        figures[0] + figures[1],
+        truth,
+        SUM_TOLERANCE,
+    );
+    for k in 0..2 {
+        assert_close(
+            &format!("array element {k} ({:.2} s CPU)", used[k]),
+            figures[k],
+            predicted[k],
+            MODEL_TOLERANCE,
+        );
+    }
+}
+
+/// Needs a second node: Slurm's backfill scheduler, which alone starts heterogeneous jobs,
+/// plans each component on a node of its own.
+#[test]
+fn a_hetjob_overlapping_steps_and_array_elements_get_their_shares() {
+    let Some(tmp) = root_test_dir("a_hetjob_overlapping_steps_and_array_elements_get_their_shares")
+    else {
+        return;
+    };
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            nodes: 2,
+            energy_type: RAPL,
+            acct_gather: &format!(
+                "EnergyRaplSource=msr\nEnergyAttribution=shared\nEnergyAttributionIdleWatts={IDLE_WATTS}\n"
+            ),
+            sim_args: vec![Some(SIM); 2],
+            extra_conf: &format!("{CGROUP_SLURM_CONF}{BACKFILL_CONF}"),
+            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            ..ClusterSpec::default()
+        },
+    );
+    hetjob_and_overlapping_steps(&cluster);
+    array_elements_side_by_side(&cluster);
+}
