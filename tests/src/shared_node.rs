@@ -97,7 +97,7 @@ fn cgroup_cpu_secs(dir: &str) -> f64 {
 }
 
 /// The live energy of a step (`sstat`).
-pub fn live(cluster: &Cluster, step: &str) -> f64 {
+fn live(cluster: &Cluster, step: &str) -> f64 {
     let out = cluster.run(&["sstat", "-n", "-P", "-j", step, "-o", "ConsumedEnergyRaw"]);
     out.trim()
         .parse()

@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark};
 use support::shared_node::{
-    CGROUP_SLURM_CONF, IDLE_WATTS, OFF, ON, RAPL, SIM, cpu_secs, live, shared_cluster,
-    step_cpu_secs,
+    CGROUP_SLURM_CONF, IDLE_WATTS, OFF, ON, RAPL, SIM, cpu_secs, shared_cluster, step_cpu_secs,
 };
 use support::*;
 
@@ -126,11 +125,14 @@ fn model(node: f64, held: &[f64], used: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-/// One moment of a running scenario on node `k`: each job's live figure (its extern step's,
-/// `sstat`), its CPU time and the node's truth. Jobs' figures are held to the model over a
-/// window between two such moments, at steady power: an interval of the node's samples
-/// that a power step cuts charges its static part at the idle watts over the whole
-/// interval (`min(dE, P_static * dt)`), which a model over the final figures would miss.
+/// One sample of node `k`'s ledger (slurmd's file that every step reads its figure from):
+/// the node's joules and each job's, and the jobs' CPU time read just after. Jobs' figures
+/// are held to the model over a window between two such samples, at steady power: both
+/// ends are one sample each, so a slurmd that a loaded machine lets publish late cannot
+/// skew them (a live figure, `sstat`, is brought forward at most a second); the ledger's
+/// node figure is held to the simulator's truth by the final figures. Not over the final
+/// figures: an interval of the node's samples that a power step cuts is charged static
+/// power over the whole interval (`min(dE, P_static * dt)`), which the model would miss.
 struct Point {
     truth: f64,
     energy: Vec<f64>,
@@ -138,16 +140,24 @@ struct Point {
 }
 
 fn point(cluster: &Cluster, k: usize, jobs: &[u32]) -> Point {
-    let before = cluster.sim(k).truth();
+    let path = cluster.dir.join(format!("spool/n{k}/energy-ledger.0.json"));
+    // slurmd replaces the file by a rename: one read is one whole sample
+    let text = fs::read_to_string(&path).expect("the node's ledger");
+    let ledger: serde_json::Value = serde_json::from_str(&text).expect("the ledger's JSON");
+    let joules = |v: &serde_json::Value| v["joules"].as_f64().expect("joules");
     let energy = jobs
         .iter()
-        .map(|j| live(cluster, &format!("{j}.extern")))
+        .map(|&j| {
+            let found = ledger["jobs"]
+                .as_array()
+                .and_then(|all| all.iter().find(|x| x["job"].as_u64() == Some(u64::from(j))));
+            joules(&found.unwrap_or_else(|| panic!("job {j} in the ledger: {text}"))["account"])
+        })
         .collect();
-    let cpu = jobs.iter().map(|&j| cpu_secs(j)).collect();
     Point {
-        truth: (before + cluster.sim(k).truth()) / 2.0,
+        truth: joules(&ledger["node"]),
         energy,
-        cpu,
+        cpu: jobs.iter().map(|&j| cpu_secs(j)).collect(),
     }
 }
 
