@@ -304,9 +304,11 @@ fn gang_scheduled_jobs(cluster: &Cluster) {
     let node = last.0 - on;
     stop_jobs(cluster, &stop, &jobs);
 
-    // Final figures, not live ones: a live figure is brought forward at the job's last
-    // power, which the gang scheduler changes every slice (from 250 to 50 W here). The
-    // final ones take in the two power steps, where the node's sample interval that the
+    // Final figures, not a window of ledger samples or live ones: each job's power changes
+    // every slice (from 250 to 50 W here), so a window's ends must be the model's (a live
+    // figure is brought forward at the job's last power; a ledger sample is slurmd's
+    // moment, not the test's). The final ones cover the model's span, ON to OFF, and take
+    // in the two power steps, where the node's sample interval that the
     // step cuts is charged static power over the whole interval (`min(dE, P_static * dt)`):
     // at most `P_static * (1 - P_static / P)` joules per 1 s interval more than the model's
     // static part, taken from the running job's dynamic part and split by half.
