@@ -743,11 +743,12 @@ cmd_up() {
     start_slurm
 }
 
-# all N nodes known to slurmctld are idle
+# all N nodes known to slurmctld are idle (a node in several partitions is listed once per
+# partition)
 nodes_idle() {
     local out
     out=$(client sinfo -h -N -o '%N %T') || return 1
-    [ "$(grep -c ' idle$' <<<"$out")" -eq "$1" ]
+    [ "$(sort -u <<<"$out" | grep -c ' idle$')" -eq "$1" ]
 }
 
 # ----------------------------------------------------------------- down ----

@@ -40,6 +40,11 @@ PARALLEL_PACKAGE = "energy-tests"
 # - the shared-node tests (EnergyAttribution=shared): their jobs spin a CPU, and a step's
 #   share read from a ledger that a loaded slurmd publishes late overshoots at a power
 #   step (+2% to +3.5% measured with 3 other clusters beside it on 2 cores, exact alone).
+#   cluster_lifecycle runs beside others: it reads its windows from the node's ledger (one
+#   sample's node and job figures at each end, which a late slurmd cannot skew), where one
+#   job uses about no CPU (suspended or sleeping) or two spin on one CPU, so the split does
+#   not move with the load; the gang jobs by final figures and a model taken every half
+#   second (all within 0.2% beside two other clusters on 2 cores).
 EXCLUSIVE = {
     # cluster_trust's attack on a shared node (the shared-node pair, held to its bounds)
     "processes_titled_as_slurmstepds_change_no_jobs_figure",

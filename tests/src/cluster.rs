@@ -309,11 +309,22 @@ impl Cluster {
         let deadline = Instant::now() + timeout;
         loop {
             let states = self.run(&["sacct", "-n", "-P", "-j", &id, "-o", "State"]);
+            // the states a job or step leaves again (ci/cluster.sh's wait-job): a job
+            // suspended (by scontrol or the gang scheduler) has no final figures yet
             let done = !states.trim().is_empty()
                 && states.lines().all(|s| {
                     !matches!(
                         s.trim(),
-                        "RUNNING" | "PENDING" | "COMPLETING" | "REQUEUED" | ""
+                        "RUNNING"
+                            | "PENDING"
+                            | "COMPLETING"
+                            | "REQUEUED"
+                            | "SUSPENDED"
+                            | "RESIZING"
+                            | "CONFIGURING"
+                            | "SIGNALING"
+                            | "STAGE_OUT"
+                            | ""
                     )
                 });
             if done {

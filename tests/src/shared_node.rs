@@ -67,6 +67,17 @@ pub fn wait_for_mark(cluster: &Cluster, name: &str) {
 
 /// The job's CPU time so far, read from Slurm's cgroup v1 tree as the model reads it.
 pub fn cpu_secs(job: u32) -> f64 {
+    cgroup_cpu_secs(&format!("job_{job}"))
+}
+
+/// Step `step` (`0`, `batch`) of job `job`: its CPU time so far, as [`cpu_secs`] reads it.
+pub fn step_cpu_secs(job: u32, step: &str) -> f64 {
+    cgroup_cpu_secs(&format!("job_{job}/step_{step}"))
+}
+
+/// The CPU time of `dir` (`job_J`, `job_J/step_S`) under the uid directory of Slurm's
+/// cgroup v1 tree (on this host under any slurmd's root: the job ids differ).
+fn cgroup_cpu_secs(dir: &str) -> f64 {
     let root = PathBuf::from("/sys/fs/cgroup/cpuacct");
     let found = fs::read_dir(&root)
         .into_iter()
@@ -74,9 +85,9 @@ pub fn cpu_secs(job: u32) -> f64 {
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("slurm"))
         .flat_map(|slurm| fs::read_dir(slurm.path()).into_iter().flatten().flatten())
-        .map(|uid| uid.path().join(format!("job_{job}/cpuacct.usage")))
+        .map(|uid| uid.path().join(dir).join("cpuacct.usage"))
         .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("no cgroup of job {job} under {}", root.display()));
+        .unwrap_or_else(|| panic!("no cgroup {dir} under {}", root.display()));
     let ns: f64 = fs::read_to_string(&found)
         .expect("cpuacct.usage")
         .trim()
