@@ -36,11 +36,10 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::accounting::Accounting;
 use crate::accounting::MAX_SENSORS;
 use crate::config::{ConfigError, KeyValues};
-use crate::metrics::{self, Identity, MetricsFile, Owner};
-use crate::replace::Access;
 use crate::source::{DeviceReading, EnergyReader, Reading, SensorReading, stale_after};
 use cgroup::{CgroupTree, StepCgroup};
 use doorbell::Pace;
+use grant::Owner;
 use gres::GresOrder;
 use holders::Holders;
 use ledger::{
@@ -287,6 +286,10 @@ impl Place {
     }
 }
 
+/// What is told the ledger at each update, and who runs each job when asked for (the
+/// metrics file's writer).
+pub type Publisher = Box<dyn FnMut(&Ledger, Option<&HashMap<u32, Owner>>) + Send>;
+
 /// slurmd's side: updates and publishes the ledger at the meter's samples.
 pub struct Keeper {
     ledger: Ledger,
@@ -313,8 +316,10 @@ pub struct Keeper {
     /// A failure to publish is logged once per episode.
     failing: bool,
     /// Where the ledger is also written for Prometheus, and the series' labels.
-    metrics: Option<(MetricsFile, Identity)>,
-    /// Who runs each job, learned from Slurm's step records for the metrics.
+    publish: Option<Publisher>,
+    /// Whether the publisher is told who runs each job ([`Self::owners`]).
+    publish_owners: bool,
+    /// Who runs each job, learned from Slurm's step records for the publisher.
     owners: HashMap<u32, Owner>,
     /// slurmd's user, which its slurmstepds run as.
     stepd_uid: u32,
@@ -385,35 +390,27 @@ impl Keeper {
             path,
             pace: Arc::default(),
             failing: false,
-            metrics: None,
+            publish: None,
+            publish_owners: false,
             owners: HashMap::new(),
             stepd_uid: nix::unistd::getuid().as_raw(),
         })
     }
 
-    /// Also writes the ledger's figures in Prometheus's text format to `file`, labelled
-    /// with `node` and `source` (the plugin).
-    /// The file is readable as `access` says, and says who runs each job if `owners`.
-    pub fn with_metrics(
-        mut self,
-        file: PathBuf,
-        access: Access,
-        owners: bool,
-        node: &str,
-        source: &str,
-    ) -> Self {
-        let attribution = match self.split {
+    /// How jobs are charged, as the metrics label it: `node`, `shared` or `devices`.
+    pub fn attribution(&self) -> &'static str {
+        match self.split {
             Split::Node => "node",
             Split::Shared { .. } => "shared",
             Split::Devices { .. } => "devices",
-        };
-        log::info!("writing energy metrics to {}", file.display());
-        let who = Identity {
-            node: node.to_string(),
-            source: source.to_string(),
-            attribution: attribution.to_string(),
-        };
-        self.metrics = Some((MetricsFile::new(file, access, owners), who));
+        }
+    }
+
+    /// Also hands the ledger to `publish` at each update (the metrics file), with who runs
+    /// each job if `owners`.
+    pub fn publishing(mut self, owners: bool, publish: Publisher) -> Self {
+        self.publish = Some(publish);
+        self.publish_owners = owners;
         self
     }
 
@@ -488,11 +485,10 @@ impl Keeper {
             }
             Err(_) => {}
         }
-        if let Some((file, who)) = &mut self.metrics {
+        if let Some(publish) = &mut self.publish {
             let kept: HashSet<u32> = self.ledger.jobs().map(|j| j.id).collect();
             self.owners.retain(|job, _| kept.contains(job));
-            let owners = file.owners().then_some(&self.owners);
-            file.write(&metrics::render(&self.ledger, owners, who));
+            publish(&self.ledger, self.publish_owners.then_some(&self.owners));
         }
     }
 
@@ -516,8 +512,8 @@ impl Keeper {
         if self.samples.is_multiple_of(GRANT_SWEEP_SAMPLES) {
             grant::Grant::remove_ended(&self.spool, &present.keys().copied().collect());
         }
-        // a job's owner is looked up only where the metrics file shows owners
-        if self.metrics.as_ref().is_some_and(|(file, _)| file.owners()) {
+        // a job's owner is looked up only where the publisher shows owners
+        if self.publish.is_some() && self.publish_owners {
             self.learn_owners(&present);
         }
         if let Some(holders) = self.holders.as_mut() {
@@ -1419,11 +1415,22 @@ mod tests {
             let observe = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
             // the same with the Prometheus metrics file written at each sample
             let file = tmp.path().join("slurm_energy.prom");
-            let readable = Access {
+            let readable = crate::replace::Access {
                 mode: 0o644,
                 group: None,
             };
-            let mut keeper = keeper.with_metrics(file.clone(), readable, true, "n1", "rust_rapl");
+            let who = crate::metrics::Identity {
+                node: "n1".into(),
+                source: "rust_rapl".into(),
+                attribution: keeper.attribution().into(),
+            };
+            let mut metrics = crate::metrics::MetricsFile::new(file.clone(), readable, true);
+            let mut keeper = keeper.publishing(
+                true,
+                Box::new(move |ledger, owners| {
+                    metrics.write(&crate::metrics::render(ledger, owners, &who));
+                }),
+            );
             let started = Instant::now();
             for k in rounds + 1..=2 * rounds {
                 let at = Duration::from_secs(u64::from(k));

@@ -21,6 +21,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::attribution::grant::Owner;
 use crate::attribution::ledger::Ledger;
 use crate::config::{ConfigError, KeyValues};
 use crate::replace::{Access, replace, sweep};
@@ -218,14 +219,6 @@ impl MetricsConfig {
         let stem = file.file_stem()?.to_string_lossy();
         Some(file.with_file_name(format!("{stem}.{source}.prom")))
     }
-}
-
-/// A job's owner, as Slurm's step record says ([`crate::attribution::grant`]): never what
-/// its tasks' environment says, which is the owner's to write. The record names no account
-/// or partition.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Owner {
-    pub user: String,
 }
 
 /// The labels of every series of one plugin on one node.

@@ -292,8 +292,20 @@ impl<S: Source> State<S> {
         if let Some(file) = self.metrics.path_for(host.plugin_kind(), stacked, &node) {
             match self.metrics.access() {
                 Ok(access) => {
+                    log::info!("writing energy metrics to {}", file.display());
                     let owners = self.metrics.owners;
-                    keeper = keeper.with_metrics(file, access, owners, &node, host.plugin_kind());
+                    let who = metrics::Identity {
+                        node: node.clone(),
+                        source: host.plugin_kind().to_string(),
+                        attribution: keeper.attribution().to_string(),
+                    };
+                    let mut file = metrics::MetricsFile::new(file, access, owners);
+                    keeper = keeper.publishing(
+                        owners,
+                        Box::new(move |ledger, owners| {
+                            file.write(&metrics::render(ledger, owners, &who));
+                        }),
+                    );
                 }
                 Err(e) => log::error!("{e}; no metrics file is written"),
             }

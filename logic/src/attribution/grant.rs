@@ -48,6 +48,14 @@ pub struct GresHeld {
     pub indexes: Vec<u32>,
 }
 
+/// A job's owner, as Slurm's step record says (a [`Grant`]): never what its tasks'
+/// environment says, which is the owner's to write. The record names no account or
+/// partition.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Owner {
+    pub user: String,
+}
+
 /// What Slurm granted one step on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {

@@ -5,6 +5,7 @@
 mod amd_smi;
 mod nvml;
 mod nvml_mig;
+mod nvml_types;
 
 pub use amd_smi::open_amd_smi;
 pub use nvml::open_nvml;

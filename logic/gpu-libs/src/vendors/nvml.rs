@@ -1,25 +1,22 @@
 //! NVML (nvml.h): each GPU's energy counter and power, its processes' utilization.
 
 use std::collections::HashMap;
-use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong};
 
 use libloading::os::unix::Library;
 
 use super::nvml_mig::{GpmApi, GpuActivity, MigApi};
+use super::nvml_types::{NVML_SUCCESS, NvmlDevice};
 use super::{load, symbol};
 use crate::{Device, GpuError, GpuLibrary, MigInstance, NVIDIA_MAJOR};
 
 /// `nvmlReturn_t` values (nvml.h).
-pub(super) const NVML_SUCCESS: c_int = 0;
 const NVML_ERROR_NOT_SUPPORTED: c_int = 3;
 const NVML_ERROR_NOT_FOUND: c_int = 6;
 const NVML_ERROR_INSUFFICIENT_SIZE: c_int = 7;
 const NVML_ERROR_GPU_IS_LOST: c_int = 15;
 /// `NVML_DEVICE_UUID_V2_BUFFER_SIZE`.
 const NVML_UUID_SIZE: usize = 96;
-
-/// `nvmlDevice_t`: an opaque pointer.
-pub(super) type NvmlDevice = *mut c_void;
 
 #[derive(Clone, Copy)]
 struct NvmlApi {

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use libloading::os::unix::Library;
 
-use super::nvml::{NVML_SUCCESS, NvmlDevice};
+use super::nvml_types::{NVML_SUCCESS, NvmlDevice};
 use super::symbol;
 use crate::MigInstance;
 
