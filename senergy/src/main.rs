@@ -126,6 +126,11 @@ enum Command {
         /// The node, as slurm.conf names it [default: this host's short name].
         #[arg(long, value_name = "NODENAME")]
         node: Option<String>,
+        /// Also set slurmd's figure beside an independent reader of the same hardware
+        /// (RAPL perf events, the BMC, Redfish, pm_counters, nvidia-smi, amd-smi) over a
+        /// window of SECONDS [default: 30].
+        #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "30")]
+        compare: Option<f64>,
     },
     /// Energy, emissions and cost per account and user of the jobs that ended in a period.
     Usage {
@@ -324,22 +329,39 @@ fn uid_of(user: &str) -> Result<u32, Failure> {
 }
 
 /// `senergy check`: the node's verdict, in text or JSON; exits 6 on any failure.
-fn check_node(format: &Format, node: Option<String>) -> Result<u8, Failure> {
+fn check_node(format: &Format, node: Option<String>, compare: Option<f64>) -> Result<u8, Failure> {
     if format.csv {
         return Err(Failure::Input("check has no CSV form: use --json".into()));
     }
+    let window = compare
+        .map(|s| {
+            (s.is_finite() && (2.0..=3600.0).contains(&s))
+                .then(|| std::time::Duration::from_secs_f64(s))
+                .ok_or_else(|| {
+                    Failure::Input(format!("--compare {s}: a window of 2 to 3600 seconds"))
+                })
+        })
+        .transpose()?;
     let settings = ffi::slurm_settings();
     let facts = check::node::gather(&settings, node);
     let findings = check::judge(&facts);
-    print!(
-        "{}",
-        if format.json {
-            check::json(&facts, &findings)
-        } else {
-            check::text(&facts, &findings)
+    let compared = window.map(|w| check::node::compare(&settings, &facts, w));
+    if format.json {
+        let mut value = check::json(&facts, &findings);
+        if let Some(c) = &compared {
+            value["compare"] = check::compare::json(c);
         }
-    );
-    Ok(if check::healthy(&findings) {
+        println!("{value:#}");
+    } else {
+        print!("{}", check::text(&facts, &findings));
+        if let Some(c) = &compared {
+            print!("{}", check::compare::text(c));
+        }
+    }
+    let agrees = compared
+        .as_ref()
+        .is_none_or(check::compare::Comparison::agrees);
+    Ok(if check::healthy(&findings) && agrees {
         0
     } else {
         exit::UNHEALTHY
@@ -375,7 +397,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     };
     match &cli.command {
         // the node's health owes nothing to the site file
-        Command::Check { node } => check_node(&cli.format, node.clone()),
+        Command::Check { node, compare } => check_node(&cli.format, node.clone(), *compare),
         Command::Job { jobs, plot } => {
             let (tariff, prometheus) = site()?;
             let named = jobs
