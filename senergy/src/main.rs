@@ -4,6 +4,7 @@ mod carbon;
 mod check;
 mod emissions;
 mod ffi;
+mod measured;
 mod output;
 mod plot;
 mod presence;
@@ -328,6 +329,46 @@ fn uid_of(user: &str) -> Result<u32, Failure> {
     }
 }
 
+/// Each report says what its figure measured and how ([`measured`]): from today's
+/// slurm.conf and acct_gather.conf, and the other jobs accounting shows on its nodes while
+/// it ran (where they cannot be asked, whether it was alone is unknown).
+fn say_what_was_measured(
+    db: &Accounting,
+    reports: &mut [report::JobReport],
+    rows: &[record::JobRow],
+    now: i64,
+) {
+    let settings = ffi::slurm_settings();
+    let acct_gather = Path::new(&settings.slurm_conf)
+        .parent()
+        .map(|dir| dir.join("acct_gather.conf"))
+        .and_then(|path| std::fs::read_to_string(path).ok());
+    let setup = measured::Setup::new(&settings.energy_types, acct_gather.as_deref());
+    let started: Vec<&record::JobRow> = rows.iter().filter(|r| r.start > 0).collect();
+    let window = started.iter().map(|r| r.start).min().map(|first| {
+        let last = started
+            .iter()
+            .map(|r| if r.end > 0 { r.end } else { now })
+            .max()
+            .unwrap_or(now);
+        (first, last + 1)
+    });
+    let others = window.and_then(|w| {
+        db.jobs(&JobQuery {
+            window: Some(w),
+            ..JobQuery::default()
+        })
+        .ok()
+    });
+    for (report, row) in reports.iter_mut().zip(rows) {
+        let alone = match &others {
+            Some(others) => measured::alone(row, others, now),
+            None => measured::Alone::Unknown,
+        };
+        report.measured(setup.source(), setup.method(&alone));
+    }
+}
+
 /// `senergy check`: the node's verdict, in text or JSON; exits 6 on any failure.
 fn check_node(format: &Format, node: Option<String>, compare: Option<f64>) -> Result<u8, Failure> {
     if format.csv {
@@ -453,6 +494,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 })
                 .collect();
             only_named_steps(&mut reports, &rows, &named);
+            say_what_was_measured(&db, &mut reports, &rows, now);
             if let (Some(path), Some(row), Some(report)) = (plot, rows.first(), reports.first()) {
                 let drawn = match samples.first().and_then(Option::as_ref) {
                     Some(series) => plot::power(path, report, row, series, now),
