@@ -134,7 +134,7 @@ pub enum Alone {
 /// job overlapped it when their runs overlap in time (a running job's end is `now`) and
 /// their node lists share a node.
 pub fn alone(job: &JobRow, others: &[JobRow], now: i64) -> Alone {
-    let run = |j: &JobRow| (j.start > 0).then(|| (j.start, if j.end > 0 { j.end } else { now }));
+    let run = |j: &JobRow| (j.start > 0).then_some((j.start, if j.end > 0 { j.end } else { now }));
     let nodes = |j: &JobRow| -> Option<BTreeSet<String>> {
         Some(hostlist::expand(&j.nodes).ok()?.into_iter().collect())
     };
