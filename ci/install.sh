@@ -8,7 +8,9 @@
 # headers are not of the release your daemons run. `senergy`, where the workspace built
 # it, goes to BINDIR (default /usr/local/bin). DESTDIR=/stage puts every file under
 # /stage (what ci/package.sh does) and leaves the paths themselves as they are. Build as
-# yourself, install with sudo: without cargo on its PATH it installs what was built.
+# yourself, install with sudo: without cargo on its PATH it installs what was built. The
+# release is read from the built plugins themselves: a build for another release than
+# the headers' (SLURM_EXPECTED_VERSION) is refused, nothing installed.
 set -eu
 cd "$(dirname "$0")/.."
 plugin_dir=${1:-}
@@ -27,6 +29,36 @@ else
         "as yourself: cargo build --release --workspace --exclude energy-tests" >&2
     exit 1
 fi
+# The release each built plugin carries (its plugin_version, which Slurm's loader
+# compares with its own), read from the file: what was built, whatever this shell's
+# headers and SLURM_EXPECTED_VERSION say. Needs readelf (binutils).
+built_for() {
+    value=$(readelf -W --dyn-syms "$1" | awk '$8 == "plugin_version" { print $2; exit }')
+    [ -n "$value" ] || return 1
+    # the file offset of that address: its section's offset plus the distance into it
+    offset=$(readelf -W -S "$1" | awk -v v="$value" '
+        function hex(s,   i, n, c) { n = 0; s = tolower(s)
+            for (i = 1; i <= length(s); i++) { c = index("0123456789abcdef", substr(s, i, 1)) - 1; n = n * 16 + c }
+            return n }
+        { sub(/^ *\[ *[0-9]+\]/, "") }
+        NF >= 6 && $2 != "NOBITS" { a = hex($3); o = hex($4); z = hex($5); x = hex(v)
+            if (a > 0 && x >= a && x < a + z) { printf "%d\n", x - a + o; exit } }')
+    [ -n "$offset" ] || return 1
+    n=$(od -An -tu4 -j "$offset" -N4 "$1" | tr -d ' ')
+    printf '%d.%02d.%d' $((n >> 16)) $(((n >> 8) & 255)) $((n & 255))
+}
+for lib in "$target"/release/libacct_gather_energy_*.so; do
+    built=$(built_for "$lib") || {
+        echo "install.sh: cannot read the release $lib was built for (is readelf installed?)" >&2
+        exit 1
+    }
+    if [ "$built" != "$slurm_release" ]; then
+        echo "install.sh: $lib is built for Slurm $built, not $slurm_release (the headers in $include):" \
+            "rebuild for $slurm_release (as yourself: cargo build --release with SLURM_INCLUDE_DIR or" \
+            "SLURM_PREFIX set for it), or install into the Slurm of $built; nothing installed" >&2
+        exit 1
+    fi
+done
 mkdir -p "$dest$plugin_dir"
 for lib in "$target"/release/libacct_gather_energy_*.so; do
     name=$(basename "$lib" | sed 's/^lib//')
@@ -41,4 +73,4 @@ if [ -x "$target/release/senergy" ]; then
     install -m 0755 "$target/release/senergy" "$dest$bindir/senergy"
     echo "installed $dest$bindir/senergy"
 fi
-echo "built for Slurm $slurm_release: the daemons must run exactly this release"
+echo "built for Slurm $slurm_release (read from the plugins): the daemons must run exactly this release"

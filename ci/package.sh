@@ -6,7 +6,7 @@
 # The package, slurm-energy-rust_<version>+slurm<X.Y.Z>_<arch>.deb, holds
 #   <Slurm's plugin dir>/acct_gather_energy_rust_*.so and the Variorum sampler helper
 #   /usr/bin/senergy                       where the workspace built it (target/release)
-#   /usr/share/doc/slurm-energy-rust/      README.md, copyright, examples/ (conf/, the Grafana dashboard in grafana/)
+#   /usr/share/doc/slurm-energy-rust/      README.md, copyright, docs/, examples/ (conf/, the Grafana dashboard in grafana/)
 # Slurm's loader refuses a plugin built for any other release (micro included), so
 # `Depends` pins the exact package of the Slurm whose plugin directory it installs into:
 # Debian's `slurm-wlm-basic-plugins (= 22.05.8-4+deb12u3)`, or whatever dpkg package owns
@@ -37,8 +37,11 @@ DESTDIR=$root BINDIR=/usr/bin sh ci/install.sh "$plugin_dir" >&2
 doc=$root/usr/share/doc/$name
 mkdir -p "$doc/examples"
 install -m 0644 README.md "$doc/"
+# the README, senergy --help and the examples point into docs/
+mkdir -p "$doc/docs"
+cp -R docs/. "$doc/docs/"
 cp -R conf/. "$doc/examples/"
-find "$doc/examples" -type d -exec chmod 0755 {} + -o -type f -exec chmod 0644 {} +
+find "$doc/examples" "$doc/docs" -type d -exec chmod 0755 {} + -o -type f -exec chmod 0644 {} +
 cat >"$doc/copyright" <<EOF
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: $name
@@ -105,4 +108,6 @@ EOF
 mkdir -p "$out"
 deb=$out/${name}_${version}_$arch.deb
 dpkg-deb --root-owner-group --build "$root" "$deb" >&2
+# apt takes a local file only as a path (./x.deb or /x.deb): "Unsupported file" otherwise
+echo "install it with: sudo apt install $(realpath --relative-to=. "$deb" | sed 's|^[^./]|./&|')" >&2
 echo "$deb"

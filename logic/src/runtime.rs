@@ -233,7 +233,10 @@ impl<S: Source> State<S> {
             let node = host.node_name();
             let mine = S::for_node(&config, &node);
             if mine != config {
-                log::info!("%n and %h in acct_gather.conf are this node's name, {node}");
+                log::info!(
+                    "%n in acct_gather.conf is this node's name, {node}; %h this host's, {}",
+                    crate::source::host_name()
+                );
             }
             S::open(&mine).map(metered)
         };

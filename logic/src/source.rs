@@ -84,10 +84,23 @@ pub trait Source: 'static {
     fn plugin_located(_dir: &std::path::Path) {}
 }
 
-/// `text` with `%n` and `%h` as `node` (Slurm's NodeName and host name, which this
-/// family takes alike: a node's name as its host knows it).
+/// `text` with `%n` as `node` (Slurm's NodeName) and `%h` as this host's name
+/// (`gethostname`), as slurm.conf(5) has them: a node may be named apart from its host
+/// (NodeHostname, several slurmds on one host).
 pub fn expand_node(text: &str, node: &str) -> String {
-    text.replace("%n", node).replace("%h", node)
+    expand(text, node, &host_name())
+}
+
+/// This host's name as the kernel knows it.
+pub fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default()
+}
+
+fn expand(text: &str, node: &str, host: &str) -> String {
+    text.replace("%n", node).replace("%h", host)
 }
 
 /// The node's energy since the source was opened.
@@ -213,6 +226,15 @@ pub struct SensorReading {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn percent_n_is_the_node_and_percent_h_the_host() {
+        assert_eq!(
+            expand("https://%n-bmc:%h", "n1", "host7"),
+            "https://n1-bmc:host7"
+        );
+        assert_eq!(expand("bmc", "n1", "host7"), "bmc");
+    }
 
     fn count(name: &str, value_uj: u64, wraps_at_uj: Option<u64>) -> HardwareCount {
         HardwareCount {

@@ -3,7 +3,10 @@
 //! node's energy ledger. [`node`] gathers those facts; this module judges them and says the
 //! verdict, in a few lines or as JSON.
 
+pub mod compare;
 pub mod node;
+mod perf;
+pub mod readers;
 
 use std::path::PathBuf;
 
@@ -110,6 +113,12 @@ pub struct Facts {
     pub slurmd_release: Result<(u32, PathBuf), String>,
     pub ledgers: Vec<LedgerFact>,
     pub log: LogFacts,
+    /// Where a plugin's ledger has no fresh reading: its source probed directly
+    /// ([`readers::probe`]): `(plugin type, what answers or why nothing does)`.
+    pub probes: Vec<(String, Result<String, String>)>,
+    /// slurmd processes on this host left aside: they run for another node or another
+    /// slurm.conf (`(pid, why)`).
+    pub other_slurmds: Vec<(u32, String)>,
     /// With `EnergyAttribution=shared`: whether the node has what the split needs (the
     /// plugin's own verdict, [`slurm_energy_logic::attribution::Site::from_conf`]).
     pub shared: Option<Result<(), String>>,
@@ -237,7 +246,16 @@ pub fn judge(facts: &Facts) -> Vec<Finding> {
         None => say(
             "slurmd",
             Status::Fail,
-            format!("no slurmd runs for node {} on this host", facts.node),
+            format!(
+                "no slurmd runs for node {} with {} on this host{}",
+                facts.node,
+                facts.slurm_conf,
+                facts
+                    .other_slurmds
+                    .iter()
+                    .map(|(pid, why)| format!("; pid {pid} {why}"))
+                    .collect::<String>()
+            ),
         ),
     }
 
@@ -336,6 +354,21 @@ pub fn judge(facts: &Facts) -> Vec<Finding> {
         }
     }
 
+    for (plugin, found) in &facts.probes {
+        match found {
+            Ok(what) => say(
+                "probe",
+                Status::Warn,
+                format!("{plugin}: the source answers senergy directly ({what}), not slurmd"),
+            ),
+            Err(why) => say(
+                "probe",
+                Status::Fail,
+                format!("{plugin}: this node has no source it can read: {why}"),
+            ),
+        }
+    }
+
     if !failing && !facts.log.problems.is_empty() {
         let n = facts.log.problems.len();
         say(
@@ -379,7 +412,7 @@ pub fn text(facts: &Facts, findings: &[Finding]) -> String {
     out
 }
 
-pub fn json(facts: &Facts, findings: &[Finding]) -> String {
+pub fn json(facts: &Facts, findings: &[Finding]) -> serde_json::Value {
     let checks: Vec<_> = findings
         .iter()
         .map(|f| {
@@ -390,13 +423,12 @@ pub fn json(facts: &Facts, findings: &[Finding]) -> String {
             })
         })
         .collect();
-    let value = json!({
+    json!({
         "schema_version": 1,
         "node": facts.node,
         "healthy": healthy(findings),
         "checks": checks,
-    });
-    format!("{value:#}\n")
+    })
 }
 
 #[cfg(test)]
@@ -434,6 +466,8 @@ mod tests {
                 ..LogFacts::default()
             },
             shared: None,
+            probes: Vec::new(),
+            other_slurmds: Vec::new(),
             now: 1000.0,
         }
     }
@@ -470,8 +504,7 @@ mod tests {
             "{shown}"
         );
         assert!(shown.ends_with("verdict: OK\n"), "{shown}");
-        let value: serde_json::Value =
-            serde_json::from_str(&json(&facts, &findings)).expect("json");
+        let value = json(&facts, &findings);
         assert_eq!(value["healthy"], true);
     }
 

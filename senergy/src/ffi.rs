@@ -35,10 +35,32 @@ unsafe extern "C" {
 
 #[derive(Debug, Error)]
 pub enum AccountingError {
-    #[error("cannot connect to slurmdbd: {0}")]
-    Connect(String),
-    #[error("slurmdbd answered no job list: {0}")]
-    Query(String),
+    /// slurmdbd's `host:port` (AccountingStorageHost/Port), the slurm.conf, the reason.
+    #[error("cannot connect to slurmdbd at {0} (slurm.conf {1}): {2}")]
+    Connect(String, String, String),
+    #[error("slurmdbd at {0} answered no job list: {1}")]
+    Query(String, String),
+}
+
+/// Where slurm.conf sends accounting: `host:port`, and the slurm.conf loaded.
+fn slurmdbd() -> (String, String) {
+    // SAFETY: slurm_init loaded slurm_conf; its strings are NULL or NUL-terminated.
+    unsafe {
+        let conf = &*ptr::addr_of!(slurm_conf);
+        let host = text(conf.accounting_storage_host);
+        (
+            format!(
+                "{}:{}",
+                if host.is_empty() {
+                    "(no AccountingStorageHost)"
+                } else {
+                    &host
+                },
+                conf.accounting_storage_port
+            ),
+            text(conf.slurm_conf),
+        )
+    }
 }
 
 /// Which jobs to ask slurmdbd for; slurmdbd applies PrivateData to the caller's uid.
@@ -60,6 +82,12 @@ pub struct Accounting {
 /// is gone from 24.11).
 fn last_error() -> String {
     let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    if errno == 0 {
+        // libslurm failed without saying why ("No error" is no reason)
+        return "libslurm gave no reason (is slurmdbd running, and AccountingStorageType \
+                accounting_storage/slurmdbd?)"
+            .into();
+    }
     // SAFETY: slurm_strerror returns a static string for any error number.
     unsafe { text(slurm_strerror(errno)) }
 }
@@ -292,7 +320,10 @@ impl Accounting {
         let error = conn.is_null().then(last_error);
         let said = held.map(Held::end).unwrap_or_default();
         match error {
-            Some(e) => Err(AccountingError::Connect(with_reason(e, &said))),
+            Some(e) => {
+                let (at, conf) = slurmdbd();
+                Err(AccountingError::Connect(at, conf, with_reason(e, &said)))
+            }
             None => Ok(Accounting { conn }),
         }
     }
@@ -357,7 +388,7 @@ impl Accounting {
         let error = result.is_null().then(last_error);
         let said = held.map(Held::end).unwrap_or_default();
         if let Some(e) = error {
-            return Err(AccountingError::Query(with_reason(e, &said)));
+            return Err(AccountingError::Query(slurmdbd().0, with_reason(e, &said)));
         }
         // SAFETY: slurmdb_jobs_get returns a list of slurmdb_job_rec_t that we own.
         let rows = unsafe { each(result, job_row) };

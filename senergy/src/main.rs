@@ -4,6 +4,7 @@ mod carbon;
 mod check;
 mod emissions;
 mod ffi;
+mod measured;
 mod output;
 mod plot;
 mod presence;
@@ -126,6 +127,11 @@ enum Command {
         /// The node, as slurm.conf names it [default: this host's short name].
         #[arg(long, value_name = "NODENAME")]
         node: Option<String>,
+        /// Also set slurmd's figure beside an independent reader of the same hardware
+        /// (RAPL perf events, the BMC, Redfish, pm_counters, nvidia-smi, amd-smi) over a
+        /// window of SECONDS [default: 30].
+        #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "30")]
+        compare: Option<f64>,
     },
     /// Energy, emissions and cost per account and user of the jobs that ended in a period.
     Usage {
@@ -323,23 +329,80 @@ fn uid_of(user: &str) -> Result<u32, Failure> {
     }
 }
 
+/// Each report says what its figure measured and how ([`measured`]): from today's
+/// slurm.conf and acct_gather.conf, and the other jobs accounting shows on its nodes while
+/// it ran (where they cannot be asked, whether it was alone is unknown).
+fn say_what_was_measured(
+    db: &Accounting,
+    reports: &mut [report::JobReport],
+    rows: &[record::JobRow],
+    now: i64,
+) {
+    let settings = ffi::slurm_settings();
+    let acct_gather = Path::new(&settings.slurm_conf)
+        .parent()
+        .map(|dir| dir.join("acct_gather.conf"))
+        .and_then(|path| std::fs::read_to_string(path).ok());
+    let setup = measured::Setup::new(&settings.energy_types, acct_gather.as_deref());
+    let started: Vec<&record::JobRow> = rows.iter().filter(|r| r.start > 0).collect();
+    let window = started.iter().map(|r| r.start).min().map(|first| {
+        let last = started
+            .iter()
+            .map(|r| if r.end > 0 { r.end } else { now })
+            .max()
+            .unwrap_or(now);
+        (first, last + 1)
+    });
+    let others = window.and_then(|w| {
+        db.jobs(&JobQuery {
+            window: Some(w),
+            ..JobQuery::default()
+        })
+        .ok()
+    });
+    for (report, row) in reports.iter_mut().zip(rows) {
+        let alone = match &others {
+            Some(others) => measured::alone(row, others, now),
+            None => measured::Alone::Unknown,
+        };
+        report.measured(setup.source(), setup.method(&alone));
+    }
+}
+
 /// `senergy check`: the node's verdict, in text or JSON; exits 6 on any failure.
-fn check_node(format: &Format, node: Option<String>) -> Result<u8, Failure> {
+fn check_node(format: &Format, node: Option<String>, compare: Option<f64>) -> Result<u8, Failure> {
     if format.csv {
         return Err(Failure::Input("check has no CSV form: use --json".into()));
     }
+    let window = compare
+        .map(|s| {
+            (s.is_finite() && (2.0..=3600.0).contains(&s))
+                .then(|| std::time::Duration::from_secs_f64(s))
+                .ok_or_else(|| {
+                    Failure::Input(format!("--compare {s}: a window of 2 to 3600 seconds"))
+                })
+        })
+        .transpose()?;
     let settings = ffi::slurm_settings();
     let facts = check::node::gather(&settings, node);
     let findings = check::judge(&facts);
-    print!(
-        "{}",
-        if format.json {
-            check::json(&facts, &findings)
-        } else {
-            check::text(&facts, &findings)
+    let compared = window.map(|w| check::node::compare(&settings, &facts, w));
+    if format.json {
+        let mut value = check::json(&facts, &findings);
+        if let Some(c) = &compared {
+            value["compare"] = check::compare::json(c);
         }
-    );
-    Ok(if check::healthy(&findings) {
+        println!("{value:#}");
+    } else {
+        print!("{}", check::text(&facts, &findings));
+        if let Some(c) = &compared {
+            print!("{}", check::compare::text(c));
+        }
+    }
+    let agrees = compared
+        .as_ref()
+        .is_none_or(check::compare::Comparison::agrees);
+    Ok(if check::healthy(&findings) && agrees {
         0
     } else {
         exit::UNHEALTHY
@@ -375,7 +438,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     };
     match &cli.command {
         // the node's health owes nothing to the site file
-        Command::Check { node } => check_node(&cli.format, node.clone()),
+        Command::Check { node, compare } => check_node(&cli.format, node.clone(), *compare),
         Command::Job { jobs, plot } => {
             let (tariff, prometheus) = site()?;
             let named = jobs
@@ -431,6 +494,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 })
                 .collect();
             only_named_steps(&mut reports, &rows, &named);
+            say_what_was_measured(&db, &mut reports, &rows, now);
             if let (Some(path), Some(row), Some(report)) = (plot, rows.first(), reports.first()) {
                 let drawn = match samples.first().and_then(Option::as_ref) {
                     Some(series) => plot::power(path, report, row, series, now),

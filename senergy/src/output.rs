@@ -86,7 +86,7 @@ pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
     let header = "job_id,id,step,array_job_id,array_task_id,name,user,account,state,running,\
                   start,end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,per_node_avg_j,\
                   max_watts,min_node,min_node_energy_j,max_node,max_node_energy_j,node_energy,\
-                  emissions_g,emissions_method,cost,currency,data";
+                  emissions_g,emissions_method,cost,currency,data,source,method";
     let mut rows = vec![header.split(',').map(String::from).collect()];
     let node = |n: &Option<NodeEnergy>| {
         (
@@ -130,6 +130,8 @@ pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
                     fixed(j.cost, 6),
                     text(&tariff.currency),
                     j.data.as_str().into(),
+                    text(&j.source),
+                    text(&j.method),
                 ])
                 .collect(),
         );
@@ -174,6 +176,8 @@ pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
                         String::new(),
                         String::new(),
                         s.data.as_str().into(),
+                        text(&s.source),
+                        text(&s.method),
                     ])
                     .collect(),
             );
@@ -281,6 +285,9 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
             None => {
                 let _ = writeln!(t, "  energy unknown  data {}", j.data.as_str());
             }
+        }
+        if !j.source.is_empty() {
+            let _ = writeln!(t, "  measured: {}; {}", j.source, j.method);
         }
         let mut money = Vec::new();
         if let (Some(g), Some(how)) = (j.emissions_g, tariff.intensity_text()) {
@@ -534,12 +541,12 @@ mod tests {
                       running,start,end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,\
                       per_node_avg_j,max_watts,min_node,min_node_energy_j,max_node,\
                       max_node_energy_j,node_energy,emissions_g,emissions_method,cost,\
-                      currency,data\n";
+                      currency,data,source,method\n";
         let job = "7,7,,,,\"'=HYPERLINK(\"\"http://example.com\"\",\"\"x\"\")\",'@evil,'-1+2,\
                    COMPLETED,false,100,160,60,1,'\tn1,600,0.000166667,-3.500,600.000,\
-                   ,,,,,,,,,,complete\n";
+                   ,,,,,,,,,,complete,,\n";
         let step = "7,7,0,,,'+sum,'@evil,'-1+2,COMPLETED,,,,60,1,\"'\rn1\",600,0.000166667,\
-                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete\n";
+                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,\n";
         assert_eq!(text, format!("{header}{job}{step}"));
     }
 

@@ -66,6 +66,9 @@ pub struct StepReport {
     /// Its energy over its run at the intensity then.
     pub emissions_g: Option<f64>,
     pub data: Presence,
+    /// What the figure measured and how, as its job's ([`crate::measured`]).
+    pub source: String,
+    pub method: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -95,7 +98,23 @@ pub struct JobReport {
     pub emissions_method: Option<&'static str>,
     pub cost: Option<f64>,
     pub data: Presence,
+    /// What the meter covers and how the job's part was obtained ([`crate::measured`]);
+    /// empty until [`JobReport::measured`] sets them.
+    pub source: String,
+    pub method: String,
     pub steps: Vec<StepReport>,
+}
+
+impl JobReport {
+    /// Says what the job's and its steps' figures measured.
+    pub fn measured(&mut self, source: String, method: String) {
+        for step in &mut self.steps {
+            step.source.clone_from(&source);
+            step.method.clone_from(&method);
+        }
+        self.source = source;
+        self.method = method;
+    }
 }
 
 /// A run of at least this long that Slurm recorded as 0 J had no energy plugin measuring
@@ -187,6 +206,8 @@ pub fn step_report(step: &StepRow) -> StepReport {
         node_energy,
         emissions_g: None,
         data,
+        source: String::new(),
+        method: String::new(),
     }
 }
 
@@ -304,6 +325,8 @@ pub fn job_report(
         emissions_method: method.filter(|_| emissions_g.is_some()).map(Method::text),
         cost: energy_j.and_then(|j| tariff.cost(j as f64)),
         data,
+        source: String::new(),
+        method: String::new(),
         steps,
     }
 }

@@ -17,15 +17,26 @@ use support::*;
 
 const RAPL: &str = "acct_gather_energy/rust_rapl";
 const PLUGIN_FILE: &str = "acct_gather_energy_rust_rapl.so";
+/// The stand-in BMC's wall power (tests/standins/ipmitool): RAPL's 250 W are 62.5% of it.
+const BMC_WATTS: u32 = 400;
 
-/// `senergy check ARGS` run on node `k`, in its namespaces, as root.
+/// `senergy check ARGS` run on node `k`, in its namespaces, as root, with the stand-in
+/// tools (tests/standins) first on PATH and a BMC drawing [`BMC_WATTS`].
 fn check_on(cluster: &Cluster, k: usize, args: &[&str]) -> Output {
     let prefix = cluster.node_prefix(k);
+    let standins = Path::new(env!("CARGO_MANIFEST_DIR")).join("standins");
+    let path = format!(
+        "{}:{}",
+        standins.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let out = Command::new(&prefix[0])
         .args(&prefix[1..])
         .arg(senergy())
         .arg("check")
         .args(args)
+        .env("PATH", path)
+        .env("STANDIN_BMC_WATTS", BMC_WATTS.to_string())
         .output()
         .expect("run senergy check");
     println!("senergy check {} on n{k}: {}", args.join(" "), said(&out));
@@ -132,7 +143,43 @@ fn senergy_check_tells_a_healthy_node_from_broken_ones() {
         said(&text)
     );
 
-    // broken 1: n2 has no RAPL: no ledger, and slurmd's log says why
+    // --compare: slurmd's RAPL figure has no independent reader here (no perf PMU on
+    // this machine: said, not failed), and RAPL's share of the BMC's wall power
+    let out = check_on(&cluster, 1, &["--compare", "3", "--json"]);
+    assert!(out.status.success(), "compare on n1: {}", said(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let compare = &report["compare"];
+    let reader = |name: &str| {
+        compare["readers"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["reader"] == name))
+            .unwrap_or_else(|| panic!("no reader {name} in {compare:#}"))
+            .clone()
+    };
+    assert_eq!(reader("rapl-perf")["status"], "absent", "{compare:#}");
+    assert_eq!(
+        reader("ipmitool")["watts"],
+        f64::from(BMC_WATTS),
+        "{compare:#}"
+    );
+    assert_eq!(compare["pairs"][0]["plugin"], RAPL, "{compare:#}");
+    assert_eq!(
+        compare["pairs"][0]["verdict"], "not compared",
+        "{compare:#}"
+    );
+    let slurmd_watts = compare["slurmd"][0]["watts"].as_f64().expect("watts");
+    assert_close("--compare: slurmd's RAPL watts", slurmd_watts, 250.0, 0.03);
+    let share = &compare["rapl_share_of_wall"];
+    assert_eq!(share["wall_from"], "ipmitool", "{compare:#}");
+    assert_close(
+        "--compare: RAPL's share of the wall",
+        share["pct"].as_f64().expect("pct"),
+        62.5,
+        0.03,
+    );
+
+    // broken 1: n2 has no RAPL: no ledger, slurmd's log says why, and the probe of
+    // RAPL itself says it is not there
     let out = check_on(&cluster, 2, &[]);
     assert_eq!(
         out.status.code(),
@@ -141,10 +188,17 @@ fn senergy_check_tells_a_healthy_node_from_broken_ones() {
         said(&out)
     );
     let failed = failures(&out);
-    assert_eq!(failed.len(), 1, "{}", said(&out));
+    assert_eq!(failed.len(), 2, "{}", said(&out));
     assert_eq!(failed[0].0, "ledger", "{}", said(&out));
     assert!(
         failed[0].1.contains("no ledger at") && failed[0].1.contains("no energy can be measured"),
+        "{}",
+        said(&out)
+    );
+    assert_eq!(failed[1].0, "probe", "{}", said(&out));
+    assert!(
+        failed[1].1.contains("this node has no source it can read")
+            && failed[1].1.contains("powercap"),
         "{}",
         said(&out)
     );

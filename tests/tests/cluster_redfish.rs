@@ -155,7 +155,7 @@ fn each_node_reads_the_bmc_its_name_names() {
     assert!(
         cluster
             .log("slurmd-n1.log")
-            .contains("%n and %h in acct_gather.conf are this node's name, n1"),
+            .contains("%n in acct_gather.conf is this node's name, n1;"),
         "slurmd says how it read %n"
     );
 }

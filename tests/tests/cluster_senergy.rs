@@ -120,6 +120,16 @@ fn job_report_names_the_right_nodes_and_matches_sacct() {
     assert_formula("emissions_g", f64_of(&report["emissions_g"]), kwh * 300.0);
     assert_formula("cost", f64_of(&report["cost"]), kwh * 0.2);
     assert_eq!(doc["currency"], "EUR");
+    // what the figure measured: RAPL, and the node meter's own for a job that had its
+    // (exclusive) nodes alone; its steps say the same
+    assert_eq!(report["source"], "rapl: CPU packages+DRAM", "{report:#}");
+    assert_eq!(
+        report["method"], "the node meter's own: the job had its nodes alone",
+        "{report:#}"
+    );
+    for step in report["steps"].as_array().expect("steps") {
+        assert_eq!(step["method"], report["method"], "{step:#}");
+    }
 
     for (name, most, least) in [("s0", "n3", "n1"), ("s1", "n1", "n3")] {
         let index = &name[1..];

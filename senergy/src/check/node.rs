@@ -15,7 +15,11 @@ use slurm_energy_logic::attribution::procs::Procs;
 use slurm_energy_logic::attribution::{Site, cgroup_mountpoint, ledger_path, spool_for_node};
 use slurm_energy_logic::config::file_value;
 
-use super::{FAMILY, Facts, LedgerFact, LedgerState, LogFacts, PluginFile, parse_release};
+use super::readers::{self, NodeConf, PERF_POWER_PMU};
+use super::{
+    FAMILY, Facts, LedgerFact, LedgerState, LogFacts, PluginFile, STALE_AFTER_SECS, compare,
+    parse_release,
+};
 use crate::ffi::SlurmSettings;
 
 /// How much of the end of slurmd's log is read.
@@ -47,7 +51,7 @@ pub fn gather(settings: &SlurmSettings, node: Option<String>) -> Facts {
         .collect();
     let spool = spool_for_node(&settings.spool_dir, &node);
     // a plugin's ledger is named by its place among the energy plugins (its context)
-    let ledgers = ours
+    let ledgers: Vec<LedgerFact> = ours
         .iter()
         .map(|(k, t)| {
             let path = ledger_path(&spool, u16::try_from(*k).unwrap_or(u16::MAX));
@@ -58,18 +62,31 @@ pub fn gather(settings: &SlurmSettings, node: Option<String>) -> Facts {
             }
         })
         .collect();
-    let slurmd = slurmd_of(&node);
+    let (slurmd, other_slurmds) = slurmd_of(&node, &settings.slurm_conf);
     let slurmd_release = slurmd_release(slurmd.as_ref().map(|(_, exe)| exe.as_path()));
     let log = log_facts(
         &settings.log_file,
         &node,
         slurmd.as_ref().and_then(|(pid, _)| started(*pid)),
     );
-    let conf_dir = Path::new(&settings.slurm_conf)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
+    let conf_dir = conf_dir(settings);
     let acct_gather = fs::read_to_string(conf_dir.join("acct_gather.conf")).unwrap_or_default();
+    let now = unix_time(SystemTime::now());
+    // where slurmd has no fresh reading, the source itself is asked
+    let site = site(
+        &node,
+        &acct_gather,
+        &ours.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>(),
+    );
+    let probes = ledgers
+        .iter()
+        .filter(|l| match &l.state {
+            Ok(None) => true,
+            Ok(Some(state)) => now - state.sampled_at > STALE_AFTER_SECS,
+            Err(_) => false,
+        })
+        .map(|l| (l.plugin_type.clone(), readers::probe(&l.plugin_type, &site)))
+        .collect();
     // rust_gpu charges each job its GPUs in every mode: the split is the CPU sources'
     let splits = ours.iter().any(|(_, t)| !t.ends_with("rust_gpu"));
     let shared = (splits
@@ -94,17 +111,67 @@ pub fn gather(settings: &SlurmSettings, node: Option<String>) -> Facts {
         slurmd_release,
         ledgers,
         log,
+        probes,
+        other_slurmds,
         shared,
-        now: unix_time(SystemTime::now()),
+        now,
     }
 }
 
-fn short_host_name() -> String {
+/// The directory of the slurm.conf libslurm loaded (acct_gather.conf and cgroup.conf are
+/// beside it).
+fn conf_dir(settings: &SlurmSettings) -> PathBuf {
+    Path::new(&settings.slurm_conf)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// What the readers of this node are opened from.
+fn site<'a>(node: &'a str, acct_gather: &'a str, plugins: &[&str]) -> NodeConf<'a> {
+    NodeConf {
+        node,
+        acct_gather,
+        perf_pmu: Path::new(PERF_POWER_PMU),
+        // the plugins count RAPL's DRAM domains unless told to count packages only
+        rapl_dram: file_value(acct_gather, "EnergyRaplDomains")
+            .is_none_or(|d| d.to_ascii_lowercase().contains("dram")),
+        redfish: plugins.iter().any(|p| p.ends_with("rust_redfish")),
+    }
+}
+
+/// `senergy check --compare`: the node's plugins' figures beside the independent readers,
+/// over `window`.
+pub fn compare(settings: &SlurmSettings, facts: &Facts, window: Duration) -> compare::Comparison {
+    let acct_gather =
+        fs::read_to_string(conf_dir(settings).join("acct_gather.conf")).unwrap_or_default();
+    let plugins: Vec<&str> = facts
+        .plugins
+        .iter()
+        .map(|p| p.plugin_type.as_str())
+        .collect();
+    let slots = readers::open_all(&site(&facts.node, &acct_gather, &plugins));
+    let ledgers: Vec<(String, PathBuf)> = facts
+        .ledgers
+        .iter()
+        .map(|l| (l.plugin_type.clone(), l.path.clone()))
+        .collect();
+    compare::measure(window, &ledgers, slots)
+}
+
+fn host_name() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
-        .map(|h| h.split('.').next().unwrap_or_default().to_string())
         .unwrap_or_default()
+}
+
+fn short_host_name() -> String {
+    host_name()
+        .split('.')
+        .next()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// The plugin's file, first in PluginDir's order as Slurm searches it, and the release
@@ -174,11 +241,21 @@ fn ledger_state(path: &Path) -> Result<Option<LedgerState>, String> {
     }
 }
 
-/// The slurmd running for `node`: its pid and program. A slurmd given `-N NAME` runs for
-/// NAME; one without runs for this host's short name.
-fn slurmd_of(node: &str) -> Option<(u32, PathBuf)> {
+/// A slurmd's pid and program.
+type Slurmd = (u32, PathBuf);
+
+/// The slurmd running for `node` with this slurm.conf (`conf`): its pid and program; and
+/// the slurmds left aside, with why. A slurmd given `-N NAME` runs for NAME, one without
+/// for this host's short name; its slurm.conf is its `-f FILE`, else its `SLURM_CONF`,
+/// else its default: another cluster's slurmd on the same host has its own.
+fn slurmd_of(node: &str, conf: &str) -> (Option<Slurmd>, Vec<(u32, String)>) {
     let host = short_host_name();
-    let procs = fs::read_dir("/proc").ok()?;
+    let mut others = Vec::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return (None, others);
+    };
+    let ours_named = std::env::var_os("SLURM_CONF").is_some();
+    let mut found = None;
     for entry in procs.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -192,14 +269,66 @@ fn slurmd_of(node: &str) -> Option<(u32, PathBuf)> {
         if comm.trim() != "slurmd" {
             continue;
         }
-        let cmdline = fs::read(dir.join("cmdline")).unwrap_or_default();
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if named_node(&args).unwrap_or(host.as_str()) == node {
+        let args = nul_separated(&fs::read(dir.join("cmdline")).unwrap_or_default());
+        let runs_for = named_node(&args).unwrap_or(host.as_str());
+        if runs_for != node {
+            others.push((pid, format!("runs for node {runs_for}")));
+            continue;
+        }
+        let its_conf = conf_arg(&args).map(str::to_string).or_else(|| {
+            let environ = nul_separated(&fs::read(dir.join("environ")).unwrap_or_default());
+            environ
+                .iter()
+                .find_map(|v| v.strip_prefix("SLURM_CONF=").map(str::to_string))
+        });
+        let same = match &its_conf {
+            Some(its) => same_file(its, conf),
+            // its compiled-in default: ours too unless we were pointed elsewhere
+            None => !ours_named,
+        };
+        if !same {
+            others.push((
+                pid,
+                format!(
+                    "runs with {} (another cluster's slurmd?)",
+                    its_conf.as_deref().unwrap_or("its default slurm.conf")
+                ),
+            ));
+            continue;
+        }
+        if found.is_none() {
             let exe = fs::read_link(dir.join("exe")).unwrap_or_else(|_| "slurmd".into());
-            return Some((pid, exe));
+            found = Some((pid, exe));
+        }
+    }
+    (found, others)
+}
+
+fn nul_separated(bytes: &[u8]) -> Vec<String> {
+    bytes
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// Whether two paths name one file (either may be relative or a link).
+fn same_file(a: &str, b: &str) -> bool {
+    match (fs::canonicalize(a), fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// The slurm.conf a slurmd's arguments name (`-f FILE`, `-fFILE`).
+fn conf_arg(args: &[String]) -> Option<&str> {
+    let mut it = args.iter().skip(1);
+    while let Some(arg) = it.next() {
+        if arg == "-f" {
+            return it.next().map(String::as_str);
+        }
+        if let Some(file) = arg.strip_prefix("-f") {
+            return Some(file);
         }
     }
     None
@@ -274,7 +403,8 @@ fn log_facts(template: &str, node: &str, since: Option<SystemTime>) -> LogFacts 
     if template.is_empty() {
         return LogFacts::default();
     }
-    let file = PathBuf::from(template.replace("%n", node).replace("%h", node));
+    // slurm.conf(5): %n is the node's name, %h the host's
+    let file = PathBuf::from(template.replace("%n", node).replace("%h", &host_name()));
     let text = match tail(&file) {
         Ok(text) => text,
         Err(e) => {
@@ -344,6 +474,15 @@ mod tests {
         assert_eq!(named_node(&args(&["slurmd", "-D", "-N", "n1"])), Some("n1"));
         assert_eq!(named_node(&args(&["slurmd", "-Nn2"])), Some("n2"));
         assert_eq!(named_node(&args(&["slurmd", "-D"])), None);
+        assert_eq!(
+            conf_arg(&args(&["slurmd", "-f", "/a/slurm.conf"])),
+            Some("/a/slurm.conf")
+        );
+        assert_eq!(
+            conf_arg(&args(&["slurmd", "-f/b.conf", "-D"])),
+            Some("/b.conf")
+        );
+        assert_eq!(conf_arg(&args(&["slurmd", "-D"])), None);
     }
 
     #[test]
