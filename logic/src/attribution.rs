@@ -202,9 +202,9 @@ pub fn cgroup_mountpoint(cgroup_conf: &str) -> PathBuf {
         .map_or_else(|| PathBuf::from(CGROUP_ROOT), PathBuf::from)
 }
 
-/// SlurmdSpoolDir for `node` (`%n`, `%h`: its name).
+/// SlurmdSpoolDir for `node` on this host (`%n`: the node's name, `%h`: the host's).
 pub fn spool_for_node(template: &str, node: &str) -> PathBuf {
-    PathBuf::from(template.replace("%n", node).replace("%h", node))
+    PathBuf::from(crate::source::expand_node(template, node))
 }
 
 impl Site {

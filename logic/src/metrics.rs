@@ -206,13 +206,13 @@ impl MetricsConfig {
         })
     }
 
-    /// The file plugin `source` writes on node `node`: the one named, `%n` and `%h` in it
-    /// the node's name (one acct_gather.conf for nodes sharing a file system), or where
+    /// The file plugin `source` writes on node `node`: the one named, `%n` in it the node's
+    /// name and `%h` the host's (one acct_gather.conf for nodes sharing a file system), or where
     /// energy plugins are stacked one per plugin beside it (`energy.prom`:
     /// `energy.rust_gpu.prom`), each with its own `source` label.
     pub fn path_for(&self, source: &str, stacked: bool, node: &str) -> Option<PathBuf> {
         let text = self.file.as_ref()?.to_str()?;
-        let file = PathBuf::from(text.replace("%n", node).replace("%h", node));
+        let file = PathBuf::from(crate::source::expand_node(text, node));
         if !stacked {
             return Some(file);
         }

@@ -91,12 +91,17 @@ pub fn expand_node(text: &str, node: &str) -> String {
     expand(text, node, &host_name())
 }
 
-/// This host's name as the kernel knows it.
+/// This host's name as Slurm takes it for `%h` (`gethostname_short`): the kernel's, up to
+/// its first dot.
 pub fn host_name() -> String {
-    nix::unistd::gethostname()
+    let name = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    match name.split_once('.') {
+        Some((short, _)) => short.to_string(),
+        None => name,
+    }
 }
 
 fn expand(text: &str, node: &str, host: &str) -> String {
