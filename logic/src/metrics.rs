@@ -475,7 +475,10 @@ mod tests {
         let per_node = parse("/shared/metrics/%n/energy_%h.prom").expect("valid");
         assert_eq!(
             per_node.path_for("rust_rapl", false, "n7"),
-            Some(PathBuf::from("/shared/metrics/n7/energy_n7.prom"))
+            Some(PathBuf::from(format!(
+                "/shared/metrics/n7/energy_{}.prom",
+                crate::source::host_name()
+            )))
         );
         for bad in ["energy.prom", "/var/lib/energy.txt", "/var/lib/"] {
             let e = parse(bad).expect_err(bad);
