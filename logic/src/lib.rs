@@ -29,6 +29,7 @@ pub mod guard;
 pub mod hostlist;
 #[cfg(feature = "ipmi")]
 pub mod ipmi;
+pub mod ledger;
 pub mod meter;
 pub mod metrics;
 pub mod pm_counters;

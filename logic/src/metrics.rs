@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::attribution::grant::Owner;
-use crate::attribution::ledger::Ledger;
 use crate::config::{ConfigError, KeyValues};
+use crate::ledger::Ledger;
 use crate::replace::{Access, replace, sweep};
 
 pub const FILE_KEY: &str = "EnergyMetricsFile";
@@ -447,7 +447,7 @@ impl MetricsFile {
 mod tests {
     use super::*;
     use crate::attribution::StepId;
-    use crate::attribution::ledger::{Observation, ObservedJob, ObservedStep, Split};
+    use crate::ledger::{Observation, ObservedJob, ObservedStep, Split};
     use std::time::{Instant, SystemTime};
 
     #[test]

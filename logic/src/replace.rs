@@ -11,7 +11,7 @@
 //! it points to). A reader sees the whole old file or the whole new one.
 //!
 //! Nothing is synced to disk: what must survive is slurmd, not the node (see
-//! [`crate::attribution::ledger`]); a file torn by a power cut is refused by its reader.
+//! [`crate::ledger`]); a file torn by a power cut is refused by its reader.
 
 use std::collections::hash_map::RandomState;
 use std::fs::{self, OpenOptions};

@@ -13,13 +13,14 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::accounting::{Baseline, EnergyRecord};
-use crate::attribution::doorbell::{self, Doorbell};
 use crate::attribution::grant::Grant;
 use crate::attribution::gres::GresOrder;
 use crate::attribution::procs::Procs;
-use crate::attribution::{self, Attribution, Keeper, Mode, Site, StepFigure};
+use crate::attribution::{self, Attribution, Mode, Site};
 use crate::config::KeyValues;
 use crate::guard::guard;
+use crate::ledger::doorbell::{self, Doorbell};
+use crate::ledger::{Keeper, StepFigure, ledger_path};
 use crate::meter::{Meter, Metering};
 use crate::metrics::{self, MetricsConfig};
 use crate::source::{EnergyReader, Source};
@@ -218,7 +219,7 @@ impl<S: Source> State<S> {
         let meter = if reads_ledger(daemon) {
             host.spool_dir().map(|spool| {
                 let figure = StepFigure::from_path(
-                    &attribution::ledger_path(&spool, self.context_id),
+                    &ledger_path(&spool, self.context_id),
                     &Procs::from_path(Path::new(attribution::procs::PROC_ROOT)),
                     std::process::id(),
                     site.is_some() || S::ALLOCATED_DEVICES,

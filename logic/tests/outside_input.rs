@@ -26,11 +26,11 @@ use serde_json::{Value, json};
 
 use slurm_energy_logic::attribution::cgroup::{CgroupTree, JobDir, count_cpus};
 use slurm_energy_logic::attribution::gres::GresOrder;
-use slurm_energy_logic::attribution::ledger::{Account, Ledger};
 use slurm_energy_logic::attribution::procs::Procs;
 use slurm_energy_logic::attribution::{Attribution, StepId, own_step};
 use slurm_energy_logic::config::{ConfigError, KeyValues};
 use slurm_energy_logic::hostlist;
+use slurm_energy_logic::ledger::{Account, Ledger};
 use slurm_energy_logic::metrics::MetricsConfig;
 use slurm_energy_logic::pm_counters::{PmCounters, PmCountersConfig, parse_value};
 use slurm_energy_logic::rapl::{Rapl, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};

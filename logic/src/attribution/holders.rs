@@ -13,9 +13,32 @@ use super::StepId;
 use super::cgroup::JobDir;
 use super::grant::Grant;
 use super::gres::{Allocation, GresOrder};
-use super::ledger::{ObservedDevice, ObservedInstance};
 use super::procs::Procs;
 use crate::source::DeviceReading;
+
+/// A device Slurm allocates (a GPU) at one sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedDevice {
+    /// Its place in the source's enumeration, its name in [`crate::ledger::ObservedStep::holds`].
+    pub position: u32,
+    /// Its energy since the meter opened.
+    pub energy_uj: u64,
+    /// Each job's processes' use of it since the last sample: `(job, use)`.
+    pub busy: Vec<(u32, f64)>,
+    /// Its MIG instances: each a device of its own to Slurm.
+    pub instances: Vec<ObservedInstance>,
+}
+
+/// A MIG instance of an [`ObservedDevice`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedInstance {
+    /// Its name in [`crate::ledger::ObservedStep::holds`].
+    pub position: u32,
+    pub sms: u32,
+    /// Its SMs' activity since the last sample (percent-milliseconds; 0 where not
+    /// reported), against its siblings'.
+    pub activity: f64,
+}
 
 /// How far up a device process's ancestors its slurmstepd is looked for, where Slurm
 /// places no process in a cgroup of its job.

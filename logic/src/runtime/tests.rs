@@ -209,10 +209,10 @@ impl Node {
     /// Sets the hardware's energy and waits until the ledger has it, at rest (no power
     /// left to bring a step's figure forward with): `joules` since slurmd opened.
     fn settle(&self, joules: f64) {
-        let path = crate::attribution::ledger_path(self.spool.path(), 0);
+        let path = crate::ledger::ledger_path(self.spool.path(), 0);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let node = crate::attribution::ledger::Ledger::load(&path)
+            let node = crate::ledger::Ledger::load(&path)
                 .ok()
                 .flatten()
                 .map(|l| l.node());

@@ -13,7 +13,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use slurm_energy_logic::attribution::ledger::Ledger;
+use slurm_energy_logic::ledger::Ledger;
 
 use super::readers::{Quantity, Reader, Scope, Slot, Unavailable};
 

@@ -1,0 +1,340 @@
+//! slurmstepd's side of the ledger: its step's figure, read from slurmd's file.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::{LEDGER_PERIOD, Ledger, MAX_GAP, RUN_SLACK, doorbell, unix};
+use crate::accounting::MAX_SENSORS;
+use crate::attribution::procs::Procs;
+use crate::attribution::{StepId, own_step};
+use crate::source::{EnergyReader, Reading, SensorReading, stale_after};
+
+/// A step reads the file at each of Slurm's calls and has no sampling thread (there is no
+/// counter to wrap); its figure goes stale only when the ledger does.
+const STEP_SAMPLE_PERIOD: Duration = Duration::from_secs(30);
+
+/// slurmstepd's side: its step's figure from slurmd's ledger, as a source its meter reads.
+/// In node mode the node's energy since the step's first reading (when its slurmstepd
+/// opened the plugin); in shared mode the step's share. Either is brought up to the moment
+/// of the call at the last power the ledger published, at most [`LEDGER_PERIOD`] ahead,
+/// unless energy plugins are stacked ([`StepFigure::stacked`]).
+///
+/// When the ledger cannot be read, is stale (slurmd gone) or was begun anew (slurmd lost
+/// it), the step keeps the figure it had, says so once, and goes on from the new ledger's
+/// start with the time between estimated at its last power: never a bogus figure.
+pub struct StepFigure {
+    path: PathBuf,
+    /// This process: its title names its step, its tasks' end is the step's last edge.
+    procs: Procs,
+    pid: u32,
+    shared: bool,
+    /// Whether a figure is brought forward from the ledger's sample to the call.
+    bring_forward: bool,
+    step: Option<(u32, StepId)>,
+    /// When this process started (Unix time), once read: a step of its name in the ledger
+    /// begun before it is a run before this one.
+    started: Option<f64>,
+    /// What the step counted in the ledger it reads now.
+    counted: Option<Counted>,
+    /// What it counted in ledgers before this one.
+    carried_uj: u64,
+    /// The trouble with the ledger now, logged when it began.
+    trouble: Option<String>,
+    /// slurmd did not answer the last ring (logged when it began).
+    unanswered: bool,
+    /// In node mode, the node's parts as the ledger last gave them, for the profile.
+    parts: Vec<SensorReading>,
+}
+
+/// A part's label as a reading carries it (`&'static`, as a source's own): each distinct
+/// label is kept once for the process's life, and a ledger that names more than a few
+/// dozen gets no more.
+fn static_label(label: &str) -> Option<&'static str> {
+    static LABELS: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut labels = LABELS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(known) = labels.iter().find(|l| **l == label) {
+        return Some(known);
+    }
+    if labels.len() >= 4 * MAX_SENSORS {
+        return None;
+    }
+    let kept: &'static str = Box::leak(label.to_owned().into_boxed_str());
+    labels.push(kept);
+    Some(kept)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    epoch: u64,
+    /// The ledger's figure at the step's start: in node mode the node's energy when the
+    /// step first read it, in shared mode 0 (a share starts with the step).
+    base_j: f64,
+    /// The highest figure the ledger itself published: the figure never falls below one
+    /// published before. The extrapolation on top is not kept: when the power fell after
+    /// the ledger's sample, keeping it would count the old power into the step's final
+    /// figure.
+    published_j: f64,
+    /// The step's figure at its last read, its power, and when.
+    figure_uj: u64,
+    watts: f64,
+    read_at: f64,
+    /// When the ledger it last counted in was sampled.
+    sampled_at: f64,
+}
+
+/// Whether a read comes from one of Slurm's periodic polls, its threads `acctg` (a step's
+/// JobAcctGatherFrequency) and `acctg_energy`/`acctg_prof` (profiling), named so in every
+/// release: never a step's last figure, which is taken as its tasks are removed, from its
+/// main thread. A step without tasks at such a poll is not at an edge: 26.05's extern step
+/// never has any, and would otherwise ask slurmd for a sample at each of its polls.
+fn periodic_poll(thread: &str) -> bool {
+    thread.starts_with("acctg")
+}
+
+fn unix_now() -> f64 {
+    unix(SystemTime::now())
+}
+
+impl StepFigure {
+    /// `ledger`: the node's ledger file; `procs` shows this process, `pid`; `shared`: the
+    /// step's share, else the node's energy since the step began.
+    pub fn from_path(ledger: &Path, procs: &Procs, pid: u32, shared: bool) -> Self {
+        Self {
+            path: ledger.to_path_buf(),
+            procs: procs.clone(),
+            pid,
+            shared,
+            bring_forward: true,
+            step: None,
+            started: None,
+            counted: None,
+            carried_uj: 0,
+            trouble: None,
+            unanswered: false,
+            parts: Vec::new(),
+        }
+    }
+
+    /// Energy plugins are stacked: Slurm adds up what each answers since its answer before,
+    /// so a figure brought forward at a power that then fell would stay counted. The
+    /// ledger's figure is taken as it is: at Slurm's periodic polls at most a sample period
+    /// old; at a step's edges and other reads (sstat's) from a sample taken for it.
+    pub fn stacked(mut self) -> Self {
+        self.bring_forward = false;
+        self
+    }
+
+    fn step(&mut self) -> Option<(u32, StepId)> {
+        if self.step.is_none() {
+            let text = fs::read(self.procs.cmdline_path(self.pid)).ok()?;
+            self.step = own_step(&String::from_utf8_lossy(&text).replace('\0', " "));
+        }
+        self.step
+    }
+
+    /// Whether a step of this name begun at `since` (Unix time) is this run of it, not an
+    /// earlier run of a requeued job the ledger still holds.
+    fn this_run(&mut self, since: f64) -> bool {
+        if self.started.is_none() {
+            self.started = self.procs.started(self.pid).map(unix);
+        }
+        self.started
+            .is_none_or(|started| since >= started - RUN_SLACK)
+    }
+
+    fn total_uj(&self) -> u64 {
+        self.carried_uj + self.counted.map_or(0, |c| c.figure_uj)
+    }
+
+    /// Counts the step's figure in `ledger` at unix time `now`; returns its power, or why
+    /// the ledger cannot be used.
+    fn count(&mut self, ledger: &Ledger, now: f64) -> Result<f64, String> {
+        let age = (now - ledger.sampled_at()).max(0.0);
+        let ahead = if self.bring_forward {
+            age.min(LEDGER_PERIOD.as_secs_f64())
+        } else {
+            0.0
+        };
+        let (joules, watts) = if self.shared {
+            match self.step() {
+                Some((job, step)) => ledger
+                    .step(job, step)
+                    .filter(|a| self.this_run(a.since))
+                    .map_or((0.0, 0.0), |a| (a.joules, a.watts)),
+                // not yet named: the title is set after the plugin loads
+                None => (0.0, 0.0),
+            }
+        } else {
+            self.parts = ledger
+                .parts()
+                .iter()
+                .filter_map(|p| {
+                    Some(SensorReading {
+                        label: static_label(&p.label)?,
+                        energy_uj: Some((p.joules * 1e6) as u64),
+                        watts: p.watts,
+                    })
+                })
+                .collect();
+            let node = ledger.node();
+            (node.joules, node.watts)
+        };
+        let epoch = ledger.epoch();
+        if age > stale_after(LEDGER_PERIOD).as_secs_f64() {
+            // slurmd is gone: its last sample is the last figure known, taken as it is (not
+            // brought forward) by a step that counted in this ledger, and kept
+            if let Some(c) = self
+                .counted
+                .as_mut()
+                .filter(|c| c.epoch == epoch && ledger.sampled_at() > c.sampled_at)
+            {
+                c.published_j = c.published_j.max(joules);
+                let figure_j = (c.published_j - c.base_j).max(0.0);
+                c.figure_uj = (figure_j * 1e6) as u64;
+                c.sampled_at = ledger.sampled_at();
+            }
+            return Err(format!(
+                "the energy ledger {} is {age:.0} s old (slurmd is not sampling)",
+                self.path.display()
+            ));
+        }
+        match self.counted {
+            Some(c) if c.epoch == epoch => {}
+            previous => {
+                if let Some(c) = previous {
+                    let begun = epoch as f64 / 1e6;
+                    let gap = (begun - c.read_at).clamp(0.0, MAX_GAP.as_secs_f64());
+                    let estimated_uj = (c.watts * gap * 1e6) as u64;
+                    self.carried_uj += c.figure_uj + estimated_uj;
+                    log::warn!(
+                        "slurmd began a new energy ledger: this step keeps its {:.0} J, adds \
+                         {:.0} J estimated for the {gap:.1} s between, and goes on from the \
+                         new ledger's start",
+                        c.figure_uj as f64 / 1e6,
+                        estimated_uj as f64 / 1e6
+                    );
+                }
+                // the node's energy at this first read (the step's first, at its plugin's
+                // load, from a fresh sample: it rang for one)
+                let base_j = match previous {
+                    None if !self.shared => joules + watts * ahead,
+                    _ => 0.0,
+                };
+                self.counted = Some(Counted {
+                    epoch,
+                    base_j,
+                    published_j: 0.0,
+                    figure_uj: 0,
+                    watts,
+                    read_at: now,
+                    sampled_at: ledger.sampled_at(),
+                });
+            }
+        }
+        if let Some(c) = &mut self.counted {
+            c.published_j = c.published_j.max(joules);
+            let figure_j = (c.published_j + watts * ahead - c.base_j).max(0.0);
+            c.figure_uj = (figure_j * 1e6) as u64;
+            c.watts = watts;
+            c.read_at = now;
+            c.sampled_at = ledger.sampled_at();
+        }
+        Ok(watts)
+    }
+}
+
+impl EnergyReader for StepFigure {
+    fn describe(&self) -> String {
+        let what = if self.shared {
+            "this step's share of the node's energy"
+        } else {
+            "the node's energy since this step began"
+        };
+        format!("{what}, from slurmd's ledger {}", self.path.display())
+    }
+
+    fn read(&mut self, _now: Instant) -> Reading {
+        // at the step's edges (before its tasks start, after they end) the figure is the
+        // step's first or last: it needs a ledger sampled now; so does any read but Slurm's
+        // periodic polls (sstat's) where plugins are stacked, whose figures are not brought
+        // forward
+        let tasks = !self.procs.children(self.pid).is_empty();
+        let edge = match self.counted {
+            None => !tasks,
+            Some(_) => {
+                let periodic = self
+                    .procs
+                    .calling_thread()
+                    .is_some_and(|t| periodic_poll(&t));
+                !periodic && (!tasks || !self.bring_forward)
+            }
+        };
+        let unanswered =
+            edge && !doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path).is_fresh();
+        let now = unix_now();
+        let counted = match Ledger::load(&self.path) {
+            Ok(Some(ledger)) => {
+                let age = now - ledger.sampled_at();
+                if unanswered && age > 2.0 * LEDGER_PERIOD.as_secs_f64() && !self.unanswered {
+                    log::warn!(
+                        "slurmd did not answer this step's request for a fresh energy ledger: \
+                         its figure is as of the ledger's last sample, {age:.1} s ago"
+                    );
+                }
+                self.unanswered = unanswered;
+                self.count(&ledger, now)
+            }
+            Ok(None) => Err(format!(
+                "there is no energy ledger {} (slurmd does not run this plugin, or cannot \
+                 write its spool dir)",
+                self.path.display()
+            )),
+            Err(e) => Err(e.to_string()),
+        };
+        let watts = match counted {
+            Ok(watts) => {
+                if self.trouble.take().is_some() {
+                    log::info!("the energy ledger is read again");
+                }
+                Some(watts)
+            }
+            Err(why) => {
+                if self.trouble.is_none() {
+                    match self.counted {
+                        Some(_) => log::error!(
+                            "{why}; this step keeps its figure of {:.0} J until it can read \
+                             the ledger again",
+                            self.total_uj() as f64 / 1e6
+                        ),
+                        None => log::error!("{why}; this step's energy is unavailable"),
+                    }
+                }
+                self.trouble = Some(why);
+                None
+            }
+        };
+        Reading {
+            energy_uj: self.total_uj(),
+            // a step that never read the ledger has no figure (NO_VAL), not 0 J
+            complete: self.counted.is_some(),
+            problems: Vec::new(),
+            watts,
+            unsettled: false,
+            sensors: self.parts.clone(),
+            ..Reading::default()
+        }
+    }
+
+    fn sample_period(&self) -> Duration {
+        STEP_SAMPLE_PERIOD
+    }
+
+    fn needs_sampling(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,220 @@
+use super::*;
+use crate::attribution::procs;
+use crate::ledger;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A requeued job's new slurmstepd reads the ledger before slurmd has seen its run: the
+/// step of its name that the ledger holds began 30 s before this process, and is the
+/// run before; it counts nothing of it. Once the ledger holds this run's step, it
+/// counts that.
+#[test]
+fn a_step_counts_only_its_own_run_of_its_name() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = tmp.path().join("proc");
+    fs::create_dir_all(proc_root.join("40")).expect("proc");
+    // 1 000 s since boot; the process started 5 s ago (99 500 ticks), titled as 7.batch
+    fs::write(proc_root.join("uptime"), "1000.00 1.00\n").expect("uptime");
+    fs::write(
+        proc_root.join("40/stat"),
+        "40 (slurmstepd) S 1 40 40 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99500 0 0\n",
+    )
+    .expect("stat");
+    fs::write(proc_root.join("40/cmdline"), "slurmstepd: [7.batch]\0").expect("cmdline");
+    let path = tmp.path().join("ledger.json");
+    let now = unix_now();
+    let publish = |since: f64, joules: f64| {
+        let account = serde_json::json!({"joules": joules, "watts": 100.0, "since": since});
+        let text = serde_json::json!({
+            "version": ledger::VERSION, "epoch": ((now - 100.0) * 1e6) as u64,
+            "sampled_at": unix_now(), "node": account, "parts": [],
+            "learned_idle_watts": null,
+            "jobs": [{"job": 7, "last_seen": now, "account": account,
+                      "steps": [{"step": StepId::BATCH.0, "last_seen": now, "account": account}]}],
+        });
+        fs::write(&path, text.to_string()).expect("ledger");
+    };
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
+    publish(now - 35.0, 3_000.0);
+    let first = step.read(Instant::now());
+    assert!(first.complete);
+    assert_eq!(first.energy_uj, 0, "the run before is not this step's");
+    publish(now - 5.0, 400.0);
+    assert_eq!(step.read(Instant::now()).energy_uj, 400_000_000);
+}
+
+/// A ledger's node account at unix time `sampled_at`, begun at `epoch`, published.
+fn publish(path: &Path, epoch: f64, sampled_at: f64, joules: f64, watts: f64) {
+    let text = serde_json::json!({
+        "version": ledger::VERSION,
+        "epoch": (epoch * 1e6) as u64,
+        "sampled_at": sampled_at,
+        "node": {"joules": joules, "watts": watts, "since": epoch},
+        "parts": [{"label": "Accel0", "joules": joules / 2.0, "watts": null}],
+        "learned_idle_watts": null,
+        "jobs": [],
+    });
+    fs::write(path, text.to_string()).expect("ledger");
+}
+
+/// A step asks slurmd for a fresh sample at its edges only: its first read, and a read
+/// without tasks from elsewhere than Slurm's periodic polls (its last, as its tasks are
+/// removed, or sstat's). A step that never has tasks (26.05's extern step) does not ring
+/// at each of its polls.
+#[test]
+fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = tmp.path().join("proc");
+    let path = tmp.path().join("energy-ledger.0.json");
+    let rings = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&rings);
+    let now = unix_now();
+    publish(&path, now - 100.0, now, 1000.0, 200.0);
+    let ledger = path.clone();
+    let pace = Arc::default();
+    let _bell = doorbell::Doorbell::open(&doorbell::doorbell_path(&path), pace, move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+        publish(&ledger, now - 100.0, unix_now(), 1000.0, 200.0);
+    })
+    .expect("doorbell");
+    procs::tests::process(&proc_root, 40, "slurmstepd: [5.extern]", "0::/");
+    let read_from = |step: &mut StepFigure, thread: &str| {
+        procs::tests::write_thread_name(&proc_root, thread);
+        // the ledger written just now would need no ring
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(step.read(Instant::now()).complete);
+        rings.load(Ordering::SeqCst)
+    };
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
+    assert_eq!(read_from(&mut step, "acctg"), 1, "the first read rings");
+    assert_eq!(read_from(&mut step, "acctg"), 1, "a periodic poll does not");
+    assert_eq!(read_from(&mut step, "acctg_energy"), 1, "nor a profile's");
+    assert_eq!(read_from(&mut step, "slurmstepd"), 2, "the last poll does");
+    procs::tests::child(&proc_root, 40, 41);
+    assert_eq!(read_from(&mut step, "slurmstepd"), 2, "not while tasks run");
+    // stacked, a figure is not brought forward: sstat's read while tasks run rings
+    let mut stacked =
+        StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false).stacked();
+    assert_eq!(
+        read_from(&mut stacked, "acctg"),
+        2,
+        "with tasks, the first read does not"
+    );
+    assert_eq!(
+        read_from(&mut stacked, "acctg"),
+        2,
+        "stacked: a periodic poll does not"
+    );
+    assert_eq!(
+        read_from(&mut stacked, "slurmstepd"),
+        3,
+        "stacked: sstat's read does"
+    );
+}
+
+/// A figure is brought forward from the ledger's sample to the call at the power it
+/// published, unless energy plugins are stacked: Slurm then adds up each plugin's
+/// answers, and what was brought forward at a power that fell would stay counted.
+#[test]
+fn a_stacked_step_takes_the_ledgers_figure_as_it_is() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("energy-ledger.0.json");
+    let procs = Procs::from_path(tmp.path());
+    let load = || Ledger::load(&path).expect("ledger").expect("a ledger");
+    let t = 1_000_000.0;
+    let mut alone = StepFigure::from_path(&path, &procs, 1, false);
+    let mut stacked = StepFigure::from_path(&path, &procs, 1, false).stacked();
+    publish(&path, t - 100.0, t, 1000.0, 0.0);
+    for step in [&mut alone, &mut stacked] {
+        assert_eq!(step.count(&load(), t), Ok(0.0));
+    }
+    // sampled at 200 W, read half a second later
+    publish(&path, t - 100.0, t + 1.0, 1200.0, 200.0);
+    assert_eq!(alone.count(&load(), t + 1.5), Ok(200.0));
+    assert_eq!(stacked.count(&load(), t + 1.5), Ok(200.0));
+    assert_eq!(alone.total_uj(), 300_000_000);
+    assert_eq!(stacked.total_uj(), 200_000_000);
+}
+
+/// A step that ends after slurmd died takes slurmd's last sample as it is (not brought
+/// forward at the last power) when that came after the step's last read, and keeps its
+/// figure when it did not.
+#[test]
+fn a_step_ending_after_slurmd_died_takes_its_last_sample() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("energy-ledger.0.json");
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
+    let load = || Ledger::load(&path).expect("ledger").expect("a ledger");
+    let t = 1_000_000.0;
+    publish(&path, t - 100.0, t, 1000.0, 300.0);
+    assert_eq!(step.count(&load(), t), Ok(300.0));
+    publish(&path, t - 100.0, t + 0.5, 1150.0, 300.0);
+    assert_eq!(step.count(&load(), t + 0.5), Ok(300.0));
+    assert_eq!(step.total_uj(), 150_000_000);
+    // slurmd's last sample, 0.4 s after the step's last read; slurmd died then
+    publish(&path, t - 100.0, t + 0.9, 1270.0, 300.0);
+    assert!(step.count(&load(), t + 20.0).is_err(), "stale");
+    assert_eq!(
+        step.total_uj(),
+        270_000_000,
+        "its last sample, not 19 s more at 300 W"
+    );
+    // an older sample (a ledger restored from elsewhere) changes nothing
+    publish(&path, t - 100.0, t + 0.2, 5000.0, 300.0);
+    assert!(step.count(&load(), t + 30.0).is_err(), "stale");
+    assert_eq!(step.total_uj(), 270_000_000);
+}
+
+/// In node mode a step's figure is the node's energy since its first reading, brought
+/// up to the call; a slurmd gone, a corrupt ledger or a new one never cost it what it
+/// had, and a ledger that never was gives no figure rather than 0 J.
+#[test]
+fn a_step_reads_the_node_since_it_began_and_keeps_its_figure_through_trouble() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("energy-ledger.0.json");
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
+    let first = step.read(Instant::now());
+    assert!(!first.complete, "no ledger: unavailable");
+    let epoch = unix_now() - 100.0;
+    let now = unix_now();
+    // the ledger sampled 0.5 s ago at 1000 J, 200 W: the step began at ~1100 J
+    publish(&path, epoch, now - 0.5, 1000.0, 200.0);
+    let start = step.read(Instant::now());
+    assert!(start.complete);
+    assert!(start.energy_uj < 1_000_000, "{}", start.energy_uj);
+    let now = unix_now();
+    publish(&path, epoch, now, 1900.0, 300.0);
+    let counted_at = Instant::now();
+    let reading = step.read(counted_at);
+    let figure = reading.energy_uj as f64 / 1e6;
+    assert!((figure - 800.0).abs() < 1.0, "{figure}");
+    // the node's parts, for the profile
+    assert_eq!(
+        reading.sensors,
+        vec![SensorReading {
+            label: "Accel0",
+            energy_uj: Some(950_000_000),
+            watts: None
+        }]
+    );
+    // corrupt: the figure stays
+    fs::write(&path, "{\"version\": 2, \"jo").expect("corrupt");
+    let kept = step.read(Instant::now());
+    assert!(kept.complete && kept.watts.is_none());
+    assert!((kept.energy_uj as f64 / 1e6 - figure).abs() < 1.0);
+    // stale (slurmd gone for 20 s): the figure stays
+    let now = unix_now();
+    publish(&path, epoch, now - 20.0, 5000.0, 300.0);
+    assert!((step.read(Instant::now()).energy_uj as f64 / 1e6 - figure).abs() < 1.0);
+    // a new ledger begun 2 s from now, 50 J into it: kept + 2 s at 300 W + 50 J, and
+    // the time the test itself took since the last read it counted, at 300 W
+    let now = unix_now();
+    publish(&path, now + 2.0, now + 2.0, 50.0, 100.0);
+    let test_took = counted_at.elapsed().as_secs_f64() * 300.0;
+    let after = step.read(Instant::now()).energy_uj as f64 / 1e6;
+    let least = figure + 600.0 + 50.0;
+    assert!(
+        after >= least - 1.0 && after <= least + test_took + 1.0,
+        "{after} vs {figure}"
+    );
+}
