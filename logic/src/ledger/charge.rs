@@ -1,0 +1,465 @@
+//! How the ledger charges an interval of the node's energy: to the node, and to its jobs
+//! and steps as the split says (the node's whole, a model's share, a device's holders),
+//! and the time a restarted slurmd was away.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{Job, Ledger, MAX_GAP, Observation, Piece, RUN_SLACK, Split, keep_recent, unix};
+use crate::attribution::StepId;
+use crate::attribution::holders::ObservedDevice;
+use crate::attribution::model::{
+    DeviceUse, Interval, JobUse, StepUse, split_device, split_interval, split_job,
+};
+use crate::source::bridge;
+
+impl Ledger {
+    /// A job whose step is seen begun later than the step of the same name it holds runs
+    /// again (requeued, preempted and requeued, or its id come round again): a step's name
+    /// is never reused within one run. The run before is forgotten, so the new run's
+    /// figures begin at zero, as a job new to the node's do; the figures of the run before
+    /// were taken as its steps ended.
+    pub(super) fn forget_earlier_runs(&mut self, obs: &Observation) {
+        for o in &obs.jobs {
+            let Some(job) = self.jobs.get(&o.job) else {
+                continue;
+            };
+            let again = o.steps.iter().any(|s| {
+                let kept = job.steps.get(&s.id).map(|k| k.account.since);
+                matches!((s.started.map(unix), kept), (Some(now), Some(before)) if now > before + RUN_SLACK)
+            });
+            if again {
+                log::info!(
+                    "job {} runs again on this node: its energy begins anew",
+                    o.job
+                );
+                self.jobs.remove(&o.job);
+            }
+        }
+    }
+
+    /// The first sample after slurmd was away (since the ledger's last sample): the node's
+    /// energy over the gap is the meter's own where its counts bridge it, charged as any
+    /// interval; else estimated at the last power of the node and of each job, and said so.
+    pub(super) fn charge_away(
+        &mut self,
+        obs: &Observation,
+        now: f64,
+        split: Split,
+        min_interval: Duration,
+    ) {
+        let secs = now - self.sampled_at;
+        // a device's share needs each device's own counts, which the ledger does not keep
+        let bridged = match split {
+            Split::Devices { .. } => None,
+            Split::Node | Split::Shared { .. } => bridge(&self.counts, &obs.counts, secs),
+        };
+        match bridged {
+            Some(uj) => {
+                let joules = uj as f64 / 1e6;
+                log::info!(
+                    "the {secs:.1} s since the energy ledger's last sample are bridged by the \
+                     meter's own counts: {joules:.1} J"
+                );
+                self.charge_interval(secs, joules, obs, split, min_interval);
+            }
+            None => {
+                let gap = secs.clamp(0.0, MAX_GAP.as_secs_f64());
+                log::warn!(
+                    "the {secs:.1} s since the energy ledger's last sample are estimated at \
+                     the last power ({:.1} W for the node){}: the meter's counts cannot span \
+                     them ({})",
+                    self.node.watts,
+                    if gap < secs {
+                        format!(", for {gap:.0} s at most")
+                    } else {
+                        String::new()
+                    },
+                    match split {
+                        Split::Devices { .. } => "each device's share is not bridged",
+                        _ if self.counts.is_empty() || obs.counts.is_empty() => {
+                            "the source reports power, or no settled count was kept"
+                        }
+                        _ => "a counter may have wrapped or was reset",
+                    }
+                );
+                self.charge_gap(obs, gap);
+            }
+        }
+    }
+
+    /// Charges the node and the jobs `joules` of the interval of `secs` that ends with `obs`.
+    pub(super) fn charge_interval(
+        &mut self,
+        secs: f64,
+        joules: f64,
+        obs: &Observation,
+        split: Split,
+        min_interval: Duration,
+    ) {
+        if secs.is_nan() || secs <= 0.0 {
+            return;
+        }
+        let dt = Duration::from_secs_f64(secs);
+        let prior_watts = self.interval_watts.unwrap_or(self.node.watts);
+        let (now, began) = (unix(obs.wall), unix(obs.wall) - secs);
+        self.node_rate
+            .charge(&mut self.node, began, now, joules, obs.settled);
+        self.interval_watts = Some(joules / secs);
+        // an unsettled interval's energy may be counted in the next one
+        if dt >= min_interval && obs.settled {
+            let watts = joules / secs;
+            self.learned_idle_watts = Some(self.learned_idle_watts.map_or(watts, |w| w.min(watts)));
+        }
+        // a job or step charged nothing this interval has left, or is not seen yet (its
+        // power window goes on: a job seen again is averaged over the time between)
+        for job in self.jobs.values_mut() {
+            job.account.watts = 0.0;
+            for step in job.steps.values_mut() {
+                step.account.watts = 0.0;
+            }
+        }
+        let idle_watts = match split {
+            Split::Node => return self.charge_whole(obs, (began, now), joules),
+            Split::Devices { idle_watts } => {
+                let long = dt >= min_interval && obs.settled;
+                return self.charge_devices(obs, (began, now), idle_watts, long);
+            }
+            Split::Shared { idle_watts } => idle_watts,
+        };
+        let interval = Interval {
+            joules,
+            secs,
+            static_watts: idle_watts.or(self.learned_idle_watts).unwrap_or(0.0),
+            prior_watts: Some(prior_watts),
+        };
+        // the jobs with counters now, and at the interval's start or since their arrival
+        let mut present = Vec::new();
+        let mut uses = Vec::new();
+        for o in &obs.jobs {
+            let Some(now) = o.counters else { continue };
+            let before = self.jobs.get(&o.job).and_then(|j| j.usage_ns);
+            let Some((cpu_secs, arrived)) = since(now.usage_ns, before, o.started(), began, secs)
+            else {
+                continue;
+            };
+            present.push(o);
+            uses.push(JobUse {
+                cpus: now.cpus,
+                memory: now.memory,
+                cpu_secs,
+                arrived,
+            });
+        }
+        let mut shares = split_interval(&interval, &uses);
+        self.charge_late_arrivals(&uses, &mut shares, began);
+        self.unassigned.push_back(Piece {
+            from: began,
+            to: now,
+            joules: (joules - shares.iter().sum::<f64>()).max(0.0),
+        });
+        keep_recent(&mut self.unassigned, now);
+        for (o, share) in present.into_iter().zip(shares) {
+            let job = self.jobs.entry(o.job).or_insert_with(|| Job::new(o, now));
+            job.rate
+                .charge(&mut job.account, began, now, share, obs.settled);
+            let mut ids = Vec::new();
+            let mut steps = Vec::new();
+            for s in &o.steps {
+                let before = job.steps.get(&s.id).and_then(|step| step.usage_ns);
+                let started = s.started.map(unix);
+                // the extern step needs no CPU time of its own (26.05's cgroup v1 gives it
+                // no cpuacct directory): it gets the job's share
+                let cpu_secs = if s.id == StepId::EXTERN {
+                    0.0
+                } else {
+                    match s
+                        .usage_ns
+                        .and_then(|u| since(u, before, started, began, secs))
+                    {
+                        Some((cpu_secs, _)) => cpu_secs,
+                        None => continue,
+                    }
+                };
+                ids.push(s.id);
+                steps.push(StepUse {
+                    is_extern: s.id == StepId::EXTERN,
+                    cpu_secs,
+                });
+            }
+            for (id, joules) in ids.into_iter().zip(split_job(share, &steps)) {
+                job.charge_step(o, id, joules, (began, now), obs.settled);
+            }
+        }
+    }
+
+    /// [`Split::Node`]: every job and step present gets the node's energy since it began:
+    /// the whole interval, or the part since its start within it; one found after its start
+    /// also the node's energy between ([`Self::recent`]). One whose start is unknown counts
+    /// from its next interval.
+    fn charge_whole(&mut self, obs: &Observation, (began, now): (f64, f64), joules: f64) {
+        let secs = now - began;
+        let recent = &self.recent;
+        let since = |known: bool, started: Option<f64>| match started {
+            _ if known => joules,
+            Some(s) if s >= began => joules * ((now - s) / secs).clamp(0.0, 1.0),
+            Some(s) => joules + recent.iter().map(|p| p.within(s, began)).sum::<f64>(),
+            None => 0.0,
+        };
+        let mut charges = Vec::new();
+        for o in &obs.jobs {
+            let job = self.jobs.get(&o.job);
+            let steps: Vec<(StepId, f64)> = o
+                .steps
+                .iter()
+                .map(|s| {
+                    let known = job.is_some_and(|j| j.steps.contains_key(&s.id));
+                    (s.id, since(known, s.started.map(unix)))
+                })
+                .collect();
+            charges.push((o, since(job.is_some(), o.started()), steps));
+        }
+        self.recent.push_back(Piece {
+            from: began,
+            to: now,
+            joules,
+        });
+        keep_recent(&mut self.recent, now);
+        for (o, joules, steps) in charges {
+            let job = self.jobs.entry(o.job).or_insert_with(|| Job::new(o, now));
+            job.rate
+                .charge(&mut job.account, began, now, joules, obs.settled);
+            for (id, joules) in steps {
+                job.charge_step(o, id, joules, (began, now), obs.settled);
+            }
+        }
+    }
+
+    /// Jobs found after their start (`arrived` < 0: seconds before the interval began) get
+    /// the energy nobody got since they began, in proportion to their shares of this
+    /// interval; what others got before they were found stays theirs.
+    fn charge_late_arrivals(&mut self, uses: &[JobUse], shares: &mut [f64], began: f64) {
+        let late: Vec<usize> = (0..uses.len()).filter(|&i| uses[i].arrived < 0.0).collect();
+        let Some(first) = late
+            .iter()
+            .map(|&i| began + uses[i].arrived)
+            .min_by(f64::total_cmp)
+        else {
+            return;
+        };
+        let mut owed = 0.0;
+        for u in &mut self.unassigned {
+            let part = u.within(first, began);
+            u.joules -= part;
+            owed += part;
+        }
+        let weights: Vec<f64> = late.iter().map(|&i| shares[i].max(0.0)).collect();
+        let total: f64 = weights.iter().sum();
+        for (&i, w) in late.iter().zip(weights) {
+            shares[i] += if total > 0.0 {
+                owed * w / total
+            } else {
+                owed / late.len() as f64
+            };
+        }
+    }
+
+    /// [`Split::Devices`]: each device's interval `(began, now)` among the jobs holding it,
+    /// and each step the parts of its job on the devices it holds. `long`: the interval
+    /// is settled and long enough to teach a device's static power.
+    fn charge_devices(
+        &mut self,
+        obs: &Observation,
+        (began, now): (f64, f64),
+        idle_watts: Option<f64>,
+        long: bool,
+    ) {
+        let secs = now - began;
+        // each job's joules on each device
+        let mut parts: BTreeMap<(u32, u32), f64> = BTreeMap::new();
+        for d in &obs.devices {
+            let state = self.devices.entry(d.position).or_default();
+            let Some(last) = state.last_uj else { continue };
+            let joules = d.energy_uj.saturating_sub(last) as f64 / 1e6;
+            if long {
+                let watts = joules / secs;
+                state.learned_idle_watts =
+                    Some(state.learned_idle_watts.map_or(watts, |w| w.min(watts)));
+            }
+            let static_watts = idle_watts.or(state.learned_idle_watts).unwrap_or(0.0);
+            // a partitioned GPU's meter is the whole GPU's: its instances get its energy by
+            // their size (static) and their activity (the rest)
+            let pieces: Vec<(u32, f64, f64)> = if d.instances.is_empty() {
+                vec![(d.position, joules, static_watts)]
+            } else {
+                let uses: Vec<DeviceUse> = d
+                    .instances
+                    .iter()
+                    .map(|i| DeviceUse {
+                        shares: f64::from(i.sms),
+                        busy: i.activity * f64::from(i.sms),
+                    })
+                    .collect();
+                let total_sms: f64 = uses.iter().map(|u| u.shares).sum();
+                d.instances
+                    .iter()
+                    .zip(split_device(joules, secs, static_watts, &uses))
+                    .map(|(i, part)| {
+                        let size = if total_sms > 0.0 {
+                            f64::from(i.sms) / total_sms
+                        } else {
+                            0.0
+                        };
+                        (i.position, part, static_watts * size)
+                    })
+                    .collect()
+            };
+            for (position, joules, static_watts) in pieces {
+                for (job, part) in
+                    self.charge_piece(obs, d, position, (began, now), joules, static_watts)
+                {
+                    parts.insert((job, position), part);
+                }
+            }
+        }
+        for o in &obs.jobs {
+            let job = self.jobs.entry(o.job).or_insert_with(|| Job::new(o, now));
+            let held: f64 = parts
+                .range((o.job, 0)..=(o.job, u32::MAX))
+                .map(|(_, j)| j)
+                .sum();
+            job.rate
+                .charge(&mut job.account, began, now, held, obs.settled);
+            for s in &o.steps {
+                job.held.extend(s.holds.iter().map(|(p, _)| *p));
+                // the extern step is the job's container (with PrologFlags=Contain its
+                // figure is the job's in accounting): all the job's devices
+                let joules = if s.id == StepId::EXTERN {
+                    held
+                } else {
+                    s.holds
+                        .iter()
+                        .filter_map(|(p, _)| parts.get(&(o.job, *p)))
+                        .sum()
+                };
+                job.charge_step(o, s.id, joules, (began, now), obs.settled);
+            }
+        }
+    }
+
+    /// One device (or MIG instance) at `position`, of `joules` over `(began, now)`, among
+    /// the jobs holding it: each holder's part. A job holding it anew (its tasks just
+    /// started) also gets what nobody got of it since the job began, by shares among those
+    /// new this interval.
+    fn charge_piece(
+        &mut self,
+        obs: &Observation,
+        device: &ObservedDevice,
+        position: u32,
+        (began, now): (f64, f64),
+        joules: f64,
+        static_watts: f64,
+    ) -> Vec<(u32, f64)> {
+        let mut holders = Vec::new();
+        let mut uses = Vec::new();
+        for o in &obs.jobs {
+            let shares = o
+                .steps
+                .iter()
+                .flat_map(|s| &s.holds)
+                .filter(|(p, _)| *p == position)
+                .map(|(_, shares)| *shares)
+                .max_by(f64::total_cmp);
+            if let Some(shares) = shares {
+                let busy = device
+                    .busy
+                    .iter()
+                    .filter(|(j, _)| *j == o.job)
+                    .map(|(_, b)| b)
+                    .sum();
+                holders.push(o);
+                uses.push(DeviceUse { shares, busy });
+            }
+        }
+        let mut split = split_device(joules, now - began, static_watts, &uses);
+        let state = self.devices.entry(position).or_default();
+        if holders.is_empty() {
+            state.unassigned.push_back(Piece {
+                from: began,
+                to: now,
+                joules,
+            });
+        }
+        keep_recent(&mut state.unassigned, now);
+        let new: Vec<usize> = (0..holders.len())
+            .filter(|&i| {
+                !self
+                    .jobs
+                    .get(&holders[i].job)
+                    .is_some_and(|j| j.held.contains(&position))
+            })
+            .collect();
+        let first = new
+            .iter()
+            .filter_map(|&i| {
+                let since = self.jobs.get(&holders[i].job).map(|j| j.account.since);
+                holders[i].started().or(since)
+            })
+            .min_by(f64::total_cmp);
+        if let (Some(first), Some(state)) = (first, self.devices.get_mut(&position)) {
+            let mut owed = 0.0;
+            for u in &mut state.unassigned {
+                let part = u.within(first, began);
+                u.joules -= part;
+                owed += part;
+            }
+            let total: f64 = new.iter().map(|&i| uses[i].shares).sum();
+            for &i in &new {
+                split[i] += if total > 0.0 {
+                    owed * uses[i].shares / total
+                } else {
+                    owed / new.len() as f64
+                };
+            }
+        }
+        holders.iter().map(|o| o.job).zip(split).collect()
+    }
+
+    /// Charges the node and the jobs present their last power over `gap` seconds.
+    fn charge_gap(&mut self, obs: &Observation, gap: f64) {
+        self.node.joules += self.node.watts * gap;
+        for o in &obs.jobs {
+            if let Some(job) = self.jobs.get_mut(&o.job) {
+                job.account.joules += job.account.watts * gap;
+                for step in job.steps.values_mut() {
+                    step.account.joules += step.account.watts * gap;
+                }
+            }
+        }
+    }
+}
+
+/// A job's or step's CPU seconds in the interval that `began` (unix time) `secs` ago, and
+/// when in it it arrived: from its counter at the interval's start (`before`), or, first
+/// seen now, from its start (its counter began with it). One seen late (it started before
+/// the interval: a negative arrival) has its CPU time spread evenly over its life, and
+/// what came before the interval from what nobody got; `None` when its start is unknown (it
+/// is charged from its next interval).
+fn since(
+    usage_ns: u64,
+    before: Option<u64>,
+    started: Option<f64>,
+    began: f64,
+    secs: f64,
+) -> Option<(f64, f64)> {
+    if let Some(before) = before {
+        return Some((usage_ns.saturating_sub(before) as f64 / 1e9, 0.0));
+    }
+    let used = usage_ns as f64 / 1e9;
+    let started = started?;
+    if started >= began {
+        return Some((used, (started - began).min(secs)));
+    }
+    let life = began + secs - started;
+    Some((used * secs / life, started - began))
+}
