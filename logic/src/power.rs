@@ -208,6 +208,11 @@ impl Screen {
         self.last.as_ref()
     }
 
+    /// The reading held until the next one decides.
+    pub fn held(&self) -> Option<&Sample> {
+        self.held.as_ref()
+    }
+
     /// The readings to count now, in order (none, the one given, or a held one and it).
     pub fn judge(&mut self, sample: Sample) -> Vec<Sample> {
         let watts = sample.watts;
@@ -380,6 +385,11 @@ pub(crate) struct Integral {
     /// The most ever reported, so an extrapolation followed by a lower reading never
     /// makes energy go backwards.
     reported_uj: u64,
+    /// When the reading a [`Screen`] holds was taken: the power since is unknown until
+    /// the next reading (a step, or a spike), so the energy is not brought forward past it
+    /// (a fall to idle at a job's end would otherwise be extrapolated at the power before
+    /// for a period more, and stay counted).
+    held_at: Option<Instant>,
 }
 
 impl Integral {
@@ -421,7 +431,8 @@ impl Integral {
     fn energy_at(&mut self, now: Instant, extrapolate: bool, limit: Duration) -> u64 {
         let mut energy_uj = self.energy_uj;
         if let (true, Some((at, watts))) = (extrapolate, self.last) {
-            let since = now.saturating_duration_since(at).min(limit);
+            let until = self.held_at.map_or(now, |held| held.min(now));
+            let since = until.saturating_duration_since(at).min(limit);
             energy_uj += watts * since.as_secs_f64() * 1e6;
         }
         self.reported_uj = self.reported_uj.max(energy_uj as u64);
@@ -472,10 +483,12 @@ struct Sensing<P: PowerSensor> {
     screen: Screen,
 }
 
-/// What a round publishes: the samples the screen accepted, and the bound.
+/// What a round publishes: the samples the screen accepted, the bound, and when the
+/// reading it holds (if any) was taken.
 struct Accepted {
     samples: Vec<Sample>,
     max_watts: f64,
+    held_at: Option<Instant>,
 }
 
 impl<P: PowerSensor> Polling for Sensing<P> {
@@ -513,6 +526,7 @@ impl<P: PowerSensor> Polling for Sensing<P> {
             Ok(sample) => Outcome::Publish(Accepted {
                 samples: self.screen.judge(sample),
                 max_watts: self.screen.bound().watts,
+                held_at: self.screen.held().map(|s| s.at),
             }),
             Err(ReadError::Skip(e)) => Outcome::Skip(e),
             Err(ReadError::Broken(e)) => Outcome::Reconnect(e),
@@ -523,6 +537,7 @@ impl<P: PowerSensor> Polling for Sensing<P> {
         for sample in &accepted.samples {
             integral.add(sample, accepted.max_watts);
         }
+        integral.held_at = accepted.held_at;
     }
 
     fn cannot_connect(why: &str, max_backoff: Duration) -> String {
@@ -762,10 +777,12 @@ mod tests {
     /// The other side of the bar: a real step from 300 to 600 W that stays (at 19.5 s) is
     /// held for one reading, then counted whole: the energy is the trapezoid's, exact here,
     /// and the power shown follows one reading late. What that costs: while the reading is
-    /// held, a reader's figure (extrapolated at the last power accepted) lags by the step
-    /// times the time since the last reading accepted (here 300 W x 1.99 s, as the truth is
-    /// 600 W since 19.5 s: 447 J), and catches up whole at the next reading; only a step
-    /// that ends in that period keeps the lag.
+    /// held, a reader's figure is brought forward at the last power accepted up to the held
+    /// reading and no further, so it lags the truth by the step's part of the period before
+    /// and the new power since the held reading (here 150 J + 600 W x 0.99 s = 744 J), and
+    /// catches up whole at the next reading; only a step that ends in that period keeps
+    /// the lag. (A fall is over-counted no more than without the hold: the last power is
+    /// brought forward up to the held reading only.)
     #[test]
     fn a_real_step_is_followed_one_reading_late_and_costs_nothing() {
         let step = |k: u32| if k >= 20 { 600.0 } else { 300.0 };
@@ -784,15 +801,38 @@ mod tests {
             for s in screen.judge(power_at(t0, k, step(k))) {
                 i.add(&s, 20_000.0);
             }
+            i.held_at = screen.held().map(|s| s.at);
         }
         let true_j = |ms: u64| 300.0 * 19.5 + 600.0 * (ms as f64 / 1000.0 - 19.5);
         let lag = true_j(20_990) - i.energy_at(at(20_990), true, limit) as f64 / 1e6;
-        assert!((lag - 447.0).abs() < 0.01, "{lag}");
+        assert!((lag - 744.0).abs() < 0.01, "{lag}");
         for s in screen.judge(power_at(t0, 21, 600.0)) {
             i.add(&s, 20_000.0);
         }
+        i.held_at = screen.held().map(|s| s.at);
         let after = i.energy_at(at(21_000), true, limit) as f64 / 1e6;
         assert!((after - true_j(21_000)).abs() < 1e-3, "{after}");
+    }
+
+    /// A job ending: the power falls from 300 W to 0 at 29.5 s, read at 30 s and held;
+    /// a reader at 30.9 s sees the 300 W brought forward to the held reading only (as
+    /// without the hold, when the 0 W reading would have been counted at 30 s), never
+    /// for the period the hold lasts.
+    #[test]
+    fn a_fall_is_not_brought_forward_past_the_held_reading() {
+        let t0 = Instant::now();
+        let limit = Duration::from_secs(10);
+        let mut screen = Screen::new(Bound::of("k", None, 20_000), "power");
+        let mut i = Integral::default();
+        for k in 0..=30 {
+            let watts = if k < 30 { 300.0 } else { 0.0 };
+            for s in screen.judge(power_at(t0, k, watts)) {
+                i.add(&s, 20_000.0);
+            }
+            i.held_at = screen.held().map(|s| s.at);
+        }
+        let figure = i.energy_at(t0 + Duration::from_millis(30_900), true, limit);
+        assert_eq!(figure, 9_000_000_000);
     }
 
     /// A ramp, a step down to idle and a load that swings at the sampling rate are the
@@ -810,7 +850,7 @@ mod tests {
         let drop = |k: u32| if k < 30 { 300.0 } else { 40.0 };
         let (joules, _) = screened_job(20_000.0, drop);
         assert!((joules - trapezoid(&drop)).abs() < 1e-6, "{joules}");
-        let swing = |k: u32| if k % 2 == 0 { 300.0 } else { 900.0 };
+        let swing = |k: u32| if k.is_multiple_of(2) { 300.0 } else { 900.0 };
         let (joules, _) = screened_job(20_000.0, swing);
         let missed = trapezoid(&swing) - joules;
         // the first 900 W reading, dropped as a spike: one reading's excess
