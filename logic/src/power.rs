@@ -385,12 +385,12 @@ pub(crate) struct Integral {
     /// The most ever reported, so an extrapolation followed by a lower reading never
     /// makes energy go backwards.
     reported_uj: u64,
-    /// The reading a [`Screen`] holds (when, watts): whether the power since is the last
-    /// accepted or the held one is unknown until the next reading (a step, or a spike), so
-    /// the energy is brought forward past it at the lower of the two (a fall to idle at a
-    /// job's end is not extrapolated at the power before for a period more, nor a spike at
-    /// the spike's).
-    held: Option<(Instant, f64)>,
+    /// The power of the reading a [`Screen`] holds: whether the power since the last
+    /// reading accepted is that one's or the held one's is unknown until the next reading
+    /// (a step, or a spike), so the energy is brought forward at the lower of the two. What
+    /// is reported never goes back: a fall (a job's end) brought forward at the power before
+    /// would stay counted, as would a spike; a rise is counted whole once confirmed.
+    held_watts: Option<f64>,
 }
 
 impl Integral {
@@ -432,14 +432,9 @@ impl Integral {
     fn energy_at(&mut self, now: Instant, extrapolate: bool, limit: Duration) -> u64 {
         let mut energy_uj = self.energy_uj;
         if let (true, Some((at, watts))) = (extrapolate, self.last) {
-            let end = at.checked_add(limit).map_or(now, |end| end.min(now));
-            let (held_at, after) = match self.held {
-                Some((held_at, held_watts)) => (held_at.min(end), watts.min(held_watts)),
-                None => (end, watts),
-            };
-            let before = held_at.saturating_duration_since(at).as_secs_f64();
-            let since = end.saturating_duration_since(held_at).as_secs_f64();
-            energy_uj += (watts * before + after * since) * 1e6;
+            let watts = self.held_watts.map_or(watts, |held| held.min(watts));
+            let since = now.saturating_duration_since(at).min(limit);
+            energy_uj += watts * since.as_secs_f64() * 1e6;
         }
         self.reported_uj = self.reported_uj.max(energy_uj as u64);
         self.reported_uj
@@ -489,12 +484,12 @@ struct Sensing<P: PowerSensor> {
     screen: Screen,
 }
 
-/// What a round publishes: the samples the screen accepted, the bound, and the reading it
-/// holds (when, watts).
+/// What a round publishes: the samples the screen accepted, the bound, and the power of
+/// the reading it holds.
 struct Accepted {
     samples: Vec<Sample>,
     max_watts: f64,
-    held: Option<(Instant, f64)>,
+    held_watts: Option<f64>,
 }
 
 impl<P: PowerSensor> Polling for Sensing<P> {
@@ -532,7 +527,7 @@ impl<P: PowerSensor> Polling for Sensing<P> {
             Ok(sample) => Outcome::Publish(Accepted {
                 samples: self.screen.judge(sample),
                 max_watts: self.screen.bound().watts,
-                held: self.screen.held().map(|s| (s.at, s.watts)),
+                held_watts: self.screen.held().map(|s| s.watts),
             }),
             Err(ReadError::Skip(e)) => Outcome::Skip(e),
             Err(ReadError::Broken(e)) => Outcome::Reconnect(e),
@@ -543,7 +538,7 @@ impl<P: PowerSensor> Polling for Sensing<P> {
         for sample in &accepted.samples {
             integral.add(sample, accepted.max_watts);
         }
-        integral.held = accepted.held;
+        integral.held_watts = accepted.held_watts;
     }
 
     fn cannot_connect(why: &str, max_backoff: Duration) -> String {
@@ -784,9 +779,9 @@ mod tests {
     /// held for one reading, then counted whole: the energy is the trapezoid's, exact here,
     /// and the power shown follows one reading late. What that costs: while the reading is
     /// held, a reader's figure is brought forward at the lower of the last power accepted
-    /// and the held one, so it lags the truth by the step's part of the period before and
-    /// the step since the held reading (here 150 J + 300 W x 0.99 s = 447 J), and catches
-    /// up whole at the next reading; only a step that ends in that period keeps the lag.
+    /// and the held one, so it lags the truth by the step over the time since the step
+    /// (here 300 W x 1.49 s = 447 J), and catches up whole at the next reading; only a step
+    /// that ends in that period keeps the lag.
     #[test]
     fn a_real_step_is_followed_one_reading_late_and_costs_nothing() {
         let step = |k: u32| if k >= 20 { 600.0 } else { 300.0 };
@@ -805,7 +800,7 @@ mod tests {
             for s in screen.judge(power_at(t0, k, step(k))) {
                 i.add(&s, 20_000.0);
             }
-            i.held = screen.held().map(|s| (s.at, s.watts));
+            i.held_watts = screen.held().map(|s| s.watts);
         }
         let true_j = |ms: u64| 300.0 * 19.5 + 600.0 * (ms as f64 / 1000.0 - 19.5);
         let lag = true_j(20_990) - i.energy_at(at(20_990), true, limit) as f64 / 1e6;
@@ -813,17 +808,17 @@ mod tests {
         for s in screen.judge(power_at(t0, 21, 600.0)) {
             i.add(&s, 20_000.0);
         }
-        i.held = screen.held().map(|s| (s.at, s.watts));
+        i.held_watts = screen.held().map(|s| s.watts);
         let after = i.energy_at(at(21_000), true, limit) as f64 / 1e6;
         assert!((after - true_j(21_000)).abs() < 1e-3, "{after}");
     }
 
-    /// A job ending: the power falls from 300 W to 0 at 29.5 s, read at 30 s and held;
-    /// a reader at 30.9 s sees the 300 W brought forward to the held reading only (as
-    /// without the hold, when the 0 W reading would have been counted at 30 s), and 0 W
-    /// after it, never 300 W for the period the hold lasts.
+    /// A job ending: the power falls from 300 W to 0 at 29.5 s, read at 30 s and held; a
+    /// reader at 30.9 s sees the energy brought forward at 0 W, never at 300 W (which
+    /// would stay counted: what is reported never goes back); the 150 J short of the truth
+    /// come with the next reading.
     #[test]
-    fn a_fall_is_not_brought_forward_past_the_held_reading() {
+    fn a_fall_held_is_not_brought_forward_at_the_power_before() {
         let t0 = Instant::now();
         let limit = Duration::from_secs(10);
         let mut screen = Screen::new(Bound::of("k", None, 20_000), "power");
@@ -833,10 +828,10 @@ mod tests {
             for s in screen.judge(power_at(t0, k, watts)) {
                 i.add(&s, 20_000.0);
             }
-            i.held = screen.held().map(|s| (s.at, s.watts));
+            i.held_watts = screen.held().map(|s| s.watts);
         }
         let figure = i.energy_at(t0 + Duration::from_millis(30_900), true, limit);
-        assert_eq!(figure, 9_000_000_000);
+        assert_eq!(figure, 8_700_000_000);
     }
 
     /// A ramp, a step down to idle and a load that swings at the sampling rate are the
