@@ -213,6 +213,14 @@ impl Screen {
         self.held.as_ref()
     }
 
+    /// The power to show now (CurrentWatts, and what a figure is brought forward at): the
+    /// last reading accepted, or the held one where it is lower. Until the next reading it
+    /// is unknown which is the node's, and a figure brought forward at the higher stays
+    /// counted (what is reported never goes back): a fall at a job's end, or a spike.
+    pub fn power(&self) -> Option<f64> {
+        lower(self.last.map(|s| s.watts), self.held.map(|s| s.watts))
+    }
+
     /// The readings to count now, in order (none, the one given, or a held one and it).
     pub fn judge(&mut self, sample: Sample) -> Vec<Sample> {
         let watts = sample.watts;
@@ -306,6 +314,11 @@ impl Screen {
             }
         }
     }
+}
+
+/// `last`, or `held` where it is lower.
+fn lower(last: Option<f64>, held: Option<f64>) -> Option<f64> {
+    last.map(|w| held.map_or(w, |h| h.min(w)))
 }
 
 /// Whether `watts` is nearer `a` than `b`.
@@ -427,12 +440,16 @@ impl Integral {
         self.energy_uj
     }
 
+    /// The power to show, as [`Screen::power`] says.
+    fn watts(&self) -> Option<f64> {
+        lower(self.last.map(|(_, w)| w), self.held_watts)
+    }
+
     /// The energy as of `now`: up to the last sample, plus (when `extrapolate`) the time
     /// since at the last power, up to `limit` (a stale sample is not extrapolated).
     fn energy_at(&mut self, now: Instant, extrapolate: bool, limit: Duration) -> u64 {
         let mut energy_uj = self.energy_uj;
-        if let (true, Some((at, watts))) = (extrapolate, self.last) {
-            let watts = self.held_watts.map_or(watts, |held| held.min(watts));
+        if let (true, Some((at, _)), Some(watts)) = (extrapolate, self.last, self.watts()) {
             let since = now.saturating_duration_since(at).min(limit);
             energy_uj += watts * since.as_secs_f64() * 1e6;
         }
@@ -579,7 +596,7 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
             } else {
                 vec!["no power reading for too long".into()]
             },
-            watts: integral.last.map(|(_, w)| w),
+            watts: integral.watts(),
             unsettled: false,
             sensors: Vec::new(),
             devices: Vec::new(),
@@ -686,8 +703,8 @@ mod tests {
     }
 
     /// A 40 s job read every second; `reading(k)` is what the sensor says at second k.
-    /// The energy the screen and the trapezoid make of it (J), and whether the power shown
-    /// was ever other than `shown`.
+    /// The energy the screen and the trapezoid make of it (J), and the last reading
+    /// accepted after each reading.
     fn screened_job(bound: f64, reading: impl Fn(u32) -> f64) -> (f64, Vec<f64>) {
         let t0 = Instant::now();
         let mut screen = Screen::new(
@@ -716,7 +733,7 @@ mod tests {
     /// The bar: a 1, 2 or 3-reading glitch of any size out of bound (1e12 W, the 65535 W
     /// of all ones, negative, not a number, infinite), and a one-reading spike of any size
     /// within it (up or down), costs at most 0.1% of a 40 s job at 300 W (12 000 J): here
-    /// nothing at all, and the power shown stays 300 W.
+    /// nothing at all, and the last reading accepted stays 300 W.
     #[test]
     fn a_glitch_of_one_to_three_readings_costs_nothing() {
         let truth = 300.0 * 40.0;

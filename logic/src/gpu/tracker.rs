@@ -231,7 +231,7 @@ impl Tracked {
             self.integral.add(&sample, max_watts);
         }
         self.figure.energy_uj = self.integral.energy_uj();
-        self.figure.watts = self.screen.last().map(|s| s.watts);
+        self.figure.watts = self.screen.power();
     }
 }
 

@@ -277,14 +277,14 @@ impl EnergyReader for PmCounters {
     }
 }
 
-/// The power to show after a reading of `watts` at `at`: the last the screen accepted.
+/// The power to show after a reading of `watts` at `at`, as the screen says.
 fn screened(screen: &mut Screen, watts: u64, at: Instant) -> Option<f64> {
     screen.judge(Sample {
         watts: watts as f64,
         at,
         energy_j: None,
     });
-    screen.last().map(|s| s.watts)
+    screen.power()
 }
 
 #[cfg(test)]
