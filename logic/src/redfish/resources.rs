@@ -108,6 +108,12 @@ fn number(v: &Value) -> Option<f64> {
     v.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
 }
 
+/// A power reading: any number, for the power screen to judge (a negative one is a glitch
+/// it drops and logs once, not a broken session).
+fn watts(v: &Value) -> Option<f64> {
+    v.as_f64()
+}
+
 /// The `@odata.id` of a link property (`"Power": {"@odata.id": "..."}`).
 pub fn link(doc: &Value, property: &str) -> Option<String> {
     doc.get(property)?
@@ -139,8 +145,7 @@ pub fn metrics_energy_j(doc: &Value) -> Option<f64> {
 }
 
 pub fn metrics_watts(doc: &Value) -> Option<f64> {
-    doc.get("PowerWatts")
-        .and_then(|p| number(p.get("Reading")?))
+    doc.get("PowerWatts").and_then(|p| watts(p.get("Reading")?))
 }
 
 /// A `Sensor` resource's energy in joules, if its `ReadingType` is one of energy.
@@ -160,7 +165,7 @@ pub fn legacy_watts(doc: &Value) -> Option<f64> {
         .get("PowerControl")?
         .as_array()?
         .iter()
-        .filter_map(|c| number(c.get("PowerConsumedWatts")?))
+        .filter_map(|c| watts(c.get("PowerConsumedWatts")?))
         .collect();
     (!readings.is_empty()).then(|| readings.iter().sum())
 }
@@ -210,9 +215,13 @@ mod tests {
         assert_eq!(metrics_watts(&doc), Some(300.0));
         let kwh = json!({"EnergykWh": {"Reading": 0.5}});
         assert_eq!(metrics_energy_j(&kwh), Some(1.8e6));
-        let null = json!({"EnergyJoules": {"Reading": null}, "PowerWatts": {"Reading": -3}});
+        let null = json!({"EnergyJoules": {"Reading": null}, "PowerWatts": {"Reading": null}});
         assert_eq!(metrics_energy_j(&null), None);
         assert_eq!(metrics_watts(&null), None);
+        // a negative power is the screen's to drop (logged once), not a broken session
+        let negative = json!({"EnergyJoules": {"Reading": -3}, "PowerWatts": {"Reading": -3}});
+        assert_eq!(metrics_energy_j(&negative), None);
+        assert_eq!(metrics_watts(&negative), Some(-3.0));
     }
 
     #[test]
