@@ -92,6 +92,21 @@ impl BmcSim {
         )
     }
 
+    /// Shell text that makes the DCMI power reading say `watts` for `secs` while the node's
+    /// power (and the truth) stays as it is (for job scripts).
+    pub fn glitch_command(&self, watts: u32, secs: f64) -> String {
+        format!(
+            "sh {} {} {watts} {secs}",
+            script("glitch_power.sh").display(),
+            self.run.display()
+        )
+    }
+
+    /// The BMC states an active DCMI power limit of `watts` from now on.
+    pub fn set_power_limit(&self, watts: u32) {
+        fs::write(self.run.join("power_watts_limit"), format!("{watts}\n")).expect("limit");
+    }
+
     fn signal(&self, signal: i32) {
         // SAFETY: kill(2) on the simulator this struct started.
         unsafe { libc::kill(self.pid, signal) };

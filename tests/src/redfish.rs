@@ -237,6 +237,16 @@ impl RedfishSim {
         )
     }
 
+    /// Shell text that makes the readings say `watts` for `secs` while the node's power
+    /// (and the truth) stays as it is (for job scripts).
+    pub fn glitch_command(&self, watts: f64, secs: f64) -> String {
+        format!(
+            "{} glitch {} {watts:e} {secs}",
+            bin("redfishsim").display(),
+            self.dir.display()
+        )
+    }
+
     pub fn set(&self, watts: u32) {
         let status = Command::new("sh")
             .arg("-c")

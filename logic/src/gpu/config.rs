@@ -4,7 +4,12 @@ use crate::config::{ConfigError, KeyValues};
 
 pub const KEY_NVML: &str = "EnergyGpuNvmlLibrary";
 pub const KEY_AMD: &str = "EnergyGpuAmdLibrary";
-pub const KEYS: &[&str] = &[KEY_NVML, KEY_AMD];
+pub const KEY_MAX_WATTS: &str = "EnergyGpuMaxWatts";
+pub const KEYS: &[&str] = &[KEY_NVML, KEY_AMD, KEY_MAX_WATTS];
+
+/// More than any GPU draws (the largest draw about 1.2 kW): a power reading above it, or a
+/// counter rising faster, is no GPU's.
+pub const DEFAULT_MAX_WATTS: u32 = 5_000;
 
 /// What the NVIDIA driver installs (the soname, found through the loader's path).
 const DEFAULT_NVML: &str = "libnvidia-ml.so.1";
@@ -19,6 +24,8 @@ pub struct GpuConfig {
     pub nvml: Option<String>,
     /// amd-smi to load; `None`: AMD GPUs are not read.
     pub amd: Option<String>,
+    /// The most one GPU may draw; `None`: [`DEFAULT_MAX_WATTS`].
+    pub max_watts: Option<u32>,
 }
 
 impl Default for GpuConfig {
@@ -26,6 +33,7 @@ impl Default for GpuConfig {
         Self {
             nvml: Some(DEFAULT_NVML.into()),
             amd: Some(DEFAULT_AMD.into()),
+            max_watts: None,
         }
     }
 }
@@ -56,12 +64,22 @@ impl GpuConfig {
         if let Some(v) = values.get(KEY_AMD) {
             c.amd = library(KEY_AMD, v)?;
         }
+        if let Some(v) = values.get(KEY_MAX_WATTS) {
+            c.max_watts = Some(crate::power::parse_max_watts(KEY_MAX_WATTS, v)?);
+        }
         Ok(c)
     }
 
     pub fn show(&self) -> Vec<(&'static str, String)> {
         let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| NONE.into());
-        vec![(KEY_NVML, shown(&self.nvml)), (KEY_AMD, shown(&self.amd))]
+        vec![
+            (KEY_NVML, shown(&self.nvml)),
+            (KEY_AMD, shown(&self.amd)),
+            (
+                KEY_MAX_WATTS,
+                crate::power::show_max_watts(self.max_watts, DEFAULT_MAX_WATTS, false),
+            ),
+        ]
     }
 }
 
@@ -82,9 +100,19 @@ mod tests {
             c.show(),
             vec![
                 (KEY_NVML, "/opt/nvml/libnvidia-ml.so.1".to_string()),
-                (KEY_AMD, "none".to_string())
+                (KEY_AMD, "none".to_string()),
+                (KEY_MAX_WATTS, "5000".to_string())
             ]
         );
+        values.set(KEY_MAX_WATTS, "1200");
+        assert_eq!(
+            GpuConfig::parse(&values).expect("valid").max_watts,
+            Some(1200)
+        );
+        values.set(KEY_MAX_WATTS, "1.2kW");
+        let e = GpuConfig::parse(&values).expect_err("not whole watts");
+        assert!(e.to_string().contains("EnergyGpuMaxWatts=1.2kW"), "{e}");
+        values.set(KEY_MAX_WATTS, "1200");
         values.set(KEY_NVML, "lib/libnvidia-ml.so");
         let e = GpuConfig::parse(&values).expect_err("relative path");
         assert!(

@@ -24,11 +24,12 @@ mod tracker;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-pub use config::{GpuConfig, KEY_AMD, KEY_NVML, KEYS};
+pub use config::{GpuConfig, KEY_AMD, KEY_MAX_WATTS, KEY_NVML, KEYS};
 pub use library::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
 
 use crate::config::{ConfigError, KeyValues};
 use crate::poller::{Outcome, Poller, Polling, Timing};
+use crate::power::Bound;
 use crate::source::{DeviceReading, EnergyReader, Reading, Source, missed_after};
 use tracker::{Figure, Tracked};
 
@@ -71,7 +72,8 @@ impl Source for Gpus {
         if openers.is_empty() {
             return Err(format!("{KEY_NVML} and {KEY_AMD} are both none"));
         }
-        GpuReader::start(openers, POLL_PERIOD)
+        let bound = Bound::of(KEY_MAX_WATTS, config.max_watts, config::DEFAULT_MAX_WATTS);
+        GpuReader::start(openers, POLL_PERIOD, bound)
     }
 }
 
@@ -91,9 +93,11 @@ pub struct GpuReader {
 
 impl GpuReader {
     /// Starts the poller and returns at once: libraries are opened in the poller.
-    pub fn start(openers: Vec<Opener>, period: Duration) -> Result<Self, String> {
+    /// `bound`: the most one GPU may draw.
+    pub fn start(openers: Vec<Opener>, period: Duration, bound: Bound) -> Result<Self, String> {
         let polling = GpuPolling {
             openers,
+            bound,
             failing: HashMap::new(),
         };
         let timing = Timing {
@@ -114,7 +118,7 @@ type OpenLibrary = (Box<dyn GpuLibrary>, Vec<Tracked>);
 
 /// Opens every library that works, with the GPUs it sees, placed one after the other
 /// (NVIDIA's first). The failures of the others are returned for the log.
-fn open(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
+fn open(openers: &[Opener], bound: &Bound) -> (Vec<OpenLibrary>, Vec<String>) {
     let mut open = Vec::new();
     let mut failures = Vec::new();
     let mut position = 0;
@@ -143,7 +147,7 @@ fn open(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
                 }
                 let mut tracked = Vec::new();
                 for d in devices {
-                    let mut gpu = Tracked::new(vendor, d, position);
+                    let mut gpu = Tracked::new(vendor, d, position, bound.clone());
                     match lib.mig_instances(gpu.figure().device.index) {
                         Ok(instances) => gpu.partition(instances),
                         Err(e) => log::error!(
@@ -166,6 +170,8 @@ fn open(openers: &[Opener]) -> (Vec<OpenLibrary>, Vec<String>) {
 /// What the poller does with the GPUs: open the libraries, read every GPU a round.
 struct GpuPolling {
     openers: Vec<Opener>,
+    /// The most one GPU may draw.
+    bound: Bound,
     /// Per GPU (vendor, index): whether its last read failed, so a failure is logged once
     /// and its end once.
     failing: HashMap<(&'static str, u32), bool>,
@@ -182,7 +188,7 @@ impl Polling for GpuPolling {
     const CONTAIN_PANICS: bool = false;
 
     fn connect(&mut self) -> Result<Vec<OpenLibrary>, String> {
-        let (libs, failures) = open(&self.openers);
+        let (libs, failures) = open(&self.openers, &self.bound);
         if libs.is_empty() {
             return Err(failures.join("; "));
         }

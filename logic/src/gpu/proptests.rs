@@ -143,7 +143,7 @@ proptest! {
             activity: activity.into(),
         };
         let device = Device { index: 0, file: Some((195, 0)), name: "GPU-0".into() };
-        let mut gpu = Tracked::new("scripted", device, 3);
+        let mut gpu = Tracked::new("scripted", device, 3, crate::power::Bound::of("EnergyGpuMaxWatts", None, 5_000));
         gpu.partition(mig);
         prop_assert!(gpu.figure().instances.len() <= 64);
         let mut now = Instant::now();

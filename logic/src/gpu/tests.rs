@@ -85,7 +85,12 @@ impl Node {
                 started,
             }) as Box<dyn GpuLibrary>)
         });
-        GpuReader::start(vec![opener], Duration::from_millis(50)).expect("start")
+        GpuReader::start(
+            vec![opener],
+            Duration::from_millis(50),
+            Bound::of(KEY_MAX_WATTS, None, 5_000),
+        )
+        .expect("start")
     }
 }
 
@@ -183,7 +188,12 @@ fn a_lost_gpu_stops_counting_while_the_others_go_on() {
 #[test]
 fn without_a_library_the_reading_is_unavailable() {
     let opener: Opener = Box::new(|| Err("cannot load libnvidia-ml.so.1: not found".into()));
-    let mut reader = GpuReader::start(vec![opener], Duration::from_millis(50)).expect("start");
+    let mut reader = GpuReader::start(
+        vec![opener],
+        Duration::from_millis(50),
+        Bound::of(KEY_MAX_WATTS, None, 5_000),
+    )
+    .expect("start");
     std::thread::sleep(Duration::from_millis(100));
     let r = reader.read(Instant::now());
     assert!(!r.complete && r.energy_uj == 0, "{r:?}");

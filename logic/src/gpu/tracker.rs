@@ -4,14 +4,16 @@
 //! its resolution) is counted with [`WrappingCounter`]: when the driver reloads the counter
 //! starts again from zero, which is a reset, never a negative or huge delta; the gap is
 //! estimated from the power measured after it. A GPU whose counter is not supported
-//! (NVML before Volta) is integrated from its power: trapezoids between samples with
-//! sub-second timestamps.
+//! (NVML before Volta) is integrated from its power, as a power sensor's is: its readings
+//! pass a [`Screen`] (a power above the bound, `EnergyGpuMaxWatts`, or a one-reading spike
+//! is not energy), then trapezoids between samples with sub-second timestamps.
 
 use std::time::Instant;
 
 use super::library::{Device, GpuError, GpuLibrary, MigInstance};
 use crate::accounting::PowerWindow;
 use crate::counter::{Advance, WrappingCounter};
+use crate::power::{Bound, Integral, Sample, Screen};
 use crate::source::InstanceReading;
 
 /// MIG instances are placed after every GPU: instance `k` of the GPU at `p` at
@@ -20,8 +22,6 @@ const MIG_PLACES: u32 = 1 << 16;
 /// More MIG instances than a GPU can hold (7 on A100 and H100).
 const MAX_INSTANCES: u32 = 64;
 
-/// More than any GPU draws: a counter rising faster was reset or misread.
-const MAX_GPU_WATTS: f64 = 5_000.0;
 /// The counters are 64-bit and never wrap in practice (NVML: 2^64 mJ).
 const MODULUS: u64 = 1 << 63;
 
@@ -59,15 +59,19 @@ pub struct Tracked {
     figure: Figure,
     mode: Mode,
     counter: WrappingCounter,
+    /// Power readings judged (power mode); its bound is the counter's too.
+    screen: Screen,
     /// Power integrated (power mode).
-    integrated_uj: f64,
+    integral: Integral,
     /// The counter's power, and the instant its clock counts from (the first count).
     power: PowerWindow,
     since: Option<Instant>,
 }
 
 impl Tracked {
-    pub fn new(vendor: &'static str, device: Device, position: u32) -> Self {
+    /// `bound`: the most the GPU may draw; a counter rising faster was reset or misread.
+    pub fn new(vendor: &'static str, device: Device, position: u32, bound: Bound) -> Self {
+        let name = format!("{vendor} GPU {} ({})", device.index, device.name);
         Self {
             figure: Figure {
                 vendor,
@@ -81,8 +85,9 @@ impl Tracked {
                 instances: Vec::new(),
             },
             mode: Mode::Unknown,
-            counter: WrappingCounter::new(MODULUS, MAX_GPU_WATTS * 1e6),
-            integrated_uj: 0.0,
+            counter: WrappingCounter::new(MODULUS, bound.watts * 1e6),
+            screen: Screen::new(bound, name),
+            integral: Integral::default(),
             power: PowerWindow::default(),
             since: None,
         }
@@ -155,10 +160,7 @@ impl Tracked {
         }
         if self.mode == Mode::Power {
             match lib.power_w(index) {
-                Ok(watts) if watts.is_finite() && (0.0..=MAX_GPU_WATTS).contains(&watts) => {
-                    self.integrate(watts, now)
-                }
-                Ok(watts) => return Err(format!("{}: impossible power {watts} W", self.name())),
+                Ok(watts) => self.integrate(watts, now),
                 Err(e) => return Err(self.failed(e)),
             }
         }
@@ -218,13 +220,18 @@ impl Tracked {
         }
     }
 
+    /// A power reading, screened (what is dropped is bridged by the readings around it).
     fn integrate(&mut self, watts: f64, now: Instant) {
-        if let (Some(at), Some(w0)) = (self.figure.at, self.figure.watts) {
-            let secs = now.saturating_duration_since(at).as_secs_f64();
-            self.integrated_uj += secs * (w0 + watts) / 2.0 * 1e6;
+        let max_watts = self.screen.bound().watts;
+        for sample in self.screen.judge(Sample {
+            watts,
+            at: now,
+            energy_j: None,
+        }) {
+            self.integral.add(&sample, max_watts);
         }
-        self.figure.energy_uj = self.integrated_uj;
-        self.figure.watts = Some(watts);
+        self.figure.energy_uj = self.integral.energy_uj();
+        self.figure.watts = self.screen.power();
     }
 }
 
@@ -264,6 +271,7 @@ mod tests {
                 name: "GPU-0".into(),
             },
             0,
+            Bound::of("EnergyGpuMaxWatts", None, 5_000),
         )
     }
 
@@ -301,6 +309,32 @@ mod tests {
         g.sample(&mut lib, at(500)).expect("read"); // 100 J
         g.sample(&mut lib, at(2500)).expect("read"); // 600 J
         assert!((g.figure().energy_uj - 700e6).abs() < 1.0);
+    }
+
+    /// A GPU without a counter at 200 W whose power reads 65535 W twice, then one 1500 W
+    /// spike: nothing of it is energy, the GPU is still read (no failure).
+    #[test]
+    fn without_a_counter_a_glitch_is_not_energy() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut power = vec![Ok(200.0); 10];
+        power[3] = Ok(65535.0);
+        power[4] = Ok(65535.0);
+        power[7] = Ok(1500.0);
+        let mut lib = Scripted {
+            energy: vec![Err(GpuError::NotSupported)],
+            power,
+        };
+        let mut g = gpu();
+        for s in 0..10 {
+            g.sample(&mut lib, at(s)).expect("read");
+            assert_eq!(g.figure().watts, Some(200.0));
+        }
+        assert!(
+            (g.figure().energy_uj - 1800e6).abs() < 1.0,
+            "{}",
+            g.figure().energy_uj
+        );
     }
 
     #[test]

@@ -7,7 +7,8 @@ use ipmi_rs::rmcp::Rmcp;
 use ipmi_rs::storage::sdr::record::Record;
 
 use super::config::{
-    IpmiConfig, KEY_PASSWORD, KEY_POWER_SENSORS, KEY_USERNAME, PowerSensors, Target,
+    DEFAULT_MAX_WATTS, IpmiConfig, KEY_MAX_WATTS, KEY_PASSWORD, KEY_POWER_SENSORS, KEY_USERNAME,
+    PowerSensors, Target,
 };
 use super::protocol::{self as p, WattsSensor};
 use crate::config::{ConfigError, KeyValues};
@@ -74,6 +75,8 @@ pub struct Bmc {
     link: Link,
     method: Method,
     target: String,
+    /// The active DCMI power limit, read on connecting.
+    limit_w: Option<u16>,
 }
 
 impl Bmc {
@@ -124,6 +127,27 @@ impl Bmc {
             )
             .map_err(|e| format!("DCMI Get Power Reading: {e}"))?;
         p::parse_dcmi_power(&data).map(f64::from)
+    }
+
+    /// The active DCMI power limit; `None` where none is active, or the BMC has no DCMI
+    /// power management (then the default bound applies: nothing to log).
+    fn dcmi_power_limit(&mut self) -> Option<u16> {
+        match self.link.call(
+            p::NETFN_GROUP_EXT,
+            p::CMD_DCMI_GET_POWER_LIMIT,
+            0,
+            p::dcmi_power_limit_request(),
+        ) {
+            Ok(data) => p::parse_dcmi_power_limit(&data).unwrap_or_else(|e| {
+                log::debug!("DCMI Get Power Limit: {e}");
+                None
+            }),
+            Err(CallError::Completion(p::CC_NO_ACTIVE_POWER_LIMIT)) => None,
+            Err(e) => {
+                log::debug!("DCMI Get Power Limit: {e}");
+                None
+            }
+        }
     }
 
     fn sensor_watts(link: &mut Link, sensor: &WattsSensor) -> Result<f64, String> {
@@ -274,8 +298,20 @@ impl Source for Bmc {
 }
 
 impl PowerSensor for Bmc {
+    const MAX_WATTS_KEY: &'static str = KEY_MAX_WATTS;
+    const DEFAULT_MAX_WATTS: u32 = DEFAULT_MAX_WATTS;
+
     fn period(config: &IpmiConfig) -> Duration {
         config.frequency
+    }
+
+    fn max_watts(config: &IpmiConfig) -> Option<u32> {
+        config.max_watts
+    }
+
+    fn stated_max_watts(&self) -> Option<(f64, String)> {
+        self.limit_w
+            .map(|w| (f64::from(w), "the BMC's active DCMI power limit".into()))
     }
 
     fn extrapolate(config: &IpmiConfig) -> bool {
@@ -298,8 +334,10 @@ impl PowerSensor for Bmc {
             link,
             method: Method::Dcmi { enhanced: false },
             target,
+            limit_w: None,
         };
         bmc.method = bmc.choose_method(&config.sensors)?;
+        bmc.limit_w = bmc.dcmi_power_limit();
         Ok(bmc)
     }
 

@@ -18,6 +18,8 @@ pub const KEY_CALC_ADJUSTMENT: &str = "EnergyIPMICalcAdjustment";
 pub const KEY_POWER_SENSORS: &str = "EnergyIPMIPowerSensors";
 pub const KEY_DRIVER_DEVICE: &str = "EnergyIPMIDriverDevice";
 pub const KEY_VARIABLE: &str = "EnergyIPMIVariable";
+/// Ours (Slurm's plugin has none): the most power a reading may show.
+pub const KEY_MAX_WATTS: &str = "EnergyIPMIMaxWatts";
 
 /// Keys of Slurm's ipmi plugin that tune freeipmi; accepted, without effect.
 pub const IGNORED_KEYS: [&str; 20] = [
@@ -44,7 +46,7 @@ pub const IGNORED_KEYS: [&str; 20] = [
 ];
 
 /// The keys rust_ipmi uses.
-const USED_KEYS: [&str; 9] = [
+const USED_KEYS: [&str; 10] = [
     KEY_HOST,
     KEY_USERNAME,
     KEY_PASSWORD,
@@ -54,6 +56,7 @@ const USED_KEYS: [&str; 9] = [
     KEY_POWER_SENSORS,
     KEY_DRIVER_DEVICE,
     KEY_VARIABLE,
+    KEY_MAX_WATTS,
 ];
 
 /// Every key registered with Slurm: an acct_gather.conf key no plugin registers is fatal
@@ -83,6 +86,10 @@ const DEFAULT_FREQUENCY: u32 = 1;
 /// is read, at the last power, so a step's final figure is current, not a period old.
 const DEFAULT_CALC_ADJUSTMENT: bool = true;
 const DEFAULT_TIMEOUT: u32 = 10;
+/// A reading above this is no node's where the BMC states no power limit: more than the
+/// largest 8-GPU servers draw (about 14 kW), less than the 65 535 W of a 16-bit reading
+/// of all ones.
+pub const DEFAULT_MAX_WATTS: u32 = 20_000;
 
 /// Which readings make the node's power (`EnergyIPMIPowerSensors`, `Node=...`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -113,6 +120,8 @@ pub struct IpmiConfig {
     pub timeout: Duration,
     pub calc_adjustment: bool,
     pub sensors: PowerSensors,
+    /// `None`: the BMC's DCMI power limit (raised by a margin), else [`DEFAULT_MAX_WATTS`].
+    pub max_watts: Option<u32>,
 }
 
 impl Default for IpmiConfig {
@@ -125,6 +134,7 @@ impl Default for IpmiConfig {
             timeout: Duration::from_secs(DEFAULT_TIMEOUT.into()),
             calc_adjustment: DEFAULT_CALC_ADJUSTMENT,
             sensors: PowerSensors::Auto,
+            max_watts: None,
         }
     }
 }
@@ -161,6 +171,9 @@ impl IpmiConfig {
         }
         if let Some(v) = values.get(KEY_POWER_SENSORS) {
             c.sensors = parse_power_sensors(v)?;
+        }
+        if let Some(v) = values.get(KEY_MAX_WATTS) {
+            c.max_watts = Some(crate::power::parse_max_watts(KEY_MAX_WATTS, v)?);
         }
         if let Some(v) = values.get(KEY_VARIABLE)
             && !v.eq_ignore_ascii_case("watts")
@@ -224,6 +237,10 @@ impl IpmiConfig {
                 if self.calc_adjustment { "yes" } else { "no" }.into(),
             ),
             (KEY_POWER_SENSORS, sensors),
+            (
+                KEY_MAX_WATTS,
+                crate::power::show_max_watts(self.max_watts, DEFAULT_MAX_WATTS, true),
+            ),
         ]
     }
 }

@@ -17,6 +17,9 @@ pub const CMD_GET_SENSOR_READING: u8 = 0x2D;
 pub const CMD_RESERVE_SDR_REPOSITORY: u8 = 0x22;
 pub const CMD_GET_SDR: u8 = 0x23;
 pub const CMD_DCMI_GET_POWER_READING: u8 = 0x02;
+pub const CMD_DCMI_GET_POWER_LIMIT: u8 = 0x03;
+/// Completion code of Get Power Limit: no power limit is active.
+pub const CC_NO_ACTIVE_POWER_LIMIT: u8 = 0x80;
 
 const DCMI_GROUP: u8 = 0xDC;
 pub const PRIVILEGE_ADMIN: u8 = 0x04;
@@ -43,6 +46,21 @@ pub fn parse_dcmi_power(data: &[u8]) -> Result<u16, String> {
         return Err("the BMC says power measurement is not active".into());
     }
     Ok(u16::from_le_bytes([data[1], data[2]]))
+}
+
+/// DCMI Get Power Limit request data.
+pub fn dcmi_power_limit_request() -> Vec<u8> {
+    vec![DCMI_GROUP, 0x00, 0x00]
+}
+
+/// The active power limit in watts from a DCMI Get Power Limit response (data after the
+/// completion code: group, 2 reserved, exception actions, limit, correction time, 2
+/// reserved, sampling period); `None` for a limit of 0 W, which limits nothing.
+pub fn parse_dcmi_power_limit(data: &[u8]) -> Result<Option<u16>, String> {
+    if data.len() < 6 || data[0] != DCMI_GROUP {
+        return Err(format!("malformed DCMI power limit ({} bytes)", data.len()));
+    }
+    Ok(Some(u16::from_le_bytes([data[4], data[5]])).filter(|w| *w > 0))
 }
 
 pub fn parse_reservation(data: &[u8]) -> Result<u16, String> {
@@ -193,6 +211,22 @@ mod tests {
     }
 
     #[test]
+    fn dcmi_power_limit() {
+        // group, reserved, exception action (hard power off), 800 W, 1000 ms, reserved, 1 s
+        let data = [
+            0xDC, 0, 0, 0x01, 0x20, 0x03, 0xE8, 0x03, 0, 0, 0, 0, 0x01, 0x00,
+        ];
+        assert_eq!(parse_dcmi_power_limit(&data), Ok(Some(800)));
+        let mut zero = data;
+        zero[4] = 0;
+        zero[5] = 0;
+        assert_eq!(parse_dcmi_power_limit(&zero), Ok(None));
+        assert!(parse_dcmi_power_limit(&data[..5]).is_err());
+        assert!(parse_dcmi_power_limit(&[0xDD; 14]).is_err());
+        assert_eq!(dcmi_power_limit_request(), vec![0xDC, 0, 0]);
+    }
+
+    #[test]
     fn sdr_chunks() {
         assert_eq!(
             get_sdr_request(0x1234, 2, 5, 16),
@@ -256,6 +290,7 @@ mod properties {
         #[test]
         fn decoders_never_panic(data in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = parse_dcmi_power(&data);
+            let _ = parse_dcmi_power_limit(&data);
             let _ = parse_get_sdr(&data);
             let _ = parse_reservation(&data);
             let _ = parse_sensor_reading(&data);

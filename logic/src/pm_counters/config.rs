@@ -5,7 +5,12 @@ use std::path::PathBuf;
 use crate::config::{ConfigError, KeyValues};
 
 pub const KEY_DIR: &str = "EnergyPmCountersDir";
-pub const KEYS: &[&str] = &[KEY_DIR];
+pub const KEY_MAX_WATTS: &str = "EnergyPmCountersMaxWatts";
+pub const KEYS: &[&str] = &[KEY_DIR, KEY_MAX_WATTS];
+
+/// More than any node draws: a power reading above it, or a counter rising faster, is no
+/// node's.
+pub const DEFAULT_MAX_WATTS: u32 = 50_000;
 
 const DEFAULT_DIR: &str = "/sys/cray/pm_counters";
 
@@ -13,12 +18,15 @@ const DEFAULT_DIR: &str = "/sys/cray/pm_counters";
 pub struct PmCountersConfig {
     /// Where the node controller's files are.
     pub dir: PathBuf,
+    /// The most the node may draw; `None`: [`DEFAULT_MAX_WATTS`].
+    pub max_watts: Option<u32>,
 }
 
 impl Default for PmCountersConfig {
     fn default() -> Self {
         Self {
             dir: PathBuf::from(DEFAULT_DIR),
+            max_watts: None,
         }
     }
 }
@@ -36,11 +44,20 @@ impl PmCountersConfig {
             }
             c.dir = PathBuf::from(v);
         }
+        if let Some(v) = values.get(KEY_MAX_WATTS) {
+            c.max_watts = Some(crate::power::parse_max_watts(KEY_MAX_WATTS, v)?);
+        }
         Ok(c)
     }
 
     pub fn show(&self) -> Vec<(&'static str, String)> {
-        vec![(KEY_DIR, self.dir.display().to_string())]
+        vec![
+            (KEY_DIR, self.dir.display().to_string()),
+            (
+                KEY_MAX_WATTS,
+                crate::power::show_max_watts(self.max_watts, DEFAULT_MAX_WATTS, false),
+            ),
+        ]
     }
 }
 
@@ -64,7 +81,21 @@ mod tests {
         values.set(KEY_DIR, " /tmp/pm ");
         assert_eq!(
             PmCountersConfig::parse(&values).expect("valid").show(),
-            vec![(KEY_DIR, "/tmp/pm".to_string())]
+            vec![
+                (KEY_DIR, "/tmp/pm".to_string()),
+                (KEY_MAX_WATTS, "50000".to_string())
+            ]
+        );
+        values.set(KEY_MAX_WATTS, "4000");
+        assert_eq!(
+            PmCountersConfig::parse(&values).expect("valid").max_watts,
+            Some(4000)
+        );
+        values.set(KEY_MAX_WATTS, "none");
+        let e = PmCountersConfig::parse(&values).expect_err("not watts");
+        assert!(
+            e.to_string().contains("EnergyPmCountersMaxWatts=none"),
+            "{e}"
         );
     }
 }

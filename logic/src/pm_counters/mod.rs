@@ -6,25 +6,28 @@
 //! the controller restarts (`startup` changes, or the counter falls), its counters start
 //! again from zero: nothing negative or bogus is counted; the gap since the last read is
 //! estimated from the last measured power, and counting goes on from the new value.
+//!
+//! The power files pass a [`Screen`] before they are CurrentWatts (which slurmd's ledger
+//! uses to estimate a gap): a power above `EnergyPmCountersMaxWatts` or a one-reading spike
+//! is not shown; the last plausible power is.
 
 mod config;
 mod files;
 
 use std::time::{Duration, Instant};
 
-pub use config::{KEY_DIR, PmCountersConfig};
+pub use config::{KEY_DIR, KEY_MAX_WATTS, PmCountersConfig};
 pub use files::{FileError, Value, parse_value};
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
+use crate::power::{Bound, Sample, Screen};
 use crate::source::{EnergyReader, HardwareCount, Reading, SensorReading, Source};
 use files::{Files, Pair, PairValues};
 
 /// The controller scans about ten times a second; a sample a second keeps CurrentWatts
 /// fresh and bounds what a controller restart's gap can cost, for a few small reads.
 const SAMPLE_PERIOD: Duration = Duration::from_secs(1);
-/// More than any node draws: a rise beyond this since the last read is no energy.
-const MAX_NODE_WATTS: f64 = 50_000.0;
 /// The counters are 64-bit joules that never wrap in practice.
 const MODULUS: u64 = 1 << 63;
 /// Labels of the parts (for the log and the profile's `<label>Power` fields).
@@ -45,12 +48,16 @@ const PART_LABELS: [(&str, &str); 10] = [
 #[derive(Debug)]
 struct Joules {
     counter: WrappingCounter,
+    /// A rise faster than this is no energy.
+    max_watts: f64,
 }
 
 impl Joules {
-    fn new() -> Self {
+    /// `max_watts`: a rise faster than this since the last read is no energy.
+    fn new(max_watts: f64) -> Self {
         Self {
-            counter: WrappingCounter::new(MODULUS, MAX_NODE_WATTS),
+            counter: WrappingCounter::new(MODULUS, max_watts),
+            max_watts,
         }
     }
 
@@ -98,6 +105,7 @@ struct Part {
     pair: Pair,
     label: &'static str,
     joules: Joules,
+    power: Screen,
     failing: bool,
 }
 
@@ -106,6 +114,7 @@ struct Part {
 pub struct PmCounters {
     files: Files,
     node: Joules,
+    power: Screen,
     parts: Vec<Part>,
     startup: Option<String>,
     /// The controller's time of the first scan, and when it was read: controller times
@@ -154,13 +163,15 @@ impl Source for PmCounters {
         if let Err(e) = &scan.node {
             return Err(format!("{}/{e}", config.dir.display()));
         }
+        let bound = Bound::of(KEY_MAX_WATTS, config.max_watts, config::DEFAULT_MAX_WATTS);
         let mut parts = Vec::new();
         for pair in pairs {
             match PART_LABELS.iter().find(|(p, _)| *p == pair.prefix) {
                 Some((_, label)) => parts.push(Part {
+                    power: Screen::new(bound.clone(), format!("{}_power", pair.prefix)),
                     pair,
                     label,
-                    joules: Joules::new(),
+                    joules: Joules::new(bound.watts),
                     failing: false,
                 }),
                 None => log::info!(
@@ -172,7 +183,8 @@ impl Source for PmCounters {
         }
         Ok(Self {
             files,
-            node: Joules::new(),
+            node: Joules::new(bound.watts),
+            power: Screen::new(bound, "power"),
             parts,
             startup: None,
             anchor: None,
@@ -231,18 +243,22 @@ impl EnergyReader for PmCounters {
                                 name: format!("energy since startup {}", scan.startup),
                                 value_uj: joules.saturating_mul(1_000_000),
                                 wraps_at_uj: None,
-                                max_watts: MAX_NODE_WATTS,
+                                max_watts: self.node.max_watts,
                             }),
                     );
-                reading.watts = Some(values.watts.value as f64);
+                let at = self.at(&values.watts, now);
+                reading.watts = screened(&mut self.power, values.watts.value, at);
             }
             Err(e) => reading.problems.push(e.to_string()),
         }
         for (i, result) in scan.parts.iter().enumerate() {
-            let at = result.as_ref().ok().map(|v| self.at(&v.energy_j, now));
+            let at = result
+                .as_ref()
+                .ok()
+                .map(|v| (self.at(&v.energy_j, now), self.at(&v.watts, now)));
             let part = &mut self.parts[i];
             let watts = match (result, at) {
-                (Ok(values), Some(at)) => {
+                (Ok(values), Some((at, power_at))) => {
                     if part.failing {
                         log::info!("{} readings are back", part.pair.prefix);
                         part.failing = false;
@@ -253,7 +269,7 @@ impl EnergyReader for PmCounters {
                         restarted,
                         &format!("{}_energy", part.pair.prefix),
                     ));
-                    Some(values.watts.value as f64)
+                    screened(&mut part.power, values.watts.value, power_at)
                 }
                 (Err(e), _) => {
                     if !part.failing {
@@ -276,6 +292,16 @@ impl EnergyReader for PmCounters {
     fn sample_period(&self) -> Duration {
         SAMPLE_PERIOD
     }
+}
+
+/// The power to show after a reading of `watts` at `at`, as the screen says.
+fn screened(screen: &mut Screen, watts: u64, at: Instant) -> Option<f64> {
+    screen.judge(Sample {
+        watts: watts as f64,
+        at,
+        energy_j: None,
+    });
+    screen.power()
 }
 
 #[cfg(test)]
@@ -328,6 +354,7 @@ mod tests {
         fn open(&self) -> PmCounters {
             PmCounters::open(&PmCountersConfig {
                 dir: self.path().into(),
+                ..PmCountersConfig::default()
             })
             .expect("open")
         }
@@ -434,6 +461,7 @@ mod tests {
     fn a_missing_directory_says_why() {
         let e = PmCounters::open(&PmCountersConfig {
             dir: "/nonexistent/pm_counters".into(),
+            ..PmCountersConfig::default()
         })
         .expect_err("missing");
         assert!(

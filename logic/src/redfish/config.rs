@@ -13,6 +13,7 @@ pub const KEY_INSECURE: &str = "EnergyRedfishInsecure";
 pub const KEY_FREQUENCY: &str = "EnergyRedfishFrequency";
 pub const KEY_TIMEOUT: &str = "EnergyRedfishTimeout";
 pub const KEY_CHASSIS: &str = "EnergyRedfishChassis";
+pub const KEY_MAX_WATTS: &str = "EnergyRedfishMaxWatts";
 
 pub const KEYS: &[&str] = &[
     KEY_URL,
@@ -23,11 +24,15 @@ pub const KEYS: &[&str] = &[
     KEY_FREQUENCY,
     KEY_TIMEOUT,
     KEY_CHASSIS,
+    KEY_MAX_WATTS,
 ];
 
 /// BMCs refresh their power readings every few seconds at best; more often costs the BMC.
 const DEFAULT_FREQUENCY: Duration = Duration::from_secs(5);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A reading above this is no node's where the chassis state no `PowerCapacityWatts`:
+/// more than the largest 8-GPU servers draw (about 14 kW).
+pub const DEFAULT_MAX_WATTS: u32 = 20_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedfishConfig {
@@ -41,6 +46,9 @@ pub struct RedfishConfig {
     pub timeout: Duration,
     /// `None`: every chassis member, summed.
     pub chassis: Option<String>,
+    /// `None`: the chassis' `PowerCapacityWatts` (raised by a margin), else
+    /// [`DEFAULT_MAX_WATTS`].
+    pub max_watts: Option<u32>,
 }
 
 impl Default for RedfishConfig {
@@ -54,6 +62,7 @@ impl Default for RedfishConfig {
             frequency: DEFAULT_FREQUENCY,
             timeout: DEFAULT_TIMEOUT,
             chassis: None,
+            max_watts: None,
         }
     }
 }
@@ -89,6 +98,9 @@ impl RedfishConfig {
         }
         if let Some(v) = values.get(KEY_TIMEOUT) {
             c.timeout = period_secs(KEY_TIMEOUT, v, 60)?;
+        }
+        if let Some(v) = values.get(KEY_MAX_WATTS) {
+            c.max_watts = Some(crate::power::parse_max_watts(KEY_MAX_WATTS, v)?);
         }
         if let Some(v) = values.get(KEY_CHASSIS) {
             if v.is_empty() || v.contains(['/', '?', '#', ' ']) {
@@ -129,6 +141,10 @@ impl RedfishConfig {
                 self.chassis
                     .clone()
                     .unwrap_or_else(|| "(all, summed)".into()),
+            ),
+            (
+                KEY_MAX_WATTS,
+                crate::power::show_max_watts(self.max_watts, DEFAULT_MAX_WATTS, true),
             ),
         ]
     }
@@ -248,6 +264,9 @@ mod tests {
             (KEY_FREQUENCY, "0"),
             (KEY_TIMEOUT, "61"),
             (KEY_CHASSIS, "a/b"),
+            (KEY_MAX_WATTS, "0"),
+            (KEY_MAX_WATTS, "1.5e3"),
+            (KEY_MAX_WATTS, "20000000"),
         ] {
             let text = parse(&[(key, value)]).expect_err(value).to_string();
             assert!(text.contains(&format!("{key}={value}")), "{text}");

@@ -11,8 +11,8 @@ mod resources;
 use std::time::Instant;
 
 pub use config::{
-    KEY_CA_FILE, KEY_CHASSIS, KEY_FREQUENCY, KEY_INSECURE, KEY_PASSWORD, KEY_TIMEOUT, KEY_URL,
-    KEY_USERNAME, RedfishConfig,
+    KEY_CA_FILE, KEY_CHASSIS, KEY_FREQUENCY, KEY_INSECURE, KEY_MAX_WATTS, KEY_PASSWORD,
+    KEY_TIMEOUT, KEY_URL, KEY_USERNAME, RedfishConfig,
 };
 pub use resources::{ChassisReading, Method};
 
@@ -33,6 +33,8 @@ struct Chassis {
     path: String,
     method: Method,
     last: Option<(Instant, f64)>,
+    /// The most it may draw, as it stated at its last reading.
+    capacity_w: Option<f64>,
 }
 
 pub struct Bmc {
@@ -97,6 +99,7 @@ impl Bmc {
             };
             watts += r.watts.or(derived).unwrap_or(0.0);
             c.last = r.energy_j.map(|e| (now, e));
+            c.capacity_w = r.capacity_w;
         }
         Ok(Sample {
             watts,
@@ -135,8 +138,27 @@ impl Source for Bmc {
 }
 
 impl PowerSensor for Bmc {
+    const MAX_WATTS_KEY: &'static str = KEY_MAX_WATTS;
+    const DEFAULT_MAX_WATTS: u32 = config::DEFAULT_MAX_WATTS;
+
     fn period(config: &RedfishConfig) -> std::time::Duration {
         config.frequency
+    }
+
+    fn max_watts(config: &RedfishConfig) -> Option<u32> {
+        config.max_watts
+    }
+
+    /// The chassis' stated capacities, summed as their power is, when every chassis read
+    /// states one.
+    fn stated_max_watts(&self) -> Option<(f64, String)> {
+        let capacities: Option<Vec<f64>> = self.chassis.iter().map(|c| c.capacity_w).collect();
+        capacities.map(|c| {
+            (
+                c.iter().sum(),
+                "the chassis' stated PowerCapacityWatts (or PowerLimitWatts.AllowableMax)".into(),
+            )
+        })
     }
 
     fn connect(config: &RedfishConfig) -> Result<Self, String> {
@@ -149,6 +171,7 @@ impl PowerSensor for Bmc {
                     path,
                     method,
                     last: None,
+                    capacity_w: None,
                 }),
                 None if config.chassis.is_some() => {
                     return Err(format!("{path} has no energy or power reading"));

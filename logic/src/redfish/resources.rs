@@ -5,6 +5,11 @@
 //! `Sensors` member whose `ReadingType` is `EnergyJoules`/`EnergykWh`/`EnergyWh`. Else power:
 //! `EnvironmentMetrics` `PowerWatts`, then the deprecated `Power` resource's
 //! `PowerControl[].PowerConsumedWatts` (summed, as CEEMS does).
+//!
+//! Beside the reading, what the resource states as the most the chassis may draw: the
+//! `PowerControl[].PowerCapacityWatts` of the `Power` resource, `EnvironmentMetrics`'
+//! `PowerLimitWatts.AllowableMax`: readings far above it are no power
+//! ([`crate::power::Bound`]).
 
 use serde_json::Value;
 
@@ -58,18 +63,22 @@ impl Method {
             Method::MetricsEnergy { .. } => ChassisReading {
                 energy_j: metrics_energy_j(doc),
                 watts: metrics_watts(doc),
+                capacity_w: metrics_capacity_watts(doc),
             },
             Method::SensorEnergy { .. } => ChassisReading {
                 energy_j: sensor_energy_j(doc),
                 watts: None,
+                capacity_w: None,
             },
             Method::MetricsPower { .. } => ChassisReading {
                 energy_j: None,
                 watts: metrics_watts(doc),
+                capacity_w: metrics_capacity_watts(doc),
             },
             Method::LegacyPower { .. } => ChassisReading {
                 energy_j: None,
                 watts: legacy_watts(doc),
+                capacity_w: legacy_capacity_watts(doc),
             },
         };
         let usable = if self.counts_energy() {
@@ -90,6 +99,8 @@ impl Method {
 pub struct ChassisReading {
     pub energy_j: Option<f64>,
     pub watts: Option<f64>,
+    /// The most the chassis may draw, as the resource states it.
+    pub capacity_w: Option<f64>,
 }
 
 /// A finite, non-negative number.
@@ -101,6 +112,12 @@ fn number(v: &Value) -> Option<f64> {
 /// `1e308` kWh is no reading, not an infinite one).
 fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
+}
+
+/// A power reading: any number, for the power screen to judge (a negative one is a glitch
+/// it drops and logs once, not a broken session).
+fn watts(v: &Value) -> Option<f64> {
+    v.as_f64()
 }
 
 /// The `@odata.id` of a link property (`"Power": {"@odata.id": "..."}`).
@@ -134,8 +151,7 @@ pub fn metrics_energy_j(doc: &Value) -> Option<f64> {
 }
 
 pub fn metrics_watts(doc: &Value) -> Option<f64> {
-    doc.get("PowerWatts")
-        .and_then(|p| number(p.get("Reading")?))
+    doc.get("PowerWatts").and_then(|p| watts(p.get("Reading")?))
 }
 
 /// A `Sensor` resource's energy in joules, if its `ReadingType` is one of energy.
@@ -155,11 +171,30 @@ pub fn legacy_watts(doc: &Value) -> Option<f64> {
         .get("PowerControl")?
         .as_array()?
         .iter()
-        .filter_map(|c| number(c.get("PowerConsumedWatts")?))
+        .filter_map(|c| watts(c.get("PowerConsumedWatts")?))
         .collect();
     (!readings.is_empty())
         .then(|| readings.iter().sum())
         .and_then(finite)
+}
+
+/// The `Power` resource's stated capacity: the sum of every `PowerControl` entry's
+/// `PowerCapacityWatts`, when every entry states one (a capacity missing from one entry
+/// says nothing of the whole).
+pub fn legacy_capacity_watts(doc: &Value) -> Option<f64> {
+    let controls = doc.get("PowerControl")?.as_array()?;
+    let stated: Option<Vec<f64>> = controls
+        .iter()
+        .map(|c| number(c.get("PowerCapacityWatts")?).filter(|w| *w > 0.0))
+        .collect();
+    stated.filter(|s| !s.is_empty()).map(|s| s.iter().sum())
+}
+
+/// `EnvironmentMetrics`' stated limit: `PowerLimitWatts.AllowableMax`.
+pub fn metrics_capacity_watts(doc: &Value) -> Option<f64> {
+    doc.get("PowerLimitWatts")
+        .and_then(|p| number(p.get("AllowableMax")?))
+        .filter(|w| *w > 0.0)
 }
 
 /// The chassis to read: the one named (by its `Id`, the last part of its path), or all.
@@ -188,9 +223,13 @@ mod tests {
         assert_eq!(metrics_watts(&doc), Some(300.0));
         let kwh = json!({"EnergykWh": {"Reading": 0.5}});
         assert_eq!(metrics_energy_j(&kwh), Some(1.8e6));
-        let null = json!({"EnergyJoules": {"Reading": null}, "PowerWatts": {"Reading": -3}});
+        let null = json!({"EnergyJoules": {"Reading": null}, "PowerWatts": {"Reading": null}});
         assert_eq!(metrics_energy_j(&null), None);
         assert_eq!(metrics_watts(&null), None);
+        // a negative power is the screen's to drop (logged once), not a broken session
+        let negative = json!({"EnergyJoules": {"Reading": -3}, "PowerWatts": {"Reading": -3}});
+        assert_eq!(metrics_energy_j(&negative), None);
+        assert_eq!(metrics_watts(&negative), Some(-3.0));
     }
 
     #[test]
@@ -203,6 +242,31 @@ mod tests {
         assert_eq!(legacy_watts(&doc), Some(244.5));
         assert_eq!(legacy_watts(&json!({"PowerControl": []})), None);
         assert_eq!(legacy_watts(&json!("garbage")), None);
+    }
+
+    #[test]
+    fn the_stated_capacity_of_every_control_or_none() {
+        let doc = json!({"PowerControl": [
+            {"PowerConsumedWatts": 200, "PowerCapacityWatts": 800},
+            {"PowerConsumedWatts": 40, "PowerCapacityWatts": 150.5}
+        ]});
+        assert_eq!(legacy_capacity_watts(&doc), Some(950.5));
+        let one_missing = json!({"PowerControl": [
+            {"PowerConsumedWatts": 200, "PowerCapacityWatts": 800},
+            {"PowerConsumedWatts": 40, "PowerCapacityWatts": null}
+        ]});
+        assert_eq!(legacy_capacity_watts(&one_missing), None);
+        assert_eq!(
+            legacy_capacity_watts(&json!({"PowerControl": [{"PowerCapacityWatts": 0}]})),
+            None
+        );
+        let metrics =
+            json!({"PowerWatts": {"Reading": 3}, "PowerLimitWatts": {"AllowableMax": 1200}});
+        assert_eq!(metrics_capacity_watts(&metrics), Some(1200.0));
+        let read = Method::LegacyPower { path: "/p".into() }
+            .read(&doc)
+            .expect("power");
+        assert_eq!(read.capacity_w, Some(950.5));
     }
 
     #[test]

@@ -9,6 +9,10 @@ pub const KEY_LIBRARY: &str = "EnergyVariorumLibrary";
 pub const KEY_FREQUENCY: &str = "EnergyVariorumFrequency";
 pub const KEY_SAMPLER: &str = "EnergyVariorumSampler";
 pub const KEY_TIMEOUT: &str = "EnergyVariorumTimeout";
+pub const KEY_MAX_WATTS: &str = "EnergyVariorumMaxWatts";
+/// A node power reading above this is no node's: more than the largest 8-GPU servers draw
+/// (about 14 kW).
+pub const DEFAULT_MAX_WATTS: u32 = 20_000;
 
 /// Variorum sets no SONAME version, so this is the name every install has; a bare name
 /// lets the dynamic loader search (`LD_LIBRARY_PATH`, ld.so.cache), as pyVariorum does.
@@ -41,6 +45,8 @@ pub struct VariorumConfig {
     pub sampler: Option<PathBuf>,
     /// How long to wait for a sample before the sampler is killed and restarted.
     pub timeout: Duration,
+    /// `None`: [`DEFAULT_MAX_WATTS`].
+    pub max_watts: Option<u32>,
 }
 
 impl Default for VariorumConfig {
@@ -50,6 +56,7 @@ impl Default for VariorumConfig {
             period: Duration::from_secs(DEFAULT_PERIOD_SECS),
             sampler: None,
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+            max_watts: None,
         }
     }
 }
@@ -87,6 +94,9 @@ impl VariorumConfig {
         if let Some(v) = values.get(KEY_TIMEOUT) {
             config.timeout = seconds(KEY_TIMEOUT, v)?;
         }
+        if let Some(v) = values.get(KEY_MAX_WATTS) {
+            config.max_watts = Some(crate::power::parse_max_watts(KEY_MAX_WATTS, v)?);
+        }
         Ok(config)
     }
 
@@ -100,6 +110,10 @@ impl VariorumConfig {
             (KEY_FREQUENCY, self.period.as_secs_f64().to_string()),
             (KEY_SAMPLER, sampler),
             (KEY_TIMEOUT, self.timeout.as_secs().to_string()),
+            (
+                KEY_MAX_WATTS,
+                crate::power::show_max_watts(self.max_watts, DEFAULT_MAX_WATTS, false),
+            ),
         ]
     }
 
@@ -166,8 +180,10 @@ mod tests {
                 "/usr/libexec/slurm/acct_gather_energy_rust_variorum_sampler",
             ),
             (KEY_TIMEOUT, "5"),
+            (KEY_MAX_WATTS, "3000"),
         ])
         .expect("valid");
+        assert_eq!(c.max_watts, Some(3000));
         assert_eq!(c.library, "/opt/variorum-0.8.0/lib/libvariorum.so");
         assert_eq!(c.period, Duration::from_secs(30));
         assert_eq!(c.timeout, Duration::from_secs(5));
@@ -203,6 +219,8 @@ mod tests {
             (KEY_SAMPLER, "/usr/lib/slurm/"),
             (KEY_TIMEOUT, "0"),
             (KEY_TIMEOUT, "1s"),
+            (KEY_MAX_WATTS, "0"),
+            (KEY_MAX_WATTS, "-300"),
         ];
         for (key, value) in cases {
             let err = parse(&[(key, value)]).expect_err(value);

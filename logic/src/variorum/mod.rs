@@ -26,8 +26,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use config::{
-    DEFAULT_LIBRARY, KEY_FREQUENCY, KEY_LIBRARY, KEY_SAMPLER, KEY_TIMEOUT, SAMPLER_FILE_NAME,
-    VariorumConfig, default_sampler_path,
+    DEFAULT_LIBRARY, KEY_FREQUENCY, KEY_LIBRARY, KEY_MAX_WATTS, KEY_SAMPLER, KEY_TIMEOUT,
+    SAMPLER_FILE_NAME, VariorumConfig, default_sampler_path,
 };
 pub use json::{DevicePower, JsonError, NodePower, NodeSource, Schema, SocketPower};
 pub use sampler::SamplerError;
@@ -143,7 +143,13 @@ pub enum VariorumError {
 impl crate::source::Source for Variorum {
     type Config = VariorumConfig;
     type Reader = Polled<Variorum>;
-    const KEYS: &'static [&'static str] = &[KEY_LIBRARY, KEY_FREQUENCY, KEY_SAMPLER, KEY_TIMEOUT];
+    const KEYS: &'static [&'static str] = &[
+        KEY_LIBRARY,
+        KEY_FREQUENCY,
+        KEY_SAMPLER,
+        KEY_TIMEOUT,
+        KEY_MAX_WATTS,
+    ];
 
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
         VariorumConfig::parse(values)
@@ -163,8 +169,15 @@ impl crate::source::Source for Variorum {
 }
 
 impl PowerSensor for Variorum {
+    const MAX_WATTS_KEY: &'static str = KEY_MAX_WATTS;
+    const DEFAULT_MAX_WATTS: u32 = config::DEFAULT_MAX_WATTS;
+
     fn period(config: &Self::Config) -> Duration {
         config.period
+    }
+
+    fn max_watts(config: &Self::Config) -> Option<u32> {
+        config.max_watts
     }
 
     fn connect(config: &Self::Config) -> Result<Self, String> {

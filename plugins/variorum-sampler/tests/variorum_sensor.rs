@@ -31,6 +31,7 @@ fn config(fake: &FakeLib) -> VariorumConfig {
         period: PERIOD,
         sampler: Some(PathBuf::from(SAMPLER)),
         timeout: TIMEOUT,
+        max_watts: None,
     }
 }
 

@@ -3,13 +3,16 @@
 //! ```text
 //! redfishsim run DIR MOCKUP [--watts W] [--hz HZ]   copy MOCKUP to DIR/mockup and keep its readings current
 //! redfishsim set DIR WATTS                          change the node's power
+//! redfishsim glitch DIR WATTS SECS                  report WATTS for SECS, the power unchanged
 //! ```
 //! `sushy-static -m DIR/mockup` serves the files and re-reads them on every GET. The node's
 //! power is split evenly over the chassis; each chassis' `Power` resource gets
 //! `PowerConsumedWatts`, its `EnvironmentMetrics` `PowerWatts` and (where the mockup has
 //! it) the `EnergyJoules` counter, whole joules as BMCs report them. Files are replaced
 //! whole (write, then rename). DIR/truth holds the true joules; DIR/power.log
-//! "<unix ns> <watts>" per change.
+//! "<unix ns> <watts>" per change. A glitch (DIR/glitch: "<watts> <until unix ns>") makes
+//! the readings (power, not the counter) say its watts until then while the truth goes on
+//! at the node's power, as a BMC that answers nonsense for a while does.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -23,7 +26,12 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("run") if args.len() >= 3 => run(Path::new(&args[1]), Path::new(&args[2]), &args[3..]),
         Some("set") if args.len() == 3 => set(Path::new(&args[1]), &args[2]),
-        _ => Err("usage: redfishsim run DIR MOCKUP [--watts W] [--hz HZ] | set DIR WATTS".into()),
+        Some("glitch") if args.len() == 4 => glitch(Path::new(&args[1]), &args[2], &args[3]),
+        _ => Err(
+            "usage: redfishsim run DIR MOCKUP [--watts W] [--hz HZ] | set DIR WATTS | \
+             glitch DIR WATTS SECS"
+                .into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -114,7 +122,15 @@ fn run(dir: &Path, mockup: &Path, args: &[String]) -> Result<(), String> {
         {
             watts = w;
         }
-        let share = watts / chassis.len().max(1) as f64;
+        // what the readings say: the node's power, or a glitch's while it lasts
+        let shown = fs::read_to_string(dir.join("glitch"))
+            .ok()
+            .and_then(|t| {
+                let (w, until) = t.trim().split_once(' ')?;
+                (unix_ns() < until.parse::<u128>().ok()?).then_some(w.parse::<f64>().ok()?)
+            })
+            .unwrap_or(watts);
+        let share = shown / chassis.len().max(1) as f64;
         let counter = (joules / chassis.len().max(1) as f64).floor();
         for c in &chassis {
             if let Some(p) = &c.power {
@@ -138,6 +154,19 @@ fn run(dir: &Path, mockup: &Path, args: &[String]) -> Result<(), String> {
         write_atomic(&dir.join("truth"), &format!("{joules:.6}\n"))?;
         std::thread::sleep(tick.saturating_sub(now.elapsed()));
     }
+}
+
+fn glitch(dir: &Path, watts: &str, secs: &str) -> Result<(), String> {
+    let w: f64 = watts
+        .parse()
+        .map_err(|_| format!("{watts}: not a number of watts"))?;
+    let s: f64 = secs
+        .parse()
+        .ok()
+        .filter(|s: &f64| s.is_finite() && *s > 0.0)
+        .ok_or(format!("{secs}: not a number of seconds"))?;
+    let until = unix_ns() + (s * 1e9) as u128;
+    write_atomic(&dir.join("glitch"), &format!("{w:e} {until}\n"))
 }
 
 fn set(dir: &Path, watts: &str) -> Result<(), String> {
