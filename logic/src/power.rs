@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::ConfigError;
 use crate::poller::{Outcome, Poller, Polling, Timing};
-use crate::source::{EnergyReader, Reading, Source, missed_after};
+use crate::source::{EnergyReader, HardwareCount, Reading, Source, missed_after};
 
 /// Reconnecting backs off, doubling from one period up to this many periods (within
 /// `BACKOFF_BOUNDS`): a sensor that comes back is read again soon, so the energy of the
@@ -404,6 +404,8 @@ pub(crate) struct Integral {
     /// is reported never goes back: a fall (a job's end) brought forward at the power before
     /// would stay counted, as would a spike; a rise is counted whole once confirmed.
     held_watts: Option<f64>,
+    /// The bound of the samples added: what a counter can count at most.
+    max_watts: f64,
 }
 
 impl Integral {
@@ -416,6 +418,7 @@ impl Integral {
             at,
             energy_j,
         } = *sample;
+        self.max_watts = max_watts;
         if let Some((t0, w0)) = self.last {
             if at <= t0 {
                 return; // the same sample again, or out of order
@@ -438,6 +441,21 @@ impl Integral {
     /// The energy up to the last sample.
     pub(crate) fn energy_uj(&self) -> f64 {
         self.energy_uj
+    }
+
+    /// The sensor's own energy counter where it has one, as the energy reported stands at
+    /// it (what was brought forward past the last sample included), while no reading is
+    /// held: what a restarted slurmd bridges its absence with
+    /// ([`crate::source::Reading::counts`]).
+    fn count(&self) -> Option<HardwareCount> {
+        let counter_j = self.last_counter_j.filter(|_| self.held_watts.is_none())?;
+        let ahead_uj = (self.reported_uj as f64 - self.energy_uj).max(0.0);
+        Some(HardwareCount {
+            name: "the sensor's energy counter".into(),
+            value_uj: (counter_j * 1e6 + ahead_uj) as u64,
+            wraps_at_uj: None,
+            max_watts: self.max_watts,
+        })
     }
 
     /// The power to show, as [`Screen::power`] says.
@@ -588,8 +606,9 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
         let fresh = integral
             .last
             .is_some_and(|(at, _)| now.saturating_duration_since(at) <= missed);
+        let energy_uj = integral.energy_at(now, self.extrapolate, missed);
         Reading {
-            energy_uj: integral.energy_at(now, self.extrapolate, missed),
+            energy_uj,
             complete: fresh,
             problems: if fresh || integral.last.is_none() {
                 vec![]
@@ -597,6 +616,7 @@ impl<P: PowerSensor> EnergyReader for Polled<P> {
                 vec!["no power reading for too long".into()]
             },
             watts: integral.watts(),
+            counts: integral.count().into_iter().collect(),
             ..Reading::default()
         }
     }
@@ -698,6 +718,45 @@ mod tests {
         // no counter in this sample: integrated, and the next counter starts afresh
         assert!((add(4000, 100.0, None) - 950e6).abs() < 1.0);
         assert!((add(5000, 100.0, Some(900.0)) - 1050e6).abs() < 1.0);
+    }
+
+    /// A sensor's energy counter is the count a restarted slurmd bridges its absence with,
+    /// at the energy as reported: what was brought forward past the last sample is not
+    /// counted again.
+    #[test]
+    fn the_count_stands_where_the_reported_energy_does() {
+        let t0 = Instant::now();
+        let mut i = Integral::default();
+        let sample = |ms, energy_j| Sample {
+            watts: 100.0,
+            at: t0 + Duration::from_millis(ms),
+            energy_j: Some(energy_j),
+        };
+        i.add(&sample(0, 1_000.0), MAX);
+        i.add(&sample(1_000, 1_100.0), MAX);
+        // reported half a second later, brought forward at 100 W: 150 J
+        let reported = i.energy_at(
+            t0 + Duration::from_millis(1_500),
+            true,
+            Duration::from_secs(3),
+        );
+        assert_eq!(reported, 150_000_000);
+        let count = i.count().expect("a counter");
+        assert_eq!(count.value_uj, 1_150_000_000);
+        assert_eq!((count.wraps_at_uj, count.max_watts), (None, MAX));
+        // 2.5 s on, the counter reads 1 400 J: 250 J more, at 100 W
+        let later = HardwareCount {
+            value_uj: 1_400_000_000,
+            ..count.clone()
+        };
+        assert_eq!(
+            crate::source::bridge(&[count], &[later], 2.5),
+            Some(250_000_000)
+        );
+        // a sensor without a counter has none
+        let mut power_only = Integral::default();
+        power_only.add(&Sample::now(100.0), MAX);
+        assert_eq!(power_only.count(), None);
     }
 
     /// A 40 s job read every second; `reading(k)` is what the sensor says at second k.
