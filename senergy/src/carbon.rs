@@ -6,7 +6,8 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use chrono::{Datelike, Days, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta};
+use chrono::{MappedLocalTime, NaiveDateTime, Offset, TimeZone};
+use chrono_tz::{Europe::Paris, Tz};
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -271,31 +272,19 @@ enum Wall {
     Never,
 }
 
-/// `local` (Paris wall-clock time) in UTC, by the EU rule that France follows (since 1996;
-/// no time zone database needed): CEST (+02:00) from the last Sunday of March 01:00 UTC to
-/// the last Sunday of October 01:00 UTC, CET (+01:00) otherwise. `None` past chrono's dates.
+/// `local` (Paris wall-clock time) in UTC, by the IANA time zone database's Europe/Paris
+/// (chrono-tz). `None` past chrono's dates.
 fn paris_wall(local: NaiveDateTime) -> Option<Wall> {
-    let cest = local.checked_sub_signed(TimeDelta::hours(2))?;
-    let cet = local.checked_sub_signed(TimeDelta::hours(1))?;
-    Some(match (summer_time(cest)?, !summer_time(cet)?) {
-        (true, true) => Wall::Twice { cest, cet },
-        (true, false) => Wall::Once(cest),
-        (false, true) => Wall::Once(cet),
-        (false, false) => Wall::Never,
+    let utc = |offset: <Tz as TimeZone>::Offset| local.checked_sub_offset(offset.fix());
+    Some(match Paris.offset_from_local_datetime(&local) {
+        MappedLocalTime::Single(offset) => Wall::Once(utc(offset)?),
+        // chrono-tz gives the earlier offset, summer time's, first
+        MappedLocalTime::Ambiguous(summer, winter) => Wall::Twice {
+            cest: utc(summer)?,
+            cet: utc(winter)?,
+        },
+        MappedLocalTime::None => Wall::Never,
     })
-}
-
-/// Whether Paris is on summer time (CEST) at `utc`.
-fn summer_time(utc: NaiveDateTime) -> Option<bool> {
-    let change =
-        |month| Some(last_sunday(utc.year(), month)?.and_time(NaiveTime::from_hms_opt(1, 0, 0)?));
-    Some(change(3)? <= utc && utc < change(10)?)
-}
-
-/// The last Sunday of March or October (both have 31 days).
-fn last_sunday(year: i32, month: u32) -> Option<NaiveDate> {
-    let last = NaiveDate::from_ymd_opt(year, month, 31)?;
-    last.checked_sub_days(Days::new(last.weekday().num_days_from_sunday().into()))
 }
 
 /// Paris wall-clock times to UTC, in file order. RTE's files list the autumn hour once; it
