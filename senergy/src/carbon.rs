@@ -273,7 +273,9 @@ enum Wall {
 }
 
 /// `local` (Paris wall-clock time) in UTC, by the IANA time zone database's Europe/Paris
-/// (chrono-tz). `None` past chrono's dates.
+/// (chrono-tz): its history too (before 1996 summer time ended in September). chrono-tz
+/// lists the clock changes up to 2099 and takes later times as winter time. `None` past
+/// chrono's dates.
 fn paris_wall(local: NaiveDateTime) -> Option<Wall> {
     let utc = |offset: <Tz as TimeZone>::Offset| local.checked_sub_offset(offset.fix());
     Some(match Paris.offset_from_local_datetime(&local) {
@@ -793,6 +795,35 @@ mod tests {
         assert_eq!(paris.utc(twice), Some(utc("2025-10-26T00:15:00Z")));
         assert_eq!(paris.utc(twice), Some(utc("2025-10-26T01:15:00Z")));
         assert_eq!(paris.utc(wall("2025-03-30 02:15")), None);
+    }
+
+    /// Before the EU rule, France's summer time ended on the last Sunday of September
+    /// (1990: 03:00 CEST became 02:00 CET on 30 September, as `zdump -v Europe/Paris` says).
+    #[test]
+    fn paris_time_follows_its_history() {
+        let wall = |text: &str| {
+            NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M")
+                .ok()
+                .and_then(paris_wall)
+                .expect("valid in this test")
+        };
+        let naive = |rfc3339: &str| {
+            chrono::DateTime::parse_from_rfc3339(rfc3339)
+                .expect("valid in this test")
+                .naive_utc()
+        };
+        assert_eq!(
+            wall("1990-09-30 02:30"),
+            Wall::Twice {
+                cest: naive("1990-09-30T00:30:00Z"),
+                cet: naive("1990-09-30T01:30:00Z"),
+            }
+        );
+        assert_eq!(
+            wall("1990-10-15 12:00"),
+            Wall::Once(naive("1990-10-15T11:00:00Z"))
+        );
+        assert_eq!(wall("1990-03-25 02:30"), Wall::Never);
     }
 
     #[test]
