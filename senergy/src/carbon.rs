@@ -13,6 +13,16 @@ use thiserror::Error;
 
 pub const JOULES_PER_KWH: f64 = 3.6e6;
 
+/// The largest carbon intensity (gCO2e/kWh) or price per kWh taken: far above any grid's
+/// (coal's is about 1 000 gCO2e/kWh), and small enough that no energy Slurm can record
+/// (u64 joules, 5e12 kWh) times it overflows a float to infinity, as 1e307 gCO2e/kWh did.
+const MAX_FIGURE: f64 = 1e9;
+
+/// A figure from 0 to [`MAX_FIGURE`] (not NaN).
+fn is_figure(v: f64) -> bool {
+    (0.0..=MAX_FIGURE).contains(&v)
+}
+
 #[derive(Debug, Error)]
 pub enum TariffError {
     #[error("cannot read {path}: {source}")]
@@ -28,8 +38,8 @@ pub enum TariffError {
         line: u64,
         message: String,
     },
-    #[error("{what} = {value}: must be a finite number >= 0")]
-    Negative { what: &'static str, value: f64 },
+    #[error("{what} = {value}: must be a finite number >= 0 and <= 1e9")]
+    OutOfRange { what: &'static str, value: f64 },
 }
 
 /// The site file (`/etc/slurm/senergy.conf`, TOML).
@@ -216,8 +226,8 @@ fn grams(value: &str) -> Result<f64, String> {
     value
         .parse()
         .ok()
-        .filter(|g: &f64| g.is_finite() && *g >= 0.0)
-        .ok_or_else(|| format!("{value:?} is not a gCO2e/kWh figure >= 0"))
+        .filter(|g: &f64| is_figure(*g))
+        .ok_or_else(|| format!("{value:?} is not a gCO2e/kWh figure >= 0 and <= 1e9"))
 }
 
 /// A row read: its time as written, its start (unix seconds) and gCO2e/kWh.
@@ -440,8 +450,8 @@ impl Tariff {
             ("carbon_intensity", intensity),
             ("price_per_kwh", price_per_kwh),
         ] {
-            if let Some(value) = value.filter(|v| !v.is_finite() || *v < 0.0) {
-                return Err(TariffError::Negative { what, value });
+            if let Some(value) = value.filter(|v| !is_figure(*v)) {
+                return Err(TariffError::OutOfRange { what, value });
             }
         }
         Ok(Tariff {
@@ -505,6 +515,11 @@ mod tests {
         // 7.2 MJ = 2 kWh
         assert_eq!(t.emissions_g(7.2e6, 0.0, 100.0), Some(700.0));
         assert_eq!(t.cost(7.2e6), Some(0.5));
+        assert!(matches!(
+            Tariff::new(Some(1.4e307), None, None, None),
+            Err(TariffError::OutOfRange { .. })
+        ));
+        assert!(Tariff::new(Some(MAX_FIGURE), None, Some(MAX_FIGURE), None).is_ok());
         let none = Tariff::default();
         assert_eq!(none.emissions_g(7.2e6, 0.0, 100.0), None);
         assert_eq!(none.cost(7.2e6), None);
@@ -617,6 +632,8 @@ mod tests {
             ("hour,g\nyesterday,5\n", 2, "\"yesterday\""),
             ("hour,g\n1735689600,5\n1735689600,6\n", 3, "twice"),
             ("hour,g\n1735689600,-5\n", 2, ">= 0"),
+            // beyond 1e9 a job's emissions overflowed to infinity
+            ("hour,g\n1735689600,1.4e307\n", 2, "<= 1e9"),
             ("hour,g\n1735689600\n", 2, ""),
             (
                 "hour,g\r\n1735689600,5\r\nyesterday,5\r\n",
