@@ -6,11 +6,22 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use chrono::{Datelike, Days, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta};
+use chrono::{MappedLocalTime, NaiveDateTime, Offset, TimeZone};
+use chrono_tz::{Europe::Paris, Tz};
 use serde::Deserialize;
 use thiserror::Error;
 
 pub const JOULES_PER_KWH: f64 = 3.6e6;
+
+/// The largest carbon intensity (gCO2e/kWh) or price per kWh taken: far above any grid's
+/// (coal's is about 1 000 gCO2e/kWh), and small enough that no energy Slurm can record
+/// (u64 joules, 5e12 kWh) times it overflows a float to infinity, as 1e307 gCO2e/kWh did.
+const MAX_FIGURE: f64 = 1e9;
+
+/// A figure from 0 to [`MAX_FIGURE`] (not NaN).
+fn is_figure(v: f64) -> bool {
+    (0.0..=MAX_FIGURE).contains(&v)
+}
 
 #[derive(Debug, Error)]
 pub enum TariffError {
@@ -27,8 +38,8 @@ pub enum TariffError {
         line: u64,
         message: String,
     },
-    #[error("{what} = {value}: must be a finite number >= 0")]
-    Negative { what: &'static str, value: f64 },
+    #[error("{what} = {value}: must be a finite number >= 0 and <= 1e9")]
+    OutOfRange { what: &'static str, value: f64 },
 }
 
 /// The site file (`/etc/slurm/senergy.conf`, TOML).
@@ -215,8 +226,8 @@ fn grams(value: &str) -> Result<f64, String> {
     value
         .parse()
         .ok()
-        .filter(|g: &f64| g.is_finite() && *g >= 0.0)
-        .ok_or_else(|| format!("{value:?} is not a gCO2e/kWh figure >= 0"))
+        .filter(|g: &f64| is_figure(*g))
+        .ok_or_else(|| format!("{value:?} is not a gCO2e/kWh figure >= 0 and <= 1e9"))
 }
 
 /// A row read: its time as written, its start (unix seconds) and gCO2e/kWh.
@@ -271,31 +282,21 @@ enum Wall {
     Never,
 }
 
-/// `local` (Paris wall-clock time) in UTC, by the EU rule that France follows (since 1996;
-/// no time zone database needed): CEST (+02:00) from the last Sunday of March 01:00 UTC to
-/// the last Sunday of October 01:00 UTC, CET (+01:00) otherwise. `None` past chrono's dates.
+/// `local` (Paris wall-clock time) in UTC, by the IANA time zone database's Europe/Paris
+/// (chrono-tz): its history too (before 1996 summer time ended in September). chrono-tz
+/// lists the clock changes up to 2099 and takes later times as winter time. `None` past
+/// chrono's dates.
 fn paris_wall(local: NaiveDateTime) -> Option<Wall> {
-    let cest = local.checked_sub_signed(TimeDelta::hours(2))?;
-    let cet = local.checked_sub_signed(TimeDelta::hours(1))?;
-    Some(match (summer_time(cest)?, !summer_time(cet)?) {
-        (true, true) => Wall::Twice { cest, cet },
-        (true, false) => Wall::Once(cest),
-        (false, true) => Wall::Once(cet),
-        (false, false) => Wall::Never,
+    let utc = |offset: <Tz as TimeZone>::Offset| local.checked_sub_offset(offset.fix());
+    Some(match Paris.offset_from_local_datetime(&local) {
+        MappedLocalTime::Single(offset) => Wall::Once(utc(offset)?),
+        // chrono-tz gives the earlier offset, summer time's, first
+        MappedLocalTime::Ambiguous(summer, winter) => Wall::Twice {
+            cest: utc(summer)?,
+            cet: utc(winter)?,
+        },
+        MappedLocalTime::None => Wall::Never,
     })
-}
-
-/// Whether Paris is on summer time (CEST) at `utc`.
-fn summer_time(utc: NaiveDateTime) -> Option<bool> {
-    let change =
-        |month| Some(last_sunday(utc.year(), month)?.and_time(NaiveTime::from_hms_opt(1, 0, 0)?));
-    Some(change(3)? <= utc && utc < change(10)?)
-}
-
-/// The last Sunday of March or October (both have 31 days).
-fn last_sunday(year: i32, month: u32) -> Option<NaiveDate> {
-    let last = NaiveDate::from_ymd_opt(year, month, 31)?;
-    last.checked_sub_days(Days::new(last.weekday().num_days_from_sunday().into()))
 }
 
 /// Paris wall-clock times to UTC, in file order. RTE's files list the autumn hour once; it
@@ -449,8 +450,8 @@ impl Tariff {
             ("carbon_intensity", intensity),
             ("price_per_kwh", price_per_kwh),
         ] {
-            if let Some(value) = value.filter(|v| !v.is_finite() || *v < 0.0) {
-                return Err(TariffError::Negative { what, value });
+            if let Some(value) = value.filter(|v| !is_figure(*v)) {
+                return Err(TariffError::OutOfRange { what, value });
             }
         }
         Ok(Tariff {
@@ -514,6 +515,11 @@ mod tests {
         // 7.2 MJ = 2 kWh
         assert_eq!(t.emissions_g(7.2e6, 0.0, 100.0), Some(700.0));
         assert_eq!(t.cost(7.2e6), Some(0.5));
+        assert!(matches!(
+            Tariff::new(Some(1.4e307), None, None, None),
+            Err(TariffError::OutOfRange { .. })
+        ));
+        assert!(Tariff::new(Some(MAX_FIGURE), None, Some(MAX_FIGURE), None).is_ok());
         let none = Tariff::default();
         assert_eq!(none.emissions_g(7.2e6, 0.0, 100.0), None);
         assert_eq!(none.cost(7.2e6), None);
@@ -626,6 +632,8 @@ mod tests {
             ("hour,g\nyesterday,5\n", 2, "\"yesterday\""),
             ("hour,g\n1735689600,5\n1735689600,6\n", 3, "twice"),
             ("hour,g\n1735689600,-5\n", 2, ">= 0"),
+            // beyond 1e9 a job's emissions overflowed to infinity
+            ("hour,g\n1735689600,1.4e307\n", 2, "<= 1e9"),
             ("hour,g\n1735689600\n", 2, ""),
             (
                 "hour,g\r\n1735689600,5\r\nyesterday,5\r\n",
@@ -804,6 +812,35 @@ mod tests {
         assert_eq!(paris.utc(twice), Some(utc("2025-10-26T00:15:00Z")));
         assert_eq!(paris.utc(twice), Some(utc("2025-10-26T01:15:00Z")));
         assert_eq!(paris.utc(wall("2025-03-30 02:15")), None);
+    }
+
+    /// Before the EU rule, France's summer time ended on the last Sunday of September
+    /// (1990: 03:00 CEST became 02:00 CET on 30 September, as `zdump -v Europe/Paris` says).
+    #[test]
+    fn paris_time_follows_its_history() {
+        let wall = |text: &str| {
+            NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M")
+                .ok()
+                .and_then(paris_wall)
+                .expect("valid in this test")
+        };
+        let naive = |rfc3339: &str| {
+            chrono::DateTime::parse_from_rfc3339(rfc3339)
+                .expect("valid in this test")
+                .naive_utc()
+        };
+        assert_eq!(
+            wall("1990-09-30 02:30"),
+            Wall::Twice {
+                cest: naive("1990-09-30T00:30:00Z"),
+                cet: naive("1990-09-30T01:30:00Z"),
+            }
+        );
+        assert_eq!(
+            wall("1990-10-15 12:00"),
+            Wall::Once(naive("1990-10-15T11:00:00Z"))
+        );
+        assert_eq!(wall("1990-03-25 02:30"), Wall::Never);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::carbon::Tariff;
-use crate::report::{JobReport, NodeEnergy};
+use crate::report::{JobReport, NodeEnergy, StepReport};
 use crate::usage::{Usage, UsageRow};
 
 /// Bumped when a field changes meaning or goes away (adding one does not).
@@ -69,144 +69,230 @@ fn text(field: &str) -> String {
     }
 }
 
-fn csv_text(rows: Vec<Vec<String>>) -> String {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    for row in rows {
-        // writing to memory cannot fail
-        let _ = w.write_record(&row);
+/// A text cell of a CSV line, written through [`text`]. The line types below hold their
+/// text only as `Text`, so no text column can miss the neutralisation.
+#[derive(Default)]
+struct Text<T>(T);
+
+impl<T: AsRef<str>> Serialize for Text<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&text(self.0.as_ref()))
     }
-    String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
-/// One row per job (`step` empty) and one per step, with the JSON's fields: a step's row
-/// holds the step's own figures where the job and the step share a field (`name`,
-/// `state`, `energy_j`, ...), and the job's identity. `node_energy` is `name:J` pairs
-/// separated by `;`.
-pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
-    let header = "job_id,id,step,array_job_id,array_task_id,name,user,account,state,running,\
-                  start,end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,per_node_avg_j,\
-                  max_watts,min_node,min_node_energy_j,max_node,max_node_energy_j,node_energy,\
-                  emissions_g,emissions_method,cost,currency,data,source,method";
-    let mut rows = vec![header.split(',').map(String::from).collect()];
-    let node = |n: &Option<NodeEnergy>| {
-        (
-            text(n.as_ref().map(|n| n.name.as_str()).unwrap_or_default()),
-            opt(n.as_ref().and_then(|n| n.energy_j)),
-        )
-    };
-    let kwh = |j: Option<u64>| fixed(j.map(|e| e as f64 / crate::carbon::JOULES_PER_KWH), 9);
-    for j in jobs {
-        let identity = [j.job_id.to_string(), text(&j.id)];
-        let array = [opt(j.array_job_id), opt(j.array_task_id)];
-        rows.push(
-            identity
-                .iter()
-                .cloned()
-                .chain([String::new()])
-                .chain(array.iter().cloned())
-                .chain([
-                    text(&j.name),
-                    text(&j.user),
-                    text(&j.account),
-                    j.state.into(),
-                    j.running.to_string(),
-                    opt(j.start),
-                    opt(j.end),
-                    j.elapsed_s.to_string(),
-                    j.nodes.to_string(),
-                    text(&j.node_list),
-                    opt(j.energy_j),
-                    kwh(j.energy_j),
-                    fixed(j.avg_watts, 3),
-                    fixed(j.per_node_avg_j, 3),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    String::new(),
-                    fixed(j.emissions_g, 6),
-                    j.emissions_method.unwrap_or_default().to_string(),
-                    fixed(j.cost, 6),
-                    text(&tariff.currency),
-                    j.data.as_str().into(),
-                    text(&j.source),
-                    text(&j.method),
-                ])
-                .collect(),
-        );
-        for s in &j.steps {
-            let (min, min_j) = node(&s.min_node);
-            let (max, max_j) = node(&s.max_node);
-            let per_node: Vec<String> = s
-                .node_energy
-                .iter()
-                .map(|n| format!("{}:{}", n.name, opt(n.energy_j)))
-                .collect();
-            rows.push(
-                identity
-                    .iter()
-                    .cloned()
-                    .chain([text(&s.step)])
-                    .chain(array.iter().cloned())
-                    .chain([
-                        text(&s.name),
-                        text(&j.user),
-                        text(&j.account),
-                        s.state.into(),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        s.elapsed_s.to_string(),
-                        s.nodes.to_string(),
-                        text(&s.node_list),
-                        opt(s.energy_j),
-                        kwh(s.energy_j),
-                        fixed(s.avg_watts, 3),
-                        fixed(s.per_node_avg_j, 3),
-                        opt(s.max_watts),
-                        min,
-                        min_j,
-                        max,
-                        max_j,
-                        // the cell begins with the first node's name
-                        text(&per_node.join(";")),
-                        fixed(s.emissions_g, 6),
-                        String::new(),
-                        String::new(),
-                        String::new(),
-                        s.data.as_str().into(),
-                        text(&s.source),
-                        text(&s.method),
-                    ])
-                    .collect(),
-            );
+/// A figure with `N` decimals (CSV readers get one precision per column, where JSON gives
+/// the shortest exact form); `None` is an empty cell.
+#[derive(Default)]
+struct Fixed<const N: usize>(Option<f64>);
+
+impl<const N: usize> Serialize for Fixed<N> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Some(v) => s.serialize_str(&format!("{v:.N$}")),
+            None => s.serialize_none(),
         }
     }
-    csv_text(rows)
+}
+
+fn kwh(joules: Option<u64>) -> Fixed<9> {
+    Fixed(joules.map(|e| e as f64 / crate::carbon::JOULES_PER_KWH))
+}
+
+/// Lines under a header of their fields' names, as `csv` serialises a struct. With no
+/// line the header stands alone, taken from a blank line.
+fn csv_text<L: Serialize + Default>(lines: impl IntoIterator<Item = L>) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut any = false;
+    for line in lines {
+        // a line of strings and numbers written to memory cannot fail
+        let _ = w.serialize(line);
+        any = true;
+    }
+    if !any {
+        let _ = w.serialize(L::default());
+    }
+    let all = String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default();
+    if any {
+        all
+    } else {
+        all.split_inclusive('\n')
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+/// A line of `senergy job --csv`: the fields of the JSON's job ([`JobReport`]) and step
+/// ([`StepReport`]) under their names, in the order docs/senergy.md gives; a step's
+/// `min_node` and `max_node` objects as a name and an `_energy_j` column, `node_energy` as
+/// `name:J` pairs separated by `;`. The header is these fields' names.
+#[derive(Serialize, Default)]
+struct JobLine<'a> {
+    job_id: u32,
+    id: Text<&'a str>,
+    step: Text<&'a str>,
+    array_job_id: Option<u32>,
+    array_task_id: Option<u32>,
+    name: Text<&'a str>,
+    user: Text<&'a str>,
+    account: Text<&'a str>,
+    state: Text<&'a str>,
+    running: Option<bool>,
+    start: Option<i64>,
+    end: Option<i64>,
+    elapsed_s: u64,
+    nodes: u32,
+    node_list: Text<&'a str>,
+    energy_j: Option<u64>,
+    kwh: Fixed<9>,
+    avg_watts: Fixed<3>,
+    per_node_avg_j: Fixed<3>,
+    max_watts: Option<u64>,
+    min_node: Text<&'a str>,
+    min_node_energy_j: Option<u64>,
+    max_node: Text<&'a str>,
+    max_node_energy_j: Option<u64>,
+    node_energy: Text<String>,
+    emissions_g: Fixed<6>,
+    emissions_method: Text<&'a str>,
+    cost: Fixed<6>,
+    currency: Text<&'a str>,
+    data: Text<&'a str>,
+    source: Text<&'a str>,
+    method: Text<&'a str>,
+}
+
+impl<'a> JobLine<'a> {
+    /// The job's line: `step` and the step-only columns empty.
+    fn job(j: &'a JobReport, currency: &'a str) -> Self {
+        JobLine {
+            job_id: j.job_id,
+            id: Text(&j.id),
+            array_job_id: j.array_job_id,
+            array_task_id: j.array_task_id,
+            name: Text(&j.name),
+            user: Text(&j.user),
+            account: Text(&j.account),
+            state: Text(j.state),
+            running: Some(j.running),
+            start: j.start,
+            end: j.end,
+            elapsed_s: j.elapsed_s,
+            nodes: j.nodes,
+            node_list: Text(&j.node_list),
+            energy_j: j.energy_j,
+            kwh: Fixed(j.kwh),
+            avg_watts: Fixed(j.avg_watts),
+            per_node_avg_j: Fixed(j.per_node_avg_j),
+            emissions_g: Fixed(j.emissions_g),
+            emissions_method: Text(j.emissions_method.unwrap_or_default()),
+            cost: Fixed(j.cost),
+            currency: Text(currency),
+            data: Text(j.data.as_str()),
+            source: Text(&j.source),
+            method: Text(&j.method),
+            ..JobLine::default()
+        }
+    }
+
+    /// A step's line: the step's own figures beside its job's identity (`job_id`, `id`,
+    /// array ids, `user`, `account`); the job-only columns empty.
+    fn step(j: &'a JobReport, s: &'a StepReport) -> Self {
+        let node = |n: &'a Option<NodeEnergy>| {
+            (
+                Text(n.as_ref().map(|n| n.name.as_str()).unwrap_or_default()),
+                n.as_ref().and_then(|n| n.energy_j),
+            )
+        };
+        let (min_node, min_node_energy_j) = node(&s.min_node);
+        let (max_node, max_node_energy_j) = node(&s.max_node);
+        let node_energy: Vec<String> = s
+            .node_energy
+            .iter()
+            .map(|n| format!("{}:{}", n.name, opt(n.energy_j)))
+            .collect();
+        JobLine {
+            job_id: j.job_id,
+            id: Text(&j.id),
+            step: Text(&s.step),
+            array_job_id: j.array_job_id,
+            array_task_id: j.array_task_id,
+            name: Text(&s.name),
+            user: Text(&j.user),
+            account: Text(&j.account),
+            state: Text(s.state),
+            elapsed_s: s.elapsed_s,
+            nodes: s.nodes,
+            node_list: Text(&s.node_list),
+            energy_j: s.energy_j,
+            kwh: kwh(s.energy_j),
+            avg_watts: Fixed(s.avg_watts),
+            per_node_avg_j: Fixed(s.per_node_avg_j),
+            max_watts: s.max_watts,
+            min_node,
+            min_node_energy_j,
+            max_node,
+            max_node_energy_j,
+            // the cell begins with the first node's name
+            node_energy: Text(node_energy.join(";")),
+            emissions_g: Fixed(s.emissions_g),
+            data: Text(s.data.as_str()),
+            source: Text(&s.source),
+            method: Text(&s.method),
+            ..JobLine::default()
+        }
+    }
+}
+
+/// One row per job (`step` empty) and one per step, with the JSON's fields ([`JobLine`]).
+pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
+    csv_text(jobs.iter().flat_map(|j| {
+        std::iter::once(JobLine::job(j, &tariff.currency))
+            .chain(j.steps.iter().map(move |s| JobLine::step(j, s)))
+    }))
+}
+
+/// A line of `senergy usage --csv`: a [`UsageRow`]'s fields under their names, and the
+/// currency.
+#[derive(Serialize, Default)]
+struct UsageLine<'a> {
+    account: Text<&'a str>,
+    user: Text<&'a str>,
+    jobs: u64,
+    jobs_incomplete: u64,
+    energy_j: u64,
+    kwh: Fixed<9>,
+    emissions_g: Fixed<6>,
+    cost: Fixed<6>,
+    currency: Text<&'a str>,
+}
+
+impl<'a> UsageLine<'a> {
+    /// `account` and `user` as given: the total's line names them `(all)`.
+    fn new(r: &UsageRow, account: &'a str, user: &'a str, currency: &'a str) -> Self {
+        UsageLine {
+            account: Text(account),
+            user: Text(user),
+            jobs: r.jobs,
+            jobs_incomplete: r.jobs_incomplete,
+            energy_j: r.energy_j,
+            kwh: Fixed(Some(r.kwh)),
+            emissions_g: Fixed(r.emissions_g),
+            cost: Fixed(r.cost),
+            currency: Text(currency),
+        }
+    }
 }
 
 pub fn usage_csv(usage: &Usage, tariff: &Tariff) -> String {
-    let header = "account,user,jobs,jobs_incomplete,energy_j,kwh,emissions_g,cost,currency";
-    let mut rows = vec![header.split(',').map(String::from).collect()];
-    let row = |r: &UsageRow, account: &str, user: &str| {
-        vec![
-            text(account),
-            text(user),
-            r.jobs.to_string(),
-            r.jobs_incomplete.to_string(),
-            r.energy_j.to_string(),
-            format!("{:.9}", r.kwh),
-            fixed(r.emissions_g, 6),
-            fixed(r.cost, 6),
-            text(&tariff.currency),
-        ]
-    };
-    for r in &usage.rows {
-        rows.push(row(r, &r.account, &r.user));
-    }
-    rows.push(row(&usage.total, "(all)", "(all)"));
-    csv_text(rows)
+    let currency = tariff.currency.as_str();
+    csv_text(
+        usage
+            .rows
+            .iter()
+            .map(|r| UsageLine::new(r, &r.account, &r.user, currency))
+            .chain([UsageLine::new(&usage.total, "(all)", "(all)", currency)]),
+    )
 }
 
 pub fn local_time(unix: i64) -> String {
@@ -548,6 +634,19 @@ mod tests {
         let step = "7,7,0,,,'+sum,'@evil,'-1+2,COMPLETED,,,,60,1,\"'\rn1\",600,0.000166667,\
                     10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,\n";
         assert_eq!(text, format!("{header}{job}{step}"));
+    }
+
+    /// No job (all those asked for unknown): the header alone, the one the lines have.
+    #[test]
+    fn jobs_csv_without_jobs_is_its_header() {
+        let tariff = Tariff::new(None, None, None, None).expect("tariff");
+        assert_eq!(
+            jobs_csv(&[], &tariff),
+            "job_id,id,step,array_job_id,array_task_id,name,user,account,state,running,start,\
+             end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,per_node_avg_j,max_watts,\
+             min_node,min_node_energy_j,max_node,max_node_energy_j,node_energy,emissions_g,\
+             emissions_method,cost,currency,data,source,method\n"
+        );
     }
 
     /// `senergy usage --csv`: an account or user that would be a formula gets a quote; the
