@@ -248,7 +248,12 @@ extern "C" fn exit_while_held() {
     }
     // SAFETY: the descriptors were the Held's, which can no longer use them.
     let said = unsafe { give_back(saved, file) };
-    let conf = std::env::var("SLURM_CONF").unwrap_or_else(|_| "the default slurm.conf".into());
+    // libslurm's compiled-in path is not exported by libslurm.so: name where packages put it
+    let conf = std::env::var("SLURM_CONF").unwrap_or_else(|_| {
+        "SLURM_CONF is not set: the slurm.conf compiled into libslurm, /etc/slurm/slurm.conf \
+         in Debian's, Ubuntu's and SchedMD's packages"
+            .into()
+    });
     eprintln!(
         "senergy: Slurm's configuration cannot be loaded ({conf}): {}",
         reason(&said)
