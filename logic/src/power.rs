@@ -439,6 +439,7 @@ impl Integral {
     }
 
     /// The energy up to the last sample.
+    #[cfg(feature = "gpu")]
     pub(crate) fn energy_uj(&self) -> f64 {
         self.energy_uj
     }
