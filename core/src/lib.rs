@@ -27,10 +27,9 @@ pub use slurm_energy_logic::ipmi;
 pub use slurm_energy_logic::redfish;
 #[cfg(feature = "variorum")]
 pub use slurm_energy_logic::variorum;
-pub use slurm_energy_logic::{
-    accounting, attribution, config, counter, meter, pm_counters, power, rapl, runtime, source,
-    worker,
-};
+pub use slurm_energy_logic::{pm_counters, rapl};
+// the glue's own uses (`crate::runtime`, ...): not part of this crate's surface
+use slurm_energy_logic::{accounting, attribution, config, runtime, source, worker};
 
 #[cfg(test)]
 mod rules {

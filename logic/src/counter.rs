@@ -89,7 +89,7 @@ const BURST_FLOOR_SHARE: f64 = 0.001;
 
 /// How one read advanced the counter.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Advance {
+pub(crate) enum Advance {
     /// First read: a baseline, no energy yet.
     Started,
     /// `units` of energy counted (wraps included) from the anchor.
@@ -163,7 +163,7 @@ struct Held {
 }
 
 #[derive(Debug, Clone)]
-pub struct WrappingCounter {
+pub(crate) struct WrappingCounter {
     /// Values lie in `0..modulus`.
     modulus: u64,
     /// Units per second the domain can never exceed.
@@ -199,7 +199,7 @@ pub struct WrappingCounter {
 }
 
 impl WrappingCounter {
-    pub fn new(modulus: u64, max_units_per_sec: f64) -> Self {
+    pub(crate) fn new(modulus: u64, max_units_per_sec: f64) -> Self {
         Self {
             modulus,
             max_units_per_sec,
@@ -221,13 +221,13 @@ impl WrappingCounter {
 
     /// Units accumulated since the first read: the count, or a held burst's, if more than
     /// any before. Never less than before.
-    pub fn total_units(&self) -> u64 {
+    pub(crate) fn total_units(&self) -> u64 {
         self.published
     }
 
     /// No read is held undecided, and no reset's gap waits for its estimate: nothing
     /// counted later belongs before the last read.
-    pub fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         self.held.is_none() && self.unestimated_gap.is_zero()
     }
 
@@ -235,13 +235,13 @@ impl WrappingCounter {
     /// the anchor, moved on by what was published ahead of the count (a held burst shown
     /// to readers before it was dropped), so that energy counted on from this value is
     /// never counted twice.
-    pub fn published_value(&self) -> Option<u64> {
+    pub(crate) fn published_value(&self) -> Option<u64> {
         let anchor = self.anchor.filter(|_| self.settled())?;
         let ahead = self.published.saturating_sub(self.counted) % self.modulus;
         Some((anchor.value + ahead) % self.modulus)
     }
 
-    pub fn advance(&mut self, raw: u64, now: Instant) -> Advance {
+    pub(crate) fn advance(&mut self, raw: u64, now: Instant) -> Advance {
         let advance = self.judge(raw, now);
         let held = self.held.map_or(0, |h| h.published);
         self.published = self.published.max(self.counted.saturating_add(held));
@@ -371,7 +371,7 @@ impl WrappingCounter {
     /// its `startup` file) at an unknown moment since the anchor was read: counting goes on
     /// from `raw`, and the gap since that read is estimated as a reset's is, from the power
     /// measured from now on.
-    pub fn restarted(&mut self, raw: u64, now: Instant) -> Advance {
+    pub(crate) fn restarted(&mut self, raw: u64, now: Instant) -> Advance {
         let Some(anchor) = self.anchor else {
             return self.advance(raw, now);
         };

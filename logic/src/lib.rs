@@ -18,11 +18,12 @@
 //! small crate `slurm-energy-gpu-libs` beside `gpu` (NVML and amd-smi, behind the safe
 //! `gpu::GpuLibrary`; `gpu` is a feature).
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 pub mod accounting;
 pub mod attribution;
 pub mod config;
-pub mod counter;
+mod counter;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod guard;
@@ -30,15 +31,15 @@ pub mod hostlist;
 #[cfg(feature = "ipmi")]
 pub mod ipmi;
 pub mod ledger;
-pub mod meter;
+mod meter;
 pub mod metrics;
 pub mod pm_counters;
-pub mod poller;
+mod poller;
 pub mod power;
 pub mod rapl;
 #[cfg(feature = "redfish")]
 pub mod redfish;
-pub mod replace;
+mod replace;
 pub mod runtime;
 pub mod source;
 #[cfg(feature = "variorum")]

@@ -13,7 +13,7 @@ use crate::accounting::Accounting;
 use crate::source::{EnergyReader, Reading, stale_after};
 use crate::worker::{Control, Worker};
 
-pub struct Meter<S: EnergyReader> {
+pub(crate) struct Meter<S: EnergyReader> {
     shared: Arc<Shared<S>>,
     sampler: Option<Worker>,
 }
@@ -32,7 +32,7 @@ struct Shared<S> {
 
 /// What [`Metering::observe`] is given: told the accounting and the reading of each sample
 /// (its devices and hardware counts beside the energy the accounting took).
-pub type Observer = Box<dyn FnMut(&Accounting, &Reading) + Send>;
+pub(crate) type Observer = Box<dyn FnMut(&Accounting, &Reading) + Send>;
 
 struct Metered<S> {
     source: S,
@@ -45,7 +45,7 @@ struct Metered<S> {
 
 impl<S: EnergyReader> Meter<S> {
     /// Takes the first reading now; sampling starts with [`Metering::ensure_sampling`].
-    pub fn new(source: S) -> Self {
+    pub(crate) fn new(source: S) -> Self {
         let period = source.sample_period();
         let sampled = source.needs_sampling();
         let shared = Arc::new(Shared {

@@ -16,7 +16,7 @@ use crate::worker::Worker;
 
 /// What one round came to: the user's decision, which the loop carries out.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Outcome<T> {
+pub(crate) enum Outcome<T> {
     /// A good round: published, and the end of a failure episode.
     Publish(T),
     /// The link works but this round's result is not usable: nothing is published, the
@@ -28,7 +28,7 @@ pub enum Outcome<T> {
 }
 
 /// What a [`Poller`] does, apart from the loop itself.
-pub trait Polling: Send + 'static {
+pub(crate) trait Polling: Send + 'static {
     /// What [`Polling::connect`] opens and every round goes through: a sensor's session,
     /// the vendor libraries.
     type Link;
@@ -72,7 +72,7 @@ pub trait Polling: Send + 'static {
 
 /// How often a poller runs its rounds, and how it backs off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// Between rounds; also the first wait after a failed connect.
     pub period: Duration,
     /// Waits after failed connects double up to this.
@@ -148,11 +148,13 @@ impl<T> Shared<T> {
 
 /// The published value, locked: the poller cannot publish while it is held, so hold it
 /// briefly.
-pub struct Latest<'a, T>(MutexGuard<'a, Board<T>>);
+pub(crate) struct Latest<'a, T>(MutexGuard<'a, Board<T>>);
 
 impl<T> Latest<'_, T> {
-    /// Why nothing is being published, while connecting or rounds fail.
-    pub fn failure(&self) -> Option<&str> {
+    /// Why nothing is being published, while connecting or rounds fail (the log says it
+    /// in production; the tests ask).
+    #[cfg(test)]
+    pub(crate) fn failure(&self) -> Option<&str> {
         self.0.failure.as_deref()
     }
 }
@@ -171,7 +173,7 @@ impl<T> DerefMut for Latest<'_, T> {
 }
 
 /// A [`Polling`] running in its own thread; dropping it stops it (see [`Worker`]).
-pub struct Poller<T> {
+pub(crate) struct Poller<T> {
     shared: Arc<Shared<T>>,
     worker: Worker,
 }
@@ -179,7 +181,7 @@ pub struct Poller<T> {
 impl<T: Default + Send + 'static> Poller<T> {
     /// Starts polling in a thread named `name` and returns at once: connecting happens in
     /// the poller.
-    pub fn start<P: Polling<Published = T>>(
+    pub(crate) fn start<P: Polling<Published = T>>(
         name: &'static str,
         mut polling: P,
         timing: Timing,
@@ -203,14 +205,14 @@ impl<T: Default + Send + 'static> Poller<T> {
     }
 
     /// The latest published value.
-    pub fn latest(&self) -> Latest<'_, T> {
+    pub(crate) fn latest(&self) -> Latest<'_, T> {
         Latest(self.shared.lock())
     }
 
     /// The value after a round that started after this call, when the poller is well
     /// (publishing, not stuck in a call) and delivers within `within`; else the latest.
     /// Only a round that publishes counts: while rounds fail this waits all of `within`.
-    pub fn fresh(&self, within: Duration) -> Latest<'_, T> {
+    pub(crate) fn fresh(&self, within: Duration) -> Latest<'_, T> {
         let called = Instant::now();
         let board = self.shared.lock();
         let wanted = match board.busy_since {

@@ -63,7 +63,7 @@ fn is_temporary_of(candidate: &str, name: &str) -> bool {
 
 /// Replaces `path` with `bytes`, readable as `access` says, through a temporary file
 /// created exclusively beside it (never through a link: see the module's comment).
-pub fn replace(path: &Path, bytes: &[u8], access: Access) -> io::Result<()> {
+pub(crate) fn replace(path: &Path, bytes: &[u8], access: Access) -> io::Result<()> {
     let invalid = || {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -110,7 +110,7 @@ pub fn replace(path: &Path, bytes: &[u8], access: Access) -> io::Result<()> {
 /// left beside it: names of [`temporary_name`]'s pattern that are regular files of this
 /// process's user (a link or another's file is left alone). Called when a writer starts,
 /// so a crash leaves at most one until the next start.
-pub fn sweep(path: &Path) {
+pub(crate) fn sweep(path: &Path) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
         return;
     };

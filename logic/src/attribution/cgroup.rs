@@ -384,7 +384,7 @@ pub(crate) mod tests {
     use super::*;
     use std::fs;
 
-    pub fn write(path: &Path, text: &str) {
+    pub(crate) fn write(path: &Path, text: &str) {
         fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         fs::write(path, text).expect("write");
     }
@@ -393,7 +393,7 @@ pub(crate) mod tests {
     /// under each controller: `slurm`, or `slurm_<node>` in a multiple-slurmd build),
     /// Debian's co-mounted `cpu,cpuacct` included; `steps`: directory and CPU time (ns).
     /// Returns the job's directory as `/proc/<pid>/cgroup` shows it.
-    pub fn v1_tree(
+    pub(crate) fn v1_tree(
         root: &Path,
         slurm: &str,
         job: u32,
@@ -435,7 +435,7 @@ pub(crate) mod tests {
     /// `/proc/<pid>/cgroup` of a v1 slurmstepd of `step` in `job` (as [`v1_tree`] returns
     /// it): at job level in freezer (proctrack/cgroup), at step level in cpuset and memory
     /// when task/cgroup constrains them, where slurmd was in cpuacct and systemd's trees.
-    pub fn v1_stepd(job: &str, step: &str, constrained: bool) -> String {
+    pub(crate) fn v1_stepd(job: &str, step: &str, constrained: bool) -> String {
         let mut text = format!("12:freezer:{job}\n");
         if constrained {
             text += &format!("11:cpuset:{job}/{step}\n10:memory:{job}/{step}\n");
@@ -447,7 +447,7 @@ pub(crate) mod tests {
     }
 
     /// `/proc/<pid>/cgroup` of a v1 task: the step in freezer, `task_<n>` in cpuacct.
-    pub fn v1_task(job: &str, step: &str) -> String {
+    pub(crate) fn v1_task(job: &str, step: &str) -> String {
         format!(
             "12:freezer:{job}/{step}\n11:cpuset:/\n10:memory:/\n4:cpu,cpuacct:{job}/{step}/task_0\n\
              1:name=systemd:/user.slice\n0::/user.slice\n"
@@ -457,7 +457,7 @@ pub(crate) mod tests {
     /// A job in a v2 tree as Slurm's cgroup/v2 plugin builds it: `job` is its directory
     /// relative to the mount (the release's scope, slice and job naming), `steps` their
     /// directories and CPU time (µs), each with its slurmstepd's `slurm/` and a task.
-    pub fn v2_tree(
+    pub(crate) fn v2_tree(
         root: &Path,
         job: &str,
         cpus: &str,

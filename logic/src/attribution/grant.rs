@@ -216,12 +216,12 @@ pub(crate) mod tests {
     use std::time::SystemTime;
 
     /// A grant of GPU `index` whole.
-    pub fn whole(job: u32, step: StepId, index: u32) -> Grant {
+    pub(crate) fn whole(job: u32, step: StepId, index: u32) -> Grant {
         grant(job, step, vec![held("gpu", 1, &[index])])
     }
 
     /// A grant of `count` shards of GPU `index`.
-    pub fn shards(job: u32, step: StepId, count: u64, index: u32) -> Grant {
+    pub(crate) fn shards(job: u32, step: StepId, count: u64, index: u32) -> Grant {
         grant(job, step, vec![held("shard", count, &[index])])
     }
 

@@ -193,7 +193,7 @@ pub(crate) mod tests {
 
     /// A process in a fake /proc: its title (NUL-separated as the kernel shows argv) and
     /// its `/proc/<pid>/cgroup`, running as this test's user.
-    pub fn process(proc_root: &Path, pid: u32, title: &str, cgroup: &str) {
+    pub(crate) fn process(proc_root: &Path, pid: u32, title: &str, cgroup: &str) {
         process_of(
             proc_root,
             pid,
@@ -204,7 +204,7 @@ pub(crate) mod tests {
     }
 
     /// The same, of real uid `uid`.
-    pub fn process_of(proc_root: &Path, pid: u32, title: &str, cgroup: &str, uid: u32) {
+    pub(crate) fn process_of(proc_root: &Path, pid: u32, title: &str, cgroup: &str, uid: u32) {
         let dir = proc_root.join(pid.to_string());
         write(&dir.join("cmdline"), &format!("{title}\0\0\0"));
         write(&dir.join("cgroup"), cgroup);
@@ -215,19 +215,25 @@ pub(crate) mod tests {
     }
 
     /// A step's slurmstepd in a fake /proc: titled, in `cgroup`, holding `socket`.
-    pub fn stepd(proc_root: &Path, pid: u32, step: (u32, StepId), cgroup: &str, socket: &Path) {
+    pub(crate) fn stepd(
+        proc_root: &Path,
+        pid: u32,
+        step: (u32, StepId),
+        cgroup: &str,
+        socket: &Path,
+    ) {
         let title = format!("slurmstepd: [{}.{}]", step.0, step.1.name());
         process(proc_root, pid, &title, cgroup);
         holds_socket(proc_root, pid, socket, 50_000 + pid);
     }
 
     /// The thread that reads `proc_root/thread-self` is named `name`.
-    pub fn write_thread_name(proc_root: &Path, name: &str) {
+    pub(crate) fn write_thread_name(proc_root: &Path, name: &str) {
         write(&proc_root.join("thread-self/comm"), &format!("{name}\n"));
     }
 
     /// `child` is a child of `parent`'s main thread.
-    pub fn child(proc_root: &Path, parent: u32, child: u32) {
+    pub(crate) fn child(proc_root: &Path, parent: u32, child: u32) {
         let file = proc_root.join(format!("{parent}/task/{parent}/children"));
         let mut text = fs::read_to_string(&file).unwrap_or_default();
         text.push_str(&format!("{child} "));
@@ -235,7 +241,7 @@ pub(crate) mod tests {
     }
 
     /// `pid` holds the unix socket bound at `socket`, of inode `inode`.
-    pub fn holds_socket(proc_root: &Path, pid: u32, socket: &Path, inode: u32) {
+    pub(crate) fn holds_socket(proc_root: &Path, pid: u32, socket: &Path, inode: u32) {
         let table = proc_root.join("net/unix");
         let mut text = fs::read_to_string(&table)
             .unwrap_or_else(|_| "Num       RefCount Protocol Flags    Type St Inode Path\n".into());

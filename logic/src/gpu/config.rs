@@ -9,7 +9,7 @@ pub const KEYS: &[&str] = &[KEY_NVML, KEY_AMD, KEY_MAX_WATTS];
 
 /// More than any GPU draws (the largest draw about 1.2 kW): a power reading above it, or a
 /// counter rising faster, is no GPU's.
-pub const DEFAULT_MAX_WATTS: u32 = 5_000;
+pub(super) const DEFAULT_MAX_WATTS: u32 = 5_000;
 
 /// What the NVIDIA driver installs (the soname, found through the loader's path).
 const DEFAULT_NVML: &str = "libnvidia-ml.so.1";

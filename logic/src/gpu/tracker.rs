@@ -35,7 +35,7 @@ enum Mode {
 
 /// What one GPU has measured so far, as the poller publishes it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Figure {
+pub(super) struct Figure {
     pub vendor: &'static str,
     pub device: Device,
     /// Energy since the GPU was first read.
@@ -55,7 +55,7 @@ pub struct Figure {
 }
 
 #[derive(Debug)]
-pub struct Tracked {
+pub(super) struct Tracked {
     figure: Figure,
     mode: Mode,
     counter: WrappingCounter,
@@ -70,7 +70,7 @@ pub struct Tracked {
 
 impl Tracked {
     /// `bound`: the most the GPU may draw; a counter rising faster was reset or misread.
-    pub fn new(vendor: &'static str, device: Device, position: u32, bound: Bound) -> Self {
+    pub(super) fn new(vendor: &'static str, device: Device, position: u32, bound: Bound) -> Self {
         let name = format!("{vendor} GPU {} ({})", device.index, device.name);
         Self {
             figure: Figure {
@@ -93,12 +93,12 @@ impl Tracked {
         }
     }
 
-    pub fn figure(&self) -> &Figure {
+    pub(super) fn figure(&self) -> &Figure {
         &self.figure
     }
 
     /// The GPU is partitioned into `instances` (MIG): Slurm allocates these.
-    pub fn partition(&mut self, instances: Vec<MigInstance>) {
+    pub(super) fn partition(&mut self, instances: Vec<MigInstance>) {
         let base = MIG_PLACES + self.figure.position * MAX_INSTANCES;
         self.figure.instances = (base..)
             .zip(instances.into_iter().take(MAX_INSTANCES as usize))
@@ -132,7 +132,7 @@ impl Tracked {
 
     /// Reads the GPU once at `now` (after the library returned). `Ok(Some(note))`: read,
     /// with something for the log; `Err`: not read, with why for the log.
-    pub fn sample(
+    pub(super) fn sample(
         &mut self,
         lib: &mut dyn GpuLibrary,
         now: Instant,

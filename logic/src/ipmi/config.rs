@@ -6,23 +6,23 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use crate::config::Secret;
+pub(super) use crate::config::Secret;
 use crate::config::{ConfigError, KeyValues, boolean, period_secs};
 
-pub const KEY_HOST: &str = "EnergyIPMIHost";
-pub const KEY_USERNAME: &str = "EnergyIPMIUsername";
-pub const KEY_PASSWORD: &str = "EnergyIPMIPassword";
-pub const KEY_FREQUENCY: &str = "EnergyIPMIFrequency";
-pub const KEY_TIMEOUT: &str = "EnergyIPMITimeout";
-pub const KEY_CALC_ADJUSTMENT: &str = "EnergyIPMICalcAdjustment";
-pub const KEY_POWER_SENSORS: &str = "EnergyIPMIPowerSensors";
-pub const KEY_DRIVER_DEVICE: &str = "EnergyIPMIDriverDevice";
-pub const KEY_VARIABLE: &str = "EnergyIPMIVariable";
+pub(super) const KEY_HOST: &str = "EnergyIPMIHost";
+pub(super) const KEY_USERNAME: &str = "EnergyIPMIUsername";
+pub(super) const KEY_PASSWORD: &str = "EnergyIPMIPassword";
+pub(super) const KEY_FREQUENCY: &str = "EnergyIPMIFrequency";
+pub(super) const KEY_TIMEOUT: &str = "EnergyIPMITimeout";
+pub(super) const KEY_CALC_ADJUSTMENT: &str = "EnergyIPMICalcAdjustment";
+pub(super) const KEY_POWER_SENSORS: &str = "EnergyIPMIPowerSensors";
+pub(super) const KEY_DRIVER_DEVICE: &str = "EnergyIPMIDriverDevice";
+pub(super) const KEY_VARIABLE: &str = "EnergyIPMIVariable";
 /// Ours (Slurm's plugin has none): the most power a reading may show.
-pub const KEY_MAX_WATTS: &str = "EnergyIPMIMaxWatts";
+pub(super) const KEY_MAX_WATTS: &str = "EnergyIPMIMaxWatts";
 
 /// Keys of Slurm's ipmi plugin that tune freeipmi; accepted, without effect.
-pub const IGNORED_KEYS: [&str; 20] = [
+pub(super) const IGNORED_KEYS: [&str; 20] = [
     "EnergyIPMIDriverType",
     "EnergyIPMIDisableAutoProbe",
     "EnergyIPMIDriverAddress",
@@ -61,7 +61,7 @@ const USED_KEYS: [&str; 10] = [
 
 /// Every key registered with Slurm: an acct_gather.conf key no plugin registers is fatal
 /// to the daemons, so Slurm's freeipmi keys are registered too.
-pub const KEYS: &[&str] = &{
+pub(super) const KEYS: &[&str] = &{
     let mut all = [""; USED_KEYS.len() + IGNORED_KEYS.len()];
     let mut i = 0;
     while i < all.len() {
@@ -89,7 +89,7 @@ const DEFAULT_TIMEOUT: u32 = 10;
 /// A reading above this is no node's where the BMC states no power limit: more than the
 /// largest 8-GPU servers draw (about 14 kW), less than the 65 535 W of a 16-bit reading
 /// of all ones.
-pub const DEFAULT_MAX_WATTS: u32 = 20_000;
+pub(super) const DEFAULT_MAX_WATTS: u32 = 20_000;
 
 /// Which readings make the node's power (`EnergyIPMIPowerSensors`, `Node=...`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -289,7 +289,7 @@ fn positive(key: &'static str, v: &str) -> Result<u32, ConfigError> {
 
 /// Slurm's syntax: `Node=DCMI`, `Node=DCMI_ENHANCED`, `Node=16,19;Socket0=16`. The node's
 /// power is the sum of the `Node` sensors; other labels are accepted and not used.
-pub fn parse_power_sensors(v: &str) -> Result<PowerSensors, ConfigError> {
+pub(super) fn parse_power_sensors(v: &str) -> Result<PowerSensors, ConfigError> {
     let err = |why: String| ConfigError::new(KEY_POWER_SENSORS, v, why);
     let mut node = None;
     for part in v.split(';').map(str::trim).filter(|p| !p.is_empty()) {

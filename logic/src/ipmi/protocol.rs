@@ -7,35 +7,35 @@
 use ipmi_rs::storage::sdr::Unit;
 use ipmi_rs::storage::sdr::record::{DataFormat, Linearization, Record, WithSensorRecordCommon};
 
-pub const NETFN_APP: u8 = 0x06;
-pub const NETFN_SENSOR: u8 = 0x04;
-pub const NETFN_STORAGE: u8 = 0x0A;
-pub const NETFN_GROUP_EXT: u8 = 0x2C;
+pub(super) const NETFN_APP: u8 = 0x06;
+pub(super) const NETFN_SENSOR: u8 = 0x04;
+pub(super) const NETFN_STORAGE: u8 = 0x0A;
+pub(super) const NETFN_GROUP_EXT: u8 = 0x2C;
 
-pub const CMD_SET_SESSION_PRIVILEGE: u8 = 0x3B;
-pub const CMD_GET_SENSOR_READING: u8 = 0x2D;
-pub const CMD_RESERVE_SDR_REPOSITORY: u8 = 0x22;
-pub const CMD_GET_SDR: u8 = 0x23;
-pub const CMD_DCMI_GET_POWER_READING: u8 = 0x02;
-pub const CMD_DCMI_GET_POWER_LIMIT: u8 = 0x03;
+pub(super) const CMD_SET_SESSION_PRIVILEGE: u8 = 0x3B;
+pub(super) const CMD_GET_SENSOR_READING: u8 = 0x2D;
+pub(super) const CMD_RESERVE_SDR_REPOSITORY: u8 = 0x22;
+pub(super) const CMD_GET_SDR: u8 = 0x23;
+pub(super) const CMD_DCMI_GET_POWER_READING: u8 = 0x02;
+pub(super) const CMD_DCMI_GET_POWER_LIMIT: u8 = 0x03;
 /// Completion code of Get Power Limit: no power limit is active.
-pub const CC_NO_ACTIVE_POWER_LIMIT: u8 = 0x80;
+pub(super) const CC_NO_ACTIVE_POWER_LIMIT: u8 = 0x80;
 
 const DCMI_GROUP: u8 = 0xDC;
-pub const PRIVILEGE_ADMIN: u8 = 0x04;
+pub(super) const PRIVILEGE_ADMIN: u8 = 0x04;
 /// Get SDR reads this many bytes at a time: what every BMC can return over LAN.
-pub const SDR_CHUNK: u8 = 16;
-pub const SDR_HEADER_LEN: u8 = 5;
-pub const SDR_LAST_RECORD: u16 = 0xFFFF;
+pub(super) const SDR_CHUNK: u8 = 16;
+pub(super) const SDR_HEADER_LEN: u8 = 5;
+pub(super) const SDR_LAST_RECORD: u16 = 0xFFFF;
 
 /// DCMI Get Power Reading request data: mode 1 (system power statistics) or 2 (enhanced).
-pub fn dcmi_power_request(enhanced: bool) -> Vec<u8> {
+pub(super) fn dcmi_power_request(enhanced: bool) -> Vec<u8> {
     vec![DCMI_GROUP, if enhanced { 0x02 } else { 0x01 }, 0x00, 0x00]
 }
 
 /// Current watts from a DCMI Get Power Reading response (data after the completion code:
 /// group, current, min, max, average, timestamp, period, state).
-pub fn parse_dcmi_power(data: &[u8]) -> Result<u16, String> {
+pub(super) fn parse_dcmi_power(data: &[u8]) -> Result<u16, String> {
     if data.len() < 18 || data[0] != DCMI_GROUP {
         return Err(format!(
             "malformed DCMI power reading ({} bytes)",
@@ -49,28 +49,28 @@ pub fn parse_dcmi_power(data: &[u8]) -> Result<u16, String> {
 }
 
 /// DCMI Get Power Limit request data.
-pub fn dcmi_power_limit_request() -> Vec<u8> {
+pub(super) fn dcmi_power_limit_request() -> Vec<u8> {
     vec![DCMI_GROUP, 0x00, 0x00]
 }
 
 /// The active power limit in watts from a DCMI Get Power Limit response (data after the
 /// completion code: group, 2 reserved, exception actions, limit, correction time, 2
 /// reserved, sampling period); `None` for a limit of 0 W, which limits nothing.
-pub fn parse_dcmi_power_limit(data: &[u8]) -> Result<Option<u16>, String> {
+pub(super) fn parse_dcmi_power_limit(data: &[u8]) -> Result<Option<u16>, String> {
     if data.len() < 6 || data[0] != DCMI_GROUP {
         return Err(format!("malformed DCMI power limit ({} bytes)", data.len()));
     }
     Ok(Some(u16::from_le_bytes([data[4], data[5]])).filter(|w| *w > 0))
 }
 
-pub fn parse_reservation(data: &[u8]) -> Result<u16, String> {
+pub(super) fn parse_reservation(data: &[u8]) -> Result<u16, String> {
     match data {
         [lo, hi, ..] => Ok(u16::from_le_bytes([*lo, *hi])),
         _ => Err("malformed Reserve SDR Repository response".into()),
     }
 }
 
-pub fn get_sdr_request(reservation: u16, record: u16, offset: u8, len: u8) -> Vec<u8> {
+pub(super) fn get_sdr_request(reservation: u16, record: u16, offset: u8, len: u8) -> Vec<u8> {
     let [r0, r1] = reservation.to_le_bytes();
     let [i0, i1] = record.to_le_bytes();
     vec![r0, r1, i0, i1, offset, len]
@@ -80,7 +80,7 @@ pub fn get_sdr_request(reservation: u16, record: u16, offset: u8, len: u8) -> Ve
 /// An SDR record the BMC sent, decoded by ipmi-rs, or why not. ipmi-rs panics on some
 /// records a BMC can send (an ID string modifier it has no fallback for): a record it
 /// cannot decode is one it cannot decode, whichever way it says so.
-pub fn parse_record(bytes: &[u8]) -> Result<Record, String> {
+pub(super) fn parse_record(bytes: &[u8]) -> Result<Record, String> {
     match std::panic::catch_unwind(|| Record::parse(bytes)) {
         Ok(Ok(record)) => Ok(record),
         Ok(Err(e)) => Err(format!("{e:?}")),
@@ -88,7 +88,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<Record, String> {
     }
 }
 
-pub fn parse_get_sdr(data: &[u8]) -> Result<(u16, &[u8]), String> {
+pub(super) fn parse_get_sdr(data: &[u8]) -> Result<(u16, &[u8]), String> {
     match data {
         [lo, hi, rest @ ..] => Ok((u16::from_le_bytes([*lo, *hi]), rest)),
         _ => Err("malformed Get SDR response".into()),
@@ -97,7 +97,7 @@ pub fn parse_get_sdr(data: &[u8]) -> Result<(u16, &[u8]), String> {
 
 /// How to turn a Full Sensor Record's raw reading into watts.
 #[derive(Debug, Clone, PartialEq)]
-pub struct WattsSensor {
+pub(super) struct WattsSensor {
     pub record_id: u16,
     pub name: String,
     pub number: u8,
@@ -112,7 +112,7 @@ pub struct WattsSensor {
 impl WattsSensor {
     /// A Watts sensor from an SDR record; an explanation when the record is not one we can
     /// convert (not a full sensor record, not Watts, non-linear, not analog).
-    pub fn from_record(record: &Record) -> Result<Self, String> {
+    pub(super) fn from_record(record: &Record) -> Result<Self, String> {
         let record_id = record.header.id.value();
         let full = record
             .full_sensor()
@@ -144,7 +144,7 @@ impl WattsSensor {
     }
 
     /// IPMI 2.0 §36.3: y = (M·x + B·10^Bexp)·10^Rexp; an error when that is negative.
-    pub fn watts(&self, raw: u8) -> Result<f64, String> {
+    pub(super) fn watts(&self, raw: u8) -> Result<f64, String> {
         let x = match self.format {
             DataFormat::Unsigned => f64::from(raw),
             DataFormat::TwosComplement => f64::from(raw as i8),
@@ -169,7 +169,7 @@ impl WattsSensor {
 }
 
 /// The raw byte of a Get Sensor Reading response, unless the BMC says it is not valid.
-pub fn parse_sensor_reading(data: &[u8]) -> Result<u8, String> {
+pub(super) fn parse_sensor_reading(data: &[u8]) -> Result<u8, String> {
     match data {
         [raw, flags, ..] => {
             if flags & 0x20 != 0 {
@@ -190,7 +190,7 @@ mod tests {
 
     /// The "Pwr Consumption" record of the simulated BMC (tests/ipmisim, compiled by
     /// sdrcomp): Full sensor record 2, sensor 3, Watts, unsigned, linear, M=4.
-    pub const SIM_POWER_RECORD: &[u8] = &[
+    pub(super) const SIM_POWER_RECORD: &[u8] = &[
         0x02, 0x00, 0x51, 0x01, 0x3A, 0x20, 0x00, 0x03, 0x0A, 0x01, 0x45, 0x00, 0x03, 0x01, 0x00,
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x04, 0x00, 0x00, 0x01, 0x01, 0x00,
         0x00, 0x00, 0x00, 0x00, 0xFF, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,

@@ -6,11 +6,11 @@ use crate::config::{ConfigError, KeyValues};
 
 pub const KEY_DIR: &str = "EnergyPmCountersDir";
 pub const KEY_MAX_WATTS: &str = "EnergyPmCountersMaxWatts";
-pub const KEYS: &[&str] = &[KEY_DIR, KEY_MAX_WATTS];
+pub(super) const KEYS: &[&str] = &[KEY_DIR, KEY_MAX_WATTS];
 
 /// More than any node draws: a power reading above it, or a counter rising faster, is no
 /// node's.
-pub const DEFAULT_MAX_WATTS: u32 = 50_000;
+pub(super) const DEFAULT_MAX_WATTS: u32 = 50_000;
 
 const DEFAULT_DIR: &str = "/sys/cray/pm_counters";
 

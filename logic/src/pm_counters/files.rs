@@ -45,7 +45,7 @@ pub fn parse_value(text: &str, unit: &str) -> Option<Value> {
 
 /// One energy/power pair: the node's (`energy`, `power`) or a part's (`cpu_energy`, ...).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pair {
+pub(super) struct Pair {
     /// `""` for the node, else the file prefix (`cpu`, `memory`, `accel0`).
     pub prefix: String,
 }
@@ -61,14 +61,14 @@ impl Pair {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PairValues {
+pub(super) struct PairValues {
     pub energy_j: Value,
     pub watts: Value,
 }
 
 /// One scan: the node's pair, then each part's in the order asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scan {
+pub(super) struct Scan {
     pub startup: String,
     pub node: Result<PairValues, FileError>,
     pub parts: Vec<Result<PairValues, FileError>>,
@@ -93,7 +93,7 @@ impl Scan {
 
 /// The directory of a node controller.
 #[derive(Debug, Clone)]
-pub struct Files {
+pub(super) struct Files {
     pub dir: PathBuf,
 }
 
@@ -122,7 +122,7 @@ impl Files {
     }
 
     /// The parts beside the node whose files are there: `cpu`, `memory`, `accelN`.
-    pub fn parts(&self) -> io::Result<Vec<Pair>> {
+    pub(super) fn parts(&self) -> io::Result<Vec<Pair>> {
         let mut accels: Vec<u32> = fs::read_dir(&self.dir)?
             .flatten()
             .filter_map(|e| {
@@ -146,7 +146,7 @@ impl Files {
     }
 
     /// One consistent scan (see the module's text).
-    pub fn scan(&self, parts: &[Pair]) -> Scan {
+    pub(super) fn scan(&self, parts: &[Pair]) -> Scan {
         let node = Pair {
             prefix: String::new(),
         };

@@ -398,7 +398,7 @@ pub(crate) mod fake {
     use std::os::unix::fs::FileExt;
     use std::path::Path;
 
-    pub fn cpus(
+    pub(crate) fn cpus(
         root: &Path,
         packages: &[i32],
         vendor: &str,
@@ -420,7 +420,7 @@ pub(crate) mod fake {
         SystemPaths { sys, cpuinfo }
     }
 
-    pub fn msr(root: &Path, cpu: u32, register: u64, value: u64) {
+    pub(crate) fn msr(root: &Path, cpu: u32, register: u64, value: u64) {
         let path = root.join(format!("msr{cpu}"));
         let file = fs::OpenOptions::new()
             .create(true)

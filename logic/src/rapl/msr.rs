@@ -18,7 +18,7 @@ const AMD_RAPL_POWER_UNIT: u64 = 0xC001_0299;
 const AMD_PKG_ENERGY_STATUS: u64 = 0xC001_029B;
 
 /// Energy status registers are 32 bits wide.
-pub const COUNTER_MODULUS: u64 = 1 << 32;
+pub(super) const COUNTER_MODULUS: u64 = 1 << 32;
 
 /// Intel server parts whose DRAM domain counts in a fixed 2^-16 J (15.3 uJ) unit instead of
 /// the package unit (Linux `intel_rapl_common.c`, `rapl_defaults_hsw_server`): Haswell-X,
@@ -28,7 +28,7 @@ const FIXED_DRAM_ESU: u32 = 16;
 
 /// Where a vendor keeps its RAPL registers.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
+pub(super) struct Layout {
     pub vendor: &'static str,
     pub unit: u64,
     pub package: u64,
@@ -39,7 +39,7 @@ pub struct Layout {
 }
 
 impl Layout {
-    pub fn for_cpu(cpu: &CpuModel) -> Result<Self, String> {
+    pub(super) fn for_cpu(cpu: &CpuModel) -> Result<Self, String> {
         match cpu.vendor.as_str() {
             "GenuineIntel" => Ok(Layout {
                 vendor: "Intel",
@@ -66,7 +66,7 @@ impl Layout {
         }
     }
 
-    pub fn register(&self, domain: Domain) -> Option<u64> {
+    pub(super) fn register(&self, domain: Domain) -> Option<u64> {
         match domain {
             Domain::Package => Some(self.package),
             Domain::Dram => self.dram,
@@ -76,20 +76,20 @@ impl Layout {
 }
 
 /// Energy status unit: the counter counts 2^-ESU joules (bits 12:8 of the unit register).
-pub fn energy_status_unit(unit_register: u64) -> u32 {
+pub(super) fn energy_status_unit(unit_register: u64) -> u32 {
     ((unit_register >> 8) & 0x1f) as u32
 }
 
 /// One package's MSR device, opened once (std opens with `O_CLOEXEC`, so the descriptor
 /// never leaks into user tasks that slurmstepd starts).
 #[derive(Debug)]
-pub struct Device {
+pub(super) struct Device {
     file: File,
     path: PathBuf,
 }
 
 impl Device {
-    pub fn open(path: &Path) -> Result<Arc<Self>, String> {
+    pub(super) fn open(path: &Path) -> Result<Arc<Self>, String> {
         File::open(path)
             .map(|file| {
                 Arc::new(Self {
@@ -109,7 +109,7 @@ impl Device {
             })
     }
 
-    pub fn read(&self, register: u64) -> io::Result<u64> {
+    pub(super) fn read(&self, register: u64) -> io::Result<u64> {
         let mut buf = [0u8; 8];
         let offset = i64::try_from(register)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "register out of range"))?;
@@ -126,20 +126,20 @@ impl Device {
         Ok(u64::from_le_bytes(buf))
     }
 
-    pub fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         &self.path
     }
 }
 
 /// An energy status register of one package.
 #[derive(Debug)]
-pub struct Register {
+pub(super) struct Register {
     pub device: Arc<Device>,
     pub address: u64,
 }
 
 impl Register {
-    pub fn read_raw(&self) -> io::Result<u64> {
+    pub(super) fn read_raw(&self) -> io::Result<u64> {
         self.device
             .read(self.address)
             .map(|v| v & (COUNTER_MODULUS - 1))

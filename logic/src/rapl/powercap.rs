@@ -9,7 +9,7 @@ use super::domain::Domain;
 
 /// One zone with an energy counter.
 #[derive(Debug)]
-pub struct Zone {
+pub(super) struct Zone {
     pub name: String,
     pub domain: Domain,
     /// `energy_uj` runs from 0 to `max_energy_range_uj` inclusive, then wraps.
@@ -19,7 +19,7 @@ pub struct Zone {
 
 /// All RAPL zones under `<sys>/class/powercap`, whose counters can be read, in path order.
 /// Zones that cannot be used are returned as reasons.
-pub fn zones(sys: &Path) -> (Vec<Zone>, Vec<String>) {
+pub(super) fn zones(sys: &Path) -> (Vec<Zone>, Vec<String>) {
     let class = sys.join("class/powercap");
     let mut dirs: Vec<PathBuf> = match fs::read_dir(&class) {
         Ok(entries) => entries
@@ -88,13 +88,13 @@ fn zone(dir: &Path) -> Result<Option<Zone>, String> {
 
 /// An `energy_uj` file, opened once and re-read with `pread` at offset 0.
 #[derive(Debug)]
-pub struct EnergyFile {
+pub(super) struct EnergyFile {
     file: File,
     path: PathBuf,
 }
 
 impl EnergyFile {
-    pub fn open(path: &Path) -> Result<Self, String> {
+    pub(super) fn open(path: &Path) -> Result<Self, String> {
         File::open(path)
             .map(|file| Self {
                 file,
@@ -110,7 +110,7 @@ impl EnergyFile {
             })
     }
 
-    pub fn read_raw(&self) -> io::Result<u64> {
+    pub(super) fn read_raw(&self) -> io::Result<u64> {
         let mut buf = [0u8; 24];
         let n = nix::sys::uio::pread(&self.file, &mut buf, 0).map_err(io::Error::from)?;
         parse_decimal(&buf[..n]).ok_or_else(|| {
@@ -138,7 +138,7 @@ fn parse_decimal(bytes: &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
 
-    pub fn fake_zone(sys: &Path, id: &str, name: &str, energy: u64, range: u64) {
+    pub(super) fn fake_zone(sys: &Path, id: &str, name: &str, energy: u64, range: u64) {
         let dir = sys.join("class/powercap").join(id);
         fs::create_dir_all(&dir).expect("mkdir");
         fs::write(dir.join("name"), format!("{name}\n")).expect("name");

@@ -11,7 +11,7 @@ pub struct Package {
 }
 
 /// Packages in id order, from `<sys>/devices/system/cpu`. Ids need not be contiguous.
-pub fn packages(sys: &Path) -> Result<Vec<Package>, String> {
+pub(super) fn packages(sys: &Path) -> Result<Vec<Package>, String> {
     let cpu_dir = sys.join("devices/system/cpu");
     let online_path = cpu_dir.join("online");
     let cpus = match fs::read_to_string(&online_path) {
@@ -58,7 +58,7 @@ fn listed_cpus(cpu_dir: &Path) -> Result<Vec<u32>, String> {
 const MAX_CPUS: u32 = 1 << 16;
 
 /// Parses the kernel's CPU list format: `0-3,8,10-11`.
-pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+pub(super) fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
     let mut cpus = Vec::new();
     for part in text.trim().split(',').filter(|p| !p.is_empty()) {
         let (a, b) = part.split_once('-').unwrap_or((part, part));

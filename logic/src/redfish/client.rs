@@ -26,7 +26,7 @@ enum Login {
     None,
 }
 
-pub struct Client {
+pub(super) struct Client {
     agent: Agent,
     base: String,
     login: Login,
@@ -34,7 +34,7 @@ pub struct Client {
 
 impl Client {
     /// Connects and logs in. Runs in the poller thread.
-    pub fn connect(config: &RedfishConfig) -> Result<Self, String> {
+    pub(super) fn connect(config: &RedfishConfig) -> Result<Self, String> {
         let base = config
             .url
             .clone()
@@ -55,11 +55,11 @@ impl Client {
         Ok(client)
     }
 
-    pub fn base(&self) -> &str {
+    pub(super) fn base(&self) -> &str {
         &self.base
     }
 
-    pub fn auth(&self) -> &'static str {
+    pub(super) fn auth(&self) -> &'static str {
         match self.login {
             Login::Session { .. } => "a Redfish session",
             Login::Basic(_) => "basic authentication",
@@ -126,7 +126,7 @@ impl Client {
     }
 
     /// GETs a resource (`/redfish/v1/...`) as JSON.
-    pub fn get(&self, path: &str) -> Result<Value, String> {
+    pub(super) fn get(&self, path: &str) -> Result<Value, String> {
         let url = format!("{}{path}", self.base);
         let mut response = self
             .authorized(self.agent.get(&url))

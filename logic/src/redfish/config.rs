@@ -15,7 +15,7 @@ pub const KEY_TIMEOUT: &str = "EnergyRedfishTimeout";
 pub const KEY_CHASSIS: &str = "EnergyRedfishChassis";
 pub const KEY_MAX_WATTS: &str = "EnergyRedfishMaxWatts";
 
-pub const KEYS: &[&str] = &[
+pub(super) const KEYS: &[&str] = &[
     KEY_URL,
     KEY_USERNAME,
     KEY_PASSWORD,
@@ -32,7 +32,7 @@ const DEFAULT_FREQUENCY: Duration = Duration::from_secs(5);
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// A reading above this is no node's where the chassis state no `PowerCapacityWatts`:
 /// more than the largest 8-GPU servers draw (about 14 kW).
-pub const DEFAULT_MAX_WATTS: u32 = 20_000;
+pub(super) const DEFAULT_MAX_WATTS: u32 = 20_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedfishConfig {

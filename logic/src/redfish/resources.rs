@@ -121,7 +121,7 @@ fn watts(v: &Value) -> Option<f64> {
 }
 
 /// The `@odata.id` of a link property (`"Power": {"@odata.id": "..."}`).
-pub fn link(doc: &Value, property: &str) -> Option<String> {
+pub(super) fn link(doc: &Value, property: &str) -> Option<String> {
     doc.get(property)?
         .get("@odata.id")?
         .as_str()
@@ -129,7 +129,7 @@ pub fn link(doc: &Value, property: &str) -> Option<String> {
 }
 
 /// The members of a collection.
-pub fn members(doc: &Value) -> Vec<String> {
+pub(super) fn members(doc: &Value) -> Vec<String> {
     doc.get("Members")
         .and_then(Value::as_array)
         .map(|m| {
@@ -140,7 +140,7 @@ pub fn members(doc: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-pub fn metrics_energy_j(doc: &Value) -> Option<f64> {
+pub(super) fn metrics_energy_j(doc: &Value) -> Option<f64> {
     doc.get("EnergyJoules")
         .and_then(|e| number(e.get("Reading")?))
         .or_else(|| {
@@ -150,12 +150,12 @@ pub fn metrics_energy_j(doc: &Value) -> Option<f64> {
         })
 }
 
-pub fn metrics_watts(doc: &Value) -> Option<f64> {
+pub(super) fn metrics_watts(doc: &Value) -> Option<f64> {
     doc.get("PowerWatts").and_then(|p| watts(p.get("Reading")?))
 }
 
 /// A `Sensor` resource's energy in joules, if its `ReadingType` is one of energy.
-pub fn sensor_energy_j(doc: &Value) -> Option<f64> {
+pub(super) fn sensor_energy_j(doc: &Value) -> Option<f64> {
     let scale = match doc.get("ReadingType")?.as_str()? {
         "EnergyJoules" => 1.0,
         "EnergyWh" => 3600.0,
@@ -166,7 +166,7 @@ pub fn sensor_energy_j(doc: &Value) -> Option<f64> {
 }
 
 /// The deprecated `Power` resource: the sum of every `PowerControl` entry that reports.
-pub fn legacy_watts(doc: &Value) -> Option<f64> {
+pub(super) fn legacy_watts(doc: &Value) -> Option<f64> {
     let readings: Vec<f64> = doc
         .get("PowerControl")?
         .as_array()?
@@ -181,7 +181,7 @@ pub fn legacy_watts(doc: &Value) -> Option<f64> {
 /// The `Power` resource's stated capacity: the sum of every `PowerControl` entry's
 /// `PowerCapacityWatts`, when every entry states one (a capacity missing from one entry
 /// says nothing of the whole).
-pub fn legacy_capacity_watts(doc: &Value) -> Option<f64> {
+pub(super) fn legacy_capacity_watts(doc: &Value) -> Option<f64> {
     let controls = doc.get("PowerControl")?.as_array()?;
     let stated: Option<Vec<f64>> = controls
         .iter()
@@ -191,14 +191,17 @@ pub fn legacy_capacity_watts(doc: &Value) -> Option<f64> {
 }
 
 /// `EnvironmentMetrics`' stated limit: `PowerLimitWatts.AllowableMax`.
-pub fn metrics_capacity_watts(doc: &Value) -> Option<f64> {
+pub(super) fn metrics_capacity_watts(doc: &Value) -> Option<f64> {
     doc.get("PowerLimitWatts")
         .and_then(|p| number(p.get("AllowableMax")?))
         .filter(|w| *w > 0.0)
 }
 
 /// The chassis to read: the one named (by its `Id`, the last part of its path), or all.
-pub fn chosen_chassis(collection: &Value, named: Option<&str>) -> Result<Vec<String>, String> {
+pub(super) fn chosen_chassis(
+    collection: &Value,
+    named: Option<&str>,
+) -> Result<Vec<String>, String> {
     let all = members(collection);
     match named {
         None if all.is_empty() => Err("the Chassis collection has no members".into()),
