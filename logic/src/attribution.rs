@@ -19,13 +19,11 @@ use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use crate::config::{ConfigError, KeyValues};
+use crate::config::{ConfigError, KeyValues, config_keys};
 use cgroup::CgroupTree;
 
-pub const MODE_KEY: &str = "EnergyAttribution";
-pub const IDLE_KEY: &str = "EnergyAttributionIdleWatts";
 /// The keys every plugin of the family reads beside its source's.
-pub const KEYS: &[&str] = &[MODE_KEY, IDLE_KEY];
+pub const KEYS: &[&str] = Attribution::KEYS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
@@ -36,44 +34,31 @@ pub enum Mode {
     Shared,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Attribution {
-    pub mode: Mode,
-    /// The node's static power; learned when absent.
-    pub idle_watts: Option<f64>,
-}
-
-impl Attribution {
-    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
-        let mode = match values.get(MODE_KEY) {
-            None => Mode::Node,
-            Some(v) => match v.to_ascii_lowercase().as_str() {
-                "node" => Mode::Node,
-                "shared" => Mode::Shared,
-                _ => return Err(ConfigError::new(MODE_KEY, v, "expected node or shared")),
-            },
-        };
-        let idle_watts = values
-            .get(IDLE_KEY)
-            .map(|v| {
+config_keys! {
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub struct Attribution {
+        pub mode: Mode = Mode::Node, {
+            MODE_KEY = "EnergyAttribution": parse(|k, v| match v.to_ascii_lowercase().as_str() {
+                "node" => Ok(Mode::Node),
+                "shared" => Ok(Mode::Shared),
+                _ => Err(ConfigError::new(k, v, "expected node or shared")),
+            }),
+            show(|m| match m {
+                Mode::Node => "node".into(),
+                Mode::Shared => "shared".into(),
+            });
+        }
+        /// The node's static power; learned when absent.
+        pub idle_watts: Option<f64> = None, {
+            IDLE_KEY = "EnergyAttributionIdleWatts": parse(|k, v| {
                 v.parse::<f64>()
                     .ok()
                     .filter(|w| w.is_finite() && *w >= 0.0)
-                    .ok_or_else(|| ConfigError::new(IDLE_KEY, v, "expected watts, 0 or more"))
-            })
-            .transpose()?;
-        Ok(Self { mode, idle_watts })
-    }
-
-    pub fn show(&self) -> Vec<(&'static str, String)> {
-        let mode = match self.mode {
-            Mode::Node => "node",
-            Mode::Shared => "shared",
-        };
-        let idle = self
-            .idle_watts
-            .map_or("(learned)".to_string(), |w| w.to_string());
-        vec![(MODE_KEY, mode.to_string()), (IDLE_KEY, idle)]
+                    .map(Some)
+                    .ok_or_else(|| ConfigError::new(k, v, "expected watts, 0 or more"))
+            }),
+            show(|w| w.map_or("(learned)".to_string(), |w| w.to_string()));
+        }
     }
 }
 

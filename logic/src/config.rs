@@ -89,3 +89,90 @@ pub fn boolean(key: &'static str, v: &str) -> Result<bool, ConfigError> {
         _ => Err(ConfigError::new(key, v, "expected yes or no")),
     }
 }
+
+/// `yes` or `no`, as [`boolean`] reads them back.
+pub fn yes_no(b: &bool) -> String {
+    if *b { "yes" } else { "no" }.into()
+}
+
+/// A configuration's keys, declared once: from one table it makes the struct, its
+/// `Default`, each key's `pub const`, the key list (`KEYS`, in table order) registered
+/// with Slurm, `parse` from acct_gather.conf's pairs and `show` for `scontrol show
+/// config`, both in table order, so that a key is added in one place.
+///
+/// Each field names its default and one or more keys; each key its parser,
+/// `fn(key, value) -> Result<field type, ConfigError>`, and how the field shows under it,
+/// `fn(&field type) -> String`. A key without `show` is never shown (a password). A field
+/// given by several keys takes the first one's value in table order, every one given
+/// being checked. An optional `check`, `fn(&Self, &KeyValues) -> Result<(), ConfigError>`,
+/// then judges keys together. The module imports `KeyValues` and `ConfigError`, which
+/// the expansion names.
+macro_rules! config_keys {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(
+                $(#[$fmeta:meta])*
+                pub $field:ident: $ty:ty = $default:expr, {
+                    $( $konst:ident = $key:literal: parse($parse:expr) $(, show($show:expr))?; )+
+                }
+            )*
+        }
+        $(check: $check:expr;)?
+    ) => {
+        // the key names, public wherever the table's module is (a private module's stay inside)
+        $( $( #[allow(unreachable_pub)] pub const $konst: &str = $key; )+ )*
+
+        $(#[$meta])*
+        pub struct $name {
+            $( $(#[$fmeta])* pub $field: $ty, )*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self { $( $field: $default, )* }
+            }
+        }
+
+        impl $name {
+            /// Its acct_gather.conf keys.
+            pub const KEYS: &'static [&'static str] = &[$( $( $konst, )+ )*];
+
+            /// Validates the keys given; an error names the key and the value.
+            pub fn parse(
+                values: &KeyValues,
+            ) -> Result<Self, ConfigError> {
+                let mut config = Self::default();
+                $(
+                    let mut first: Option<$ty> = None;
+                    $(
+                        if let Some(v) = values.get($konst) {
+                            let parse: fn(&'static str, &str) -> Result<$ty, ConfigError> = $parse;
+                            let value = parse($konst, v)?;
+                            if first.is_none() {
+                                first = Some(value);
+                            }
+                        }
+                    )+
+                    if let Some(value) = first {
+                        config.$field = value;
+                    }
+                )*
+                $( let check: fn(&Self, &KeyValues) -> Result<(), ConfigError> = $check;
+                   check(&config, values)?; )?
+                Ok(config)
+            }
+
+            /// `(key, value)` for `scontrol show config`, defaults included.
+            pub fn show(&self) -> Vec<(&'static str, String)> {
+                let mut shown = Vec::new();
+                $( $( $(
+                    let show: fn(&$ty) -> String = $show;
+                    shown.push(($konst, show(&self.$field)));
+                )? )+ )*
+                shown
+            }
+        }
+    };
+}
+pub(crate) use config_keys;

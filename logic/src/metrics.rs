@@ -22,16 +22,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::attribution::grant::Owner;
-use crate::config::{ConfigError, KeyValues};
+use crate::config::{ConfigError, KeyValues, config_keys, yes_no};
 use crate::ledger::Ledger;
 use crate::replace::{Access, replace, sweep};
 
-pub const FILE_KEY: &str = "EnergyMetricsFile";
-pub const MODE_KEY: &str = "EnergyMetricsFileMode";
-pub const GROUP_KEY: &str = "EnergyMetricsFileGroup";
-pub const OWNERS_KEY: &str = "EnergyMetricsOwners";
 /// The keys every plugin of the family reads for its metrics.
-pub const KEYS: &[&str] = &[FILE_KEY, MODE_KEY, GROUP_KEY, OWNERS_KEY];
+pub const KEYS: &[&str] = MetricsConfig::KEYS;
 /// Readable by all, node_exporter's user included: what the file's mode was before it
 /// could be set.
 const DEFAULT_MODE: u32 = 0o644;
@@ -39,27 +35,35 @@ const DEFAULT_MODE: u32 = 0o644;
 /// default interval of a minute.
 pub const GRACE: Duration = Duration::from_secs(120);
 
-/// Where the metrics go, if anywhere, and who may read them.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MetricsConfig {
-    pub file: Option<PathBuf>,
-    /// The file's permission bits ([`MODE_KEY`]).
-    pub mode: u32,
-    /// The file's group ([`GROUP_KEY`]), when not slurmd's: node_exporter's, where the file
-    /// is not readable by all.
-    pub group: Option<GroupName>,
-    /// Whether the file says who runs each job ([`OWNERS_KEY`]): not where Slurm's
-    /// PrivateData hides users from each other and node_exporter serves all.
-    pub owners: bool,
-}
-
-impl Default for MetricsConfig {
-    fn default() -> Self {
-        Self {
-            file: None,
-            mode: DEFAULT_MODE,
-            group: None,
-            owners: true,
+config_keys! {
+    /// Where the metrics go, if anywhere, and who may read them. An empty value is the key
+    /// left out.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct MetricsConfig {
+        pub file: Option<PathBuf> = None, {
+            FILE_KEY = "EnergyMetricsFile": parse(parse_file),
+                show(|f| f.as_ref().map_or("(none)".to_string(), |f| f.display().to_string()));
+        }
+        /// The file's permission bits ([`MODE_KEY`]).
+        pub mode: u32 = DEFAULT_MODE, {
+            MODE_KEY = "EnergyMetricsFileMode": parse(parse_mode), show(|m| format!("{m:04o}"));
+        }
+        /// The file's group ([`GROUP_KEY`]), when not slurmd's: node_exporter's, where the file
+        /// is not readable by all.
+        pub group: Option<GroupName> = None, {
+            GROUP_KEY = "EnergyMetricsFileGroup":
+                parse(|_, v| if v.is_empty() { Ok(None) } else { parse_group(v).map(Some) }),
+                show(|g| g.as_ref().map_or("(slurmd's)".to_string(), GroupName::to_string));
+        }
+        /// Whether the file says who runs each job ([`OWNERS_KEY`]): not where Slurm's
+        /// PrivateData hides users from each other and node_exporter serves all.
+        pub owners: bool = true, {
+            OWNERS_KEY = "EnergyMetricsOwners": parse(|k, v| match v.to_ascii_lowercase().as_str() {
+                "yes" | "" => Ok(true),
+                "no" => Ok(false),
+                _ => Err(ConfigError::new(k, v, "expected yes or no")),
+            }),
+            show(yes_no);
         }
     }
 }
@@ -83,15 +87,18 @@ impl std::fmt::Display for GroupName {
 
 /// [`MODE_KEY`]'s value: octal permission bits, writable by the owner (root) only: the
 /// figures are billed, and a file others could write between two updates could lie.
-fn parse_mode(v: &str) -> Result<u32, ConfigError> {
+fn parse_mode(key: &'static str, v: &str) -> Result<u32, ConfigError> {
+    if v.is_empty() {
+        return Ok(DEFAULT_MODE);
+    }
     let bad = || {
         ConfigError::new(
-            MODE_KEY,
+            key,
             v,
             "expected octal permission bits writable by root only, such as 0644 or 0640",
         )
     };
-    if v.is_empty() || v.len() > 4 || !v.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+    if v.len() > 4 || !v.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
         return Err(bad());
     }
     u32::from_str_radix(v, 8)
@@ -123,59 +130,27 @@ fn parse_group(v: &str) -> Result<GroupName, ConfigError> {
     }
 }
 
+/// [`FILE_KEY`]'s value: an absolute path for node_exporter's textfile collector.
+fn parse_file(key: &'static str, v: &str) -> Result<Option<PathBuf>, ConfigError> {
+    if v.is_empty() {
+        return Ok(None);
+    }
+    let path = Path::new(v);
+    if !path.is_absolute() {
+        return Err(ConfigError::new(key, v, "expected an absolute path"));
+    }
+    if path.extension().is_none_or(|e| e != "prom") || path.file_stem().is_none() {
+        return Err(ConfigError::new(
+            key,
+            v,
+            "expected a file name ending in .prom (node_exporter's textfile collector \
+             reads only those)",
+        ));
+    }
+    Ok(Some(path.to_path_buf()))
+}
+
 impl MetricsConfig {
-    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
-        let mut config = Self::default();
-        if let Some(v) = values.get(MODE_KEY).filter(|v| !v.is_empty()) {
-            config.mode = parse_mode(v)?;
-        }
-        if let Some(v) = values.get(GROUP_KEY).filter(|v| !v.is_empty()) {
-            config.group = Some(parse_group(v)?);
-        }
-        if let Some(v) = values.get(OWNERS_KEY).filter(|v| !v.is_empty()) {
-            config.owners = match v.to_ascii_lowercase().as_str() {
-                "yes" => true,
-                "no" => false,
-                _ => return Err(ConfigError::new(OWNERS_KEY, v, "expected yes or no")),
-            };
-        }
-        let Some(v) = values.get(FILE_KEY).filter(|v| !v.is_empty()) else {
-            return Ok(config);
-        };
-        let path = Path::new(v);
-        if !path.is_absolute() {
-            return Err(ConfigError::new(FILE_KEY, v, "expected an absolute path"));
-        }
-        if path.extension().is_none_or(|e| e != "prom") || path.file_stem().is_none() {
-            return Err(ConfigError::new(
-                FILE_KEY,
-                v,
-                "expected a file name ending in .prom (node_exporter's textfile collector \
-                 reads only those)",
-            ));
-        }
-        config.file = Some(path.to_path_buf());
-        Ok(config)
-    }
-
-    pub fn show(&self) -> Vec<(&'static str, String)> {
-        let file = self
-            .file
-            .as_ref()
-            .map_or("(none)".to_string(), |f| f.display().to_string());
-        let group = self
-            .group
-            .as_ref()
-            .map_or("(slurmd's)".to_string(), GroupName::to_string);
-        let owners = if self.owners { "yes" } else { "no" };
-        vec![
-            (FILE_KEY, file),
-            (MODE_KEY, format!("{:04o}", self.mode)),
-            (GROUP_KEY, group),
-            (OWNERS_KEY, owners.to_string()),
-        ]
-    }
-
     /// Who may read the file, its group looked up on this node; an error names the key
     /// and the value.
     pub fn access(&self) -> Result<Access, ConfigError> {

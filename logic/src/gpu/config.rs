@@ -1,11 +1,7 @@
 //! The rust_gpu keys of acct_gather.conf.
 
-use crate::config::{ConfigError, KeyValues};
-
-pub const KEY_NVML: &str = "EnergyGpuNvmlLibrary";
-pub const KEY_AMD: &str = "EnergyGpuAmdLibrary";
-pub const KEY_MAX_WATTS: &str = "EnergyGpuMaxWatts";
-pub const KEYS: &[&str] = &[KEY_NVML, KEY_AMD, KEY_MAX_WATTS];
+use crate::config::{ConfigError, KeyValues, config_keys};
+use crate::power::{parse_max_watts, show_max_watts};
 
 /// More than any GPU draws (the largest draw about 1.2 kW): a power reading above it, or a
 /// counter rising faster, is no GPU's.
@@ -18,22 +14,21 @@ const DEFAULT_AMD: &str = "libamd_smi.so";
 /// Turns one vendor off, e.g. on nodes that have only the other's GPUs.
 const NONE: &str = "none";
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuConfig {
-    /// NVML to load; `None`: NVIDIA GPUs are not read.
-    pub nvml: Option<String>,
-    /// amd-smi to load; `None`: AMD GPUs are not read.
-    pub amd: Option<String>,
-    /// The most one GPU may draw; `None`: [`DEFAULT_MAX_WATTS`].
-    pub max_watts: Option<u32>,
-}
-
-impl Default for GpuConfig {
-    fn default() -> Self {
-        Self {
-            nvml: Some(DEFAULT_NVML.into()),
-            amd: Some(DEFAULT_AMD.into()),
-            max_watts: None,
+config_keys! {
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct GpuConfig {
+        /// NVML to load; `None`: NVIDIA GPUs are not read.
+        pub nvml: Option<String> = Some(DEFAULT_NVML.into()), {
+            KEY_NVML = "EnergyGpuNvmlLibrary": parse(library), show(shown_library);
+        }
+        /// amd-smi to load; `None`: AMD GPUs are not read.
+        pub amd: Option<String> = Some(DEFAULT_AMD.into()), {
+            KEY_AMD = "EnergyGpuAmdLibrary": parse(library), show(shown_library);
+        }
+        /// The most one GPU may draw; `None`: [`DEFAULT_MAX_WATTS`].
+        pub max_watts: Option<u32> = None, {
+            KEY_MAX_WATTS = "EnergyGpuMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
+                show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));
         }
     }
 }
@@ -41,7 +36,6 @@ impl Default for GpuConfig {
 /// A library as dlopen takes it: a file name searched on the loader's path, or an
 /// absolute path; `none` turns the vendor off.
 fn library(key: &'static str, v: &str) -> Result<Option<String>, ConfigError> {
-    let v = v.trim();
     if v.eq_ignore_ascii_case(NONE) {
         return Ok(None);
     }
@@ -55,32 +49,8 @@ fn library(key: &'static str, v: &str) -> Result<Option<String>, ConfigError> {
     Ok(Some(v.to_string()))
 }
 
-impl GpuConfig {
-    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
-        let mut c = Self::default();
-        if let Some(v) = values.get(KEY_NVML) {
-            c.nvml = library(KEY_NVML, v)?;
-        }
-        if let Some(v) = values.get(KEY_AMD) {
-            c.amd = library(KEY_AMD, v)?;
-        }
-        if let Some(v) = values.get(KEY_MAX_WATTS) {
-            c.max_watts = Some(crate::power::parse_max_watts(KEY_MAX_WATTS, v)?);
-        }
-        Ok(c)
-    }
-
-    pub fn show(&self) -> Vec<(&'static str, String)> {
-        let shown = |v: &Option<String>| v.clone().unwrap_or_else(|| NONE.into());
-        vec![
-            (KEY_NVML, shown(&self.nvml)),
-            (KEY_AMD, shown(&self.amd)),
-            (
-                KEY_MAX_WATTS,
-                crate::power::show_max_watts(self.max_watts, DEFAULT_MAX_WATTS, false),
-            ),
-        ]
-    }
+fn shown_library(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| NONE.into())
 }
 
 #[cfg(test)]

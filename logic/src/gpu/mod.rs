@@ -24,7 +24,7 @@ mod tracker;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-pub use config::{GpuConfig, KEY_AMD, KEY_MAX_WATTS, KEY_NVML, KEYS};
+pub use config::{GpuConfig, KEY_AMD, KEY_MAX_WATTS, KEY_NVML};
 pub use library::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
 
 use crate::config::{ConfigError, KeyValues};
@@ -50,7 +50,7 @@ pub struct Gpus;
 impl Source for Gpus {
     type Config = GpuConfig;
     type Reader = GpuReader;
-    const KEYS: &'static [&'static str] = config::KEYS;
+    const KEYS: &'static [&'static str] = GpuConfig::KEYS;
     const ALLOCATED_DEVICES: bool = true;
 
     fn parse_config(values: &KeyValues) -> Result<GpuConfig, ConfigError> {

@@ -7,19 +7,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub(super) use crate::config::Secret;
-use crate::config::{ConfigError, KeyValues, boolean, period_secs};
+use crate::config::{ConfigError, KeyValues, boolean, config_keys, period_secs, yes_no};
+use crate::power::{parse_max_watts, show_max_watts};
 
-pub(super) const KEY_HOST: &str = "EnergyIPMIHost";
-pub(super) const KEY_USERNAME: &str = "EnergyIPMIUsername";
-pub(super) const KEY_PASSWORD: &str = "EnergyIPMIPassword";
-pub(super) const KEY_FREQUENCY: &str = "EnergyIPMIFrequency";
-pub(super) const KEY_TIMEOUT: &str = "EnergyIPMITimeout";
-pub(super) const KEY_CALC_ADJUSTMENT: &str = "EnergyIPMICalcAdjustment";
-pub(super) const KEY_POWER_SENSORS: &str = "EnergyIPMIPowerSensors";
-pub(super) const KEY_DRIVER_DEVICE: &str = "EnergyIPMIDriverDevice";
+/// Slurm's plugin reads one of several variables; only Watts makes energy, so the key is
+/// accepted with that value alone.
 pub(super) const KEY_VARIABLE: &str = "EnergyIPMIVariable";
-/// Ours (Slurm's plugin has none): the most power a reading may show.
-pub(super) const KEY_MAX_WATTS: &str = "EnergyIPMIMaxWatts";
 
 /// Keys of Slurm's ipmi plugin that tune freeipmi; accepted, without effect.
 pub(super) const IGNORED_KEYS: [&str; 20] = [
@@ -45,30 +38,19 @@ pub(super) const IGNORED_KEYS: [&str; 20] = [
     "EnergyIPMIEntitySensorNames",
 ];
 
-/// The keys rust_ipmi uses.
-const USED_KEYS: [&str; 10] = [
-    KEY_HOST,
-    KEY_USERNAME,
-    KEY_PASSWORD,
-    KEY_FREQUENCY,
-    KEY_TIMEOUT,
-    KEY_CALC_ADJUSTMENT,
-    KEY_POWER_SENSORS,
-    KEY_DRIVER_DEVICE,
-    KEY_VARIABLE,
-    KEY_MAX_WATTS,
-];
-
 /// Every key registered with Slurm: an acct_gather.conf key no plugin registers is fatal
 /// to the daemons, so Slurm's freeipmi keys are registered too.
 pub(super) const KEYS: &[&str] = &{
-    let mut all = [""; USED_KEYS.len() + IGNORED_KEYS.len()];
+    const USED: &[&str] = IpmiConfig::KEYS;
+    let mut all = [""; USED.len() + 1 + IGNORED_KEYS.len()];
     let mut i = 0;
     while i < all.len() {
-        all[i] = if i < USED_KEYS.len() {
-            USED_KEYS[i]
+        all[i] = if i < USED.len() {
+            USED[i]
+        } else if i == USED.len() {
+            KEY_VARIABLE
         } else {
-            IGNORED_KEYS[i - USED_KEYS.len()]
+            IGNORED_KEYS[i - USED.len() - 1]
         };
         i += 1;
     }
@@ -111,70 +93,78 @@ pub enum Target {
     Lan { host: String, port: u16 },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IpmiConfig {
-    pub target: Target,
-    pub username: Option<String>,
-    pub password: Secret,
-    pub frequency: Duration,
-    pub timeout: Duration,
-    pub calc_adjustment: bool,
-    pub sensors: PowerSensors,
-    /// `None`: the BMC's DCMI power limit (raised by a margin), else [`DEFAULT_MAX_WATTS`].
-    pub max_watts: Option<u32>,
-}
-
-impl Default for IpmiConfig {
-    fn default() -> Self {
-        Self {
-            target: Target::Device(PathBuf::from(DEFAULT_DEVICE)),
-            username: None,
-            password: Secret::default(),
-            frequency: Duration::from_secs(DEFAULT_FREQUENCY.into()),
-            timeout: Duration::from_secs(DEFAULT_TIMEOUT.into()),
-            calc_adjustment: DEFAULT_CALC_ADJUSTMENT,
-            sensors: PowerSensors::Auto,
-            max_watts: None,
+config_keys! {
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct IpmiConfig {
+        /// The host, out of band, wins over the device.
+        pub target: Target = Target::Device(PathBuf::from(DEFAULT_DEVICE)), {
+            KEY_HOST = "EnergyIPMIHost": parse(|_, v| parse_host(v)), show(|t| match t {
+                Target::Device(_) => "(in-band)".into(),
+                Target::Lan { host, port } => format!("{host}:{port}"),
+            });
+            KEY_DRIVER_DEVICE = "EnergyIPMIDriverDevice": parse(|k, v| {
+                if !v.starts_with('/') {
+                    return Err(ConfigError::new(k, v, "expected an absolute device path"));
+                }
+                Ok(Target::Device(PathBuf::from(v)))
+            }),
+            show(|t| match t {
+                Target::Device(d) => d.display().to_string(),
+                Target::Lan { .. } => "(out-of-band)".into(),
+            });
+        }
+        pub username: Option<String> = None, {
+            KEY_USERNAME = "EnergyIPMIUsername": parse(|_, v| Ok(Some(v.to_string()))),
+                show(|u| u.clone().unwrap_or_default());
+        }
+        pub password: Secret = Secret::default(), {
+            KEY_PASSWORD = "EnergyIPMIPassword": parse(|k, v| {
+                if v.len() > 20 {
+                    // never echo the password itself
+                    return Err(ConfigError::new(k, "<hidden>", "IPMI passwords are at most 20 bytes"));
+                }
+                Ok(Secret::new(v))
+            });
+        }
+        pub frequency: Duration = Duration::from_secs(DEFAULT_FREQUENCY.into()), {
+            // Slurm takes whole seconds; fractions are accepted too
+            KEY_FREQUENCY = "EnergyIPMIFrequency": parse(|k, v| period_secs(k, v, 3600)),
+                show(|f| f.as_secs_f64().to_string());
+        }
+        pub timeout: Duration = Duration::from_secs(DEFAULT_TIMEOUT.into()), {
+            KEY_TIMEOUT = "EnergyIPMITimeout":
+                parse(|k, v| positive(k, v).map(|s| Duration::from_secs(s.into()))),
+                show(|t| t.as_secs().to_string());
+        }
+        pub calc_adjustment: bool = DEFAULT_CALC_ADJUSTMENT, {
+            KEY_CALC_ADJUSTMENT = "EnergyIPMICalcAdjustment": parse(boolean), show(yes_no);
+        }
+        pub sensors: PowerSensors = PowerSensors::Auto, {
+            KEY_POWER_SENSORS = "EnergyIPMIPowerSensors": parse(|_, v| parse_power_sensors(v)),
+                show(|s| match s {
+                    PowerSensors::Auto => "(auto: DCMI, else the first Watts sensor)".into(),
+                    PowerSensors::Dcmi { enhanced: false } => "Node=DCMI".into(),
+                    PowerSensors::Dcmi { enhanced: true } => "Node=DCMI_ENHANCED".into(),
+                    PowerSensors::Records(ids) => format!(
+                        "Node={}",
+                        ids.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+                    ),
+                });
+        }
+        /// `None`: the BMC's DCMI power limit (raised by a margin), else [`DEFAULT_MAX_WATTS`].
+        /// Ours (Slurm's plugin has none).
+        pub max_watts: Option<u32> = None, {
+            KEY_MAX_WATTS = "EnergyIPMIMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
+                show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, true));
         }
     }
+    check: IpmiConfig::check;
 }
 
 impl IpmiConfig {
-    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
-        let mut c = Self::default();
-        if let Some(v) = values.get(KEY_DRIVER_DEVICE) {
-            if !v.starts_with('/') {
-                return Err(ConfigError::new(
-                    KEY_DRIVER_DEVICE,
-                    v,
-                    "expected an absolute device path",
-                ));
-            }
-            c.target = Target::Device(PathBuf::from(v));
-        }
-        if let Some(v) = values.get(KEY_HOST) {
-            c.target = parse_host(v)?;
-        }
-        c.username = values.get(KEY_USERNAME).map(str::to_string);
-        if let Some(v) = values.get(KEY_PASSWORD) {
-            c.password = Secret::new(v);
-        }
-        if let Some(v) = values.get(KEY_FREQUENCY) {
-            // Slurm takes whole seconds; fractions are accepted too
-            c.frequency = period_secs(KEY_FREQUENCY, v, 3600)?;
-        }
-        if let Some(v) = values.get(KEY_TIMEOUT) {
-            c.timeout = Duration::from_secs(positive(KEY_TIMEOUT, v)?.into());
-        }
-        if let Some(v) = values.get(KEY_CALC_ADJUSTMENT) {
-            c.calc_adjustment = boolean(KEY_CALC_ADJUSTMENT, v)?;
-        }
-        if let Some(v) = values.get(KEY_POWER_SENSORS) {
-            c.sensors = parse_power_sensors(v)?;
-        }
-        if let Some(v) = values.get(KEY_MAX_WATTS) {
-            c.max_watts = Some(crate::power::parse_max_watts(KEY_MAX_WATTS, v)?);
-        }
+    /// What no one key tells: the user name's limit out of band, the variable, and Slurm's
+    /// freeipmi keys, which have no effect here.
+    fn check(&self, values: &KeyValues) -> Result<(), ConfigError> {
         if let Some(v) = values.get(KEY_VARIABLE)
             && !v.eq_ignore_ascii_case("watts")
         {
@@ -184,21 +174,13 @@ impl IpmiConfig {
                 "only Watts makes energy; leave the key out",
             ));
         }
-        if let (Target::Lan { .. }, Some(u)) = (&c.target, &c.username)
+        if let (Target::Lan { .. }, Some(u)) = (&self.target, &self.username)
             && (u.len() > 16 || !u.is_ascii())
         {
             return Err(ConfigError::new(
                 KEY_USERNAME,
                 u,
                 "IPMI user names are at most 16 ASCII characters",
-            ));
-        }
-        if c.password.expose().len() > 20 {
-            // never echo the password itself
-            return Err(ConfigError::new(
-                KEY_PASSWORD,
-                "<hidden>",
-                "IPMI passwords are at most 20 bytes",
             ));
         }
         for key in &IGNORED_KEYS {
@@ -208,40 +190,7 @@ impl IpmiConfig {
                 );
             }
         }
-        Ok(c)
-    }
-
-    /// For `scontrol show config`: every key in effect except the password.
-    pub fn show(&self) -> Vec<(&'static str, String)> {
-        let (host, device) = match &self.target {
-            Target::Device(d) => ("(in-band)".to_string(), d.display().to_string()),
-            Target::Lan { host, port } => (format!("{host}:{port}"), "(out-of-band)".into()),
-        };
-        let sensors = match &self.sensors {
-            PowerSensors::Auto => "(auto: DCMI, else the first Watts sensor)".to_string(),
-            PowerSensors::Dcmi { enhanced: false } => "Node=DCMI".into(),
-            PowerSensors::Dcmi { enhanced: true } => "Node=DCMI_ENHANCED".into(),
-            PowerSensors::Records(ids) => format!(
-                "Node={}",
-                ids.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
-            ),
-        };
-        vec![
-            (KEY_HOST, host),
-            (KEY_DRIVER_DEVICE, device),
-            (KEY_USERNAME, self.username.clone().unwrap_or_default()),
-            (KEY_FREQUENCY, self.frequency.as_secs_f64().to_string()),
-            (KEY_TIMEOUT, self.timeout.as_secs().to_string()),
-            (
-                KEY_CALC_ADJUSTMENT,
-                if self.calc_adjustment { "yes" } else { "no" }.into(),
-            ),
-            (KEY_POWER_SENSORS, sensors),
-            (
-                KEY_MAX_WATTS,
-                crate::power::show_max_watts(self.max_watts, DEFAULT_MAX_WATTS, true),
-            ),
-        ]
+        Ok(())
     }
 }
 

@@ -2,11 +2,8 @@
 
 use std::path::PathBuf;
 
-use crate::config::{ConfigError, KeyValues};
-
-pub const KEY_DIR: &str = "EnergyPmCountersDir";
-pub const KEY_MAX_WATTS: &str = "EnergyPmCountersMaxWatts";
-pub(super) const KEYS: &[&str] = &[KEY_DIR, KEY_MAX_WATTS];
+use crate::config::{ConfigError, KeyValues, config_keys};
+use crate::power::{parse_max_watts, show_max_watts};
 
 /// More than any node draws: a power reading above it, or a counter rising faster, is no
 /// node's.
@@ -14,50 +11,24 @@ pub(super) const DEFAULT_MAX_WATTS: u32 = 50_000;
 
 const DEFAULT_DIR: &str = "/sys/cray/pm_counters";
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PmCountersConfig {
-    /// Where the node controller's files are.
-    pub dir: PathBuf,
-    /// The most the node may draw; `None`: [`DEFAULT_MAX_WATTS`].
-    pub max_watts: Option<u32>,
-}
-
-impl Default for PmCountersConfig {
-    fn default() -> Self {
-        Self {
-            dir: PathBuf::from(DEFAULT_DIR),
-            max_watts: None,
+config_keys! {
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct PmCountersConfig {
+        /// Where the node controller's files are.
+        pub dir: PathBuf = PathBuf::from(DEFAULT_DIR), {
+            KEY_DIR = "EnergyPmCountersDir": parse(|k, v| {
+                if !v.starts_with('/') {
+                    return Err(ConfigError::new(k, v, "expected an absolute directory path"));
+                }
+                Ok(PathBuf::from(v))
+            }),
+            show(|d| d.display().to_string());
         }
-    }
-}
-
-impl PmCountersConfig {
-    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
-        let mut c = Self::default();
-        if let Some(v) = values.get(KEY_DIR) {
-            if !v.starts_with('/') {
-                return Err(ConfigError::new(
-                    KEY_DIR,
-                    v,
-                    "expected an absolute directory path",
-                ));
-            }
-            c.dir = PathBuf::from(v);
+        /// The most the node may draw; `None`: [`DEFAULT_MAX_WATTS`].
+        pub max_watts: Option<u32> = None, {
+            KEY_MAX_WATTS = "EnergyPmCountersMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
+                show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));
         }
-        if let Some(v) = values.get(KEY_MAX_WATTS) {
-            c.max_watts = Some(crate::power::parse_max_watts(KEY_MAX_WATTS, v)?);
-        }
-        Ok(c)
-    }
-
-    pub fn show(&self) -> Vec<(&'static str, String)> {
-        vec![
-            (KEY_DIR, self.dir.display().to_string()),
-            (
-                KEY_MAX_WATTS,
-                crate::power::show_max_watts(self.max_watts, DEFAULT_MAX_WATTS, false),
-            ),
-        ]
     }
 }
 

@@ -139,7 +139,7 @@ impl PmCounters {
 impl Source for PmCounters {
     type Config = PmCountersConfig;
     type Reader = Self;
-    const KEYS: &'static [&'static str] = config::KEYS;
+    const KEYS: &'static [&'static str] = config::PmCountersConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<PmCountersConfig, ConfigError> {
         PmCountersConfig::parse(values)

@@ -3,11 +3,7 @@
 use std::path::PathBuf;
 
 use super::domain::Domain;
-use crate::config::{ConfigError, KeyValues};
-
-pub const KEY_SOURCE: &str = "EnergyRaplSource";
-pub const KEY_MSR_DEVICE: &str = "EnergyRaplMsrDevice";
-pub const KEY_DOMAINS: &str = "EnergyRaplDomains";
+use crate::config::{ConfigError, KeyValues, config_keys};
 
 const DEFAULT_MSR_DEVICE: &str = "/dev/cpu/%d/msr";
 
@@ -30,21 +26,40 @@ impl SourceChoice {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RaplConfig {
-    pub source: SourceChoice,
-    /// A path with one `%d`, replaced by the CPU number.
-    pub msr_device: String,
-    /// `None`: package, and dram where present.
-    pub domains: Option<Vec<Domain>>,
-}
-
-impl Default for RaplConfig {
-    fn default() -> Self {
-        Self {
-            source: SourceChoice::Auto,
-            msr_device: DEFAULT_MSR_DEVICE.into(),
-            domains: None,
+config_keys! {
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct RaplConfig {
+        pub source: SourceChoice = SourceChoice::Auto, {
+            KEY_SOURCE = "EnergyRaplSource": parse(|k, v| {
+                [SourceChoice::Auto, SourceChoice::Powercap, SourceChoice::Msr]
+                    .into_iter()
+                    .find(|c| c.as_str().eq_ignore_ascii_case(v))
+                    .ok_or_else(|| ConfigError::new(k, v, "expected auto, powercap or msr"))
+            }),
+            show(|s| s.as_str().into());
+        }
+        /// A path with one `%d`, replaced by the CPU number.
+        pub msr_device: String = DEFAULT_MSR_DEVICE.into(), {
+            KEY_MSR_DEVICE = "EnergyRaplMsrDevice": parse(|k, v| {
+                if !v.starts_with('/') || v.matches("%d").count() != 1 || v.contains("%%") {
+                    return Err(ConfigError::new(
+                        k,
+                        v,
+                        "expected an absolute path with one %d for the CPU number, \
+                         e.g. /dev/cpu/%d/msr_safe",
+                    ));
+                }
+                Ok(v.to_string())
+            }),
+            show(String::clone);
+        }
+        /// `None`: package, and dram where present.
+        pub domains: Option<Vec<Domain>> = None, {
+            KEY_DOMAINS = "EnergyRaplDomains": parse(|_, v| parse_domains(v).map(Some)),
+            show(|d| match d {
+                Some(list) => list.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(","),
+                None => "package,dram(where present)".into(),
+            });
         }
     }
 }
@@ -52,51 +67,6 @@ impl Default for RaplConfig {
 impl RaplConfig {
     pub fn msr_path(&self, cpu: u32) -> PathBuf {
         PathBuf::from(self.msr_device.replacen("%d", &cpu.to_string(), 1))
-    }
-
-    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
-        let mut config = Self::default();
-        if let Some(v) = values.get(KEY_SOURCE) {
-            config.source = [
-                SourceChoice::Auto,
-                SourceChoice::Powercap,
-                SourceChoice::Msr,
-            ]
-            .into_iter()
-            .find(|c| c.as_str().eq_ignore_ascii_case(v))
-            .ok_or_else(|| ConfigError::new(KEY_SOURCE, v, "expected auto, powercap or msr"))?;
-        }
-        if let Some(v) = values.get(KEY_MSR_DEVICE) {
-            if !v.starts_with('/') || v.matches("%d").count() != 1 || v.contains("%%") {
-                return Err(ConfigError::new(
-                    KEY_MSR_DEVICE,
-                    v,
-                    "expected an absolute path with one %d for the CPU number, \
-                     e.g. /dev/cpu/%d/msr_safe",
-                ));
-            }
-            config.msr_device = v.to_string();
-        }
-        if let Some(v) = values.get(KEY_DOMAINS) {
-            config.domains = Some(parse_domains(v)?);
-        }
-        Ok(config)
-    }
-
-    pub fn show(&self) -> Vec<(&'static str, String)> {
-        let domains = match &self.domains {
-            Some(list) => list
-                .iter()
-                .map(|d| d.as_str())
-                .collect::<Vec<_>>()
-                .join(","),
-            None => "package,dram(where present)".into(),
-        };
-        vec![
-            (KEY_SOURCE, self.source.as_str().into()),
-            (KEY_MSR_DEVICE, self.msr_device.clone()),
-            (KEY_DOMAINS, domains),
-        ]
     }
 }
 

@@ -166,7 +166,7 @@ pub struct Rapl {
 impl Source for Rapl {
     type Config = RaplConfig;
     type Reader = Self;
-    const KEYS: &'static [&'static str] = &[KEY_SOURCE, KEY_MSR_DEVICE, KEY_DOMAINS];
+    const KEYS: &'static [&'static str] = RaplConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<RaplConfig, ConfigError> {
         RaplConfig::parse(values)

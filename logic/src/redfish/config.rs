@@ -3,29 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::{ConfigError, KeyValues, Secret, boolean, period_secs};
-
-pub const KEY_URL: &str = "EnergyRedfishUrl";
-pub const KEY_USERNAME: &str = "EnergyRedfishUsername";
-pub const KEY_PASSWORD: &str = "EnergyRedfishPassword";
-pub const KEY_CA_FILE: &str = "EnergyRedfishCaFile";
-pub const KEY_INSECURE: &str = "EnergyRedfishInsecure";
-pub const KEY_FREQUENCY: &str = "EnergyRedfishFrequency";
-pub const KEY_TIMEOUT: &str = "EnergyRedfishTimeout";
-pub const KEY_CHASSIS: &str = "EnergyRedfishChassis";
-pub const KEY_MAX_WATTS: &str = "EnergyRedfishMaxWatts";
-
-pub(super) const KEYS: &[&str] = &[
-    KEY_URL,
-    KEY_USERNAME,
-    KEY_PASSWORD,
-    KEY_CA_FILE,
-    KEY_INSECURE,
-    KEY_FREQUENCY,
-    KEY_TIMEOUT,
-    KEY_CHASSIS,
-    KEY_MAX_WATTS,
-];
+use crate::config::{ConfigError, KeyValues, Secret, boolean, config_keys, period_secs, yes_no};
+use crate::power::{parse_max_watts, show_max_watts};
 
 /// BMCs refresh their power readings every few seconds at best; more often costs the BMC.
 const DEFAULT_FREQUENCY: Duration = Duration::from_secs(5);
@@ -34,119 +13,65 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// more than the largest 8-GPU servers draw (about 14 kW).
 pub(super) const DEFAULT_MAX_WATTS: u32 = 20_000;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedfishConfig {
-    /// `http://host[:port]` or `https://host[:port]`, no path.
-    pub url: Option<String>,
-    pub username: Option<String>,
-    pub password: Secret,
-    pub ca_file: Option<PathBuf>,
-    pub insecure: bool,
-    pub frequency: Duration,
-    pub timeout: Duration,
-    /// `None`: every chassis member, summed.
-    pub chassis: Option<String>,
-    /// `None`: the chassis' `PowerCapacityWatts` (raised by a margin), else
-    /// [`DEFAULT_MAX_WATTS`].
-    pub max_watts: Option<u32>,
-}
-
-impl Default for RedfishConfig {
-    fn default() -> Self {
-        Self {
-            url: None,
-            username: None,
-            password: Secret::default(),
-            ca_file: None,
-            insecure: false,
-            frequency: DEFAULT_FREQUENCY,
-            timeout: DEFAULT_TIMEOUT,
-            chassis: None,
-            max_watts: None,
+config_keys! {
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct RedfishConfig {
+        /// `http://host[:port]` or `https://host[:port]`, no path.
+        pub url: Option<String> = None, {
+            KEY_URL = "EnergyRedfishUrl": parse(|_, v| parse_url(v).map(Some)),
+                show(|u| u.clone().unwrap_or_else(|| "(not set)".into()));
         }
-    }
-}
-
-impl RedfishConfig {
-    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
-        let mut c = Self::default();
-        if let Some(v) = values.get(KEY_URL) {
-            c.url = Some(parse_url(v)?);
+        pub username: Option<String> = None, {
+            KEY_USERNAME = "EnergyRedfishUsername":
+                parse(|_, v| Ok(Some(v).filter(|u| !u.is_empty()).map(str::to_string))),
+                show(|u| u.clone().unwrap_or_default());
         }
-        c.username = values
-            .get(KEY_USERNAME)
-            .filter(|u| !u.is_empty())
-            .map(str::to_string);
-        if let Some(v) = values.get(KEY_PASSWORD) {
-            c.password = Secret::new(v);
+        pub password: Secret = Secret::default(), {
+            KEY_PASSWORD = "EnergyRedfishPassword": parse(|_, v| Ok(Secret::new(v)));
         }
-        if let Some(v) = values.get(KEY_CA_FILE) {
-            if !v.starts_with('/') {
-                return Err(ConfigError::new(
-                    KEY_CA_FILE,
-                    v,
-                    "expected an absolute path",
-                ));
-            }
-            c.ca_file = Some(PathBuf::from(v));
+        pub ca_file: Option<PathBuf> = None, {
+            KEY_CA_FILE = "EnergyRedfishCaFile": parse(|k, v| {
+                if !v.starts_with('/') {
+                    return Err(ConfigError::new(k, v, "expected an absolute path"));
+                }
+                Ok(Some(PathBuf::from(v)))
+            }),
+            show(|f| f.as_ref().map_or_else(
+                || "(the system's trust store)".into(),
+                |p| p.display().to_string(),
+            ));
         }
-        if let Some(v) = values.get(KEY_INSECURE) {
-            c.insecure = boolean(KEY_INSECURE, v)?;
+        pub insecure: bool = false, {
+            KEY_INSECURE = "EnergyRedfishInsecure": parse(boolean), show(yes_no);
         }
-        if let Some(v) = values.get(KEY_FREQUENCY) {
-            c.frequency = period_secs(KEY_FREQUENCY, v, 3600)?;
+        pub frequency: Duration = DEFAULT_FREQUENCY, {
+            KEY_FREQUENCY = "EnergyRedfishFrequency": parse(|k, v| period_secs(k, v, 3600)),
+                show(|d| d.as_secs_f64().to_string());
         }
-        if let Some(v) = values.get(KEY_TIMEOUT) {
-            c.timeout = period_secs(KEY_TIMEOUT, v, 60)?;
+        pub timeout: Duration = DEFAULT_TIMEOUT, {
+            KEY_TIMEOUT = "EnergyRedfishTimeout": parse(|k, v| period_secs(k, v, 60)),
+                show(|d| d.as_secs_f64().to_string());
         }
-        if let Some(v) = values.get(KEY_MAX_WATTS) {
-            c.max_watts = Some(crate::power::parse_max_watts(KEY_MAX_WATTS, v)?);
+        /// `None`: every chassis member, summed.
+        pub chassis: Option<String> = None, {
+            KEY_CHASSIS = "EnergyRedfishChassis": parse(|k, v| {
+                if v.is_empty() || v.contains(['/', '?', '#', ' ']) {
+                    return Err(ConfigError::new(
+                        k,
+                        v,
+                        "expected a chassis Id (the last part of /redfish/v1/Chassis/<Id>)",
+                    ));
+                }
+                Ok(Some(v.to_string()))
+            }),
+            show(|c| c.clone().unwrap_or_else(|| "(all, summed)".into()));
         }
-        if let Some(v) = values.get(KEY_CHASSIS) {
-            if v.is_empty() || v.contains(['/', '?', '#', ' ']) {
-                return Err(ConfigError::new(
-                    KEY_CHASSIS,
-                    v,
-                    "expected a chassis Id (the last part of /redfish/v1/Chassis/<Id>)",
-                ));
-            }
-            c.chassis = Some(v.to_string());
+        /// `None`: the chassis' `PowerCapacityWatts` (raised by a margin), else
+        /// [`DEFAULT_MAX_WATTS`].
+        pub max_watts: Option<u32> = None, {
+            KEY_MAX_WATTS = "EnergyRedfishMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
+                show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, true));
         }
-        Ok(c)
-    }
-
-    /// For `scontrol show config`: every key in effect except the password.
-    pub fn show(&self) -> Vec<(&'static str, String)> {
-        vec![
-            (
-                KEY_URL,
-                self.url.clone().unwrap_or_else(|| "(not set)".into()),
-            ),
-            (KEY_USERNAME, self.username.clone().unwrap_or_default()),
-            (
-                KEY_CA_FILE,
-                self.ca_file.as_ref().map_or_else(
-                    || "(the system's trust store)".into(),
-                    |p| p.display().to_string(),
-                ),
-            ),
-            (
-                KEY_INSECURE,
-                if self.insecure { "yes" } else { "no" }.into(),
-            ),
-            (KEY_FREQUENCY, self.frequency.as_secs_f64().to_string()),
-            (KEY_TIMEOUT, self.timeout.as_secs_f64().to_string()),
-            (
-                KEY_CHASSIS,
-                self.chassis
-                    .clone()
-                    .unwrap_or_else(|| "(all, summed)".into()),
-            ),
-            (
-                KEY_MAX_WATTS,
-                crate::power::show_max_watts(self.max_watts, DEFAULT_MAX_WATTS, true),
-            ),
-        ]
     }
 }
 

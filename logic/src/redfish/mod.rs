@@ -112,7 +112,7 @@ impl Bmc {
 impl Source for Bmc {
     type Config = RedfishConfig;
     type Reader = Polled<Bmc>;
-    const KEYS: &'static [&'static str] = config::KEYS;
+    const KEYS: &'static [&'static str] = RedfishConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<RedfishConfig, ConfigError> {
         RedfishConfig::parse(values)

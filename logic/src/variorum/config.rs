@@ -3,13 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::config::{ConfigError, KeyValues, period_secs};
+use crate::config::{ConfigError, KeyValues, config_keys, period_secs};
+use crate::power::{parse_max_watts, show_max_watts};
 
-pub const KEY_LIBRARY: &str = "EnergyVariorumLibrary";
-pub const KEY_FREQUENCY: &str = "EnergyVariorumFrequency";
-pub const KEY_SAMPLER: &str = "EnergyVariorumSampler";
-pub const KEY_TIMEOUT: &str = "EnergyVariorumTimeout";
-pub const KEY_MAX_WATTS: &str = "EnergyVariorumMaxWatts";
 /// A node power reading above this is no node's: more than the largest 8-GPU servers draw
 /// (about 14 kW).
 pub const DEFAULT_MAX_WATTS: u32 = 20_000;
@@ -34,103 +30,81 @@ pub fn default_sampler_path(plugin_dir: &Path) -> PathBuf {
     plugin_dir.join(SAMPLER_FILE_NAME)
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VariorumConfig {
-    /// An absolute path, or a bare file name for the dynamic loader to search.
-    pub library: String,
-    /// How often the sampler calls Variorum (and the poller reads a sample).
-    pub period: Duration,
-    /// `None`: [`SAMPLER_FILE_NAME`] in the plugin's directory (see
-    /// [`super::set_plugin_dir`]).
-    pub sampler: Option<PathBuf>,
-    /// How long to wait for a sample before the sampler is killed and restarted.
-    pub timeout: Duration,
-    /// `None`: [`DEFAULT_MAX_WATTS`].
-    pub max_watts: Option<u32>,
-}
-
-impl Default for VariorumConfig {
-    fn default() -> Self {
-        Self {
-            library: DEFAULT_LIBRARY.into(),
-            period: Duration::from_secs(DEFAULT_PERIOD_SECS),
-            sampler: None,
-            timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
-            max_watts: None,
+config_keys! {
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct VariorumConfig {
+        /// An absolute path, or a bare file name for the dynamic loader to search.
+        pub library: String = DEFAULT_LIBRARY.into(), {
+            KEY_LIBRARY = "EnergyVariorumLibrary": parse(|k, v| {
+                // A relative path with a slash would be resolved against slurmd's working
+                // directory, which is rarely what was meant.
+                let bare_name = !v.is_empty() && !v.contains('/');
+                if !(bare_name || v.starts_with('/')) || v.contains('\0') {
+                    return Err(ConfigError::new(
+                        k,
+                        v,
+                        "expected an absolute path (e.g. /opt/variorum/lib/libvariorum.so) \
+                         or a bare file name for the dynamic loader to search",
+                    ));
+                }
+                Ok(v.to_string())
+            }),
+            show(String::clone);
+        }
+        /// How often the sampler calls Variorum (and the poller reads a sample).
+        pub period: Duration = Duration::from_secs(DEFAULT_PERIOD_SECS), {
+            KEY_FREQUENCY = "EnergyVariorumFrequency": parse(|k, v| period_secs(k, v, MAX_SECS)),
+                show(|p| p.as_secs_f64().to_string());
+        }
+        /// `None`: [`SAMPLER_FILE_NAME`] in the plugin's directory (see
+        /// [`super::set_plugin_dir`]).
+        pub sampler: Option<PathBuf> = None, {
+            KEY_SAMPLER = "EnergyVariorumSampler": parse(|k, v| {
+                if !v.starts_with('/') || v.ends_with('/') || v.contains('\0') {
+                    return Err(ConfigError::new(
+                        k,
+                        v,
+                        format!("expected the absolute path of the {SAMPLER_FILE_NAME} executable"),
+                    ));
+                }
+                Ok(Some(PathBuf::from(v)))
+            }),
+            show(|s| match sampler_path(s) {
+                Ok(path) => path.display().to_string(),
+                Err(_) => format!("{SAMPLER_FILE_NAME} beside the plugin"),
+            });
+        }
+        /// How long to wait for a sample before the sampler is killed and restarted.
+        pub timeout: Duration = Duration::from_secs(DEFAULT_TIMEOUT_SECS), {
+            KEY_TIMEOUT = "EnergyVariorumTimeout": parse(seconds), show(|t| t.as_secs().to_string());
+        }
+        /// `None`: [`DEFAULT_MAX_WATTS`].
+        pub max_watts: Option<u32> = None, {
+            KEY_MAX_WATTS = "EnergyVariorumMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
+                show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));
         }
     }
 }
 
 impl VariorumConfig {
-    pub fn parse(values: &KeyValues) -> Result<Self, ConfigError> {
-        let mut config = Self::default();
-        if let Some(v) = values.get(KEY_LIBRARY) {
-            // A relative path with a slash would be resolved against slurmd's working
-            // directory, which is rarely what was meant.
-            let bare_name = !v.is_empty() && !v.contains('/');
-            if !(bare_name || v.starts_with('/')) || v.contains('\0') {
-                return Err(ConfigError::new(
-                    KEY_LIBRARY,
-                    v,
-                    "expected an absolute path (e.g. /opt/variorum/lib/libvariorum.so) \
-                     or a bare file name for the dynamic loader to search",
-                ));
-            }
-            config.library = v.to_string();
-        }
-        if let Some(v) = values.get(KEY_FREQUENCY) {
-            config.period = period_secs(KEY_FREQUENCY, v, MAX_SECS)?;
-        }
-        if let Some(v) = values.get(KEY_SAMPLER) {
-            if !v.starts_with('/') || v.ends_with('/') || v.contains('\0') {
-                return Err(ConfigError::new(
-                    KEY_SAMPLER,
-                    v,
-                    format!("expected the absolute path of the {SAMPLER_FILE_NAME} executable"),
-                ));
-            }
-            config.sampler = Some(PathBuf::from(v));
-        }
-        if let Some(v) = values.get(KEY_TIMEOUT) {
-            config.timeout = seconds(KEY_TIMEOUT, v)?;
-        }
-        if let Some(v) = values.get(KEY_MAX_WATTS) {
-            config.max_watts = Some(crate::power::parse_max_watts(KEY_MAX_WATTS, v)?);
-        }
-        Ok(config)
-    }
-
-    pub fn show(&self) -> Vec<(&'static str, String)> {
-        let sampler = match self.sampler_path() {
-            Ok(path) => path.display().to_string(),
-            Err(_) => format!("{SAMPLER_FILE_NAME} beside the plugin"),
-        };
-        vec![
-            (KEY_LIBRARY, self.library.clone()),
-            (KEY_FREQUENCY, self.period.as_secs_f64().to_string()),
-            (KEY_SAMPLER, sampler),
-            (KEY_TIMEOUT, self.timeout.as_secs().to_string()),
-            (
-                KEY_MAX_WATTS,
-                crate::power::show_max_watts(self.max_watts, DEFAULT_MAX_WATTS, false),
-            ),
-        ]
-    }
-
     /// The sampler to run: the configured one, else the one beside the plugin.
     pub fn sampler_path(&self) -> Result<PathBuf, String> {
-        if let Some(path) = &self.sampler {
-            return Ok(path.clone());
-        }
-        super::plugin_dir()
-            .map(|dir| default_sampler_path(&dir))
-            .ok_or_else(|| {
-                format!(
-                    "{KEY_SAMPLER} is not set and the plugin's directory is unknown; \
-                     set {KEY_SAMPLER}=/path/to/{SAMPLER_FILE_NAME}"
-                )
-            })
+        sampler_path(&self.sampler)
     }
+}
+
+fn sampler_path(configured: &Option<PathBuf>) -> Result<PathBuf, String> {
+    if let Some(path) = configured {
+        return Ok(path.clone());
+    }
+    super::plugin_dir()
+        .map(|dir| default_sampler_path(&dir))
+        .ok_or_else(|| {
+            format!(
+                "{KEY_SAMPLER} is not set and the plugin's directory is unknown; \
+                 set {KEY_SAMPLER}=/path/to/{SAMPLER_FILE_NAME}"
+            )
+        })
 }
 
 fn seconds(key: &'static str, v: &str) -> Result<Duration, ConfigError> {

@@ -143,13 +143,7 @@ pub enum VariorumError {
 impl crate::source::Source for Variorum {
     type Config = VariorumConfig;
     type Reader = Polled<Variorum>;
-    const KEYS: &'static [&'static str] = &[
-        KEY_LIBRARY,
-        KEY_FREQUENCY,
-        KEY_SAMPLER,
-        KEY_TIMEOUT,
-        KEY_MAX_WATTS,
-    ];
+    const KEYS: &'static [&'static str] = VariorumConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
         VariorumConfig::parse(values)
