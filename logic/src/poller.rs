@@ -175,6 +175,8 @@ impl<T> DerefMut for Latest<'_, T> {
 /// A [`Polling`] running in its own thread; dropping it stops it (see [`Worker`]).
 pub(crate) struct Poller<T> {
     shared: Arc<Shared<T>>,
+    /// Held for its drop, which stops the thread; woken by [`Poller::fresh`].
+    #[cfg_attr(not(any(feature = "gpu", test)), allow(dead_code))]
     worker: Worker,
 }
 
@@ -212,6 +214,7 @@ impl<T: Default + Send + 'static> Poller<T> {
     /// The value after a round that started after this call, when the poller is well
     /// (publishing, not stuck in a call) and delivers within `within`; else the latest.
     /// Only a round that publishes counts: while rounds fail this waits all of `within`.
+    #[cfg(any(feature = "gpu", test))]
     pub(crate) fn fresh(&self, within: Duration) -> Latest<'_, T> {
         let called = Instant::now();
         let board = self.shared.lock();
