@@ -64,6 +64,9 @@ fn rust_redfish_job_energy_matches_the_truth() {
     );
 
     sim.set(250);
+    // slurmd polls every 0.25 s and integrates: its window must open after its first
+    // reading at 250 W, or it holds part of the step up from 0 W
+    sleep(Duration::from_secs(1));
     let (status, compare) = compare_on(&cluster, 1, 3, &Tools::Standins(&[]));
     assert_pair(
         &compare,

@@ -749,7 +749,7 @@ impl Reader for GpuReader {
         let (gpus, joules) = self.tool.read()?;
         if gpus != self.gpus {
             return Err(Unavailable::Failed(format!(
-                "{} listed {gpus} GPU(s), then {}",
+                "{} listed {} GPU(s), then {gpus}",
                 self.tool.name(),
                 self.gpus
             )));
