@@ -2,6 +2,7 @@
 //! crate's library): the simulators, the built plugins, private Slurm clusters.
 
 pub mod bmc;
+pub mod check;
 pub mod cluster;
 #[path = "../fakegpu/harness.rs"]
 pub mod fakegpu;

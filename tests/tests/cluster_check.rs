@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use object::{Object, ObjectSection, ObjectSymbol};
 use serde_json::Value;
+use support::check::{Tools, entry, said};
 use support::cluster::{Cluster, ClusterSpec};
 use support::*;
 
@@ -20,36 +21,10 @@ const PLUGIN_FILE: &str = "acct_gather_energy_rust_rapl.so";
 /// The stand-in BMC's wall power (tests/standins/ipmitool): RAPL's 250 W are 62.5% of it.
 const BMC_WATTS: u32 = 400;
 
-/// `senergy check ARGS` run on node `k`, in its namespaces, as root, with the stand-in
-/// tools (tests/standins) first on PATH and a BMC drawing [`BMC_WATTS`].
+/// `senergy check ARGS` on node `k` with the stand-in tools and a BMC drawing [`BMC_WATTS`].
 fn check_on(cluster: &Cluster, k: usize, args: &[&str]) -> Output {
-    let prefix = cluster.node_prefix(k);
-    let standins = Path::new(env!("CARGO_MANIFEST_DIR")).join("standins");
-    let path = format!(
-        "{}:{}",
-        standins.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = Command::new(&prefix[0])
-        .args(&prefix[1..])
-        .arg(senergy())
-        .arg("check")
-        .args(args)
-        .env("PATH", path)
-        .env("STANDIN_BMC_WATTS", BMC_WATTS.to_string())
-        .output()
-        .expect("run senergy check");
-    println!("senergy check {} on n{k}: {}", args.join(" "), said(&out));
-    out
-}
-
-fn said(out: &Output) -> String {
-    format!(
-        "status {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    let bmc = [("STANDIN_BMC_WATTS", BMC_WATTS.to_string())];
+    support::check::check_on(cluster, k, args, &Tools::Standins(&bmc))
 }
 
 /// The FAIL lines of a check's text: `(check, detail)`.
@@ -149,19 +124,9 @@ fn senergy_check_tells_a_healthy_node_from_broken_ones() {
     assert!(out.status.success(), "compare on n1: {}", said(&out));
     let report: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let compare = &report["compare"];
-    let reader = |name: &str| {
-        compare["readers"]
-            .as_array()
-            .and_then(|r| r.iter().find(|r| r["reader"] == name))
-            .unwrap_or_else(|| panic!("no reader {name} in {compare:#}"))
-            .clone()
-    };
+    let reader = |name: &str| entry(compare, "readers", "reader", name);
     assert_eq!(reader("rapl-perf")["status"], "absent", "{compare:#}");
-    assert_eq!(
-        reader("ipmitool")["watts"],
-        f64::from(BMC_WATTS),
-        "{compare:#}"
-    );
+    assert_eq!(reader("bmc")["watts"], f64::from(BMC_WATTS), "{compare:#}");
     assert_eq!(compare["pairs"][0]["plugin"], RAPL, "{compare:#}");
     assert_eq!(
         compare["pairs"][0]["verdict"], "not compared",
@@ -170,7 +135,7 @@ fn senergy_check_tells_a_healthy_node_from_broken_ones() {
     let slurmd_watts = compare["slurmd"][0]["watts"].as_f64().expect("watts");
     assert_close("--compare: slurmd's RAPL watts", slurmd_watts, 250.0, 0.03);
     let share = &compare["rapl_share_of_wall"];
-    assert_eq!(share["wall_from"], "ipmitool", "{compare:#}");
+    assert_eq!(share["wall_from"], "bmc", "{compare:#}");
     assert_close(
         "--compare: RAPL's share of the wall",
         share["pct"].as_f64().expect("pct"),

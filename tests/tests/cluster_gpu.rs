@@ -10,6 +10,7 @@ use energy_tests as support;
 use std::time::Duration;
 
 use energy_tests::fakegpu::{FakeGpus, Vendor, now_ns};
+use support::check::{Tools, assert_pair, compare_on};
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark, phase_commands};
 use support::gpu_cluster::{
     GpuUse, MINORS, Sharing, device_files, minor_set_to, remove_job_cgroups, shared_gpu,
@@ -183,7 +184,9 @@ fn slurmd_stops_promptly_while_an_nvml_call_hangs() {
 
 /// Without `ConstrainDevices` (no task/cgroup at all) every job may open every GPU: each
 /// is still charged only the GPU Slurm gave it, found from its allocation. A third GPU
-/// that gres.conf does not name, drawing 77 W throughout, is charged to no job.
+/// that gres.conf does not name, drawing 77 W throughout, is charged to no job. Then
+/// `senergy check --compare` with 150 W more on GPU 5: slurmd's figure of the node's GPUs
+/// and the stand-in nvidia-smi reading the same fake counters agree.
 #[test]
 fn without_device_constraints_each_job_pays_only_the_gpu_it_was_given() {
     let Some(tmp) =
@@ -225,6 +228,18 @@ fn without_device_constraints_each_job_pays_only_the_gpu_it_was_given() {
             );
         }
     }
+
+    fake.set_power(5, 150.0);
+    let fake_dir = [("STANDIN_NVIDIA_DIR", fake.dir.path().display().to_string())];
+    let (status, compare) = compare_on(&cluster, 1, 3, &Tools::Standins(&fake_dir));
+    assert_pair(
+        &compare,
+        "acct_gather_energy/rust_gpu",
+        "nvidia-smi",
+        227.0,
+        "agree",
+    );
+    assert_eq!(status, Some(0), "{compare:#}");
 }
 
 /// Two jobs with 2 of a GPU's 4 shards each, one busy (80% SM) and one idle: the GPU's

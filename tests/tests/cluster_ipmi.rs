@@ -7,6 +7,7 @@ use energy_tests as support;
 use std::time::Duration;
 
 use support::bmc::BmcSim;
+use support::check::{Tools, assert_pair, compare_on};
 use support::cluster::{Cluster, ClusterSpec, energy_of};
 use support::*;
 
@@ -70,7 +71,9 @@ fn rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth() {
 
 /// What an admin who sets only the BMC's address gets: a 40 s job whose power steps from
 /// 150 to 350 W mid-job, within 2% (at Slurm's 30 s or our former 10 s default a step cost
-/// up to half a period of it: 10%).
+/// up to half a period of it: 10%). Then `senergy check --compare` at 200 W: slurmd's
+/// figure and the real `ipmitool dcmi power reading` over RMCP+ agree; a stand-in ipmitool
+/// reading 20% more (240 W) differs, and the check exits 6.
 #[test]
 fn at_default_settings_a_power_step_is_within_two_percent() {
     let Some(tmp) = root_test_dir("at_default_settings_a_power_step_is_within_two_percent") else {
@@ -83,6 +86,28 @@ fn at_default_settings_a_power_step_is_within_two_percent() {
     let truth = power_step_truth(tmp.path(), &sim.power_log());
     let measured = energy_of(&cluster.energy(job), &format!("{job}.0"));
     assert_close("step at defaults", measured, truth, 0.02);
+
+    sim.set(200);
+    // slurmd polls every second and integrates: its window must open after its first
+    // reading at 200 W, or it holds part of the step down from 350 W
+    std::thread::sleep(Duration::from_secs(2));
+    let (status, compare) = compare_on(&cluster, 1, 3, &Tools::Host);
+    assert_pair(&compare, IPMI, "bmc", 200.0, "agree");
+    assert_eq!(status, Some(0), "{compare:#}");
+    let more = [("STANDIN_BMC_WATTS", "240".to_string())];
+    let (status, compare) = compare_on(&cluster, 1, 3, &Tools::Standins(&more));
+    let pair = assert_pair(&compare, IPMI, "bmc", 240.0, "differ");
+    assert_close(
+        "--compare: slurmd against a reader 20% high",
+        pair["difference_pct"].as_f64().expect("difference_pct"),
+        100.0 * (200.0 - 240.0) / 240.0,
+        0.05,
+    );
+    assert_eq!(
+        status,
+        Some(6),
+        "a pair that differs fails the check: {compare:#}"
+    );
 }
 
 /// A BMC that stops answering (SIGSTOP) for 15 s in the middle of a job: slurmd answers at

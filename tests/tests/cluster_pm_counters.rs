@@ -6,12 +6,14 @@ use energy_tests as support;
 
 use std::time::Duration;
 
+use support::check::{Tools, assert_pair, compare_on};
 use support::cluster::{Cluster, ClusterSpec, energy_of};
 use support::pmsim::PmSim;
 use support::*;
 
 /// A 40 s job with a power step; 0 W outside the step, so the step, the extern step and
-/// the job all see exactly the step's energy.
+/// the job all see exactly the step's energy. Then `senergy check --compare` at 350 W:
+/// slurmd's figure and the controller's `energy` file read by senergy itself agree.
 #[test]
 fn rust_pm_counters_job_energy_matches_the_truth() {
     let Some(tmp) = root_test_dir("rust_pm_counters_job_energy_matches_the_truth") else {
@@ -39,4 +41,16 @@ fn rust_pm_counters_job_energy_matches_the_truth() {
     for id in [format!("{job}.0"), format!("{job}.extern"), job.to_string()] {
         assert_close(&id, energy_of(&rows, &id), truth, 0.001);
     }
+
+    sim.set(350);
+    // the stand-ins answer as their tools do on a node without a BMC or GPUs
+    let (status, compare) = compare_on(&cluster, 1, 3, &Tools::Standins(&[]));
+    assert_pair(
+        &compare,
+        "acct_gather_energy/rust_pm_counters",
+        "pm_counters",
+        350.0,
+        "agree",
+    );
+    assert_eq!(status, Some(0), "{compare:#}");
 }

@@ -7,6 +7,7 @@ use energy_tests as support;
 use std::thread::sleep;
 use std::time::Duration;
 
+use support::check::{Tools, assert_pair, compare_on};
 use support::cluster::{Cluster, ClusterSpec, energy_of};
 use support::redfish::RedfishSim;
 use support::*;
@@ -16,7 +17,8 @@ use support::*;
 /// for 1.5 s, as one did on a cluster (accounting then charged 2.2e12 J for 12 006 J):
 /// above the bound the chassis' PowerCapacityWatts of 800 W sets (1200 W), those readings
 /// are not energy, and the job is within the test's 1% of the truth plus the 0.1% a glitch
-/// may cost.
+/// may cost. Then `senergy check --compare` at 250 W: slurmd's figure and senergy's own
+/// request to the same service agree.
 #[test]
 fn rust_redfish_job_energy_matches_the_truth() {
     let Some(tmp) = root_test_dir("rust_redfish_job_energy_matches_the_truth") else {
@@ -60,6 +62,20 @@ fn rust_redfish_job_energy_matches_the_truth() {
         1,
         "the glitch is logged once"
     );
+
+    sim.set(250);
+    // slurmd polls every 0.25 s and integrates: its window must open after its first
+    // reading at 250 W, or it holds part of the step up from 0 W
+    sleep(Duration::from_secs(1));
+    let (status, compare) = compare_on(&cluster, 1, 3, &Tools::Standins(&[]));
+    assert_pair(
+        &compare,
+        "acct_gather_energy/rust_redfish",
+        "redfish",
+        250.0,
+        "agree",
+    );
+    assert_eq!(status, Some(0), "{compare:#}");
 }
 
 /// slurmd stops on SIGTERM within a second while its Redfish service is frozen (it accepts

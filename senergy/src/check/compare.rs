@@ -337,6 +337,8 @@ fn fresh_point(path: &Path, after: Option<f64>) -> Result<LedgerPoint, String> {
 
 /// One open reader's state over the window.
 struct Running {
+    /// The slot's name, which [`pairing`] knows it by.
+    name: &'static str,
     reader: Box<dyn Reader>,
     /// `(time, value)`: a counter's first and last, or every power sample.
     samples: Vec<(Instant, f64)>,
@@ -402,6 +404,7 @@ pub fn measure(window: Duration, ledgers: &[(String, PathBuf)], slots: Vec<Slot>
     for slot in slots {
         match slot.reader {
             Ok(reader) => running.push(Running {
+                name: slot.name,
                 reader,
                 samples: Vec::new(),
                 failed: None,
@@ -452,7 +455,7 @@ pub fn measure(window: Duration, ledgers: &[(String, PathBuf)], slots: Vec<Slot>
     let window_s = opened.elapsed().as_secs_f64();
     for r in running {
         results.push(ReaderResult {
-            name: r.reader.name(),
+            name: r.name,
             scope: r.reader.scope(),
             path: r.reader.path(),
             outcome: r.average(),
@@ -763,6 +766,50 @@ mod tests {
         // no whole-node meter: none
         let c = judge(30.0, vec![], vec![ledger("rust_rapl", 250.0)]);
         assert!(c.share.is_none());
+    }
+
+    /// A BMC at a steady 200 W, as whichever tool reads it.
+    struct SteadyBmc;
+
+    impl Reader for SteadyBmc {
+        fn path(&self) -> String {
+            "ipmitool dcmi power reading".into()
+        }
+        fn scope(&self) -> Scope {
+            Scope::WholeNode
+        }
+        fn quantity(&self) -> Quantity {
+            Quantity::Power
+        }
+        fn read(&mut self) -> Result<f64, Unavailable> {
+            Ok(200.0)
+        }
+    }
+
+    #[test]
+    fn a_reader_is_known_by_its_slots_name_which_its_pair_names() {
+        // the BMC read through ipmitool was reported as `ipmitool`, which rust_ipmi's pair
+        // (`bmc`) never matched: rust_ipmi was never compared
+        let slots = vec![Slot {
+            name: "bmc",
+            scope: Scope::WholeNode,
+            reader: Ok(Box::new(SteadyBmc)),
+        }];
+        let c = measure(Duration::from_millis(50), &[], slots);
+        assert_eq!(c.readers.len(), 1);
+        assert_eq!(c.readers[0].name, "bmc");
+        assert_eq!(c.readers[0].path, "ipmitool dcmi power reading");
+        let watts = c.readers[0]
+            .outcome
+            .as_ref()
+            .map(|a| a.watts)
+            .expect("read");
+        // integrated over the window and divided by it: 200 W, to rounding
+        assert!((watts - 200.0).abs() < 1e-9, "{watts}");
+        let (names, _) = pairing("acct_gather_energy/rust_ipmi").expect("paired");
+        assert_eq!(names, ["bmc"]);
+        let c = judge(c.window_s, c.readers, vec![ledger("rust_ipmi", 201.0)]);
+        assert_eq!(c.pairs[0].verdict, Verdict::Agree, "{:?}", c.pairs[0]);
     }
 
     #[test]

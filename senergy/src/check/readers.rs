@@ -72,10 +72,10 @@ pub enum Scope {
     Gpus,
 }
 
+/// An open reader (its name is its [`Slot`]'s: the BMC's is `bmc` whichever tool reads it,
+/// and [`super::compare::pairing`] names readers so).
 pub trait Reader {
-    /// `rapl-perf`, `ipmitool`, `ipmi-dcmi`, `redfish`, `pm_counters`, `nvidia-smi`, `amd-smi`.
-    fn name(&self) -> &'static str;
-    /// Through what, for the report.
+    /// Through what, for the report (the BMC's: which tool).
     fn path(&self) -> String;
     fn scope(&self) -> Scope;
     fn quantity(&self) -> Quantity;
@@ -85,6 +85,7 @@ pub trait Reader {
 
 /// A reader that could be opened (it has answered once), or why not.
 pub struct Slot {
+    /// `rapl-perf`, `bmc`, `redfish`, `pm_counters`, `nvidia-smi`, `amd-smi`.
     pub name: &'static str,
     pub scope: Scope,
     pub reader: Result<Box<dyn Reader>, Unavailable>,
@@ -380,9 +381,6 @@ impl RaplPerf {
 }
 
 impl Reader for RaplPerf {
-    fn name(&self) -> &'static str {
-        "rapl-perf"
-    }
     fn path(&self) -> String {
         format!("perf events power/{}", self.events)
     }
@@ -582,9 +580,6 @@ impl BmcTool {
 }
 
 impl Reader for BmcReader {
-    fn name(&self) -> &'static str {
-        self.tool.program()
-    }
     fn path(&self) -> String {
         match self.tool {
             BmcTool::Ipmitool => "ipmitool dcmi power reading (DCMI, the BMC's power)".into(),
@@ -736,9 +731,6 @@ impl GpuTool {
 }
 
 impl Reader for GpuReader {
-    fn name(&self) -> &'static str {
-        self.tool.name()
-    }
     fn path(&self) -> String {
         format!(
             "{} {} ({} GPU(s), the driver's energy counter)",
@@ -757,7 +749,7 @@ impl Reader for GpuReader {
         let (gpus, joules) = self.tool.read()?;
         if gpus != self.gpus {
             return Err(Unavailable::Failed(format!(
-                "{} listed {gpus} GPU(s), then {}",
+                "{} listed {} GPU(s), then {gpus}",
                 self.tool.name(),
                 self.gpus
             )));
@@ -792,9 +784,6 @@ impl PmCounters {
 }
 
 impl Reader for PmCounters {
-    fn name(&self) -> &'static str {
-        "pm_counters"
-    }
     fn path(&self) -> String {
         format!("{} (the node controller's counter)", self.file.display())
     }
@@ -856,9 +845,6 @@ impl Redfish {
 }
 
 impl Reader for Redfish {
-    fn name(&self) -> &'static str {
-        "redfish"
-    }
     fn path(&self) -> String {
         format!("{} ({})", self.url, self.bmc.describe())
     }
