@@ -353,8 +353,18 @@ impl Running {
         let before = Instant::now();
         match self.reader.read() {
             Ok(v) => {
-                // a tool takes its time: its reading is of the middle of its run
-                let at = before + (Instant::now() - before) / 2;
+                let after = Instant::now();
+                let at = match self.reader.stamped() {
+                    // of when the hardware took it, on this clock
+                    Some(stamp) => {
+                        let age = std::time::SystemTime::now()
+                            .duration_since(stamp)
+                            .unwrap_or_default();
+                        after.checked_sub(age).unwrap_or(after)
+                    }
+                    // a tool takes its time: its reading is of the middle of its run
+                    None => before + (after - before) / 2,
+                };
                 self.samples.push((at, v));
             }
             Err(e) => self.failed = Some(e),
@@ -784,6 +794,53 @@ mod tests {
         fn read(&mut self) -> Result<f64, Unavailable> {
             Ok(200.0)
         }
+    }
+
+    /// A node controller's counter, whose values carry the time of the scan that took them.
+    struct Scanned {
+        origin: std::time::SystemTime,
+        reads: u32,
+    }
+
+    impl Reader for Scanned {
+        fn path(&self) -> String {
+            "pm_counters/energy".into()
+        }
+        fn scope(&self) -> Scope {
+            Scope::WholeNode
+        }
+        fn quantity(&self) -> Quantity {
+            Quantity::Energy
+        }
+        /// 300 W: 90 J a scan, one scan every 0.3 s.
+        fn read(&mut self) -> Result<f64, Unavailable> {
+            self.reads += 1;
+            Ok(f64::from(self.reads - 1) * 90.0)
+        }
+        fn stamped(&self) -> Option<std::time::SystemTime> {
+            Some(self.origin + Duration::from_millis(300) * (self.reads - 1))
+        }
+    }
+
+    /// A counter is timed by its own scans, not by when a loaded node read it: read 50 ms
+    /// and then 150 ms after its scans, 300 W is 300 W (225 W by the reads' times).
+    #[test]
+    fn a_stamped_counter_is_timed_by_its_scans() {
+        let mut running = Running {
+            name: "pm_counters",
+            reader: Box::new(Scanned {
+                origin: std::time::SystemTime::now(),
+                reads: 0,
+            }),
+            samples: Vec::new(),
+            failed: None,
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        running.take();
+        std::thread::sleep(Duration::from_millis(400));
+        running.take();
+        let watts = running.average().expect("read").watts;
+        assert!((watts - 300.0).abs() < 300.0 * 0.03, "{watts} W");
     }
 
     #[test]

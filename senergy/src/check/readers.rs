@@ -81,6 +81,12 @@ pub trait Reader {
     fn quantity(&self) -> Quantity;
     /// Joules ([`Quantity::Energy`]) or watts ([`Quantity::Power`]).
     fn read(&mut self) -> Result<f64, Unavailable>;
+    /// When the hardware took the value the last read returned, where it says so (a node
+    /// controller's scan time): the value is of then, not of the read, which a loaded node
+    /// may make late by a scan or more.
+    fn stamped(&self) -> Option<std::time::SystemTime> {
+        None
+    }
 }
 
 /// A reader that could be opened (it has answered once), or why not.
@@ -765,6 +771,8 @@ type PmCountersSource = slurm_energy_logic::pm_counters::PmCounters;
 
 struct PmCounters {
     file: PathBuf,
+    /// The controller's scan time of the last value read.
+    scanned: Option<std::time::SystemTime>,
 }
 
 impl PmCounters {
@@ -777,6 +785,7 @@ impl PmCounters {
         }
         let mut reader = PmCounters {
             file: dir.join("energy"),
+            scanned: None,
         };
         reader.read()?;
         Ok(reader)
@@ -793,6 +802,9 @@ impl Reader for PmCounters {
     fn quantity(&self) -> Quantity {
         Quantity::Energy
     }
+    fn stamped(&self) -> Option<std::time::SystemTime> {
+        self.scanned
+    }
     fn read(&mut self) -> Result<f64, Unavailable> {
         let text = std::fs::read_to_string(&self.file).map_err(|e| {
             let what = format!("{}: {e}", self.file.display());
@@ -801,15 +813,17 @@ impl Reader for PmCounters {
                 _ => Unavailable::Failed(what),
             }
         })?;
-        parse_value(&text, "J")
-            .map(|v| v.value as f64)
-            .ok_or_else(|| {
-                Unavailable::Failed(format!(
-                    "{} holds {:?}, not `JOULES J MICROSECONDS us`",
-                    self.file.display(),
-                    text.trim()
-                ))
-            })
+        let value = parse_value(&text, "J");
+        self.scanned = value
+            .as_ref()
+            .and_then(|v| std::time::UNIX_EPOCH.checked_add(Duration::from_micros(v.at_us)));
+        value.map(|v| v.value as f64).ok_or_else(|| {
+            Unavailable::Failed(format!(
+                "{} holds {:?}, not `JOULES J MICROSECONDS us`",
+                self.file.display(),
+                text.trim()
+            ))
+        })
     }
 }
 
