@@ -137,14 +137,15 @@ fn runs(cluster: &Cluster) -> Vec<Run> {
 
 /// The array of jobs `base..base + count` (numbered over the whole soak): each sleeps 2 to
 /// 4 s, one in four spins a CPU for a second first; job n with n % 20 == 7 cancels itself
-/// and n % 25 == 3 requeues itself on its first run (the two never meet).
+/// (by its array id: 22.05's scancel refuses an array task's own job id, "Invalid job id
+/// specified") and n % 25 == 3 requeues itself on its first run (the two never meet).
 fn array_script(base: usize, count: usize) -> String {
     format!(
         "#!/bin/sh\n#SBATCH -n1 -c1 --requeue --array=0-{}%{AT_ONCE}\n\
          n=$(({base} + SLURM_ARRAY_TASK_ID))\n\
          if [ $((n % 4)) = 0 ]; then timeout 1 sh -c 'while :; do :; done'; fi\n\
          sleep $((2 + n % 3))\n\
-         if [ $((n % 20)) = 7 ]; then scancel $SLURM_JOB_ID; sleep 60; fi\n\
+         if [ $((n % 20)) = 7 ]; then scancel ${{SLURM_ARRAY_JOB_ID}}_$SLURM_ARRAY_TASK_ID; sleep 60; fi\n\
          if [ $((n % 25)) = 3 ] && [ \"${{SLURM_RESTART_COUNT:-0}}\" = 0 ]; then \
          scontrol requeue $SLURM_JOB_ID; sleep 60; fi\n",
         count - 1
@@ -356,16 +357,6 @@ fn soak_of_short_jobs_on_a_shared_node() {
         by_state("CANCELLED"),
         by_state("REQUEUED")
     );
-    assert_eq!(
-        runs.len(),
-        jobs + anchors + requeued,
-        "every run in sacct -D"
-    );
-    let ids: std::collections::BTreeSet<&str> = runs.iter().map(|r| r.job.as_str()).collect();
-    assert_eq!(ids.len(), jobs + anchors, "every job in sacct");
-    assert_eq!(by_state("CANCELLED"), cancelled + anchors);
-    assert_eq!(by_state("REQUEUED"), requeued);
-    assert_eq!(by_state("COMPLETED"), jobs - cancelled);
 
     // each run's bounds: at most the node's whole power while it was there (sacct's
     // seconds, widened by a second at each end and one sample); at least its static share
@@ -420,6 +411,16 @@ fn soak_of_short_jobs_on_a_shared_node() {
         soak.largest.0,
         soak.largest.1
     );
+    assert_eq!(
+        runs.len(),
+        jobs + anchors + requeued,
+        "every run in sacct -D"
+    );
+    let ids: std::collections::BTreeSet<&str> = runs.iter().map(|r| r.job.as_str()).collect();
+    assert_eq!(ids.len(), jobs + anchors, "every job in sacct");
+    assert_eq!(by_state("CANCELLED"), cancelled + anchors);
+    assert_eq!(by_state("REQUEUED"), requeued);
+    assert_eq!(by_state("COMPLETED"), jobs - cancelled);
     assert!(
         outside.is_empty(),
         "runs outside their bounds:\n{}",
