@@ -34,7 +34,7 @@ const POWER: f64 = 300.0;
 /// The node's power while no job is on it at all: nobody's, so in no job's figure.
 const IDLE_POWER: f64 = 40.0;
 /// A job that left the node is kept this long in the ledger (`KEEP_GONE` in
-/// logic/src/attribution/ledger.rs), and in the metrics file less.
+/// logic/src/ledger.rs), and in the metrics file less.
 const KEEP_GONE_SECS: u64 = 300;
 
 /// slurmd's footprint and its files' sizes once no job is on the node.
