@@ -116,10 +116,12 @@ RELEASE_TESTS=${RELEASE_TESTS:-"$LOADER_TESTS
     package::"}
 
 # Tests the every-test tier runs on its first release only (the oldest): long, and what
-# they hold (the ledger's bound over a job of 1 000 steps) is the same logic on every
-# release, whose release-dependent part (the step record, the cgroup layout, the steps'
-# lives) the other tests hold on each.
-ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_ledger_small"}
+# they hold (the ledger's bound over a job of 1 000 steps, a counter's bad values) is the
+# same logic on every release, whose release-dependent part (the step record, the cgroup
+# layout, the steps' lives, the plugin read through the loader) the other tests hold on each.
+ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_ledger_small
+    cluster::a_counter_reading_a_wrong_constant_mid_job_costs_nothing
+    cluster::a_counter_reading_a_wrong_constant_just_past_a_wrap_costs_nothing"}
 first_full=$(for r in $sorted; do if is_full "$r"; then echo "$r"; fi; done | head -n 1)
 
 slurm_tarball() {
