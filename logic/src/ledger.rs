@@ -63,9 +63,12 @@ const ENDED_STEPS_KEPT: usize = 32;
 /// longer absence is not guessed.
 pub const MAX_GAP: Duration = Duration::from_secs(300);
 /// A step seen begun this much later than the step of the same name the ledger holds is
-/// another run of its job (requeued, or its id come round again): more than the start of
-/// one slurmstepd as read from its socket and from its process differ.
-pub const RUN_SLACK: f64 = 2.0;
+/// another run of its job (requeued, or its id come round again). More than the start of
+/// one slurmstepd as read from its socket and from its process can differ (a slurmd
+/// started again may first know a step by its socket), and less than any requeue takes:
+/// Slurm starts a requeued job no sooner than its credential's lifetime (AuthInfo's
+/// `cred_expire`, at least 5 s) and a second after its run before ended.
+pub const RUN_SLACK: f64 = 5.0;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
