@@ -5,6 +5,8 @@
 # wrap every ~15 s, which Slurm's own rapl plugin cannot even read), runs a job whose power
 # changes in three steps, prints sacct ConsumedEnergy beside the simulator's truth and
 # senergy's report of the job, and tears everything down.
+# run as `sh ci/demo.sh` too: the script is bash's (dash has no pipefail)
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -14,13 +16,13 @@ say() { printf '\n== %s\n' "$*"; }
 say "installing dependencies (Debian packages; skipped when present)"
 sh ci/deps.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && PATH="$HOME/.cargo/bin:$PATH"
-say "building the plugins and the RAPL simulator"
+say "building the plugins, the RAPL simulator and the test cluster harness"
 cargo build --release --workspace --quiet
 
 work=$(mktemp -d /tmp/rust-energy-demo.XXXXXX)
 sim=$work/sim/n1
 cleanup() {
-    ci/cluster.sh down "$work/cluster" >/dev/null 2>&1 || true
+    target/release/cluster down "$work/cluster" >/dev/null 2>&1 || true
     [ -n "${simpid:-}" ] && kill "$simpid" 2>/dev/null || true
     rm -rf "$work"
 }
@@ -42,8 +44,8 @@ say "starting a private Slurm cluster (munge, MariaDB, slurmdbd, slurmctld, slur
 NODES=1 ENERGY_TYPE=acct_gather_energy/rust_rapl EXTRA_PLUGIN_DIR="$work/plugins" \
     ACCT_GATHER_CONF="$work/acct_gather.conf" EXTRA_SLURM_CONF="$work/slurm.conf.extra" \
     NODE_FREQ=5 JOBACCT_FREQ=5 NODE_HOOK="$repo/tests/fakehw/node-hook.sh" SIM_ROOT="$work/sim" \
-    ci/cluster.sh up "$work/cluster"
-eval "$(ci/cluster.sh env "$work/cluster")"
+    target/release/cluster up "$work/cluster"
+eval "$(target/release/cluster env "$work/cluster")"
 
 rs=$repo/target/release/raplsim
 phase() { # name power... : one srun step that sets each power for its seconds, then 0 W
@@ -83,6 +85,6 @@ sacct -n -P -j "$job" -o JobID,JobName,ConsumedEnergyRaw | while IFS='|' read -r
                 else printf "%-12s %-8s %12d %14.3f %8.3f%%\n", id, n, m, t, 100*(m-t)/t }'
 done
 say "senergy job $job (the intensity and price are examples)"
-ci/cluster.sh client "$work/cluster" target/release/senergy job "$job" \
+target/release/cluster client "$work/cluster" target/release/senergy job "$job" \
     --carbon-intensity 350 --price 0.25 --currency EUR
 say "tearing down"

@@ -10,7 +10,10 @@ package tests: each mostly waits on a simulator or a Slurm job) runs in its own 
 (`BINARY --exact NAME`), up to N at a time (default 4), the longest expected first; the
 unit-test binaries of the other packages (fast, in-process) run whole, one per slot. A test
 in a process of its own cannot share state with another; the cluster tests are safe side
-by side because every cluster claims its own ports and job ids (ci/cluster.sh's slots).
+by side because every cluster claims its own ports and job ids (tests/src/cluster/slots.rs).
+
+Run as root, each of those tests runs in a mount namespace of its own with a memory
+filesystem for its simulators' files (ENERGY_TESTS_HW_DIR; tests/src/hardware_time.rs).
 
 Tests in EXCLUSIVE and EXCLUSIVE_TARGETS (below: they measure time or wakeups, or their
 figures suffer from a loaded CPU) run with nothing else running.
@@ -28,6 +31,7 @@ import argparse
 import json
 import os
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -107,9 +111,11 @@ def selected(name, args):
 
 
 class Job:
-    def __init__(self, label, command, expected, exclusive):
+    def __init__(self, label, command, expected, exclusive, isolated=False):
         self.label = label
         self.command = command
+        # an integration test in a process of its own, which gets a memory filesystem
+        self.isolated = isolated
         self.expected = expected
         self.exclusive = exclusive
         self.seconds = None
@@ -137,7 +143,7 @@ def plan(args):
                 expected = times.get(label, DEFAULT_SECONDS["cluster" if slow else "other"])
                 exclusive = name in EXCLUSIVE or target in EXCLUSIVE_TARGETS
                 jobs.append(Job(label, [exe, "--exact", name, "--test-threads=1", "--nocapture"],
-                                expected, exclusive))
+                                expected, exclusive, isolated=True))
         else:
             # a unit-test binary: libtest filters and skips inside it
             if args.only:
@@ -158,8 +164,24 @@ def run(jobs, slots):
 
     def work(job):
         t0 = time.monotonic()
-        proc = subprocess.run(job.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              stdin=subprocess.DEVNULL)
+        command, env, memory = job.command, None, None
+        if job.isolated and os.geteuid() == 0:
+            # the simulators' files in memory, as the kernel keeps the hardware's: on a
+            # loaded disk its journal stalls their writes for hundreds of milliseconds
+            # (tests/src/hardware_time.rs); the mount lives in the test's own mount
+            # namespace and is gone with its last process
+            memory = tempfile.mkdtemp(prefix="energy-tests-hw-")
+            command = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                       'mount -t tmpfs -o size=64m,mode=0755 energy-tests-hw "$0" && exec "$@"',
+                       memory, *job.command]
+            env = dict(os.environ, ENERGY_TESTS_HW_DIR=memory)
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, env=env)
+        if memory:
+            try:
+                os.rmdir(memory)
+            except OSError:
+                pass
         job.seconds = time.monotonic() - t0
         job.ok = proc.returncode == 0
         job.output = proc.stdout.decode("utf-8", "replace")

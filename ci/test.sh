@@ -99,8 +99,9 @@ LOADER_TESTS=${LOADER_TESTS:-"
     loader:: plugin_exports:: gpu::node_and_step_energy_match_the_truth_for_both_vendors
     ipmi::dcmi_energy_over_rmcp_plus_matches_the_truth pm_counters:: redfish::
     variorum_sampler::every_generation_speaks_the_protocol"}
-# The release tier: those, and each plugin measured in a cluster of that release, senergy
-# and the package.
+# The release tier: those, and each plugin measured in a cluster of that release, a shared
+# node and its killed jobs (how a step's last read is known changes with the release: 25.05's
+# extern step runs no task), senergy and the package.
 RELEASE_TESTS=${RELEASE_TESTS:-"$LOADER_TESTS
     cluster::rust_rapl_job_energy_matches_the_truth_on_wrapping_amd_counters
     cluster_ipmi::rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth
@@ -111,6 +112,7 @@ RELEASE_TESTS=${RELEASE_TESTS:-"$LOADER_TESTS
     cluster_gpu::jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use
     cluster_trust::a_forged_or_cleaned_gpu_environment_changes_no_jobs_figure
     cluster_shared::shared_node_with_contain
+    cluster_lifecycle::a_hetjob_overlapping_steps_array_elements_and_killed_jobs_get_their_shares
     cluster_senergy::job_report_names_the_right_nodes_and_matches_sacct
     cluster_check::senergy_check_tells_a_healthy_node_from_broken_ones
     package::"}
@@ -159,7 +161,7 @@ slurm_env() {
     unset SLURM_PREFIX SLURM_INCLUDE_DIR SLURM_LIB_DIR SLURM_PLUGIN_DIR SLURM_EXPECTED_VERSION
     if [ "$1" = 22.05.8 ]; then
         # Debian's packages: headers in /usr/include, plugins and libslurmfull in the
-        # default places every build script and ci/cluster.sh fall back to
+        # default places every build script and the test clusters fall back to
         export CARGO_TARGET_DIR=$base_target
         return 0
     fi
@@ -168,7 +170,7 @@ slurm_env() {
     prefix=$(SLURM_TARBALL=${tb:-${SLURM_TARBALL:-}} sh ci/build-slurm.sh "$1" | tail -n 1)
     [ -d "$prefix" ] || { echo "test.sh: ci/build-slurm.sh printed no prefix for $1" >&2; return 1; }
     # the build scripts and the tests take the headers, libslurmfull, the plugin dir
-    # and the daemons from these (ci/cluster.sh reads SLURM_PREFIX)
+    # and the daemons from these (the test clusters read SLURM_PREFIX: tests/src/cluster)
     export SLURM_PREFIX="$prefix" SLURM_INCLUDE_DIR="$prefix/include" \
         SLURM_LIB_DIR="$prefix/lib/slurm" SLURM_PLUGIN_DIR="$prefix/lib/slurm" \
         SLURM_EXPECTED_VERSION="$1" CARGO_TARGET_DIR="$base_target-$1"

@@ -20,7 +20,7 @@ if [ -d "$dir/run/munge-$name" ]; then
     mount --bind "$dir/run/munge-$name" "$dir/run/munge" || exit 95
 fi
 
-# Remember this mount namespace: `cluster.sh down` uses it as a fallback to find
+# Remember this mount namespace: `cluster down` (tests/src/cluster/netns.rs) uses it as a fallback to find
 # leftover processes of this node should the supervisor itself have been killed.
 readlink /proc/self/ns/mnt >>"$dir/run/mntns"
 

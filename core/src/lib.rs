@@ -2,8 +2,8 @@
 //!
 //! Layers: [`ffi`] is the only place that touches Slurm (raw pointers, `unsafe`, calls
 //! into libslurmfull); [`energy_plugin!`] exports every symbol Slurm's loader looks up and
-//! turns Slurm's calls into calls on the safe [`runtime`], which keeps a [`meter`] sampling
-//! the plugin's [`source::Source`] into [`accounting`]. Everything but [`ffi`] is the
+//! turns Slurm's calls into calls on the safe [`runtime`], which opens the
+//! [`plugin::Plugin`]'s source and keeps a meter polling it into [`accounting`]. Everything but [`ffi`] is the
 //! crate `slurm-energy-logic`, re-exported here under the same paths
 //! (`slurm_energy::rapl::Rapl`, ...): plain Rust over files, which builds and unit-tests
 //! without Slurm or the hardware, and forbids `unsafe`.
@@ -29,7 +29,7 @@ pub use slurm_energy_logic::redfish;
 pub use slurm_energy_logic::variorum;
 pub use slurm_energy_logic::{pm_counters, rapl};
 // the glue's own uses (`crate::runtime`, ...): not part of this crate's surface
-use slurm_energy_logic::{accounting, attribution, config, runtime, source, worker};
+use slurm_energy_logic::{accounting, attribution, config, plugin, runtime, scheduler};
 
 #[cfg(test)]
 mod rules {

@@ -1,12 +1,13 @@
 //! The logic of the Rust `acct_gather_energy` plugins, in safe Rust that knows nothing of
 //! Slurm: it builds and unit-tests without Slurm's headers or libraries.
 //!
-//! The [`runtime`] is one plugin's behaviour in one process: it keeps a [`meter`] sampling
-//! the plugin's [`source::Source`] into [`accounting`], and splits a shared node's energy
-//! among its jobs ([`attribution`]). Sources (`rapl`, ...) are plain Rust over files,
-//! testable without Slurm or the hardware. Every background thread is a
-//! [`worker::Worker`]; those that poll slow hardware run the one loop of
-//! [`poller::Poller`]; every call from Slurm runs behind the one panic [`guard`].
+//! The [`runtime`] is one plugin's behaviour in one process: it opens the [`plugin::Plugin`]'s
+//! [`source::Source`], keeps a [`meter`] polling it into [`accounting`], and splits a shared
+//! node's energy among its jobs ([`attribution`]). Sources (`rapl`, ...) are plain Rust over
+//! files, testable without Slurm or the hardware. The [`scheduler`] decides the threads:
+//! every background thread is a [`scheduler::worker::Worker`]; those that poll sources that
+//! may block run the one loop of [`scheduler::Poller`]; every call from Slurm runs behind
+//! the one panic [`guard`].
 //!
 //! Slurm's side (exported symbols, raw pointers, logging into the daemon's log,
 //! acct_gather.conf) is the crate `slurm-energy`, which drives the [`runtime`] through its
@@ -33,15 +34,15 @@ pub mod ipmi;
 pub mod ledger;
 mod meter;
 pub mod metrics;
+pub mod plugin;
 pub mod pm_counters;
-mod poller;
 pub mod power;
 pub mod rapl;
 #[cfg(feature = "redfish")]
 pub mod redfish;
 mod replace;
 pub mod runtime;
+pub mod scheduler;
 pub mod source;
 #[cfg(feature = "variorum")]
 pub mod variorum;
-pub mod worker;

@@ -1,27 +1,32 @@
-//! A source, its accounting, and the thread that samples it often enough.
+//! The meter: the node's figure, kept by polling its source often enough.
 //!
 //! Slurm may poll far less often than a counter wraps (AcctGatherNodeFreq=300 on an AMD node
 //! wraps in ~3 min; JobAcctGatherFrequency=0 polls a step only at its end), so every process
-//! that measures runs a sampler at the source's `sample_period`. Slurm's own calls also read
-//! the hardware, so each figure Slurm gets is current. All reads go through one mutex; a read
-//! is a few `pread`s, so no Slurm call waits on anything slow.
+//! that measures runs a sampler (a [`Worker`]) that polls the source at its `sample_period`.
+//! Slurm's own calls also poll it, so each figure Slurm gets is current. All polls go
+//! through one mutex; a poll is a few `pread`s, so no Slurm call waits on anything slow.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::accounting::Accounting;
-use crate::source::{EnergyReader, Reading, stale_after};
-use crate::worker::{Control, Worker};
+use crate::scheduler::worker::{Control, Worker};
+use crate::source::{Reading, Source, stale_after};
 
-pub(crate) struct Meter<S: EnergyReader> {
-    shared: Arc<Shared<S>>,
+/// A source of readings, as the meter holds it.
+type Readings = Box<dyn Source<Poll = Reading>>;
+
+/// A source, its accounting, and the sampler that polls it: the node's figure (a step's,
+/// in slurmstepd), as the plugin holds it.
+pub(crate) struct Meter {
+    shared: Arc<Shared>,
     sampler: Option<Worker>,
 }
 
-struct Shared<S> {
-    metered: Mutex<Metered<S>>,
+struct Shared {
+    kept: Mutex<Kept>,
     period: Duration,
-    /// Whether the source needs a sampling thread ([`EnergyReader::needs_sampling`]).
+    /// Whether the source needs a sampling thread ([`Source::needs_sampling`]).
     sampled: bool,
     /// Told each of the sampler's readings, in the sampler's thread, after the reading's
     /// lock is released: Slurm's calls never wait on it.
@@ -30,27 +35,30 @@ struct Shared<S> {
     sampler: Mutex<Option<Arc<Control>>>,
 }
 
-/// What [`Metering::observe`] is given: told the accounting and the reading of each sample
+/// What [`Meter::observe`] is given: told the accounting and the reading of each sample
 /// (its devices and hardware counts beside the energy the accounting took).
 pub(crate) type Observer = Box<dyn FnMut(&Accounting, &Reading) + Send>;
 
-struct Metered<S> {
-    source: S,
+/// What the meter keeps under its lock.
+struct Kept {
+    source: Readings,
     accounting: Accounting,
-    /// When the source was last read, successfully or not.
+    /// When the source was last polled, successfully or not.
     sampled_at: Instant,
-    /// A failure episode is logged once, not at every read.
+    /// A failure episode is logged once, not at every poll.
     failing: bool,
 }
 
-impl<S: EnergyReader> Meter<S> {
-    /// Takes the first reading now; sampling starts with [`Metering::ensure_sampling`].
-    pub(crate) fn new(source: S) -> Self {
+impl Meter {
+    /// Logs what will be measured and takes the first reading now; sampling starts with
+    /// [`Meter::ensure_sampling`].
+    pub(crate) fn new(source: impl Source<Poll = Reading>) -> Self {
+        log::info!("measuring {}", source.describe());
         let period = source.sample_period();
         let sampled = source.needs_sampling();
         let shared = Arc::new(Shared {
-            metered: Mutex::new(Metered {
-                source,
+            kept: Mutex::new(Kept {
+                source: Box::new(source),
                 accounting: Accounting::new(SystemTime::now()),
                 sampled_at: Instant::now(),
                 failing: false,
@@ -66,38 +74,19 @@ impl<S: EnergyReader> Meter<S> {
             sampler: None,
         }
     }
-}
 
-/// A meter of any source, as the plugin holds it.
-pub trait Metering: Send {
-    /// Starts the sampling thread unless it runs (again, if it ended or could not start).
-    fn ensure_sampling(&mut self);
-    /// Reads the source now and returns the accounting.
-    fn refresh(&self) -> Accounting;
-    /// The accounting, reading the source only if the sampler has not within one period.
-    fn recent(&self) -> Accounting;
-    /// The accounting as of the latest reading.
-    fn snapshot(&self) -> Accounting;
-    /// Readings older than this are unavailable.
-    fn stale_after(&self) -> Duration;
-    /// Has `observer` told each reading the sampling thread takes.
-    fn observe(&mut self, observer: Observer);
-    /// What makes the sampling thread take a reading now (and tell the observer).
-    fn waker(&self) -> Box<dyn Fn() + Send + Sync>;
-    /// What it reads, in one line ([`EnergyReader::describe`]).
-    fn describe(&self) -> String;
-}
-
-impl<S: EnergyReader> Metering for Meter<S> {
-    fn describe(&self) -> String {
+    /// What it polls, in one line ([`Source::describe`]).
+    pub(crate) fn describe(&self) -> String {
         self.shared.lock().source.describe()
     }
 
-    fn stale_after(&self) -> Duration {
+    /// Readings older than this are unavailable.
+    pub(crate) fn stale_after(&self) -> Duration {
         stale_after(self.shared.period)
     }
 
-    fn ensure_sampling(&mut self) {
+    /// Starts the sampling thread unless it runs (again, if it ended or could not start).
+    pub(crate) fn ensure_sampling(&mut self) {
         if !self.shared.sampled || self.sampler.as_ref().is_some_and(|s| !s.has_ended()) {
             return;
         }
@@ -131,24 +120,28 @@ impl<S: EnergyReader> Metering for Meter<S> {
         }
     }
 
-    fn refresh(&self) -> Accounting {
+    /// Polls the source now and returns the accounting.
+    pub(crate) fn refresh(&self) -> Accounting {
         self.shared.sample()
     }
 
-    fn recent(&self) -> Accounting {
-        let metered = self.shared.lock();
-        if metered.sampled_at.elapsed() <= self.shared.period {
-            return metered.accounting;
+    /// The accounting, polling the source only if the sampler has not within one period.
+    pub(crate) fn recent(&self) -> Accounting {
+        let kept = self.shared.lock();
+        if kept.sampled_at.elapsed() <= self.shared.period {
+            return kept.accounting;
         }
-        drop(metered);
+        drop(kept);
         self.shared.sample()
     }
 
-    fn snapshot(&self) -> Accounting {
+    /// The accounting as of the latest reading.
+    pub(crate) fn snapshot(&self) -> Accounting {
         self.shared.lock().accounting
     }
 
-    fn waker(&self) -> Box<dyn Fn() + Send + Sync> {
+    /// What makes the sampling thread take a reading now (and tell the observer).
+    pub(crate) fn waker(&self) -> Box<dyn Fn() + Send + Sync> {
         let shared = Arc::clone(&self.shared);
         Box::new(move || {
             if let Some(control) = shared
@@ -162,7 +155,8 @@ impl<S: EnergyReader> Metering for Meter<S> {
         })
     }
 
-    fn observe(&mut self, observer: Observer) {
+    /// Has `observer` told each reading the sampling thread takes.
+    pub(crate) fn observe(&mut self, observer: Observer) {
         *self
             .shared
             .observer
@@ -171,41 +165,64 @@ impl<S: EnergyReader> Metering for Meter<S> {
     }
 }
 
-impl<S: EnergyReader> Shared<S> {
-    fn lock(&self) -> MutexGuard<'_, Metered<S>> {
-        self.metered.lock().unwrap_or_else(PoisonError::into_inner)
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn sample(&self) -> Accounting {
         self.sample_reading().0
     }
 
-    /// Reads the source; its accounting, and this reading.
+    /// Polls the source; its accounting, and this reading.
     fn sample_reading(&self) -> (Accounting, Reading) {
-        let mut metered = self.lock();
-        let now = Instant::now();
-        metered.sampled_at = now;
-        let reading = metered.source.read(now);
+        let mut kept = self.lock();
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        kept.sampled_at = now;
+        let reading = kept.source.poll(now);
         if reading.complete {
-            if metered.failing {
+            if kept.failing {
                 log::info!("energy readings are back");
-                metered.failing = false;
+                kept.failing = false;
             }
             for problem in &reading.problems {
                 log::warn!("{problem}");
             }
-        } else if !metered.failing && !reading.problems.is_empty() {
+        } else if !kept.failing && !reading.problems.is_empty() {
             log::error!(
                 "reading energy failed: {}; reporting the last good reading until it is older \
                  than {} s, then no energy (NO_VAL)",
                 reading.problems.join("; "),
                 stale_after(self.period).as_secs()
             );
-            metered.failing = true;
+            kept.failing = true;
         }
-        metered.accounting.record(&reading, now, SystemTime::now());
-        (metered.accounting, reading)
+        let at = taken_at(&reading, now, Instant::now(), self.period);
+        kept.accounting.record(&reading, at, wall_at(wall, now, at));
+        (kept.accounting, reading)
     }
+}
+
+/// When `reading`, polled from `polled` to `returned`, was taken: its hardware's stamp
+/// where it has one no older than a sample `period` (a stamp older than that is a
+/// controller that stopped scanning, whose value is taken as of the poll), and never after
+/// the poll returned; else the poll's start. A value the hardware took late, or a poll
+/// that stalled, would otherwise date energy at another time than it was used in.
+fn taken_at(reading: &Reading, polled: Instant, returned: Instant, period: Duration) -> Instant {
+    reading
+        .taken_at
+        .filter(|t| polled.saturating_duration_since(*t) <= period)
+        .map_or(polled, |t| t.min(returned))
+}
+
+/// The wall clock at `at`, from a reading of it (`wall`) at `then`: one moment on both
+/// clocks, however long the poll between took.
+fn wall_at(wall: SystemTime, then: Instant, at: Instant) -> SystemTime {
+    let moved = match at.checked_duration_since(then) {
+        Some(later) => wall.checked_add(later),
+        None => wall.checked_sub(then.duration_since(at)),
+    };
+    moved.unwrap_or(wall)
 }
 
 #[cfg(test)]
@@ -219,12 +236,14 @@ mod tests {
         sampled: bool,
     }
 
-    impl EnergyReader for Counted {
+    impl Source for Counted {
+        type Poll = Reading;
+
         fn describe(&self) -> String {
             "counted".into()
         }
 
-        fn read(&mut self, _now: Instant) -> Reading {
+        fn poll(&mut self, _now: Instant) -> Reading {
             self.reads.fetch_add(1, Ordering::SeqCst);
             Reading {
                 complete: true,
@@ -238,6 +257,107 @@ mod tests {
 
         fn needs_sampling(&self) -> bool {
             self.sampled
+        }
+    }
+
+    /// A poll that stalls for 200 ms before it reads its counter, at 100 W, and 300 ms
+    /// after.
+    struct Stalling {
+        started: Instant,
+    }
+
+    impl Source for Stalling {
+        type Poll = Reading;
+
+        fn describe(&self) -> String {
+            "stalling".into()
+        }
+
+        fn poll(&mut self, _now: Instant) -> Reading {
+            std::thread::sleep(Duration::from_millis(200));
+            let read = Instant::now();
+            let energy_uj = (read.duration_since(self.started).as_secs_f64() * 100e6) as u64;
+            std::thread::sleep(Duration::from_millis(300));
+            Reading {
+                energy_uj,
+                complete: true,
+                taken_at: Some(read),
+                ..Reading::default()
+            }
+        }
+
+        fn sample_period(&self) -> Duration {
+            Duration::from_secs(1)
+        }
+
+        fn needs_sampling(&self) -> bool {
+            false
+        }
+    }
+
+    /// The point is dated when the counter was read, on both clocks: not when the stalled
+    /// poll returned, which would state a shorter time for the energy between readings.
+    #[test]
+    fn a_reading_is_dated_when_its_hardware_took_it_on_both_clocks() {
+        let started = Instant::now();
+        let meter = Meter::new(Stalling { started });
+        let (wall0, at0) = (SystemTime::now(), Instant::now());
+        let point = meter.refresh().fresh(Instant::now(), Duration::MAX);
+        let returned = Instant::now();
+        let point = point.expect("a point");
+        let taken = point.at.duration_since(started).as_secs_f64();
+        let energy_secs = point.energy_uj as f64 / 100e6;
+        assert!(
+            (taken - energy_secs).abs() < 0.005,
+            "{taken} s, {energy_secs} s"
+        );
+        assert!(returned.duration_since(point.at) >= Duration::from_millis(300));
+        // the wall clock at the same moment
+        let wall_secs = point
+            .wall
+            .duration_since(wall0)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or_else(|e| -e.duration().as_secs_f64());
+        let at_secs = point.at.duration_since(at0).as_secs_f64();
+        assert!(
+            (wall_secs - at_secs).abs() < 0.005,
+            "{wall_secs} s, {at_secs} s"
+        );
+    }
+
+    #[test]
+    fn a_stamp_is_taken_within_a_period_and_never_after_the_poll() {
+        let polled = Instant::now();
+        let returned = polled + Duration::from_millis(400);
+        let period = Duration::from_secs(1);
+        let at = |taken: Option<Instant>| {
+            taken_at(
+                &Reading {
+                    taken_at: taken,
+                    ..Reading::default()
+                },
+                polled,
+                returned,
+                period,
+            )
+        };
+        let before = polled.checked_sub(Duration::from_millis(300));
+        assert_eq!(at(before), before.expect("instant"));
+        // a controller that stopped scanning: its value as of the poll
+        let stopped = polled.checked_sub(Duration::from_secs(2));
+        assert_eq!(at(stopped), polled);
+        assert_eq!(at(Some(returned + Duration::from_secs(1))), returned);
+        assert_eq!(at(None), polled);
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert_eq!(
+            wall_at(wall, polled, polled + Duration::from_millis(250)),
+            wall + Duration::from_millis(250)
+        );
+        if let Some(before) = before {
+            assert_eq!(
+                wall_at(wall, polled, before),
+                wall - Duration::from_millis(300)
+            );
         }
     }
 

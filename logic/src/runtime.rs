@@ -21,9 +21,9 @@ use crate::config::KeyValues;
 use crate::guard::guard;
 use crate::ledger::doorbell::{self, Doorbell};
 use crate::ledger::{Keeper, StepFigure, ledger_path};
-use crate::meter::{Meter, Metering};
+use crate::meter::Meter;
 use crate::metrics::{self, MetricsConfig};
-use crate::source::{EnergyReader, Source};
+use crate::plugin::Plugin;
 
 /// The Slurm program the plugin runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,9 +71,9 @@ pub trait Host: Send + Sync + 'static {
     }
 }
 
-/// Every key a plugin of source `S` reads: its source's and the runtime's.
-pub fn keys<S: Source>() -> Vec<&'static str> {
-    S::KEYS
+/// Every key plugin `P` reads: its own and the runtime's.
+pub fn keys<P: Plugin>() -> Vec<&'static str> {
+    P::KEYS
         .iter()
         .chain(attribution::KEYS)
         .chain(metrics::KEYS)
@@ -150,11 +150,11 @@ enum Hardware {
     NotOpened,
     /// Not measured in this process (slurmctld), or the reason was logged once.
     Unavailable,
-    Open(Box<dyn Metering>),
+    Open(Meter),
 }
 
-struct State<S: Source> {
-    config: Config<S::Config>,
+struct State<P: Plugin> {
+    config: Config<P::Config>,
     /// How the node's energy is attributed; a bad value was logged and is `node`.
     attribution: Attribution,
     /// Where slurmd writes the metrics file; a bad value was logged and is none.
@@ -170,12 +170,6 @@ struct State<S: Source> {
     step: Option<Baseline>,
 }
 
-/// Wraps a reader in a meter, logging what will be measured.
-pub fn metered<R: EnergyReader>(reader: R) -> Box<dyn Metering> {
-    log::info!("measuring {}", reader.describe());
-    Box::new(Meter::new(reader))
-}
-
 /// Whether the plugin in `daemon` takes its figure from slurmd's ledger rather than the
 /// source: in every slurmstepd.
 fn reads_ledger(daemon: Daemon) -> bool {
@@ -186,7 +180,7 @@ fn measures(daemon: Daemon) -> bool {
     matches!(daemon, Daemon::Slurmd | Daemon::Slurmstepd)
 }
 
-impl<S: Source> State<S> {
+impl<P: Plugin> State<P> {
     fn new() -> Self {
         Self {
             config: Config::Unset,
@@ -207,7 +201,7 @@ impl<S: Source> State<S> {
         }
         let config = match &self.config {
             Config::Valid(c) => c.clone(),
-            Config::Unset => S::Config::default(),
+            Config::Unset => P::Config::default(),
             Config::Invalid => {
                 self.hardware = Hardware::Unavailable;
                 return;
@@ -222,9 +216,9 @@ impl<S: Source> State<S> {
                     &ledger_path(&spool, self.context_id),
                     &Procs::from_path(Path::new(attribution::procs::PROC_ROOT)),
                     std::process::id(),
-                    site.is_some() || S::ALLOCATED_DEVICES,
+                    site.is_some() || P::ALLOCATED_DEVICES,
                 );
-                metered(if host.energy_plugins() > 1 {
+                Meter::new(if host.energy_plugins() > 1 {
                     figure.stacked()
                 } else {
                     figure
@@ -232,19 +226,19 @@ impl<S: Source> State<S> {
             })
         } else {
             let node = host.node_name();
-            let mine = S::for_node(&config, &node);
+            let mine = P::for_node(&config, &node);
             if mine != config {
                 log::info!(
                     "%n in acct_gather.conf is this node's name, {node}; %h this host's, {}",
                     crate::source::host_name()
                 );
             }
-            S::open(&mine).map(metered)
+            P::open(&mine).map(Meter::new)
         };
         self.hardware = match meter {
             Ok(mut meter) => {
                 if daemon == Daemon::Slurmd {
-                    self.doorbell = self.keep_ledger(host, site.as_ref(), meter.as_mut());
+                    self.doorbell = self.keep_ledger(host, site.as_ref(), &mut meter);
                 }
                 // Threads may start here: slurmd loads this configuration after it
                 // daemonizes, and slurmstepd never forks without exec afterwards.
@@ -266,11 +260,11 @@ impl<S: Source> State<S> {
         &self,
         host: &dyn Host,
         site: Option<&Site>,
-        meter: &mut dyn Metering,
+        meter: &mut Meter,
     ) -> Option<Doorbell> {
         let idle_watts = self.attribution.idle_watts;
         let keeper = match site {
-            _ if S::ALLOCATED_DEVICES => host.spool_dir().and_then(|spool| {
+            _ if P::ALLOCATED_DEVICES => host.spool_dir().and_then(|spool| {
                 let order = host.gres_order().unwrap_or_else(|why| {
                     log::error!(
                         "{why}; GPUs are matched to Slurm's GRES indexes in the library's order"
@@ -333,7 +327,7 @@ impl<S: Source> State<S> {
         if self.attribution.mode != Mode::Shared {
             return None;
         }
-        if S::ALLOCATED_DEVICES {
+        if P::ALLOCATED_DEVICES {
             log::info!(
                 "{}=shared: each job is charged the GPUs it holds, as in node mode",
                 attribution::MODE_KEY
@@ -353,7 +347,7 @@ impl<S: Source> State<S> {
     }
 
     /// The meter, opened on first use, with its sampler running.
-    fn meter(&mut self, host: &dyn Host) -> Option<&mut Box<dyn Metering>> {
+    fn meter(&mut self, host: &dyn Host) -> Option<&mut Meter> {
         if matches!(self.hardware, Hardware::NotOpened) {
             self.open(host);
         }
@@ -424,7 +418,7 @@ impl<S: Source> State<S> {
             log::error!("{e}; no metrics file is written");
             MetricsConfig::default()
         });
-        let parsed = S::parse_config(values);
+        let parsed = P::parse_config(values);
         if let Hardware::Open(_) = self.hardware {
             // reconfigure: keep measuring so the node's energy does not restart
             if !matches!(&self.config, Config::Valid(c) if Ok(c) == parsed.as_ref()) {
@@ -455,9 +449,9 @@ impl<S: Source> State<S> {
 
     fn shown_config(&self) -> Vec<(&'static str, String)> {
         let mut shown = match &self.config {
-            Config::Valid(c) => S::show_config(c),
-            Config::Unset => S::show_config(&S::Config::default()),
-            Config::Invalid => S::KEYS
+            Config::Valid(c) => P::show_config(c),
+            Config::Unset => P::show_config(&P::Config::default()),
+            Config::Invalid => P::KEYS
                 .iter()
                 .map(|&k| (k, "(invalid, see the log)".to_string()))
                 .collect(),
@@ -486,12 +480,12 @@ fn stacked_step(host: &dyn Host, record: EnergyRecord) -> EnergyRecord {
 }
 
 /// One plugin in one process: Slurm's calls, as safe functions.
-pub struct Runtime<S: Source, H: Host> {
+pub struct Runtime<P: Plugin, H: Host> {
     host: H,
-    state: Mutex<Option<State<S>>>,
+    state: Mutex<Option<State<P>>>,
 }
 
-impl<S: Source, H: Host> Runtime<S, H> {
+impl<P: Plugin, H: Host> Runtime<P, H> {
     pub const fn new(host: H) -> Self {
         Self {
             host,
@@ -499,7 +493,7 @@ impl<S: Source, H: Host> Runtime<S, H> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<State<S>>> {
+    fn lock(&self) -> MutexGuard<'_, Option<State<P>>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -507,7 +501,7 @@ impl<S: Source, H: Host> Runtime<S, H> {
     fn with_state<R>(
         &self,
         what: &str,
-        f: impl FnOnce(&mut State<S>, &dyn Host) -> R,
+        f: impl FnOnce(&mut State<P>, &dyn Host) -> R,
     ) -> Result<R, CallFailed> {
         guard(what, Err(CallFailed), || {
             let mut state = self.lock();
@@ -519,7 +513,7 @@ impl<S: Source, H: Host> Runtime<S, H> {
     pub fn init(&self, plugin_dir: Option<&Path>) -> Result<(), CallFailed> {
         self.with_state("init", |_, _| {
             if let Some(dir) = plugin_dir {
-                S::plugin_located(dir);
+                P::plugin_located(dir);
             }
         })
     }

@@ -1,8 +1,7 @@
-//! What an energy source provides: its acct_gather.conf keys, and a reader the meter samples.
+//! What a source is: the one trait every source implements, what it yields
+//! ([`Reading`], [`Power`]), why a poll fails ([`Failure`]), and the one staleness rule.
 
 use std::time::{Duration, Instant};
-
-use crate::config::{ConfigError, KeyValues};
 
 /// The one staleness rule, for every source and every reader: something sampled every
 /// `period` has missed its samples once the last is `STALE_PERIODS` periods old, and a
@@ -25,63 +24,85 @@ pub fn stale_after(period: Duration) -> Duration {
     missed_after(period).max(MIN_STALE)
 }
 
-/// What a meter samples: the node's energy so far.
-///
-/// `read` must return quickly (a few `pread`s, a cache): the meter calls it from Slurm's
-/// calls as well as from its own sampling thread.
-pub trait EnergyReader: Send + 'static {
+/// What every source implements: it polls its hardware. A source polled in microseconds (a
+/// counter, a file, a cache) yields the node's energy so far, a [`Reading`], and the meter
+/// polls it from Slurm's calls as well as from its own thread; a source that may block (a
+/// BMC, a library) yields one power sample or why not, a [`Power`], and is polled only by a
+/// thread of its own, which [`crate::power::Polled`] runs and integrates into a source of
+/// readings. The scheduler ([`crate::scheduler`]) decides the threads; the meter keeps the
+/// node's figure.
+pub trait Source: Send + 'static {
+    /// What one poll yields: [`Reading`] or [`Power`].
+    type Poll;
+
     /// One line for the log: what was found and how it is read.
     fn describe(&self) -> String;
 
-    /// Reads every counter once at `now`.
-    fn read(&mut self, now: Instant) -> Reading;
+    /// Polls the hardware once at `now`. A source of [`Reading`]s must return quickly (a
+    /// few `pread`s, a cache): the meter calls it from Slurm's calls too.
+    fn poll(&mut self, now: Instant) -> Self::Poll;
 
-    /// How often the meter samples, e.g. so that no counter wrap is ever missed.
-    fn sample_period(&self) -> Duration;
+    /// How often the meter polls a source of [`Reading`]s, e.g. so that no counter wrap
+    /// is ever missed; by default each second, which keeps CurrentWatts fresh. (A source
+    /// of [`Power`] is polled at its configuration's period, known before it connects.)
+    fn sample_period(&self) -> Duration {
+        Duration::from_secs(1)
+    }
 
-    /// Whether the meter needs a sampling thread at all: not for a figure that is
-    /// cumulative already and read whole at each of Slurm's calls (a step's share in the
-    /// node's ledger), so that a node's wakeups do not grow with its steps.
+    /// Whether the meter needs a thread to poll it between Slurm's calls at all: not for a
+    /// figure that is cumulative already and read whole at each of Slurm's calls (a step's
+    /// share in the node's ledger), so that a node's wakeups do not grow with its steps.
     fn needs_sampling(&self) -> bool {
         true
     }
+
+    /// The most the device says the node may draw, and what says so (a Redfish chassis'
+    /// `PowerCapacityWatts`, a DCMI power limit): asked of a source of [`Power`] once
+    /// connected, for the bound its samples are screened by ([`crate::power::Bound`]).
+    fn stated_max_watts(&self) -> Option<(f64, String)> {
+        None
+    }
 }
 
-/// A plugin's source: the keys it reads, and how it is opened. Every plugin of the family
-/// names one type that implements this (counters directly, power sensors through
-/// [`crate::power::Polled`]).
-pub trait Source: 'static {
-    type Config: Default + Clone + PartialEq + Send + std::fmt::Debug + 'static;
-    type Reader: EnergyReader;
+/// What a source that may block yields at each poll: a power sample, or why not.
+pub type Power = Result<Sample, Failure>;
 
-    /// The acct_gather.conf keys this source reads (all parsed as strings by Slurm).
-    const KEYS: &'static [&'static str];
+/// A power reading and when it was taken (which for a sensor read through a helper process
+/// is earlier than when the poller receives it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub watts: f64,
+    pub at: Instant,
+    /// The sensor's own energy counter in joules, where it has one (a Redfish BMC's
+    /// EnergyJoules): the energy between two samples is then the counter's rise, and the
+    /// power is integrated only where the counter cannot be used.
+    pub energy_j: Option<f64>,
+}
 
-    /// The source measures devices Slurm allocates to jobs (rust_gpu's GPUs, in
-    /// [`Reading::devices`]): slurmd's ledger charges each job the devices it holds (a
-    /// shared one split among its holders) in every `EnergyAttribution` mode, never by CPU
-    /// time, which would give one job's GPU energy to another.
-    const ALLOCATED_DEVICES: bool = false;
-
-    /// Validates the keys; an error names the key and the value.
-    fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError>;
-
-    /// `(key, value)` pairs for `scontrol show config`, defaults included.
-    fn show_config(config: &Self::Config) -> Vec<(&'static str, String)>;
-
-    /// The configuration for node `node`: `%n` and `%h` in the values that name a node's
-    /// own device (its BMC) become its name, so that one acct_gather.conf serves a cluster
-    /// (configless Slurm pushes one file to every node).
-    fn for_node(config: &Self::Config, _node: &str) -> Self::Config {
-        config.clone()
+impl Sample {
+    pub fn now(watts: f64) -> Self {
+        Self {
+            watts,
+            at: Instant::now(),
+            energy_j: None,
+        }
     }
+}
 
-    /// Finds the hardware. An error says, for the admin, why there is no energy.
-    fn open(config: &Self::Config) -> Result<Self::Reader, String>;
-
-    /// Told once, at load, the directory of the plugin's `.so` (where a source may keep
-    /// helper programs).
-    fn plugin_located(_dir: &std::path::Path) {}
+/// Why a poll of a source that may block gave nothing, and so what its poller does next.
+/// Both are retried: what is never retried is the plugin's [`crate::plugin::Plugin::open`]
+/// failing (the node reports no energy, and the log says why). A source of [`Reading`]s
+/// never fails whole: a counter it could not read leaves the reading incomplete
+/// ([`Reading::complete`]) and catches up when it can be read again.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Failure {
+    /// The connection works but this poll's result is not usable (e.g. all zero): skip it,
+    /// keep the connection, poll again next period.
+    #[error("{0}")]
+    Retry(String),
+    /// The connection is broken: drop it and connect again, with backoff.
+    #[error("{0}")]
+    Reconnect(String),
 }
 
 /// `text` with `%n` as `node` (Slurm's NodeName) and `%h` as this host's name
@@ -135,6 +156,11 @@ pub struct Reading {
     /// same hardware sees them (empty for a source of power only): a slurmd started again
     /// bridges the time it was away with their rise ([`bridge`]).
     pub counts: Vec<HardwareCount>,
+    /// When the hardware took `energy_uj`, where the source knows it (a node controller
+    /// stamps each scan); `None`: as the poll began. A value that waited to be read (a
+    /// controller late with its scan, a poll that stalled) is timed as the hardware took
+    /// it, so the power between readings is energy over the time it was used in.
+    pub taken_at: Option<Instant>,
 }
 
 /// One of the hardware's energy counts behind a [`Reading`]: its value now, as the hardware

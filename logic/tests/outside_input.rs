@@ -32,9 +32,10 @@ use slurm_energy_logic::config::{ConfigError, KeyValues};
 use slurm_energy_logic::hostlist;
 use slurm_energy_logic::ledger::{Account, Ledger};
 use slurm_energy_logic::metrics::MetricsConfig;
+use slurm_energy_logic::plugin::Plugin;
 use slurm_energy_logic::pm_counters::{PmCounters, PmCountersConfig, parse_value};
 use slurm_energy_logic::rapl::{Rapl, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};
-use slurm_energy_logic::source::{EnergyReader, Source};
+use slurm_energy_logic::source::{Reading, Source};
 
 /// Cases of a property whose case is a parse of a short text (microseconds).
 const CHEAP: u32 = 5000;
@@ -262,10 +263,10 @@ fn check_config<C: Debug>(
     }
 }
 
-fn check_source<S: Source>(pairs: &[(&'static str, String)]) -> Result<(), TestCaseError> {
-    if let Some(config) = check_config(pairs, S::parse_config, S::show_config)? {
-        let mine = S::for_node(&config, "node17");
-        let _ = S::show_config(&mine);
+fn check_plugin<P: Plugin>(pairs: &[(&'static str, String)]) -> Result<(), TestCaseError> {
+    if let Some(config) = check_config(pairs, P::parse_config, P::show_config)? {
+        let mine = P::for_node(&config, "node17");
+        let _ = P::show_config(&mine);
     }
     Ok(())
 }
@@ -279,16 +280,16 @@ proptest! {
     #![proptest_config(cases(CHEAP))]
 
     #[test]
-    fn rapl_keys(pairs in assignments(<Rapl as Source>::KEYS)) {
+    fn rapl_keys(pairs in assignments(<Rapl as Plugin>::KEYS)) {
         if let Some(c) = check_config(&pairs, RaplConfig::parse, RaplConfig::show)? {
             prop_assert!(c.msr_device.starts_with('/') && c.msr_device.matches("%d").count() == 1);
         }
-        check_source::<Rapl>(&pairs)?;
+        check_plugin::<Rapl>(&pairs)?;
     }
 
     #[test]
-    fn pm_counters_keys(pairs in assignments(<PmCounters as Source>::KEYS)) {
-        check_source::<PmCounters>(&pairs)?;
+    fn pm_counters_keys(pairs in assignments(<PmCounters as Plugin>::KEYS)) {
+        check_plugin::<PmCounters>(&pairs)?;
     }
 
     #[test]
@@ -312,12 +313,12 @@ proptest! {
     #![proptest_config(cases(CHEAP))]
 
     #[test]
-    fn ipmi_keys(pairs in assignments(<slurm_energy_logic::ipmi::Ipmi as Source>::KEYS)) {
+    fn ipmi_keys(pairs in assignments(<slurm_energy_logic::ipmi::Ipmi as Plugin>::KEYS)) {
         use slurm_energy_logic::ipmi::{Ipmi, IpmiConfig};
         if let Some(c) = check_config(&pairs, IpmiConfig::parse, IpmiConfig::show)? {
             prop_assert!(secs_within(c.frequency, 0.1, 3600.0) && c.timeout >= Duration::from_secs(1));
         }
-        check_source::<Ipmi>(&pairs)?;
+        check_plugin::<Ipmi>(&pairs)?;
     }
 }
 
@@ -326,12 +327,12 @@ proptest! {
     #![proptest_config(cases(CHEAP))]
 
     #[test]
-    fn redfish_keys(pairs in assignments(<slurm_energy_logic::redfish::Redfish as Source>::KEYS)) {
+    fn redfish_keys(pairs in assignments(<slurm_energy_logic::redfish::Redfish as Plugin>::KEYS)) {
         use slurm_energy_logic::redfish::{Redfish, RedfishConfig};
         if let Some(c) = check_config(&pairs, RedfishConfig::parse, RedfishConfig::show)? {
             prop_assert!(secs_within(c.frequency, 0.1, 3600.0) && secs_within(c.timeout, 0.1, 60.0));
         }
-        check_source::<Redfish>(&pairs)?;
+        check_plugin::<Redfish>(&pairs)?;
     }
 }
 
@@ -340,13 +341,13 @@ proptest! {
     #![proptest_config(cases(CHEAP))]
 
     #[test]
-    fn variorum_keys(pairs in assignments(<slurm_energy_logic::variorum::Variorum as Source>::KEYS)) {
+    fn variorum_keys(pairs in assignments(<slurm_energy_logic::variorum::Variorum as Plugin>::KEYS)) {
         use slurm_energy_logic::variorum::config::VariorumConfig;
         use slurm_energy_logic::variorum::Variorum;
         if let Some(c) = check_config(&pairs, VariorumConfig::parse, VariorumConfig::show)? {
             prop_assert!(secs_within(c.period, 0.1, 86_400.0) && secs_within(c.timeout, 1.0, 86_400.0));
         }
-        check_source::<Variorum>(&pairs)?;
+        check_plugin::<Variorum>(&pairs)?;
     }
 }
 
@@ -355,8 +356,8 @@ proptest! {
     #![proptest_config(cases(CHEAP))]
 
     #[test]
-    fn gpu_keys(pairs in assignments(<slurm_energy_logic::gpu::Gpus as Source>::KEYS)) {
-        check_source::<slurm_energy_logic::gpu::Gpus>(&pairs)?;
+    fn gpu_keys(pairs in assignments(<slurm_energy_logic::gpu::Gpus as Plugin>::KEYS)) {
+        check_plugin::<slurm_energy_logic::gpu::Gpus>(&pairs)?;
     }
 }
 
@@ -1089,7 +1090,7 @@ fn counter_text() -> impl Strategy<Value = String> {
 }
 
 fn energy_never_falls(
-    reader: &mut impl EnergyReader,
+    reader: &mut impl Source<Poll = Reading>,
     writes: &[impl Fn()],
 ) -> Result<(), TestCaseError> {
     let period = reader.sample_period();
@@ -1101,7 +1102,7 @@ fn energy_never_falls(
     let mut last = 0;
     for (k, write) in (1u32..).zip(writes) {
         write();
-        let r = reader.read(t0 + period * k);
+        let r = reader.poll(t0 + period * k);
         prop_assert!(
             r.energy_uj >= last,
             "energy fell from {last} to {}",
@@ -1268,7 +1269,7 @@ proptest! {
             let mut last = 0;
             for (k, w) in (1u32..).zip(&writes) {
                 w();
-                let r = pm.read(t0 + Duration::from_secs(k.into()));
+                let r = pm.poll(t0 + Duration::from_secs(k.into()));
                 prop_assert!(r.energy_uj >= last);
                 prop_assert!(r.watts.is_none_or(clean));
                 prop_assert!(r.sensors.iter().all(|s| s.watts.is_none_or(clean)));

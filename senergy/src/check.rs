@@ -5,7 +5,6 @@
 
 pub mod compare;
 pub mod node;
-mod perf;
 pub mod readers;
 
 use std::path::PathBuf;

@@ -254,12 +254,15 @@ extern "C" fn exit_while_held() {
          in Debian's, Ubuntu's and SchedMD's packages"
             .into()
     });
-    eprintln!(
-        "senergy: Slurm's configuration cannot be loaded ({conf}): {}",
-        reason(&said)
-    );
+    say_unloadable(&conf, &reason(&said));
     // SAFETY: ends the process at once, as the exit in progress would have.
     unsafe { libc::_exit(i32::from(crate::exit::ACCOUNTING)) }
+}
+
+/// senergy's one line when slurm.conf at `conf` cannot be loaded, for `why`; its callers
+/// then exit with [`crate::exit::ACCOUNTING`].
+fn say_unloadable(conf: &str, why: &str) {
+    eprintln!("senergy: Slurm's configuration cannot be loaded ({conf}): {why}");
 }
 
 /// `message`, with libslurm's reason when it gave one.
@@ -271,11 +274,23 @@ fn with_reason(message: String, said: &str) -> String {
 }
 
 /// Loads slurm.conf (`SLURM_CONF`, else the compiled-in path) into libslurm, once per
-/// process; libslurm's messages must be held meanwhile (its `fatal()` exits).
-fn load_slurm_conf() {
+/// process, with libslurm's messages held (its `fatal()` exits); returns the hold, still
+/// holding them.
+///
+/// A `SLURM_CONF` that names no file ends senergy at once: libslurm would wait a minute
+/// for it to appear (as a shared file system's might) before giving up.
+fn load_slurm_conf() -> Option<Held> {
+    if let Some(conf) = std::env::var_os("SLURM_CONF")
+        && std::fs::metadata(&conf).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+    {
+        say_unloadable(&conf.to_string_lossy(), "SLURM_CONF names no file");
+        std::process::exit(i32::from(crate::exit::ACCOUNTING));
+    }
+    let held = Held::begin();
     static INIT: Once = Once::new();
     // SAFETY: NULL means "the default slurm.conf"; once per process.
     INIT.call_once(|| unsafe { slurm_init(ptr::null()) });
+    held
 }
 
 /// What `senergy check` reads of slurm.conf, as libslurm parsed it.
@@ -293,8 +308,7 @@ pub struct SlurmSettings {
 
 /// Loads slurm.conf and returns what `senergy check` reads of it.
 pub fn slurm_settings() -> SlurmSettings {
-    let held = Held::begin();
-    load_slurm_conf();
+    let held = load_slurm_conf();
     // SAFETY: slurm_init has filled slurm_conf; its strings are NULL or NUL-terminated
     // and live until exit (nothing here frees or reloads it).
     let settings = unsafe {
@@ -317,8 +331,7 @@ impl Accounting {
     /// Loads slurm.conf (`SLURM_CONF`, else the compiled-in path) and connects to
     /// slurmdbd as the calling user.
     pub fn open() -> Result<Accounting, AccountingError> {
-        let held = Held::begin();
-        load_slurm_conf();
+        let held = load_slurm_conf();
         let mut flags: u16 = 0;
         // SAFETY: flags is a valid out-parameter.
         let conn = unsafe { slurmdb_connection_get(&mut flags) };

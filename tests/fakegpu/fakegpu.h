@@ -19,6 +19,8 @@
  *   mig.<minor>  "<gi> <ci> <sms> <sm%> <uuid>" lines: the GPU is partitioned into these MIG
  *              instances (GPM reports each GPU instance busy at sm%); it then reports no
  *              per-process utilization, as NVML does not on MIG-enabled GPUs.
+ *   power_reads.<minor>  when present, each power read of the GPU (NVML) appends its instant
+ *              ("<unix ns>"): a test bounds what sampling its power can miss.
  *   procs.<minor>  "<pid> <sm%>" lines, appended by use_gpu.sh: the processes using the GPU
  *              and their SM utilization while they live. The driver samples every
  *              SAMPLE_US and reports each process's mean since the caller's last read; one at 0% is

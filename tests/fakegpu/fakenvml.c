@@ -4,6 +4,8 @@
  */
 #include "fakegpu.h"
 
+#include <fcntl.h>
+
 typedef int nvmlReturn_t;
 #define NVML_SUCCESS 0
 #define NVML_ERROR_UNINITIALIZED 1
@@ -161,6 +163,22 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned l
     return NVML_SUCCESS;
 }
 
+/* Appends the instant of a power read of GPU `minor` to power_reads.<minor>, if present. */
+static void note_power_read(unsigned minor)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/power_reads.%u", control_dir, minor);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    char line[64];
+    int n = snprintf(line, sizeof(line), "%.0f\n", now_ns());
+    if (n > 0 && write(fd, line, (size_t)n) != n) {
+        /* an instant lost: the test's bound is wider for it, never narrower */
+    }
+    close(fd);
+}
+
 /* Milliwatts. */
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
@@ -171,6 +189,7 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
     if (gpu_mode(minor, &reload_ns) == MODE_LOST)
         return NVML_ERROR_GPU_IS_LOST;
     counter_joules(minor, reload_ns, &watts);
+    note_power_read(minor);
     *power = (unsigned int)(watts * 1000.0);
     return NVML_SUCCESS;
 }

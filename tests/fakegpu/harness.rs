@@ -208,29 +208,70 @@ impl FakeGpus {
         self.write("driver", "missing");
     }
 
+    /// From now on the library notes the instant of each power read of GPU `minor`.
+    pub fn record_power_reads(&self, minor: u32) {
+        fs::write(self.dir.path().join(format!("power_reads.{minor}")), "").expect("power_reads");
+    }
+
+    /// What integrating GPU `minor`'s power from its reads (recorded since
+    /// [`Self::record_power_reads`]) can miss up to `until_ns`, at most: each change of power
+    /// falls between two reads, and a trapezoid between them can be off by the change times
+    /// half their distance. A change with no read after it counts to `until_ns`.
+    pub fn power_sampling_bound(&self, minor: u32, until_ns: f64) -> f64 {
+        let reads: Vec<f64> =
+            fs::read_to_string(self.dir.path().join(format!("power_reads.{minor}")))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+        let mut bound = 0.0;
+        let mut watts = 0.0;
+        for (at, now) in schedule(&self.dir.path().join("power.log"), minor) {
+            if at > until_ns {
+                break;
+            }
+            let before = reads.iter().copied().filter(|&r| r <= at).reduce(f64::max);
+            let after = reads.iter().copied().filter(|&r| r > at).reduce(f64::min);
+            let (before, after) = (before.unwrap_or(at), after.unwrap_or(until_ns));
+            bound += (now - watts).abs() * (after - before) / 2e9;
+            watts = now;
+        }
+        bound
+    }
+
     /// The true joules of GPU `minor` over its whole schedule up to `until_ns`.
     pub fn truth(&self, minor: u32, until_ns: f64) -> f64 {
         schedule_joules(&self.dir.path().join("power.log"), minor, until_ns)
     }
 }
 
+/// One GPU's "<ns> <minor> <watts>" schedule: each change's instant and its power from then.
+fn schedule(log: &Path, minor: u32) -> Vec<(f64, f64)> {
+    fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<f64> = line
+                .split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            (f.len() == 3 && f[1] == f64::from(minor)).then(|| (f[0], f[2]))
+        })
+        .collect()
+}
+
 /// The integral of one GPU's "<ns> <minor> <watts>" schedule up to `until_ns`.
 pub fn schedule_joules(log: &Path, minor: u32, until_ns: f64) -> f64 {
-    let text = fs::read_to_string(log).unwrap_or_default();
     let mut joules = 0.0;
     let mut last: Option<(f64, f64)> = None;
-    for line in text.lines() {
-        let f: Vec<f64> = line
-            .split_whitespace()
-            .filter_map(|v| v.parse().ok())
-            .collect();
-        if f.len() != 3 || f[1] != f64::from(minor) || f[0] > until_ns {
+    for (at, watts) in schedule(log, minor) {
+        if at > until_ns {
             continue;
         }
         if let Some((t, w)) = last {
-            joules += w * (f[0] - t) / 1e9;
+            joules += w * (at - t) / 1e9;
         }
-        last = Some((f[0], f[2]));
+        last = Some((at, watts));
     }
     if let Some((t, w)) = last {
         joules += w * (until_ns - t).max(0.0) / 1e9;

@@ -3,7 +3,7 @@
 # Slurm gave it at SM percent from now on, while it lives; MINORS as set_power.sh's "gres:"
 # list. Appends "<pid> <sm>" to DIR/procs.<minor>, which the stand-in NVML reports.
 # "detached": the use is a double-forked process instead (setsid; its parent, this script,
-# exits at once: init adopts it, or the nearest subreaper, ci/cluster.sh's node supervisor),
+# exits at once: init adopts it, or the nearest subreaper, the test cluster's node supervisor),
 # which appends its pid only once adopted and lives on until killed (proctrack/cgroup kills
 # it with its step), 10 minutes at most; it writes its parent and its cgroups into
 # DIR/adopted.<pid>.

@@ -1,4 +1,19 @@
-//! A private Slurm cluster (ci/cluster.sh) whose nodes see simulated RAPL hardware.
+//! A private Slurm cluster whose nodes see simulated RAPL hardware: [`ClusterSpec`] says
+//! what it is, [`Cluster`] runs it through the `cluster` program (tests/src/bin/cluster.rs),
+//! whose commands the submodules implement.
+
+pub mod cgroups;
+pub mod config;
+pub mod layout;
+pub mod netns;
+pub mod nodesup;
+pub mod ops;
+pub mod procs;
+pub mod slots;
+
+pub use layout::{Error, Layout, MARKER, State};
+
+use config::{Install, Settings};
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -29,7 +44,7 @@ pub struct ClusterSpec<'a> {
     pub cred_expire: Option<u32>,
     /// gres.conf; empty: none.
     pub gres_conf: &'a str,
-    /// cgroup.conf in place of cluster.sh's; empty: cluster.sh's.
+    /// cgroup.conf in place of the harness's ([`config::cgroup_conf`]); empty: its.
     pub cgroup_conf: &'a str,
     /// A directory with `passwd` and `group`: the whole cluster (and its clients) then
     /// runs in a private mount namespace where they are bind-mounted over /etc's, so tests
@@ -73,6 +88,10 @@ impl Default for ClusterSpec<'_> {
     }
 }
 
+/// How long [`Cluster::wait_job`] waits, after a job has ended, for each of its steps'
+/// completions to reach slurmdbd.
+const STEP_REPORT_WAIT: Duration = Duration::from_secs(15);
+
 pub struct Cluster {
     pub dir: PathBuf,
     pub sims: Vec<Option<Sim>>,
@@ -81,11 +100,62 @@ pub struct Cluster {
     private_ns: bool,
 }
 
+impl ClusterSpec<'_> {
+    /// What `cluster up` starts for this spec, with the files it names written under
+    /// `root` and the nodes' simulators expected in `root/sim` ([`Cluster::up`] starts them).
+    pub fn settings(&self, root: &Path) -> Settings {
+        let sim_root = root.join("sim");
+        if !self.hosts.is_empty() {
+            let machine = fs::read_to_string("/etc/hosts").unwrap_or_default();
+            fs::create_dir_all(&sim_root).expect("sim root");
+            fs::write(sim_root.join("hosts"), format!("{machine}\n{}", self.hosts)).expect("hosts");
+        }
+        let file = |name: &str, text: &str| {
+            let path = root.join(name);
+            fs::write(&path, text).expect(name);
+            path
+        };
+        let optional = |name: &str, text: &str| (!text.is_empty()).then(|| file(name, text));
+        Settings {
+            nodes: self.nodes,
+            netns: self.nodes > 1,
+            energy_type: self.energy_type.into(),
+            node_freq: self.node_freq,
+            jobacct_freq: self.jobacct_freq,
+            install: Install::from_env(),
+            // a package installs its plugins into the Slurm's plugin directory
+            extra_plugin_dir: self
+                .package
+                .is_none()
+                .then(|| plugin_dir(root).display().to_string()),
+            node_hook: Some(workspace().join("tests/fakehw/node-hook.sh")),
+            sim_root: Some(sim_root),
+            acct_gather_conf: Some(file("acct_gather.conf.in", self.acct_gather)),
+            cgroup_conf: optional("cgroup.conf.in", self.cgroup_conf),
+            gres_conf: optional("gres.conf.in", self.gres_conf),
+            // the extern step then carries the job's energy, which is not summed over steps
+            extra_slurm_conf: Some(file(
+                "slurm.conf.extra",
+                &format!("PrologFlags=Contain\n{}", self.extra_conf),
+            )),
+            extra_slurmdbd_conf: Some(file("slurmdbd.conf.extra", self.extra_dbd_conf)),
+            cluster_name: None,
+            daemon_debug: "info".into(),
+            debug_flags: String::new(),
+            node_options: self.node_options.into(),
+            node_hw: self.node_hw.into(),
+            cred_expire: self.cred_expire,
+            up_timeout_secs: 60,
+        }
+    }
+}
+
 impl Cluster {
     /// Starts a cluster in `root/cluster` that loads the built plugins, or the package's.
     pub fn up(root: &Path, spec: &ClusterSpec) -> Cluster {
         let dir = root.join("cluster");
-        let sim_root = root.join("sim");
+        let settings = spec.settings(root);
+        let sim_root = settings.sim_root.as_deref().expect("the nodes' sim root");
         let sims = (1..=spec.nodes)
             .map(|k| {
                 spec.sim_args
@@ -95,34 +165,18 @@ impl Cluster {
                     .map(|args| Sim::start(&sim_root.join(format!("n{k}")), args))
             })
             .collect();
-        if !spec.hosts.is_empty() {
-            let machine = fs::read_to_string("/etc/hosts").unwrap_or_default();
-            fs::create_dir_all(&sim_root).expect("sim root");
-            fs::write(sim_root.join("hosts"), format!("{machine}\n{}", spec.hosts)).expect("hosts");
-        }
-        let acct_gather = root.join("acct_gather.conf.in");
-        fs::write(&acct_gather, spec.acct_gather).expect("acct_gather.conf");
-        let extra = root.join("slurm.conf.extra");
-        // the extern step then carries the job's energy, which is not summed over steps
-        fs::write(&extra, format!("PrologFlags=Contain\n{}", spec.extra_conf)).expect("extra conf");
-        let mut optional_files = Vec::new();
-        let dbd_extra = root.join("slurmdbd.conf.extra");
-        fs::write(&dbd_extra, spec.extra_dbd_conf).expect("extra dbd conf");
-        for (file, text, var) in [
-            ("gres.conf.in", spec.gres_conf, "GRES_CONF"),
-            ("cgroup.conf.in", spec.cgroup_conf, "CGROUP_CONF"),
-        ] {
-            if !text.is_empty() {
-                fs::write(root.join(file), text).expect(file);
-                optional_files.push((var, root.join(file)));
-            }
-        }
+        let settings_file = root.join("cluster-settings.json");
+        fs::write(
+            &settings_file,
+            serde_json::to_string_pretty(&settings).expect("settings as JSON"),
+        )
+        .expect("settings file");
         let cluster = Cluster {
             dir,
             sims,
             private_ns: spec.etc_users.is_some() || spec.proc_driver.is_some(),
         };
-        let cluster_sh = workspace().join("ci/cluster.sh");
+        let program = bin("cluster");
         // what a private mount namespace is set up with: `sh -c` lines, their arguments
         let mut setup: Vec<(&str, &Path)> = Vec::new();
         if let Some(etc) = spec.etc_users {
@@ -138,11 +192,7 @@ impl Cluster {
             ));
         }
         let mut up = match (setup.is_empty(), spec.package) {
-            (true, None) => {
-                let mut up = Command::new(&cluster_sh);
-                up.env("EXTRA_PLUGIN_DIR", plugin_dir(root));
-                up
-            }
+            (true, None) => Command::new(&program),
             (false, None) => {
                 let mut up = Command::new("unshare");
                 let script: Vec<String> = setup
@@ -153,15 +203,12 @@ impl Cluster {
                     .arg(format!("set -e; {}; exec \"$@\"", script.join("; ")))
                     .arg("sh")
                     .args(setup.iter().map(|(_, arg)| *arg))
-                    .arg(&cluster_sh)
-                    .env("EXTRA_PLUGIN_DIR", plugin_dir(root));
+                    .arg(&program);
                 up
             }
             (true, Some(deb)) => {
                 let mut up = Command::new(workspace().join("tests/package/with-deb.sh"));
-                up.arg(deb)
-                    .arg(root.join("package-install"))
-                    .arg(&cluster_sh);
+                up.arg(deb).arg(root.join("package-install")).arg(&program);
                 up
             }
             (false, Some(_)) => {
@@ -169,26 +216,12 @@ impl Cluster {
             }
         };
         let out = up
-            .envs(optional_files)
-            .env("NODE_OPTIONS", spec.node_options)
-            .env("NODE_HW", spec.node_hw)
-            .env(
-                "CRED_EXPIRE",
-                spec.cred_expire.map(|s| s.to_string()).unwrap_or_default(),
-            )
             .arg("up")
             .arg(&cluster.dir)
-            .env("NODES", spec.nodes.to_string())
-            .env("ENERGY_TYPE", spec.energy_type)
-            .env("NODE_FREQ", spec.node_freq.to_string())
-            .env("JOBACCT_FREQ", spec.jobacct_freq.to_string())
-            .env("ACCT_GATHER_CONF", &acct_gather)
-            .env("EXTRA_SLURM_CONF", &extra)
-            .env("EXTRA_SLURMDBD_CONF", &dbd_extra)
-            .env("NODE_HOOK", workspace().join("tests/fakehw/node-hook.sh"))
-            .env("SIM_ROOT", &sim_root)
+            .arg("--settings")
+            .arg(&settings_file)
             .output()
-            .expect("run ci/cluster.sh up");
+            .expect("run cluster up");
         assert!(
             out.status.success(),
             "cluster did not come up:\n{}\n{}",
@@ -202,17 +235,23 @@ impl Cluster {
         self.sims[node - 1].as_ref().expect("node has a simulator")
     }
 
+    /// The records of the processes this cluster started ([`procs`]).
+    pub fn records(&self) -> procs::Records {
+        procs::Records {
+            dir: self.dir.join("run/pid"),
+        }
+    }
+
     /// A command that runs in this cluster's mount namespace (see
     /// [`ClusterSpec::etc_users`], [`ClusterSpec::proc_driver`]), `program` first.
     fn command(&self, program: &Path) -> Command {
         if !self.private_ns {
             return Command::new(program);
         }
-        let record = fs::read_to_string(self.dir.join("run/pid/slurmctld")).unwrap_or_default();
-        match record.split_whitespace().next() {
+        match self.records().pid("slurmctld") {
             Some(pid) => {
                 let mut c = Command::new("nsenter");
-                c.args(["-t", pid, "-m", "--"]).arg(program);
+                c.args(["-t", &pid.to_string(), "-m", "--"]).arg(program);
                 c
             }
             // slurmctld is gone (and with it the namespace, unless its daemons outlive it)
@@ -220,12 +259,18 @@ impl Cluster {
         }
     }
 
-    /// Runs any client program (e.g. senergy) against this cluster, as `user` (uid,
-    /// gid) when given; its output whatever the status.
+    /// `cluster COMMAND DIR` (tests/src/bin/cluster.rs), where this cluster runs: for
+    /// `restart-slurmd NODE [SIGNAL [DOWN_SECS]]` and `reconfigure`, with more arguments.
+    pub fn harness(&self, command: &str) -> Command {
+        let mut c = self.command(&bin("cluster"));
+        c.arg(command).arg(&self.dir);
+        c
+    }
+
     /// The command line that runs a program inside node `k`'s namespaces (mount, host
     /// name, network), as its slurmd: for a device of that node only it reaches, its BMC.
     pub fn node_prefix(&self, k: usize) -> Vec<std::ffi::OsString> {
-        let c = self.command(&workspace().join("ci/cluster.sh"));
+        let c = self.command(&bin("cluster"));
         let mut prefix = vec![c.get_program().to_owned()];
         prefix.extend(c.get_args().map(ToOwned::to_owned));
         prefix.extend([
@@ -240,20 +285,22 @@ impl Cluster {
     /// controller's network namespace, with SLURM_CONF set): for servers a test runs
     /// beside the cluster, such as Prometheus.
     pub fn client_prefix(&self) -> Vec<std::ffi::OsString> {
-        let c = self.command(&workspace().join("ci/cluster.sh"));
+        let c = self.command(&bin("cluster"));
         let mut prefix = vec![c.get_program().to_owned()];
         prefix.extend(c.get_args().map(ToOwned::to_owned));
         prefix.extend(["client".into(), self.dir.clone().into_os_string()]);
         prefix
     }
 
+    /// Runs any client program (e.g. senergy) against this cluster, as `user` (uid,
+    /// gid) when given; its output whatever the status.
     pub fn client(
         &self,
         user: Option<(u32, u32)>,
         program: &Path,
         args: &[&str],
     ) -> std::process::Output {
-        let mut c = self.command(&workspace().join("ci/cluster.sh"));
+        let mut c = self.command(&bin("cluster"));
         c.arg("client").arg(&self.dir);
         if let Some((uid, gid)) = user {
             c.args([
@@ -268,13 +315,17 @@ impl Cluster {
 
     /// Runs a Slurm client command against this cluster; returns stdout.
     pub fn run(&self, args: &[&str]) -> String {
+        // what a shell that eval'ed `cluster env` runs: the client wrappers first in PATH
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let path = std::env::join_paths(
+            std::iter::once(self.dir.join("bin")).chain(std::env::split_paths(&path)),
+        )
+        .expect("PATH");
         let out = self
-            .command(Path::new("bash"))
-            .arg("-c")
-            .arg(r#"eval "$("$0" env "$1")"; shift; exec "$@""#)
-            .arg(workspace().join("ci/cluster.sh"))
-            .arg(&self.dir)
-            .args(args)
+            .command(Path::new(args[0]))
+            .args(&args[1..])
+            .env("PATH", path)
+            .env("SLURM_CONF", self.dir.join("etc/slurm.conf"))
             .output()
             .expect("client command");
         assert!(
@@ -307,14 +358,26 @@ impl Cluster {
     pub fn wait_job(&self, job: u32, timeout: Duration) {
         let id = job.to_string();
         let deadline = Instant::now() + timeout;
+        // once the job has ended, sacct shows its steps ended with it even before their
+        // own completions (and figures) reach slurmdbd: those have no usage yet
+        let mut ended_at: Option<Instant> = None;
         loop {
-            let states = self.run(&["sacct", "-n", "-P", "-j", &id, "-o", "State"]);
-            // the states a job or step leaves again (ci/cluster.sh's wait-job): a job
+            let rows = self.run(&[
+                "sacct",
+                "-n",
+                "-P",
+                "-j",
+                &id,
+                "-o",
+                "JobID,State,TRESUsageInTot",
+            ]);
+            // the states a job or step leaves again: a job
             // suspended (by scontrol or the gang scheduler) has no final figures yet
-            let done = !states.trim().is_empty()
-                && states.lines().all(|s| {
+            let done = !rows.trim().is_empty()
+                && rows.lines().all(|row| {
+                    let state = row.split('|').nth(1).unwrap_or("").trim();
                     !matches!(
-                        s.trim(),
+                        state,
                         "RUNNING"
                             | "PENDING"
                             | "COMPLETING"
@@ -327,12 +390,23 @@ impl Cluster {
                             | ""
                     )
                 });
+            let reported = rows.lines().all(|row| {
+                let fields: Vec<&str> = row.split('|').collect();
+                !fields[0].contains('.') || fields.get(2).is_some_and(|u| !u.trim().is_empty())
+            });
             if done {
-                return;
+                if ended_at.is_none() && !reported {
+                    println!("job {job} ended; some steps' completions are not in slurmdbd yet");
+                }
+                let since = *ended_at.get_or_insert_with(Instant::now);
+                // a step that never ran reports nothing: the figures are read anyway
+                if reported || since.elapsed() > STEP_REPORT_WAIT {
+                    return;
+                }
             }
             assert!(
                 Instant::now() < deadline,
-                "job {job} not finished: {states}\n{}",
+                "job {job} not finished: {rows}\n{}",
                 self.logs()
             );
             std::thread::sleep(Duration::from_secs(1));
@@ -396,31 +470,14 @@ impl Cluster {
         text
     }
 
-    /// The first of this cluster's job ids (its slot's range: ci/cluster.sh), from slurm.conf.
-    pub fn first_job_id(&self) -> u32 {
-        fs::read_to_string(self.dir.join("etc/slurm.conf"))
-            .expect("slurm.conf")
-            .lines()
-            .find_map(|l| l.strip_prefix("FirstJobId=")?.trim().parse().ok())
-            .expect("FirstJobId in slurm.conf")
-    }
-
     /// Stops node `node`'s slurmd with SIGTERM, as an admin's `systemctl stop slurmd`
     /// does, and returns how long it took to exit.
     pub fn stop_slurmd(&self, node: &str) -> Duration {
-        let record = fs::read_to_string(self.dir.join(format!("run/pid/slurmd-{node}")))
-            .expect("slurmd's pid record");
-        let pid: i32 = record
-            .split_whitespace()
-            .next()
-            .and_then(|p| p.parse().ok())
-            .expect("a pid");
-        let alive = || {
-            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-                stat.rsplit_once(") ")
-                    .is_some_and(|(_, s)| !s.starts_with('Z'))
-            })
-        };
+        let pid = self
+            .records()
+            .pid(&format!("slurmd-{node}"))
+            .expect("a running slurmd");
+        let alive = || procs::state_start(pid).is_some_and(|(state, _)| state != 'Z');
         let t0 = Instant::now();
         // SAFETY: kill(2) on the slurmd this cluster started.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "kill slurmd");
@@ -462,16 +519,29 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // a failed test's cluster logs outlive its temporary directory where asked
+        if std::thread::panicking()
+            && let Some(keep) = std::env::var_os("ENERGY_TESTS_KEEP_FAILED")
+        {
+            let to = Path::new(&keep).join(format!("{}", std::process::id()));
+            let copied = fs::create_dir_all(&to).and_then(|()| {
+                Command::new("cp")
+                    .arg("-a")
+                    .arg(self.dir.join("log"))
+                    .arg(self.dir.join("spool"))
+                    .arg(&to)
+                    .status()
+            });
+            eprintln!("the cluster's logs: {} ({copied:?})", to.display());
+        }
         let _ = self
-            .command(&workspace().join("ci/cluster.sh"))
+            .command(&bin("cluster"))
             .arg("down")
             .arg(&self.dir)
             .status();
     }
 }
 
-/// Marks written by jobs: `raplsim mark SIM NAME` appends "NAME joules".
-/// The energy of `id` (a job, step or array element) in [`Cluster::energy`]'s rows.
 /// cgroup.conf for Slurm's cgroup v1 plugin on this machine's hierarchies (24.11 and later
 /// cannot autodetect the version on a hybrid host), with `constrain` lines such as
 /// `ConstrainCores=yes`.
@@ -479,6 +549,7 @@ pub fn cgroup_v1_conf(constrain: &str) -> String {
     format!("CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n{constrain}")
 }
 
+/// The energy of `id` (a job, step or array element) in [`Cluster::energy`]'s rows.
 pub fn energy_of(rows: &[(String, Option<u64>)], id: &str) -> f64 {
     rows.iter()
         .find(|(i, _)| i == id)
@@ -486,6 +557,7 @@ pub fn energy_of(rows: &[(String, Option<u64>)], id: &str) -> f64 {
         .unwrap_or_else(|| panic!("no energy for {id} in {rows:?}")) as f64
 }
 
+/// Marks written by jobs: `raplsim mark SIM NAME` appends "NAME joules".
 pub fn marks(sim: &Sim) -> Vec<(String, f64)> {
     fs::read_to_string(sim.dir.join("marks"))
         .unwrap_or_default()

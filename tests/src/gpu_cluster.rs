@@ -91,46 +91,6 @@ pub fn set_at(fake: &FakeGpus, minor: u32, watts: f64, n: usize) -> f64 {
         .unwrap_or_else(|| panic!("GPU {minor} was not set to {watts} W {} times", n + 1))
 }
 
-/// Removes the devices cgroups Slurm leaves behind for this cluster's jobs.
-pub fn remove_job_cgroups(first_job: u32) {
-    let root = Path::new("/sys/fs/cgroup/devices/slurm");
-    let Ok(users) = std::fs::read_dir(root) else {
-        return;
-    };
-    for user in users.flatten() {
-        for job in std::fs::read_dir(user.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let ours = job
-                .file_name()
-                .to_str()
-                .and_then(|n| n.strip_prefix("job_"))
-                .and_then(|n| n.parse::<u32>().ok())
-                .is_some_and(|id| (first_job..first_job + 100).contains(&id));
-            if ours {
-                let steps: Vec<_> = std::fs::read_dir(job.path())
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .collect();
-                for step in steps.iter().filter(|s| s.path().is_dir()) {
-                    for task in std::fs::read_dir(step.path())
-                        .into_iter()
-                        .flatten()
-                        .flatten()
-                    {
-                        let _ = std::fs::remove_dir(task.path());
-                    }
-                    let _ = std::fs::remove_dir(step.path());
-                }
-                let _ = std::fs::remove_dir(job.path());
-            }
-        }
-    }
-}
-
 /// How two jobs share the one GPU of [`shared_gpu`]'s node.
 pub struct Sharing<'a> {
     /// Its vendor: NVIDIA's GPU is `nvidia3`, AMD's `renderD128`.
@@ -309,11 +269,6 @@ pub fn shared_gpu(test: &str, sharing: &Sharing) -> Option<[String; 2]> {
         let truth = idle * idle_part + rest * rest_part;
         assert_close(&format!("{test}: job {k}"), job, truth, 0.01);
         assert_close(&format!("{test}: job {k}, step 0"), step, truth, 0.01);
-    }
-    if sharing.cgroups {
-        let first_job = cluster.first_job_id();
-        drop(cluster);
-        remove_job_cgroups(first_job);
     }
     Some(gres)
 }

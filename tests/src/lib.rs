@@ -7,6 +7,7 @@ pub mod cluster;
 #[path = "../fakegpu/harness.rs"]
 pub mod fakegpu;
 pub mod gpu_cluster;
+pub mod hardware_time;
 pub mod inbox;
 pub mod influxdb;
 pub mod pmsim;
@@ -167,7 +168,7 @@ pub struct Sim {
 impl Sim {
     /// `args`: raplsim's options, e.g. [`INTEL_SERVER`].
     pub fn start(dir: &Path, args: &str) -> Sim {
-        fs::create_dir_all(dir).expect("mkdir sim");
+        crate::hardware_time::hardware_dir(dir);
         let child = Command::new(bin("raplsim"))
             .arg("run")
             .arg(dir)
@@ -223,7 +224,7 @@ impl Drop for Sim {
     }
 }
 
-/// The plugin directory of the Slurm under test, as ci/cluster.sh picks it:
+/// The plugin directory of the Slurm under test, as the test clusters pick it:
 /// `SLURM_PLUGIN_DIR`, else `SLURM_PREFIX/lib/slurm`, else Debian's for this architecture.
 pub fn slurm_plugin_dir() -> PathBuf {
     match (
@@ -428,8 +429,27 @@ pub fn power_sampling_bound(levels: &[u32], secs: f64, period: f64) -> f64 {
     f64::from(swing + last) * period / 2.0 / energy
 }
 
+/// What the plugins said in `log`, on its lines that contain `prefix` (a step's log prefix
+/// `[job.step]`, or "" for all), when slurmd did not answer a step's ring: for each such
+/// read, the plugin (`rust_rapl`) and how old the ledger sample its figure is as of was.
+pub fn unanswered_rings(log: &str, prefix: &str) -> Vec<(String, f64)> {
+    log.lines()
+        .filter(|l| l.contains(prefix) && l.contains("slurmd did not answer"))
+        .filter_map(|l| {
+            let plugin = l.split("acct_gather_energy/").nth(1)?.split(':').next()?;
+            let age = l
+                .rsplit(", ")
+                .next()?
+                .strip_suffix(" s ago")?
+                .parse()
+                .ok()?;
+            Some((plugin.to_string(), age))
+        })
+        .collect()
+}
+
 pub fn assert_close(what: &str, measured: f64, truth: f64, relative: f64) {
-    // Slurm carries whole joules: allow the truncation on top of the relative error.
+    // Slurm carries whole joules: allow their rounding on top of the relative error.
     let error = (measured - truth).abs();
     println!(
         "{what}: measured {measured:.1} J, true {truth:.3} J, error {:.4}%",

@@ -15,7 +15,7 @@ pub struct PmSim {
 impl PmSim {
     /// `args`: pmsim's options, e.g. `--accels 2`.
     pub fn start(dir: &Path, args: &str) -> PmSim {
-        fs::create_dir_all(dir).expect("mkdir pmsim");
+        crate::hardware_time::hardware_dir(dir);
         let child = Command::new(bin("pmsim"))
             .arg("run")
             .arg(dir)

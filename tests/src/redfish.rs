@@ -59,7 +59,7 @@ impl RedfishSim {
         addr: &str,
         port: u16,
     ) -> RedfishSim {
-        fs::create_dir_all(dir).expect("mkdir redfish");
+        crate::hardware_time::hardware_dir(dir);
         let sim = Command::new(bin("redfishsim"))
             .arg("run")
             .arg(dir)

@@ -105,21 +105,32 @@ fn live(cluster: &Cluster, step: &str) -> f64 {
 }
 
 struct Snapshot {
+    /// The node's truth over the whole snapshot.
     truth: f64,
     energy: Vec<f64>,
+    /// The node's truth around each job's reading: the jobs are read one after the other,
+    /// and on a busy machine a second or more apart.
+    truth_at: Vec<f64>,
     cpu: Vec<f64>,
 }
 
 /// Each job's live energy (the sum of `steps`' for it), CPU time and the node's truth.
 fn snapshot(cluster: &Cluster, steps: &[Vec<String>], jobs: &[u32]) -> Snapshot {
-    let truth = cluster.sim(1).truth();
+    let sim = cluster.sim(1);
+    let first = sim.truth();
+    let (energy, truth_at) = steps
+        .iter()
+        .map(|of_job| {
+            let before = sim.truth();
+            let energy: f64 = of_job.iter().map(|s| live(cluster, s)).sum();
+            (energy, (before + sim.truth()) / 2.0)
+        })
+        .unzip();
     Snapshot {
-        energy: steps
-            .iter()
-            .map(|of_job| of_job.iter().map(|s| live(cluster, s)).sum())
-            .collect(),
+        energy,
+        truth_at,
         cpu: jobs.iter().map(|&j| cpu_secs(j)).collect(),
-        truth: (truth + cluster.sim(1).truth()) / 2.0,
+        truth: (first + sim.truth()) / 2.0,
     }
 }
 
@@ -185,7 +196,6 @@ pub fn two_jobs_share_the_node(cluster: &Cluster, contain: bool, extra: &TwoJobs
     // the model over the window: power is steady, so the static part is the idle watts'
     let node = b.truth - a.truth;
     let secs = node / 300.0;
-    let static_j = IDLE_WATTS * secs;
     let used: Vec<f64> = a.cpu.iter().zip(&b.cpu).map(|(x, y)| y - x).collect();
     let total_used: f64 = used.iter().sum();
     println!(
@@ -193,7 +203,10 @@ pub fn two_jobs_share_the_node(cluster: &Cluster, contain: bool, extra: &TwoJobs
         used[0], used[1]
     );
     for (k, name) in ["busy", "idle"].iter().enumerate() {
-        let predicted = static_j / 2.0 + (node - static_j) * used[k] / total_used;
+        // over this job's own window, between its two readings
+        let node_k = b.truth_at[k] - a.truth_at[k];
+        let static_k = IDLE_WATTS * node_k / 300.0;
+        let predicted = static_k / 2.0 + (node_k - static_k) * used[k] / total_used;
         let measured = b.energy[k] - a.energy[k];
         println!(
             "{name}: measured {measured:.0} J, model {predicted:.0} J ({:+.2}%)",

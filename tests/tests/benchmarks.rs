@@ -196,12 +196,11 @@ fn accuracy(scenario: &str, energy_type: &str) -> Accuracy {
         } else {
             "reconfigure"
         };
-        let mut c = Command::new(workspace().join("ci/cluster.sh"));
-        c.arg(action).arg(&cluster.dir);
+        let mut c = cluster.harness(action);
         if action == "restart-slurmd" {
             c.arg("n1");
         }
-        assert!(c.status().expect("cluster.sh").success(), "{action} failed");
+        assert!(c.status().expect("cluster").success(), "{action} failed");
     }
     cluster.wait_job(job, Duration::from_secs(240));
     let truth: f64 = (1..=nodes)
@@ -244,8 +243,7 @@ fn footprint(energy_type: &str) -> (u64, u64) {
     let job = cluster.sbatch("#!/bin/sh\nsrun -n1 sleep 1\n");
     cluster.wait_job(job, Duration::from_secs(60));
     sleep(Duration::from_secs(10));
-    let pid = fs::read_to_string(cluster.dir.join("run/pid/slurmd-n1")).expect("slurmd pid");
-    let pid = pid.split_whitespace().next().expect("pid");
+    let pid = cluster.records().pid("slurmd-n1").expect("slurmd's pid");
     let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("slurmd status");
     let field = |k: &str| {
         status
@@ -361,7 +359,7 @@ fn benchmarks() {
     ];
     let _ = writeln!(
         md,
-        "## Accuracy\n\n|sacct − truth| / truth on a private Slurm cluster (`ci/cluster.sh`), both plugins reading the same \
+        "## Accuracy\n\n|sacct − truth| / truth on a private Slurm cluster (`tests/src/bin/cluster.rs`), both plugins reading the same \
          simulated counters (`raplsim`, bind-mounted over /dev/cpu/N/msr in slurmd's mount namespace). Power is on only \
          inside the measured step, so its truth is exact. Counters: 2 Intel sockets, package + DRAM, 2^-14 J units \
          (2^-20 J, a wrap every ~20 s, for the long-poll row; Skylake-SP's fixed 15.3 µJ DRAM unit for the last row). \
@@ -498,9 +496,9 @@ fn wakeups(mode: &str, steps: usize) -> (f64, f64, usize) {
         sleep(Duration::from_millis(200));
     }
     sleep(Duration::from_secs(3));
-    let slurmd = fs::read_to_string(cluster.dir.join("run/pid/slurmd-n1")).expect("slurmd pid");
+    let slurmd = cluster.records().pid("slurmd-n1").expect("slurmd's pid");
     let mut pids = stepds();
-    pids.push(slurmd.split_whitespace().next().expect("pid").to_string());
+    pids.push(slurmd.to_string());
     let (s0, t0, _) = plugin_threads(&pids);
     let started = Instant::now();
     sleep(Duration::from_secs(10));

@@ -213,9 +213,8 @@ fn slow_polls_back_to_back_jobs_an_array_and_a_slurmd_restart() {
 
     wait_for_mark(&cluster, "a_start", Duration::from_secs(60));
     sleep(Duration::from_secs(10));
-    let restart = std::process::Command::new(workspace().join("ci/cluster.sh"))
-        .args(["restart-slurmd"])
-        .arg(&cluster.dir)
+    let restart = cluster
+        .harness("restart-slurmd")
         .arg("n1")
         .status()
         .expect("restart-slurmd");
@@ -323,11 +322,10 @@ fn assert_every_record(cluster: &Cluster, job: u32, truth: f64, relative: f64) {
     );
 }
 
-/// `ci/cluster.sh restart-slurmd` of node n1 with `signal`, started again `down_secs` later.
+/// `cluster restart-slurmd` of node n1 with `signal`, started again `down_secs` later.
 fn restart_slurmd(cluster: &Cluster, signal: &str, down_secs: u32) -> std::process::Child {
-    std::process::Command::new(workspace().join("ci/cluster.sh"))
-        .args(["restart-slurmd"])
-        .arg(&cluster.dir)
+    cluster
+        .harness("restart-slurmd")
         .args(["n1", signal, &down_secs.to_string()])
         .spawn()
         .expect("restart-slurmd")

@@ -6,7 +6,7 @@ use energy_tests as support;
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -203,9 +203,8 @@ fn senergy_check_tells_a_healthy_node_from_broken_ones() {
         "EnergyAttribution=shared\n",
     )
     .expect("acct_gather.conf");
-    let restart = Command::new(workspace().join("ci/cluster.sh"))
-        .arg("restart-slurmd")
-        .arg(&cluster.dir)
+    let restart = cluster
+        .harness("restart-slurmd")
         .arg("n1")
         .status()
         .expect("restart-slurmd");

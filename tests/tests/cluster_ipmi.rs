@@ -172,9 +172,8 @@ fn a_slurmd_restart_mid_job_keeps_the_step_energy() {
     // slurmd restarts after measuring the job's power for 6 s, as it has far longer on a
     // real node (before 24.11 the step tells a restart by slurmd's figure falling)
     wait_for_power(&sim.power_log(), 0, 280, Duration::from_secs(6));
-    let restart = std::process::Command::new(workspace().join("ci/cluster.sh"))
-        .arg("restart-slurmd")
-        .arg(&cluster.dir)
+    let restart = cluster
+        .harness("restart-slurmd")
         .arg("n1")
         .status()
         .expect("restart-slurmd");

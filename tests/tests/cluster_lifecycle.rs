@@ -27,6 +27,8 @@ const WATTS: f64 = 300.0;
 const SUM_TOLERANCE: f64 = 0.01;
 /// A job's figure against the model computed from the jobs' cgroup CPU time.
 const MODEL_TOLERANCE: f64 = 0.03;
+/// The killed jobs' sum: each cancelled job's lingering second was about 2% of the sum.
+const KILLED_TOLERANCE: f64 = 0.004;
 /// Gang scheduling: a time slice of 5 s, two jobs per CPU in partition `gang`.
 const GANG_CONF: &str = "PreemptMode=GANG\nSchedulerTimeSlice=5\n\
                          PartitionName=gang Nodes=ALL OverSubscribe=FORCE:2 MaxTime=INFINITE State=UP\n";
@@ -431,10 +433,14 @@ fn powered<T>(cluster: &Cluster, ks: &[usize], during: impl FnOnce() -> T) -> (V
 /// 1 sleeps on n2 beside a job whose two `srun --overlap` steps spin on its one CPU. Each
 /// component is a job of its own on its node (its own id and cgroup) and gets its share of
 /// that node; the overlapping steps split their job's share by their CPU time.
+///
+/// The scripts are bash's: Slurm 25.05's slurmstepd starts a batch script with SIGCHLD
+/// blocked (slurmstepd.c `_main_thread_init`; 25.11 unblocks it before the exec), and dash's
+/// `wait` then never returns.
 fn hetjob_and_overlapping_steps(cluster: &Cluster) {
     let stop = cluster.sim(1).dir.join("stop-het");
     let overlap = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH -w n2 -n1 -c1\n\
+        "#!/bin/bash\n#SBATCH -w n2 -n1 -c1\n\
          srun --overlap -n1 sh -c '{}; {}' &\nsrun --overlap -n1 sh -c '{}; {}' &\nwait\n",
         mark_cmd(cluster, 2, "ov0_in"),
         spin(&stop),
@@ -442,7 +448,7 @@ fn hetjob_and_overlapping_steps(cluster: &Cluster) {
         spin(&stop)
     ));
     let het = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH -w n1 -n1 -c1\n#SBATCH hetjob\n#SBATCH -w n2 -n1 -c1\n\
+        "#!/bin/bash\n#SBATCH -w n1 -n1 -c1\n#SBATCH hetjob\n#SBATCH -w n2 -n1 -c1\n\
          srun --het-group=0 sh -c '{}; {}' &\nsrun --het-group=1 sh -c '{}; {}' &\nwait\n",
         mark_cmd(cluster, 1, "het0_in"),
         spin(&stop),
@@ -543,11 +549,67 @@ fn array_elements_side_by_side(cluster: &Cluster) {
     );
 }
 
+/// Jobs killed as they run (Slurm signals all their steps at once, and their slurmstepds
+/// linger a second or more after their last reads) are charged up to those reads and no
+/// more: what the node draws after is the jobs' still on it. Beside an anchor job, six short
+/// jobs one after the other, three of them cancelling themselves: their figures and the
+/// anchor's add up to the node's energy. Before, each cancelled job was charged its
+/// lingering second after its figures were taken, and that was in nobody's.
+fn killed_jobs_beside_an_anchor(cluster: &Cluster) {
+    let stop = cluster.sim(1).dir.join("stop-anchor");
+    let anchor = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -w n1 -n1 -c1\n{} anchor_in\n{}\n",
+        mark_cmd(cluster, 1, ""),
+        idle(&stop)
+    ));
+    wait_for_marks(cluster, 1, &["anchor_in"]);
+    let (truth, array) = powered(cluster, &[1], || {
+        let array = cluster.sbatch(
+            "#!/bin/sh\n#SBATCH -w n1 -n1 -c1 --array=0-5%1\nsleep 2\n\
+             if [ $((SLURM_ARRAY_TASK_ID % 2)) = 1 ]; then \
+             scancel ${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID; sleep 60; fi\n",
+        );
+        cluster.wait_job(array, Duration::from_secs(120));
+        array
+    });
+    stop_jobs(cluster, &stop, &[anchor]);
+    let rows = [cluster.energy(anchor), cluster.energy(array)].concat();
+    println!("anchor {anchor}, array {array}: {rows:?}");
+    // a cancelled job's line has no figure: its extern step's is the job's (Contain)
+    let figure = |id: String| {
+        let of = |id: &str| rows.iter().find(|(i, _)| i == id).and_then(|(_, e)| *e);
+        of(&id)
+            .or_else(|| of(&format!("{id}.extern")))
+            .unwrap_or_else(|| panic!("no figure for {id} in {rows:?}")) as f64
+    };
+    let cancelled = rows
+        .iter()
+        .filter(|(i, _)| !i.contains('.'))
+        .filter(|(i, _)| {
+            cluster
+                .run(&["sacct", "-n", "-X", "-P", "-j", i, "-o", "State"])
+                .starts_with("CANCELLED")
+        })
+        .count();
+    assert_eq!(cancelled, 3, "three elements cancelled");
+    let sum: f64 = std::iter::once(anchor.to_string())
+        .chain((0..6).map(|k| format!("{array}_{k}")))
+        .map(figure)
+        .sum();
+    assert_close(
+        "killed jobs and the anchor vs n1",
+        sum,
+        truth[0],
+        KILLED_TOLERANCE,
+    );
+}
+
 /// Needs a second node: Slurm's backfill scheduler, which alone starts heterogeneous jobs,
 /// plans each component on a node of its own.
 #[test]
-fn a_hetjob_overlapping_steps_and_array_elements_get_their_shares() {
-    let Some(tmp) = root_test_dir("a_hetjob_overlapping_steps_and_array_elements_get_their_shares")
+fn a_hetjob_overlapping_steps_array_elements_and_killed_jobs_get_their_shares() {
+    let Some(tmp) =
+        root_test_dir("a_hetjob_overlapping_steps_array_elements_and_killed_jobs_get_their_shares")
     else {
         return;
     };
@@ -567,4 +629,5 @@ fn a_hetjob_overlapping_steps_and_array_elements_get_their_shares() {
     );
     hetjob_and_overlapping_steps(&cluster);
     array_elements_side_by_side(&cluster);
+    killed_jobs_beside_an_anchor(&cluster);
 }

@@ -514,26 +514,35 @@ fn usage_sums_two_accounts_and_private_data_limits_what_users_see() {
     assert_eq!(row(&coordinated, bob), None, "{coordinated}");
 }
 
-/// Without a Slurm configuration, libslurm's fatal() would exit 1 after its own line: senergy
-/// says why once, with libslurm's reason, and exits 5 as documented. No cluster needed.
+/// Without a usable Slurm configuration senergy says why once and exits 5 as documented.
+/// A slurm.conf libslurm cannot parse: its fatal() would exit 1 after its own line; senergy
+/// gives its reason instead. A SLURM_CONF that names no file: at once, where libslurm would
+/// wait a minute for it to appear. No cluster needed.
 #[test]
 fn without_slurm_conf_senergy_says_why_once_and_exits_5() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let missing = tmp.path().join("slurm.conf");
-    let out = std::process::Command::new(senergy())
-        .args(["job", "1"])
-        .env("SLURM_CONF", &missing)
-        .output()
-        .expect("senergy");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(5), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "one message: {stderr}");
-    assert!(
-        stderr.starts_with(&format!(
-            "senergy: Slurm's configuration cannot be loaded ({}): fatal: ",
-            missing.display()
-        )),
-        "{stderr}"
-    );
-    assert!(out.stdout.is_empty());
+    let unparsable = tmp.path().join("slurm.conf");
+    std::fs::write(&unparsable, "NoSuchKey=1\n").expect("slurm.conf");
+    let missing = tmp.path().join("missing/slurm.conf");
+    for (conf, reason) in [
+        (&unparsable, "fatal: "),
+        (&missing, "SLURM_CONF names no file"),
+    ] {
+        let out = std::process::Command::new(senergy())
+            .args(["job", "1"])
+            .env("SLURM_CONF", conf)
+            .output()
+            .expect("senergy");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one message: {stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "senergy: Slurm's configuration cannot be loaded ({}): {reason}",
+                conf.display()
+            )),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty());
+    }
 }

@@ -30,9 +30,8 @@ fn a_job_alone(cluster: &Cluster, restart: bool) {
     wait_for_mark(cluster, &format!("{tag}_start"));
     if restart {
         sleep(Duration::from_secs(4));
-        let status = std::process::Command::new(workspace().join("ci/cluster.sh"))
-            .arg("restart-slurmd")
-            .arg(&cluster.dir)
+        let status = cluster
+            .harness("restart-slurmd")
             .arg("n1")
             .status()
             .expect("restart-slurmd");

@@ -48,10 +48,11 @@ struct Idle {
 }
 
 fn slurmd_pid(cluster: &Cluster) -> u32 {
-    fs::read_to_string(cluster.dir.join("run/pid/slurmd-n1"))
-        .ok()
-        .and_then(|t| t.split_whitespace().next()?.parse().ok())
-        .expect("slurmd's pid record")
+    cluster
+        .records()
+        .pid("slurmd-n1")
+        .and_then(|p| u32::try_from(p).ok())
+        .expect("slurmd's pid")
 }
 
 /// VmRSS (KiB), open files and threads of a process.
@@ -110,6 +111,18 @@ struct Run {
 }
 
 impl Run {
+    /// When it began: sacct's job line, or where that says `Unknown` (a run requeued as it
+    /// started), its first step's start.
+    fn began(&self) -> f64 {
+        if !self.start.is_nan() {
+            return self.start;
+        }
+        self.steps
+            .iter()
+            .filter_map(|l| l.split('|').nth(3)?.trim().parse::<f64>().ok())
+            .fold(f64::NAN, f64::min)
+    }
+
     /// Its extern step's figure, which the job line shows with `PrologFlags=Contain`.
     fn extern_joules(&self) -> Option<f64> {
         self.steps
@@ -413,7 +426,7 @@ fn soak_of_short_jobs_on_a_shared_node() {
             }
         };
         sum += joules;
-        let secs = r.end - r.start;
+        let secs = r.end - r.began();
         let high = POWER * (secs + 3.0);
         let low = IDLE_WATTS / (2 * CPUS - 1) as f64 * (secs - 3.0).max(0.0);
         if !(low..=high + 1.0).contains(&joules) {

@@ -5,7 +5,7 @@
 //! The sampler is taken from the same target directory as the energy-driver, so build
 //! the workspace first: `cargo build --release --workspace` (ci/test.sh does) or, for a
 //! debug run, `cargo build --workspace`. The plugin-side tests (`Variorum::connect`,
-//! `read_watts`, every misbehaviour) are in plugins/variorum-sampler/tests/.
+//! `Variorum`'s `poll`, every misbehaviour) are in plugins/variorum-sampler/tests/.
 
 #[path = "../fakevariorum/harness.rs"]
 mod fakevariorum;

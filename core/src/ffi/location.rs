@@ -26,7 +26,7 @@ pub fn plugin_directory() -> Option<PathBuf> {
 }
 
 /// Keeps this shared object mapped for the rest of the process: a worker thread was left
-/// in a hanging call at `fini` (worker::on_abandon), and Slurm's `dlclose` after `fini`
+/// in a hanging call at `fini` (scheduler::worker::on_abandon), and Slurm's `dlclose` after `fini`
 /// would unmap the code it returns into. `RTLD_NOLOAD | RTLD_NODELETE` marks the loaded
 /// object as never to be unloaded; the reference it takes is never released either.
 pub fn keep_mapped() {

@@ -1,6 +1,6 @@
-//! `energy_plugin!`: every symbol Slurm's loader looks up, each a thin shim into [`Plugin`].
+//! `energy_plugin!`: every symbol Slurm's loader looks up, each a thin shim into [`Exported`].
 //!
-//! [`Plugin`]: super::Plugin
+//! [`Exported`]: super::Exported
 
 /// Exports a complete `acct_gather_energy` plugin.
 ///
@@ -8,14 +8,14 @@
 /// slurm_energy::energy_plugin! {
 ///     name: "AcctGatherEnergy RAPL plugin (Rust)",
 ///     kind: "rust_rapl",                 // plugin_type "acct_gather_energy/rust_rapl"
-///     source: slurm_energy::rapl::Rapl,
+///     plugin: slurm_energy::rapl::Rapl,  // its slurm_energy_logic::plugin::Plugin
 /// }
 /// ```
 #[macro_export]
 macro_rules! energy_plugin {
-    (name: $name:literal, kind: $kind:literal, source: $source:ty $(,)?) => {
-        static PLUGIN: $crate::ffi::Plugin<$source> =
-            $crate::ffi::Plugin::new(concat!("acct_gather_energy/", $kind));
+    (name: $name:literal, kind: $kind:literal, plugin: $plugin:ty $(,)?) => {
+        static PLUGIN: $crate::ffi::Exported<$plugin> =
+            $crate::ffi::Exported::new(concat!("acct_gather_energy/", $kind));
 
         #[unsafe(no_mangle)]
         #[allow(non_upper_case_globals)]

@@ -15,7 +15,7 @@ mod slurm_conf;
 mod step_record;
 
 pub use self::log::SlurmLogger;
-pub use plugin::Plugin;
+pub use plugin::Exported;
 /// For the macro's signatures; plugins never name it themselves.
 pub use slurm_sys as sys;
 

@@ -13,13 +13,14 @@ use super::host::SlurmHost;
 use super::log::SlurmLogger;
 use super::profile::Profile;
 use super::{conf, energy, step_record};
+use crate::plugin::Plugin;
 use crate::runtime::{Answer, Query, Runtime, Update};
-use crate::source::Source;
 use slurm_energy_logic::guard::guard;
 
-pub struct Plugin<S: Source> {
+/// One plugin as exported to Slurm: what its symbols call.
+pub struct Exported<P: Plugin> {
     logger: SlurmLogger,
-    runtime: Runtime<S, SlurmHost>,
+    runtime: Runtime<P, SlurmHost>,
     profile: Mutex<Profile>,
     /// The last `SENSOR_CNT` answer, by which Slurm sizes the arrays it passes with
     /// `STRUCT` and `JOULES_TASK` (0: never asked, so no more than one record is written).
@@ -73,7 +74,7 @@ unsafe fn update(data_type: u32, data: *mut c_void) -> Option<Update> {
     })
 }
 
-impl<S: Source> Plugin<S> {
+impl<P: Plugin> Exported<P> {
     pub const fn new(plugin_type: &'static str) -> Self {
         Self {
             logger: SlurmLogger::new(plugin_type),
@@ -85,7 +86,7 @@ impl<S: Source> Plugin<S> {
 
     pub fn init(&'static self) -> c_int {
         self.logger.install();
-        crate::worker::on_abandon(super::location::keep_mapped);
+        crate::scheduler::worker::on_abandon(super::location::keep_mapped);
         status(
             self.runtime
                 .init(super::location::plugin_directory().as_deref()),
@@ -165,7 +166,7 @@ impl<S: Source> Plugin<S> {
     pub unsafe fn conf_options(&self, full: *mut *mut s_p_options_t, count: *mut c_int) {
         // SAFETY: forwarded from Slurm.
         guard("conf_options", (), || unsafe {
-            conf::register(&crate::runtime::keys::<S>(), full, count)
+            conf::register(&crate::runtime::keys::<P>(), full, count)
         });
     }
 
@@ -174,7 +175,7 @@ impl<S: Source> Plugin<S> {
     pub unsafe fn conf_set(&self, context_id: c_int, tbl: *const s_p_hashtbl_t) {
         let values = guard("conf_set", None, || {
             // SAFETY: forwarded from Slurm.
-            Some(unsafe { conf::values(&crate::runtime::keys::<S>(), tbl) })
+            Some(unsafe { conf::values(&crate::runtime::keys::<P>(), tbl) })
         });
         if let Some(values) = values {
             let _ = self

@@ -142,6 +142,13 @@ impl Procs {
         Some(name.trim_end().to_string())
     }
 
+    /// The id of the thread that calls (`/proc/thread-self/stat`'s first field): a
+    /// process's main thread has the process's id.
+    pub fn calling_tid(&self) -> Option<u32> {
+        let stat = fs::read_to_string(self.root.join("thread-self/stat")).ok()?;
+        stat.split_whitespace().next()?.parse().ok()
+    }
+
     /// The children of `pid` (of all its threads), where a step's tasks are.
     pub fn children(&self, pid: u32) -> Vec<u32> {
         let tasks = self.root.join(pid.to_string()).join("task");
@@ -230,6 +237,14 @@ pub(crate) mod tests {
     /// The thread that reads `proc_root/thread-self` is named `name`.
     pub(crate) fn write_thread_name(proc_root: &Path, name: &str) {
         write(&proc_root.join("thread-self/comm"), &format!("{name}\n"));
+    }
+
+    /// The calling thread is thread `tid`.
+    pub(crate) fn write_calling_tid(proc_root: &Path, tid: u32) {
+        write(
+            &proc_root.join("thread-self/stat"),
+            &format!("{tid} (slurmstepd) S 1"),
+        );
     }
 
     /// `child` is a child of `parent`'s main thread.

@@ -28,9 +28,10 @@ pub use config::{GpuConfig, KEY_AMD, KEY_MAX_WATTS, KEY_NVML};
 pub use library::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
 
 use crate::config::{ConfigError, KeyValues};
-use crate::poller::{Outcome, Poller, Polling, Timing};
+use crate::plugin::Plugin;
 use crate::power::Bound;
-use crate::source::{DeviceReading, EnergyReader, Reading, Source, missed_after};
+use crate::scheduler::{Poller, Polling, Timing};
+use crate::source::{DeviceReading, Failure, Reading, Source, missed_after};
 use tracker::{Figure, Tracked};
 
 /// How often the poller reads every GPU, for a call per GPU that takes microseconds. A
@@ -47,9 +48,9 @@ pub type Opener = Box<dyn Fn() -> Result<Box<dyn GpuLibrary>, String> + Send>;
 /// The rust_gpu source.
 pub struct Gpus;
 
-impl Source for Gpus {
+impl Plugin for Gpus {
     type Config = GpuConfig;
-    type Reader = GpuReader;
+    type Source = GpuReader;
     const KEYS: &'static [&'static str] = GpuConfig::KEYS;
     const ALLOCATED_DEVICES: bool = true;
 
@@ -198,8 +199,8 @@ impl Polling for GpuPolling {
         Ok(libs)
     }
 
-    /// Every GPU's failures are its own (logged here, once each): a round always publishes.
-    fn round(&mut self, libs: &mut Vec<OpenLibrary>) -> Outcome<Vec<Figure>> {
+    /// Every GPU's failures are its own (logged here, once each): a poll always publishes.
+    fn poll(&mut self, libs: &mut Vec<OpenLibrary>) -> Result<Vec<Figure>, Failure> {
         for (lib, gpus) in libs.iter_mut() {
             for gpu in gpus.iter_mut().filter(|g| !g.figure().lost) {
                 let result = gpu.sample(lib.as_mut(), Instant::now());
@@ -217,11 +218,10 @@ impl Polling for GpuPolling {
                 }
             }
         }
-        Outcome::Publish(
-            libs.iter()
-                .flat_map(|(_, gpus)| gpus.iter().map(|g| g.figure().clone()))
-                .collect(),
-        )
+        Ok(libs
+            .iter()
+            .flat_map(|(_, gpus)| gpus.iter().map(|g| g.figure().clone()))
+            .collect())
     }
 
     fn publish(figures: Vec<Figure>, published: &mut Vec<Figure>) {
@@ -237,7 +237,11 @@ impl Polling for GpuPolling {
     }
 }
 
-impl EnergyReader for GpuReader {
+/// The poller polls the GPUs; the meter's own sampling, at the default period, only keeps
+/// CurrentWatts fresh.
+impl Source for GpuReader {
+    type Poll = Reading;
+
     fn describe(&self) -> String {
         format!(
             "GPU energy counters (or power) and each process's use of each GPU, read every \
@@ -246,7 +250,7 @@ impl EnergyReader for GpuReader {
         )
     }
 
-    fn read(&mut self, now: Instant) -> Reading {
+    fn poll(&mut self, now: Instant) -> Reading {
         let figures = {
             let figures = self.poller.fresh(FRESH_WAIT);
             if figures.is_empty() {
@@ -297,12 +301,6 @@ impl EnergyReader for GpuReader {
         reading.energy_uj = self.total_uj as u64;
         reading.watts = watts;
         reading
-    }
-
-    /// The poller reads the GPUs; the meter's own sampling only keeps CurrentWatts
-    /// fresh.
-    fn sample_period(&self) -> Duration {
-        Duration::from_secs(1)
     }
 }
 

@@ -97,7 +97,7 @@ impl Node {
 fn first_complete(reader: &mut GpuReader) -> Reading {
     let t0 = Instant::now();
     loop {
-        let r = reader.read(Instant::now());
+        let r = reader.poll(Instant::now());
         if r.complete || t0.elapsed() > Duration::from_secs(5) {
             return r;
         }
@@ -108,7 +108,7 @@ fn first_complete(reader: &mut GpuReader) -> Reading {
 fn joules_over(reader: &mut GpuReader, secs: f64) -> f64 {
     let start = first_complete(reader).energy_uj;
     std::thread::sleep(Duration::from_secs_f64(secs));
-    let end = reader.read(Instant::now());
+    let end = reader.poll(Instant::now());
     assert!(end.complete, "{end:?}");
     (end.energy_uj - start) as f64 / 1e6
 }
@@ -124,7 +124,7 @@ fn every_gpu_is_read_with_its_device_file_and_its_processes_use() {
         (j - 200.0).abs() < 200.0 * 0.05,
         "{j} J for 400 W over 0.5 s"
     );
-    let r = all.read(Instant::now());
+    let r = all.poll(Instant::now());
     let devices: Vec<(u32, Option<(u32, u32)>)> =
         r.devices.iter().map(|d| (d.position, d.file)).collect();
     // GPU 1 is /dev/nvidia9 (minor 10 - 1)
@@ -154,7 +154,7 @@ fn a_hung_library_never_slows_a_read_and_its_gpus_become_unavailable() {
     let mut last = Reading::default();
     while t0.elapsed() < Duration::from_secs(3) {
         let call = Instant::now();
-        last = reader.read(Instant::now());
+        last = reader.poll(Instant::now());
         took.push(call.elapsed());
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -195,7 +195,7 @@ fn without_a_library_the_reading_is_unavailable() {
     )
     .expect("start");
     std::thread::sleep(Duration::from_millis(100));
-    let r = reader.read(Instant::now());
+    let r = reader.poll(Instant::now());
     assert!(!r.complete && r.energy_uj == 0, "{r:?}");
     assert!(
         reader

@@ -13,8 +13,8 @@ use std::time::Instant;
 use super::library::{Device, GpuError, GpuLibrary, MigInstance};
 use crate::accounting::PowerWindow;
 use crate::counter::{Advance, WrappingCounter};
-use crate::power::{Bound, Integral, Sample, Screen};
-use crate::source::InstanceReading;
+use crate::power::{Bound, Integral, Screen};
+use crate::source::{InstanceReading, Sample};
 
 /// MIG instances are placed after every GPU: instance `k` of the GPU at `p` at
 /// `MIG_PLACES + p * MAX_INSTANCES + k`.

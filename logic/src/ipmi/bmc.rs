@@ -1,6 +1,6 @@
-//! A BMC as a power sensor: one session, opened by the poller and kept while it works.
+//! A BMC as a source of power: one session, opened by the poller and kept while it works.
 
-use std::time::Duration;
+use std::time::Instant;
 
 use ipmi_rs::connection::{IpmiConnection, LogicalUnit, Message, Request, RequestTargetAddress};
 use ipmi_rs::rmcp::Rmcp;
@@ -12,8 +12,9 @@ use super::config::{
 };
 use super::protocol::{self as p, WattsSensor};
 use crate::config::{ConfigError, KeyValues};
-use crate::power::{Polled, PowerSensor, ReadError, Sample};
-use crate::source::Source;
+use crate::plugin::Plugin;
+use crate::power::{Polled, Settings};
+use crate::source::{Failure, Power, Sample, Source};
 
 /// Enough for any real SDR repository; bounds a BMC that links its records in a loop.
 const MAX_SDR_RECORDS: usize = 1024;
@@ -265,9 +266,9 @@ impl Bmc {
     }
 }
 
-impl Source for Bmc {
+impl Plugin for Bmc {
     type Config = IpmiConfig;
-    type Reader = Polled<Bmc>;
+    type Source = Polled<Bmc>;
     const KEYS: &'static [&'static str] = super::config::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<IpmiConfig, ConfigError> {
@@ -293,32 +294,22 @@ impl Source for Bmc {
     }
 
     fn open(config: &IpmiConfig) -> Result<Polled<Bmc>, String> {
-        Polled::start(config)
+        let settings = Settings {
+            period: config.frequency,
+            extrapolate: config.calc_adjustment,
+            max_watts_key: KEY_MAX_WATTS,
+            max_watts: config.max_watts,
+            default_max_watts: DEFAULT_MAX_WATTS,
+        };
+        let config = config.clone();
+        Polled::start(&settings, move || Bmc::connect(&config))
     }
 }
 
-impl PowerSensor for Bmc {
-    const MAX_WATTS_KEY: &'static str = KEY_MAX_WATTS;
-    const DEFAULT_MAX_WATTS: u32 = DEFAULT_MAX_WATTS;
-
-    fn period(config: &IpmiConfig) -> Duration {
-        config.frequency
-    }
-
-    fn max_watts(config: &IpmiConfig) -> Option<u32> {
-        config.max_watts
-    }
-
-    fn stated_max_watts(&self) -> Option<(f64, String)> {
-        self.limit_w
-            .map(|w| (f64::from(w), "the BMC's active DCMI power limit".into()))
-    }
-
-    fn extrapolate(config: &IpmiConfig) -> bool {
-        config.calc_adjustment
-    }
-
-    fn connect(config: &IpmiConfig) -> Result<Self, String> {
+impl Bmc {
+    /// Connects to the BMC and chooses how to read its power. Runs in the poller thread;
+    /// may block up to the BMC's own timeouts.
+    pub fn connect(config: &IpmiConfig) -> Result<Self, String> {
         let (mut link, target) = Self::open_link(config)?;
         if matches!(link, Link::Lan(_)) {
             // Sessions start at USER; some BMCs (ipmi_sim) want ADMIN for DCMI. A BMC that
@@ -340,6 +331,10 @@ impl PowerSensor for Bmc {
         bmc.limit_w = bmc.dcmi_power_limit();
         Ok(bmc)
     }
+}
+
+impl Source for Bmc {
+    type Poll = Power;
 
     fn describe(&self) -> String {
         match &self.method {
@@ -358,7 +353,7 @@ impl PowerSensor for Bmc {
         }
     }
 
-    fn read_watts(&mut self) -> Result<Sample, ReadError> {
+    fn poll(&mut self, _now: Instant) -> Power {
         match &self.method {
             Method::Dcmi { enhanced } => self.dcmi_watts(*enhanced),
             Method::Sensors(sensors) => sensors
@@ -367,6 +362,11 @@ impl PowerSensor for Bmc {
                 .sum(),
         }
         .map(Sample::now)
-        .map_err(ReadError::Broken)
+        .map_err(Failure::Reconnect)
+    }
+
+    fn stated_max_watts(&self) -> Option<(f64, String)> {
+        self.limit_w
+            .map(|w| (f64::from(w), "the BMC's active DCMI power limit".into()))
     }
 }

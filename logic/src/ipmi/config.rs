@@ -287,7 +287,7 @@ mod tests {
     /// One acct_gather.conf for a cluster of BMCs named after their nodes.
     #[test]
     fn the_host_names_each_nodes_own_bmc() {
-        use crate::source::Source;
+        use crate::plugin::Plugin;
         let c = parse(&[(KEY_HOST, "%n-ipmi:6230")]).expect("valid");
         let mine = super::super::bmc::Bmc::for_node(&c, "node17");
         assert_eq!(

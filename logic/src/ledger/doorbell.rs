@@ -9,6 +9,12 @@
 //! waits for the ledger to be sampled anew (milliseconds). slurmd answers from a thread
 //! that sleeps in `recv`: it wakes for rings only, twice per step.
 //!
+//! A step's last read (its tasks gone) says so in its ring ([`Ring::Last`]): slurmd charges
+//! it up to the sample that answers, then no more. Its slurmstepd lingers a second or more
+//! after that read while Slurm cleans up (a killed step's `proctrack_g_wait`), and what it
+//! would be charged then is in no figure Slurm records; the others on the node get it.
+//! With its extern step's last read the job's accounting ends (its figure is the job's).
+//!
 //! Users ring too: every `sstat` of a step is a read outside Slurm's periodic polls, and a
 //! job may run an `sstat` loop, or thousands of steps. However they ring, the updates rings
 //! cause are paced ([`Pace`]): a bucket of [`RING_BURST`] updates, refilled at
@@ -17,7 +23,7 @@
 //! that came before it.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +31,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::worker::Worker;
+use crate::scheduler::worker::Worker;
 
 /// How many updates a second rings may cause in the long run, however often steps ring: a
 /// sample reads the hardware and every step's cgroup and rewrites the ledger (and the
@@ -44,15 +50,46 @@ const POLL: Duration = Duration::from_millis(2);
 /// A ledger this young at a step's edge is its figure's end, to a few joules.
 const FRESH: Duration = Duration::from_millis(10);
 
+/// What a slurmstepd says when it rings: the socket is root's alone (slurmd's and the
+/// slurmstepds'), so no job's owner can speak for a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ring {
+    /// Asks for a fresh ledger: a step's first read, or one outside Slurm's polls.
+    Fresh,
+    /// The last read of the step whose slurmstepd is `stepd`: its tasks are gone.
+    Last { stepd: u32 },
+}
+
+impl Ring {
+    fn encode(self) -> String {
+        match self {
+            Self::Fresh => "ring".to_string(),
+            Self::Last { stepd } => format!("last {stepd}"),
+        }
+    }
+
+    /// A datagram that says no more than a ring (an earlier slurmstepd's, or garbage)
+    /// asks for a fresh ledger.
+    fn decode(bytes: &[u8]) -> Self {
+        std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|t| t.strip_prefix("last "))
+            .and_then(|pid| pid.parse().ok())
+            .map_or(Self::Fresh, |stepd| Self::Last { stepd })
+    }
+}
+
 /// Where the doorbell of the ledger at `ledger` is: beside it.
 pub fn doorbell_path(ledger: &Path) -> PathBuf {
     ledger.with_extension("bell")
 }
 
-/// When slurmd last updated the ledger, whether a step asks for a new one, and how many
-/// updates rings may still cause at once: shared by slurmd's keeper, which decides at each
-/// sample whether to update ([`Pace::take`]), and its doorbell, which wakes the sampler for
-/// an update no sooner than it may be taken ([`Pace::ask`]).
+/// When slurmd last updated the ledger, whether a step asks for a new one, how many
+/// updates rings may still cause at once, and which slurmstepds made their last read:
+/// shared by slurmd's keeper, which decides at each sample whether to update
+/// ([`Pace::take`]) and which steps it charges no more ([`Pace::take_last_reads`]), and its
+/// doorbell, which wakes the sampler for an update no sooner than it may be taken
+/// ([`Pace::ask`]).
 #[derive(Debug, Default)]
 pub struct Pace(Mutex<Paced>);
 
@@ -63,6 +100,9 @@ struct Paced {
     /// Updates rings caused that the bucket has not yet made up for (0: a full bucket).
     spent: f64,
     refilled: Option<Instant>,
+    /// The slurmstepds whose last read rang since the last update (a few per step's end;
+    /// at most one per ring, and rings are root's).
+    last_reads: Vec<u32>,
 }
 
 impl Paced {
@@ -93,6 +133,16 @@ impl Pace {
         paced.refill(now);
         let short = paced.spent - (RING_BURST - 1.0);
         Duration::from_secs_f64((short / RING_RATE).max(0.0))
+    }
+
+    /// The slurmstepd `stepd` made its last read.
+    pub(super) fn last_read(&self, stepd: u32) {
+        self.lock().last_reads.push(stepd);
+    }
+
+    /// The slurmstepds whose last read rang before now, each once.
+    pub fn take_last_reads(&self) -> Vec<u32> {
+        std::mem::take(&mut self.lock().last_reads)
     }
 
     /// Whether a sample at `now` updates the ledger: the first does, one a step asked for
@@ -142,13 +192,18 @@ impl Doorbell {
         let stopping = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&stopping);
         let worker = Worker::spawn("energy-doorbell", move |_| {
-            let mut buf = [0u8; 8];
+            let mut buf = [0u8; 32];
+            let heard = |n: usize, buf: &[u8]| {
+                if let Ring::Last { stepd } = Ring::decode(&buf[..n]) {
+                    pace.last_read(stepd);
+                }
+            };
             let failed =
                 |e: std::io::Error| log::error!("the energy ledger's doorbell failed: {e}");
             loop {
                 match socket.recv(&mut buf) {
                     Ok(_) if stop.load(Ordering::SeqCst) => return,
-                    Ok(_) => {}
+                    Ok(n) => heard(n, &buf),
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => return failed(e),
                 }
@@ -161,7 +216,10 @@ impl Doorbell {
                     }
                     wait = match socket.recv(&mut buf) {
                         Ok(_) if stop.load(Ordering::SeqCst) => return,
-                        Ok(_) => pace.ask(Instant::now()),
+                        Ok(n) => {
+                            heard(n, &buf);
+                            pace.ask(Instant::now())
+                        }
                         Err(e) if is_timeout(&e) => Duration::ZERO,
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
                             pace.ask(Instant::now())
@@ -187,7 +245,7 @@ impl Drop for Doorbell {
     fn drop(&mut self) {
         // the thread sleeps in recv: a last datagram wakes it to see that it must stop
         self.stopping.store(true, Ordering::SeqCst);
-        ring(&self.path);
+        ring(&self.path, Ring::Fresh);
         drop(self.worker.take());
         let _ = fs::remove_file(&self.path);
     }
@@ -202,11 +260,11 @@ fn is_timeout(e: &std::io::Error) -> bool {
 }
 
 /// Rings the doorbell at `path`; whether anyone listens there.
-fn ring(path: &Path) -> bool {
+fn ring(path: &Path, ring: Ring) -> bool {
     UnixDatagram::unbound()
         .and_then(|s| {
             s.set_nonblocking(true)?;
-            s.send_to(b"ring", path)
+            s.send_to(ring.encode().as_bytes(), path)
         })
         .is_ok()
 }
@@ -229,8 +287,9 @@ impl Freshness {
 }
 
 /// slurmstepd's side: rings and waits until `ledger` is written anew (at most
-/// [`ANSWER_WAIT`]).
-pub fn freshen(doorbell: &Path, ledger: &Path) -> Freshness {
+/// [`ANSWER_WAIT`]). A last read always rings, and takes a ledger written after it: the
+/// step is charged up to that update and no more.
+pub fn freshen(doorbell: &Path, ledger: &Path, how: Ring) -> Freshness {
     // a file's time is the kernel's coarse clock (a few milliseconds behind ours): a
     // ledger written within FRESH before asking is fresh enough, and needs no ring
     let asked = SystemTime::now() - FRESH;
@@ -239,10 +298,22 @@ pub fn freshen(doorbell: &Path, ledger: &Path) -> Freshness {
             .and_then(|m| m.modified())
             .is_ok_and(|t| t >= asked)
     };
-    if written() {
-        return Freshness::Recent;
-    }
-    if !ring(doorbell) {
+    // a last read takes no ledger written before its ring: slurmd writes each anew (a new
+    // file renamed over the old), so one written since is another file or a later time
+    let before = match how {
+        Ring::Fresh if written() => return Freshness::Recent,
+        Ring::Fresh => None,
+        Ring::Last { .. } => fs::metadata(ledger)
+            .ok()
+            .map(|m| (m.ino(), m.modified().ok())),
+    };
+    let written = || {
+        fs::metadata(ledger).is_ok_and(|m| {
+            m.modified().is_ok_and(|t| t >= asked)
+                && before.is_none_or(|b| b != (m.ino(), m.modified().ok()))
+        })
+    };
+    if !ring(doorbell, how) {
         return Freshness::Unanswered;
     }
     let mut waited = Duration::ZERO;
@@ -280,13 +351,13 @@ mod tests {
         .expect("doorbell");
         let mode = fs::metadata(&bell).expect("socket").permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert!(freshen(&bell, &ledger).is_fresh());
+        assert!(freshen(&bell, &ledger, Ring::Fresh).is_fresh());
         assert_eq!(rings.load(Ordering::SeqCst), 1);
         // written a moment ago: fresh, no ring
-        assert!(freshen(&bell, &ledger).is_fresh());
+        assert!(freshen(&bell, &ledger, Ring::Fresh).is_fresh());
         assert_eq!(rings.load(Ordering::SeqCst), 1);
         sleep(FRESH * 2);
-        assert!(freshen(&bell, &ledger).is_fresh());
+        assert!(freshen(&bell, &ledger, Ring::Fresh).is_fresh());
         assert_eq!(rings.load(Ordering::SeqCst), 2);
         let t0 = Instant::now();
         drop(doorbell);
@@ -299,8 +370,47 @@ mod tests {
         // nobody listens: the step does not wait
         sleep(FRESH * 2);
         let t0 = Instant::now();
-        assert!(!freshen(&bell, &ledger).is_fresh());
+        assert!(!freshen(&bell, &ledger, Ring::Fresh).is_fresh());
         assert!(t0.elapsed() < Duration::from_millis(10));
+    }
+
+    /// A last read rings even just after an update, and waits for the one that answers it;
+    /// slurmd learns whose it was, once; anything else heard is an ordinary ring.
+    #[test]
+    fn a_last_read_rings_and_says_whose() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (bell, ledger) = (tmp.path().join("bell"), tmp.path().join("ledger"));
+        let pace = Arc::new(Pace::default());
+        let rings = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&rings);
+        let written = ledger.clone();
+        let _doorbell = Doorbell::open(&bell, Arc::clone(&pace), move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            // as slurmd writes it: a new file in its place
+            let new = written.with_extension("new");
+            fs::write(&new, "{}").expect("ledger");
+            fs::rename(&new, &written).expect("ledger");
+        })
+        .expect("doorbell");
+        assert!(freshen(&bell, &ledger, Ring::Fresh).is_fresh());
+        assert_eq!(rings.load(Ordering::SeqCst), 1);
+        assert_eq!(pace.take_last_reads(), Vec::<u32>::new());
+        // the ledger was written a moment ago: a last read rings all the same
+        assert!(freshen(&bell, &ledger, Ring::Last { stepd: 4242 }).is_fresh());
+        assert_eq!(rings.load(Ordering::SeqCst), 2);
+        assert_eq!(pace.take_last_reads(), vec![4242]);
+        assert_eq!(pace.take_last_reads(), Vec::<u32>::new());
+        for garbage in [
+            &b"last"[..],
+            b"last -1",
+            b"last 99999999999",
+            b"\xff\xfe",
+            b"",
+        ] {
+            assert_eq!(Ring::decode(garbage), Ring::Fresh, "{garbage:?}");
+        }
+        let last = Ring::Last { stepd: u32::MAX };
+        assert_eq!(Ring::decode(last.encode().as_bytes()), last);
     }
 
     /// Samples every 100 ms, a step asking at each: the first [`RING_BURST`] asks are
@@ -374,7 +484,7 @@ mod tests {
             // the socket's queue holds a few hundred: a ring beyond is refused, as a step
             // that rings then does not wait
             let sent = Instant::now();
-            if ring(&bell) {
+            if ring(&bell, Ring::Fresh) {
                 rung += 1;
                 last_ring = sent;
             }
@@ -407,7 +517,7 @@ mod tests {
         // slurmd listens but never writes (hung)
         let _doorbell = Doorbell::open(&bell, Arc::default(), || {}).expect("doorbell");
         let t0 = Instant::now();
-        assert!(!freshen(&bell, &ledger).is_fresh());
+        assert!(!freshen(&bell, &ledger, Ring::Fresh).is_fresh());
         let waited = t0.elapsed();
         assert!(
             waited >= ANSWER_WAIT && waited < ANSWER_WAIT * 3,

@@ -80,6 +80,9 @@ pub struct Keeper {
     procs: Procs,
     /// Where each present step runs, dropped with the step.
     places: HashMap<(u32, StepId), Place>,
+    /// The present steps whose slurmstepd made its last read:
+    /// charged no more, nor their job once its extern step's is made (`Ring::Last`).
+    ended: HashSet<(u32, StepId)>,
     /// When each present step's slurmstepd started (its process's start once found, its
     /// socket's time until then).
     starts: HashMap<(u32, StepId), Option<SystemTime>>,
@@ -162,6 +165,7 @@ impl Keeper {
             holders: None,
             procs: Procs::from_path(Path::new(procs::PROC_ROOT)),
             places: HashMap::new(),
+            ended: HashSet::new(),
             starts: HashMap::new(),
             samples: 0,
             spool: spool.to_path_buf(),
@@ -251,6 +255,15 @@ impl Keeper {
         self.ledger
             .update(&observation, self.split, LEDGER_INTERVAL);
         self.samples += 1;
+        // charged up to this update, which answers their last read
+        let last_reads = self.pace.take_last_reads();
+        if !last_reads.is_empty() {
+            let ended = self
+                .places
+                .iter()
+                .filter(|(_, place)| place.stepd().is_some_and(|pid| last_reads.contains(&pid)));
+            self.ended.extend(ended.map(|(step, _)| *step));
+        }
         match self.ledger.store(&self.path) {
             Ok(()) if self.failing => {
                 log::info!("the energy ledger is published again");
@@ -297,8 +310,17 @@ impl Keeper {
         if let Some(holders) = self.holders.as_mut() {
             holders.retain(&present.keys().copied().collect());
         }
+        let done: HashSet<u32> = self
+            .ended
+            .iter()
+            .filter(|(_, step)| *step == StepId::EXTERN)
+            .map(|(job, _)| *job)
+            .collect();
         let mut jobs: Vec<ObservedJob> = Vec::new();
         for &(job, step) in present.keys() {
+            if done.contains(&job) || self.ended.contains(&(job, step)) {
+                continue;
+            }
             let holds = match self.holders.as_mut() {
                 Some(holders) => holders.holds(&self.procs, (job, step), devices),
                 None => Vec::new(),
@@ -356,6 +378,7 @@ impl Keeper {
     fn locate(&mut self, present: &BTreeMap<(u32, StepId), PathBuf>) {
         let now = self.samples;
         self.places.retain(|step, _| present.contains_key(step));
+        self.ended.retain(|step| present.contains_key(step));
         self.starts.retain(|step, _| present.contains_key(step));
         for (step, socket) in present {
             self.starts

@@ -5,11 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{LEDGER_PERIOD, Ledger, MAX_GAP, RUN_SLACK, doorbell, unix};
+use super::doorbell::{self, Ring};
+use super::{LEDGER_PERIOD, Ledger, MAX_GAP, RUN_SLACK, unix};
 use crate::accounting::MAX_SENSORS;
 use crate::attribution::procs::Procs;
-use crate::attribution::{StepId, own_step};
-use crate::source::{EnergyReader, Reading, SensorReading, stale_after};
+use crate::attribution::{StepId, own_step, present_steps};
+use crate::source::{Reading, SensorReading, Source, stale_after};
 
 /// A step reads the file at each of Slurm's calls and has no sampling thread (there is no
 /// counter to wrap); its figure goes stale only when the ledger does.
@@ -36,14 +37,19 @@ pub struct StepFigure {
     /// When this process started (Unix time), once read: a step of its name in the ledger
     /// begun before it is a run before this one.
     started: Option<f64>,
+    /// Whether a read saw its tasks: their end is then its last edge.
+    had_tasks: bool,
+    /// An extern step: whether a read saw another step of its job (see
+    /// [`StepFigure::extern_left_alone`]).
+    saw_siblings: bool,
+    /// Whether it rang for its last read ([`Ring::Last`]), which it does once.
+    said_last: bool,
     /// What the step counted in the ledger it reads now.
     counted: Option<Counted>,
     /// What it counted in ledgers before this one.
     carried_uj: u64,
     /// The trouble with the ledger now, logged when it began.
     trouble: Option<String>,
-    /// slurmd did not answer the last ring (logged when it began).
-    unanswered: bool,
     /// In node mode, the node's parts as the ledger last gave them, for the profile.
     parts: Vec<SensorReading>,
 }
@@ -109,10 +115,12 @@ impl StepFigure {
             bring_forward: true,
             step: None,
             started: None,
+            had_tasks: false,
+            saw_siblings: false,
+            said_last: false,
             counted: None,
             carried_uj: 0,
             trouble: None,
-            unanswered: false,
             parts: Vec::new(),
         }
     }
@@ -132,6 +140,26 @@ impl StepFigure {
             self.step = own_step(&String::from_utf8_lossy(&text).replace('\0', " "));
         }
         self.step
+    }
+
+    /// Whether this is an extern step whose job's other steps, seen before, are all gone.
+    /// From 25.05 the extern step runs no task of its own: its main thread waits for the
+    /// job's other steps to end, then makes the step's last read. Its main thread reads
+    /// at no other moment once they have begun (sstat's reads and the periodic polls come
+    /// from other threads). A step is present while its slurmstepd's socket is in the
+    /// spool dir, which only root writes.
+    fn extern_left_alone(&mut self) -> bool {
+        let Some((job, StepId::EXTERN)) = self.step() else {
+            return false;
+        };
+        let Some(spool) = self.path.parent() else {
+            return false;
+        };
+        let siblings = present_steps(spool)
+            .keys()
+            .any(|&(j, s)| j == job && s != StepId::EXTERN);
+        self.saw_siblings |= siblings;
+        self.saw_siblings && !siblings
     }
 
     /// Whether a step of this name begun at `since` (Unix time) is this run of it, not an
@@ -245,7 +273,9 @@ impl StepFigure {
     }
 }
 
-impl EnergyReader for StepFigure {
+impl Source for StepFigure {
+    type Poll = Reading;
+
     fn describe(&self) -> String {
         let what = if self.shared {
             "this step's share of the node's energy"
@@ -255,12 +285,31 @@ impl EnergyReader for StepFigure {
         format!("{what}, from slurmd's ledger {}", self.path.display())
     }
 
-    fn read(&mut self, _now: Instant) -> Reading {
+    fn poll(&mut self, _now: Instant) -> Reading {
+        // the figure is as of this call: a sample slurmd takes for its ring comes after it,
+        // and is not brought forward by the time slurmd then took to write it (at a power
+        // over a window that may reach back before a fall, that would count energy after a
+        // step's end into its last figure, or leave it out of its first)
+        let called = unix_now();
         // at the step's edges (before its tasks start, after they end) the figure is the
         // step's first or last: it needs a ledger sampled now; so does any read but Slurm's
         // periodic polls (sstat's) where plugins are stacked, whose figures are not brought
         // forward
         let tasks = !self.procs.children(self.pid).is_empty();
+        // its tasks were seen and are gone, or it is an extern step its job's other steps
+        // have left and its main thread reads: the step ends, and this is its last read
+        // (said once; Slurm's reads after it find the same figure). Only a step without
+        // tasks looks for its job's steps (25.05's extern step), at each read until then.
+        let ended = if self.had_tasks {
+            !tasks
+        } else {
+            !tasks
+                && !self.said_last
+                && self.extern_left_alone()
+                && self.procs.calling_tid() == Some(self.pid)
+        };
+        let last = ended && !self.said_last;
+        self.had_tasks |= tasks;
         let edge = match self.counted {
             None => !tasks,
             Some(_) => {
@@ -271,20 +320,36 @@ impl EnergyReader for StepFigure {
                 !periodic && (!tasks || !self.bring_forward)
             }
         };
-        let unanswered =
-            edge && !doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path).is_fresh();
-        let now = unix_now();
+        let how = if last {
+            Ring::Last { stepd: self.pid }
+        } else {
+            Ring::Fresh
+        };
+        let unanswered = edge
+            && !doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path, how).is_fresh();
+        self.said_last |= edge && last;
         let counted = match Ledger::load(&self.path) {
             Ok(Some(ledger)) => {
-                let age = now - ledger.sampled_at();
-                if unanswered && age > 2.0 * LEDGER_PERIOD.as_secs_f64() && !self.unanswered {
+                let age = called - ledger.sampled_at();
+                // a slurmd that does not answer within ANSWER_WAIT is gone or starved: the
+                // figure is then older than the call, by how much is said at each such read
+                // (a step rings at its edges only: its first and last reads, and sstat's
+                // where plugins are stacked), so any figure's error can be bounded
+                if unanswered && age > 0.0 {
+                    let taken = if self.bring_forward {
+                        format!(
+                            "brought forward (at most {:.0} s, at its power) from",
+                            LEDGER_PERIOD.as_secs_f64()
+                        )
+                    } else {
+                        "as of".to_string()
+                    };
                     log::warn!(
                         "slurmd did not answer this step's request for a fresh energy ledger: \
-                         its figure is as of the ledger's last sample, {age:.1} s ago"
+                         its figure is {taken} the ledger's last sample, {age:.1} s ago"
                     );
                 }
-                self.unanswered = unanswered;
-                self.count(&ledger, now)
+                self.count(&ledger, called)
             }
             Ok(None) => Err(format!(
                 "there is no energy ledger {} (slurmd does not run this plugin, or cannot \

@@ -21,8 +21,9 @@ pub use files::{FileError, Value, parse_value};
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
-use crate::power::{Bound, Sample, Screen};
-use crate::source::{EnergyReader, HardwareCount, Reading, SensorReading, Source};
+use crate::plugin::Plugin;
+use crate::power::{Bound, Screen};
+use crate::source::{HardwareCount, Reading, Sample, SensorReading, Source};
 use files::{Files, Pair, PairValues};
 
 /// The controller scans about ten times a second; a sample a second keeps CurrentWatts
@@ -117,28 +118,49 @@ pub struct PmCounters {
     power: Screen,
     parts: Vec<Part>,
     startup: Option<String>,
-    /// The controller's time of the first scan, and when it was read: controller times
-    /// map to instants from here, so rates follow the controller's own clock.
+    /// A scan's controller time, and an instant no earlier than that scan: controller
+    /// times map to instants from here, so rates and readings follow the controller's own
+    /// clock.
     anchor: Option<(u64, Instant)>,
 }
 
 impl PmCounters {
+    /// When the controller took `value`, read at `now`. A scan is read after it is taken,
+    /// so a mapping that would put one after its read is moved to that read: the anchor
+    /// settles on the freshest read seen, and a late first read does not date every later
+    /// scan late. A controller clock that went back (a restart) is anchored anew.
     fn at(&mut self, value: &Value, now: Instant) -> Instant {
-        let (at_us, then) = *self.anchor.get_or_insert((value.at_us, now));
-        then.checked_add(Duration::from_micros(value.at_us.saturating_sub(at_us)))
-            .unwrap_or(now)
+        if let Some((at_us, then)) = self.anchor
+            && let Some(at) = value
+                .at_us
+                .checked_sub(at_us)
+                .and_then(|us| then.checked_add(Duration::from_micros(us)))
+            && at <= now
+        {
+            return at;
+        }
+        self.anchor = Some((value.at_us, now));
+        now
     }
 
-    fn count_node(&mut self, values: &PairValues, restarted: bool, now: Instant) -> Option<String> {
+    /// Counts the node's energy in `values`; a problem for the log, and when it was taken.
+    fn count_node(
+        &mut self,
+        values: &PairValues,
+        restarted: bool,
+        now: Instant,
+    ) -> (Option<String>, Instant) {
         let at = self.at(&values.energy_j, now);
-        self.node
-            .advance(values.energy_j.value, at, restarted, "energy")
+        let problem = self
+            .node
+            .advance(values.energy_j.value, at, restarted, "energy");
+        (problem, at)
     }
 }
 
-impl Source for PmCounters {
+impl Plugin for PmCounters {
     type Config = PmCountersConfig;
-    type Reader = Self;
+    type Source = Self;
     const KEYS: &'static [&'static str] = config::PmCountersConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<PmCountersConfig, ConfigError> {
@@ -192,7 +214,9 @@ impl Source for PmCounters {
     }
 }
 
-impl EnergyReader for PmCounters {
+impl Source for PmCounters {
+    type Poll = Reading;
+
     fn describe(&self) -> String {
         let parts: Vec<&str> = self.parts.iter().map(|p| p.pair.prefix.as_str()).collect();
         format!(
@@ -207,7 +231,7 @@ impl EnergyReader for PmCounters {
         )
     }
 
-    fn read(&mut self, now: Instant) -> Reading {
+    fn poll(&mut self, now: Instant) -> Reading {
         let pairs: Vec<Pair> = self.parts.iter().map(|p| p.pair.clone()).collect();
         let scan = self.files.scan(&pairs);
         let restarted = !scan.startup.is_empty()
@@ -227,9 +251,9 @@ impl EnergyReader for PmCounters {
         }
         match &scan.node {
             Ok(values) => {
-                reading
-                    .problems
-                    .extend(self.count_node(values, restarted, now));
+                let (problem, taken_at) = self.count_node(values, restarted, now);
+                reading.problems.extend(problem);
+                reading.taken_at = Some(taken_at);
                 reading.energy_uj = self.node.total_uj();
                 reading.unsettled = !self.node.counter.settled();
                 // named by the controller's startup: a count begun again is another count
@@ -310,19 +334,23 @@ mod tests {
     use std::fs;
     use std::path::Path;
 
-    /// A controller directory written as the real one is.
+    /// A controller directory written as the real one is, on a clock of its own that the
+    /// tests advance scan by scan.
     struct Controller {
         dir: tempfile::TempDir,
         freshness: u64,
         at_us: u64,
+        started: (u64, Instant),
     }
 
     impl Controller {
         fn new() -> Self {
+            let at_us = 1_734_094_386_000_000;
             let c = Controller {
                 dir: tempfile::tempdir().expect("tempdir"),
                 freshness: 0,
-                at_us: 1_734_094_386_000_000,
+                at_us,
+                started: (at_us, Instant::now()),
             };
             c.write("startup", "1734000000000000");
             c.write("version", "2");
@@ -358,10 +386,17 @@ mod tests {
             })
             .expect("open")
         }
-    }
 
-    fn read(pm: &mut PmCounters) -> Reading {
-        pm.read(Instant::now())
+        /// The instant of the last scan, by the controller's clock.
+        fn scanned(&self) -> Instant {
+            let (at_us, then) = self.started;
+            then + Duration::from_micros(self.at_us - at_us)
+        }
+
+        /// Polls `pm` 5 ms after the last scan.
+        fn read(&self, pm: &mut PmCounters) -> Reading {
+            pm.poll(self.scanned() + Duration::from_millis(5))
+        }
     }
 
     #[test]
@@ -369,18 +404,42 @@ mod tests {
         let mut c = Controller::new();
         c.scan(5000, 300, &[("cpu", 100), ("memory", 50), ("accel0", 7)]);
         let mut pm = c.open();
-        let first = read(&mut pm);
+        let first = c.read(&mut pm);
         assert!(first.complete);
         assert_eq!(first.energy_uj, 0);
         assert_eq!(first.watts, Some(300.0));
         let labels: Vec<&str> = first.sensors.iter().map(|s| s.label).collect();
         assert_eq!(labels, ["Cpu", "Memory", "Accel0"]);
         c.scan(5030, 300, &[("cpu", 120), ("memory", 52), ("accel0", 9)]);
-        let r = read(&mut pm);
+        let r = c.read(&mut pm);
         assert_eq!(r.energy_uj, 30_000_000);
         assert_eq!(r.sensors[0].energy_uj, Some(20_000_000));
         assert_eq!(r.sensors[2].watts, Some(10.0));
         assert!(r.problems.is_empty(), "{:?}", r.problems);
+    }
+
+    /// A reading is dated when the controller took it: by the freshest read seen, however
+    /// late the first read or this one came.
+    #[test]
+    fn a_reading_is_dated_by_the_controllers_scan() {
+        let mut c = Controller::new();
+        c.scan(1000, 300, &[]);
+        let mut pm = c.open();
+        // the first read comes 300 ms after the scan, the next 5 ms after theirs
+        let late = Duration::from_millis(300);
+        assert_eq!(
+            pm.poll(c.scanned() + late).taken_at,
+            Some(c.scanned() + late)
+        );
+        let fresh = Duration::from_millis(5);
+        c.scan(1030, 300, &[]);
+        assert_eq!(c.read(&mut pm).taken_at, Some(c.scanned() + fresh));
+        // a scan read 400 ms late, as a stalled controller or reader leaves it: dated as
+        // the freshest read dated its scan
+        c.scan(1060, 300, &[]);
+        let r = pm.poll(c.scanned() + Duration::from_millis(400));
+        assert_eq!(r.taken_at, Some(c.scanned() + fresh));
+        assert_eq!(r.energy_uj, 60_000_000);
     }
 
     #[test]
@@ -388,19 +447,19 @@ mod tests {
         let mut c = Controller::new();
         c.scan(10_000, 300, &[]);
         let mut pm = c.open();
-        read(&mut pm);
+        c.read(&mut pm);
         // 300 W for 1 s, in 10 scans
         for k in 1..=10 {
             c.scan(10_000 + 30 * k, 300, &[]);
         }
-        assert_eq!(read(&mut pm).energy_uj, 300_000_000);
+        assert_eq!(c.read(&mut pm).energy_uj, 300_000_000);
         // restart: startup changes, the counter starts again from zero
         for _ in 0..5 {
             c.scan(0, 300, &[]);
         }
         c.write("startup", "1734094399000000");
         c.scan(150, 300, &[]);
-        let r = read(&mut pm);
+        let r = c.read(&mut pm);
         // counting goes on from 150 J; the gap (0.6 s of controller time) waits for the
         // power measured after the restart
         assert_eq!(r.energy_uj, 300_000_000, "{:?}", r.problems);
@@ -411,18 +470,18 @@ mod tests {
         );
         for k in 1..=5 {
             c.scan(150 + 30 * k, 300, &[]);
-            read(&mut pm);
+            c.read(&mut pm);
         }
         // 150 J counted since, and the gap at the 300 W measured over 0.5 s: 180 J
-        assert_eq!(read(&mut pm).energy_uj, 630_000_000);
+        assert_eq!(c.read(&mut pm).energy_uj, 630_000_000);
         // a fall without a new startup: a suspect, confirmed as a restart by the next scan
         // that advances from it, never a negative or bogus delta
         c.scan(3, 300, &[]);
-        let r = read(&mut pm);
+        let r = c.read(&mut pm);
         assert_eq!(r.energy_uj, 630_000_000);
         assert!(r.problems[0].contains("cannot reach"), "{:?}", r.problems);
         c.scan(33, 300, &[]);
-        let r = read(&mut pm);
+        let r = c.read(&mut pm);
         assert!(
             r.energy_uj >= 660_000_000 && r.energy_uj <= 700_000_000,
             "{}",
@@ -436,23 +495,23 @@ mod tests {
         let mut c = Controller::new();
         c.scan(1000, 200, &[("cpu", 10)]);
         let mut pm = c.open();
-        read(&mut pm);
+        c.read(&mut pm);
         fs::remove_file(c.path().join("energy")).expect("rm");
-        let r = read(&mut pm);
+        let r = c.read(&mut pm);
         assert!(!r.complete);
         assert!(r.problems[0].starts_with("energy: "), "{:?}", r.problems);
         c.scan(1100, 200, &[("cpu", 12)]);
         c.write("cpu_energy", "garbage");
-        let r = read(&mut pm);
+        let r = c.read(&mut pm);
         assert!(r.complete);
         assert_eq!(r.energy_uj, 100_000_000);
         assert_eq!(r.sensors[0].energy_uj, None);
         c.write("energy", "\u{1}\u{2} J");
-        let r = read(&mut pm);
+        let r = c.read(&mut pm);
         assert!(!r.complete);
         assert!(r.problems[0].contains("cannot read"), "{:?}", r.problems);
         c.scan(1200, 200, &[("cpu", 30)]);
-        let r = read(&mut pm);
+        let r = c.read(&mut pm);
         assert_eq!(r.energy_uj, 200_000_000);
         assert_eq!(r.sensors[0].energy_uj, Some(20_000_000));
     }

@@ -16,7 +16,8 @@ pub use topology::{CpuModel, Package, parse_cpuinfo};
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
-use crate::source::{EnergyReader, HardwareCount, Reading, Source};
+use crate::plugin::Plugin;
+use crate::source::{HardwareCount, Reading, Source};
 
 /// Sample at least this many times per shortest wrap at maximum power.
 const SAMPLES_PER_WRAP: f64 = 4.0;
@@ -163,9 +164,9 @@ pub struct Rapl {
     how: String,
 }
 
-impl Source for Rapl {
+impl Plugin for Rapl {
     type Config = RaplConfig;
-    type Reader = Self;
+    type Source = Self;
     const KEYS: &'static [&'static str] = RaplConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<RaplConfig, ConfigError> {
@@ -181,7 +182,9 @@ impl Source for Rapl {
     }
 }
 
-impl EnergyReader for Rapl {
+impl Source for Rapl {
+    type Poll = Reading;
+
     fn describe(&self) -> String {
         let labels: Vec<&str> = self.counters.iter().map(|c| c.label.as_str()).collect();
         format!(
@@ -192,7 +195,7 @@ impl EnergyReader for Rapl {
         )
     }
 
-    fn read(&mut self, now: Instant) -> Reading {
+    fn poll(&mut self, now: Instant) -> Reading {
         let mut reading = Reading {
             energy_uj: 0,
             complete: true,
@@ -467,11 +470,11 @@ mod tests {
             rapl.describe()
         );
         let t0 = Instant::now();
-        assert_eq!(rapl.read(t0).energy_uj, 0);
+        assert_eq!(rapl.poll(t0).energy_uj, 0);
         // package 0 wraps: +0x10000 + 0x8000 counts = 1.5 J; package 1 +1 J
         fake::msr(root, 0, AMD_PKG, 0x8000);
         fake::msr(root, 2, AMD_PKG, 0xFFFF_0000 + 0x1_0000);
-        let r = rapl.read(t0 + Duration::from_millis(100));
+        let r = rapl.poll(t0 + Duration::from_millis(100));
         assert!(r.complete);
         assert_eq!(r.energy_uj, 2_500_000);
         // 4 samples per shortest wrap would be 65536 J / 1000 W / 4 = 16 s: capped
@@ -488,10 +491,10 @@ mod tests {
         fake::msr(root, 0, 0x619, 0);
         let mut rapl = Rapl::open_at(&msr_config(root), &paths).expect("open");
         let t0 = Instant::now();
-        rapl.read(t0);
+        rapl.poll(t0);
         fake::msr(root, 0, 0x611, 1 << 14); // 1 J in package units
         fake::msr(root, 0, 0x619, 1 << 16); // 1 J in the fixed DRAM unit
-        let r = rapl.read(t0 + Duration::from_millis(100));
+        let r = rapl.poll(t0 + Duration::from_millis(100));
         // Slurm <= 24.11 would report 1 J + 4 J here
         assert_eq!(r.energy_uj, 2_000_000);
     }
@@ -505,17 +508,17 @@ mod tests {
         fake::msr(root, 0, AMD_PKG, 100);
         let mut rapl = Rapl::open_at(&msr_config(root), &paths).expect("open");
         let t0 = Instant::now();
-        rapl.read(t0);
+        rapl.poll(t0);
         // the register vanishes: the file shrinks below it
         let file = fs::OpenOptions::new()
             .write(true)
             .open(root.join("msr0"))
             .expect("open");
         file.set_len(AMD_PKG).expect("truncate");
-        let r = rapl.read(t0 + Duration::from_secs(1));
+        let r = rapl.poll(t0 + Duration::from_secs(1));
         assert!(!r.complete && r.problems[0].contains("package-0"), "{r:?}");
         fake::msr(root, 0, AMD_PKG, 100 + (3 << 16));
-        let r = rapl.read(t0 + Duration::from_secs(2));
+        let r = rapl.poll(t0 + Duration::from_secs(2));
         assert!(r.complete);
         assert_eq!(r.energy_uj, 3_000_000);
     }
@@ -535,12 +538,12 @@ mod tests {
             } else {
                 truth(s)
             });
-            let r = rapl.read(t0 + Duration::from_secs_f64(s));
+            let r = rapl.poll(t0 + Duration::from_secs_f64(s));
             assert!(r.complete, "{r:?}");
             problems.extend(r.problems);
         }
         assert_eq!(
-            rapl.read(t0 + Duration::from_secs(10)).energy_uj,
+            rapl.poll(t0 + Duration::from_secs(10)).energy_uj,
             2_000_000_000
         );
         assert!(
@@ -600,11 +603,11 @@ mod tests {
         };
         let mut rapl = Rapl::open_at(&RaplConfig::default(), &paths).expect("auto -> powercap");
         let t0 = Instant::now();
-        rapl.read(t0);
+        rapl.poll(t0);
         // package wraps at 999_999 -> 0: 1_000 uJ to the top, +500 after
         zone("intel-rapl:0", "package-0", 500, 999_999);
         zone("intel-rapl:0:0", "dram", 20, 999_999);
-        let r = rapl.read(t0 + Duration::from_millis(10));
+        let r = rapl.poll(t0 + Duration::from_millis(10));
         assert_eq!(r.energy_uj, 1_500 + 10);
         // 1 J range at 1000 W: one wrap per ms, sampling clamps to the minimum
         assert_eq!(rapl.sample_period(), MIN_PERIOD);

@@ -124,7 +124,7 @@ mod tests {
     /// One acct_gather.conf for a cluster of BMCs named after their nodes.
     #[test]
     fn the_url_names_each_nodes_own_bmc() {
-        use crate::source::Source;
+        use crate::plugin::Plugin;
         let c = parse(&[(KEY_URL, "https://%n-bmc.example.org:8443")]).expect("valid");
         assert_eq!(c.show()[0].1, "https://%n-bmc.example.org:8443");
         let mine = super::super::Bmc::for_node(&c, "node17");

@@ -17,8 +17,9 @@ pub use config::{
 pub use resources::{ChassisReading, Method};
 
 use crate::config::{ConfigError, KeyValues};
-use crate::power::{Polled, PowerSensor, ReadError, Sample};
-use crate::source::Source;
+use crate::plugin::Plugin;
+use crate::power::{Polled, Settings};
+use crate::source::{Failure, Power, Sample, Source};
 use client::Client;
 
 /// Sensors members looked at for an energy reading, at most (a chassis lists dozens).
@@ -109,9 +110,9 @@ impl Bmc {
     }
 }
 
-impl Source for Bmc {
+impl Plugin for Bmc {
     type Config = RedfishConfig;
-    type Reader = Polled<Bmc>;
+    type Source = Polled<Bmc>;
     const KEYS: &'static [&'static str] = RedfishConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<RedfishConfig, ConfigError> {
@@ -133,21 +134,20 @@ impl Source for Bmc {
     }
 
     fn open(config: &RedfishConfig) -> Result<Polled<Bmc>, String> {
-        Polled::start(config)
+        let settings = Settings {
+            period: config.frequency,
+            extrapolate: true,
+            max_watts_key: KEY_MAX_WATTS,
+            max_watts: config.max_watts,
+            default_max_watts: config::DEFAULT_MAX_WATTS,
+        };
+        let config = config.clone();
+        Polled::start(&settings, move || Bmc::connect(&config))
     }
 }
 
-impl PowerSensor for Bmc {
-    const MAX_WATTS_KEY: &'static str = KEY_MAX_WATTS;
-    const DEFAULT_MAX_WATTS: u32 = config::DEFAULT_MAX_WATTS;
-
-    fn period(config: &RedfishConfig) -> std::time::Duration {
-        config.frequency
-    }
-
-    fn max_watts(config: &RedfishConfig) -> Option<u32> {
-        config.max_watts
-    }
+impl Source for Bmc {
+    type Poll = Power;
 
     /// The chassis' stated capacities, summed as their power is, when every chassis read
     /// states one.
@@ -161,7 +161,29 @@ impl PowerSensor for Bmc {
         })
     }
 
-    fn connect(config: &RedfishConfig) -> Result<Self, String> {
+    fn describe(&self) -> String {
+        let how: Vec<String> = self
+            .chassis
+            .iter()
+            .map(|c| format!("{}: {}", c.path, c.method.describe()))
+            .collect();
+        format!(
+            "Redfish BMC {} with {}; {}",
+            self.client.base(),
+            self.client.auth(),
+            how.join("; ")
+        )
+    }
+
+    fn poll(&mut self, _now: Instant) -> Power {
+        self.read_all().map_err(Failure::Reconnect)
+    }
+}
+
+impl Bmc {
+    /// Connects to the BMC and chooses what to read of each chassis. Runs in the poller
+    /// thread; may block up to the client's timeouts.
+    pub fn connect(config: &RedfishConfig) -> Result<Self, String> {
         let client = Client::connect(config)?;
         let collection = client.get("/redfish/v1/Chassis")?;
         let mut chassis = Vec::new();
@@ -186,23 +208,5 @@ impl PowerSensor for Bmc {
         // a first reading: the baseline of counters that come without a power reading
         bmc.read_all()?;
         Ok(bmc)
-    }
-
-    fn describe(&self) -> String {
-        let how: Vec<String> = self
-            .chassis
-            .iter()
-            .map(|c| format!("{}: {}", c.path, c.method.describe()))
-            .collect();
-        format!(
-            "Redfish BMC {} with {}; {}",
-            self.client.base(),
-            self.client.auth(),
-            how.join("; ")
-        )
-    }
-
-    fn read_watts(&mut self) -> Result<Sample, ReadError> {
-        self.read_all().map_err(ReadError::Broken)
     }
 }

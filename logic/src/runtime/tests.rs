@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::config::ConfigError;
-use crate::source::Reading;
+use crate::source::{Reading, Source};
 
 /// Hardware a test controls: energy so far, and whether reading it panics.
 #[derive(Default)]
@@ -39,14 +39,16 @@ fn set_joules(hw: &FakeHardware, joules: u64) {
     hw.energy_uj.store(joules * 1_000_000, Ordering::SeqCst);
 }
 
-struct FakeReader(Arc<FakeHardware>);
+struct FakeSource(Arc<FakeHardware>);
 
-impl EnergyReader for FakeReader {
+impl Source for FakeSource {
+    type Poll = Reading;
+
     fn describe(&self) -> String {
         "fake".into()
     }
 
-    fn read(&mut self, _now: Instant) -> Reading {
+    fn poll(&mut self, _now: Instant) -> Reading {
         assert!(
             !self.0.panics.load(Ordering::SeqCst),
             "the fake source panics"
@@ -76,9 +78,9 @@ const KEY_ID: &str = "EnergyFakeId";
 
 struct Fake;
 
-impl Source for Fake {
+impl Plugin for Fake {
     type Config = FakeConfig;
-    type Reader = FakeReader;
+    type Source = FakeSource;
     const KEYS: &'static [&'static str] = &[KEY_ID];
 
     fn parse_config(values: &KeyValues) -> Result<FakeConfig, ConfigError> {
@@ -92,7 +94,7 @@ impl Source for Fake {
         vec![(KEY_ID, config.id.to_string())]
     }
 
-    fn open(config: &FakeConfig) -> Result<FakeReader, String> {
+    fn open(config: &FakeConfig) -> Result<FakeSource, String> {
         let hw = HARDWARE
             .lock()
             .expect("lock")
@@ -100,16 +102,16 @@ impl Source for Fake {
             .cloned()
             .ok_or_else(|| format!("no fake hardware {}", config.id))?;
         hw.opened.fetch_add(1, Ordering::SeqCst);
-        Ok(FakeReader(hw))
+        Ok(FakeSource(hw))
     }
 }
 
 /// A fake source that, like rust_gpu, measures devices Slurm allocates to jobs.
 struct DeviceFake;
 
-impl Source for DeviceFake {
+impl Plugin for DeviceFake {
     type Config = FakeConfig;
-    type Reader = FakeReader;
+    type Source = FakeSource;
     const KEYS: &'static [&'static str] = &[KEY_ID];
     const ALLOCATED_DEVICES: bool = true;
 
@@ -121,7 +123,7 @@ impl Source for DeviceFake {
         Fake::show_config(config)
     }
 
-    fn open(config: &FakeConfig) -> Result<FakeReader, String> {
+    fn open(config: &FakeConfig) -> Result<FakeSource, String> {
         Fake::open(config)
     }
 }
@@ -239,7 +241,7 @@ fn config(id: u32) -> KeyValues {
     values
 }
 
-fn record(rt: &Runtime<impl Source, TestHost>, query: Query) -> EnergyRecord {
+fn record(rt: &Runtime<impl Plugin, TestHost>, query: Query) -> EnergyRecord {
     match rt.get(query) {
         Ok(Answer::Record(r)) => r,
         Ok(Answer::Records(r)) if r.len() == 1 => r[0],
@@ -248,7 +250,7 @@ fn record(rt: &Runtime<impl Source, TestHost>, query: Query) -> EnergyRecord {
     }
 }
 
-fn consumed(rt: &Runtime<impl Source, TestHost>, query: Query) -> Option<u64> {
+fn consumed(rt: &Runtime<impl Plugin, TestHost>, query: Query) -> Option<u64> {
     record(rt, query).consumed_j
 }
 

@@ -4,8 +4,8 @@
 //! segfaults on some paths, prints to stdout, can hang in vendor libraries, and keeps
 //! global state without locks. So the plugin starts `acct_gather_energy_rust_variorum_sampler`
 //! (crate `plugins/variorum-sampler`), which loads the library and writes one line per
-//! sample into a pipe (protocol in [`sampler`]). Here, [`Variorum`] is a
-//! [`PowerSensor`]: `connect` starts a fresh sampler, `read_watts` waits for its next
+//! sample into a pipe (protocol in [`sampler`]). Here, [`Variorum`] is a source of
+//! [`Power`]: `connect` starts a fresh sampler, `poll` waits for its next
 //! sample up to `EnergyVariorumTimeout`, and anything wrong (timeout, exit, crash, garbage,
 //! a Variorum error) kills and reaps the sampler and returns an error, after which the
 //! poller reconnects with backoff. The sampler also dies with its parent thread
@@ -23,7 +23,7 @@ pub mod sampler;
 
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub use config::{
     DEFAULT_LIBRARY, KEY_FREQUENCY, KEY_LIBRARY, KEY_MAX_WATTS, KEY_SAMPLER, KEY_TIMEOUT,
@@ -33,7 +33,9 @@ pub use json::{DevicePower, JsonError, NodePower, NodeSource, Schema, SocketPowe
 pub use sampler::SamplerError;
 
 use crate::config::{ConfigError, KeyValues};
-use crate::power::{Polled, PowerSensor, ReadError, Sample};
+use crate::plugin::Plugin;
+use crate::power::{Polled, Settings};
+use crate::source::{Failure, Power, Sample, Source};
 use protocol::Line;
 use sampler::Sampler;
 
@@ -52,10 +54,8 @@ fn plugin_dir() -> Option<PathBuf> {
         .clone()
 }
 
-/// The rust_variorum source: the sampler polled by a thread in slurmd; steps read its ledger.
-pub type Source = Variorum;
-
-/// A connected sampler.
+/// A connected sampler; the rust_variorum plugin, polled by a thread in slurmd (steps read
+/// its ledger).
 pub struct Variorum {
     sampler: Sampler,
     config: VariorumConfig,
@@ -140,9 +140,9 @@ pub enum VariorumError {
     Sampler(#[from] SamplerError),
 }
 
-impl crate::source::Source for Variorum {
+impl Plugin for Variorum {
     type Config = VariorumConfig;
-    type Reader = Polled<Variorum>;
+    type Source = Polled<Variorum>;
     const KEYS: &'static [&'static str] = VariorumConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
@@ -158,25 +158,28 @@ impl crate::source::Source for Variorum {
     }
 
     fn open(config: &Self::Config) -> Result<Polled<Variorum>, String> {
-        Polled::start(config)
+        let settings = Settings {
+            period: config.period,
+            extrapolate: true,
+            max_watts_key: KEY_MAX_WATTS,
+            max_watts: config.max_watts,
+            default_max_watts: config::DEFAULT_MAX_WATTS,
+        };
+        let config = config.clone();
+        Polled::start(&settings, move || Variorum::connect(&config))
     }
 }
 
-impl PowerSensor for Variorum {
-    const MAX_WATTS_KEY: &'static str = KEY_MAX_WATTS;
-    const DEFAULT_MAX_WATTS: u32 = config::DEFAULT_MAX_WATTS;
-
-    fn period(config: &Self::Config) -> Duration {
-        config.period
-    }
-
-    fn max_watts(config: &Self::Config) -> Option<u32> {
-        config.max_watts
-    }
-
-    fn connect(config: &Self::Config) -> Result<Self, String> {
+impl Variorum {
+    /// Starts a fresh sampler. Runs in the poller thread; waits for the sampler's start-up
+    /// report up to its timeout.
+    pub fn connect(config: &VariorumConfig) -> Result<Self, String> {
         Self::start(config).map_err(|e| e.to_string())
     }
+}
+
+impl Source for Variorum {
+    type Poll = Power;
 
     fn describe(&self) -> String {
         let version = self
@@ -193,7 +196,7 @@ impl PowerSensor for Variorum {
         )
     }
 
-    fn read_watts(&mut self) -> Result<Sample, ReadError> {
+    fn poll(&mut self, _now: Instant) -> Power {
         let (watts, at) = match self.sample() {
             Ok((power, at)) => (power.node_watts, at),
             Err(
@@ -201,9 +204,9 @@ impl PowerSensor for Variorum {
                     JsonError::ZeroPower | JsonError::NoPower,
                 )),
             ) => {
-                return Err(ReadError::Skip(e.to_string()));
+                return Err(Failure::Retry(e.to_string()));
             }
-            Err(e) => return Err(ReadError::Broken(e.to_string())),
+            Err(e) => return Err(Failure::Reconnect(e.to_string())),
         };
         Ok(Sample {
             watts,

@@ -1,4 +1,4 @@
-//! `slurm_energy_logic::variorum::Variorum` (the PowerSensor of rust_variorum) against this
+//! `slurm_energy_logic::variorum::Variorum` (the source of power of rust_variorum) against this
 //! package's sampler and a fake libvariorum.so of each Variorum generation
 //! (tests/fakevariorum): the watts of every JSON shape, and every way the library can
 //! misbehave (error, garbage, exit, crash, hang, noise).
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fakevariorum::{FakeLib, Generation, open_fds, process_state, processes_with};
-use slurm_energy_logic::power::{PowerSensor, ReadError};
+use slurm_energy_logic::source::{Failure, Source};
 use slurm_energy_logic::variorum::protocol::Line;
 use slurm_energy_logic::variorum::sampler::Sampler;
 use slurm_energy_logic::variorum::{NodePower, NodeSource, Variorum, VariorumConfig, json};
@@ -107,7 +107,7 @@ fn every_generation_reports_the_power_it_is_given() {
             "{described}"
         );
         for _ in 0..3 {
-            let w = v.read_watts().expect("read").watts;
+            let w = v.poll(Instant::now()).expect("read").watts;
             assert!(close(w, 384.0), "{generation:?}: {w}");
         }
         drop(v);
@@ -119,7 +119,7 @@ fn every_generation_reports_the_power_it_is_given() {
 
         fake.set_power("node=-1.0 cpu0=50.5 mem0=5 gpu0=-1.0 cpu1=44.5 mem1=-1.0");
         let mut v = connect(&fake);
-        let w = v.read_watts().expect("read the sum").watts;
+        let w = v.poll(Instant::now()).expect("read the sum").watts;
         assert!(close(w, 100.0), "{generation:?}: {w}");
         drop(v);
         let last = breakdown(&fake);
@@ -138,7 +138,7 @@ fn nested_json_with_gpus() {
     };
     fake.set_power("case=upper gpu0=70.0,72.5 gpu1=69.0,71.0");
     let mut v = connect(&fake);
-    let w = v.read_watts().expect("gpu only").watts;
+    let w = v.poll(Instant::now()).expect("gpu only").watts;
     assert!(close(w, 282.5), "{w}");
     let last = breakdown(&fake);
     assert_eq!(last.sockets[0].gpus.len(), 2);
@@ -147,11 +147,11 @@ fn nested_json_with_gpus() {
 
     fake.set_power("node=3.0 cpu0=1.25 gpu0=0.5 cpu1=0.75 gpu1=-1.0");
     settle(&fake);
-    assert!(close(v.read_watts().expect("juno").watts, 3.0));
+    assert!(close(v.poll(Instant::now()).expect("juno").watts, 3.0));
 
     fake.set_power("node=520.0 cpu0=100 mem0=10 gpu0=150,150 cpu1=90 mem1=20");
     settle(&fake);
-    assert!(close(v.read_watts().expect("cpu+gpu").watts, 520.0));
+    assert!(close(v.poll(Instant::now()).expect("cpu+gpu").watts, 520.0));
 }
 
 /// Intel's first call after loading reports 0 W (a delta with no previous call): the
@@ -165,7 +165,10 @@ fn the_zero_watt_first_call_is_never_a_sample() {
         };
         fake.set_power("intel_first_zero=1 node=210.0 cpu0=100 mem0=5 cpu1=100 mem1=5");
         let mut v = connect(&fake);
-        assert!(close(v.read_watts().expect("first sample").watts, 210.0));
+        assert!(close(
+            v.poll(Instant::now()).expect("first sample").watts,
+            210.0
+        ));
         assert!(fake.calls().len() >= 2, "a warm-up call, then the sample");
     }
 }
@@ -180,8 +183,8 @@ fn a_sample_without_power_is_an_error() {
     fake.set_power("host=icx1");
     let mut v = connect(&fake);
     let pid = sampler_pid(&fake);
-    let err = v.read_watts().expect_err("no power");
-    assert!(matches!(err, ReadError::Skip(_)), "{err:?}");
+    let err = v.poll(Instant::now()).expect_err("no power");
+    assert!(matches!(err, Failure::Retry(_)), "{err:?}");
     assert!(err.to_string().contains("no power values"), "{err}");
     assert!(process_state(pid).is_some(), "the sampler is kept");
 }
@@ -196,7 +199,7 @@ fn misbehaviour(test: &str, mode: &str, connect_fails: bool, expect: &str) {
         };
         fake.set_power("node=300.0 cpu0=140 mem0=10 cpu1=140 mem1=10");
         let mut v = connect(&fake);
-        assert!(close(v.read_watts().expect("before").watts, 300.0));
+        assert!(close(v.poll(Instant::now()).expect("before").watts, 300.0));
         let pid = sampler_pid(&fake);
 
         fake.set_mode(mode);
@@ -210,7 +213,7 @@ fn misbehaviour(test: &str, mode: &str, connect_fails: bool, expect: &str) {
         let mut error = None;
         for _ in 0..3 {
             let start = Instant::now();
-            let result = v.read_watts();
+            let result = v.poll(Instant::now());
             assert!(
                 start.elapsed() < TIMEOUT + MARGIN,
                 "{generation:?} {mode}: read took {:?}",
@@ -222,7 +225,7 @@ fn misbehaviour(test: &str, mode: &str, connect_fails: bool, expect: &str) {
             }
         }
         let error = error.unwrap_or_else(|| panic!("{generation:?} {mode}: no error"));
-        if let ReadError::Skip(e) = &error {
+        if let Failure::Retry(e) = &error {
             // well-formed JSON without power (jansson generations in garbage mode): skipped,
             // the sampler kept; drop it here to go on as after a broken one
             assert!(e.contains("no power"), "{generation:?} {mode}: {e}");
@@ -250,10 +253,10 @@ fn misbehaviour(test: &str, mode: &str, connect_fails: bool, expect: &str) {
             Ok(mut v) => {
                 assert!(!connect_fails, "{generation:?} {mode}: connect worked");
                 let pid = sampler_pid(&fake);
-                match v.read_watts() {
+                match v.poll(Instant::now()) {
                     // well-formed JSON without power: skipped, the sampler kept until dropped
-                    Err(ReadError::Skip(_)) => drop(v),
-                    Err(ReadError::Broken(_)) => {}
+                    Err(Failure::Retry(_)) => drop(v),
+                    Err(Failure::Reconnect(_)) => {}
                     Ok(s) => panic!("{generation:?} {mode}: read {} W", s.watts),
                 }
                 assert_eq!(process_state(pid), None);
@@ -268,7 +271,7 @@ fn misbehaviour(test: &str, mode: &str, connect_fails: bool, expect: &str) {
         fake.set_mode("ok");
         let mut v = connect(&fake);
         assert!(
-            close(v.read_watts().expect("after").watts, 300.0),
+            close(v.poll(Instant::now()).expect("after").watts, 300.0),
             "{generation:?} {mode}"
         );
         let pid = sampler_pid(&fake);
@@ -324,7 +327,7 @@ fn variorum_printing_noise() {
         fake.set_mode("noise");
         let mut v = connect(&fake);
         for _ in 0..5 {
-            let w = v.read_watts().expect("noise is not a sample").watts;
+            let w = v.poll(Instant::now()).expect("noise is not a sample").watts;
             assert!(close(w, 250.0), "{generation:?}: {w}");
             std::thread::sleep(PERIOD);
         }
@@ -346,7 +349,7 @@ fn no_descriptor_leaks_into_the_sampler() {
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
     assert!(fd >= 0);
     let mut v = connect(&fake);
-    v.read_watts().expect("read");
+    v.poll(Instant::now()).expect("read");
     let fds = open_fds(sampler_pid(&fake));
     // SAFETY: closing the descriptor opened above.
     unsafe { libc::close(fd) };

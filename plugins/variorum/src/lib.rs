@@ -6,5 +6,5 @@
 slurm_energy::energy_plugin! {
     name: "AcctGatherEnergy Variorum plugin (Rust)",
     kind: "rust_variorum",
-    source: slurm_energy::variorum::Source,
+    plugin: slurm_energy::variorum::Variorum,
 }

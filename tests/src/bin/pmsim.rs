@@ -69,6 +69,7 @@ struct Meter {
 }
 
 fn run(dir: &Path, args: &[String]) -> Result<(), String> {
+    energy_tests::hardware_time::keep_hardware_time();
     let (mut watts, mut accels, mut hz) = (0.0_f64, 2_u32, 10.0_f64);
     let mut it = args.iter();
     while let Some(flag) = it.next() {

@@ -199,6 +199,7 @@ fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
 }
 
 fn run(dir: &Path, args: &[String]) -> Result<(), String> {
+    energy_tests::hardware_time::keep_hardware_time();
     let o = parse_options(args)?;
     let hw = dir.join("hw");
     let _ = fs::remove_dir_all(&hw);

@@ -80,6 +80,7 @@ struct Chassis {
 }
 
 fn run(dir: &Path, mockup: &Path, args: &[String]) -> Result<(), String> {
+    energy_tests::hardware_time::keep_hardware_time();
     let (mut watts, mut hz) = (0.0_f64, 10.0_f64);
     let mut it = args.iter();
     while let Some(flag) = it.next() {

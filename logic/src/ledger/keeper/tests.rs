@@ -2,7 +2,7 @@ use super::*;
 use crate::accounting::Accounting;
 use crate::attribution::{Attribution, CGROUP_ROOT, Mode, cgroup, cgroup_mountpoint, procs};
 use crate::ledger::StepFigure;
-use crate::source::EnergyReader;
+use crate::source::Source;
 use std::os::unix::net::UnixListener;
 
 /// The attribution cost per sample in steady state (counters read, model, ledger
@@ -530,7 +530,7 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     let mut keeper = Keeper::shared(&site, 0, attribution.idle_watts).expect("keeper");
     let mut share = StepFigure::from_path(&ledger_path(&spool, 0), &procs, 40, true);
     // no ledger yet: no figure at all, not 0 J
-    assert!(!share.read(Instant::now()).complete);
+    assert!(!share.poll(Instant::now()).complete);
 
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let mut accounting = Accounting::new(w0);
@@ -547,7 +547,7 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     accounting.record(&reading(200_000_000), t, w);
     keeper.pace = Arc::default();
     keeper.on_sample(&accounting, &Reading::default());
-    let first = share.read(Instant::now());
+    let first = share.poll(Instant::now());
     assert!(first.complete);
     assert_eq!(first.watts, Some(100.0));
     // read now, i.e. up to 2 s before the sample's wall time: no extrapolation back
@@ -562,7 +562,7 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     accounting.record(&reading(200_000_000), t, w);
     keeper.pace = Arc::default();
     keeper.on_sample(&accounting, &Reading::default());
-    let after_fall = share.read(Instant::now());
+    let after_fall = share.poll(Instant::now());
     assert_eq!(after_fall.watts, Some(0.0));
     assert_eq!(after_fall.energy_uj, 200_000_000);
     // the ledger is continued by a new keeper
@@ -571,4 +571,75 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
         again.ledger.step(5, StepId::EXTERN).map(|a| a.joules),
         Some(200.0)
     );
+}
+
+/// A step's last read is answered by an update that charges it, and no later one does;
+/// with its extern step's, its job is charged no more, and the node's energy goes to the
+/// jobs still on it. Forgotten with the step.
+#[test]
+fn a_step_is_charged_up_to_its_last_read_and_its_job_no_more_after_its_extern_steps() {
+    let mut node = Node::new("cgroup");
+    let mount = node.site.cgroup_root.clone();
+    let five = [("step_extern", 0), ("step_batch", 0)];
+    let job5 = cgroup::tests::v1_tree(&mount, "slurm", 5, "0", u64::MAX, 0, &five);
+    let job6 = cgroup::tests::v1_tree(&mount, "slurm", 6, "1", u64::MAX, 0, &five[..1]);
+    let stepd = |job: &str, step| cgroup::tests::v1_stepd(job, step, true);
+    node.start(5, StepId::EXTERN, 40, &stepd(&job5, "step_extern"));
+    node.start(5, StepId::BATCH, 41, &stepd(&job5, "step_batch"));
+    node.start(6, StepId::EXTERN, 50, &stepd(&job6, "step_extern"));
+    // no static power, nobody busy: each job gets half of each interval
+    let mut keeper = Keeper::shared(&node.site, 0, Some(0.0)).expect("keeper");
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let mut accounting = Accounting::new(w0);
+    let mut sample = |keeper: &mut Keeper, s: u64, last_read: Option<u32>| {
+        let (t, w) = (t0 + Duration::from_secs(s), w0 + Duration::from_secs(s));
+        let reading = Reading {
+            energy_uj: s * 100_000_000,
+            complete: true,
+            ..Reading::default()
+        };
+        accounting.record(&reading, t, w);
+        keeper.pace = Arc::default();
+        if let Some(pid) = last_read {
+            keeper.pace.last_read(pid);
+        }
+        keeper.on_sample(&accounting, &Reading::default());
+        let joules = |job, step| keeper.ledger.step(job, step).map(|a| a.joules.round());
+        (
+            joules(5, StepId::EXTERN),
+            joules(5, StepId::BATCH),
+            joules(6, StepId::EXTERN),
+        )
+    };
+    sample(&mut keeper, 0, None);
+    let (_, batch, _) = sample(&mut keeper, 2, None);
+    assert_eq!(sample(&mut keeper, 2, None).0, Some(100.0));
+    // the batch step's last read: the update that answers charges it
+    let (extern5, batch_last, six) = sample(&mut keeper, 4, Some(41));
+    assert_eq!((extern5, six), (Some(200.0), Some(200.0)));
+    assert!(batch_last > batch, "{batch_last:?} > {batch:?}");
+    // the job goes on in its extern step; its batch step is charged no more
+    assert_eq!(
+        sample(&mut keeper, 6, None),
+        (Some(300.0), batch_last, Some(300.0))
+    );
+    // the extern step's last read, answered; then the job is charged no more
+    assert_eq!(
+        sample(&mut keeper, 8, Some(40)),
+        (Some(400.0), batch_last, Some(400.0))
+    );
+    assert_eq!(
+        sample(&mut keeper, 10, None),
+        (Some(400.0), batch_last, Some(600.0))
+    );
+    assert_eq!(keeper.ledger.job(5).map(|a| a.joules.round()), Some(400.0));
+    // a pid that is no step's changes nothing
+    assert_eq!(
+        sample(&mut keeper, 12, Some(99)),
+        (Some(400.0), batch_last, Some(800.0))
+    );
+    node.ends(5, StepId::EXTERN, 40);
+    node.ends(5, StepId::BATCH, 41);
+    sample(&mut keeper, 14, None);
+    assert!(keeper.ended.is_empty(), "{:?}", keeper.ended);
 }

@@ -1,6 +1,6 @@
 //! The only unsafe code of `senergy check --compare`: one counter of the kernel's perf
 //! events (`perf_event_open(2)`), opened system-wide on one CPU and read as a 64-bit count.
-//! Which PMU, event and CPU, and what a count means, is [`super::readers`]'s business.
+//! Which PMU, event and CPU, and what a count means, is [`super::rapl_perf`]'s business.
 
 use std::fs::File;
 use std::io::{self, Read};

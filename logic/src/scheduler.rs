@@ -1,31 +1,26 @@
-//! The one polling loop under every thread that reads slow hardware (a BMC, Variorum, the
-//! GPU libraries): connect with backoff, log a failure once and its end once, run a round
-//! each period, publish what it yields, and let a reader wait briefly for a fresh round.
+//! The scheduler: which thread polls a source, and how often. Every thread the plugins start
+//! is a [`Worker`] (see [`worker`]); a source that may block (a BMC, Variorum, the GPU
+//! libraries) is polled only by a [`Poller`], a worker that runs the one polling loop:
+//! connect with backoff, log a failure once and its end once, run a round each period,
+//! publish what it yields, and let a reader wait briefly for a fresh round. A source read in
+//! microseconds is polled by the meter's own worker and in Slurm's calls
+//! ([`crate::meter`]).
 //!
 //! A [`Polling`] says what connecting and a round are, and what the log says; a
 //! [`Poller`] runs it in a [`Worker`], so stopping is as prompt and bounded as every other
 //! thread's, including while it backs off. Readers see only what was published, through
-//! a mutex that no hardware call ever holds.
+//! a mutex that no hardware call ever holds. What a failed poll means for the loop is the
+//! source's [`Failure`].
+
+pub mod worker;
 
 use std::ops::{Deref, DerefMut};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::worker::Worker;
-
-/// What one round came to: the user's decision, which the loop carries out.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Outcome<T> {
-    /// A good round: published, and the end of a failure episode.
-    Publish(T),
-    /// The link works but this round's result is not usable: nothing is published, the
-    /// link is kept. Logged once per failure episode.
-    Skip(String),
-    /// The link is broken: it is dropped and connecting starts again. Logged once per
-    /// failure episode.
-    Reconnect(String),
-}
+use crate::source::Failure;
+use worker::Worker;
 
 /// What a [`Poller`] does, apart from the loop itself.
 pub(crate) trait Polling: Send + 'static {
@@ -48,8 +43,10 @@ pub(crate) trait Polling: Send + 'static {
     /// Connects. Runs in the poller; may block up to the hardware's own timeouts.
     fn connect(&mut self) -> Result<Self::Link, String>;
 
-    /// One round of reads. Runs in the poller; may block up to the hardware's own timeouts.
-    fn round(&mut self, link: &mut Self::Link) -> Outcome<Self::Output>;
+    /// One round's poll: a good one's output is published (and ends a failure episode);
+    /// a [`Failure`] is logged once per failure episode, and the loop does what it says.
+    /// Runs in the poller; may block up to the hardware's own timeouts.
+    fn poll(&mut self, link: &mut Self::Link) -> Result<Self::Output, Failure>;
 
     /// Puts a good round's output where readers see it (under the readers' lock: no
     /// hardware call here).
@@ -247,7 +244,7 @@ fn contained<R>(contain: bool, f: impl FnOnce() -> R, on_panic: impl FnOnce() ->
 }
 
 /// The loop. `wait` sleeps up to the duration it is given (less when woken) and returns
-/// false when the poller must stop: [`crate::worker::Control::wait`] in the thread, a fake
+/// false when the poller must stop: [`worker::Control::wait`] in the thread, a fake
 /// clock in tests.
 fn run<P: Polling>(
     polling: &mut P,
@@ -291,15 +288,20 @@ fn run<P: Polling>(
         shared.lock().busy_since = Some(Instant::now());
         let outcome = contained(
             P::CONTAIN_PANICS,
-            || polling.round(current),
-            || Outcome::Reconnect(format!("internal error while {}", P::DOING)),
+            || polling.poll(current),
+            || {
+                Err(Failure::Reconnect(format!(
+                    "internal error while {}",
+                    P::DOING
+                )))
+            },
         );
         // what to log, once the board is unlocked
         let (published, note) = {
             let mut board = shared.lock();
             board.busy_since = None;
             match outcome {
-                Outcome::Publish(output) => {
+                Ok(output) => {
                     let note = match board.failure.take() {
                         Some(_) => P::recovered(&output).map(|m| (log::Level::Info, m)),
                         None => None,
@@ -309,13 +311,13 @@ fn run<P: Polling>(
                     board.rounds += 1;
                     (true, note)
                 }
-                Outcome::Skip(why) => {
+                Err(Failure::Retry(why)) => {
                     let began = board.fail(why, |why| {
                         format!("{} failed: {why}; skipping such readings", P::DOING)
                     });
                     (false, began.map(|m| (log::Level::Error, m)))
                 }
-                Outcome::Reconnect(why) => {
+                Err(Failure::Reconnect(why)) => {
                     let began = board.fail(why, |why| {
                         format!("{} failed: {why}; reconnecting", P::DOING)
                     });

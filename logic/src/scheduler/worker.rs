@@ -3,7 +3,7 @@
 //! contained and logged, never unwinding into Slurm.
 //!
 //! Every thread the plugins start (the meter's sampler, the pollers of power and GPUs
-//! (see [`crate::poller`]), the ledger's doorbell) is one of these, so stopping is prompt
+//! (see [`crate::scheduler`]), the ledger's doorbell) is one of these, so stopping is prompt
 //! and uniform. A thread stuck in a call that hangs (a frozen BMC's HTTP request, an NVML
 //! call to a GPU fallen off the bus) cannot be interrupted: stopping waits [`STOP_WAIT`]
 //! for it, then leaves it to end on its own, so `fini`, and with it slurmd's shutdown,

@@ -16,7 +16,7 @@ enum Connect {
 
 /// What the scripted round does next; `Publish` of the round's number once used up.
 enum Step {
-    Be(Outcome<u32>),
+    Be(Result<u32, Failure>),
     Panic,
 }
 
@@ -48,12 +48,12 @@ impl Polling for Script {
         }
     }
 
-    fn round(&mut self, link: &mut u32) -> Outcome<u32> {
+    fn poll(&mut self, link: &mut u32) -> Result<u32, Failure> {
         self.rounds.push(*link);
         match self.steps.pop_front() {
             Some(Step::Be(outcome)) => outcome,
             Some(Step::Panic) => panic!("the fake panics in a round"),
-            None => Outcome::Publish(self.rounds.len() as u32),
+            None => Ok(self.rounds.len() as u32),
         }
     }
 
@@ -115,7 +115,7 @@ fn logged() -> Vec<String> {
         fn log(&self, record: &log::Record) {
             // other tests of the crate log too, in threads of their own
             if let Some(name) = std::thread::current().name()
-                && name.starts_with("poller::tests::")
+                && name.starts_with("scheduler::tests::")
             {
                 LOGS.lock().unwrap_or_else(PoisonError::into_inner).push((
                     name.to_string(),
@@ -188,11 +188,11 @@ fn a_failure_episode_is_logged_once_and_its_end_once() {
     let mut script = Script {
         connects: (0..3).map(|_| Connect::Fail("refused")).collect(),
         steps: VecDeque::from([
-            Step::Be(Outcome::Publish(10)),
-            Step::Be(Outcome::Skip("all zero".into())),
-            Step::Be(Outcome::Skip("all zero".into())),
-            Step::Be(Outcome::Reconnect("timed out".into())),
-            Step::Be(Outcome::Publish(11)),
+            Step::Be(Ok(10)),
+            Step::Be(Err(Failure::Retry("all zero".into()))),
+            Step::Be(Err(Failure::Retry("all zero".into()))),
+            Step::Be(Err(Failure::Reconnect("timed out".into()))),
+            Step::Be(Ok(11)),
         ]),
         ..Script::default()
     };
@@ -215,9 +215,9 @@ fn a_failure_episode_is_logged_once_and_its_end_once() {
 fn a_broken_link_is_reconnected_and_a_skipped_round_keeps_it() {
     let mut script = Script {
         steps: VecDeque::from([
-            Step::Be(Outcome::Skip("all zero".into())),
-            Step::Be(Outcome::Reconnect("timed out".into())),
-            Step::Be(Outcome::Publish(7)),
+            Step::Be(Err(Failure::Retry("all zero".into()))),
+            Step::Be(Err(Failure::Reconnect("timed out".into()))),
+            Step::Be(Ok(7)),
         ]),
         ..Script::default()
     };
@@ -239,8 +239,8 @@ fn backoff_starts_again_from_the_period_after_a_good_round() {
             Connect::Fail("refused"),
         ]),
         steps: VecDeque::from([
-            Step::Be(Outcome::Publish(1)),
-            Step::Be(Outcome::Reconnect("timed out".into())),
+            Step::Be(Ok(1)),
+            Step::Be(Err(Failure::Reconnect("timed out".into()))),
         ]),
         ..Script::default()
     };
@@ -266,7 +266,7 @@ fn panics_are_contained_as_a_failed_connect_and_a_broken_link() {
     assert!(logged().is_empty());
     let mut script = Script {
         connects: VecDeque::from([Connect::Panic]),
-        steps: VecDeque::from([Step::Be(Outcome::Publish(1)), Step::Panic]),
+        steps: VecDeque::from([Step::Be(Ok(1)), Step::Panic]),
         ..Script::default()
     };
     let (waits, board) = run_for(&mut script, 5);
@@ -299,8 +299,8 @@ impl Polling for NeverConnects {
     fn connect(&mut self) -> Result<(), String> {
         Err("nothing there".into())
     }
-    fn round(&mut self, _: &mut ()) -> Outcome<()> {
-        Outcome::Publish(())
+    fn poll(&mut self, _: &mut ()) -> Result<(), Failure> {
+        Ok(())
     }
     fn publish(_: (), _: &mut ()) {}
     fn cannot_connect(why: &str, _: Duration) -> String {

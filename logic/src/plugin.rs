@@ -1,0 +1,44 @@
+//! What a plugin of the family is ([`Plugin`]): its acct_gather.conf keys, its
+//! configuration for this node, and how its source opens.
+
+use crate::config::{ConfigError, KeyValues};
+use crate::source::{Reading, Source};
+
+/// What a plugin of the family is: the keys it reads, and how its source opens. Every
+/// plugin names one type that implements this in its `energy_plugin!` call.
+pub trait Plugin: 'static {
+    type Config: Default + Clone + PartialEq + Send + std::fmt::Debug + 'static;
+    /// What it opens: a source of readings (counters directly, a source that may block
+    /// through [`crate::power::Polled`]).
+    type Source: Source<Poll = Reading>;
+
+    /// The acct_gather.conf keys this plugin reads (all parsed as strings by Slurm).
+    const KEYS: &'static [&'static str];
+
+    /// The source measures devices Slurm allocates to jobs (rust_gpu's GPUs, in
+    /// [`Reading::devices`]): slurmd's ledger charges each job the devices it holds (a
+    /// shared one split among its holders) in every `EnergyAttribution` mode, never by CPU
+    /// time, which would give one job's GPU energy to another.
+    const ALLOCATED_DEVICES: bool = false;
+
+    /// Validates the keys; an error names the key and the value.
+    fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError>;
+
+    /// `(key, value)` pairs for `scontrol show config`, defaults included.
+    fn show_config(config: &Self::Config) -> Vec<(&'static str, String)>;
+
+    /// The configuration for node `node`: `%n` and `%h` in the values that name a node's
+    /// own device (its BMC) become its name, so that one acct_gather.conf serves a cluster
+    /// (configless Slurm pushes one file to every node).
+    fn for_node(config: &Self::Config, _node: &str) -> Self::Config {
+        config.clone()
+    }
+
+    /// Finds the hardware. An error is fatal: it says, for the admin, why this node reports
+    /// no energy (a source's own failures once open are retried, see [`crate::source::Failure`]).
+    fn open(config: &Self::Config) -> Result<Self::Source, String>;
+
+    /// Told once, at load, the directory of the plugin's `.so` (where a source may keep
+    /// helper programs).
+    fn plugin_located(_dir: &std::path::Path) {}
+}

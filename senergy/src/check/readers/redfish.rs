@@ -1,0 +1,76 @@
+//! A Redfish BMC by its own request, configured as rust_redfish is: its energy counter where
+//! the BMC keeps one, else its power now.
+
+use slurm_energy_logic::redfish::Bmc as RedfishBmc;
+use slurm_energy_logic::source::Source;
+use std::time::Instant;
+
+use super::reader::{Quantity, Reader, Scope, Slot, Unavailable, boxed};
+use super::site::{NodeConf, configured};
+
+/// The BMC acct_gather.conf names (`EnergyRedfishUrl`).
+pub(super) fn slot(site: &NodeConf) -> Slot {
+    Slot {
+        name: "redfish",
+        scope: Scope::WholeNode,
+        reader: Redfish::open(site).map(boxed),
+    }
+}
+
+struct Redfish {
+    bmc: RedfishBmc,
+    url: String,
+    counts: bool,
+}
+
+impl Redfish {
+    fn open(site: &NodeConf) -> Result<Redfish, Unavailable> {
+        let config = configured::<RedfishBmc>(site).map_err(Unavailable::Failed)?;
+        let url = config.url.clone().ok_or_else(|| {
+            Unavailable::Absent("acct_gather.conf names no EnergyRedfishUrl".into())
+        })?;
+        let bmc =
+            RedfishBmc::connect(&config).map_err(|e| Unavailable::Failed(format!("{url}: {e}")))?;
+        let mut reader = Redfish {
+            bmc,
+            url,
+            counts: false,
+        };
+        let sample = reader.sample()?;
+        reader.counts = sample.energy_j.is_some();
+        Ok(reader)
+    }
+
+    fn sample(&mut self) -> Result<slurm_energy_logic::source::Sample, Unavailable> {
+        self.bmc
+            .poll(Instant::now())
+            .map_err(|e| Unavailable::Failed(format!("{}: {e}", self.url)))
+    }
+}
+
+impl Reader for Redfish {
+    fn path(&self) -> String {
+        format!("{} ({})", self.url, self.bmc.describe())
+    }
+    fn scope(&self) -> Scope {
+        Scope::WholeNode
+    }
+    fn quantity(&self) -> Quantity {
+        if self.counts {
+            Quantity::Energy
+        } else {
+            Quantity::Power
+        }
+    }
+    fn read(&mut self) -> Result<f64, Unavailable> {
+        let sample = self.sample()?;
+        match (self.counts, sample.energy_j) {
+            (true, Some(j)) => Ok(j),
+            (true, None) => Err(Unavailable::Failed(format!(
+                "{}: the energy counter went away",
+                self.url
+            ))),
+            (false, _) => Ok(sample.watts),
+        }
+    }
+}

@@ -1,0 +1,201 @@
+use super::*;
+
+/// Every field of the JSON is a column of the CSV, with the same value.
+#[test]
+fn the_csv_carries_the_jsons_fields() {
+    use crate::record::{BATCH_STEP, JobRow, StepRow};
+    let step = |step_id: u32| StepRow {
+        step_id,
+        nodes: "n[1-2]".into(),
+        nnodes: 2,
+        state: 3,
+        start: 100,
+        end: 160,
+        elapsed_s: 60,
+        consumed_energy: 1200,
+        ..StepRow::default()
+    };
+    let row = JobRow {
+        job_id: 7,
+        array: Some((5, 2)),
+        name: "sim".into(),
+        user: "alice".into(),
+        account: "physics".into(),
+        state: 3,
+        start: 100,
+        end: 160,
+        elapsed_s: 60,
+        alloc_nodes: 2,
+        nodes: "n[1-2]".into(),
+        tres_alloc: "1=2,3=1200".into(),
+        steps: vec![step(BATCH_STEP), step(0)],
+    };
+    let tariff = Tariff::new(Some(300.0), None, Some(0.2), Some("EUR".into())).expect("t");
+    let reports = vec![crate::report::job_report(&row, &tariff, 200, None)];
+    let json: serde_json::Value =
+        serde_json::from_str(&jobs_json(&reports, &tariff)).expect("json");
+    let text = jobs_csv(&reports, &tariff);
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let header: Vec<String> = reader
+        .headers()
+        .expect("header")
+        .iter()
+        .map(String::from)
+        .collect();
+    let records: Vec<csv::StringRecord> =
+        reader.records().collect::<Result<_, _>>().expect("records");
+    assert_eq!(records.len(), 3, "{text}");
+    let field = |r: &csv::StringRecord, name: &str| {
+        let k = header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("{name}"));
+        r[k].to_string()
+    };
+    let job = &json["jobs"][0];
+    for (name, value) in job.as_object().expect("job") {
+        if name == "steps" {
+            continue;
+        }
+        let want = match value {
+            serde_json::Value::Null => String::new(),
+            serde_json::Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        let got = field(&records[0], name);
+        match (want.parse::<f64>(), got.parse::<f64>()) {
+            (Ok(a), Ok(b)) => assert!((a - b).abs() < 1e-6, "{name}: {want} vs {got}"),
+            _ => assert_eq!(got, want, "{name}"),
+        }
+    }
+    assert_eq!(field(&records[0], "id"), "5_2");
+    assert_eq!(field(&records[0], "job_id"), "7");
+    assert_eq!(field(&records[2], "step"), "0");
+    assert_eq!(field(&records[2], "energy_j"), "1200");
+    assert_eq!(field(&records[2], "node_list"), "n[1-2]");
+}
+
+/// A text field that begins with `=`, `+`, `-`, `@`, tab or CR gets a leading `'`;
+/// any other, and one with such a character further in, stays as it is.
+#[test]
+fn text_that_would_be_a_formula_gets_a_quote() {
+    for (field, want) in [
+        ("=1+2", "'=1+2"),
+        ("+1", "'+1"),
+        ("-1+2", "'-1+2"),
+        ("@evil", "'@evil"),
+        ("\tjob", "'\tjob"),
+        ("\rjob", "'\rjob"),
+        ("alice", "alice"),
+        ("a-b=c", "a-b=c"),
+        ("n[1-2]", "n[1-2]"),
+        ("", ""),
+    ] {
+        assert_eq!(text(field), want, "{field:?}");
+    }
+}
+
+/// The job owner's text cannot become a formula in `senergy job --csv`, quoted as CSV
+/// where it needs to be; numbers, negative ones too, and plain names are untouched.
+#[test]
+fn jobs_csv_neutralises_formulas_not_numbers() {
+    use crate::record::{JobRow, StepRow};
+    let row = JobRow {
+        job_id: 7,
+        name: r#"=HYPERLINK("http://example.com","x")"#.into(),
+        user: "@evil".into(),
+        account: "-1+2".into(),
+        state: 3,
+        start: 100,
+        end: 160,
+        elapsed_s: 60,
+        alloc_nodes: 1,
+        nodes: "\tn1".into(),
+        tres_alloc: "3=600".into(),
+        steps: vec![StepRow {
+            name: "+sum".into(),
+            nodes: "\rn1".into(),
+            nnodes: 1,
+            state: 3,
+            start: 100,
+            end: 160,
+            elapsed_s: 60,
+            consumed_energy: 600,
+            ..StepRow::default()
+        }],
+        ..JobRow::default()
+    };
+    let tariff = Tariff::new(None, None, None, None).expect("tariff");
+    let mut report = crate::report::job_report(&row, &tariff, 200, None);
+    // a negative figure in a numeric column must stay a number
+    report.avg_watts = Some(-3.5);
+    let node = NodeEnergy {
+        name: "-n1".into(),
+        energy_j: Some(600),
+    };
+    let step = &mut report.steps[0];
+    step.min_node = Some(node.clone());
+    step.max_node = Some(node.clone());
+    step.node_energy = vec![node];
+    let text = jobs_csv(&[report], &tariff);
+    let header = "job_id,id,step,array_job_id,array_task_id,name,user,account,state,\
+                      running,start,end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,\
+                      per_node_avg_j,max_watts,min_node,min_node_energy_j,max_node,\
+                      max_node_energy_j,node_energy,emissions_g,emissions_method,cost,\
+                      currency,data,source,method\n";
+    let job = "7,7,,,,\"'=HYPERLINK(\"\"http://example.com\"\",\"\"x\"\")\",'@evil,'-1+2,\
+                   COMPLETED,false,100,160,60,1,'\tn1,600,0.000166667,-3.500,600.000,\
+                   ,,,,,,,,,,complete,,\n";
+    let step = "7,7,0,,,'+sum,'@evil,'-1+2,COMPLETED,,,,60,1,\"'\rn1\",600,0.000166667,\
+                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,\n";
+    assert_eq!(text, format!("{header}{job}{step}"));
+}
+
+/// No job (all those asked for unknown): the header alone, the one the lines have.
+#[test]
+fn jobs_csv_without_jobs_is_its_header() {
+    let tariff = Tariff::new(None, None, None, None).expect("tariff");
+    assert_eq!(
+        jobs_csv(&[], &tariff),
+        "job_id,id,step,array_job_id,array_task_id,name,user,account,state,running,start,\
+             end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,per_node_avg_j,max_watts,\
+             min_node,min_node_energy_j,max_node,max_node_energy_j,node_energy,emissions_g,\
+             emissions_method,cost,currency,data,source,method\n"
+    );
+}
+
+/// `senergy usage --csv`: an account or user that would be a formula gets a quote; the
+/// figures, a negative cost too, do not.
+#[test]
+fn usage_csv_neutralises_formulas_not_numbers() {
+    let row = |account: &str, user: &str| UsageRow {
+        account: account.into(),
+        user: user.into(),
+        jobs: 2,
+        jobs_incomplete: 0,
+        energy_j: 3_600_000,
+        kwh: 1.0,
+        emissions_g: Some(-3.5),
+        cost: Some(-0.5),
+    };
+    let usage = Usage {
+        start: 0,
+        end: 100,
+        rows: vec![row("@evil", "\tbob"), row("physics", "alice")],
+        total: row("", ""),
+    };
+    let tariff = Tariff::new(None, None, None, Some("EUR".into())).expect("tariff");
+    assert_eq!(
+        usage_csv(&usage, &tariff),
+        "account,user,jobs,jobs_incomplete,energy_j,kwh,emissions_g,cost,currency\n\
+             '@evil,'\tbob,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR\n\
+             physics,alice,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR\n\
+             (all),(all),2,0,3600000,1.000000000,-3.500000,-0.500000,EUR\n"
+    );
+}
+
+#[test]
+fn durations_like_sacct() {
+    assert_eq!(duration(62), "00:01:02");
+    assert_eq!(duration(90_061), "1-01:01:01");
+}
