@@ -331,6 +331,13 @@ pub fn finish(child: Child) -> (String, String) {
     (out, err)
 }
 
+/// The most a plugin call (`update`, `get_sum`) may take, in µs, in the tests that freeze,
+/// hang or refuse the hardware behind it. A call that waited on the hardware would take the
+/// hang (seconds) or the source's timeout (IPMI's 10 s, Redfish's 5 s); a call that did not
+/// can still be descheduled on a loaded CI machine (1.2 ms seen on 2 cores under CI's
+/// parallel lanes, where this bound had been 1 ms). The benchmarks print the real figure.
+pub const CALL_NEVER_WAITS_US: u64 = 100_000;
+
 /// The `key=value` fields of the `n`th output line starting with `label`.
 pub fn field(out: &str, label: &str, n: usize, key: &str) -> String {
     let line = out

@@ -137,7 +137,7 @@ fn power_integration_and_a_driver_reload() {
 }
 
 /// The library hangs in every call on one GPU for 14.5 s: no call into the plugin waits
-/// (< 1 ms), the figure becomes unavailable rather than 0 once the last reading is too old
+/// on it (each is far below the hang), the figure becomes unavailable rather than 0 once the last reading is too old
 /// (2 s for the poller, then the meter's 10 s), and when the GPU answers again its counter
 /// has the energy of the hang: nothing is lost.
 #[test]
@@ -171,7 +171,7 @@ fn a_hung_library_never_slows_a_call_and_loses_no_energy() {
         .expect("slowest_us");
     println!("slowest call while the library hung: {slowest} us");
     assert!(
-        slowest < 1000,
+        slowest < CALL_NEVER_WAITS_US,
         "a call took {slowest} us while the library hung"
     );
     assert_eq!(

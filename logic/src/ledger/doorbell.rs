@@ -371,7 +371,8 @@ mod tests {
         sleep(FRESH * 2);
         let t0 = Instant::now();
         assert!(!freshen(&bell, &ledger, Ring::Fresh).is_fresh());
-        assert!(t0.elapsed() < Duration::from_millis(10));
+        // a wait would last ANSWER_WAIT; well under it leaves room for a loaded machine
+        assert!(t0.elapsed() < ANSWER_WAIT / 4, "{:?}", t0.elapsed());
     }
 
     /// A last read rings even just after an update, and waits for the one that answers it;
