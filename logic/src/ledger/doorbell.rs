@@ -286,6 +286,14 @@ impl Freshness {
     }
 }
 
+/// Whether `ledger` was written within `age` before now (by the file's time).
+pub fn written_within(ledger: &Path, age: Duration) -> bool {
+    let since = SystemTime::now() - age;
+    fs::metadata(ledger)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= since)
+}
+
 /// slurmstepd's side: rings and waits until `ledger` is written anew (at most
 /// [`ANSWER_WAIT`]). A last read always rings, and takes a ledger written after it: the
 /// step is charged up to that update and no more.
@@ -293,15 +301,10 @@ pub fn freshen(doorbell: &Path, ledger: &Path, how: Ring) -> Freshness {
     // a file's time is the kernel's coarse clock (a few milliseconds behind ours): a
     // ledger written within FRESH before asking is fresh enough, and needs no ring
     let asked = SystemTime::now() - FRESH;
-    let written = || {
-        fs::metadata(ledger)
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t >= asked)
-    };
     // a last read takes no ledger written before its ring: slurmd writes each anew (a new
     // file renamed over the old), so one written since is another file or a later time
     let before = match how {
-        Ring::Fresh if written() => return Freshness::Recent,
+        Ring::Fresh if written_within(ledger, FRESH) => return Freshness::Recent,
         Ring::Fresh => None,
         Ring::Last { .. } => fs::metadata(ledger)
             .ok()

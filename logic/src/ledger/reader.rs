@@ -294,7 +294,8 @@ impl Source for StepFigure {
         // at the step's edges (before its tasks start, after they end) the figure is the
         // step's first or last: it needs a ledger sampled now; so does any read but Slurm's
         // periodic polls (sstat's) where plugins are stacked, whose figures are not brought
-        // forward
+        // forward, or where the ledger is older than a figure is brought forward (slurmd is
+        // late: the read is answered, or said to be short)
         let tasks = !self.procs.children(self.pid).is_empty();
         // its tasks were seen and are gone, or it is an extern step its job's other steps
         // have left and its main thread reads: the step ends, and this is its last read
@@ -317,7 +318,10 @@ impl Source for StepFigure {
                     .procs
                     .calling_thread()
                     .is_some_and(|t| periodic_poll(&t));
-                !periodic && (!tasks || !self.bring_forward)
+                !periodic
+                    && (!tasks
+                        || !self.bring_forward
+                        || !doorbell::written_within(&self.path, LEDGER_PERIOD))
             }
         };
         let how = if last {
@@ -334,7 +338,8 @@ impl Source for StepFigure {
                 // a slurmd that does not answer within ANSWER_WAIT is gone or starved: the
                 // figure is then older than the call, by how much is said at each such read
                 // (a step rings at its edges only: its first and last reads, and sstat's
-                // where plugins are stacked), so any figure's error can be bounded
+                // where plugins are stacked or the ledger is late), so any figure's error
+                // can be bounded
                 if unanswered && age > 0.0 {
                     let taken = if self.bring_forward {
                         format!(

@@ -60,7 +60,8 @@ fn publish(path: &Path, epoch: f64, sampled_at: f64, joules: f64, watts: f64) {
 /// A step asks slurmd for a fresh sample at its edges only: its first read, and a read
 /// without tasks from elsewhere than Slurm's periodic polls (its last, as its tasks are
 /// removed, or sstat's). A step that never has tasks (26.05's extern step) does not ring
-/// at each of its polls.
+/// at each of its polls. While tasks run, sstat's read rings only where its figure could
+/// not be brought forward to the call: plugins are stacked, or the ledger is late.
 #[test]
 fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -92,22 +93,47 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
     assert_eq!(read_from(&mut step, "slurmstepd"), 2, "the last poll does");
     procs::tests::child(&proc_root, 40, 41);
     assert_eq!(read_from(&mut step, "slurmstepd"), 2, "not while tasks run");
+    // slurmd is late: the ledger was written longer ago than a figure is brought forward
+    let late = || {
+        let written = SystemTime::now() - LEDGER_PERIOD - Duration::from_millis(500);
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(written))
+            .expect("ledger's time");
+    };
+    late();
+    assert_eq!(
+        read_from(&mut step, "acctg"),
+        2,
+        "a periodic poll still does not"
+    );
+    assert_eq!(
+        read_from(&mut step, "slurmstepd"),
+        3,
+        "sstat's read while tasks run does, when the ledger is late"
+    );
+    assert_eq!(
+        read_from(&mut step, "slurmstepd"),
+        3,
+        "and not once it was answered"
+    );
     // stacked, a figure is not brought forward: sstat's read while tasks run rings
     let mut stacked =
         StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false).stacked();
     assert_eq!(
         read_from(&mut stacked, "acctg"),
-        2,
+        3,
         "with tasks, the first read does not"
     );
     assert_eq!(
         read_from(&mut stacked, "acctg"),
-        2,
+        3,
         "stacked: a periodic poll does not"
     );
     assert_eq!(
         read_from(&mut stacked, "slurmstepd"),
-        3,
+        4,
         "stacked: sstat's read does"
     );
 }
