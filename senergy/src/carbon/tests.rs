@@ -248,19 +248,23 @@ fn rte_xls_is_read_in_paris_time() {
     assert_eq!(t.emissions_g(3.6e6, night + 3600.0, night + 7200.0), None);
 }
 
+/// A Paris wall-clock time `%Y-%m-%d %H:%M`, as `paris_wall` places it.
+fn wall(text: &str) -> Wall {
+    NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M")
+        .ok()
+        .and_then(paris_wall)
+        .expect("valid in this test")
+}
+
+/// The UTC time an RFC 3339 text names.
+fn naive(rfc3339: &str) -> NaiveDateTime {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .expect("valid in this test")
+        .naive_utc()
+}
+
 #[test]
 fn paris_time_follows_the_eu_rule() {
-    let wall = |text: &str| {
-        NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M")
-            .ok()
-            .and_then(paris_wall)
-            .expect("valid in this test")
-    };
-    let naive = |rfc3339: &str| {
-        chrono::DateTime::parse_from_rfc3339(rfc3339)
-            .expect("valid in this test")
-            .naive_utc()
-    };
     for (local, expected) in [
         (
             "2023-03-26 01:59",
@@ -314,17 +318,6 @@ fn paris_time_follows_the_eu_rule() {
 /// (1990: 03:00 CEST became 02:00 CET on 30 September, as `zdump -v Europe/Paris` says).
 #[test]
 fn paris_time_follows_its_history() {
-    let wall = |text: &str| {
-        NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M")
-            .ok()
-            .and_then(paris_wall)
-            .expect("valid in this test")
-    };
-    let naive = |rfc3339: &str| {
-        chrono::DateTime::parse_from_rfc3339(rfc3339)
-            .expect("valid in this test")
-            .naive_utc()
-    };
     assert_eq!(
         wall("1990-09-30 02:30"),
         Wall::Twice {

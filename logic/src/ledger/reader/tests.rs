@@ -94,15 +94,12 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
     procs::tests::child(&proc_root, 40, 41);
     assert_eq!(read_from(&mut step, "slurmstepd"), 2, "not while tasks run");
     // slurmd is late: the ledger was written longer ago than a figure is brought forward
-    let late = || {
-        let written = SystemTime::now() - LEDGER_PERIOD - Duration::from_millis(500);
-        fs::File::options()
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.set_modified(written))
-            .expect("ledger's time");
-    };
-    late();
+    let written = SystemTime::now() - LEDGER_PERIOD - Duration::from_millis(500);
+    fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_modified(written))
+        .expect("ledger's time");
     assert_eq!(
         read_from(&mut step, "acctg"),
         2,
