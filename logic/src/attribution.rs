@@ -12,6 +12,7 @@ pub mod grant;
 pub mod gres;
 pub mod holders;
 pub mod model;
+pub mod owner_time;
 pub mod procs;
 
 use std::collections::BTreeMap;

@@ -928,7 +928,9 @@ proptest! {
             write(&root.join("cpuacct").join(step).join("cpuacct.usage"), &step_usage);
             write(&root.join("cpuset").join(job).join("cpuset.cpus"), &cpus);
             write(&root.join("memory").join(job).join("memory.limit_in_bytes"), &memory);
-            "4:cpu,cpuacct:/job_7/step_0/task_0"
+            write(&root.join("cpuset").join(step).join("cpuset.cpus"), &cpus);
+            // the slurmstepd, in its step's cpuset (ConstrainCores)
+            "11:cpuset:/job_7/step_0"
         };
         let tree = CgroupTree::from_path(root).expect("a tree");
         let mut sc = tree.step_cgroup(proc_cgroup, StepId(0)).expect("the step");

@@ -23,8 +23,8 @@
 //! v1 `cpuacct.usage` (ns), `cpuset.cpus`, `memory.limit_in_bytes`; v2 `cpu.stat`
 //! (`usage_usec`), `cpuset.cpus.effective`, `memory.max`.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::fs::{self, File};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use super::StepId;
@@ -92,37 +92,67 @@ impl CgroupTree {
             })
     }
 
-    /// The cgroup of `step` from the text of `/proc/<pid>/cgroup` of one of its processes;
-    /// `None` while that process is not (or no longer) in the step's directory.
-    pub fn step_cgroup(&self, proc_cgroup: &str, step: StepId) -> Option<StepCgroup> {
+    /// The cgroup of `step` from the text of `/proc/<pid>/cgroup` of its slurmstepd, the one
+    /// process Slurm places (as root) where the step is: `None` while it is not there yet
+    /// (v2's `system/`, or the step's directory not made yet).
+    ///
+    /// Only the slurmstepd's own lines are taken, and only at the places Slurm puts it:
+    /// its step's directory (v1's cpuset and memory when task/cgroup constrains them; v2's
+    /// `<step>/slurm`) or its job's (v1's freezer, where the step's directory is
+    /// `<job>/step_<id>`). A task's cgroup is never read: where Slurm gives a step's
+    /// directories to the job's owner (v1 before 23.02, `RootOwnedCgroups=no`) a task can
+    /// sit in a child it made, named like any step's.
+    pub fn step_cgroup(&self, stepd_cgroup: &str, step: StepId) -> Option<StepCgroup> {
         let name = step.cgroup_name();
-        let lines = lines(proc_cgroup);
-        let dir = match self.layout {
+        let lines = lines(stepd_cgroup);
+        let (mount, dir) = match self.layout {
             Layout::V2 => lines
                 .filter(|(controllers, _)| controllers.is_empty())
-                .find_map(|(_, path)| step_dir(path, &name)),
+                .find_map(|(_, path)| {
+                    let parts = components(path);
+                    let at = match parts[..] {
+                        [.., s, "slurm"] if s == name => parts.len() - 2,
+                        [.., s] if s == name => parts.len() - 1,
+                        _ => return None,
+                    };
+                    stepd_step_dir(&parts, at).map(|d| (self.root.clone(), d))
+                }),
             Layout::V1 => {
-                let slurms = lines.filter(|(controllers, _)| {
-                    controllers
-                        .split(',')
-                        .any(|c| SLURM_V1_CONTROLLERS.contains(&c))
+                let slurms: Vec<(&str, &str)> = lines
+                    .filter(|(controllers, _)| {
+                        controllers
+                            .split(',')
+                            .any(|c| SLURM_V1_CONTROLLERS.contains(&c))
+                    })
+                    .collect();
+                let at_step = slurms.iter().find_map(|(controllers, path)| {
+                    let parts = components(path);
+                    let at = parts.len().checked_sub(1)?;
+                    (parts[at] == name)
+                        .then(|| stepd_step_dir(&parts, at))
+                        .flatten()
+                        .map(|d| (self.root.join(controllers), d))
                 });
-                // cpuacct's own line first: it is the one whose counter is read
-                let (cpuacct, others): (Vec<_>, Vec<_>) = slurms
-                    .partition(|(controllers, _)| controllers.split(',').any(|c| c == "cpuacct"));
-                cpuacct
-                    .into_iter()
-                    .chain(others)
-                    .find_map(|(_, path)| step_dir(path, &name))
+                at_step.or_else(|| {
+                    slurms.iter().find_map(|(controllers, path)| {
+                        let parts = components(path);
+                        parts.last().filter(|c| is_job_dir(c))?;
+                        let mut dir: PathBuf = parts.iter().collect();
+                        dir.push(&name);
+                        Some((self.root.join(controllers), dir))
+                    })
+                })
             }
         }?;
+        // the step's directory exists once Slurm made it: until then it is not there yet
+        let owner = fs::metadata(mount.join(&dir)).ok()?.uid();
         let job = dir.parent()?.to_path_buf();
-        Some(self.files(dir, job))
+        Some(self.files(dir, job, owner))
     }
 
     /// The counter files of a step directory and of its job's, `step` and `job` relative
-    /// to the hierarchy's root.
-    fn files(&self, step: PathBuf, job: PathBuf) -> StepCgroup {
+    /// to the hierarchy's root; `owner`: who owns the step's directory.
+    fn files(&self, step: PathBuf, job: PathBuf, owner: u32) -> StepCgroup {
         let (usage, cpus, memory) = match self.layout {
             Layout::V1 => (
                 "cpuacct.usage",
@@ -142,17 +172,46 @@ impl CgroupTree {
             Layout::V1 => &self.cpuacct,
             Layout::V2 => &self.root,
         };
+        // slurmd's own uid (root) owns what no user may change
+        let slurmd = nix::unistd::geteuid().as_raw();
+        let user = (owner != slurmd).then(|| self.user_level(base, &job, owner, slurmd));
         StepCgroup {
             layout: self.layout,
             step_usage: Counter::at(base.join(&step).join(usage)),
             job_usage: Counter::at(base.join(&job).join(usage)),
             job_cpus: Counter::at(cpus),
             job_memory: Counter::at(memory),
+            user_usage: user
+                .flatten()
+                .map(|dir| Counter::at(base.join(&dir).join(usage))),
             limits: None,
             limits_age: 0,
             step,
             job,
         }
+    }
+
+    /// Where the CPU time of a job whose step directories are its owner's (`owner`, not
+    /// root) is read so that none escapes: the job's parent, v1's `uid_<owner>`, which
+    /// root owns. The owner can make children in their step directories, which outlive
+    /// the step (Slurm's `rmdir` fails while a child exists), and move their processes
+    /// into any of them, out of the job's directory; never out of `uid_<owner>`. `None`,
+    /// and an error logged, where no such level is found: the job's own counter is read.
+    fn user_level(&self, base: &Path, job: &Path, owner: u32, slurmd: u32) -> Option<PathBuf> {
+        let parent = job.parent()?;
+        let named = parent.file_name().and_then(|n| n.to_str()) == Some(&format!("uid_{owner}"));
+        let root_owned = fs::metadata(base.join(parent)).is_ok_and(|m| m.uid() == slurmd);
+        if named && root_owned {
+            return Some(parent.to_path_buf());
+        }
+        log::error!(
+            "the cgroup of job directory {} is user {owner}'s and no directory above it is \
+             root's uid_{owner}: CPU time the user moves out of the job is not seen \
+             (EnergyAttribution=shared splits the node by what is seen; set \
+             RootOwnedCgroups=yes in cgroup.conf)",
+            base.join(job).display()
+        );
+        None
     }
 }
 
@@ -215,12 +274,9 @@ fn is_job_dir(name: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// The step's directory in a `/proc/<pid>/cgroup` path: the path up to its deepest
-/// component named as Slurm names the step's directory, relative (no leading `/`).
-fn step_dir(path: &str, name: &str) -> Option<PathBuf> {
-    let parts = components(path);
-    let at = parts.iter().rposition(|p| *p == name)?;
-    // a step directory always has its job's above it
+/// The step's directory, relative (no leading `/`), at component `at` of a slurmstepd's
+/// cgroup path: a step directory always has its job's above it.
+fn stepd_step_dir(parts: &[&str], at: usize) -> Option<PathBuf> {
     (at > 0).then(|| parts[..=at].iter().collect())
 }
 
@@ -286,6 +342,9 @@ pub struct StepCgroup {
     job_usage: Counter,
     job_cpus: Counter,
     job_memory: Counter,
+    /// Where the job's owner owns its step directories: the CPU time of everything the
+    /// owner runs under Slurm on the node, which the owner's processes cannot leave.
+    user_usage: Option<Counter>,
     /// The job's CPUs and memory limit as last read, and how many samples ago: they are
     /// set when the job starts and seldom change, so they are read again every
     /// [`LIMITS_EVERY`] samples, not at each (a sample of a node with hundreds of jobs reads
@@ -360,6 +419,15 @@ impl StepCgroup {
     pub fn step_usage_ns(&mut self) -> Option<u64> {
         usage_ns(self.layout, &mut self.step_usage)
     }
+
+    /// Where the job's owner owns its step directories: the owner's directory (relative to
+    /// the hierarchy's root) and the CPU time so far of everything in it; `None` where the
+    /// job's directory holds all its processes can use (root owns the steps').
+    pub fn user_usage_ns(&mut self) -> Option<(&Path, u64)> {
+        let counter = self.user_usage.as_mut()?;
+        let usage = usage_ns(self.layout, counter)?;
+        Some((counter.path.parent()?, usage))
+    }
 }
 
 /// The number of CPUs in a cpuset list ("0-3,8,10-11"), saturating: a garbled list
@@ -416,7 +484,19 @@ pub(crate) mod tests {
             &root.join("memory").join(&rel).join("memory.limit_in_bytes"),
             &format!("{limit}\n"),
         );
+        write(
+            &root.join("freezer").join(&rel).join("freezer.state"),
+            "THAWED\n",
+        );
         for (step, ns) in steps {
+            write(
+                &root
+                    .join("freezer")
+                    .join(&rel)
+                    .join(step)
+                    .join("freezer.state"),
+                "THAWED\n",
+            );
             let step_dir = root.join("cpu,cpuacct").join(&rel).join(step);
             write(&step_dir.join("cpuacct.usage"), &format!("{ns}\n"));
             write(&step_dir.join("task_0/cpuacct.usage"), &format!("{ns}\n"));
@@ -444,14 +524,6 @@ pub(crate) mod tests {
         }
         text + "9:pids:/system.slice/slurmd.service\n4:cpu,cpuacct:/system.slice/slurmd.service\n\
                 1:name=systemd:/system.slice/slurmd.service\n0::/system.slice/slurmd.service\n"
-    }
-
-    /// `/proc/<pid>/cgroup` of a v1 task: the step in freezer, `task_<n>` in cpuacct.
-    pub(crate) fn v1_task(job: &str, step: &str) -> String {
-        format!(
-            "12:freezer:{job}/{step}\n11:cpuset:/\n10:memory:/\n4:cpu,cpuacct:{job}/{step}/task_0\n\
-             1:name=systemd:/user.slice\n0::/user.slice\n"
-        )
     }
 
     /// A job in a v2 tree as Slurm's cgroup/v2 plugin builds it: `job` is its directory
@@ -546,14 +618,13 @@ pub(crate) mod tests {
             })
         );
         assert_eq!(batch.step_usage_ns(), Some(4_000));
-        // a task shows its step in cpuacct itself
-        let task = tree.step_cgroup(&v1_task(&job, "step_extern"), StepId::EXTERN);
-        assert_eq!(task.and_then(|mut c| c.step_usage_ns()), Some(10));
-        // the slurmstepd in the job's freezer cgroup only: not where its step is
-        assert_eq!(
-            tree.step_cgroup(&v1_stepd(&job, "step_batch", false), StepId::BATCH),
-            None
-        );
+        // the slurmstepd in the job's freezer cgroup only (no cpuset or memory
+        // constraint): its step's directory is `step_<id>` in its job's
+        let unconstrained = tree
+            .step_cgroup(&v1_stepd(&job, "step_batch", false), StepId::BATCH)
+            .expect("from the freezer's job directory");
+        assert_eq!(unconstrained.step, batch.step);
+        assert_eq!(unconstrained.job, batch.job);
         // another step's slurmstepd
         assert_eq!(
             tree.step_cgroup(&v1_stepd(&job, "step_batch", true), StepId(0)),
@@ -584,8 +655,9 @@ pub(crate) mod tests {
             })
         );
         assert_eq!(step.step_usage_ns(), Some(1_200_000));
+        // a task's cgroup is never taken
         let task = format!("0::/{job}/step_0/user/task_0\n");
-        assert_eq!(tree.step_cgroup(&task, StepId(0)), Some(step.clone()));
+        assert_eq!(tree.step_cgroup(&task, StepId(0)), None);
         // a new slurmstepd waits in the scope's system/ first
         let parked = "0::/system.slice/slurmstepd.scope/system\n";
         assert_eq!(tree.step_cgroup(parked, StepId(0)), None);
@@ -602,6 +674,77 @@ pub(crate) mod tests {
             assert_eq!(step.job_counters().map(|c| c.cpus), Some(4));
         }
         assert_eq!(step.job_counters().map(|c| c.cpus), Some(2));
+    }
+
+    /// Where a job's owner owns its step directories (v1 before 23.02), a task can make
+    /// `step_batch/hide/step_0` and sit there: the step's directory is still where Slurm
+    /// put the slurmstepd, `<job>/step_0`, never the deepest look-alike.
+    #[test]
+    fn a_steps_directory_is_where_its_slurmstepd_is_not_a_look_alike_below() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let steps = [("step_batch", 100), ("step_0", 200)];
+        let job = v1_tree(tmp.path(), "slurm", 42, "0-1", 1 << 30, 300, &steps);
+        let hidden = format!("{job}/step_batch/hide/step_0");
+        write(
+            &tmp.path()
+                .join("cpu,cpuacct")
+                .join(&hidden[1..])
+                .join("cpuacct.usage"),
+            "7\n",
+        );
+        let tree = CgroupTree::from_path(tmp.path()).expect("v1");
+        // the task's own cgroup names the look-alike deepest: it is not read
+        let task = format!("12:freezer:{hidden}\n4:cpu,cpuacct:{hidden}\n");
+        assert_eq!(tree.step_cgroup(&task, StepId(0)), None);
+        // a slurmstepd is taken only at its step's or its job's level
+        let mut step = tree
+            .step_cgroup(&v1_stepd(&job, "step_0", true), StepId(0))
+            .expect("step 0");
+        assert_eq!(step.job, Path::new("slurm/uid_1000/job_42"));
+        assert_eq!(step.step_usage_ns(), Some(200));
+        let deeper = format!("11:cpuset:{hidden}\n10:memory:{hidden}\n");
+        assert_eq!(tree.step_cgroup(&deeper, StepId(0)), None);
+    }
+
+    /// A step directory its job's owner owns: the job's CPU time is also read at the
+    /// owner's directory (`uid_<U>`, root's), which the owner's processes cannot leave.
+    #[test]
+    fn an_owners_step_directory_has_the_job_read_at_the_owners_level() {
+        use nix::unistd::{Uid, chown};
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var_os("ENERGY_TESTS_ALLOW_SKIP").is_some(),
+                "giving a directory to another user needs root (ENERGY_TESTS_ALLOW_SKIP=1 skips)"
+            );
+            return;
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let job = v1_tree(
+            tmp.path(),
+            "slurm",
+            42,
+            "0-1",
+            1 << 30,
+            300,
+            &[("step_0", 200)],
+        );
+        let user = tmp.path().join("cpu,cpuacct/slurm/uid_1000");
+        write(&user.join("cpuacct.usage"), "5000\n");
+        let tree = CgroupTree::from_path(tmp.path()).expect("v1");
+        let stepd = v1_stepd(&job, "step_0", true);
+        let mut roots = tree.step_cgroup(&stepd, StepId(0)).expect("step 0");
+        assert_eq!(roots.user_usage_ns(), None);
+        // Slurm 22.05 gives the step's directories to the job's owner, in every controller
+        for c in ["cpuset", "freezer", "cpu,cpuacct"] {
+            let dir = tmp.path().join(c).join(&job[1..]).join("step_0");
+            chown(&dir, Some(Uid::from_raw(1000)), None).expect("chown");
+        }
+        let mut owned = tree.step_cgroup(&stepd, StepId(0)).expect("step 0");
+        assert_eq!(owned.user_usage_ns(), Some((user.as_path(), 5000)));
+        // the owner's level must be root's: one the user owns is no bound
+        chown(&user, Some(Uid::from_raw(1000)), None).expect("chown");
+        let mut unbounded = tree.step_cgroup(&stepd, StepId(0)).expect("step 0");
+        assert_eq!(unbounded.user_usage_ns(), None);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use crate::attribution::cgroup::{CgroupTree, StepCgroup};
 use crate::attribution::grant::{self, Owner};
 use crate::attribution::gres::GresOrder;
 use crate::attribution::holders::{Holders, ObservedDevice};
+use crate::attribution::owner_time::{OwnerSample, OwnerTime};
 use crate::attribution::procs::{self, Procs};
 use crate::attribution::{Site, StepId, present_steps};
 use crate::source::{DeviceReading, Reading};
@@ -104,6 +105,8 @@ pub struct Keeper {
     owners: HashMap<u32, Owner>,
     /// slurmd's user, which its slurmstepds run as.
     stepd_uid: u32,
+    /// CPU time jobs' owners moved out of their jobs' directories, given back to them.
+    owner_time: OwnerTime,
 }
 
 impl Keeper {
@@ -176,6 +179,7 @@ impl Keeper {
             publish_owners: false,
             owners: HashMap::new(),
             stepd_uid: nix::unistd::getuid().as_raw(),
+            owner_time: OwnerTime::default(),
         })
     }
 
@@ -317,6 +321,8 @@ impl Keeper {
             .map(|(job, _)| *job)
             .collect();
         let mut jobs: Vec<ObservedJob> = Vec::new();
+        // jobs whose owner owns their step directories, with their owner's CPU time
+        let mut owned = Vec::new();
         for &(job, step) in present.keys() {
             if done.contains(&job) || self.ended.contains(&(job, step)) {
                 continue;
@@ -340,6 +346,18 @@ impl Keeper {
                 // the job's directory is the parent of any of its steps': read it once
                 if j.counters.is_none() {
                     j.counters = cgroup.as_mut().and_then(|c| c.job_counters());
+                    // its owner's directory after it: see owner_time
+                    if let (Some(counters), Some(c)) = (j.counters, cgroup.as_mut())
+                        && let Some((dir, owner_ns)) = c.user_usage_ns()
+                    {
+                        owned.push((
+                            job,
+                            counters.cpus,
+                            counters.usage_ns,
+                            dir.to_path_buf(),
+                            owner_ns,
+                        ));
+                    }
                 }
                 // the extern step is charged its job's share whatever its own CPU time
                 let usage_ns = match step {
@@ -354,7 +372,32 @@ impl Keeper {
                 });
             }
         }
+        self.give_back_owner_time(&mut jobs, &owned);
         jobs
+    }
+
+    /// Adds to each job whose owner owns its step directories the CPU time its owner's
+    /// processes spent out of its owner's present jobs' directories ([`OwnerTime`]).
+    fn give_back_owner_time(
+        &mut self,
+        jobs: &mut [ObservedJob],
+        owned: &[(u32, u32, u64, PathBuf, u64)],
+    ) {
+        let samples: Vec<OwnerSample> = owned
+            .iter()
+            .map(|(job, cpus, job_ns, dir, owner_ns)| OwnerSample {
+                job: *job,
+                cpus: *cpus,
+                job_ns: *job_ns,
+                owner: (dir.as_path(), *owner_ns),
+            })
+            .collect();
+        let credit = self.owner_time.credit(&samples);
+        for j in jobs {
+            if let (Some(counters), Some(ns)) = (j.counters.as_mut(), credit.get(&j.job)) {
+                counters.usage_ns = counters.usage_ns.saturating_add(*ns);
+            }
+        }
     }
 }
 
@@ -452,23 +495,15 @@ impl Keeper {
     }
 }
 
-/// The step's cgroup from where its slurmstepd is or, where that does not show it (v1
-/// without task/cgroup's cpuset or memory constraints), one of its tasks; `None` when the
-/// slurmstepd is gone.
+/// The step's cgroup from where its slurmstepd is (never a task's: see
+/// [`CgroupTree::step_cgroup`]); `None` when the slurmstepd is gone.
 fn step_cgroup(
     tree: &CgroupTree,
     procs: &Procs,
     stepd: u32,
     step: StepId,
 ) -> Option<Option<StepCgroup>> {
-    let own = procs.cgroup(stepd)?;
-    Some(tree.step_cgroup(&own, step).or_else(|| {
-        procs
-            .children(stepd)
-            .into_iter()
-            .filter_map(|task| procs.cgroup(task))
-            .find_map(|text| tree.step_cgroup(&text, step))
-    }))
+    Some(tree.step_cgroup(&procs.cgroup(stepd)?, step))
 }
 
 #[cfg(test)]

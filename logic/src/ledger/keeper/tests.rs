@@ -369,7 +369,7 @@ fn with_several_slurmd_on_a_host_the_step_is_this_nodes() {
 
 /// cgroup/v1 in every release (22.05 to 26.05 alike), the mount from cgroup.conf.
 #[test]
-fn v1_steps_are_found_where_their_slurmstepd_or_tasks_run() {
+fn v1_steps_are_found_where_their_slurmstepd_runs() {
     let conf = "# site\nCgroupPlugin=cgroup/v1\ncgroupmountpoint = /cgroup # ours\n";
     assert_eq!(cgroup_mountpoint(conf), Path::new("/cgroup"));
     assert_eq!(
@@ -385,7 +385,8 @@ fn v1_steps_are_found_where_their_slurmstepd_or_tasks_run() {
         // ConstrainCores: the slurmstepd is in the step's cpuset
         let constrained = cgroup::tests::v1_stepd(&job, "step_batch", true);
         node.start(5, StepId::BATCH, 500, &constrained);
-        // no constraint: only its task shows the step
+        // no constraint: the slurmstepd is in its job's freezer cgroup, the step's
+        // directory is `step_0` in it (its tasks' cgroups are never read)
         node.start(
             5,
             StepId(0),
@@ -395,11 +396,6 @@ fn v1_steps_are_found_where_their_slurmstepd_or_tasks_run() {
         let mut keeper = node.keeper();
         tick(&mut keeper);
         assert!(found(&mut keeper, 5, StepId::BATCH).is_some(), "{slurm}");
-        assert_eq!(keeper.places.get(&(5, StepId(0))), Some(&Place::Stepd(501)));
-        let task = cgroup::tests::v1_task(&job, "step_0");
-        procs::tests::process(&node.site.proc_root, 502, "/bin/sh job.sh", &task);
-        procs::tests::child(&node.site.proc_root, 501, 502);
-        tick(&mut keeper);
         let step = found(&mut keeper, 5, StepId(0)).expect("step 0");
         assert_eq!(step.job, Path::new(&job[1..]));
         assert_eq!(step.step_usage_ns(), Some(2_000));
