@@ -173,12 +173,11 @@ pub type libc_time_t = i64;
 /// and the GRES states it points to (`gres_state_t`, `gres_job_state_t`,
 /// `gres_step_state_t`: `src/common/gres.h` in 22.05, `src/interfaces/gres.h` from 23.02)
 /// keep what slurmstepd hands the plugin at `ENERGY_DATA_STEP_PTR`: byte offsets on 64-bit
-/// Linux, measured with `offsetof` over each release's own headers (22.05.8, 23.02.7,
-/// 23.11.4, 24.05.8, 24.11.5, 25.05.8, 25.11.7, 26.05.3). None of these structs holds a
-/// field under `#if`, so a release's layout is its headers'. Releases between those keep
-/// the layout of the one before (Slurm changes these structs at major releases); whoever
-/// reads through them checks what it reads (the step's ids, the list's magic) before
-/// trusting the rest.
+/// Linux, measured with `offsetof` over each release's own headers ([`MEASURED_RELEASES`]).
+/// None of these structs holds a field under `#if`, so a release's layout is its headers'.
+/// A release of a series never measured has no layout ([`step_record_layout`]): its record
+/// is not read at all. Whoever reads through a layout still checks what it reads (the
+/// step's ids, its user, the lists' and bitmaps' magic), through reads that cannot fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepRecordLayout {
     /// `stepd_step_rec_t.step_id`, a `slurm_step_id_t`.
@@ -209,8 +208,47 @@ pub struct StepRecordLayout {
 
 /// `LIST_MAGIC` (`src/common/list.c`), the first field of every `list_t` in every release.
 pub const LIST_MAGIC: u32 = 0xDEAD_BEEF;
+/// `list_t.head` (`struct listNode *`), at 8 in every release: after the 32-bit magic and
+/// padding up to 24.05, after the magic and the 32-bit count from 25.05.
+pub const LIST_HEAD: usize = 8;
+/// `struct listNode`, the same in every release: `void *data` at 0, `next` at 8.
+pub const LIST_NODE_DATA: usize = 0;
+pub const LIST_NODE_NEXT: usize = 8;
 
-const fn step_record_layout(version: u32) -> StepRecordLayout {
+/// `bitstr_t` (`src/common/bitstring.[ch]`), the same in every release on 64-bit
+/// little-endian Linux: 64-bit words, the first `BITSTR_MAGIC` (set by every `bit_alloc`),
+/// the second the number of bits, then the bits, bit `b` at `1 << (b % 64)` of word
+/// `2 + b / 64`.
+pub const BITSTR_MAGIC: i64 = 0x4243_4445;
+pub const BITSTR_OVERHEAD: usize = 2;
+
+/// The releases whose step-record layout was measured with `offsetof` over their own
+/// headers. A release of the same series (major and minor: 23.02.x) shares its layout:
+/// Slurm changes these internal structs at major releases, and what the plugin reads
+/// through it is checked before it is trusted. A release of any other series is not
+/// guessed from its neighbours.
+pub const MEASURED_RELEASES: [u32; 8] = [
+    0x16_05_08, 0x17_02_07, 0x17_0B_04, 0x18_05_08, 0x18_0B_05, 0x19_05_08, 0x19_0B_07, 0x1A_05_03,
+];
+
+/// The measured release of `version`'s series, if any.
+pub const fn measured_release(version: u32) -> Option<u32> {
+    let mut i = 0;
+    while i < MEASURED_RELEASES.len() {
+        if MEASURED_RELEASES[i] >> 8 == version >> 8 {
+            return Some(MEASURED_RELEASES[i]);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The step record's layout in `version` (a `SLURM_VERSION_NUMBER`), if its series was
+/// measured; `None` otherwise: no nearest guess.
+pub const fn step_record_layout(version: u32) -> Option<StepRecordLayout> {
+    if measured_release(version).is_none() {
+        return None;
+    }
     // (job_gres_list, step_gres_list, uid, user_name) moved at 23.02, 23.11, 24.11, 25.05
     let (job_gres_list, step_gres_list, uid, user_name) = if version >= 0x19_05_00 {
         (768, 776, 384, 392)
@@ -232,7 +270,7 @@ const fn step_record_layout(version: u32) -> StepRecordLayout {
         (112, 120, 128)
     };
     let sluid_first = version >= 0x18_0B_00;
-    StepRecordLayout {
+    Some(StepRecordLayout {
         step_id: 112,
         step_id_job: if sluid_first { 8 } else { 0 },
         step_id_step: if sluid_first { 16 } else { 8 },
@@ -248,8 +286,29 @@ const fn step_record_layout(version: u32) -> StepRecordLayout {
         step_node_cnt: 96,
         step_bit_alloc: 112,
         step_cnt_node_alloc: 88,
-    }
+    })
 }
 
-/// The layout of the release being built for.
-pub const STEP_RECORD: StepRecordLayout = step_record_layout(crate::SLURM_VERSION_NUMBER);
+/// The layout of the release being built for, if its series was measured.
+pub const STEP_RECORD: Option<StepRecordLayout> = step_record_layout(crate::SLURM_VERSION_NUMBER);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A release of a measured series has that series' layout; one of a series never
+    /// measured (26.11, the next after the table; 21.08 before it; a 24.11 "x.y" that
+    /// never was) has none, where the nearest measured layout used to be taken.
+    #[test]
+    fn only_a_measured_series_has_a_step_record_layout() {
+        let measured = |v| step_record_layout(v).map(|l| (l.user_name, l.step_gres_list));
+        assert_eq!(measured(0x16_05_08), Some((360, 656)));
+        assert_eq!(measured(0x17_02_08), Some((360, 744)));
+        assert_eq!(measured(0x18_0B_00), Some((384, 768)));
+        assert_eq!(measured(0x1A_05_00), Some((392, 776)));
+        for unmeasured in [0x1A_0B_00, 0x1B_05_00, 0x15_08_06, 0x18_0C_01] {
+            assert_eq!(step_record_layout(unmeasured), None, "{unmeasured:#x}");
+        }
+        assert_eq!(measured_release(0x17_0B_0B), Some(0x17_0B_04));
+    }
+}

@@ -9,6 +9,7 @@ mod host;
 mod location;
 mod log;
 mod macros;
+mod own_memory;
 mod plugin;
 mod profile;
 mod slurm_conf;

@@ -53,17 +53,17 @@ unsafe fn update(data_type: u32, data: *mut c_void) -> Option<Update> {
     Some(match data_type {
         acct_energy_type::ENERGY_DATA_RECONFIG => Update::Reconfig,
         acct_energy_type::ENERGY_DATA_STEP_PTR => {
-            // SAFETY: STEP_PTR passes slurmstepd's stepd_step_rec_t.
-            let grant = guard(
-                "set_data",
-                Err("internal error (logged)".into()),
-                || unsafe { step_record::grant(data) },
-            );
+            // STEP_PTR passes slurmstepd's stepd_step_rec_t, read without dereferencing
+            let grant = guard("set_data", Err("internal error (logged)".into()), || {
+                step_record::grant(data)
+            });
             Update::StepRecord(
                 grant
                     .inspect_err(|why| {
+                        // the record is the only source of a step's GPUs: none else is Slurm's
                         log::error!(
-                            "{why}; slurmd cannot tell which GPUs this step holds, nor its user"
+                            "{why}; slurmd cannot tell which GPUs this step holds, so it \
+                             charges the step none of them, and names no user for it"
                         )
                     })
                     .ok(),
