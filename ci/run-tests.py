@@ -52,6 +52,7 @@ PARALLEL_PACKAGE = "energy-tests"
 EXCLUSIVE = {
     # cluster_trust's attack on a shared node (the shared-node pair, held to its bounds)
     "processes_titled_as_slurmstepds_change_no_jobs_figure",
+    "cpu_time_moved_out_of_a_job_is_still_its_owners",
     "a_frozen_bmc_never_blocks_a_call_and_goes_unavailable",
     "a_hung_library_never_slows_a_call_and_loses_no_energy",
     "wakeups_per_node",

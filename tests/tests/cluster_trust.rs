@@ -510,3 +510,193 @@ fn links_planted_at_the_metrics_files_temporary_names_are_never_followed() {
     assert_close("the job's figure in the metrics file", figure, sacct, 0.01);
     drop(cluster);
 }
+
+/// An ordinary user of the attack tests, added to the cluster's own /etc/passwd.
+const MALLORY: (&str, u32) = ("energy_mallory", 7201);
+
+/// /etc/passwd and /etc/group with [`MALLORY`] added, for the cluster's namespace.
+fn etc_with_mallory(dir: &Path) {
+    fs::create_dir_all(dir).expect("etc dir");
+    let (name, uid) = MALLORY;
+    for (file, line) in [
+        ("passwd", format!("{name}:x:{uid}:{uid}::/tmp:/bin/sh\n")),
+        ("group", format!("{name}:x:{uid}:\n")),
+    ] {
+        let mut text = fs::read_to_string(Path::new("/etc").join(file)).expect("/etc");
+        text.push_str(&line);
+        fs::write(dir.join(file), text).expect("etc copy");
+    }
+}
+
+/// The CPU time (s) of a cgroup v1 cpuacct directory.
+fn cpuacct_secs(dir: &Path) -> f64 {
+    fs::read_to_string(dir.join("cpuacct.usage"))
+        .ok()
+        .and_then(|t| t.trim().parse::<f64>().ok())
+        .map_or(0.0, |ns| ns / 1e9)
+}
+
+/// Slurm 22.05's cgroup v1 gives a step's directories to the job's owner: their short job
+/// makes `step_batch/hide`, which outlives it, and their CPU-busy job moves its spinning
+/// task's cpuacct membership there (it stays in its own cpuset and freezer), out of its
+/// job's directory. Beside it root's sleeping job, each with one CPU, `shared` mode at a
+/// steady 300 W (100 W static): the neighbour pays the model's share from the CPU time
+/// each job really used (the busy job's own and its hidden task's), within 3 points; it
+/// paid about half of the node before (the busy job seemed as idle as it). From 23.02
+/// root owns the step directories and the `mkdir` fails: the same shares hold.
+#[test]
+fn cpu_time_moved_out_of_a_job_is_still_its_owners() {
+    let Some(tmp) = root_test_dir("cpu_time_moved_out_of_a_job_is_still_its_owners") else {
+        return;
+    };
+    let etc = tmp.path().join("etc-users");
+    etc_with_mallory(&etc);
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: RAPL,
+            acct_gather: &format!(
+                "EnergyRaplSource=msr\nEnergyAttribution=shared\nEnergyAttributionIdleWatts={}\n",
+                support::shared_node::IDLE_WATTS
+            ),
+            sim_args: vec![Some(SIM)],
+            extra_conf: CGROUP_SLURM_CONF,
+            cgroup_conf: &support::cluster::cgroup_v1_conf("ConstrainCores=yes\n"),
+            etc_users: Some(&etc),
+            node_freq: 1,
+            jobacct_freq: 1,
+            ..ClusterSpec::default()
+        },
+    );
+    let sim = cluster.sim(1);
+    // where the user's jobs say what they did
+    let out = tmp.path().join("mallory");
+    fs::create_dir_all(&out).expect("out dir");
+    fs::set_permissions(&out, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let o = out.display();
+    let sbatch = cluster.dir.join("bin/sbatch");
+    let (_, uid) = MALLORY;
+    let submit = |script: &str, name: &str| -> u32 {
+        let path = out.join(format!("{name}.sh"));
+        fs::write(&path, script).expect("script");
+        let path = path.display().to_string();
+        let run = cluster.client(
+            Some((uid, uid)),
+            &sbatch,
+            &["--parsable", "-o", "/dev/null", "--chdir", "/tmp", &path],
+        );
+        let text = String::from_utf8_lossy(&run.stdout);
+        text.trim()
+            .split(';')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("sbatch: {text} {}", String::from_utf8_lossy(&run.stderr)))
+    };
+    // the batch task's cpuacct directory is `<step_batch>/task_0`
+    let short = submit(
+        &format!(
+            "#!/bin/sh\n#SBATCH -n1 -c1\n\
+             rel=$(sed -n 's/^[0-9]*:[^:]*cpuacct[^:]*:\\(.*\\)$/\\1/p' /proc/self/cgroup)\n\
+             hide=/sys/fs/cgroup/cpuacct$(dirname \"$rel\")/hide\n\
+             if mkdir \"$hide\"; then echo \"$hide\" >{o}/hide; else echo refused >{o}/hide; fi\n"
+        ),
+        "short",
+    );
+    cluster.wait_job(short, Duration::from_secs(90));
+    let hide = fs::read_to_string(out.join("hide")).expect("the short job's word");
+    let hide = hide.trim();
+    let hidden = (hide != "refused").then(|| Path::new(hide).to_path_buf());
+    match &hidden {
+        Some(dir) => {
+            assert!(dir.is_dir(), "{} outlives its job", dir.display());
+            assert_eq!(fs::metadata(dir).expect("hide").uid(), uid);
+        }
+        None => println!("root owns the step directories here: the user could not hide"),
+    }
+    let busy = submit(
+        &format!(
+            "#!/bin/sh\n#SBATCH -n1 -c1\n\
+             srun -n1 sh -c '[ -d \"{hide}\" ] && echo $$ >\"{hide}/cgroup.procs\"; \
+             touch {o}/busy; exec timeout 30 sh -c \"while :; do :; done\"'\n"
+        ),
+        "busy",
+    );
+    let idle = cluster.sbatch("#!/bin/sh\n#SBATCH -n1 -c1\ntouch /dev/null\nsleep 30\n");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !out.join("busy").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the busy job never ran:\n{}",
+            cluster.logs()
+        );
+        sleep(Duration::from_millis(200));
+    }
+    sleep(Duration::from_secs(3));
+    sim.set(&[support::shared_node::ON]);
+    sleep(Duration::from_secs(4));
+    let job_dir = |job: u32| {
+        Path::new("/sys/fs/cgroup/cpuacct")
+            .read_dir()
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("slurm"))
+            .flat_map(|s| fs::read_dir(s.path()).into_iter().flatten().flatten())
+            .map(|u| u.path().join(format!("job_{job}")))
+            .find(|p| p.is_dir())
+            .unwrap_or_else(|| panic!("no cgroup of job {job}"))
+    };
+    let (busy_dir, idle_dir) = (job_dir(busy), job_dir(idle));
+    let live = |step: &str| -> f64 {
+        let text = cluster.run(&["sstat", "-n", "-P", "-j", step, "-o", "ConsumedEnergyRaw"]);
+        text.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("sstat {step} said {text:?}"))
+    };
+    // each job's figure (its steps'), the truth, each job's true CPU time
+    let read = || {
+        let truth = sim.truth();
+        let busy_j = live(&format!("{busy}.batch")) + live(&format!("{busy}.0"));
+        let idle_j = live(&format!("{idle}.batch"));
+        let hidden_secs = hidden.as_deref().map_or(0.0, cpuacct_secs);
+        let cpu = [
+            cpuacct_secs(&busy_dir) + hidden_secs,
+            cpuacct_secs(&idle_dir),
+        ];
+        (truth, [busy_j, idle_j], cpu, hidden_secs)
+    };
+    let (t0, e0, c0, h0) = read();
+    sleep(Duration::from_secs(10));
+    let (t1, e1, c1, h1) = read();
+    sim.set(&[support::shared_node::OFF]);
+    let node = t1 - t0;
+    let used = [c1[0] - c0[0], c1[1] - c0[1]];
+    let charged = [e1[0] - e0[0], e1[1] - e0[1]];
+    let static_share = support::shared_node::IDLE_WATTS / 300.0;
+    let model = static_share / 2.0 + (1.0 - static_share) * used[1] / (used[0] + used[1]);
+    let share = charged[1] / (charged[0] + charged[1]);
+    println!(
+        "node {node:.0} J; CPU s busy {:.2} (hidden {:.2}), idle {:.2}; charged busy {:.0} J, \
+         idle {:.0} J: the neighbour's share {:.1}% for the model's {:.1}%",
+        used[0],
+        h1 - h0,
+        used[1],
+        charged[0],
+        charged[1],
+        100.0 * share,
+        100.0 * model
+    );
+    if hidden.is_some() {
+        assert!(h1 - h0 > 5.0, "the busy task ran hidden: {:.2} s", h1 - h0);
+    }
+    assert!(
+        (share - model).abs() <= 0.03,
+        "the sleeping neighbour paid {:.1}% of the pair, the model {:.1}%",
+        100.0 * share,
+        100.0 * model
+    );
+    assert_close("the pair's sum", charged[0] + charged[1], node, 0.02);
+    for job in [busy, idle] {
+        cluster.wait_job(job, Duration::from_secs(90));
+    }
+}

@@ -52,7 +52,7 @@ enum Place {
     /// Its slurmstepd, not yet in the step's cgroup (under v2 it first waits in `system/`).
     Stepd(u32),
     /// Its slurmstepd, and the step's cgroup.
-    Found(u32, StepCgroup),
+    Found(u32, Box<StepCgroup>),
 }
 
 impl Place {
@@ -362,7 +362,7 @@ impl Keeper {
                 // the extern step is charged its job's share whatever its own CPU time
                 let usage_ns = match step {
                     StepId::EXTERN => None,
-                    _ => cgroup.and_then(StepCgroup::step_usage_ns),
+                    _ => cgroup.and_then(|c| c.step_usage_ns()),
                 };
                 j.steps.push(ObservedStep {
                     id: step,
@@ -480,7 +480,7 @@ impl Keeper {
         for ((_, step), place) in &mut self.places {
             if let Place::Stepd(pid) = *place {
                 match step_cgroup(tree, &self.procs, pid, *step) {
-                    Some(Some(cgroup)) => *place = Place::Found(pid, cgroup),
+                    Some(Some(cgroup)) => *place = Place::Found(pid, Box::new(cgroup)),
                     Some(None) => {}
                     // the slurmstepd is gone while its socket is not: look again
                     None => {

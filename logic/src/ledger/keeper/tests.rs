@@ -208,7 +208,7 @@ fn tick(keeper: &mut Keeper) {
 
 fn found(keeper: &mut Keeper, job: u32, step: StepId) -> Option<&mut StepCgroup> {
     match keeper.places.get_mut(&(job, step)) {
-        Some(Place::Found(_, cgroup)) => Some(cgroup),
+        Some(Place::Found(_, cgroup)) => Some(&mut **cgroup),
         _ => None,
     }
 }
