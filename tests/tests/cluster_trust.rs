@@ -687,7 +687,7 @@ fn cpu_time_moved_out_of_a_job_is_still_its_owners() {
         100.0 * model
     );
     if hidden.is_some() {
-        assert!(h1 - h0 > 5.0, "the busy task ran hidden: {:.2} s", h1 - h0);
+        assert!(h1 - h0 > 1.0, "the busy task ran hidden: {:.2} s", h1 - h0);
     }
     assert!(
         (share - model).abs() <= 0.03,
