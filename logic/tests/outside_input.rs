@@ -1019,7 +1019,6 @@ proptest! {
         garbage in any_text(),
         children in prop_oneof![prop::collection::vec(any::<u32>(), 0..5).prop_map(|c| c.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")), any_text()],
         minors in any_text(),
-        unix in any_text(),
     ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path();
@@ -1034,7 +1033,6 @@ proptest! {
         write(&root.join("7/status"), &garbage);
         write(&root.join("uptime"), &uptime);
         write(&root.join("driver/nvidia-caps/mig-minors"), &minors);
-        write(&root.join("net/unix"), &unix);
         let procs = Procs::from_path(root);
         prop_assert_eq!(procs.parent(pid), Some(ppid), "{:?}", stat);
         let before = std::time::SystemTime::now();
@@ -1050,7 +1048,7 @@ proptest! {
         let kids = procs.children(pid);
         prop_assert!(kids.len() <= children.split_whitespace().count());
         let _ = procs.mig_minors();
-        let _ = procs.holding_socket(&[pid, 7], Path::new("/var/spool/slurmd/n1_12.0"));
+        let _ = procs.holding(&[pid, 7], &[12].into());
     }
 
     /// Only processes of slurmd's uid whose title names a wanted step are candidates.

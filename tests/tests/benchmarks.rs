@@ -416,6 +416,7 @@ fn benchmarks() {
         let _ = writeln!(md, "{row}");
     }
     md.push_str(&wakeups_section());
+    md.push_str(&proc_scan_section());
     fs::write(workspace().join("BENCHMARKS.md"), md).expect("write BENCHMARKS.md");
 }
 
@@ -544,4 +545,168 @@ fn wakeups_section() -> String {
 fn wakeups_per_node() {
     assert!(root_or_skip("wakeups_per_node"), "benchmarks need root");
     println!("{}", wakeups_section());
+}
+
+/// Processes started for a benchmark, killed and reaped however it ends.
+struct Spawned(Vec<std::process::Child>);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+        }
+        for child in &mut self.0 {
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The largest bytes of arguments each of `procs` processes gets: `SCAN_ARG_MB` (6 MB by
+/// default) unless all of them would take more than a quarter of the memory available.
+fn scan_arg_bytes(procs: usize) -> usize {
+    let wanted_mb: usize = std::env::var("SCAN_ARG_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    let available_kb: usize = fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    (wanted_mb << 20).min(available_kb * 1024 / 4 / procs.max(1))
+}
+
+/// Times one search of the real /proc for a new step's slurmstepd (`Scans::stepds`: every
+/// process's owner, the start of slurmd's user's titles, the kernel's socket table) while
+/// `SCAN_PROCS` (1 000) processes of `nobody` run with megabytes of arguments each, beside
+/// what the search did before (every process's whole title read first, the socket table
+/// read as text).
+fn proc_scan_section() -> String {
+    use slurm_energy_logic::attribution::StepId;
+    use slurm_energy_logic::attribution::procs::{Procs, SCAN_GAP, Scans};
+    use std::collections::HashMap;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixListener;
+    use std::os::unix::process::CommandExt;
+
+    const NOBODY: u32 = 65_534;
+    // MAX_ARG_STRLEN: the kernel's bound on one argument
+    const ARG: usize = 128 * 1024 - 1;
+    let procs: usize = std::env::var("SCAN_PROCS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let bytes = scan_arg_bytes(procs);
+    // zeros: `sleep` adds each argument to its time (0 s)
+    let args: Vec<String> = (0..bytes / (ARG + 1)).map(|_| "0".repeat(ARG)).collect();
+    // the arguments may take a quarter of the stack's limit: raise it for the children
+    let stack = libc::rlimit {
+        rlim_cur: 64 << 20,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct it is given; raising a soft limit has no other effect.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_STACK, &stack) }, 0);
+    let mut spawned = Spawned(Vec::new());
+    // one root process titled as the new step's slurmstepd, holding the step's socket
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let socket = tmp.path().join("n1_999999.0");
+    let listener = UnixListener::bind(&socket).expect("socket");
+    // SAFETY: fcntl on a descriptor this process owns; clearing FD_CLOEXEC lets the child keep it.
+    let kept = unsafe { libc::fcntl(listener.as_raw_fd(), libc::F_SETFD, 0) };
+    assert_eq!(kept, 0);
+    let stepd = Command::new("sleep")
+        .arg0("slurmstepd: [999999.0]")
+        .arg("3600")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("a titled process");
+    let stepd_pid = stepd.id();
+    spawned.0.push(stepd);
+    drop(listener);
+    let step = (999_999, StepId(0));
+    let wanted: HashMap<_, &Path> = [(step, socket.as_path())].into();
+    let proc_root = Procs::from_path(Path::new("/proc"));
+    let rounds = 20;
+    let median_ms = || {
+        let mut times: Vec<f64> = (0..rounds)
+            .map(|_| {
+                let started = Instant::now();
+                let found = Scans::default().stepds(&proc_root, &wanted, 0);
+                let ms = started.elapsed().as_secs_f64() * 1e3;
+                assert_eq!(
+                    found,
+                    Some([(step, stepd_pid)].into()),
+                    "the stepd is found"
+                );
+                ms
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        times[rounds / 2]
+    };
+    let alone_ms = median_ms();
+    let others = fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .count();
+    for _ in 0..procs {
+        let child = Command::new("sleep")
+            .arg("3600")
+            .args(&args)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("a process of nobody");
+        spawned.0.push(child);
+    }
+    let new_ms = median_ms();
+    // before: every process's whole title, then its owner; the text table once
+    let old_rounds = 3;
+    let mut read_bytes = 0usize;
+    let started = Instant::now();
+    for _ in 0..old_rounds {
+        for entry in fs::read_dir("/proc").expect("/proc").flatten() {
+            if entry.file_name().to_string_lossy().parse::<u32>().is_err() {
+                continue;
+            }
+            if let Ok(title) = fs::read(entry.path().join("cmdline")) {
+                read_bytes += title.len();
+                let _ = fs::read_to_string(entry.path().join("status"));
+            }
+        }
+        read_bytes += fs::read("/proc/net/unix").map_or(0, |t| t.len());
+    }
+    let old_ms = started.elapsed().as_secs_f64() * 1e3 / f64::from(old_rounds);
+    let read_mb = read_bytes as f64 / f64::from(old_rounds) / 1e6;
+    let per_process_mb = (args.len() * (ARG + 1)) as f64 / 1e6;
+    drop(spawned);
+    let cap = 1.0 / SCAN_GAP.as_secs_f64();
+    format!(
+        "\n## A search of /proc for new steps' slurmstepds\n\n\
+         slurmd searches /proc for a new step's slurmstepd (`procs::Scans::stepds`), at most \
+         {cap:.0} times a second however many steps start (`SCAN_GAP`). A user's processes cost \
+         it their owner's line only: {procs} processes of `nobody` ran `sleep` with \
+         {per_process_mb:.1} MB of arguments each, beside one root process titled as the new \
+         step's slurmstepd holding its socket (found every time). \
+         `cargo test --release -p energy-tests --test benchmarks -- --ignored --nocapture proc_scan` (root).\n\n\
+         | search | time per search (real /proc) | read of titles and the socket table |\n|---|---|---|\n\
+         | now, the node's {others} processes alone | {alone_ms:.1} ms (median of {rounds}) | – |\n\
+         | now: owners first, {} bytes of slurmd's user's titles, the kernel's socket table (sock_diag) | {new_ms:.1} ms (median of {rounds}) | – |\n\
+         | before: every whole title, then owners; /proc/net/unix as text | {old_ms:.0} ms (mean of {old_rounds}) | {read_mb:.0} MB |\n\n\
+         At most {cap:.0} searches a second: now at most {:.1} ms of the sampler's second, before {:.0} ms \
+         (and /proc/net/unix once per searched step).\n",
+        slurm_energy_logic::attribution::procs::TITLE_BYTES,
+        cap * new_ms,
+        cap * old_ms,
+    )
+}
+
+#[test]
+#[ignore = "benchmark: the /proc search section of BENCHMARKS.md alone (about a minute, root)"]
+fn proc_scan_per_node() {
+    assert!(root_or_skip("proc_scan_per_node"), "benchmarks need root");
+    println!("{}", proc_scan_section());
 }

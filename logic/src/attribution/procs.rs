@@ -9,21 +9,106 @@
 //! at times) and holds the step's socket in this node's SlurmdSpoolDir, which only the
 //! step's slurmstepd binds. That also tells apart the slurmstepds of the same step on one
 //! host (`--enable-multiple-slurmd`, or nodes in network namespaces).
+//!
+//! What a pass costs is not the node's users' to size: a process's owner is read before
+//! anything else of it, and of slurmd's user's processes only the first [`TITLE_BYTES`] of
+//! their titles (a user's can hold megabytes); which socket is bound where is asked of the
+//! kernel once a pass ([`unix_sockets`]); and passes are [`SCAN_GAP`] apart at least, however
+//! many steps start ([`Scans`]).
+
+mod unix_sockets;
 
 use std::collections::{HashMap, HashSet};
-use std::fs;
+use std::fs::{self, File};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::{StepId, own_step};
 
 /// Where the kernel shows processes.
 pub const PROC_ROOT: &str = "/proc";
 
+/// What of a process's title is read: `slurmstepd: [<job>.<step> stepmgr]` is under 50 bytes
+/// (a u32 job, a step's number or name), and slurmstepd writes it at the title's start.
+pub const TITLE_BYTES: u64 = 128;
+
+/// The passes over /proc for new steps' slurmstepds are this far apart at least: at most 2
+/// a second, however many steps start (a step not searched waits for the next pass, at
+/// most this long). A pass reads each process's owner, the titles of slurmd's user's
+/// processes, the kernel's unix sockets once, and the `fd/` of the candidates.
+pub const SCAN_GAP: Duration = Duration::from_millis(500);
+
 /// A view of /proc (a fake one in tests).
 #[derive(Debug, Clone)]
 pub struct Procs {
     root: PathBuf,
+}
+
+/// When /proc was last searched for slurmstepds, so that searches are [`SCAN_GAP`] apart,
+/// and whether the kernel's socket table failed then (logged once per episode).
+#[derive(Debug, Default)]
+pub struct Scans {
+    last: Option<Instant>,
+    failing: bool,
+}
+
+impl Scans {
+    /// The slurmstepd of each `wanted` step (by its socket's path in SlurmdSpoolDir) that
+    /// one pass over /proc finds: a process of real uid `uid`, titled as the step's
+    /// slurmstepd, holding the socket bound at that path. `None`, with no pass made, while
+    /// the last pass is less than [`SCAN_GAP`] old.
+    pub fn stepds(
+        &mut self,
+        procs: &Procs,
+        wanted: &HashMap<(u32, StepId), &Path>,
+        uid: u32,
+    ) -> Option<HashMap<(u32, StepId), u32>> {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) < SCAN_GAP)
+        {
+            return None;
+        }
+        self.last = Some(now);
+        let steps: HashSet<(u32, StepId)> = wanted.keys().copied().collect();
+        let candidates = procs.stepds(&steps, uid);
+        let sockets: Vec<&Path> = candidates
+            .keys()
+            .filter_map(|s| wanted.get(s).copied())
+            .collect();
+        if sockets.is_empty() {
+            return Some(HashMap::new());
+        }
+        // one question to the kernel for all the steps of this pass
+        let bound = match unix_sockets::sockets_bound_at(&sockets) {
+            Ok(bound) => {
+                if self.failing {
+                    log::info!("the kernel tells again which unix sockets are bound where");
+                    self.failing = false;
+                }
+                bound
+            }
+            Err(e) => {
+                if !self.failing {
+                    log::error!(
+                        "{e}: new steps' slurmstepds are not found, and their jobs not \
+                         charged apart, until it answers"
+                    );
+                    self.failing = true;
+                }
+                return Some(HashMap::new());
+            }
+        };
+        // only the step's slurmstepd holds its socket: not a process titled as it, nor
+        // another node's slurmstepd of the same step on the same host
+        let found = candidates.into_iter().filter_map(|(step, pids)| {
+            let held = bound.get(*wanted.get(&step)?)?;
+            Some((step, procs.holding(&pids, held)?))
+        });
+        Some(found.collect())
+    }
 }
 
 impl Procs {
@@ -35,7 +120,8 @@ impl Procs {
     }
 
     /// The processes of real uid `uid` titled as the slurmstepd of one of the `wanted`
-    /// steps, in one pass over all processes.
+    /// steps, in one pass over all processes; of another user's process only its owner is
+    /// read, of slurmd's user's the start of its title.
     pub fn stepds(
         &self,
         wanted: &HashSet<(u32, StepId)>,
@@ -48,19 +134,36 @@ impl Procs {
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
         for pid in pids {
-            // a process that ended meanwhile, or a kernel thread (no cmdline), is no stepd
-            let Ok(cmdline) = fs::read(self.cmdline_path(pid)) else {
+            // the owner first: nothing more is read of another user's process
+            if self.uid(pid) != Some(uid) {
+                continue;
+            }
+            // a process that ended meanwhile, or a kernel thread (no title), is no stepd
+            let Some(title) = self.title(pid) else {
                 continue;
             };
-            let title = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            let Some(step) = own_step(&title).filter(|s| wanted.contains(s)) else {
-                continue;
-            };
-            if self.uid(pid) == Some(uid) {
+            if let Some(step) = own_step(&title).filter(|s| wanted.contains(s)) {
                 found.entry(step).or_default().push(pid);
             }
         }
         found
+    }
+
+    /// The start of process `pid`'s title, at most [`TITLE_BYTES`] of it (arguments NUL-
+    /// separated as the kernel shows them, read as spaces). A title cut by the bound ends
+    /// at its last space or `]`: a step's name cut short (`[5.1` of `[5.12]`) is none.
+    fn title(&self, pid: u32) -> Option<String> {
+        let mut head = Vec::new();
+        File::open(self.cmdline_path(pid))
+            .ok()?
+            .take(TITLE_BYTES)
+            .read_to_end(&mut head)
+            .ok()?;
+        let mut title = String::from_utf8_lossy(&head).replace('\0', " ");
+        if head.len() as u64 >= TITLE_BYTES {
+            title.truncate(title.rfind([' ', ']']).unwrap_or(0));
+        }
+        Some(title)
     }
 
     /// When process `pid` started, on this moment's wall clock: its age is the time since
@@ -165,29 +268,17 @@ impl Procs {
             .collect()
     }
 
-    /// Which of `pids` holds the unix socket bound at `socket`: `/proc/net/unix` gives the
-    /// socket's inode (of this network namespace, which slurmd's stepds share), each
-    /// process's `fd/` links name the inodes it holds.
-    pub fn holding_socket(&self, pids: &[u32], socket: &Path) -> Option<u32> {
-        let table = fs::read_to_string(self.root.join("net/unix")).ok()?;
-        let inodes: HashSet<String> = table
-            .lines()
-            .skip(1)
-            .filter_map(|l| {
-                // Num RefCount Protocol Flags Type St Inode Path: the path as slurmstepd
-                // bound it, compared by components (a SlurmdSpoolDir ending in `/`)
-                let fields: Vec<&str> = l.split_whitespace().collect();
-                let bound = fields.get(7..)?.join(" ");
-                (Path::new(&bound) == socket).then(|| format!("socket:[{}]", fields[6]))
-            })
-            .collect();
+    /// Which of `pids` holds one of the unix `sockets` (by inode): each process's `fd/`
+    /// links name the inodes of the sockets it holds, `socket:[<inode>]`.
+    pub fn holding(&self, pids: &[u32], sockets: &HashSet<u32>) -> Option<u32> {
+        let names: HashSet<String> = sockets.iter().map(|i| format!("socket:[{i}]")).collect();
         pids.iter().copied().find(|pid| {
             fs::read_dir(self.root.join(pid.to_string()).join("fd"))
                 .into_iter()
                 .flatten()
                 .flatten()
                 .filter_map(|fd| fs::read_link(fd.path()).ok())
-                .any(|target| inodes.contains(target.to_string_lossy().as_ref()))
+                .any(|target| names.contains(target.to_string_lossy().as_ref()))
         })
     }
 }
@@ -197,6 +288,7 @@ pub(crate) mod tests {
     use super::*;
     use crate::attribution::cgroup::tests::write;
     use std::os::unix::fs::symlink;
+    use std::os::unix::net::UnixListener;
 
     /// A process in a fake /proc: its title (NUL-separated as the kernel shows argv) and
     /// its `/proc/<pid>/cgroup`, running as this test's user.
@@ -221,17 +313,18 @@ pub(crate) mod tests {
         );
     }
 
-    /// A step's slurmstepd in a fake /proc: titled, in `cgroup`, holding `socket`.
+    /// A step's slurmstepd in a fake /proc: titled, in `cgroup`, holding a socket bound at
+    /// `socket` (a real one, which lives as long as the caller keeps it).
     pub(crate) fn stepd(
         proc_root: &Path,
         pid: u32,
         step: (u32, StepId),
         cgroup: &str,
         socket: &Path,
-    ) {
+    ) -> UnixListener {
         let title = format!("slurmstepd: [{}.{}]", step.0, step.1.name());
         process(proc_root, pid, &title, cgroup);
-        holds_socket(proc_root, pid, socket, 50_000 + pid);
+        holds_socket(proc_root, pid, socket)
     }
 
     /// The thread that reads `proc_root/thread-self` is named `name`.
@@ -255,16 +348,19 @@ pub(crate) mod tests {
         write(&file, &text);
     }
 
-    /// `pid` holds the unix socket bound at `socket`, of inode `inode`.
-    pub(crate) fn holds_socket(proc_root: &Path, pid: u32, socket: &Path, inode: u32) {
-        let table = proc_root.join("net/unix");
-        let mut text = fs::read_to_string(&table)
-            .unwrap_or_else(|_| "Num       RefCount Protocol Flags    Type St Inode Path\n".into());
-        text.push_str(&format!(
-            "0000000000000000: 00000002 00000000 00010000 0001 01 {inode} {}\n",
-            socket.display()
-        ));
-        write(&table, &text);
+    /// `pid` holds a unix socket bound at `socket`: a real one, in the kernel's table as
+    /// slurmstepd's is, kept as long as the caller keeps it.
+    pub(crate) fn holds_socket(proc_root: &Path, pid: u32, socket: &Path) -> UnixListener {
+        fs::create_dir_all(socket.parent().expect("socket dir")).expect("mkdir");
+        let listener = UnixListener::bind(socket).expect("bind");
+        holds(proc_root, pid, &listener);
+        listener
+    }
+
+    /// `pid` holds `listener`, as `/proc/<pid>/fd/` shows a socket: `socket:[<inode>]`,
+    /// the inode of its sockfs file (what the kernel's socket table names).
+    pub(crate) fn holds(proc_root: &Path, pid: u32, listener: &UnixListener) {
+        let inode = nix::sys::stat::fstat(listener).expect("fstat").st_ino;
         let fd = proc_root.join(format!("{pid}/fd/{inode}"));
         fs::create_dir_all(fd.parent().expect("fd dir")).expect("mkdir");
         symlink(format!("socket:[{inode}]"), fd).expect("fd link");
@@ -334,18 +430,120 @@ pub(crate) mod tests {
         Procs::from_path(root)
     }
 
+    fn scan(root: &Path, wanted: &[((u32, StepId), &Path)]) -> Option<HashMap<(u32, StepId), u32>> {
+        let wanted: HashMap<(u32, StepId), &Path> = wanted.iter().copied().collect();
+        Scans::default().stepds(&procs(root), &wanted, nix::unistd::getuid().as_raw())
+    }
+
     #[test]
     fn children_and_sockets_are_read() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let root = tmp.path();
+        let root = &tmp.path().join("proc");
         child(root, 10, 20);
         child(root, 10, 21);
         assert_eq!(procs(root).children(10), vec![20, 21]);
         assert!(procs(root).children(99).is_empty());
-        let socket = Path::new("/var/spool/slurmd/n2/n2_5.0");
-        holds_socket(root, 31, Path::new("/var/spool/slurmd/n1/n1_5.0"), 700);
-        holds_socket(root, 32, Path::new("/var/spool/slurmd/n2//n2_5.0"), 701);
-        assert_eq!(procs(root).holding_socket(&[31, 32], socket), Some(32));
-        assert_eq!(procs(root).holding_socket(&[31], socket), None);
+        // two slurmd on one host, each with its spool dir, run step 5.0
+        let spool = |n: &str| tmp.path().join(format!("spool/{n}/{n}_5.0"));
+        let step = (5, StepId(0));
+        let _n1 = stepd(root, 31, step, "0::/", &spool("n1"));
+        let _n2 = stepd(root, 32, step, "0::/", &spool("n2"));
+        // by components: a SlurmdSpoolDir written with a trailing `/`
+        let doubled = PathBuf::from(format!("{}/spool/n2//n2_5.0", tmp.path().display()));
+        assert_eq!(scan(root, &[(step, &doubled)]), Some([(step, 32)].into()));
+        assert_eq!(
+            scan(root, &[(step, &spool("n1"))]),
+            Some([(step, 31)].into())
+        );
+        fs::remove_dir_all(root.join("31/fd")).expect("rm");
+        assert_eq!(scan(root, &[(step, &spool("n1"))]), Some(HashMap::new()));
+    }
+
+    /// A user binds a socket at a path holding a newline and, after it, a line of
+    /// `/proc/net/unix` of its own: the spool socket's path with the inode of a root
+    /// slurmstepd's socket (another node's, of the same step). Read as text, the table
+    /// names that slurmstepd as holding this node's socket; the kernel's own table says
+    /// which socket is bound to which file, and no process is taken for this step's.
+    #[test]
+    fn a_forged_line_of_the_socket_table_names_no_slurmstepd() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = &tmp.path().join("proc");
+        let step = (5, StepId(0));
+        let ours = tmp.path().join("n1/n1_5.0");
+        let theirs = tmp.path().join("n2/n2_5.0");
+        // this node's slurmstepd is not titled yet; the other node's holds its socket
+        fs::create_dir_all(ours.parent().expect("dir")).expect("mkdir");
+        let _bound = UnixListener::bind(&ours).expect("bind");
+        let their_stepd = stepd(root, 32, step, "0::/", &theirs);
+        let inode = nix::sys::stat::fstat(&their_stepd).expect("fstat").st_ino;
+        let forged = format!(
+            "x\n0000: 00000002 0 10000 0001 01 {inode} {}",
+            ours.display()
+        );
+        // the user makes the directories the path names (`…01 <inode> /tmp/…/n1/`)
+        let path = tmp.path().join(forged);
+        fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
+        let _user = UnixListener::bind(&path).expect("bind");
+        // what a reader of the text table sees: the kernel's own table shows the line
+        let table = fs::read_to_string("/proc/net/unix").expect("/proc/net/unix");
+        let line = format!(" {inode} {}\n", ours.display());
+        assert!(table.contains(&line), "the forged line is in the table");
+        write(&root.join("net/unix"), &table);
+        assert_eq!(scan(root, &[(step, &ours)]), Some(HashMap::new()));
+    }
+
+    /// Another user's process is not read beyond its owner: its title may be megabytes, or
+    /// (here) a FIFO no one writes, whose read would wait for ever.
+    #[test]
+    fn another_users_process_is_read_no_further_than_its_owner() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().to_path_buf();
+        process_of(&root, 40, "", "0::/", 4242);
+        fs::remove_file(root.join("40/cmdline")).expect("rm");
+        nix::unistd::mkfifo(&root.join("40/cmdline"), nix::sys::stat::Mode::S_IRWXU).expect("fifo");
+        process(&root, 41, "slurmstepd: [5.0]", "0::/");
+        let done = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let wanted: HashSet<_> = [(5, StepId(0))].into();
+            let me = nix::unistd::getuid().as_raw();
+            let _ = done.0.send(procs(&root).stepds(&wanted, me));
+        });
+        let found = done.1.recv_timeout(Duration::from_secs(10));
+        assert_eq!(found.ok(), Some([((5, StepId(0)), vec![41])].into()));
+    }
+
+    /// Of slurmd's user's processes, only the start of the title is read: a title longer
+    /// than that is found by its start (here a FIFO that never ends: a whole read waits
+    /// for ever), one cut inside its step's name is none.
+    #[test]
+    fn only_the_start_of_a_title_is_read() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().to_path_buf();
+        process(&root, 50, "", "0::/");
+        let fifo = root.join("50/cmdline");
+        fs::remove_file(&fifo).expect("rm");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).expect("fifo");
+        let padding = "x".repeat(2 * TITLE_BYTES as usize);
+        let long = format!("slurmstepd: [5.0]\0{padding}");
+        // a job's number cut by the bound: `[7.12` of `[7.123]`
+        let cut = format!("{} slurmstepd: [7.123]", "y ".repeat(55));
+        assert_eq!(cut.find("[7.12").map(|i| i + 5), Some(TITLE_BYTES as usize));
+        process(&root, 51, &cut, "0::/");
+        let writer = std::thread::spawn(move || {
+            let mut fifo = fs::OpenOptions::new().write(true).open(fifo).expect("open");
+            fifo.write_all(long.as_bytes()).expect("write");
+            // held open: no end of file until the test ends
+            std::thread::sleep(Duration::from_secs(30));
+        });
+        let done = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let wanted: HashSet<_> = [(5, StepId(0)), (7, StepId(12)), (7, StepId(123))].into();
+            let me = nix::unistd::getuid().as_raw();
+            let _ = done.0.send(procs(&root).stepds(&wanted, me));
+        });
+        let found = done.1.recv_timeout(Duration::from_secs(10));
+        assert_eq!(found.ok(), Some([((5, StepId(0)), vec![50])].into()));
+        drop(writer);
     }
 }

@@ -89,6 +89,8 @@ pub struct Keeper {
     starts: HashMap<(u32, StepId), Option<SystemTime>>,
     /// Samples taken, the clock of [`Place::Unseen`].
     samples: u64,
+    /// The searches of /proc for slurmstepds, [`procs::SCAN_GAP`] apart at least.
+    scans: procs::Scans,
     spool: PathBuf,
     path: PathBuf,
     /// When the ledger was last updated, and whether a step asked for a fresh one
@@ -171,6 +173,7 @@ impl Keeper {
             ended: HashSet::new(),
             starts: HashMap::new(),
             samples: 0,
+            scans: procs::Scans::default(),
             spool: spool.to_path_buf(),
             path,
             pace: Arc::default(),
@@ -416,8 +419,9 @@ impl Keeper {
     }
 
     /// Brings [`Self::places`] up to the present steps: forgets the ended ones, searches
-    /// /proc once for the slurmstepds of those not seen yet, and reads the cgroup of each
-    /// slurmstepd found whose step has none yet.
+    /// /proc once for the slurmstepds of those not seen yet (where a search may be made:
+    /// [`procs::Scans`]), and reads the cgroup of each slurmstepd found whose step has none
+    /// yet.
     fn locate(&mut self, present: &BTreeMap<(u32, StepId), PathBuf>) {
         let now = self.samples;
         self.places.retain(|step, _| present.contains_key(step));
@@ -437,16 +441,17 @@ impl Keeper {
             })
             .copied()
             .collect();
-        if !search.is_empty() {
-            let mut stepds = self.procs.stepds(&search, self.stepd_uid);
+        // at most one pass over /proc per SCAN_GAP, however many steps start: the steps
+        // of a sample that may not search wait for the next that may
+        let wanted: HashMap<(u32, StepId), &Path> =
+            search.iter().map(|s| (*s, present[s].as_path())).collect();
+        let found = match wanted.is_empty() {
+            true => None,
+            false => self.scans.stepds(&self.procs, &wanted, self.stepd_uid),
+        };
+        if let Some(mut stepds) = found {
             for step in search {
-                let pids = stepds.remove(&step).unwrap_or_default();
-                // only the step's slurmstepd holds its socket: not a process titled as it,
-                // nor another node's slurmstepd of the same step on the same host
-                let pid = match pids[..] {
-                    [] => None,
-                    _ => self.procs.holding_socket(&pids, &present[&step]),
-                };
+                let pid = stepds.remove(&step);
                 let place = match (pid, self.places.get(&step)) {
                     (Some(pid), _) => {
                         // charged from its process's start, not its socket's (made later)

@@ -26,12 +26,16 @@ fn attribution_cost_per_sample() {
             let steps = [("step_extern", 0), ("step_batch", 1000)];
             let dir = cgroup::tests::v1_tree(&cgroups, "slurm", job, &cpu, u64::MAX, 1000, &steps);
             for (k, step) in [StepId::EXTERN, StepId::BATCH].into_iter().enumerate() {
-                let name = format!("n1_{job}.{}", step.0);
-                sockets.push(UnixListener::bind(spool.join(name)).expect("socket"));
                 let pid = 1000 + 2 * job + k as u32;
                 let stepd = cgroup::tests::v1_stepd(&dir, &step.cgroup_name(), true);
                 let socket = spool.join(format!("n1_{job}.{}", step.0));
-                procs::tests::stepd(&proc_root, pid, (job, step), &stepd, &socket);
+                sockets.push(procs::tests::stepd(
+                    &proc_root,
+                    pid,
+                    (job, step),
+                    &stepd,
+                    &socket,
+                ));
             }
         }
         let site = Site {
@@ -131,12 +135,17 @@ fn gpu_attribution_cost_per_sample() {
         }
         let mut sockets = Vec::new();
         for job in 1..=jobs {
-            sockets.push(UnixListener::bind(spool.join(format!("n1_{job}.0"))).expect("socket"));
             let (stepd, task) = (10_000 + 2 * job, 10_001 + 2 * job);
             let job_dir = format!("0::/system.slice/slurmstepd.scope/job_{job}");
             let socket = spool.join(format!("n1_{job}.0"));
             let cgroup = format!("{job_dir}/step_0/slurm\n");
-            procs::tests::stepd(&proc_root, stepd, (job, StepId(0)), &cgroup, &socket);
+            sockets.push(procs::tests::stepd(
+                &proc_root,
+                stepd,
+                (job, StepId(0)),
+                &cgroup,
+                &socket,
+            ));
             let task_cgroup = format!("{job_dir}/step_0/user/task_0\n");
             procs::tests::process(&proc_root, task, "python", &task_cgroup);
             grant::tests::shards(job, StepId(0), 2, job % 8)
@@ -193,8 +202,16 @@ fn gpu_attribution_cost_per_sample() {
     }
 }
 
-/// One sample of `keeper`, whatever the time since the last.
+/// One sample of `keeper`, whatever the time since the last (and since its last search of
+/// /proc).
 fn tick(keeper: &mut Keeper) {
+    keeper.scans = procs::Scans::default();
+    sample(keeper);
+}
+
+/// One sample of `keeper`, whatever the time since the last; /proc is searched only if its
+/// last search is [`procs::SCAN_GAP`] old.
+fn sample(keeper: &mut Keeper) {
     let (t, w) = (Instant::now(), SystemTime::now());
     let mut accounting = Accounting::new(w);
     let reading = Reading {
@@ -238,11 +255,9 @@ impl Node {
 
     /// slurmd starts a step: its socket, its slurmstepd at `pid` in `cgroup`.
     fn start(&mut self, job: u32, step: StepId, pid: u32, cgroup: &str) {
-        let name = format!("n1_{job}.{}", step.0);
-        let socket = UnixListener::bind(self.site.spool.join(name)).expect("socket");
-        self.sockets.insert((job, step), socket);
         let socket = self.site.spool.join(format!("n1_{job}.{}", step.0));
-        procs::tests::stepd(&self.site.proc_root, pid, (job, step), cgroup, &socket);
+        let socket = procs::tests::stepd(&self.site.proc_root, pid, (job, step), cgroup, &socket);
+        self.sockets.insert((job, step), socket);
     }
 
     fn moves(&self, pid: u32, cgroup: &str) {
@@ -358,8 +373,7 @@ fn with_several_slurmd_on_a_host_the_step_is_this_nodes() {
     );
     let proc_root = node.site.proc_root.clone();
     let socket = |n: &str| node.tmp.path().join(format!("spool/{n}/{n}_9.0"));
-    procs::tests::holds_socket(&proc_root, 400, &socket("n2"), 7001);
-    procs::tests::holds_socket(&proc_root, 401, &socket("n1"), 7002);
+    let _theirs = procs::tests::holds_socket(&proc_root, 400, &socket("n2"));
     let mut keeper = node.keeper();
     tick(&mut keeper);
     let step = found(&mut keeper, 9, StepId(0)).expect("step");
@@ -453,14 +467,43 @@ fn an_unseen_step_is_searched_for_at_every_sample_while_young_then_less_often() 
     assert_eq!(searched, expected);
 }
 
+/// However many steps start, and however often the ledger is updated (rings), /proc is
+/// searched at most once per SCAN_GAP: the steps of the samples between wait for the next
+/// search, which finds them all at once.
+#[test]
+fn proc_is_searched_at_most_twice_a_second() {
+    assert_eq!(procs::SCAN_GAP, Duration::from_millis(500));
+    let mut node = Node::new("cgroup");
+    cgroup::tests::v1_tree(&node.site.cgroup_root, "slurm", 3, "0", 1 << 30, 0, &[]);
+    node.start(3, StepId(0), 300, "0::/\n");
+    let mut keeper = node.keeper();
+    tick(&mut keeper);
+    let searched = Instant::now();
+    assert_eq!(keeper.places.get(&(3, StepId(0))), Some(&Place::Stepd(300)));
+    for (k, job) in (4..24).enumerate() {
+        node.start(job, StepId(0), 400 + job, "0::/\n");
+        sample(&mut keeper);
+        assert!(
+            searched.elapsed() < procs::SCAN_GAP,
+            "a slow machine: try again"
+        );
+        assert_eq!(keeper.places.len(), 1, "sample {k}: no search");
+    }
+    std::thread::sleep(procs::SCAN_GAP.saturating_sub(searched.elapsed()));
+    sample(&mut keeper);
+    for job in 4..24 {
+        let place = keeper.places.get(&(job, StepId(0)));
+        assert_eq!(place, Some(&Place::Stepd(400 + job)), "{job}");
+    }
+}
+
 /// A job's owner can title a process as any step's slurmstepd (`exec -a`): it is not
 /// taken for one unless it runs as slurmd's user and holds the step's socket.
 #[test]
 fn a_process_titled_as_a_slurmstepd_is_not_taken_for_one() {
     let node = Node::new("cgroup");
     let job = cgroup::tests::v1_tree(&node.site.cgroup_root, "slurm", 3, "0", 1 << 30, 0, &[]);
-    let socket = node.site.spool.join("n1_3.0");
-    let _listener = UnixListener::bind(&socket).expect("socket");
+    let listener = UnixListener::bind(node.site.spool.join("n1_3.0")).expect("socket");
     let root = &node.site.proc_root;
     let task = format!("4:cpuset:/{job}/step_0/task_0\n");
     // the user's process, as another uid; and one of slurmd's uid not holding it
@@ -474,7 +517,8 @@ fn a_process_titled_as_a_slurmstepd_is_not_taken_for_one() {
     ));
     assert!(keeper.starts.contains_key(&(3, StepId(0))));
     // the step's own slurmstepd, holding its socket, is found
-    procs::tests::stepd(root, 902, (3, StepId(0)), "0::/\n", &socket);
+    procs::tests::process(root, 902, "slurmstepd: [3.0]", "0::/\n");
+    procs::tests::holds(root, 902, &listener);
     tick(&mut keeper);
     assert_eq!(
         keeper.places.get(&(3, StepId(0))).and_then(Place::stepd),
@@ -508,11 +552,10 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
         0,
         &[("step_extern", 0)],
     );
-    let _sock = UnixListener::bind(spool.join("n1_5.4294967292")).expect("socket");
     let proc_root = tmp.path().join("proc");
     let stepd = cgroup::tests::v1_stepd(&job, "step_extern", true);
     let socket = spool.join("n1_5.4294967292");
-    procs::tests::stepd(&proc_root, 40, (5, StepId::EXTERN), &stepd, &socket);
+    let _sock = procs::tests::stepd(&proc_root, 40, (5, StepId::EXTERN), &stepd, &socket);
     let procs = Procs::from_path(&proc_root);
     let site = Site {
         spool: spool.clone(),
