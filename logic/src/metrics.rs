@@ -209,17 +209,25 @@ impl InEffect {
         let mode = self.mode;
         if mode & 0o004 != 0 {
             return format!(
-                "the energy metrics file {path} is readable by every user of this node                  (mode {mode:04o}) and {owners} ({OWNERS_KEY})"
+                "the energy metrics file {path} is readable by every user of this node \
+                 (mode {mode:04o}) and {owners} ({OWNERS_KEY})"
             );
         }
-        match group.filter(|_| mode & 0o040 != 0) {
+        let how = match group {
+            Some(group) if mode & 0o040 != 0 => format!(
+                "readable by root and group {group} only (mode {mode:04o}, {GROUP_KEY}: \
+                 node_exporter's user must be in it)"
+            ),
             Some(group) => format!(
-                "{why}the energy metrics file {path} is readable by root and group {group}                  only (mode {mode:04o}, {GROUP_KEY}: node_exporter's user must be in it) and                  {owners} ({OWNERS_KEY})"
+                "readable by root only (mode {mode:04o}); set {MODE_KEY}=0640 to let \
+                 node_exporter read it through group {group} ({GROUP_KEY})"
             ),
             None => format!(
-                "{why}the energy metrics file {path} is readable by root only (mode                  {mode:04o}) and {owners} ({OWNERS_KEY}); set {GROUP_KEY} to node_exporter's                  group to let node_exporter read it"
+                "readable by root only (mode {mode:04o}); set {GROUP_KEY} to \
+                 node_exporter's group to let node_exporter read it"
             ),
-        }
+        };
+        format!("{why}the energy metrics file {path} is {how}; it {owners} ({OWNERS_KEY})")
     }
 
     /// `scontrol show config`'s value for [`MODE_KEY`] and [`OWNERS_KEY`].
@@ -863,6 +871,7 @@ mod tests {
                 assert_eq!(line.contains(GROUP_KEY), !everyone, "{at}: {line}");
                 let named = if owners { "names each" } else { "names no" };
                 assert!(line.contains(named), "{at}: {line}");
+                assert!(!line.contains("  "), "one line of words: {line:?}");
             }
         }
     }

@@ -1,6 +1,6 @@
 //! The values of slurm.conf the plugins depend on (`EnergyAttribution=shared`'s, how many
-//! energy plugins are stacked, what `PrivateData` hides), from the daemon's `slurm_conf` (looked up at run time, as
-//! every symbol not exported alike by all releases).
+//! energy plugins are stacked, what `PrivateData` hides), from the daemon's `slurm_conf`
+//! (looked up at run time, as every symbol not exported alike by all releases).
 
 use core::ffi::c_char;
 use std::ffi::CStr;
