@@ -14,23 +14,29 @@
 //! separate info series (`slurm_energy_job_info`), joined by `jobid` where a query needs
 //! it: the owner is known only once a task has started, and a label that appeared later
 //! would start a new series.
+//!
+//! Where slurm.conf's `PrivateData` hides jobs, users or usage from other users, the file
+//! hides them too unless the admin said otherwise ([`InEffect`]): node_exporter usually
+//! serves it to the network without authentication, and a local user reads a 0644 file.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::attribution::grant::Owner;
 use crate::config::{ConfigError, KeyValues, config_keys, yes_no};
 use crate::ledger::Ledger;
-use crate::replace::{Access, replace, sweep};
+use crate::replace::{Access, Directory};
 
 /// The keys every plugin of the family reads for its metrics.
 pub const KEYS: &[&str] = MetricsConfig::KEYS;
 /// Readable by all, node_exporter's user included: what the file's mode was before it
-/// could be set.
+/// could be set, and still is where Slurm does not hide jobs from other users.
 const DEFAULT_MODE: u32 = 0o644;
+/// Where `PrivateData` hides jobs: root's only, or root's and [`GROUP_KEY`]'s.
+const PRIVATE_MODE: u32 = 0o600;
+const PRIVATE_GROUP_MODE: u32 = 0o640;
 /// How long a job's series stay after it left the node: two scrapes at Prometheus's
 /// default interval of a minute.
 pub const GRACE: Duration = Duration::from_secs(120);
@@ -44,9 +50,11 @@ config_keys! {
             FILE_KEY = "EnergyMetricsFile": parse(parse_file),
                 show(|f| f.as_ref().map_or("(none)".to_string(), |f| f.display().to_string()));
         }
-        /// The file's permission bits ([`MODE_KEY`]).
-        pub mode: u32 = DEFAULT_MODE, {
-            MODE_KEY = "EnergyMetricsFileMode": parse(parse_mode), show(|m| format!("{m:04o}"));
+        /// The file's permission bits ([`MODE_KEY`]); `None` where the admin left them to
+        /// the default, which `PrivateData` decides ([`InEffect`]).
+        pub mode: Option<u32> = None, {
+            MODE_KEY = "EnergyMetricsFileMode": parse(parse_mode),
+                show(|m| m.map_or("(default)".to_string(), |m| format!("{m:04o}")));
         }
         /// The file's group ([`GROUP_KEY`]), when not slurmd's: node_exporter's, where the file
         /// is not readable by all.
@@ -55,15 +63,16 @@ config_keys! {
                 parse(|_, v| if v.is_empty() { Ok(None) } else { parse_group(v).map(Some) }),
                 show(|g| g.as_ref().map_or("(slurmd's)".to_string(), GroupName::to_string));
         }
-        /// Whether the file says who runs each job ([`OWNERS_KEY`]): not where Slurm's
-        /// PrivateData hides users from each other and node_exporter serves all.
-        pub owners: bool = true, {
+        /// Whether the file says who runs each job ([`OWNERS_KEY`]); `None` where the admin
+        /// left it to the default, which `PrivateData` decides ([`InEffect`]).
+        pub owners: Option<bool> = None, {
             OWNERS_KEY = "EnergyMetricsOwners": parse(|k, v| match v.to_ascii_lowercase().as_str() {
-                "yes" | "" => Ok(true),
-                "no" => Ok(false),
+                "yes" => Ok(Some(true)),
+                "no" => Ok(Some(false)),
+                "" => Ok(None),
                 _ => Err(ConfigError::new(k, v, "expected yes or no")),
             }),
-            show(yes_no);
+            show(|o| o.as_ref().map_or("(default)".to_string(), yes_no));
         }
     }
 }
@@ -87,9 +96,9 @@ impl std::fmt::Display for GroupName {
 
 /// [`MODE_KEY`]'s value: octal permission bits, writable by the owner (root) only: the
 /// figures are billed, and a file others could write between two updates could lie.
-fn parse_mode(key: &'static str, v: &str) -> Result<u32, ConfigError> {
+fn parse_mode(key: &'static str, v: &str) -> Result<Option<u32>, ConfigError> {
     if v.is_empty() {
-        return Ok(DEFAULT_MODE);
+        return Ok(None);
     }
     let bad = || {
         ConfigError::new(
@@ -104,6 +113,7 @@ fn parse_mode(key: &'static str, v: &str) -> Result<u32, ConfigError> {
     u32::from_str_radix(v, 8)
         .ok()
         .filter(|m| m & !0o777 == 0 && m & 0o022 == 0)
+        .map(Some)
         .ok_or_else(bad)
 }
 
@@ -150,10 +160,123 @@ fn parse_file(key: &'static str, v: &str) -> Result<Option<PathBuf>, ConfigError
     Ok(Some(path.to_path_buf()))
 }
 
+/// What slurm.conf's `PrivateData` hides from users other than a job's own (Slurm's
+/// `PrivateData=jobs,usage,users`, each set by `all` too); the other flags say nothing of
+/// jobs and their owners.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrivateData {
+    pub jobs: bool,
+    pub usage: bool,
+    pub users: bool,
+}
+
+impl PrivateData {
+    /// Whether Slurm hides who runs which job, or how much it used, from other users: then
+    /// so must the file.
+    fn hides_jobs(self) -> bool {
+        self.jobs || self.usage || self.users
+    }
+}
+
+/// The file's mode and whether it names owners, as in effect: each key the admin set wins;
+/// a key left out takes its default, which is private where [`PrivateData`] hides jobs
+/// (mode 0600, or 0640 with [`GROUP_KEY`]; no owners) and otherwise what it always was
+/// (0644, owners named).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InEffect {
+    pub mode: u32,
+    pub owners: bool,
+    /// Whether `PrivateData` chose the mode, the owners: `scontrol show config` says so.
+    private_mode: bool,
+    private_owners: bool,
+}
+
+impl InEffect {
+    /// The line slurmd logs once when it starts writing `path` (group as the admin named
+    /// it): who can read the file, and, where not everyone, how node_exporter can.
+    pub fn describe(&self, path: &Path, group: Option<&GroupName>) -> String {
+        let path = path.display();
+        let owners = if self.owners {
+            "names each job's owner"
+        } else {
+            "names no job's owner"
+        };
+        let why = if self.private_mode {
+            "slurm.conf's PrivateData hides jobs, users or usage, so "
+        } else {
+            ""
+        };
+        let mode = self.mode;
+        if mode & 0o004 != 0 {
+            return format!(
+                "the energy metrics file {path} is readable by every user of this node \
+                 (mode {mode:04o}) and {owners} ({OWNERS_KEY})"
+            );
+        }
+        let how = match group {
+            Some(group) if mode & 0o040 != 0 => format!(
+                "readable by root and group {group} only (mode {mode:04o}, {GROUP_KEY}: \
+                 node_exporter's user must be in it)"
+            ),
+            Some(group) => format!(
+                "readable by root only (mode {mode:04o}); set {MODE_KEY}=0640 to let \
+                 node_exporter read it through group {group} ({GROUP_KEY})"
+            ),
+            None => format!(
+                "readable by root only (mode {mode:04o}); set {GROUP_KEY} to \
+                 node_exporter's group to let node_exporter read it"
+            ),
+        };
+        format!("{why}the energy metrics file {path} is {how}; it {owners} ({OWNERS_KEY})")
+    }
+
+    /// `scontrol show config`'s value for [`MODE_KEY`] and [`OWNERS_KEY`].
+    fn show(&self, key: &str) -> Option<String> {
+        let because = |private: bool| if private { " (PrivateData)" } else { "" };
+        match key {
+            MODE_KEY => Some(format!("{:04o}{}", self.mode, because(self.private_mode))),
+            OWNERS_KEY => Some(format!(
+                "{}{}",
+                yes_no(&self.owners),
+                because(self.private_owners)
+            )),
+            _ => None,
+        }
+    }
+}
+
 impl MetricsConfig {
-    /// Who may read the file, its group looked up on this node; an error names the key
-    /// and the value.
-    pub fn access(&self) -> Result<Access, ConfigError> {
+    /// The mode and owners in effect where slurm.conf's PrivateData is `private`.
+    pub fn in_effect(&self, private: PrivateData) -> InEffect {
+        let hides = private.hides_jobs();
+        let private_mode = if self.group.is_some() {
+            PRIVATE_GROUP_MODE
+        } else {
+            PRIVATE_MODE
+        };
+        InEffect {
+            mode: self
+                .mode
+                .unwrap_or(if hides { private_mode } else { DEFAULT_MODE }),
+            owners: self.owners.unwrap_or(!hides),
+            private_mode: hides && self.mode.is_none(),
+            private_owners: hides && self.owners.is_none(),
+        }
+    }
+
+    /// `(key, value)` for `scontrol show config`: the values in effect where slurm.conf's
+    /// PrivateData is `private`, and why where it chose them.
+    pub fn shown(&self, private: PrivateData) -> Vec<(&'static str, String)> {
+        let effect = self.in_effect(private);
+        self.show()
+            .into_iter()
+            .map(|(key, value)| (key, effect.show(key).unwrap_or(value)))
+            .collect()
+    }
+
+    /// Who may read the file as `effect` says, its group looked up on this node; an error
+    /// names the key and the value.
+    pub fn access(&self, effect: &InEffect) -> Result<Access, ConfigError> {
         let group = match &self.group {
             None => None,
             Some(GroupName::Id(gid)) => Some(*gid),
@@ -176,7 +299,7 @@ impl MetricsConfig {
             },
         };
         Ok(Access {
-            mode: self.mode,
+            mode: effect.mode,
             group,
         })
     }
@@ -354,54 +477,62 @@ pub fn render(ledger: &Ledger, owners: Option<&HashMap<u32, Owner>>, who: &Ident
     .collect()
 }
 
-/// The file the metrics are written to; a failure is logged once per episode.
+/// The file the metrics are written to, in the directory opened once when slurmd started
+/// ([`Directory`]); a failure is logged once per episode.
 pub struct MetricsFile {
-    path: PathBuf,
+    dir: Directory,
+    name: String,
     access: Access,
-    /// Whether it says who runs each job ([`OWNERS_KEY`]).
-    owners: bool,
     failing: bool,
 }
 
 impl Drop for MetricsFile {
     /// slurmd stops measuring: the file goes, or node_exporter would serve its last
-    /// figures as current for ever.
+    /// figures as current for ever. Removed from the directory first opened, whatever its
+    /// path names now.
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
+        let _ = self.dir.remove(&self.name);
     }
 }
 
 impl MetricsFile {
-    /// Writes to `path`, readable as `access` says and saying who runs each job if
-    /// `owners`, once the temporary files a killed slurmd left beside it are gone.
-    pub fn new(path: PathBuf, access: Access, owners: bool) -> Self {
-        sweep(&path);
-        Self {
-            path,
-            access,
-            owners,
-            failing: false,
+    /// Writes to `path`, readable as `access` says, once the temporary files a killed
+    /// slurmd left beside it are gone. Its
+    /// directory is opened now, for good: a link in its path is refused (an error naming
+    /// [`FILE_KEY`]), and a directory on the way that others can write is logged.
+    pub fn open(path: &Path, access: Access) -> Result<Self, ConfigError> {
+        let refused = |why: String| ConfigError::new(FILE_KEY, &path.display().to_string(), why);
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
+        else {
+            return Err(refused("expected a file name in a directory".into()));
+        };
+        let (dir, exposed) = Directory::open_checked(dir).map_err(|e| refused(e.to_string()))?;
+        for exposure in exposed {
+            log::warn!("{FILE_KEY}: {exposure}");
         }
+        dir.sweep(name);
+        Ok(Self {
+            dir,
+            name: name.to_string(),
+            access,
+            failing: false,
+        })
     }
 
-    /// Whether it says who runs each job.
-    pub fn owners(&self) -> bool {
-        self.owners
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Its path as it was when opened.
+    fn path(&self) -> PathBuf {
+        self.dir.path().join(&self.name)
     }
 
     /// Replaces the file with `text`, readable by node_exporter's user as configured,
-    /// through a temporary file beside it that the collector skips ([`replace`]).
+    /// through a temporary file beside it that the collector skips ([`Directory::replace`]).
     pub fn write(&mut self, text: &str) {
-        let written = replace(&self.path, text.as_bytes(), self.access);
+        let written = self.dir.replace(&self.name, text.as_bytes(), self.access);
         match written {
             Ok(()) if self.failing => {
                 log::info!(
                     "the energy metrics are written to {} again",
-                    self.path.display()
+                    self.path().display()
                 );
                 self.failing = false;
             }
@@ -409,7 +540,7 @@ impl MetricsFile {
             Err(e) if !self.failing => {
                 log::error!(
                     "cannot write the energy metrics to {}: {e}",
-                    self.path.display()
+                    self.path().display()
                 );
                 self.failing = true;
             }
@@ -423,6 +554,7 @@ mod tests {
     use super::*;
     use crate::attribution::StepId;
     use crate::ledger::{Observation, ObservedJob, ObservedStep, Split};
+    use std::fs;
     use std::time::{Instant, SystemTime};
 
     #[test]
@@ -470,42 +602,49 @@ mod tests {
             }
             MetricsConfig::parse(&values)
         };
+        let open = PrivateData::default();
         let default = parse(&[]).expect("defaults");
         assert_eq!(
             (default.mode, &default.group, default.owners),
-            (0o644, &None, true)
+            (None, &None, None)
         );
+        let effect = default.in_effect(open);
         assert_eq!(
-            default.access(),
+            default.access(&effect),
             Ok(Access {
                 mode: 0o644,
                 group: None
             })
         );
+        assert!(effect.owners);
         let set =
             parse(&[(MODE_KEY, "0640"), (GROUP_KEY, "4242"), (OWNERS_KEY, "No")]).expect("valid");
+        let effect = set.in_effect(open);
         assert_eq!(
-            set.access(),
+            set.access(&effect),
             Ok(Access {
                 mode: 0o640,
                 group: Some(4242)
             })
         );
-        assert!(!set.owners);
+        assert!(!effect.owners);
         assert_eq!(
-            set.show()[1..],
+            set.shown(open)[1..],
             [
                 (MODE_KEY, "0640".to_string()),
                 (GROUP_KEY, "4242".to_string()),
                 (OWNERS_KEY, "no".to_string())
             ]
         );
-        assert_eq!(parse(&[(MODE_KEY, "600")]).map(|c| c.mode), Ok(0o600));
+        assert_eq!(parse(&[(MODE_KEY, "600")]).map(|c| c.mode), Ok(Some(0o600)));
         // a name is looked up where the file is written
         let root = parse(&[(GROUP_KEY, "root")]).expect("a name");
-        assert_eq!(root.access().map(|a| a.group), Ok(Some(0)));
+        let effect = root.in_effect(open);
+        assert_eq!(root.access(&effect).map(|a| a.group), Ok(Some(0)));
         let unknown = parse(&[(GROUP_KEY, "no-such-group-here")]).expect("a name");
-        let e = unknown.access().expect_err("unknown");
+        let e = unknown
+            .access(&unknown.in_effect(open))
+            .expect_err("unknown");
         assert_eq!((e.key, e.value.as_str()), (GROUP_KEY, "no-such-group-here"));
         assert!(e.to_string().contains("no such group"), "{e}");
         for (key, bad) in [
@@ -635,7 +774,7 @@ mod tests {
             mode: DEFAULT_MODE,
             group: None,
         };
-        let mut file = MetricsFile::new(path.clone(), readable, true);
+        let mut file = MetricsFile::open(&path, readable).expect("opened");
         file.write("a 1\n");
         file.write("a 2\n");
         assert_eq!(fs::read_to_string(&path).expect("file"), "a 2\n");
@@ -654,5 +793,168 @@ mod tests {
         );
         drop(file);
         assert!(!path.exists());
+    }
+
+    /// PrivateData's flags that hide jobs, each alone and all, against the admin's keys:
+    /// a key the admin set wins, a key left out is private where jobs are hidden, and the
+    /// log line says who can read the file and, where not all, which key lets node_exporter.
+    #[test]
+    fn where_private_data_hides_jobs_the_file_is_private_unless_the_admin_said_otherwise() {
+        let flags = |jobs, usage, users| PrivateData { jobs, usage, users };
+        let hiding = [
+            flags(true, false, false),
+            flags(false, true, false),
+            flags(false, false, true),
+            flags(true, true, true),
+        ];
+        // the admin's keys; (mode, owners) in effect where jobs are hidden, and where not
+        type Row = (
+            &'static [(&'static str, &'static str)],
+            (u32, bool),
+            (u32, bool),
+        );
+        let table: &[Row] = &[
+            (&[], (0o600, false), (0o644, true)),
+            (&[(GROUP_KEY, "4242")], (0o640, false), (0o644, true)),
+            (&[(MODE_KEY, "0644")], (0o644, false), (0o644, true)),
+            (&[(OWNERS_KEY, "yes")], (0o600, true), (0o644, true)),
+            (&[(OWNERS_KEY, "no")], (0o600, false), (0o644, false)),
+            (
+                &[(MODE_KEY, "0640"), (OWNERS_KEY, "yes")],
+                (0o640, true),
+                (0o640, true),
+            ),
+            (
+                &[(MODE_KEY, "0600"), (GROUP_KEY, "4242")],
+                (0o600, false),
+                (0o600, true),
+            ),
+        ];
+        let path = Path::new("/var/lib/node_exporter/energy.prom");
+        for (keys, hidden, open) in table {
+            let mut values = KeyValues::new();
+            for (k, v) in *keys {
+                values.set(k, *v);
+            }
+            let config = MetricsConfig::parse(&values).expect("valid");
+            let cases = hiding
+                .iter()
+                .map(|p| (*p, *hidden))
+                .chain([(PrivateData::default(), *open)]);
+            for (private, (mode, owners)) in cases {
+                let at = format!("{keys:?} {private:?}");
+                let effect = config.in_effect(private);
+                assert_eq!((effect.mode, effect.owners), (mode, owners), "{at}");
+                assert_eq!(config.access(&effect).map(|a| a.mode), Ok(mode), "{at}");
+                // scontrol show config: what is in effect, and why where PrivateData chose
+                let because = |admin: bool| match (private.hides_jobs(), admin) {
+                    (true, false) => " (PrivateData)",
+                    _ => "",
+                };
+                let set = |key| keys.iter().any(|(k, _)| *k == key);
+                let shown = config.shown(private);
+                assert_eq!(
+                    shown[1],
+                    (MODE_KEY, format!("{mode:04o}{}", because(set(MODE_KEY)))),
+                    "{at}"
+                );
+                let yes = if owners { "yes" } else { "no" };
+                assert_eq!(
+                    shown[3],
+                    (OWNERS_KEY, format!("{yes}{}", because(set(OWNERS_KEY)))),
+                    "{at}"
+                );
+                let line = effect.describe(path, config.group.as_ref());
+                assert!(line.contains(&path.display().to_string()), "{line}");
+                let everyone = line.contains("readable by every user");
+                assert_eq!(everyone, mode & 0o004 != 0, "{at}: {line}");
+                assert_eq!(line.contains(GROUP_KEY), !everyone, "{at}: {line}");
+                let named = if owners { "names each" } else { "names no" };
+                assert!(line.contains(named), "{at}: {line}");
+                assert!(!line.contains("  "), "one line of words: {line:?}");
+            }
+        }
+    }
+
+    /// The directory is swapped for a link to another after slurmd opened the file: every
+    /// write still lands in the directory first opened, and slurmd's stop removes the file
+    /// there, never the name the link leads to.
+    #[test]
+    fn a_directory_swapped_for_a_link_after_opening_is_never_followed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (dir, moved, elsewhere) = (
+            tmp.path().join("textfile"),
+            tmp.path().join("moved"),
+            tmp.path().join("elsewhere"),
+        );
+        fs::create_dir(&dir).expect("dir");
+        fs::create_dir(&elsewhere).expect("elsewhere");
+        fs::write(elsewhere.join("energy.prom"), "root's\n").expect("elsewhere's");
+        let readable = Access {
+            mode: DEFAULT_MODE,
+            group: None,
+        };
+        let mut file = MetricsFile::open(&dir.join("energy.prom"), readable).expect("opened");
+        file.write("a 1\n");
+        fs::rename(&dir, &moved).expect("moved");
+        std::os::unix::fs::symlink(&elsewhere, &dir).expect("link");
+        file.write("a 2\n");
+        assert_eq!(
+            fs::read_to_string(moved.join("energy.prom")).expect("moved"),
+            "a 2\n"
+        );
+        let names = |d: &Path| -> Vec<_> {
+            fs::read_dir(d)
+                .expect("dir")
+                .flatten()
+                .map(|e| e.file_name())
+                .collect()
+        };
+        assert_eq!(
+            names(&elsewhere).len(),
+            1,
+            "nothing created through the link"
+        );
+        drop(file);
+        assert!(!moved.join("energy.prom").exists());
+        assert_eq!(
+            fs::read_to_string(elsewhere.join("energy.prom")).expect("kept"),
+            "root's\n"
+        );
+    }
+
+    /// A link in the file's path, as an ancestor or as the directory itself: refused, the
+    /// error naming the key and the link, and nothing written where it points.
+    #[test]
+    fn a_link_in_the_files_path_is_refused_naming_the_key() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let real = tmp.path().join("real");
+        fs::create_dir_all(real.join("textfile")).expect("dirs");
+        let ancestor = tmp.path().join("ancestor");
+        std::os::unix::fs::symlink(&real, &ancestor).expect("link");
+        let directory = tmp.path().join("directory");
+        std::os::unix::fs::symlink(real.join("textfile"), &directory).expect("link");
+        let readable = Access {
+            mode: DEFAULT_MODE,
+            group: None,
+        };
+        for (path, link) in [
+            (ancestor.join("textfile/energy.prom"), &ancestor),
+            (directory.join("energy.prom"), &directory),
+        ] {
+            let Err(e) = MetricsFile::open(&path, readable) else {
+                panic!("{} opened through a link", path.display());
+            };
+            assert_eq!(
+                (e.key, e.value.as_str()),
+                (FILE_KEY, path.to_str().expect("utf-8"))
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("{} is a symbolic link", link.display())),
+                "{text}"
+            );
+        }
+        assert_eq!(fs::read_dir(real.join("textfile")).expect("dir").count(), 0);
     }
 }

@@ -22,7 +22,7 @@ use crate::guard::guard;
 use crate::ledger::doorbell::{self, Doorbell};
 use crate::ledger::{Keeper, StepFigure, ledger_path};
 use crate::meter::Meter;
-use crate::metrics::{self, MetricsConfig};
+use crate::metrics::{self, MetricsConfig, PrivateData};
 use crate::plugin::Plugin;
 
 /// The Slurm program the plugin runs in.
@@ -68,6 +68,11 @@ pub trait Host: Send + Sync + 'static {
     /// The plugin's name after `acct_gather_energy/` (`rust_rapl`).
     fn plugin_kind(&self) -> &'static str {
         ""
+    }
+
+    /// What slurm.conf's `PrivateData` hides from other users.
+    fn private_data(&self) -> PrivateData {
+        PrivateData::default()
     }
 }
 
@@ -287,17 +292,22 @@ impl<P: Plugin> State<P> {
         keeper.describe_source(format!("{}: {}", host.plugin_kind(), meter.describe()));
         let stacked = host.energy_plugins() > 1;
         let node = host.node_name();
-        if let Some(file) = self.metrics.path_for(host.plugin_kind(), stacked, &node) {
-            match self.metrics.access() {
-                Ok(access) => {
-                    log::info!("writing energy metrics to {}", file.display());
-                    let owners = self.metrics.owners;
+        if let Some(path) = self.metrics.path_for(host.plugin_kind(), stacked, &node) {
+            let effect = self.metrics.in_effect(host.private_data());
+            let opened = self
+                .metrics
+                .access(&effect)
+                .and_then(|access| metrics::MetricsFile::open(&path, access));
+            match opened {
+                Ok(mut file) => {
+                    log::info!("writing energy metrics to {}", path.display());
+                    log::info!("{}", effect.describe(&path, self.metrics.group.as_ref()));
+                    let owners = effect.owners;
                     let who = metrics::Identity {
                         node: node.clone(),
                         source: host.plugin_kind().to_string(),
                         attribution: keeper.attribution().to_string(),
                     };
-                    let mut file = metrics::MetricsFile::new(file, access, owners);
                     keeper = keeper.publishing(
                         owners,
                         Box::new(move |ledger, owners| {
@@ -447,7 +457,7 @@ impl<P: Plugin> State<P> {
         }
     }
 
-    fn shown_config(&self) -> Vec<(&'static str, String)> {
+    fn shown_config(&self, host: &dyn Host) -> Vec<(&'static str, String)> {
         let mut shown = match &self.config {
             Config::Valid(c) => P::show_config(c),
             Config::Unset => P::show_config(&P::Config::default()),
@@ -457,7 +467,7 @@ impl<P: Plugin> State<P> {
                 .collect(),
         };
         shown.extend(self.attribution.show());
-        shown.extend(self.metrics.show());
+        shown.extend(self.metrics.shown(host.private_data()));
         shown
     }
 }
@@ -611,7 +621,7 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
 
     /// `conf_values`: what `scontrol show config` shows (never a password).
     pub fn shown_config(&self) -> Result<Vec<(&'static str, String)>, CallFailed> {
-        self.with_state("conf_values", |state, _| state.shown_config())
+        self.with_state("conf_values", |state, host| state.shown_config(host))
     }
 }
 

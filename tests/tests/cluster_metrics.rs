@@ -403,3 +403,84 @@ fn senergy_applies_the_intensity_at_each_power_sample_and_plots_a_three_node_job
     let png = fs::read(&bars).expect("the bars");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
 }
+
+/// slurm.conf hides jobs, users and usage (`PrivateData=jobs,users,usage`) and
+/// acct_gather.conf leaves EnergyMetricsFileMode and EnergyMetricsOwners out: while a job
+/// runs and after, the metrics file has the job's series but names no owner, is root's only
+/// (0600: no EnergyMetricsFileGroup), slurmd's log says which key lets node_exporter read
+/// it, and `scontrol show config` shows the values in effect and why.
+#[test]
+fn where_slurm_hides_jobs_the_metrics_file_names_no_owner_and_is_roots_only() {
+    let Some(tmp) =
+        root_test_dir("where_slurm_hides_jobs_the_metrics_file_names_no_owner_and_is_roots_only")
+    else {
+        return;
+    };
+    let textfile = tmp.path().join("textfile");
+    fs::create_dir(&textfile).expect("mkdir");
+    let file = textfile.join("slurm_energy.prom");
+    let cluster = Cluster::up(
+        &tmp.path().join("cluster"),
+        &ClusterSpec {
+            energy_type: RAPL,
+            acct_gather: &format!(
+                "EnergyRaplSource=msr\nEnergyMetricsFile={}\n",
+                file.display()
+            ),
+            extra_conf: "PrivateData=jobs,users,usage\n",
+            sim_args: vec![Some(SIM)],
+            ..ClusterSpec::default()
+        },
+    );
+    cluster.sim(1).set(&["package0=150"]);
+    let job = cluster.sbatch("#!/bin/sh\nsleep 12\n");
+    // the job's series appear once slurmd has seen its slurmstepd; its owner is known
+    // from then on, so every text read while it runs would name them
+    let series = format!("jobid=\"{job}\"");
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    let mut texts = Vec::new();
+    while texts.len() < 5 {
+        let text = fs::read_to_string(&file).unwrap_or_default();
+        if text.contains(&series) {
+            texts.push(text);
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "no series of job {job} in {}:\n{}",
+            file.display(),
+            cluster.logs()
+        );
+        sleep(Duration::from_secs(1));
+    }
+    cluster.wait_job(job, Duration::from_secs(120));
+    texts.push(fs::read_to_string(&file).expect("the metrics file"));
+    for text in &texts {
+        assert!(
+            !text.contains("user=") && !text.contains("slurm_energy_job_info"),
+            "an owner named in\n{text}"
+        );
+    }
+    let mode = fs::metadata(&file).expect("the metrics file").permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
+        0o600
+    );
+    let log = cluster.log("slurmd-n1.log");
+    let said = log
+        .lines()
+        .filter(|l| l.contains("readable by root only") && l.contains("EnergyMetricsFileGroup"))
+        .count();
+    assert_eq!(said, 1, "slurmd's log:\n{log}");
+    let config = cluster.run(&["scontrol", "show", "config"]);
+    for (key, value) in [
+        ("EnergyMetricsFileMode", "0600 (PrivateData)"),
+        ("EnergyMetricsOwners", "no (PrivateData)"),
+    ] {
+        let shown = config
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .find(|(k, _)| k.trim() == key)
+            .map(|(_, v)| v.trim());
+        assert_eq!(shown, Some(value), "{key} in\n{config}");
+    }
+}

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use super::daemon;
 use crate::attribution::Site;
 use crate::attribution::gres::GresOrder;
+use crate::metrics::PrivateData;
 use crate::runtime::{Daemon, Host};
 
 /// `plugin_type`: the plugin's `acct_gather_energy/<kind>`.
@@ -41,6 +42,10 @@ impl Host for SlurmHost {
 
     fn node_name(&self) -> String {
         super::slurm_conf::node_name()
+    }
+
+    fn private_data(&self) -> PrivateData {
+        super::slurm_conf::private_data()
     }
 
     fn plugin_kind(&self) -> &'static str {

@@ -1,6 +1,6 @@
 //! The values of slurm.conf the plugins depend on (`EnergyAttribution=shared`'s, how many
-//! energy plugins are stacked), from the daemon's `slurm_conf` (looked up at run time, as
-//! every symbol not exported alike by all releases).
+//! energy plugins are stacked, what `PrivateData` hides), from the daemon's `slurm_conf`
+//! (looked up at run time, as every symbol not exported alike by all releases).
 
 use core::ffi::c_char;
 use std::ffi::CStr;
@@ -10,6 +10,7 @@ use slurm_sys::slurm_conf_t;
 
 use crate::attribution::gres::GresOrder;
 use crate::attribution::{Site, cgroup_mountpoint, spool_for_node};
+use crate::metrics::PrivateData;
 
 fn text(p: *const c_char) -> String {
     if p.is_null() {
@@ -38,6 +39,23 @@ pub fn energy_plugin_count() -> Option<usize> {
         let names = text(slurm_conf()?.acct_gather_energy_type);
         Some(names.split(',').filter(|n| !n.trim().is_empty()).count())
     })
+}
+
+/// slurm.h's `PRIVATE_DATA_*` bits for jobs, accounting usage and users: function-like
+/// macros (`SLURM_BIT(n)`) bindgen cannot expand, the same bits from 22.05 to 26.11.
+const PRIVATE_DATA_JOBS: u16 = 1 << 0;
+const PRIVATE_DATA_USAGE: u16 = 1 << 3;
+const PRIVATE_DATA_USERS: u16 = 1 << 4;
+
+/// What slurm.conf's `PrivateData` hides (`all` sets every bit); nothing where this Slurm
+/// exports no `slurm_conf`.
+pub fn private_data() -> PrivateData {
+    let bits = slurm_conf().map_or(0, |conf| conf.private_data);
+    PrivateData {
+        jobs: bits & PRIVATE_DATA_JOBS != 0,
+        usage: bits & PRIVATE_DATA_USAGE != 0,
+        users: bits & PRIVATE_DATA_USERS != 0,
+    }
 }
 
 /// This node's name: its hostname (as slurmd's `-N` in the test cluster, and `%n` where

@@ -515,3 +515,58 @@ fn fini_stops_everything_and_a_later_call_starts_afresh() {
     assert_eq!(consumed(&rt, Query::NodeEnergy), None);
     assert_eq!(hw.opened.load(Ordering::SeqCst), 1);
 }
+
+/// slurmd on a node whose slurm.conf says `PrivateData=jobs,users,usage`.
+struct PrivateHost {
+    spool: PathBuf,
+}
+
+impl Host for PrivateHost {
+    fn daemon(&self) -> Daemon {
+        Daemon::Slurmd
+    }
+
+    fn spool_dir(&self) -> Result<PathBuf, String> {
+        Ok(self.spool.clone())
+    }
+
+    fn private_data(&self) -> PrivateData {
+        PrivateData {
+            jobs: true,
+            usage: true,
+            users: true,
+        }
+    }
+}
+
+/// Where Slurm hides jobs and the admin left the metrics keys out, slurmd writes the file
+/// for root only and `scontrol show config` says why.
+#[test]
+fn where_slurm_hides_jobs_the_metrics_file_is_roots_only() {
+    let (id, hw) = hardware(1);
+    hw.period_ms.store(20, Ordering::SeqCst);
+    let spool = tempfile::tempdir().expect("spool");
+    let file = spool.path().join("energy.prom");
+    let slurmd = Runtime::<Fake, _>::new(PrivateHost {
+        spool: spool.path().to_path_buf(),
+    });
+    let mut values = config(id);
+    values.set("EnergyMetricsFile", file.display().to_string());
+    slurmd.configure(0, &values).expect("conf_set");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !file.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mode = std::fs::metadata(&file).expect("written").permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o7777,
+        0o600
+    );
+    let shown = slurmd.shown_config().expect("shown");
+    for (key, value) in [
+        ("EnergyMetricsFileMode", "0600 (PrivateData)"),
+        ("EnergyMetricsOwners", "no (PrivateData)"),
+    ] {
+        assert!(shown.contains(&(key, value.to_string())), "{shown:?}");
+    }
+}

@@ -86,7 +86,7 @@ fn attribution_cost_per_sample() {
             source: "rust_rapl".into(),
             attribution: keeper.attribution().into(),
         };
-        let mut metrics = crate::metrics::MetricsFile::new(file.clone(), readable, true);
+        let mut metrics = crate::metrics::MetricsFile::open(&file, readable).expect("opened");
         let mut keeper = keeper.publishing(
             true,
             Box::new(move |ledger, owners| {
