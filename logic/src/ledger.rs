@@ -577,14 +577,15 @@ impl Ledger {
     /// no one else can write ([`trusted_dir`]), never through a link, and only when it is
     /// slurmd's user's own file (a planted file is none of slurmd's).
     pub fn load(path: &Path) -> Result<Option<Self>, LedgerError> {
-        trusted_dir::check(spool_of(path), NO_WRITE)?;
         let read = |source| LedgerError::Read {
             path: path.display().to_string(),
             source,
         };
+        // never through a link; a FIFO in its place does not hold the open (its reader
+        // would wait for a writer): it is opened at once, and refused as no regular file
         let file = fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path);
         let file = match file {
             Ok(file) => file,
@@ -596,6 +597,9 @@ impl Ledger {
             }
             Err(e) => return Err(read(e)),
         };
+        // checked once open: a reader that may not open it (`senergy check` run by a user)
+        // is told that, not that the directory is not its own
+        trusted_dir::check(spool_of(path), NO_WRITE)?;
         let meta = file.metadata().map_err(read)?;
         if !meta.is_file() || meta.uid() != nix::unistd::geteuid().as_raw() {
             return Err(LedgerError::Untrusted {

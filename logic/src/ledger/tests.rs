@@ -200,6 +200,10 @@ fn the_ledger_is_kept_only_in_a_spool_dir_nobody_else_writes() {
         "{:?}",
         loaded(&path)
     );
+    // nor is a FIFO waited on
+    fs::remove_file(&path).expect("unlink");
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+    assert!(matches!(loaded(&path), Err(LedgerError::Untrusted { .. })));
     fs::remove_file(&path).expect("unlink");
     ledger.store(&path).expect("store");
     // a spool dir others can write: nothing is published there, nor read
