@@ -10,6 +10,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -29,6 +31,7 @@ use crate::attribution::cgroup::JobCounters;
 use crate::attribution::holders::ObservedDevice;
 use crate::replace::{Access, replace};
 use crate::source::HardwareCount;
+use crate::trusted_dir::{self, DirError, NO_WRITE};
 
 /// How old the ledger may get while slurmd samples normally.
 pub const LEDGER_PERIOD: Duration = Duration::from_secs(1);
@@ -36,6 +39,14 @@ pub const LEDGER_PERIOD: Duration = Duration::from_secs(1);
 /// Where the ledger of the plugin stacked at `context_id` lives.
 pub fn ledger_path(spool: &Path, context_id: u16) -> PathBuf {
     spool.join(format!("energy-ledger.{context_id}.json"))
+}
+
+/// The directory of the ledger at `path`: SlurmdSpoolDir.
+fn spool_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
 }
 
 /// The file format; a reader refuses any other.
@@ -86,6 +97,17 @@ pub enum LedgerError {
     Format { path: String },
     #[error("{path} is an energy ledger of version {found}, not {VERSION}")]
     Version { path: String, found: String },
+    /// Whoever can write SlurmdSpoolDir can put a file of theirs in the ledger's place, or
+    /// move root's away: no figure is taken from it, and none published there.
+    #[error(
+        "SlurmdSpoolDir: {0}; no energy ledger is published or read there (anyone who can \
+         write it could put their own in its place)"
+    )]
+    Spool(#[from] DirError),
+    #[error(
+        "{path} is a link, or not a regular file of slurmd's user: not read as the energy ledger"
+    )]
+    Untrusted { path: String },
 }
 
 /// One job's or one step's account, or the node's.
@@ -551,18 +573,41 @@ impl Ledger {
         })
     }
 
-    /// The ledger in `path`, `None` when there is none.
+    /// The ledger in `path`, `None` when there is none. It is read only from a directory
+    /// no one else can write ([`trusted_dir`]), never through a link, and only when it is
+    /// slurmd's user's own file (a planted file is none of slurmd's).
     pub fn load(path: &Path) -> Result<Option<Self>, LedgerError> {
-        let text = match fs::read(path) {
-            Ok(text) => text,
+        let read = |source| LedgerError::Read {
+            path: path.display().to_string(),
+            source,
+        };
+        // never through a link; a FIFO in its place does not hold the open (its reader
+        // would wait for a writer): it is opened at once, and refused as no regular file
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path);
+        let file = match file {
+            Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(LedgerError::Read {
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(LedgerError::Untrusted {
                     path: path.display().to_string(),
-                    source,
                 });
             }
+            Err(e) => return Err(read(e)),
         };
+        // checked once open: a reader that may not open it (`senergy check` run by a user)
+        // is told that, not that the directory is not its own
+        trusted_dir::check(spool_of(path), NO_WRITE)?;
+        let meta = file.metadata().map_err(read)?;
+        if !meta.is_file() || meta.uid() != nix::unistd::geteuid().as_raw() {
+            return Err(LedgerError::Untrusted {
+                path: path.display().to_string(),
+            });
+        }
+        let mut text = Vec::new();
+        (&file).read_to_end(&mut text).map_err(read)?;
         let path = path.display().to_string();
         match Self::parse(&text) {
             Ok(ledger) => Ok(Some(ledger)),
@@ -571,8 +616,10 @@ impl Ledger {
         }
     }
 
-    /// Replaces `path` with this ledger, readable by root only ([`replace`]).
+    /// Replaces `path` with this ledger, readable by root only ([`replace`]), in a
+    /// directory no one else can write ([`trusted_dir`]): its readers refuse any other.
     pub fn store(&self, path: &Path) -> Result<(), LedgerError> {
+        trusted_dir::check(spool_of(path), NO_WRITE)?;
         let access = Access {
             mode: 0o600,
             group: None,

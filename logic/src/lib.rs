@@ -44,5 +44,6 @@ mod replace;
 pub mod runtime;
 pub mod scheduler;
 pub mod source;
+pub mod trusted_dir;
 #[cfg(feature = "variorum")]
 pub mod variorum;

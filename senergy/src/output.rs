@@ -1,5 +1,6 @@
 //! The three forms of a report: a readable table, JSON (schema in the README) and CSV.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -295,6 +296,47 @@ pub fn usage_csv(usage: &Usage, tariff: &Tariff) -> String {
     )
 }
 
+/// Whether `c` changes the direction of the text after it (the Unicode bidirectional
+/// marks, embeddings, overrides and isolates).
+fn reorders(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+    )
+}
+
+/// Text of a job's owner or the site (a job's or step's name, a user, an account, node
+/// names, what measured a job) as the tables show it on a terminal: a control character
+/// written as an escape (`\x1b`, `\n`, `\t`), never sent, as is a character that reorders
+/// the text shown after it (a bidirectional override, `\u{202e}`); a backslash as `\\`, so
+/// that an escape shown is never the name's own text. Sent as they are, an escape
+/// sequence in a job's name would make the terminal of whoever reads the table move its
+/// cursor, rewrite lines above (another job's figure) or set its title, and a newline
+/// would forge a line of the table. CSV and JSON have rules of their own ([`text`],
+/// serde's escapes), and their readers want the text as it is.
+fn shown(text: &str) -> Cow<'_, str> {
+    if !text
+        .chars()
+        .any(|c| c == '\\' || c.is_control() || reorders(c))
+    {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        let _ = match c {
+            '\\' => write!(out, "\\\\"),
+            '\n' => write!(out, "\\n"),
+            '\r' => write!(out, "\\r"),
+            '\t' => write!(out, "\\t"),
+            // C0, DEL and C1 (U+0080 to U+009F, CSI among them): all below U+0100
+            c if c.is_control() => write!(out, "\\x{:02x}", u32::from(c)),
+            c if reorders(c) => write!(out, "\\u{{{:x}}}", u32::from(c)),
+            c => write!(out, "{c}"),
+        };
+    }
+    Cow::Owned(out)
+}
+
 pub fn local_time(unix: i64) -> String {
     use chrono::TimeZone;
     chrono::Local
@@ -319,7 +361,7 @@ fn joules(j: Option<u64>) -> String {
 
 fn node_text(n: &Option<NodeEnergy>) -> String {
     match n {
-        Some(n) => format!("{} {}", n.name, joules(n.energy_j)),
+        Some(n) => format!("{} {}", shown(&n.name), joules(n.energy_j)),
         None => "-".into(),
     }
 }
@@ -339,10 +381,10 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
             if j.name.is_empty() {
                 String::new()
             } else {
-                format!("({})", j.name)
+                format!("({})", shown(&j.name))
             },
-            j.user,
-            j.account,
+            shown(&j.user),
+            shown(&j.account),
             j.state,
             if j.running { ", figures so far" } else { "" }
         );
@@ -351,7 +393,7 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
             "  {when}  elapsed {}  {} node(s) {}",
             duration(j.elapsed_s),
             j.nodes,
-            j.node_list
+            shown(&j.node_list)
         );
         match j.energy_j {
             Some(e) => {
@@ -373,7 +415,7 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
             }
         }
         if !j.source.is_empty() {
-            let _ = writeln!(t, "  measured: {}; {}", j.source, j.method);
+            let _ = writeln!(t, "  measured: {}; {}", shown(&j.source), shown(&j.method));
         }
         let mut money = Vec::new();
         if let (Some(g), Some(how)) = (j.emissions_g, tariff.intensity_text()) {
@@ -412,7 +454,7 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
                 t,
                 "  {:<8} {:<10} {:>5} {:>10} {:>12} {:>9} {:>6}  {:<20} {:<20} {}",
                 s.step,
-                s.name,
+                shown(&s.name),
                 s.nodes,
                 duration(s.elapsed_s),
                 s.energy_j
@@ -428,7 +470,7 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
                 let each: Vec<String> = s
                     .node_energy
                     .iter()
-                    .map(|n| format!("{} {}", n.name, joules(n.energy_j)))
+                    .map(|n| format!("{} {}", shown(&n.name), joules(n.energy_j)))
                     .collect();
                 let _ = writeln!(t, "  {:<19} per node: {}", "", each.join(", "));
             }
@@ -464,8 +506,8 @@ pub fn usage_table(usage: &Usage, tariff: &Tariff) -> String {
         let _ = writeln!(
             t,
             "{:<16} {:<16} {:>6} {:>10} {:>14} {:>12.6} {:>14} {:>12}",
-            account,
-            user,
+            shown(account),
+            shown(user),
             r.jobs,
             r.jobs_incomplete,
             r.energy_j,

@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::StepId;
 use super::gres::Allocation;
 use crate::replace::{self, Access};
+use crate::trusted_dir::{self, DirError, NO_WRITE};
 
 /// The directory of grants in SlurmdSpoolDir.
 const DIR: &str = "energy-grants";
@@ -75,12 +76,8 @@ pub enum GrantError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error(
-        "{} is not a directory only root can write (owner uid {uid}, mode {mode:o}): \
-         no step's GPUs are published there",
-        path.display()
-    )]
-    Untrusted { path: PathBuf, uid: u32, mode: u32 },
+    #[error("{0}: no step's GPUs are published there")]
+    Untrusted(#[from] DirError),
 }
 
 impl Grant {
@@ -114,7 +111,7 @@ impl Grant {
     /// Writes the grant for slurmd, replacing any earlier one of the same step, through
     /// the one way slurmd's files are written ([`crate::replace`]: never through a link).
     pub fn publish(&self, spool: &Path) -> Result<(), GrantError> {
-        let dir = trusted_dir(spool, true)?;
+        let dir = grants_dir(spool, true)?;
         let target = dir.join(Self::file_name(self.job, self.step_id()));
         let io = |source| GrantError::Io {
             path: target.clone(),
@@ -132,7 +129,7 @@ impl Grant {
     /// root could write; `None` otherwise (not yet, or not trusted: logged by the caller
     /// when it matters).
     pub fn read(spool: &Path, job: u32, step: StepId) -> Option<Self> {
-        let dir = trusted_dir(spool, false).ok()?;
+        let dir = grants_dir(spool, false).ok()?;
         let path = dir.join(Self::file_name(job, step));
         let file = OpenOptions::new()
             .read(true)
@@ -155,7 +152,7 @@ impl Grant {
     /// [`KEPT_AFTER_STEP`] ago, and temporary files left by a slurmstepd that died writing
     /// one (their names are no step's).
     pub fn remove_ended(spool: &Path, present: &HashSet<(u32, StepId)>) {
-        let Ok(dir) = trusted_dir(spool, false) else {
+        let Ok(dir) = grants_dir(spool, false) else {
             return;
         };
         let Ok(entries) = fs::read_dir(&dir) else {
@@ -183,28 +180,12 @@ impl Grant {
 
 /// The grants' directory in `spool`, created (mode 0700) when `create` and missing; an
 /// error unless it is a directory of this process's user that nobody else can write.
-fn trusted_dir(spool: &Path, create: bool) -> Result<PathBuf, GrantError> {
+fn grants_dir(spool: &Path, create: bool) -> Result<PathBuf, GrantError> {
     let path = spool.join(DIR);
     if create {
-        match fs::DirBuilder::new().mode(0o700).create(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(GrantError::Io { path, source: e });
-            }
-            _ => {}
-        }
-    }
-    // not followed if a link: a link is no directory of ours
-    let meta = fs::symlink_metadata(&path).map_err(|source| GrantError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    let mode = meta.permissions().mode() & 0o7777;
-    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() || mode & 0o022 != 0 {
-        return Err(GrantError::Untrusted {
-            path,
-            uid: meta.uid(),
-            mode,
-        });
+        trusted_dir::create(&path, NO_WRITE)?;
+    } else {
+        trusted_dir::check(&path, NO_WRITE)?;
     }
     Ok(path)
 }
@@ -213,6 +194,7 @@ fn trusted_dir(spool: &Path, create: bool) -> Result<PathBuf, GrantError> {
 pub(crate) mod tests {
     use super::*;
     use std::fs::File;
+    use std::os::unix::fs::PermissionsExt;
     use std::time::SystemTime;
 
     /// A grant of GPU `index` whole.
@@ -287,7 +269,7 @@ pub(crate) mod tests {
         assert_eq!(Grant::read(spool.path(), 42, StepId::BATCH), None);
         assert!(matches!(
             g.publish(spool.path()),
-            Err(GrantError::Untrusted { .. })
+            Err(GrantError::Untrusted(DirError::Untrusted { .. }))
         ));
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).expect("chmod");
         // a planted link is never followed, for reading or writing

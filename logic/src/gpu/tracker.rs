@@ -66,6 +66,9 @@ pub(super) struct Tracked {
     /// The counter's power, and the instant its clock counts from (the first count).
     power: PowerWindow,
     since: Option<Instant>,
+    /// Whether its use per process could not be read at the last sample (said once per
+    /// episode: its energy is split by shares meanwhile, which the log must tell).
+    use_unread: bool,
 }
 
 impl Tracked {
@@ -90,6 +93,7 @@ impl Tracked {
             integral: Integral::default(),
             power: PowerWindow::default(),
             since: None,
+            use_unread: false,
         }
     }
 
@@ -165,9 +169,33 @@ impl Tracked {
             }
         }
         self.figure.at = Some(now);
-        // a GPU that reports no use per process (MIG) is split by the shares held
-        if let Ok(busy) = lib.process_use(index) {
-            self.figure.busy = busy;
+        // a GPU that reports no use per process (MIG) is split by the shares held; so is
+        // one whose list cannot be read now (amd-smi past its most processes), its use
+        // standing still meanwhile, which is said at the episode's start and end
+        match lib.process_use(index) {
+            Ok(busy) => {
+                if std::mem::take(&mut self.use_unread) {
+                    note = Some(join(
+                        note,
+                        format!("{}: each process's use of it is read again", self.name()),
+                    ));
+                }
+                self.figure.busy = busy;
+            }
+            Err(GpuError::NotSupported) => {}
+            Err(e) => {
+                if !std::mem::replace(&mut self.use_unread, true) {
+                    note = Some(join(
+                        note,
+                        format!(
+                            "{}: each process's use of it cannot be read ({e}); the \
+                             energy of its use is split by the shares its holders were \
+                             granted until it can",
+                            self.name()
+                        ),
+                    ));
+                }
+            }
         }
         if !self.figure.instances.is_empty() {
             // instances without GPM are split by their size alone
@@ -235,6 +263,14 @@ impl Tracked {
     }
 }
 
+/// `more` after what `note` says, if anything.
+fn join(note: Option<String>, more: String) -> String {
+    match note {
+        Some(note) => format!("{note}; {more}"),
+        None => more,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -245,6 +281,8 @@ mod tests {
     struct Scripted {
         energy: Vec<Result<u64, GpuError>>,
         power: Vec<Result<f64, GpuError>>,
+        /// Its processes' use; none reported once the script is spent.
+        uses: Vec<Result<Vec<(u32, u64)>, GpuError>>,
     }
 
     impl GpuLibrary for Scripted {
@@ -259,6 +297,12 @@ mod tests {
         }
         fn power_w(&mut self, _: u32) -> Result<f64, GpuError> {
             self.power.remove(0)
+        }
+        fn process_use(&mut self, _: u32) -> Result<Vec<(u32, u64)>, GpuError> {
+            if self.uses.is_empty() {
+                return Err(GpuError::NotSupported);
+            }
+            self.uses.remove(0)
         }
     }
 
@@ -284,6 +328,7 @@ mod tests {
             // 100 W, then the driver reloads (counter from 0) and 100 W on
             energy: vec![j(50_000), j(50_100), j(50_200), j(0), j(100), j(200)],
             power: vec![],
+            uses: vec![],
         };
         let mut g = gpu();
         for s in 0..6 {
@@ -302,6 +347,7 @@ mod tests {
         let mut lib = Scripted {
             energy: vec![Err(GpuError::NotSupported)],
             power: vec![Ok(100.0), Ok(300.0), Ok(300.0)],
+            uses: vec![],
         };
         let mut g = gpu();
         let note = g.sample(&mut lib, at(0)).expect("read");
@@ -324,6 +370,7 @@ mod tests {
         let mut lib = Scripted {
             energy: vec![Err(GpuError::NotSupported)],
             power,
+            uses: vec![],
         };
         let mut g = gpu();
         for s in 0..10 {
@@ -337,6 +384,57 @@ mod tests {
         );
     }
 
+    /// A GPU whose use per process cannot be read (amd-smi past its most processes) says
+    /// so once, naming the GPU, and again when it is read again; a GPU that reports no use
+    /// (MIG) says nothing. Meanwhile its use stands still (its energy is split by shares).
+    #[test]
+    fn a_gpu_whose_use_cannot_be_read_says_so_once() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let too_many = || {
+            Err(GpuError::Failed(
+                "more than 4096 processes use it, the most read".into(),
+            ))
+        };
+        let mut lib = Scripted {
+            energy: (0..7).map(|k| Ok(k * 100_000_000)).collect(),
+            power: vec![],
+            uses: vec![
+                Ok(vec![(7, 10)]),
+                too_many(),
+                too_many(),
+                too_many(),
+                Ok(vec![(7, 30)]),
+                Err(GpuError::NotSupported),
+                Err(GpuError::NotSupported),
+            ],
+        };
+        let mut g = gpu();
+        let mut notes = Vec::new();
+        for s in 0..7 {
+            notes.push(g.sample(&mut lib, at(s)).expect("read"));
+            if s == 2 {
+                assert_eq!(g.figure().busy, vec![(7, 10)], "the last use stands");
+            }
+        }
+        let said = notes[1].as_deref().expect("said when it begins");
+        assert!(
+            said.starts_with("test GPU 0 (GPU-0): each process's use of it cannot be read")
+                && said.contains("more than 4096 processes")
+                && said.contains("shares"),
+            "{said}"
+        );
+        let again = notes[4].as_deref().expect("said when it ends");
+        assert_eq!(
+            again,
+            "test GPU 0 (GPU-0): each process's use of it is read again"
+        );
+        for quiet in [0, 2, 3, 5, 6] {
+            assert_eq!(notes[quiet], None, "sample {quiet}");
+        }
+        assert_eq!(g.figure().busy, vec![(7, 30)]);
+    }
+
     #[test]
     fn a_lost_gpu_keeps_its_energy_and_is_not_read_again() {
         let t0 = Instant::now();
@@ -344,6 +442,7 @@ mod tests {
         let mut lib = Scripted {
             energy: vec![Ok(0), Ok(250_000_000), Err(GpuError::Lost)],
             power: vec![],
+            uses: vec![],
         };
         let mut g = gpu();
         g.sample(&mut lib, at(0)).expect("read");

@@ -21,9 +21,21 @@
 //! [`RING_RATE`] a second. Steps' edges, a few at a time, are answered at once (their
 //! figures exact); a flood of rings waits for the bucket, each update answering every ring
 //! that came before it.
+//!
+//! Only slurmd's user reaches the socket, and only its word counts. The socket is bound in
+//! a directory of its own, created 0700 by slurmd and checked to be its own and no link
+//! ([`trusted_dir`]): a socket bound beside the ledger and made 0600 after `bind` could be
+//! connected to by anyone in between, and a connected datagram socket sends for as long
+//! as it lives. Binding under `umask(077)` instead would not do: the umask is the whole
+//! process's, and slurmd's other threads (Slurm's RPC handlers, creating step sockets and
+//! state files) would create their files under it meanwhile. And a `last` is taken only
+//! from a sender the kernel says runs as slurmd's user ([`Ring::heard`], from
+//! `SCM_CREDENTIALS`): root in production, as every slurmstepd is.
 
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::io::IoSliceMut;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +43,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime};
 
+use nix::sys::socket::{
+    ControlMessageOwned, MsgFlags, UnixCredentials, recvmsg, setsockopt, sockopt,
+};
+
 use crate::scheduler::worker::Worker;
+use crate::trusted_dir::{self, NO_ACCESS};
 
 /// How many updates a second rings may cause in the long run, however often steps ring: a
 /// sample reads the hardware and every step's cgroup and rewrites the ledger (and the
@@ -51,7 +68,8 @@ const POLL: Duration = Duration::from_millis(2);
 const FRESH: Duration = Duration::from_millis(10);
 
 /// What a slurmstepd says when it rings: the socket is root's alone (slurmd's and the
-/// slurmstepds'), so no job's owner can speak for a step.
+/// slurmstepds'), and only slurmd's user is heard ([`Ring::heard`]), so no job's owner can
+/// speak for a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ring {
     /// Asks for a fresh ledger: a step's first read, or one outside Slurm's polls.
@@ -77,11 +95,22 @@ impl Ring {
             .and_then(|pid| pid.parse().ok())
             .map_or(Self::Fresh, |stepd| Self::Last { stepd })
     }
+
+    /// What a datagram from a sender of real uid `sender` (the kernel's word; `None`: it
+    /// gave none) says to a slurmd running as `slurmd`: nothing unless it is slurmd's
+    /// user, which every slurmstepd is (root; the tests' user in tests). Whatever else
+    /// reached the socket (a process connected before it was made root's alone) says
+    /// nothing: neither whose last read it is, nor that an update is wanted.
+    fn heard(bytes: &[u8], sender: Option<u32>, slurmd: u32) -> Option<Self> {
+        (sender == Some(slurmd)).then(|| Self::decode(bytes))
+    }
 }
 
-/// Where the doorbell of the ledger at `ledger` is: beside it.
+/// Where the doorbell of the ledger at `ledger` is, for both ends: in a directory of its
+/// own beside it (`energy-ledger.N.door/bell`, short: a socket's path is at most 107
+/// bytes, and SlurmdSpoolDir may be long).
 pub fn doorbell_path(ledger: &Path) -> PathBuf {
-    ledger.with_extension("bell")
+    ledger.with_extension("door").join("bell")
 }
 
 /// When slurmd last updated the ledger, whether a step asks for a new one, how many
@@ -175,35 +204,60 @@ pub struct Doorbell {
 }
 
 impl Doorbell {
-    /// Listens at `path` (replacing an earlier slurmd's socket), readable by root only;
-    /// `pace` says when an update may answer.
+    /// Listens at `path` ([`doorbell_path`]), in its directory that only slurmd's user
+    /// can enter (created or checked: see the module's comment), replacing an earlier
+    /// slurmd's socket; `pace` says when an update may answer.
     pub fn open(
         path: &Path,
         pace: Arc<Pace>,
         answer: impl Fn() + Send + 'static,
     ) -> Result<Self, String> {
         let what = |e: std::io::Error| format!("cannot listen at {}: {e}", path.display());
+        let dir = path
+            .parent()
+            .ok_or_else(|| what(std::io::ErrorKind::InvalidInput.into()))?;
+        trusted_dir::create(dir, NO_ACCESS)
+            .map_err(|e| format!("cannot listen at {}: {e}", path.display()))?;
         match fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(what(e)),
             _ => {}
         }
         let socket = UnixDatagram::bind(path).map_err(what)?;
-        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(what)?;
+        setsockopt(&socket, sockopt::PassCred, &true).map_err(|e| what(e.into()))?;
+        let slurmd = nix::unistd::getuid().as_raw();
         let stopping = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&stopping);
         let worker = Worker::spawn("energy-doorbell", move |_| {
             let mut buf = [0u8; 32];
-            let heard = |n: usize, buf: &[u8]| {
-                if let Ring::Last { stepd } = Ring::decode(&buf[..n]) {
-                    pace.last_read(stepd);
+            let mut warned = false;
+            // whether the datagram is a ring to act on; another's is said once in the log
+            // (a process that got a socket connected to it may send as often as it likes)
+            let mut heard = |(n, sender): (usize, Option<u32>), buf: &[u8]| {
+                match Ring::heard(&buf[..n], sender, slurmd) {
+                    Some(Ring::Last { stepd }) => pace.last_read(stepd),
+                    Some(Ring::Fresh) => {}
+                    None => {
+                        if !std::mem::replace(&mut warned, true) {
+                            log::warn!(
+                                "the energy ledger's doorbell heard from {}, not slurmd's \
+                                 user: ignored, as any more such",
+                                sender.map_or("a sender without credentials".into(), |u| {
+                                    format!("uid {u}")
+                                })
+                            );
+                        }
+                        return false;
+                    }
                 }
+                true
             };
             let failed =
                 |e: std::io::Error| log::error!("the energy ledger's doorbell failed: {e}");
             loop {
-                match socket.recv(&mut buf) {
+                match receive(&socket, &mut buf) {
                     Ok(_) if stop.load(Ordering::SeqCst) => return,
-                    Ok(n) => heard(n, &buf),
+                    Ok(got) if heard(got, &buf) => {}
+                    Ok(_) => continue,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => return failed(e),
                 }
@@ -214,12 +268,12 @@ impl Doorbell {
                     if let Err(e) = socket.set_read_timeout(Some(wait)) {
                         return failed(e);
                     }
-                    wait = match socket.recv(&mut buf) {
+                    let until = Instant::now() + wait;
+                    wait = match receive(&socket, &mut buf) {
                         Ok(_) if stop.load(Ordering::SeqCst) => return,
-                        Ok(n) => {
-                            heard(n, &buf);
-                            pace.ask(Instant::now())
-                        }
+                        Ok(got) if heard(got, &buf) => pace.ask(Instant::now()),
+                        // asks nothing, and puts off nothing
+                        Ok(_) => until.saturating_duration_since(Instant::now()),
                         Err(e) if is_timeout(&e) => Duration::ZERO,
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
                             pace.ask(Instant::now())
@@ -249,6 +303,25 @@ impl Drop for Doorbell {
         drop(self.worker.take());
         let _ = fs::remove_file(&self.path);
     }
+}
+
+/// One datagram into `buf`: its length, and the real uid of its sender as the kernel
+/// says (`SCM_CREDENTIALS`, which `SO_PASSCRED` asks for whether the sender sends them or
+/// not, and which only root can forge); `None` where none came.
+fn receive(socket: &UnixDatagram, buf: &mut [u8]) -> std::io::Result<(usize, Option<u32>)> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!(UnixCredentials);
+    let msg = recvmsg::<()>(
+        socket.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let sender = msg.cmsgs()?.find_map(|c| match c {
+        ControlMessageOwned::ScmCredentials(c) => Some(c.uid()),
+        _ => None,
+    });
+    Ok((msg.bytes, sender))
 }
 
 /// Whether a `recv` ended at its timeout (`EAGAIN`, which std reports as either kind).
@@ -337,13 +410,15 @@ pub fn freshen(doorbell: &Path, ledger: &Path, how: Ring) -> Freshness {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
     use std::sync::atomic::AtomicU32;
     use std::time::Instant;
 
     #[test]
     fn a_ring_is_answered_and_the_step_waits_for_the_ledger() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let (bell, ledger) = (tmp.path().join("bell"), tmp.path().join("ledger"));
+        let ledger = tmp.path().join("energy-ledger.0.json");
+        let bell = doorbell_path(&ledger);
         let rings = Arc::new(AtomicU32::new(0));
         let counted = Arc::clone(&rings);
         let written = ledger.clone();
@@ -352,8 +427,11 @@ mod tests {
             fs::write(&written, "{}").expect("ledger");
         })
         .expect("doorbell");
-        let mode = fs::metadata(&bell).expect("socket").permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
+        // bound in a directory only slurmd's user can enter, from before the bind
+        let door = bell.parent().expect("its directory");
+        assert_eq!(door, tmp.path().join("energy-ledger.0.door"));
+        let mode = fs::metadata(door).expect("directory").permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
         assert!(freshen(&bell, &ledger, Ring::Fresh).is_fresh());
         assert_eq!(rings.load(Ordering::SeqCst), 1);
         // written a moment ago: fresh, no ring
@@ -383,7 +461,8 @@ mod tests {
     #[test]
     fn a_last_read_rings_and_says_whose() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let (bell, ledger) = (tmp.path().join("bell"), tmp.path().join("ledger"));
+        let ledger = tmp.path().join("energy-ledger.0.json");
+        let bell = doorbell_path(&ledger);
         let pace = Arc::new(Pace::default());
         let rings = Arc::new(AtomicU32::new(0));
         let counted = Arc::clone(&rings);
@@ -399,7 +478,8 @@ mod tests {
         assert!(freshen(&bell, &ledger, Ring::Fresh).is_fresh());
         assert_eq!(rings.load(Ordering::SeqCst), 1);
         assert_eq!(pace.take_last_reads(), Vec::<u32>::new());
-        // the ledger was written a moment ago: a last read rings all the same
+        // the ledger was written a moment ago: a last read rings all the same, and is heard
+        // (this process is slurmd's user, as the kernel's credentials on the ring say)
         assert!(freshen(&bell, &ledger, Ring::Last { stepd: 4242 }).is_fresh());
         assert_eq!(rings.load(Ordering::SeqCst), 2);
         assert_eq!(pace.take_last_reads(), vec![4242]);
@@ -415,6 +495,53 @@ mod tests {
         }
         let last = Ring::Last { stepd: u32::MAX };
         assert_eq!(Ring::decode(last.encode().as_bytes()), last);
+    }
+
+    /// Only slurmd's user, by the kernel's credentials on the datagram, is heard: root,
+    /// whose slurmstepds ring, in production; the tests' user where slurmd runs as it.
+    #[test]
+    fn a_ring_from_another_user_says_nothing() {
+        let last = Ring::Last { stepd: 4242 };
+        let said = last.encode();
+        assert_eq!(Ring::heard(said.as_bytes(), Some(0), 0), Some(last));
+        assert_eq!(Ring::heard(b"ring", Some(0), 0), Some(Ring::Fresh));
+        assert_eq!(Ring::heard(said.as_bytes(), Some(1000), 1000), Some(last));
+        for (sender, slurmd) in [
+            (Some(1000), 0),
+            (Some(65534), 0),
+            (None, 0),
+            (Some(0), 1000),
+        ] {
+            assert_eq!(Ring::heard(said.as_bytes(), sender, slurmd), None);
+            assert_eq!(Ring::heard(b"ring", sender, slurmd), None);
+        }
+    }
+
+    /// The doorbell's directory is slurmd's alone or the doorbell does not open: a link
+    /// planted in its place, or a directory others may enter, is refused before any bind.
+    #[test]
+    fn the_doorbell_listens_only_in_a_directory_of_its_own() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ledger = tmp.path().join("energy-ledger.0.json");
+        let bell = doorbell_path(&ledger);
+        let door = bell.parent().expect("its directory").to_path_buf();
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir(&elsewhere).expect("dir");
+        fs::set_permissions(&elsewhere, fs::Permissions::from_mode(0o700)).expect("chmod");
+        std::os::unix::fs::symlink(&elsewhere, &door).expect("symlink");
+        let why = Doorbell::open(&bell, Arc::default(), || {})
+            .err()
+            .expect("a link refused");
+        assert!(why.contains("is a link"), "{why}");
+        assert_eq!(fs::read_dir(&elsewhere).expect("dir").count(), 0);
+        fs::remove_file(&door).expect("unlink");
+        fs::create_dir(&door).expect("dir");
+        fs::set_permissions(&door, fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert!(Doorbell::open(&bell, Arc::default(), || {}).is_err());
+        assert!(!bell.exists(), "nothing bound");
+        fs::set_permissions(&door, fs::Permissions::from_mode(0o700)).expect("chmod");
+        let _doorbell = Doorbell::open(&bell, Arc::default(), || {}).expect("its own");
+        assert!(bell.exists());
     }
 
     /// Samples every 100 ms, a step asking at each: the first [`RING_BURST`] asks are
@@ -470,7 +597,7 @@ mod tests {
     #[test]
     fn a_burst_of_rings_makes_a_few_updates_a_second() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let bell = tmp.path().join("bell");
+        let bell = doorbell_path(&tmp.path().join("energy-ledger.0.json"));
         let pace = Arc::new(Pace::default());
         let updates = Arc::new(Mutex::new(Vec::new()));
         let (taker, taken) = (Arc::clone(&pace), Arc::clone(&updates));
@@ -517,7 +644,8 @@ mod tests {
     #[test]
     fn a_step_waits_no_longer_than_the_answer_wait() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let (bell, ledger) = (tmp.path().join("bell"), tmp.path().join("ledger"));
+        let ledger = tmp.path().join("energy-ledger.0.json");
+        let bell = doorbell_path(&ledger);
         // slurmd listens but never writes (hung)
         let _doorbell = Doorbell::open(&bell, Arc::default(), || {}).expect("doorbell");
         let t0 = Instant::now();

@@ -172,6 +172,52 @@ fn an_extern_step_without_cpu_time_of_its_own_gets_the_job() {
     assert_eq!(ledger.step(4, StepId::BATCH).map(|a| a.joules), Some(90.0));
 }
 
+/// The ledger is written and read only in a SlurmdSpoolDir nobody else can write (the
+/// error names it), and read never through a link planted in its place.
+#[test]
+fn the_ledger_is_kept_only_in_a_spool_dir_nobody_else_writes() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let spool = tmp.path().join("spool");
+    fs::create_dir(&spool).expect("spool");
+    let chmod = |mode| fs::set_permissions(&spool, fs::Permissions::from_mode(mode));
+    chmod(0o755).expect("chmod");
+    let path = ledger_path(&spool, 0);
+    let mut ledger = Ledger::default();
+    ledger.describe_source("root's".into());
+    ledger.store(&path).expect("store");
+    let loaded = |path: &Path| Ledger::load(path).map(|l| l.map(|l| l.source));
+    assert_eq!(loaded(&path).expect("load"), Some("root's".to_string()));
+    // a link in its place (to a ledger of the same user) is not followed
+    let planted = tmp.path().join("planted.json");
+    let mut other = Ledger::default();
+    other.describe_source("planted".into());
+    other.store(&planted).expect("store");
+    fs::remove_file(&path).expect("unlink");
+    std::os::unix::fs::symlink(&planted, &path).expect("symlink");
+    assert!(
+        matches!(loaded(&path), Err(LedgerError::Untrusted { .. })),
+        "{:?}",
+        loaded(&path)
+    );
+    // nor is a FIFO waited on
+    fs::remove_file(&path).expect("unlink");
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
+    assert!(matches!(loaded(&path), Err(LedgerError::Untrusted { .. })));
+    fs::remove_file(&path).expect("unlink");
+    ledger.store(&path).expect("store");
+    // a spool dir others can write: nothing is published there, nor read
+    for mode in [0o777, 0o775, 0o1777] {
+        chmod(mode).expect("chmod");
+        let why = ledger.store(&path).expect_err("not published").to_string();
+        assert!(why.starts_with("SlurmdSpoolDir: "), "{why}");
+        let why = loaded(&path).expect_err("not read").to_string();
+        assert!(why.starts_with("SlurmdSpoolDir: "), "{why}");
+    }
+    chmod(0o755).expect("chmod");
+    assert_eq!(loaded(&path).expect("load"), Some("root's".to_string()));
+}
+
 #[test]
 fn a_stored_ledger_loads_and_charges_the_time_slurmd_was_away() {
     let (t0, w0) = (Instant::now(), SystemTime::now());

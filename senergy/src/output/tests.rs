@@ -199,3 +199,106 @@ fn durations_like_sacct() {
     assert_eq!(duration(62), "00:01:02");
     assert_eq!(duration(90_061), "1-01:01:01");
 }
+
+/// A job owner's text reaches the terminal with its control characters escaped: an escape
+/// sequence, a newline that would forge a line, a bidirectional override; plain text and
+/// other scripts as they are.
+#[test]
+fn control_characters_are_shown_escaped() {
+    for (name, want) in [
+        ("sim-01 é 模拟", "sim-01 é 模拟"),
+        ("\x1b[2J\x1b]0;pwned\x07", "\\x1b[2J\\x1b]0;pwned\\x07"),
+        ("a\nb\rc\td\x7f", "a\\nb\\rc\\td\\x7f"),
+        ("csi\u{9b}31m", "csi\\x9b31m"),
+        ("txt.\u{202e}exe", "txt.\\u{202e}exe"),
+        ("a\\x1b", "a\\\\x1b"),
+    ] {
+        assert_eq!(shown(name), want, "{name:?}");
+    }
+}
+
+/// `senergy job` and `senergy usage`: names, users, accounts and node names are shown
+/// escaped, one line per line of the table.
+#[test]
+fn the_tables_send_no_control_character() {
+    use crate::record::{JobRow, StepRow};
+    let row = JobRow {
+        job_id: 7,
+        name: "\x1b]0;pwned\x07sim\nJob 8 (forged)".into(),
+        user: "al\x1bice".into(),
+        account: "phys\rics".into(),
+        state: 3,
+        start: 100,
+        end: 160,
+        elapsed_s: 60,
+        alloc_nodes: 1,
+        nodes: "n\x1b1".into(),
+        tres_alloc: "3=600".into(),
+        steps: vec![StepRow {
+            name: "step\x1b[1A".into(),
+            nodes: "n1".into(),
+            nnodes: 1,
+            state: 3,
+            start: 100,
+            end: 160,
+            elapsed_s: 60,
+            consumed_energy: 600,
+            ..StepRow::default()
+        }],
+        ..JobRow::default()
+    };
+    let tariff = Tariff::new(None, None, None, None).expect("tariff");
+    let mut report = crate::report::job_report(&row, &tariff, 200, None);
+    report.measured("rapl\x1b".into(), "node\t".into());
+    let node = |name: &str| NodeEnergy {
+        name: name.into(),
+        energy_j: Some(300),
+    };
+    let step = &mut report.steps[0];
+    step.min_node = Some(node("n\n1"));
+    step.node_energy = vec![node("n\u{202e}1"), node("n2")];
+    let table = jobs_table(&[report], &tariff);
+    let sent: Vec<char> = table
+        .chars()
+        .filter(|c| *c != '\n' && (c.is_control() || reorders(*c)))
+        .collect();
+    assert!(sent.is_empty(), "{sent:?} in {table}");
+    assert!(
+        table.starts_with(
+            "Job 7 (\\x1b]0;pwned\\x07sim\\nJob 8 (forged))  user al\\x1bice  account phys\\rics"
+        ),
+        "{table}"
+    );
+    for shown in [
+        "n\\x1b1",
+        "step\\x1b[1A",
+        "n\\n1 300 J",
+        "n\\u{202e}1 300 J",
+        "rapl\\x1b; node\\t",
+    ] {
+        assert!(table.contains(shown), "{shown} in {table}");
+    }
+    assert!(!table.lines().any(|l| l.starts_with("Job 8")), "{table}");
+    let usage = Usage {
+        start: 0,
+        end: 100,
+        rows: vec![UsageRow {
+            account: "\x1b[31mphysics".into(),
+            user: "bob\n".into(),
+            jobs: 1,
+            jobs_incomplete: 0,
+            energy_j: 600,
+            kwh: 0.0,
+            emissions_g: None,
+            cost: None,
+        }],
+        total: UsageRow::default(),
+    };
+    let table = usage_table(&usage, &tariff);
+    assert!(
+        !table.chars().any(|c| c != '\n' && c.is_control()),
+        "{table}"
+    );
+    assert!(table.contains("\\x1b[31mphysics  bob\\n "), "{table}");
+    assert_eq!(table.lines().count(), 4, "{table}");
+}

@@ -13,6 +13,11 @@ const AMDSMI_STATUS_NOT_SUPPORTED: c_int = 2;
 const AMDSMI_STATUS_OUT_OF_RESOURCES: c_int = 15;
 /// `AMDSMI_MAX_STRING_LENGTH`.
 const STRING_LENGTH: usize = 256;
+/// The most processes a GPU's list is read with: a job's owner decides how many processes
+/// use a GPU, and slurmd's buffer (a record is over a kilobyte) must not grow with them.
+/// Past it the GPU's use per process is not read ([`AmdSmi::process_use`] says so), and its
+/// energy is split by the shares its holders were granted.
+const MAX_PROCESSES: usize = 4096;
 /// `AMDSMI_INIT_AMD_GPUS`.
 const AMDSMI_INIT_AMD_GPUS: u64 = 1 << 1;
 
@@ -203,7 +208,12 @@ impl GpuLibrary for AmdSmi {
             // SAFETY: a processor handle amd-smi returned; a buffer of `count` records.
             let rc = unsafe { list(handle, &mut count, records.as_mut_ptr()) };
             if rc == AMDSMI_STATUS_OUT_OF_RESOURCES {
-                let wanted = (count as usize).max(records.len() * 2).min(4096);
+                if records.len() >= MAX_PROCESSES {
+                    return Err(GpuError::Failed(format!(
+                        "more than {MAX_PROCESSES} processes use it, the most read"
+                    )));
+                }
+                let wanted = (count as usize).max(records.len() * 2).min(MAX_PROCESSES);
                 records = vec![ProcInfo::empty(); wanted];
                 continue;
             }
