@@ -657,7 +657,7 @@ fn devices_are_charged_to_the_jobs_holding_them() {
         ],
     };
     // per second: GPU 0 at 240 W, GPU 1 at 100 W
-    let sample = |secs: u64, late_holds: bool, busy: Vec<(u32, f64)>| {
+    let sample = |secs: u64, late_holds: bool, busy: Vec<(Option<u32>, f64)>| {
         let (at, wall) = at(secs);
         let late = if late_holds { vec![(1, 1.0)] } else { vec![] };
         Observation {
@@ -689,9 +689,9 @@ fn devices_are_charged_to_the_jobs_holding_them() {
         }
     };
     ledger.update(&sample(0, false, vec![]), split, PERIOD);
-    ledger.update(&sample(1, false, vec![(1, 80.0)]), split, PERIOD);
-    ledger.update(&sample(2, false, vec![(1, 80.0)]), split, PERIOD);
-    ledger.update(&sample(3, true, vec![(1, 80.0)]), split, PERIOD);
+    ledger.update(&sample(1, false, vec![(Some(1), 80.0)]), split, PERIOD);
+    ledger.update(&sample(2, false, vec![(Some(1), 80.0)]), split, PERIOD);
+    ledger.update(&sample(3, true, vec![(Some(1), 80.0)]), split, PERIOD);
     let joules = |job, step| ledger.step(job, step).expect("step").joules;
     // GPU 0: 3 s x (20 W each of the static 40, the busy job the other 200 W)
     assert_eq!(joules(1, StepId(0)), 3.0 * 220.0);
