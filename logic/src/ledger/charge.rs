@@ -410,13 +410,14 @@ impl Ledger {
             .unheld_users
             .retain(|job| obs.jobs.iter().any(|o| o.job == *job));
         for (o, u) in &users {
-            if let (Some(o), None) = (o, u.shares) {
-                if state.unheld_users.insert(o.job) {
-                    log::warn!(
-                        "job {} uses GPU {position}, which Slurm did not give it (devices are                          not constrained): it pays for its use of it",
-                        o.job
-                    );
-                }
+            if let (Some(o), None) = (o, u.shares)
+                && state.unheld_users.insert(o.job)
+            {
+                log::warn!(
+                    "job {} uses GPU {position}, which Slurm did not give it (devices are not \
+                     constrained): it pays for its use of it",
+                    o.job
+                );
             }
         }
         // held by nobody, what no use explains (its static part) waits for a holder
