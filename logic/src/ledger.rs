@@ -8,7 +8,7 @@
 //! ledger left torn by a power cut is refused on load and started anew, with a new epoch
 //! that tells its readers their old figures are not continued in it.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -374,6 +374,8 @@ struct DeviceState {
     learned_idle_watts: Option<f64>,
     /// Its recent energy that nobody held it for.
     unassigned: VecDeque<Piece>,
+    /// The present jobs seen using it without holding it, each logged once.
+    unheld_users: HashSet<u32>,
 }
 
 /// The node's energy of an interval (Unix times), or the part of it that no job got.

@@ -339,4 +339,4 @@ fn run<P: Polling>(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -187,6 +187,16 @@ impl FakeGpus {
         format!("{} detached", self.use_gpu_command(minors, sm))
     }
 
+    /// A shell command by which the calling shell uses GPU `minor`, whatever Slurm gave
+    /// it (nothing, or another GPU), at `sm` percent while it lives: what a program that
+    /// opens every device file may do where devices are not constrained.
+    pub fn use_any_gpu_command(&self, minor: u32, sm: u32) -> String {
+        format!(
+            "echo \"$$ {sm}\" >> {}",
+            self.dir.path().join(format!("procs.{minor}")).display()
+        )
+    }
+
     /// A shell command that sets the power of the GPU Slurm gave the caller (its first
     /// GRES index, a place in `minors`, gres.conf's order).
     pub fn set_gres_power_command(&self, minors: &[u32], watts: f64) -> String {

@@ -280,6 +280,29 @@ fn jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use() {
     );
 }
 
+/// Without `ConstrainDevices`, a job given no GPU uses the GPU another job holds whole, at
+/// 60% SM beside the holder's 20%: the holder pays the GPU's idle power and its own use
+/// only (a quarter of the rest), the other job its use (three quarters), within 1%.
+#[test]
+fn a_job_using_a_gpu_it_was_not_given_pays_for_its_use() {
+    shared_gpu(
+        "a_job_using_a_gpu_it_was_not_given_pays_for_its_use",
+        &Sharing {
+            vendor: Vendor::Nvidia,
+            gres: "Name=gpu File={gpu}\n",
+            types: "gpu",
+            node_gres: "gpu:1",
+            requests: ["gpu:1", ""],
+            sm: [20, 60],
+            caps: &[],
+            mig: None,
+            uses: [GpuUse::Task, GpuUse::Unheld],
+            cgroups: false,
+            parts: [(1.0, 0.25), (0.0, 0.75)],
+        },
+    );
+}
+
 /// Two jobs holding 25 and 75 of a GPU's 100 MPS shares, neither reporting any use: the
 /// GPU by their shares.
 #[test]

@@ -23,8 +23,9 @@ pub struct ObservedDevice {
     pub position: u32,
     /// Its energy since the meter opened.
     pub energy_uj: u64,
-    /// Each job's processes' use of it since the last sample: `(job, use)`.
-    pub busy: Vec<(u32, f64)>,
+    /// Each job's processes' use of it since the last sample: `(job, use)`, `None` for
+    /// the processes of no job.
+    pub busy: Vec<(Option<u32>, f64)>,
     /// Its MIG instances: each a device of its own to Slurm.
     pub instances: Vec<ObservedInstance>,
 }
@@ -40,6 +41,10 @@ pub struct ObservedInstance {
     pub activity: f64,
 }
 
+/// A process: its pid and when it started, in clock ticks after boot
+/// ([`Procs::start_ticks`]).
+type Process = (u32, u64);
+
 /// How far up a device process's ancestors its slurmstepd is looked for, where Slurm
 /// places no process in a cgroup of its job.
 const MAX_DEPTH: usize = 64;
@@ -54,14 +59,18 @@ pub struct Holders {
     mig_minors: OnceCell<HashMap<String, u32>>,
     /// Each present step's allocation, once its grant is read.
     allocations: HashMap<(u32, StepId), Allocation>,
-    /// Each process using a device: its job (`None`: no job's), while it uses one.
-    owners: HashMap<u32, Option<u32>>,
+    /// Each process using a device whose job is known: its job, while it uses one. A
+    /// process is its pid and its start ([`Process`]): a pid given again is another
+    /// process, which never inherits the job of the one it replaces. A process of no job
+    /// is looked up again at the next sample (it may be a job's that was not placed yet).
+    owners: HashMap<Process, u32>,
     /// Each slurmstepd's job directories, one per cgroup hierarchy, once it is in them.
     job_dirs: HashMap<u32, Vec<JobDir>>,
     /// Slurm placed no slurmstepd in a job's cgroup (no cgroup plugin): said once.
     said_no_cgroups: bool,
-    /// Each `(device position, pid)`'s use at the last sample.
-    last_busy: HashMap<(u32, u32), u64>,
+    /// Each `(device position, pid)`'s use at the last sample, and the start of the
+    /// process that had the pid then (`None`: unknown).
+    last_busy: HashMap<(u32, u32), (Option<u64>, u64)>,
     /// Each MIG instance's activity at the last sample, by position.
     last_activity: HashMap<u32, u64>,
 }
@@ -195,56 +204,57 @@ impl Holders {
             .collect()
     }
 
-    /// Each device's energy, and its processes' use since the last sample per job, the
-    /// jobs known by their slurmstepds' pids (`stepds`: pid to job), each process's job
-    /// by the job cgroup that holds it.
+    /// Each device's energy, and its processes' use since the last sample per job (and of
+    /// no job), the jobs known by their slurmstepds' pids (`stepds`: pid to job), each
+    /// process's job by the job cgroup that holds it.
     pub fn observe(
         &mut self,
         procs: &Procs,
         stepds: &HashMap<u32, u32>,
         devices: &[DeviceReading],
     ) -> Vec<ObservedDevice> {
-        let using: HashSet<u32> = devices
+        let reported: HashSet<u32> = devices
             .iter()
             .flat_map(|d| d.busy.iter().map(|(pid, _)| *pid))
             .collect();
-        self.owners.retain(|pid, _| using.contains(pid));
-        // a process's job is looked up once, when it first uses a device
-        if !using.iter().all(|pid| self.owners.contains_key(pid)) {
+        // each reported process running now, by its pid and start
+        let running: HashMap<u32, u64> = reported
+            .iter()
+            .filter_map(|&pid| Some((pid, procs.start_ticks(pid)?)))
+            .collect();
+        // an owner is kept while its process is reported and its pid not given again
+        self.owners.retain(|(pid, start), _| {
+            reported.contains(pid) && running.get(pid).is_none_or(|now| now == start)
+        });
+        // a process's job is looked up when it first uses a device, until it is found
+        if !running
+            .iter()
+            .all(|p| self.owners.contains_key(&(*p.0, *p.1)))
+        {
             self.place_jobs(procs, stepds);
         }
-        let jobs: Vec<(&JobDir, u32)> = self
-            .job_dirs
-            .iter()
-            .filter_map(|(pid, dirs)| Some((dirs, *stepds.get(pid)?)))
-            .flat_map(|(dirs, job)| dirs.iter().map(move |d| (d, job)))
-            .collect();
         let mut observed = Vec::new();
         let mut last_busy = HashMap::new();
         for d in devices {
-            let mut busy: Vec<(u32, f64)> = Vec::new();
+            let mut busy: Vec<(Option<u32>, f64)> = Vec::new();
             for &(pid, total) in &d.busy {
                 let before = self.last_busy.get(&(d.position, pid)).copied();
-                last_busy.insert((d.position, pid), total);
+                // a process gone since the last sample: its last use was the one's seen then
+                let start = running
+                    .get(&pid)
+                    .copied()
+                    .or(before.and_then(|(start, _)| start));
+                last_busy.insert((d.position, pid), (start, total));
                 // a use that fell belongs to a new process of the same pid
-                let used = total.saturating_sub(before.filter(|b| *b <= total).unwrap_or(0));
-                let owner = *self
-                    .owners
-                    .entry(pid)
-                    .or_insert_with(|| match jobs.is_empty() {
-                        false => {
-                            let cgroup = procs.cgroup(pid).unwrap_or_default();
-                            jobs.iter().find(|(d, _)| d.holds(&cgroup)).map(|(_, j)| *j)
-                        }
-                        // no Slurm cgroup on this node: the slurmstepd a process descends
-                        // from is all there is (one that leaves its parents escapes)
-                        true => owning_job(procs, stepds, pid),
-                    });
-                if let (Some(job), true) = (owner, used > 0) {
-                    match busy.iter_mut().find(|(j, _)| *j == job) {
-                        Some((_, b)) => *b += used as f64,
-                        None => busy.push((job, used as f64)),
-                    }
+                let before = before.map(|(_, b)| b).filter(|b| *b <= total);
+                let used = total.saturating_sub(before.unwrap_or(0));
+                if used == 0 {
+                    continue;
+                }
+                let owner = start.and_then(|start| self.owner(procs, stepds, (pid, start)));
+                match busy.iter_mut().find(|(j, _)| *j == owner) {
+                    Some((_, b)) => *b += used as f64,
+                    None => busy.push((owner, used as f64)),
                 }
             }
             let instances = d
@@ -269,6 +279,44 @@ impl Holders {
         }
         self.last_busy = last_busy;
         observed
+    }
+
+    /// The job of `process`: kept once known; else looked up while the process runs (the
+    /// pid still has its start, before and after the look-up, so the answer is not of a
+    /// process that took the pid meanwhile), and kept only when found.
+    fn owner(
+        &mut self,
+        procs: &Procs,
+        stepds: &HashMap<u32, u32>,
+        process: Process,
+    ) -> Option<u32> {
+        if let Some(job) = self.owners.get(&process) {
+            return Some(*job);
+        }
+        let (pid, start) = process;
+        if procs.start_ticks(pid) != Some(start) {
+            return None;
+        }
+        let placed: Vec<(&JobDir, u32)> = self
+            .job_dirs
+            .iter()
+            .filter_map(|(stepd, dirs)| Some((dirs, *stepds.get(stepd)?)))
+            .flat_map(|(dirs, job)| dirs.iter().map(move |d| (d, job)))
+            .collect();
+        let job = if placed.is_empty() {
+            // no Slurm cgroup on this node: the slurmstepd a process descends from is all
+            // there is (one that leaves its parents escapes)
+            owning_job(procs, stepds, pid)
+        } else {
+            let cgroup = procs.cgroup(pid).unwrap_or_default();
+            placed
+                .iter()
+                .find(|(d, _)| d.holds(&cgroup))
+                .map(|(_, job)| *job)
+        }
+        .filter(|_| procs.start_ticks(pid) == Some(start))?;
+        self.owners.insert(process, job);
+        Some(job)
     }
 
     /// Reads where Slurm placed the present jobs' slurmstepds, for those not read yet (kept
@@ -331,9 +379,15 @@ mod tests {
             &root.join(format!("{pid}/environ")),
             "SLURM_JOB_ID=7\0SLURM_JOB_GPUS=0,1\0CUDA_VISIBLE_DEVICES=0,1\0",
         );
+        stat(root, pid, stepd, 1000);
+    }
+
+    /// `/proc/<pid>/stat` of a process whose parent is `parent`, started `start` clock
+    /// ticks after boot.
+    fn stat(root: &Path, pid: u32, parent: u32, start: u64) {
         write(
             &root.join(format!("{pid}/stat")),
-            &format!("{pid} (python) S {stepd} 1 1 0"),
+            &format!("{pid} (python) S {parent} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0"),
         );
     }
 
@@ -396,12 +450,46 @@ mod tests {
         );
         let stepds: HashMap<u32, u32> = [(100, 7), (200, 8)].into_iter().collect();
         let seen = holders.observe(&procs, &stepds, &devices);
-        assert_eq!(seen[0].busy, vec![(7, 30.0), (8, 10.0)]);
+        assert_eq!(
+            seen[0].busy,
+            vec![(Some(7), 30.0), (Some(8), 10.0), (None, 5.0)]
+        );
         // the next sample counts only what was used since
         let later = [gpu(0, 5, &[(40, 45), (50, 10), (60, 9)]), gpu(1, 3, &[])];
         let seen = holders.observe(&procs, &stepds, &later);
-        assert_eq!(seen[0].busy, vec![(7, 15.0)]);
+        assert_eq!(seen[0].busy, vec![(Some(7), 15.0), (None, 4.0)]);
         assert!(seen[1].busy.is_empty());
+    }
+
+    /// A process is its pid and its start: job 7's GPU process 40 ends and its pid is
+    /// given to a process of job 8 while the library still counts the pid's use on; the
+    /// use since is job 8's. A process whose job is not known yet (its slurmstepd not
+    /// placed) is nobody's now and looked up again at the next sample.
+    #[test]
+    fn a_pid_given_again_is_another_process_and_an_unknown_owner_is_asked_again() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (root, spool) = (tmp.path().join("proc"), tmp.path().join("spool"));
+        std::fs::create_dir_all(&spool).expect("spool");
+        let mut holders = Holders::new(GresOrder::Detected, &spool);
+        let procs = Procs::from_path(&root);
+        let v1 = |job: u32| format!("4:cpuacct:/slurm/uid_0/job_{job}/step_0");
+        for (stepd, job) in [(100, 7), (200, 8), (300, 9)] {
+            process(&root, stepd, &format!("slurmstepd: [{job}.0]"), &v1(job));
+        }
+        process(&root, 40, "python", &format!("{}/task_0", v1(7)));
+        stat(&root, 40, 100, 1000);
+        process(&root, 60, "python", &format!("{}/task_0", v1(9)));
+        stat(&root, 60, 300, 1000);
+        let mut stepds: HashMap<u32, u32> = [(100, 7), (200, 8)].into_iter().collect();
+        let busy = |b40: u64, b60: u64| [gpu(0, 0, &[(40, b40), (60, b60)])];
+        let seen = holders.observe(&procs, &stepds, &busy(30, 10));
+        assert_eq!(seen[0].busy, vec![(Some(7), 30.0), (None, 10.0)]);
+        // pid 40 is now job 8's process, started later; job 9's slurmstepd is known
+        process(&root, 40, "python", &format!("{}/task_0", v1(8)));
+        stat(&root, 40, 200, 5000);
+        stepds.insert(300, 9);
+        let seen = holders.observe(&procs, &stepds, &busy(50, 15));
+        assert_eq!(seen[0].busy, vec![(Some(8), 20.0), (Some(9), 5.0)]);
     }
 
     /// With AutoDetect, GRES indexes follow the library's order, a GPU split into MIG

@@ -109,7 +109,9 @@ pub fn split_node(joules: f64, secs: f64, static_watts: f64, jobs: &[JobUse]) ->
 }
 
 /// The one rule of every split: the static part by what each holds (`held`, summing to
-/// 1), the dynamic part by what each used (by `held` when nobody used anything).
+/// 1, or all 0 where nobody holds anything: then it is nobody's), the dynamic part by what
+/// each used (by `held` when nobody used anything). A user that holds nothing pays its use
+/// and nothing more.
 fn split_static_dynamic(
     joules: f64,
     secs: f64,
@@ -127,26 +129,38 @@ fn split_static_dynamic(
         .collect()
 }
 
-/// What one job holds of a shared device (a GPU) and used of it over one interval.
+/// What one user of a shared device (a GPU) holds of it and used of it over one interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DeviceUse {
-    /// The shares it holds of the device (shards, an MPS percentage; 1 for the whole).
-    pub shares: f64,
+    /// The shares it holds of the device (shards, an MPS percentage; 1 for the whole);
+    /// `None`: it holds none and used it all the same (a job Slurm did not give it to,
+    /// where devices are not constrained, or processes of no job).
+    pub shares: Option<f64>,
     /// Its processes' use of the device in the interval, in the vendor's unit.
     pub busy: f64,
 }
 
-/// Each holder's joules of a device's `joules` over `secs` at its static power
-/// `static_watts`: the static part by the shares held, the rest by use (by shares when
-/// the vendor reports no use). A holder alone gets it all.
-pub fn split_device(joules: f64, secs: f64, static_watts: f64, holders: &[DeviceUse]) -> Vec<f64> {
-    if holders.is_empty() {
-        return Vec::new();
-    }
-    let equal = vec![1.0 / holders.len() as f64; holders.len()];
-    let shares: Vec<f64> = holders.iter().map(|h| h.shares.max(0.0)).collect();
-    let held = normalized(&shares).unwrap_or(equal);
-    let used: Vec<f64> = holders.iter().map(|h| h.busy).collect();
+/// Each user's joules of a device's `joules` over `secs` at its static power
+/// `static_watts`: the static part by the shares held among its holders, the rest by the
+/// use of all its users, holders or not (by shares when the vendor reports no use). A
+/// holder alone gets it all; a holder never pays for another's use. Where nobody holds
+/// the device, what no use explains is nobody's: the parts then sum to less.
+pub fn split_device(joules: f64, secs: f64, static_watts: f64, users: &[DeviceUse]) -> Vec<f64> {
+    let holders = users.iter().filter(|u| u.shares.is_some()).count();
+    let shares: Vec<f64> = users
+        .iter()
+        .map(|u| u.shares.map_or(0.0, |s| s.max(0.0)))
+        .collect();
+    let held = normalized(&shares).unwrap_or_else(|| {
+        users
+            .iter()
+            .map(|u| match u.shares {
+                Some(_) => 1.0 / holders as f64,
+                None => 0.0,
+            })
+            .collect()
+    });
+    let used: Vec<f64> = users.iter().map(|u| u.busy).collect();
     split_static_dynamic(joules, secs, static_watts, &held, &used)
 }
 
@@ -304,11 +318,11 @@ mod tests {
     fn a_shared_gpu_is_split_by_shares_and_use() {
         let (busy, idle) = (
             DeviceUse {
-                shares: 2.0,
+                shares: Some(2.0),
                 busy: 80.0,
             },
             DeviceUse {
-                shares: 2.0,
+                shares: Some(2.0),
                 busy: 0.0,
             },
         );
@@ -318,7 +332,7 @@ mod tests {
         // by shares where no use is reported; a holder alone gets it all
         let no_use = DeviceUse { busy: 0.0, ..busy };
         let three = DeviceUse {
-            shares: 6.0,
+            shares: Some(6.0),
             busy: 0.0,
         };
         assert_eq!(
@@ -327,6 +341,60 @@ mod tests {
         );
         assert_eq!(split_device(2500.0, 10.0, 50.0, &[idle]), vec![2500.0]);
         assert!(split_device(2500.0, 10.0, 50.0, &[]).is_empty());
+    }
+
+    /// A GPU held whole by one job and used beside it by a job it was not given (20% and
+    /// 60% SM) and by a process of no job (20%): 10 s at 250 W with 50 W static. The
+    /// holder pays the static part and its own use only; the other job its use; the no-job
+    /// use is nobody's. Held by nobody, the static part is nobody's too.
+    #[test]
+    fn a_gpu_is_paid_by_everyone_who_used_it() {
+        let holder = DeviceUse {
+            shares: Some(1.0),
+            busy: 20.0,
+        };
+        let intruder = DeviceUse {
+            shares: None,
+            busy: 60.0,
+        };
+        let nobody = DeviceUse {
+            shares: None,
+            busy: 20.0,
+        };
+        // 500 J static to the holder, 2000 J dynamic by 20 : 60 (: 20)
+        assert_eq!(
+            split_device(2500.0, 10.0, 50.0, &[holder, intruder]),
+            vec![1000.0, 1500.0]
+        );
+        assert_eq!(
+            split_device(2500.0, 10.0, 50.0, &[holder, intruder, nobody]),
+            vec![900.0, 1200.0, 400.0]
+        );
+        assert_eq!(
+            split_device(2500.0, 10.0, 50.0, &[intruder, nobody]),
+            vec![1500.0, 500.0]
+        );
+        // nobody used it: the holder's by shares, and held by nobody, nobody's
+        let idle = DeviceUse {
+            busy: 0.0,
+            ..intruder
+        };
+        assert_eq!(
+            split_device(
+                2500.0,
+                10.0,
+                50.0,
+                &[
+                    DeviceUse {
+                        busy: 0.0,
+                        ..holder
+                    },
+                    idle
+                ]
+            ),
+            vec![2500.0, 0.0]
+        );
+        assert_eq!(split_device(2500.0, 10.0, 50.0, &[idle]), vec![0.0]);
     }
 
     #[test]

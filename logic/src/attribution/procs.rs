@@ -281,6 +281,17 @@ impl Procs {
                 .any(|target| names.contains(target.to_string_lossy().as_ref()))
         })
     }
+
+    /// When process `pid` started, in clock ticks after boot (`/proc/<pid>/stat`'s 22nd
+    /// field): with its pid, the process's name that a pid given again does not take over.
+    pub fn start_ticks(&self, pid: u32) -> Option<u64> {
+        let stat = fs::read_to_string(self.root.join(pid.to_string()).join("stat")).ok()?;
+        stat[stat.rfind(')')? + 1..]
+            .split_whitespace()
+            .nth(19)?
+            .parse()
+            .ok()
+    }
 }
 
 #[cfg(test)]

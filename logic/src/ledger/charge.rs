@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{Job, Ledger, MAX_GAP, Observation, Piece, RUN_SLACK, Split, keep_recent, unix};
+use super::{
+    Job, Ledger, MAX_GAP, Observation, ObservedJob, Piece, RUN_SLACK, Split, keep_recent, unix,
+};
 use crate::attribution::StepId;
 use crate::attribution::holders::ObservedDevice;
 use crate::attribution::model::{
@@ -264,8 +266,11 @@ impl Ledger {
         }
     }
 
-    /// [`Split::Devices`]: each device's interval `(began, now)` among the jobs holding it,
-    /// and each step the parts of its job on the devices it holds. `long`: the interval
+    /// [`Split::Devices`]: each device's interval `(began, now)` among the jobs holding or
+    /// using it ([`Self::charge_piece`]), and each step the parts of its job on the devices
+    /// it holds; the extern step, the job's container, all of its job's parts (on a device
+    /// none of its steps holds too: a task's cgroup, which its user may write, does not
+    /// tell which step used it). `long`: the interval
     /// is settled and long enough to teach a device's static power.
     fn charge_devices(
         &mut self,
@@ -296,11 +301,11 @@ impl Ledger {
                     .instances
                     .iter()
                     .map(|i| DeviceUse {
-                        shares: f64::from(i.sms),
+                        shares: Some(f64::from(i.sms)),
                         busy: i.activity * f64::from(i.sms),
                     })
                     .collect();
-                let total_sms: f64 = uses.iter().map(|u| u.shares).sum();
+                let total_sms: f64 = d.instances.iter().map(|i| f64::from(i.sms)).sum();
                 d.instances
                     .iter()
                     .zip(split_device(joules, secs, static_watts, &uses))
@@ -348,9 +353,10 @@ impl Ledger {
     }
 
     /// One device (or MIG instance) at `position`, of `joules` over `(began, now)`, among
-    /// the jobs holding it: each holder's part. A job holding it anew (its tasks just
-    /// started) also gets what nobody got of it since the job began, by shares among those
-    /// new this interval.
+    /// the jobs holding it and the jobs that used it without holding it: each one's part
+    /// (a user of no job present is nobody: its part stays in the node's figure only). A
+    /// job holding it anew (its tasks just started) also gets what nobody got of it since
+    /// the job began, by shares among those new this interval.
     fn charge_piece(
         &mut self,
         obs: &Observation,
@@ -360,8 +366,18 @@ impl Ledger {
         joules: f64,
         static_watts: f64,
     ) -> Vec<(u32, f64)> {
-        let mut holders = Vec::new();
-        let mut uses = Vec::new();
+        // a process's use is the whole GPU's, not told per MIG instance: an instance's
+        // users are its holders
+        let whole = position == device.position;
+        let used_by = |job: Option<u32>| -> f64 {
+            device
+                .busy
+                .iter()
+                .filter(|(j, _)| *j == job)
+                .map(|(_, b)| b)
+                .sum()
+        };
+        let mut users: Vec<(Option<&ObservedJob>, DeviceUse)> = Vec::new();
         for o in &obs.jobs {
             let shares = o
                 .steps
@@ -370,40 +386,66 @@ impl Ledger {
                 .filter(|(p, _)| *p == position)
                 .map(|(_, shares)| *shares)
                 .max_by(f64::total_cmp);
-            if let Some(shares) = shares {
-                let busy = device
-                    .busy
-                    .iter()
-                    .filter(|(j, _)| *j == o.job)
-                    .map(|(_, b)| b)
-                    .sum();
-                holders.push(o);
-                uses.push(DeviceUse { shares, busy });
+            let busy = used_by(Some(o.job));
+            if shares.is_some() || (whole && busy > 0.0) {
+                users.push((Some(o), DeviceUse { shares, busy }));
             }
         }
+        if whole {
+            // processes of no job, or of a job not present: in the split, charged to nobody
+            let busy: f64 = device
+                .busy
+                .iter()
+                .filter(|(j, _)| !users.iter().any(|(o, _)| o.map(|o| o.job) == *j))
+                .map(|(_, b)| b)
+                .sum();
+            if busy > 0.0 {
+                users.push((None, DeviceUse { shares: None, busy }));
+            }
+        }
+        let uses: Vec<DeviceUse> = users.iter().map(|(_, u)| *u).collect();
         let mut split = split_device(joules, now - began, static_watts, &uses);
         let state = self.devices.entry(position).or_default();
-        if holders.is_empty() {
+        state
+            .unheld_users
+            .retain(|job| obs.jobs.iter().any(|o| o.job == *job));
+        for (o, u) in &users {
+            if let (Some(o), None) = (o, u.shares)
+                && state.unheld_users.insert(o.job)
+            {
+                log::warn!(
+                    "job {} uses GPU {position}, which Slurm did not give it (devices are not \
+                     constrained): it pays for its use of it",
+                    o.job
+                );
+            }
+        }
+        // held by nobody, what no use explains (its static part) waits for a holder
+        if uses.iter().all(|u| u.shares.is_none()) {
             state.unassigned.push_back(Piece {
                 from: began,
                 to: now,
-                joules,
+                joules: (joules - split.iter().sum::<f64>()).max(0.0),
             });
         }
         keep_recent(&mut state.unassigned, now);
-        let new: Vec<usize> = (0..holders.len())
+        let new: Vec<usize> = (0..users.len())
             .filter(|&i| {
+                let (Some(o), Some(_)) = (users[i].0, users[i].1.shares) else {
+                    return false;
+                };
                 !self
                     .jobs
-                    .get(&holders[i].job)
+                    .get(&o.job)
                     .is_some_and(|j| j.held.contains(&position))
             })
             .collect();
         let first = new
             .iter()
             .filter_map(|&i| {
-                let since = self.jobs.get(&holders[i].job).map(|j| j.account.since);
-                holders[i].started().or(since)
+                let o = users[i].0?;
+                o.started()
+                    .or_else(|| self.jobs.get(&o.job).map(|j| j.account.since))
             })
             .min_by(f64::total_cmp);
         if let (Some(first), Some(state)) = (first, self.devices.get_mut(&position)) {
@@ -413,16 +455,21 @@ impl Ledger {
                 u.joules -= part;
                 owed += part;
             }
-            let total: f64 = new.iter().map(|&i| uses[i].shares).sum();
+            let shares = |i: usize| users[i].1.shares.unwrap_or(0.0);
+            let total: f64 = new.iter().map(|&i| shares(i)).sum();
             for &i in &new {
                 split[i] += if total > 0.0 {
-                    owed * uses[i].shares / total
+                    owed * shares(i) / total
                 } else {
                     owed / new.len() as f64
                 };
             }
         }
-        holders.iter().map(|o| o.job).zip(split).collect()
+        users
+            .iter()
+            .zip(split)
+            .filter_map(|((o, _), part)| Some(((*o)?.job, part)))
+            .collect()
     }
 
     /// Charges the node and the jobs present their last power over `gap` seconds.

@@ -703,7 +703,7 @@ fn devices_are_charged_to_the_jobs_holding_them() {
         ],
     };
     // per second: GPU 0 at 240 W, GPU 1 at 100 W
-    let sample = |secs: u64, late_holds: bool, busy: Vec<(u32, f64)>| {
+    let sample = |secs: u64, late_holds: bool, busy: Vec<(Option<u32>, f64)>| {
         let (at, wall) = at(secs);
         let late = if late_holds { vec![(1, 1.0)] } else { vec![] };
         Observation {
@@ -735,9 +735,9 @@ fn devices_are_charged_to_the_jobs_holding_them() {
         }
     };
     ledger.update(&sample(0, false, vec![]), split, PERIOD);
-    ledger.update(&sample(1, false, vec![(1, 80.0)]), split, PERIOD);
-    ledger.update(&sample(2, false, vec![(1, 80.0)]), split, PERIOD);
-    ledger.update(&sample(3, true, vec![(1, 80.0)]), split, PERIOD);
+    ledger.update(&sample(1, false, vec![(Some(1), 80.0)]), split, PERIOD);
+    ledger.update(&sample(2, false, vec![(Some(1), 80.0)]), split, PERIOD);
+    ledger.update(&sample(3, true, vec![(Some(1), 80.0)]), split, PERIOD);
     let joules = |job, step| ledger.step(job, step).expect("step").joules;
     // GPU 0: 3 s x (20 W each of the static 40, the busy job the other 200 W)
     assert_eq!(joules(1, StepId(0)), 3.0 * 220.0);
@@ -749,6 +749,68 @@ fn devices_are_charged_to_the_jobs_holding_them() {
         assert_eq!(ledger.job(job).expect("job").joules, joules(job, StepId(0)));
     }
     assert_eq!(ledger.node().joules, 3.0 * 340.0);
+}
+
+/// Without device constraints, job 2 uses GPU 0, which Slurm gave job 1 only, at 60% SM
+/// beside job 1's 20%, and a process of no job at 20%: at 240 W with 40 W idle, job 1 pays
+/// the idle power and its own use (40 + 200 x 0.2 W), job 2 its use (120 W) on its job
+/// and extern step (none of its steps holds the GPU), the no-job use nobody (it stays in
+/// the node's figure); job 2's use is logged once.
+#[test]
+fn a_gpu_is_charged_to_everyone_who_used_it() {
+    // the capture is in place before anything is logged
+    crate::scheduler::tests::logged();
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let mut ledger = Ledger::default();
+    let split = Split::Devices {
+        idle_watts: Some(40.0),
+    };
+    let job = |job: u32, holds: Vec<(u32, f64)>| ObservedJob {
+        job,
+        counters: None,
+        steps: vec![
+            step(StepId::EXTERN, None),
+            ObservedStep {
+                holds,
+                started: Some(w0),
+                ..step(StepId(0), None)
+            },
+        ],
+    };
+    let sample = |secs: u64| Observation {
+        at: t0 + Duration::from_secs(secs),
+        wall: w0 + Duration::from_secs(secs),
+        node_uj: secs * 240_000_000,
+        settled: true,
+        jobs: vec![job(1, vec![(0, 1.0)]), job(2, vec![])],
+        parts: vec![],
+        counts: vec![],
+        devices: vec![ObservedDevice {
+            position: 0,
+            energy_uj: secs * 240_000_000,
+            busy: if secs == 0 {
+                vec![]
+            } else {
+                vec![(Some(1), 20.0), (Some(2), 60.0), (None, 20.0)]
+            },
+            instances: vec![],
+        }],
+    };
+    for secs in 0..=3 {
+        ledger.update(&sample(secs), split, PERIOD);
+    }
+    let joules = |job, step| ledger.step(job, step).expect("step").joules;
+    assert!((joules(1, StepId(0)) - 3.0 * 80.0).abs() < 1e-9);
+    assert!((ledger.job(1).expect("job").joules - 3.0 * 80.0).abs() < 1e-9);
+    assert!((ledger.job(2).expect("job").joules - 3.0 * 120.0).abs() < 1e-9);
+    assert!((joules(2, StepId::EXTERN) - 3.0 * 120.0).abs() < 1e-9);
+    assert_eq!(joules(2, StepId(0)), 0.0);
+    assert_eq!(ledger.node().joules, 3.0 * 240.0);
+    let warned: Vec<String> = crate::scheduler::tests::logged()
+        .into_iter()
+        .filter(|l| l.starts_with("WARN job 2 uses GPU 0"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
 }
 
 /// A MIG-partitioned GPU at 240 W (40 W idle) with a 42-SM instance 90% busy and a

@@ -104,8 +104,9 @@ fn run_for(script: &mut Script, waits: usize) -> (Vec<Duration>, Board<Vec<u32>>
     (asked, board)
 }
 
-/// What this test's thread logged, as "LEVEL message".
-fn logged() -> Vec<String> {
+/// What this test's thread logged, as "LEVEL message" (the scheduler's and the ledger's
+/// tests).
+pub(crate) fn logged() -> Vec<String> {
     static LOGS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
     struct Capture;
     impl log::Log for Capture {
@@ -115,7 +116,7 @@ fn logged() -> Vec<String> {
         fn log(&self, record: &log::Record) {
             // other tests of the crate log too, in threads of their own
             if let Some(name) = std::thread::current().name()
-                && name.starts_with("scheduler::tests::")
+                && (name.starts_with("scheduler::tests::") || name.starts_with("ledger::tests::"))
             {
                 LOGS.lock().unwrap_or_else(PoisonError::into_inner).push((
                     name.to_string(),
