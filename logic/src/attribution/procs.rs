@@ -173,10 +173,7 @@ impl Procs {
     /// second on every architecture Slurm runs on.
     pub fn started(&self, pid: u32) -> Option<SystemTime> {
         const TICKS_PER_SEC: f64 = 100.0;
-        let stat = fs::read_to_string(self.root.join(pid.to_string()).join("stat")).ok()?;
-        // the command name may hold spaces and parentheses: fields count from its end
-        let after_name = &stat[stat.rfind(')')? + 1..];
-        let ticks: u64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
+        let ticks = self.start_ticks(pid)?;
         let uptime: f64 = fs::read_to_string(self.root.join("uptime"))
             .ok()?
             .split_whitespace()
@@ -286,6 +283,7 @@ impl Procs {
     /// field): with its pid, the process's name that a pid given again does not take over.
     pub fn start_ticks(&self, pid: u32) -> Option<u64> {
         let stat = fs::read_to_string(self.root.join(pid.to_string()).join("stat")).ok()?;
+        // the command name may hold spaces and parentheses: fields count from its end
         stat[stat.rfind(')')? + 1..]
             .split_whitespace()
             .nth(19)?
