@@ -342,6 +342,14 @@ fn ring(path: &Path, ring: Ring) -> bool {
         .is_ok()
 }
 
+/// Asks slurmd for a fresh ledger without waiting for it (a read made while tasks run, for
+/// `sstat`: slurmd forwards that request to the slurmstepd and holds one of its RPC
+/// threads until it is answered, so it must not wait on slurmd's own sample). The next
+/// read finds the ledger sampled for it. False when nobody listens.
+pub fn ring_without_waiting(doorbell: &Path) -> bool {
+    ring(doorbell, Ring::Fresh)
+}
+
 /// How fresh the ledger a step reads is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Freshness {

@@ -292,10 +292,13 @@ impl Source for StepFigure {
         // step's end into its last figure, or leave it out of its first)
         let called = unix_now();
         // at the step's edges (before its tasks start, after they end) the figure is the
-        // step's first or last: it needs a ledger sampled now; so does any read but Slurm's
-        // periodic polls (sstat's) where plugins are stacked, whose figures are not brought
-        // forward, or where the ledger is older than a figure is brought forward (slurmd is
-        // late: the read is answered, or said to be short)
+        // step's first or last: it needs a ledger sampled now, and the step waits for it
+        // (in slurmstepd's own threads). While tasks run, a read other than Slurm's
+        // periodic polls (sstat's) asks for a fresh ledger where plugins are stacked, whose
+        // figures are not brought forward, or where the ledger is older than a figure is
+        // brought forward (slurmd is late): but it never waits, since slurmd holds an RPC
+        // thread for an sstat until the step answers; its figure is the ledger's as it is
+        // (said to be late when it is), and the next read finds the sample it asked for
         let tasks = !self.procs.children(self.pid).is_empty();
         // its tasks were seen and are gone, or it is an extern step its job's other steps
         // have left and its main thread reads: the step ends, and this is its last read
@@ -311,17 +314,18 @@ impl Source for StepFigure {
         };
         let last = ended && !self.said_last;
         self.had_tasks |= tasks;
-        let edge = match self.counted {
-            None => !tasks,
+        let (edge, asks) = match self.counted {
+            None => (!tasks, false),
             Some(_) => {
                 let periodic = self
                     .procs
                     .calling_thread()
                     .is_some_and(|t| periodic_poll(&t));
-                !periodic
-                    && (!tasks
-                        || !self.bring_forward
-                        || !doorbell::written_within(&self.path, LEDGER_PERIOD))
+                let late = !doorbell::written_within(&self.path, LEDGER_PERIOD);
+                (
+                    !periodic && !tasks,
+                    !periodic && tasks && (!self.bring_forward || late),
+                )
             }
         };
         let how = if last {
@@ -329,17 +333,24 @@ impl Source for StepFigure {
         } else {
             Ring::Fresh
         };
-        let unanswered = edge
-            && !doorbell::freshen(&doorbell::doorbell_path(&self.path), &self.path, how).is_fresh();
+        let doorbell = doorbell::doorbell_path(&self.path);
+        let unanswered = if edge {
+            !doorbell::freshen(&doorbell, &self.path, how).is_fresh()
+        } else if asks {
+            doorbell::ring_without_waiting(&doorbell);
+            !doorbell::written_within(&self.path, LEDGER_PERIOD)
+        } else {
+            false
+        };
         self.said_last |= edge && last;
         let counted = match Ledger::load(&self.path) {
             Ok(Some(ledger)) => {
                 let age = called - ledger.sampled_at();
-                // a slurmd that does not answer within ANSWER_WAIT is gone or starved: the
-                // figure is then older than the call, by how much is said at each such read
-                // (a step rings at its edges only: its first and last reads, and sstat's
-                // where plugins are stacked or the ledger is late), so any figure's error
-                // can be bounded
+                // a slurmd that does not answer within ANSWER_WAIT at an edge, or whose
+                // ledger is late at an sstat read, is gone or starved: the figure is then
+                // older than the call, by how much is said at each such read (a step asks
+                // at its edges only: its first and last reads, and sstat's where plugins are
+                // stacked or the ledger is late), so any figure's error can be bounded
                 if unanswered && age > 0.0 {
                     let taken = if self.bring_forward {
                         format!(
@@ -350,7 +361,7 @@ impl Source for StepFigure {
                         "as of".to_string()
                     };
                     log::warn!(
-                        "slurmd did not answer this step's request for a fresh energy ledger: \
+                        "slurmd has not published the fresh energy ledger this step asked for: \
                          its figure is {taken} the ledger's last sample, {age:.1} s ago"
                     );
                 }

@@ -79,20 +79,42 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
     })
     .expect("doorbell");
     procs::tests::process(&proc_root, 40, "slurmstepd: [5.extern]", "0::/");
-    let read_from = |step: &mut StepFigure, thread: &str| {
+    // the rings counted once those expected arrived (an sstat read does not wait for its
+    // own: it reaches slurmd's thread a moment later), a second at most
+    let read_from = |step: &mut StepFigure, thread: &str, expected: u32| {
         procs::tests::write_thread_name(&proc_root, thread);
         // the ledger written just now would need no ring
         std::thread::sleep(Duration::from_millis(30));
         assert!(step.poll(Instant::now()).complete);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while rings.load(Ordering::SeqCst) < expected && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         rings.load(Ordering::SeqCst)
     };
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
-    assert_eq!(read_from(&mut step, "acctg"), 1, "the first read rings");
-    assert_eq!(read_from(&mut step, "acctg"), 1, "a periodic poll does not");
-    assert_eq!(read_from(&mut step, "acctg_energy"), 1, "nor a profile's");
-    assert_eq!(read_from(&mut step, "slurmstepd"), 2, "the last poll does");
+    assert_eq!(read_from(&mut step, "acctg", 1), 1, "the first read rings");
+    assert_eq!(
+        read_from(&mut step, "acctg", 1),
+        1,
+        "a periodic poll does not"
+    );
+    assert_eq!(
+        read_from(&mut step, "acctg_energy", 1),
+        1,
+        "nor a profile's"
+    );
+    assert_eq!(
+        read_from(&mut step, "slurmstepd", 2),
+        2,
+        "the last poll does"
+    );
     procs::tests::child(&proc_root, 40, 41);
-    assert_eq!(read_from(&mut step, "slurmstepd"), 2, "not while tasks run");
+    assert_eq!(
+        read_from(&mut step, "slurmstepd", 2),
+        2,
+        "not while tasks run"
+    );
     // slurmd is late: the ledger was written longer ago than a figure is brought forward
     let written = SystemTime::now() - LEDGER_PERIOD - Duration::from_millis(500);
     fs::File::options()
@@ -101,17 +123,17 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
         .and_then(|f| f.set_modified(written))
         .expect("ledger's time");
     assert_eq!(
-        read_from(&mut step, "acctg"),
+        read_from(&mut step, "acctg", 2),
         2,
         "a periodic poll still does not"
     );
     assert_eq!(
-        read_from(&mut step, "slurmstepd"),
+        read_from(&mut step, "slurmstepd", 3),
         3,
         "sstat's read while tasks run does, when the ledger is late"
     );
     assert_eq!(
-        read_from(&mut step, "slurmstepd"),
+        read_from(&mut step, "slurmstepd", 3),
         3,
         "and not once it was answered"
     );
@@ -119,17 +141,17 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
     let mut stacked =
         StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false).stacked();
     assert_eq!(
-        read_from(&mut stacked, "acctg"),
+        read_from(&mut stacked, "acctg", 3),
         3,
         "with tasks, the first read does not"
     );
     assert_eq!(
-        read_from(&mut stacked, "acctg"),
+        read_from(&mut stacked, "acctg", 3),
         3,
         "stacked: a periodic poll does not"
     );
     assert_eq!(
-        read_from(&mut stacked, "slurmstepd"),
+        read_from(&mut stacked, "slurmstepd", 4),
         4,
         "stacked: sstat's read does"
     );
@@ -377,4 +399,59 @@ fn a_sample_taken_for_a_steps_ring_is_not_brought_forward() {
     let last = read();
     assert_eq!(answers.load(Ordering::SeqCst), 2);
     assert_eq!(last.energy_uj, 400_000_000);
+}
+
+/// `sstat` on a running step is an RPC slurmd forwards to the slurmstepd, holding one of
+/// its threads until the answer: with plugins stacked (a figure not brought forward, so
+/// such a read asks for a fresh ledger) or a late ledger, the read still never waits for
+/// slurmd, even one that never answers; the ring reaches slurmd all the same.
+#[test]
+fn an_sstat_read_never_waits_for_slurmd() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = tmp.path().join("proc");
+    let path = tmp.path().join("energy-ledger.0.json");
+    let now = unix_now();
+    publish(&path, now - 100.0, now, 1000.0, 200.0);
+    let rings = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&rings);
+    // a starved slurmd: it hears the rings and publishes nothing
+    let _bell =
+        doorbell::Doorbell::open(&doorbell::doorbell_path(&path), Arc::default(), move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        })
+        .expect("doorbell");
+    procs::tests::process(&proc_root, 40, "slurmstepd: [5.0]", "0::/");
+    procs::tests::child(&proc_root, 40, 41);
+    for stacked in [true, false] {
+        let step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
+        let mut step = if stacked { step.stacked() } else { step };
+        procs::tests::write_thread_name(&proc_root, "acctg");
+        assert!(step.poll(Instant::now()).complete);
+        // the ledger older than a figure is brought forward: late, in both cases
+        let written = SystemTime::now() - LEDGER_PERIOD - Duration::from_millis(500);
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .and_then(|f| f.set_modified(written))
+            .expect("ledger's time");
+        let before = rings.load(Ordering::SeqCst);
+        procs::tests::write_thread_name(&proc_root, "slurmstepd");
+        let t0 = Instant::now();
+        assert!(step.poll(Instant::now()).complete);
+        let took = t0.elapsed();
+        // a wait would last ANSWER_WAIT; well under it leaves room for a loaded machine
+        assert!(
+            took < doorbell::ANSWER_WAIT / 4,
+            "stacked {stacked}: sstat's read took {took:?}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while rings.load(Ordering::SeqCst) == before && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            rings.load(Ordering::SeqCst),
+            before + 1,
+            "stacked {stacked}"
+        );
+    }
 }
