@@ -361,7 +361,7 @@ impl Source for StepFigure {
                         "as of".to_string()
                     };
                     log::warn!(
-                        "slurmd has not published the fresh energy ledger this step asked for: \
+                        "slurmd did not answer this step's request for a fresh energy ledger: \
                          its figure is {taken} the ledger's last sample, {age:.1} s ago"
                     );
                 }
