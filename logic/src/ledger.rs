@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 mod charge;
 pub mod doorbell;
 mod file;
+mod floor;
 mod keeper;
 mod reader;
 
@@ -32,6 +33,7 @@ use crate::attribution::holders::ObservedDevice;
 use crate::replace::{Access, replace};
 use crate::source::HardwareCount;
 use crate::trusted_dir::{self, DirError, NO_WRITE};
+use floor::Floor;
 
 /// How old the ledger may get while slurmd samples normally.
 pub const LEDGER_PERIOD: Duration = Duration::from_secs(1);
@@ -338,8 +340,8 @@ pub struct Ledger {
     /// The node's parts at the last sample.
     parts: Vec<Part>,
     jobs: BTreeMap<u32, Job>,
-    /// The lowest node power over an interval of at least one sample period.
-    learned_idle_watts: Option<f64>,
+    /// The node's static power as learned: the lowest power it held ([`floor`]).
+    floor: Floor,
     /// Unix time of the last sample (kept in the file).
     sampled_at: f64,
     /// The previous sample of this process's meter (not kept: the meter restarts with it).
@@ -370,8 +372,8 @@ pub struct Ledger {
 struct DeviceState {
     /// Its energy at the last sample.
     last_uj: Option<u64>,
-    /// Its lowest power over an interval of at least a sample period.
-    learned_idle_watts: Option<f64>,
+    /// Its static power as learned: the lowest power it held ([`floor`]).
+    floor: Floor,
     /// Its recent energy that nobody held it for.
     unassigned: VecDeque<Piece>,
     /// The present jobs seen using it without holding it, each logged once.
@@ -419,8 +421,9 @@ pub fn unix(t: SystemTime) -> f64 {
 }
 
 impl Ledger {
+    /// The node's static power as learned ([`floor`]), where the admin set none.
     pub fn learned_idle_watts(&self) -> Option<f64> {
-        self.learned_idle_watts
+        self.floor.watts()
     }
 
     /// When this ledger was begun, in microseconds of Unix time.
@@ -464,8 +467,8 @@ impl Ledger {
         self.sampled_at
     }
 
-    /// Adds one sample. Intervals shorter than `min_interval` do not teach the idle power.
-    pub fn update(&mut self, obs: &Observation, split: Split, min_interval: Duration) {
+    /// Adds one sample.
+    pub fn update(&mut self, obs: &Observation, split: Split) {
         let now = unix(obs.wall);
         if self.epoch == 0 {
             self.epoch = (now * 1e6) as u64;
@@ -476,11 +479,11 @@ impl Ledger {
             Some(prev) => {
                 let secs = obs.at.saturating_duration_since(prev.at).as_secs_f64();
                 let joules = obs.node_uj.saturating_sub(prev.node_uj) as f64 / 1e6;
-                self.charge_interval(secs, joules, obs, split, min_interval);
+                self.charge_interval(secs, joules, obs, split);
             }
             // the first sample of this process, of a ledger loaded from the file: the time
             // slurmd was away
-            None if self.sampled_at > 0.0 => self.charge_away(obs, now, split, min_interval),
+            None if self.sampled_at > 0.0 => self.charge_away(obs, now, split),
             None => {}
         }
         // only a settled sample's counts: energy a held read counts later is not in them
@@ -567,7 +570,7 @@ impl Ledger {
                     (j.job, job)
                 })
                 .collect(),
-            learned_idle_watts: f.learned_idle_watts,
+            floor: Floor::from_learned(f.floor_watts),
             sampled_at: f.sampled_at,
             source: f.source,
             counts: f.counts,

@@ -710,7 +710,7 @@ mod tests {
                 counts: vec![],
                 devices: vec![],
             };
-            ledger.update(&obs, Split::Node, Duration::from_secs(1));
+            ledger.update(&obs, Split::Node);
         }
         ledger
     }

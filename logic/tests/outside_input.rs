@@ -457,7 +457,7 @@ proptest! {
 
 /// A ledger as slurmd writes it (version 2), with every kind of field: a part without
 /// power, a step without its own time (written before steps were dated).
-const LEDGER: &str = r#"{"version":2,"epoch":7,"sampled_at":1700000100.5,"learned_idle_watts":120.5,"source":"rust_rapl: RAPL","node":{"joules":5000.0,"watts":300.0,"since":1700000000.0},"parts":[{"label":"Cpu","joules":100.0,"watts":50.0},{"label":"Memory","joules":20.0,"watts":null}],"counts":[{"name":"package0","value_uj":123456789,"wraps_at_uj":262144000000,"max_watts":1000.0},{"name":"dram0","value_uj":5,"wraps_at_uj":null,"max_watts":500.0}],"jobs":[{"job":12,"last_seen":1700000100.5,"usage_ns":4000000000,"account":{"joules":2500.0,"watts":150.0,"since":1700000010.0},"steps":[{"step":0,"last_seen":1700000100.5,"account":{"joules":2000.0,"watts":120.0,"since":1700000011.0}},{"step":4294967291,"account":{"joules":500.0,"watts":30.0,"since":1700000010.0}}]}]}"#;
+const LEDGER: &str = r#"{"version":2,"epoch":7,"sampled_at":1700000100.5,"floor_watts":120.5,"learned_idle_watts":120.5,"source":"rust_rapl: RAPL","node":{"joules":5000.0,"watts":300.0,"since":1700000000.0},"parts":[{"label":"Cpu","joules":100.0,"watts":50.0},{"label":"Memory","joules":20.0,"watts":null}],"counts":[{"name":"package0","value_uj":123456789,"wraps_at_uj":262144000000,"max_watts":1000.0},{"name":"dram0","value_uj":5,"wraps_at_uj":null,"max_watts":500.0}],"jobs":[{"job":12,"last_seen":1700000100.5,"usage_ns":4000000000,"account":{"joules":2500.0,"watts":150.0,"since":1700000010.0},"steps":[{"step":0,"last_seen":1700000100.5,"account":{"joules":2000.0,"watts":120.0,"since":1700000011.0}},{"step":4294967291,"account":{"joules":500.0,"watts":30.0,"since":1700000010.0}}]}]}"#;
 
 /// JSON values that break a field: huge, negative, of another type, nested, long.
 fn bad_json() -> impl Strategy<Value = Value> {
@@ -635,16 +635,17 @@ fn the_unmutated_ledger_loads() {
     let l = Ledger::load(&path).expect("loads").expect("a ledger");
     assert_eq!((l.epoch(), l.jobs().count(), l.parts().len()), (7, 1, 2));
     assert_eq!(l.learned_idle_watts(), Some(120.5));
+    // a ledger of before the floor: its lowest interval's power is not taken
+    let before = LEDGER.replace(r#""floor_watts":120.5,"#, "");
+    let l = Ledger::parse(before.as_bytes()).expect("loads");
+    assert_eq!(l.learned_idle_watts(), None);
 }
 
-/// What `ledger_fields` found: a ledger whose `learned_idle_watts` was -1 loaded with a
+/// What `ledger_fields` found: a ledger whose learned static power was -1 loaded with a
 /// static power of -1 W, which a step in shared mode would then be charged by.
 #[test]
 fn a_loaded_ledger_never_has_a_negative_idle_power() {
-    let doc = LEDGER.replace(
-        r#""learned_idle_watts":120.5"#,
-        r#""learned_idle_watts":-1"#,
-    );
+    let doc = LEDGER.replace(r#""floor_watts":120.5"#, r#""floor_watts":-1"#);
     let learned = Ledger::parse(doc.as_bytes())
         .ok()
         .and_then(|l| l.learned_idle_watts());

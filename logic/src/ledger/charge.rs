@@ -3,10 +3,10 @@
 //! and the time a restarted slurmd was away.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use super::{
-    Job, Ledger, MAX_GAP, Observation, ObservedJob, Piece, RUN_SLACK, Split, keep_recent, unix,
+    Job, Ledger, MAX_GAP, Observation, ObservedJob, Piece, RUN_SLACK, Split, floor, keep_recent,
+    unix,
 };
 use crate::attribution::StepId;
 use crate::attribution::holders::ObservedDevice;
@@ -43,13 +43,7 @@ impl Ledger {
     /// The first sample after slurmd was away (since the ledger's last sample): the node's
     /// energy over the gap is the meter's own where its counts bridge it, charged as any
     /// interval; else estimated at the last power of the node and of each job, and said so.
-    pub(super) fn charge_away(
-        &mut self,
-        obs: &Observation,
-        now: f64,
-        split: Split,
-        min_interval: Duration,
-    ) {
+    pub(super) fn charge_away(&mut self, obs: &Observation, now: f64, split: Split) {
         let secs = now - self.sampled_at;
         // a device's share needs each device's own counts, which the ledger does not keep
         let bridged = match split {
@@ -63,7 +57,7 @@ impl Ledger {
                     "the {secs:.1} s since the energy ledger's last sample are bridged by the \
                      meter's own counts: {joules:.1} J"
                 );
-                self.charge_interval(secs, joules, obs, split, min_interval);
+                self.charge_interval(secs, joules, obs, split);
             }
             None => {
                 let gap = secs.clamp(0.0, MAX_GAP.as_secs_f64());
@@ -97,21 +91,23 @@ impl Ledger {
         joules: f64,
         obs: &Observation,
         split: Split,
-        min_interval: Duration,
     ) {
         if secs.is_nan() || secs <= 0.0 {
             return;
         }
-        let dt = Duration::from_secs_f64(secs);
         let prior_watts = self.interval_watts.unwrap_or(self.node.watts);
         let (now, began) = (unix(obs.wall), unix(obs.wall) - secs);
         self.node_rate
             .charge(&mut self.node, began, now, joules, obs.settled);
         self.interval_watts = Some(joules / secs);
-        // an unsettled interval's energy may be counted in the next one
-        if dt >= min_interval && obs.settled {
-            let watts = joules / secs;
-            self.learned_idle_watts = Some(self.learned_idle_watts.map_or(watts, |w| w.min(watts)));
+        if let Some(watts) = self.floor.observe(secs, joules, obs.settled)
+            && matches!(split, Split::Shared { idle_watts: None })
+        {
+            log::info!(
+                "the node's static power is learned at {watts:.1} W: the lowest power it held \
+                 over {:.0} s (EnergyAttributionIdleWatts sets it)",
+                floor::SUSTAIN
+            );
         }
         // a job or step charged nothing this interval has left, or is not seen yet (its
         // power window goes on: a job seen again is averaged over the time between)
@@ -124,15 +120,14 @@ impl Ledger {
         let idle_watts = match split {
             Split::Node => return self.charge_whole(obs, (began, now), joules),
             Split::Devices { idle_watts } => {
-                let long = dt >= min_interval && obs.settled;
-                return self.charge_devices(obs, (began, now), idle_watts, long);
+                return self.charge_devices(obs, (began, now), idle_watts);
             }
             Split::Shared { idle_watts } => idle_watts,
         };
         let interval = Interval {
             joules,
             secs,
-            static_watts: idle_watts.or(self.learned_idle_watts).unwrap_or(0.0),
+            static_watts: idle_watts.or(self.floor.watts()).unwrap_or(0.0),
             prior_watts: Some(prior_watts),
         };
         // the jobs with counters now, and at the interval's start or since their arrival
@@ -270,14 +265,12 @@ impl Ledger {
     /// using it ([`Self::charge_piece`]), and each step the parts of its job on the devices
     /// it holds; the extern step, the job's container, all of its job's parts (on a device
     /// none of its steps holds too: a task's cgroup, which its user may write, does not
-    /// tell which step used it). `long`: the interval
-    /// is settled and long enough to teach a device's static power.
+    /// tell which step used it).
     fn charge_devices(
         &mut self,
         obs: &Observation,
         (began, now): (f64, f64),
         idle_watts: Option<f64>,
-        long: bool,
     ) {
         let secs = now - began;
         // each job's joules on each device
@@ -286,12 +279,17 @@ impl Ledger {
             let state = self.devices.entry(d.position).or_default();
             let Some(last) = state.last_uj else { continue };
             let joules = d.energy_uj.saturating_sub(last) as f64 / 1e6;
-            if long {
-                let watts = joules / secs;
-                state.learned_idle_watts =
-                    Some(state.learned_idle_watts.map_or(watts, |w| w.min(watts)));
+            if let Some(watts) = state.floor.observe(secs, joules, obs.settled)
+                && idle_watts.is_none()
+            {
+                log::info!(
+                    "the static power of GPU {} is learned at {watts:.1} W: the lowest power \
+                     it held over {:.0} s (EnergyAttributionIdleWatts sets it)",
+                    d.position,
+                    floor::SUSTAIN
+                );
             }
-            let static_watts = idle_watts.or(state.learned_idle_watts).unwrap_or(0.0);
+            let static_watts = idle_watts.or(state.floor.watts()).unwrap_or(0.0);
             // a partitioned GPU's meter is the whole GPU's: its instances get its energy by
             // their size (static) and their activity (the rest)
             let pieces: Vec<(u32, f64, f64)> = if d.instances.is_empty() {

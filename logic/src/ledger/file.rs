@@ -50,8 +50,11 @@ pub(super) struct In {
     pub epoch: u64,
     #[serde(deserialize_with = "finite")]
     pub sampled_at: f64,
-    #[serde(deserialize_with = "optional_finite")]
-    pub learned_idle_watts: Option<f64>,
+    /// The static power learned ([`super::floor`]); a ledger of before has none (its
+    /// `learned_idle_watts`, the lowest power of any interval, is not taken: it was the
+    /// error of the worst interval, not the node's).
+    #[serde(default, deserialize_with = "optional_finite")]
+    pub floor_watts: Option<f64>,
     /// Written since the field came; a ledger of before has none.
     #[serde(default)]
     pub source: String,
@@ -116,6 +119,9 @@ pub(super) struct Out<'a> {
     version: u64,
     epoch: u64,
     sampled_at: f64,
+    floor_watts: Option<f64>,
+    /// The same, for the plugins of before, which need the field to read the ledger (a
+    /// slurmd taken back to an earlier version).
     learned_idle_watts: Option<f64>,
     source: &'a str,
     node: &'a Account,
@@ -131,7 +137,8 @@ impl<'a> From<&'a Ledger> for Out<'a> {
             version: VERSION,
             epoch: ledger.epoch,
             sampled_at: ledger.sampled_at,
-            learned_idle_watts: ledger.learned_idle_watts,
+            floor_watts: ledger.floor.watts(),
+            learned_idle_watts: ledger.floor.watts(),
             source: &ledger.source,
             node: &ledger.node,
             parts: &ledger.parts,

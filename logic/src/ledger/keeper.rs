@@ -259,8 +259,7 @@ impl Keeper {
             parts,
             devices,
         };
-        self.ledger
-            .update(&observation, self.split, LEDGER_INTERVAL);
+        self.ledger.update(&observation, self.split);
         self.samples += 1;
         // charged up to this update, which answers their last read
         let last_reads = self.pace.take_last_reads();

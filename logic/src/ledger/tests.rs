@@ -1,7 +1,6 @@
 use super::*;
 use crate::attribution::holders::ObservedInstance;
 
-const PERIOD: Duration = Duration::from_secs(1);
 const LEARNED: Split = Split::Shared { idle_watts: None };
 
 fn idle(watts: f64) -> Split {
@@ -62,12 +61,14 @@ fn jobs_are_charged_from_their_second_sample_and_sum_to_the_node() {
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let mut ledger = Ledger::default();
     let ext = StepId::EXTERN;
-    // no job: nobody is charged, the idle power is learned (100 W)
-    ledger.update(&observation(t0, w0, 0, 0, vec![]), LEARNED, PERIOD);
+    // no job for 12 s: nobody is charged, the static power is learned (100 W held over
+    // SUSTAIN)
+    for secs in 0..=12 {
+        ledger.update(&observation(t0, w0, secs, 100 * secs, vec![]), LEARNED);
+    }
     ledger.update(
-        &observation(t0, w0, 1, 100, vec![job(1, 1, 0.0, &[(ext, 0.0)])]),
+        &observation(t0, w0, 13, 1300, vec![job(1, 1, 0.0, &[(ext, 0.0)])]),
         LEARNED,
-        PERIOD,
     );
     assert_eq!(ledger.learned_idle_watts(), Some(100.0));
     assert_eq!(ledger.job(1).map(|a| a.joules), Some(0.0));
@@ -76,12 +77,11 @@ fn jobs_are_charged_from_their_second_sample_and_sum_to_the_node() {
         &observation(
             t0,
             w0,
-            2,
-            400,
+            14,
+            1600,
             vec![job(1, 1, 1.0, &[(ext, 0.0)]), job(2, 1, 0.0, &[(ext, 0.0)])],
         ),
         LEARNED,
-        PERIOD,
     );
     assert_eq!(ledger.job(1).map(|a| a.joules), Some(300.0));
     // both: 300 J, 100 W static split 1:1, 200 J dynamic 3:1 by CPU time
@@ -89,8 +89,8 @@ fn jobs_are_charged_from_their_second_sample_and_sum_to_the_node() {
         &observation(
             t0,
             w0,
-            3,
-            700,
+            15,
+            1900,
             vec![
                 job(
                     1,
@@ -102,7 +102,6 @@ fn jobs_are_charged_from_their_second_sample_and_sum_to_the_node() {
             ],
         ),
         LEARNED,
-        PERIOD,
     );
     assert_eq!(ledger.job(1).map(|a| a.joules), Some(300.0 + 50.0 + 150.0));
     assert_eq!(ledger.job(2).map(|a| a.joules), Some(50.0 + 50.0));
@@ -113,8 +112,8 @@ fn jobs_are_charged_from_their_second_sample_and_sum_to_the_node() {
         &observation(
             t0,
             w0,
-            4,
-            900,
+            16,
+            2100,
             vec![
                 job(
                     1,
@@ -126,7 +125,6 @@ fn jobs_are_charged_from_their_second_sample_and_sum_to_the_node() {
             ],
         ),
         LEARNED,
-        PERIOD,
     );
     // 200 J: static 100 J 1:1, dynamic 100 J by CPU time 1.0:2.5; job 1's steps split
     // its share by their CPU time, 0.25 s (batch) to 1.5 s (step 0)
@@ -158,16 +156,8 @@ fn an_extern_step_without_cpu_time_of_its_own_gets_the_job() {
         ],
     };
     let mut ledger = Ledger::default();
-    ledger.update(
-        &observation(t0, w0, 0, 0, vec![observed(0.0)]),
-        idle(10.0),
-        PERIOD,
-    );
-    ledger.update(
-        &observation(t0, w0, 1, 90, vec![observed(0.5)]),
-        idle(10.0),
-        PERIOD,
-    );
+    ledger.update(&observation(t0, w0, 0, 0, vec![observed(0.0)]), idle(10.0));
+    ledger.update(&observation(t0, w0, 1, 90, vec![observed(0.5)]), idle(10.0));
     assert_eq!(ledger.step(4, StepId::EXTERN).map(|a| a.joules), Some(90.0));
     assert_eq!(ledger.step(4, StepId::BATCH).map(|a| a.joules), Some(90.0));
 }
@@ -226,12 +216,10 @@ fn a_stored_ledger_loads_and_charges_the_time_slurmd_was_away() {
     ledger.update(
         &observation(t0, w0, 0, 0, vec![job(9, 2, 0.0, &[(ext, 0.0)])]),
         idle(50.0),
-        PERIOD,
     );
     ledger.update(
         &observation(t0, w0, 2, 400, vec![job(9, 2, 1.0, &[(ext, 0.0)])]),
         idle(50.0),
-        PERIOD,
     );
     ledger.describe_source("rust_rapl: RAPL \"pkg\" of 2 sockets".into());
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -255,7 +243,6 @@ fn a_stored_ledger_loads_and_charges_the_time_slurmd_was_away() {
     again.update(
         &observation(t1, w0, 5, 0, vec![job(9, 2, 9.0, &[(ext, 0.0)])]),
         idle(50.0),
-        PERIOD,
     );
     let close = |a: Option<Account>, j: f64| a.is_some_and(|a| (a.joules - j).abs() < 1e-3);
     // (unix seconds as f64 are exact to a microsecond: 200 W x 1 us)
@@ -267,7 +254,6 @@ fn a_stored_ledger_loads_and_charges_the_time_slurmd_was_away() {
     again.update(
         &observation(t1, w0, 6, 150, vec![job(9, 2, 9.5, &[(ext, 0.0)])]),
         idle(50.0),
-        PERIOD,
     );
     assert!(
         close(again.step(9, ext), 1150.0),
@@ -311,12 +297,11 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
     };
     let mut ledger = Ledger::default();
     let start = wrap - 1_000_000_000; // 1 000 J before a wrap
-    ledger.update(&at(0, 0, start, 0.0), idle(50.0), PERIOD);
+    ledger.update(&at(0, 0, start, 0.0), idle(50.0));
     // 150 W for 12 s
     ledger.update(
         &at(12, 1_800, start + 1_800_000_000 - wrap, 12.0),
         idle(50.0),
-        PERIOD,
     );
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("ledger.json");
@@ -334,7 +319,6 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
             ..observation(t1, w0 + Duration::from_secs(20), 0, 300, jobs(20.0))
         },
         idle(50.0),
-        PERIOD,
     );
     let node = again.node().joules;
     assert!((node - 4_200.0).abs() < 1e-3, "{node}");
@@ -360,7 +344,6 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
             ..observation(t1, w0 + Duration::from_secs(312), 0, 300, jobs(20.0))
         },
         idle(50.0),
-        PERIOD,
     );
     assert!(
         (long.node().joules - (1_800.0 + 150.0 * 300.0)).abs() < 1e-3,
@@ -376,7 +359,6 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
             ..observation(t1, w0 + Duration::from_secs(20), 0, 300, jobs(20.0))
         },
         idle(50.0),
-        PERIOD,
     );
     assert!(
         (powered.node().joules - 3_000.0).abs() < 1e-3,
@@ -417,7 +399,6 @@ fn ledger_read_cost() {
             ledger.update(
                 &observation(t0, w0, secs, secs * 300, observed(secs as f64)),
                 idle(50.0),
-                PERIOD,
             );
         }
         const ROUNDS: u32 = 2_000;
@@ -465,20 +446,16 @@ fn a_requeued_job_begins_anew() {
         // 200 W throughout; the first run from 0 s to 10 s, the second from 15 s
         for secs in 0..=10 {
             let obs = observation(t0, w0, secs, secs * 200, vec![run(0, secs as f64)]);
-            ledger.update(&obs, split, PERIOD);
+            ledger.update(&obs, split);
         }
         for secs in 11..15 {
-            ledger.update(
-                &observation(t0, w0, secs, secs * 200, vec![]),
-                split,
-                PERIOD,
-            );
+            ledger.update(&observation(t0, w0, secs, secs * 200, vec![]), split);
         }
         assert!((ledger.step(7, StepId::BATCH).expect("first").joules - 2_000.0).abs() < 1e-6);
         for secs in 15..=40 {
             let usage = secs as f64 - 15.0;
             let obs = observation(t0, w0, secs, secs * 200, vec![run(15, usage)]);
-            ledger.update(&obs, split, PERIOD);
+            ledger.update(&obs, split);
         }
         for id in [StepId::BATCH, StepId::EXTERN] {
             let step = ledger.step(7, id).expect("second");
@@ -502,8 +479,8 @@ fn a_new_job_is_charged_from_its_start() {
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let mut ledger = Ledger::default();
     let ext = StepId::EXTERN;
-    ledger.update(&observation(t0, w0, 0, 0, vec![]), idle(100.0), PERIOD);
-    ledger.update(&observation(t0, w0, 1, 100, vec![]), idle(100.0), PERIOD);
+    ledger.update(&observation(t0, w0, 0, 0, vec![]), idle(100.0));
+    ledger.update(&observation(t0, w0, 1, 100, vec![]), idle(100.0));
     // the job started 0.25 s into the next second: 25 J before it, 225 J after it
     // (300 W), and its cgroup has counted 0.7 s of CPU since
     let arrived = |usage_s: f64| ObservedJob {
@@ -519,7 +496,6 @@ fn a_new_job_is_charged_from_its_start() {
     ledger.update(
         &observation(t0, w0, 2, 350, vec![arrived(0.7)]),
         idle(100.0),
-        PERIOD,
     );
     let job = ledger.job(5).expect("the job");
     assert!((job.joules - 225.0).abs() < 1e-6, "{job:?}");
@@ -528,7 +504,6 @@ fn a_new_job_is_charged_from_its_start() {
     ledger.update(
         &observation(t0, w0, 3, 650, vec![arrived(1.7)]),
         idle(100.0),
-        PERIOD,
     );
     assert!((ledger.job(5).expect("job").joules - 525.0).abs() < 1e-6);
     assert!((ledger.node().joules - 650.0).abs() < 1e-9);
@@ -553,21 +528,16 @@ fn in_node_mode_each_job_gets_the_node_since_it_began() {
             .collect(),
     };
     // 100 W, then 300 W from the second second on
-    ledger.update(&observation(t0, w0, 0, 0, vec![]), Split::Node, PERIOD);
-    ledger.update(&observation(t0, w0, 1, 100, vec![]), Split::Node, PERIOD);
+    ledger.update(&observation(t0, w0, 0, 0, vec![]), Split::Node);
+    ledger.update(&observation(t0, w0, 1, 100, vec![]), Split::Node);
     // job 1 started at 1.25 s; job 2 at 0.5 s, found only at 3 s with its batch step
     // (started at 2.5 s, first seen then too)
     let one = observed(1, &[(StepId::EXTERN, at(1250))]);
-    ledger.update(
-        &observation(t0, w0, 2, 400, vec![one.clone()]),
-        Split::Node,
-        PERIOD,
-    );
+    ledger.update(&observation(t0, w0, 2, 400, vec![one.clone()]), Split::Node);
     let two = observed(2, &[(StepId::EXTERN, at(500)), (StepId::BATCH, at(2500))]);
     ledger.update(
         &observation(t0, w0, 3, 700, vec![one.clone(), two]),
         Split::Node,
-        PERIOD,
     );
     let close = |a: Option<Account>, want: f64| {
         let a = a.expect("account");
@@ -601,14 +571,13 @@ fn a_job_found_late_gets_what_nobody_got_since_its_start() {
             holds: vec![],
         }],
     };
-    ledger.update(&observation(t0, w0, 0, 0, vec![]), idle(100.0), PERIOD);
-    ledger.update(&observation(t0, w0, 1, 100, vec![]), idle(100.0), PERIOD);
+    ledger.update(&observation(t0, w0, 0, 0, vec![]), idle(100.0));
+    ledger.update(&observation(t0, w0, 1, 100, vec![]), idle(100.0));
     // started at 1.5 s, first seen at 3 s; nobody got the second before
-    ledger.update(&observation(t0, w0, 2, 300, vec![]), idle(100.0), PERIOD);
+    ledger.update(&observation(t0, w0, 2, 300, vec![]), idle(100.0));
     ledger.update(
         &observation(t0, w0, 3, 600, vec![started(1.5)]),
         idle(100.0),
-        PERIOD,
     );
     // the last second's 300 J, and half of the second before (its 200 J spread evenly)
     let job = ledger.job(6).expect("job").joules;
@@ -633,13 +602,13 @@ fn the_power_is_taken_over_a_second_or_more() {
         counts: vec![],
         devices: vec![],
     };
-    ledger.update(&at(0, 0.0), Split::Node, PERIOD);
-    ledger.update(&at(1000, 300.0), Split::Node, PERIOD);
+    ledger.update(&at(0, 0.0), Split::Node);
+    ledger.update(&at(1000, 300.0), Split::Node);
     assert_eq!(ledger.node().watts, 300.0);
     // 17 ms later, a counter step of 1 J (59 W over those 17 ms)
-    ledger.update(&at(1017, 301.0), Split::Node, PERIOD);
+    ledger.update(&at(1017, 301.0), Split::Node);
     assert_eq!(ledger.node().watts, 300.0);
-    ledger.update(&at(2017, 601.0), Split::Node, PERIOD);
+    ledger.update(&at(2017, 601.0), Split::Node);
     // (Unix seconds as f64 are exact to about a microsecond)
     assert!((ledger.node().watts - 301.0 / 1.017).abs() < 1e-3);
     assert_eq!(ledger.node().joules, 601.0);
@@ -661,10 +630,10 @@ fn a_jobs_power_is_taken_over_a_second_or_more() {
         counts: vec![],
         devices: vec![],
     };
-    ledger.update(&at(0, 0.0, 0.0), idle(0.0), PERIOD);
-    ledger.update(&at(1000, 300.0, 1.0), idle(0.0), PERIOD);
+    ledger.update(&at(0, 0.0, 0.0), idle(0.0));
+    ledger.update(&at(1000, 300.0, 1.0), idle(0.0));
     assert_eq!(ledger.job(3).map(|a| a.watts), Some(300.0));
-    ledger.update(&at(1017, 301.0, 1.017), idle(0.0), PERIOD);
+    ledger.update(&at(1017, 301.0, 1.017), idle(0.0));
     assert_eq!(ledger.job(3).map(|a| a.watts), Some(300.0));
     assert_eq!(ledger.step(3, StepId::EXTERN).map(|a| a.watts), Some(300.0));
     assert_eq!(ledger.job(3).map(|a| a.joules), Some(301.0));
@@ -734,10 +703,10 @@ fn devices_are_charged_to_the_jobs_holding_them() {
             ],
         }
     };
-    ledger.update(&sample(0, false, vec![]), split, PERIOD);
-    ledger.update(&sample(1, false, vec![(Some(1), 80.0)]), split, PERIOD);
-    ledger.update(&sample(2, false, vec![(Some(1), 80.0)]), split, PERIOD);
-    ledger.update(&sample(3, true, vec![(Some(1), 80.0)]), split, PERIOD);
+    ledger.update(&sample(0, false, vec![]), split);
+    ledger.update(&sample(1, false, vec![(Some(1), 80.0)]), split);
+    ledger.update(&sample(2, false, vec![(Some(1), 80.0)]), split);
+    ledger.update(&sample(3, true, vec![(Some(1), 80.0)]), split);
     let joules = |job, step| ledger.step(job, step).expect("step").joules;
     // GPU 0: 3 s x (20 W each of the static 40, the busy job the other 200 W)
     assert_eq!(joules(1, StepId(0)), 3.0 * 220.0);
@@ -797,7 +766,7 @@ fn a_gpu_is_charged_to_everyone_who_used_it() {
         }],
     };
     for secs in 0..=3 {
-        ledger.update(&sample(secs), split, PERIOD);
+        ledger.update(&sample(secs), split);
     }
     let joules = |job, step| ledger.step(job, step).expect("step").joules;
     assert!((joules(1, StepId(0)) - 3.0 * 80.0).abs() < 1e-9);
@@ -858,7 +827,7 @@ fn a_partitioned_gpu_is_split_among_its_instances() {
         }],
     };
     for secs in 0..=2 {
-        ledger.update(&sample(secs), split, PERIOD);
+        ledger.update(&sample(secs), split);
     }
     let joules = |job| ledger.step(job, StepId(0)).expect("step").joules;
     // per second: static 30 + 10 W, dynamic 200 W by 3780 : 420
@@ -900,7 +869,7 @@ fn a_job_of_a_thousand_steps_keeps_a_bounded_ledger_and_its_whole_energy() {
             jobs: observed(secs),
             ..observation(t0, w0, u64::from(secs), u64::from(secs) * 250, vec![])
         };
-        ledger.update(&obs, Split::Node, PERIOD);
+        ledger.update(&obs, Split::Node);
         let steps = ledger.jobs().map(|j| j.steps().count()).sum::<usize>();
         // the extern step, the running step, the ended ones kept
         assert!(steps <= 2 + ENDED_STEPS_KEPT, "{steps} steps at {secs} s");
@@ -954,7 +923,7 @@ fn a_job_of_a_thousand_steps_keeps_a_bounded_ledger_and_its_whole_energy() {
     // the job leaves: it keeps the steps it had, as they were, while it is kept
     for secs in STEPS + 2..STEPS + 2 + 90 {
         let obs = observation(t0, w0, u64::from(secs), u64::from(secs) * 250, vec![]);
-        ledger.update(&obs, Split::Node, PERIOD);
+        ledger.update(&obs, Split::Node);
     }
     assert_eq!(ledger.job(9).map(|a| a.joules), Some(job.joules));
     assert_eq!(
@@ -968,8 +937,8 @@ fn node_mode_keeps_the_node_account() {
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let mut ledger = Ledger::default();
     let jobs = || vec![job(1, 1, 0.0, &[(StepId::EXTERN, 0.0)])];
-    ledger.update(&observation(t0, w0, 0, 0, jobs()), Split::Node, PERIOD);
-    ledger.update(&observation(t0, w0, 2, 500, jobs()), Split::Node, PERIOD);
+    ledger.update(&observation(t0, w0, 0, 0, jobs()), Split::Node);
+    ledger.update(&observation(t0, w0, 2, 500, jobs()), Split::Node);
     assert_eq!(ledger.node().joules, 500.0);
     assert_eq!(ledger.node().watts, 250.0);
     // a job seen at both samples: the node's energy between
@@ -992,7 +961,7 @@ fn a_file_of_another_version_or_garbage_is_refused() {
     // a whole ledger with a negative or absurd figure is refused, not counted
     let mut ledger = Ledger::default();
     let (t0, w0) = (Instant::now(), SystemTime::now());
-    ledger.update(&observation(t0, w0, 0, 0, vec![]), Split::Node, PERIOD);
+    ledger.update(&observation(t0, w0, 0, 0, vec![]), Split::Node);
     let text = ledger.to_text();
     let bad = text.replace(r#""joules":0.0"#, r#""joules":-5.0"#);
     assert_ne!(bad, text);
