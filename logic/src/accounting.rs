@@ -77,11 +77,13 @@ impl PowerWindow {
     }
 
     /// The power since the current window began, at the figure `joules` at `at`: a figure
-    /// before the first window closes.
+    /// before the first window closes, once it spans [`WATTS_WINDOW`] (a window of a few
+    /// milliseconds, a step's first sample just after its start, is mostly the counter's
+    /// steps: 332 W reported for a step drawing 300 W over counters stepping every 10 ms).
     pub fn so_far(&self, at: f64, joules: f64) -> Option<f64> {
         let (began, before) = self.from?;
         let secs = at - began;
-        (secs > 0.0).then(|| ((joules - before) / secs).max(0.0))
+        (secs >= WATTS_WINDOW).then(|| ((joules - before) / secs).max(0.0))
     }
 
     pub fn watts(&self) -> Option<f64> {

@@ -252,9 +252,18 @@ struct Rate(PowerWindow);
 impl Rate {
     /// Charges `account` the `joules` of an interval from `began` to `now` (`settled` or
     /// not), and gives it the power over the last closed window (over the first window so
-    /// far, until one closes).
+    /// far, until one closes; unknown, 0, until a window spans a second).
     fn charge(&mut self, account: &mut Account, began: f64, now: f64, joules: f64, settled: bool) {
-        self.0.begin(began, account.joules);
+        // a new account's figure began with nothing at its start, which its first window
+        // does too: one found after its start is charged here the energy since then, not
+        // over this interval alone (a power far above the node's), and one that began
+        // within the interval only the part since
+        let from = if account.joules == 0.0 {
+            account.since.min(now)
+        } else {
+            began
+        };
+        self.0.begin(from, account.joules);
         account.joules += joules;
         account.watts = self
             .0

@@ -982,3 +982,56 @@ fn a_file_of_another_version_or_garbage_is_refused() {
         Err(LedgerError::Format { .. })
     ));
 }
+
+/// A step's power is one the node drew: a step found after its start is charged the node's
+/// energy since then within one interval, and its power is over its life so far, not that
+/// interval's; a step whose first interval is a few milliseconds (its first sample rung
+/// just after its start) has no power until a window spans a second, never the counter's
+/// step magnified (a counter that advanced 5 J in 20 ms reads 250 W for a 200 W node).
+#[test]
+fn a_steps_power_is_a_power_the_node_drew() {
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let mut ledger = Ledger::default();
+    let at_ms = |ms: u64, joules: f64, jobs: Vec<ObservedJob>| Observation {
+        at: t0 + Duration::from_millis(ms),
+        wall: w0 + Duration::from_millis(ms),
+        node_uj: (joules * 1e6) as u64,
+        settled: true,
+        jobs,
+        parts: vec![],
+        counts: vec![],
+        devices: vec![],
+    };
+    let started = |job: u32, ms: u64| ObservedJob {
+        job,
+        counters: counters(1, 0.0),
+        steps: vec![ObservedStep {
+            started: Some(w0 + Duration::from_millis(ms)),
+            ..step(StepId::EXTERN, None)
+        }],
+    };
+    // 200 W; job 1 started at 0.2 s and is first seen at 2 s: charged 360 J then, over
+    // 1.8 s of its life
+    for s in 0..=1 {
+        ledger.update(&at_ms(s * 1000, 200.0 * s as f64, vec![]), Split::Node);
+    }
+    ledger.update(&at_ms(2000, 400.0, vec![started(1, 200)]), Split::Node);
+    let job = ledger.job(1).expect("job 1");
+    // (unix times in f64 carry microseconds)
+    assert!((job.joules - 360.0).abs() < 1e-3, "{}", job.joules);
+    assert!((job.watts - 200.0).abs() < 1e-3, "{} W", job.watts);
+    // job 2 starts at 2.98 s; a sample rung at 3 s finds the counter 5 J up in its 20 ms
+    ledger.update(
+        &at_ms(3000, 605.0, vec![started(1, 200), started(2, 2980)]),
+        Split::Node,
+    );
+    let job = ledger.job(2).expect("job 2");
+    assert_eq!(job.watts, 0.0, "no power over 20 ms");
+    // a second later its window spans a second
+    ledger.update(
+        &at_ms(4000, 800.0, vec![started(1, 200), started(2, 2980)]),
+        Split::Node,
+    );
+    let watts = ledger.job(2).expect("job 2").watts;
+    assert!((watts - 200.0).abs() <= 0.03 * 200.0, "{watts} W");
+}
