@@ -74,7 +74,7 @@ fn main() {
         .allowlist_function("slurm_get_node_energy")
         // slurmstepd's GPUs from slurmctld's job record where the step record is not read
         .allowlist_type("job_info_msg_t")
-        .allowlist_function("slurm_(load_job|free_job_info_msg|get_errno)")
+        .allowlist_function("slurm_(load_job|free_job_info_msg)")
         // senergy reads accounting through libslurm's slurmdb API (the plugins never call
         // these: an unused declaration binds no symbol)
         .allowlist_type("slurmdb_(job_cond|job_rec|step_rec)_t")

@@ -27,8 +27,11 @@ pub fn load(job: u32) -> Result<JobRecord, String> {
     // SAFETY: `answer` is where libslurm stores its answer, freed below.
     let rc = unsafe { slurm_sys::load_job(&mut answer, job, SHOW_DETAIL) };
     if rc != SLURM_SUCCESS {
-        // SAFETY: plain getters of libslurm's error of this thread.
-        let why = text(unsafe { slurm_sys::slurm_strerror(slurm_sys::slurm_get_errno()) });
+        // libslurm leaves its error in this thread's errno (slurm_get_errno() is errno,
+        // and gone from 26.05's headers)
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        // SAFETY: a plain lookup of the error's text, a static string.
+        let why = text(unsafe { slurm_sys::slurm_strerror(errno) });
         if !answer.is_null() {
             // SAFETY: an answer libslurm allocated.
             unsafe { slurm_free_job_info_msg(answer) };
