@@ -87,7 +87,7 @@ impl JobRecord {
 /// GPU 0, 1 of GPU 1), or `name(CNT:count)` where no index is allocated (not a GPU's,
 /// skipped); items of other GRES are skipped.
 pub fn gres_on_node(detail: &str) -> Result<Vec<GresHeld>, String> {
-    let bad = |why: &str| format!("GRES detail {:?}: {why}", detail.escape_debug().to_string());
+    let bad = |why: &str| format!("GRES detail {detail:?}: {why}");
     let mut held = Vec::new();
     for item in top_level_items(detail).map_err(|()| bad("unbalanced parentheses"))? {
         let Some((head, inside)) = item.split_once('(') else {
