@@ -101,3 +101,115 @@ fn no_grant(grant: &Grant, why: &str) {
         grant.step_id().name()
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::attribution::StepId;
+    use crate::attribution::grant::GresHeld;
+    use crate::attribution::job_record::{JobRecord, LoadJob};
+    use crate::runtime::Daemon;
+
+    /// slurmstepd of step 7.0 on node n1, whose step record says `record`.
+    struct Stepd {
+        spool: PathBuf,
+        record: Result<Grant, String>,
+        record_read: AtomicBool,
+    }
+
+    impl Host for Stepd {
+        fn daemon(&self) -> Daemon {
+            Daemon::Slurmstepd
+        }
+
+        fn spool_dir(&self) -> Result<PathBuf, String> {
+            Ok(self.spool.clone())
+        }
+
+        fn node_name(&self) -> String {
+            "n1".into()
+        }
+
+        fn step_record(&self, _address: usize) -> Result<Grant, String> {
+            self.record_read.store(true, Ordering::SeqCst);
+            self.record.clone()
+        }
+
+        fn own_step(&self) -> Option<(u32, StepId)> {
+            Some((7, StepId(0)))
+        }
+
+        fn job_records(&self) -> Option<LoadJob> {
+            Some(|job| {
+                Ok(JobRecord {
+                    job,
+                    uid: 0,
+                    nodes: "n[0-1]".into(),
+                    gres_detail: vec!["gpu:1(IDX:0)".into(), "gpu:2(IDX:1,3)".into()],
+                })
+            })
+        }
+    }
+
+    fn whole(indexes: &[u32]) -> Vec<GresHeld> {
+        vec![GresHeld {
+            name: "gpu".into(),
+            count: indexes.len() as u64,
+            indexes: indexes.to_vec(),
+        }]
+    }
+
+    /// The grant slurmd would read for step 7.0, waited for up to 5 s.
+    fn published(spool: &std::path::Path) -> Option<Grant> {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if let Some(grant) = Grant::read(spool, 7, StepId(0)) {
+                return Some(grant);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    fn stepd(record: Result<Grant, String>) -> (tempfile::TempDir, Stepd) {
+        let spool = tempfile::tempdir().expect("tempdir");
+        let host = Stepd {
+            spool: spool.path().to_path_buf(),
+            record,
+            record_read: AtomicBool::new(false),
+        };
+        (spool, host)
+    }
+
+    /// The step record where it is read; slurmctld's job record (this node's GPUs of the
+    /// job) where it is refused, or never read with `EnergyStepRecord=no`.
+    #[test]
+    fn a_refused_or_unread_step_record_gives_the_jobs_gpus_from_slurmctld() {
+        let own = Grant {
+            job: 7,
+            step: 0,
+            uid: 1000,
+            user: "alice".into(),
+            gres: whole(&[3]),
+        };
+        let read = StepRecordConfig { read: true };
+        let (spool, host) = stepd(Ok(own.clone()));
+        publish(&host, read, 0x1000);
+        assert_eq!(Grant::read(spool.path(), 7, StepId(0)), Some(own));
+
+        let from_job = |spool| published(spool).map(|g| (g.gres, g.user));
+        let root = Some((whole(&[1, 3]), "root".to_string()));
+        let (spool, host) = stepd(Err("Slurm 26.11.0: not measured".into()));
+        publish(&host, read, 0x1000);
+        assert_eq!(from_job(spool.path()), root);
+
+        let (spool, host) = stepd(Err("never asked".into()));
+        publish(&host, StepRecordConfig { read: false }, 0x1000);
+        assert_eq!(from_job(spool.path()), root);
+        assert!(!host.record_read.load(Ordering::SeqCst));
+    }
+}
