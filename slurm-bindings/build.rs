@@ -20,6 +20,8 @@ const VERSION_CFGS: &[(u32, &str)] = &[
     (0x18_0B_04, "slurm_energy_last_adjustment"),
     // running_in_slurmd() & co. became macros over run_in_daemon(bitmask) (commit 209d878e9c).
     (0x19_05_00, "slurm_run_in_daemon_mask"),
+    // slurm_load_job() takes a slurm_step_id_t (26.05's SLUIDs) instead of a job id.
+    (0x1A_05_00, "slurm_load_job_step_id"),
 ];
 
 fn main() {
@@ -70,6 +72,9 @@ fn main() {
         .allowlist_type("acct_energy_type")
         .allowlist_var("SLURM_VERSION_NUMBER")
         .allowlist_function("slurm_get_node_energy")
+        // slurmstepd's GPUs from slurmctld's job record where the step record is not read
+        .allowlist_type("job_info_msg_t")
+        .allowlist_function("slurm_(load_job|free_job_info_msg)")
         // senergy reads accounting through libslurm's slurmdb API (the plugins never call
         // these: an unused declaration binds no symbol)
         .allowlist_type("slurmdb_(job_cond|job_rec|step_rec)_t")

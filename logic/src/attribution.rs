@@ -11,6 +11,7 @@ pub mod cgroup;
 pub mod grant;
 pub mod gres;
 pub mod holders;
+pub mod job_record;
 pub mod model;
 pub mod owner_time;
 pub mod procs;

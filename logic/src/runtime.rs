@@ -15,8 +15,9 @@ use std::time::Instant;
 use crate::accounting::{Baseline, EnergyRecord};
 use crate::attribution::grant::Grant;
 use crate::attribution::gres::GresOrder;
+use crate::attribution::job_record::{LoadJob, StepRecordConfig};
 use crate::attribution::procs::Procs;
-use crate::attribution::{self, Attribution, Mode, Site};
+use crate::attribution::{self, Attribution, Mode, Site, StepId};
 use crate::config::KeyValues;
 use crate::guard::guard;
 use crate::ledger::doorbell::{self, Doorbell};
@@ -74,6 +75,22 @@ pub trait Host: Send + Sync + 'static {
     fn private_data(&self) -> PrivateData {
         PrivateData::default()
     }
+
+    /// What Slurm's step record at `address` (as slurmstepd passes it at
+    /// `ENERGY_DATA_STEP_PTR`) grants this slurmstepd's step, or why it is not read.
+    fn step_record(&self, _address: usize) -> Result<Grant, String> {
+        Err("not in slurmstepd".into())
+    }
+
+    /// This slurmstepd's job and step (its title).
+    fn own_step(&self) -> Option<(u32, StepId)> {
+        None
+    }
+
+    /// How to ask slurmctld for its record of a job; `None` where none can be asked.
+    fn job_records(&self) -> Option<LoadJob> {
+        None
+    }
 }
 
 /// Every key plugin `P` reads: its own and the runtime's.
@@ -81,6 +98,7 @@ pub fn keys<P: Plugin>() -> Vec<&'static str> {
     P::KEYS
         .iter()
         .chain(attribution::KEYS)
+        .chain(StepRecordConfig::KEYS)
         .chain(metrics::KEYS)
         .copied()
         .collect()
@@ -111,9 +129,10 @@ pub enum Answer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Update {
     Reconfig,
-    /// `ENERGY_DATA_STEP_PTR`: what Slurm's step record says this slurmstepd's step was
-    /// granted, published for slurmd; `None` where the record could not be read (logged).
-    StepRecord(Option<Grant>),
+    /// `ENERGY_DATA_STEP_PTR`: the address of slurmstepd's step record, never dereferenced
+    /// here ([`Host::step_record`]): what it says the step was granted is published for
+    /// slurmd ([`step_grant`]).
+    StepRecord(usize),
     /// Send a `--profile=energy` sample.
     Profile,
 }
@@ -164,6 +183,8 @@ struct State<P: Plugin> {
     attribution: Attribution,
     /// Where slurmd writes the metrics file; a bad value was logged and is none.
     metrics: MetricsConfig,
+    /// Whether Slurm's step record is read; a bad value was logged and is `no`.
+    step_record: StepRecordConfig,
     /// This plugin's index among stacked energy plugins, for asking slurmd.
     context_id: u16,
     hardware: Hardware,
@@ -191,6 +212,7 @@ impl<P: Plugin> State<P> {
             config: Config::Unset,
             attribution: Attribution::default(),
             metrics: MetricsConfig::default(),
+            step_record: StepRecordConfig::default(),
             context_id: 0,
             hardware: Hardware::NotOpened,
             doorbell: None,
@@ -428,6 +450,11 @@ impl<P: Plugin> State<P> {
             log::error!("{e}; no metrics file is written");
             MetricsConfig::default()
         });
+        let step_record = StepRecordConfig::parse(values).unwrap_or_else(|e| {
+            // an admin who set the key meant to change it from its default
+            log::error!("{e}; Slurm's step record is not read");
+            StepRecordConfig { read: false }
+        });
         let parsed = P::parse_config(values);
         if let Hardware::Open(_) = self.hardware {
             // reconfigure: keep measuring so the node's energy does not restart
@@ -443,6 +470,7 @@ impl<P: Plugin> State<P> {
         }
         self.attribution = attribution;
         self.metrics = metrics;
+        self.step_record = step_record;
         self.config = match parsed {
             Ok(c) => Config::Valid(c),
             Err(e) => {
@@ -467,6 +495,7 @@ impl<P: Plugin> State<P> {
                 .collect(),
         };
         shown.extend(self.attribution.show());
+        shown.extend(self.step_record.show());
         shown.extend(self.metrics.shown(host.private_data()));
         shown
     }
@@ -586,18 +615,9 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
     pub fn set(&self, update: Update) -> Result<Option<ProfileSample>, CallFailed> {
         self.with_state("set_data", |state, host| match update {
             // State survives reconfiguration: the node's energy must not restart.
-            Update::Reconfig | Update::StepRecord(None) => None,
-            Update::StepRecord(Some(grant)) => {
-                let published = host
-                    .spool_dir()
-                    .and_then(|spool| grant.publish(&spool).map_err(|e| e.to_string()));
-                if let Err(why) = published {
-                    log::error!(
-                        "step {}.{}: {why}; slurmd cannot tell which GPUs it holds",
-                        grant.job,
-                        grant.step_id().name()
-                    );
-                }
+            Update::Reconfig => None,
+            Update::StepRecord(address) => {
+                step_grant::publish(host, state.step_record, address);
                 None
             }
             Update::Profile => {
@@ -625,5 +645,6 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
     }
 }
 
+mod step_grant;
 #[cfg(test)]
 mod tests;

@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use slurm_energy_logic::attribution::cgroup::{CgroupTree, JobDir, count_cpus};
 use slurm_energy_logic::attribution::gres::GresOrder;
+use slurm_energy_logic::attribution::job_record::{StepRecordConfig, gres_on_node};
 use slurm_energy_logic::attribution::procs::Procs;
 use slurm_energy_logic::attribution::{Attribution, StepId, own_step};
 use slurm_energy_logic::config::{ConfigError, KeyValues};
@@ -300,6 +301,11 @@ proptest! {
     }
 
     #[test]
+    fn step_record_keys(pairs in assignments(StepRecordConfig::KEYS)) {
+        check_config(&pairs, StepRecordConfig::parse, StepRecordConfig::show)?;
+    }
+
+    #[test]
     fn metrics_keys(pairs in assignments(slurm_energy_logic::metrics::KEYS)) {
         if let Some(m) = check_config(&pairs, MetricsConfig::parse, MetricsConfig::show)? {
             prop_assert!(m.mode.is_none_or(|m| m & !0o777 == 0 && m & 0o022 == 0), "{:?}", m.mode);
@@ -421,6 +427,25 @@ fn named_lines(error: &str) -> Vec<usize> {
 
 proptest! {
     #![proptest_config(cases(CHEAP))]
+
+    /// slurmctld's GRES detail of a node (`gpu:tesla:2(IDX:0-1),shard:3(2/4,1/4)`) gives
+    /// GPU GRES of indexes within bounds, or an error quoting the text.
+    #[test]
+    fn gres_detail(items in prop::collection::vec(prop_oneof![
+        ("(gpu|shard|mps|tmpfs)(:[a-z0-9]{1,5})?", 0u64..300, "[0-9]{1,3}(-[0-9]{1,3})?(,[0-9]{1,2})?")
+            .prop_map(|(n, c, i)| format!("{n}:{c}(IDX:{i})")),
+        ("(shard|mps)", 0u64..9, prop::collection::vec((0u64..5, 1u64..5), 1..4))
+            .prop_map(|(n, c, p)| format!("{n}:{c}({})", p.iter().map(|(u, t)| format!("{u}/{t}")).collect::<Vec<_>>().join(","))),
+        "(gpu|bandwidth)(:[a-z]{1,4})?\\(CNT:[0-9]{1,4}\\)",
+        "[a-z0-9:(),/-]{0,16}",
+    ], 0..4)) {
+        let text = items.join(",");
+        match gres_on_node(&text) {
+            Ok(held) => prop_assert!(held.iter().all(|h| ["gpu", "shard", "mps"].contains(&h.name.as_str())
+                && h.indexes.iter().all(|&i| i <= 65_535)), "{held:?}"),
+            Err(e) => prop_assert!(e.contains(&format!("{text:?}")), "{e}"),
+        }
+    }
 
     /// gres.conf gives an order or an error that names an existing line.
     #[test]

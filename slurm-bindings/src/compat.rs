@@ -97,3 +97,36 @@ const _: () = {
     assert!(offset_of!(acct_gather_energy_t, poll_time) == 48);
     assert!(offset_of!(acct_gather_energy_t, slurmd_start_time) == 56);
 };
+
+/// `SHOW_DETAIL` (slurm.h; `SLURM_BIT(1)` from 26.11, which bindgen cannot expand): the
+/// same bit in every release.
+pub const SHOW_DETAIL: u16 = 1 << 1;
+
+/// `slurm_load_job(resp, job_id, show_flags)`: by job id up to 25.11, by a
+/// `slurm_step_id_t` naming the job from 26.05 (its header's `slurm_load_job_jid`).
+///
+/// # Safety
+/// `resp` is where libslurm may store the answer, freed with `slurm_free_job_info_msg`.
+pub unsafe fn load_job(
+    resp: *mut *mut crate::job_info_msg_t,
+    job_id: u32,
+    show_flags: u16,
+) -> core::ffi::c_int {
+    #[cfg(not(slurm_load_job_step_id))]
+    {
+        // SAFETY: forwarded.
+        unsafe { crate::slurm_load_job(resp, job_id, show_flags) }
+    }
+    #[cfg(slurm_load_job_step_id)]
+    {
+        // SLURM_STEP_ID_INITIALIZER with the job's id
+        let step = crate::slurm_step_id_t {
+            job_id,
+            step_het_comp: crate::NO_VAL,
+            step_id: crate::NO_VAL,
+            ..Default::default()
+        };
+        // SAFETY: forwarded.
+        unsafe { crate::slurm_load_job(resp, step, show_flags) }
+    }
+}

@@ -27,7 +27,9 @@ pub use bindings::*;
 mod compat;
 pub mod internal;
 
-pub use compat::{EnergyFieldsExt, running_in_slurmd, running_in_slurmstepd};
+pub use compat::{
+    EnergyFieldsExt, SHOW_DETAIL, load_job, running_in_slurmd, running_in_slurmstepd,
+};
 pub use internal::*;
 
 pub const SLURM_SUCCESS: core::ffi::c_int = 0;

@@ -3,7 +3,9 @@
 //! ([`shared_gpu`]).
 
 use std::path::Path;
+
 use std::time::Duration;
+use tempfile::TempDir;
 
 use crate::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of};
 use crate::fakegpu::{FakeGpus, Vendor, now_ns};
@@ -36,6 +38,11 @@ pub fn device_file(path: &Path, major: u32, minor: u32) {
 /// made under `dir/dev`), with AutoDetect off and no device constraints, running rust_gpu
 /// over `fake`: the order NVML enumerates them in is `fake`'s, not gres.conf's.
 pub fn two_gpu_cluster(dir: &Path, fake: &FakeGpus) -> Cluster {
+    two_gpu_cluster_with(dir, fake, "")
+}
+
+/// [`two_gpu_cluster`] with `acct_gather` added to acct_gather.conf.
+pub fn two_gpu_cluster_with(dir: &Path, fake: &FakeGpus, acct_gather: &str) -> Cluster {
     let devices = dir.join("dev");
     device_files(&devices, &MINORS);
     let gres = format!(
@@ -47,13 +54,79 @@ pub fn two_gpu_cluster(dir: &Path, fake: &FakeGpus) -> Cluster {
         dir,
         &ClusterSpec {
             energy_type: "acct_gather_energy/rust_gpu",
-            acct_gather: &fake.acct_gather(),
+            acct_gather: &format!("{}{acct_gather}", fake.acct_gather()),
             node_options: "Gres=gpu:2 ",
             gres_conf: &gres,
             extra_conf: "GresTypes=gpu\n",
             ..ClusterSpec::default()
         },
     )
+}
+
+/// Two jobs, one GPU each by GRES (100 W and 300 W for 20 s), no device constraint: job A's
+/// batch script at once execs its work with the other GPU's index in `SLURM_JOB_GPUS`,
+/// `SLURM_STEP_GPUS` and `CUDA_VISIBLE_DEVICES`; job B's with a clean environment (`env
+/// -i`, as `apptainer exec --cleanenv`). Each is charged its own GPU's energy (1%): what
+/// Slurm gave it, not what its tasks' environment says. `acct_gather`: acct_gather.conf's
+/// lines beside the stand-in GPUs'. The cluster is returned for its logs, with its
+/// directory (dropped after it).
+pub fn each_job_its_own_gpu_whatever_its_environment(
+    test: &str,
+    acct_gather: &str,
+) -> Option<(Cluster, TempDir)> {
+    let tmp = root_test_dir(test)?;
+    // NVML enumerates 5, 3; gres.conf orders 3, 5
+    let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);
+    let cluster = two_gpu_cluster_with(tmp.path(), &fake, acct_gather);
+    // the work, given its own GRES index as $1 (taken before the environment is forged):
+    // its GPU (gres.conf's order: 3, 5) at `watts` for 20 s
+    let work = |watts: f64| {
+        format!(
+            "PATH=/usr/bin:/bin; m=$(echo 3,5 | cut -d, -f$(($1 + 1))); {}; sleep 20; {}",
+            fake.set_power_command("$m", watts),
+            fake.set_power_command("$m", 0.0)
+        )
+    };
+    let forged = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH --gres=gpu:1\nexec env SLURM_JOB_GPUS=$((1 - $SLURM_JOB_GPUS)) \
+         SLURM_STEP_GPUS=$((1 - $SLURM_JOB_GPUS)) CUDA_VISIBLE_DEVICES=$((1 - $SLURM_JOB_GPUS)) \
+         /bin/sh -c '{}' sh \"$SLURM_JOB_GPUS\"\n",
+        work(100.0)
+    ));
+    let clean = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH --gres=gpu:1\nexec env -i /bin/sh -c '{}' sh \"$SLURM_JOB_GPUS\"\n",
+        work(300.0)
+    ));
+    for job in [forged, clean] {
+        cluster.wait_job(job, Duration::from_secs(120));
+    }
+    let end = now_ns();
+    let minors = [minor_set_to(&fake, 100.0), minor_set_to(&fake, 300.0)];
+    assert_ne!(
+        minors[0], minors[1],
+        "the two jobs were given different GPUs"
+    );
+    let mut failures = Vec::new();
+    for ((job, minor), how) in [forged, clean]
+        .into_iter()
+        .zip(minors)
+        .zip(["forged environment", "clean environment"])
+    {
+        let truth = fake.truth(minor, end);
+        let rows = cluster.energy(job);
+        for id in [job.to_string(), format!("{job}.batch")] {
+            let got = energy_of(&rows, &id);
+            println!(
+                "{how}: job {id} on GPU {minor}: expected {truth:.1} J, got {got:.0} J ({:+.2}%)",
+                100.0 * (got - truth) / truth
+            );
+            if (got - truth).abs() > truth * 0.01 + 1.0 {
+                failures.push(format!("{how}: {id}: {got} J for {truth:.1} J"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    Some((cluster, tmp))
 }
 
 /// The power schedule's changes: `(unix ns, minor, watts)`.

@@ -13,7 +13,8 @@ use energy_tests::fakegpu::{FakeGpus, Vendor, now_ns};
 use support::check::{Tools, assert_pair, compare_on};
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark, phase_commands};
 use support::gpu_cluster::{
-    GpuUse, MINORS, Sharing, device_files, minor_set_to, shared_gpu, two_gpu_cluster,
+    GpuUse, MINORS, Sharing, device_files, each_job_its_own_gpu_whatever_its_environment,
+    minor_set_to, shared_gpu, two_gpu_cluster,
 };
 use support::*;
 
@@ -259,6 +260,39 @@ fn without_device_constraints_each_job_pays_only_the_gpu_it_was_given() {
         "agree",
     );
     assert_eq!(status, Some(0), "{compare:#}");
+}
+
+/// `EnergyStepRecord=no` (a site whose Slurm is patched): Slurm's internal step record is
+/// never read, and each job's GPUs come from slurmctld's record of the job
+/// (`slurm_load_job`), asked once per job by its first slurmstepd on the node and reused by
+/// its later steps. The forged-environment pair: each job is still charged its own GPU
+/// (1%), and slurmstepd's log says where the GPUs came from.
+#[test]
+fn without_the_step_record_each_job_is_charged_its_gpus_from_slurmctlds_record() {
+    let Some((cluster, _dir)) = each_job_its_own_gpu_whatever_its_environment(
+        "without_the_step_record_each_job_is_charged_its_gpus_from_slurmctlds_record",
+        "EnergyStepRecord=no\n",
+    ) else {
+        return;
+    };
+    let log = cluster.log("slurmd-n1.log");
+    let from_job: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("(GRES indexes, from slurmctld's job record)"))
+        .inspect(|l| println!("{l}"))
+        .collect();
+    assert!(
+        log.contains(
+            "EnergyStepRecord=no: Slurm's step record is not read; its GPUs come from \
+             slurmctld's job record"
+        ) && from_job.len() >= 2,
+        "slurmstepd took each job's GPUs from slurmctld's job record:\n{log}"
+    );
+    assert!(
+        !log.contains("Slurm's step record cannot be read")
+            && !log.contains("Slurm's step record names"),
+        "the step record was never read:\n{log}"
+    );
 }
 
 /// Two jobs with 2 of a GPU's 4 shards each, one busy (80% SM) and one idle: the GPU's

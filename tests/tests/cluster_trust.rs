@@ -14,75 +14,24 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use support::cluster::{Cluster, ClusterSpec, energy_of, mark};
-use support::fakegpu::{FakeGpus, Vendor, now_ns};
-use support::gpu_cluster::{GpuUse, MINORS, Sharing, minor_set_to, shared_gpu, two_gpu_cluster};
+use support::fakegpu::Vendor;
+use support::gpu_cluster::{
+    GpuUse, Sharing, each_job_its_own_gpu_whatever_its_environment, shared_gpu,
+};
 use support::shared_node::{
     CGROUP_SLURM_CONF, RAPL, SIM, TwoJobs, shared_cluster, two_jobs_share_the_node,
 };
 use support::*;
 
-/// Two jobs, one GPU each by GRES (100 W and 300 W for 20 s), no device constraint: job A's
-/// batch script at once execs its work with the other GPU's index in `SLURM_JOB_GPUS`,
-/// `SLURM_STEP_GPUS` and `CUDA_VISIBLE_DEVICES`; job B's with a clean environment (`env
-/// -i`, as `apptainer exec --cleanenv`). Each is charged its own GPU's energy (1%): what
-/// Slurm gave it, not what its tasks' environment says.
+/// Two jobs, one GPU each by GRES, one with a forged environment and one with a clean one
+/// ([`each_job_its_own_gpu_whatever_its_environment`]): each charged its own GPU's energy
+/// (1%), from Slurm's step record.
 #[test]
 fn a_forged_or_cleaned_gpu_environment_changes_no_jobs_figure() {
-    let Some(tmp) = root_test_dir("a_forged_or_cleaned_gpu_environment_changes_no_jobs_figure")
-    else {
-        return;
-    };
-    // NVML enumerates 5, 3; gres.conf orders 3, 5
-    let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);
-    let cluster = two_gpu_cluster(tmp.path(), &fake);
-    // the work, given its own GRES index as $1 (taken before the environment is forged):
-    // its GPU (gres.conf's order: 3, 5) at `watts` for 20 s
-    let work = |watts: f64| {
-        format!(
-            "PATH=/usr/bin:/bin; m=$(echo 3,5 | cut -d, -f$(($1 + 1))); {}; sleep 20; {}",
-            fake.set_power_command("$m", watts),
-            fake.set_power_command("$m", 0.0)
-        )
-    };
-    let forged = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH --gres=gpu:1\nexec env SLURM_JOB_GPUS=$((1 - $SLURM_JOB_GPUS)) \
-         SLURM_STEP_GPUS=$((1 - $SLURM_JOB_GPUS)) CUDA_VISIBLE_DEVICES=$((1 - $SLURM_JOB_GPUS)) \
-         /bin/sh -c '{}' sh \"$SLURM_JOB_GPUS\"\n",
-        work(100.0)
-    ));
-    let clean = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH --gres=gpu:1\nexec env -i /bin/sh -c '{}' sh \"$SLURM_JOB_GPUS\"\n",
-        work(300.0)
-    ));
-    for job in [forged, clean] {
-        cluster.wait_job(job, Duration::from_secs(120));
-    }
-    let end = now_ns();
-    let minors = [minor_set_to(&fake, 100.0), minor_set_to(&fake, 300.0)];
-    assert_ne!(
-        minors[0], minors[1],
-        "the two jobs were given different GPUs"
+    each_job_its_own_gpu_whatever_its_environment(
+        "a_forged_or_cleaned_gpu_environment_changes_no_jobs_figure",
+        "",
     );
-    let mut failures = Vec::new();
-    for ((job, minor), how) in [forged, clean]
-        .into_iter()
-        .zip(minors)
-        .zip(["forged environment", "clean environment"])
-    {
-        let truth = fake.truth(minor, end);
-        let rows = cluster.energy(job);
-        for id in [job.to_string(), format!("{job}.batch")] {
-            let got = energy_of(&rows, &id);
-            println!(
-                "{how}: job {id} on GPU {minor}: expected {truth:.1} J, got {got:.0} J ({:+.2}%)",
-                100.0 * (got - truth) / truth
-            );
-            if (got - truth).abs() > truth * 0.01 + 1.0 {
-                failures.push(format!("{how}: {id}: {got} J for {truth:.1} J"));
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// The processes whose title names a slurmstepd (`slurmstepd: [`), by title: their pids

@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 use super::daemon;
-use crate::attribution::Site;
+use crate::attribution::grant::Grant;
 use crate::attribution::gres::GresOrder;
+use crate::attribution::job_record::LoadJob;
+use crate::attribution::{Site, StepId};
 use crate::metrics::PrivateData;
 use crate::runtime::{Daemon, Host};
 
@@ -46,6 +48,18 @@ impl Host for SlurmHost {
 
     fn private_data(&self) -> PrivateData {
         super::slurm_conf::private_data()
+    }
+
+    fn step_record(&self, address: usize) -> Result<Grant, String> {
+        super::step_record::grant(address)
+    }
+
+    fn own_step(&self) -> Option<(u32, StepId)> {
+        super::step_record::own_step()
+    }
+
+    fn job_records(&self) -> Option<LoadJob> {
+        Some(super::job_record::load)
     }
 
     fn plugin_kind(&self) -> &'static str {

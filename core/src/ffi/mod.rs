@@ -6,6 +6,7 @@ mod conf;
 mod daemon;
 mod energy;
 mod host;
+mod job_record;
 mod location;
 mod log;
 mod macros;

@@ -12,7 +12,7 @@ use slurm_sys::{
 use super::host::SlurmHost;
 use super::log::SlurmLogger;
 use super::profile::Profile;
-use super::{conf, energy, step_record};
+use super::{conf, energy};
 use crate::plugin::Plugin;
 use crate::runtime::{Answer, Query, Runtime, Update};
 use slurm_energy_logic::guard::guard;
@@ -47,28 +47,12 @@ fn query(data_type: u32) -> Option<Query> {
     })
 }
 
-/// # Safety
-/// `data` is what Slurm passes with `data_type` to `set_data`.
-unsafe fn update(data_type: u32, data: *mut c_void) -> Option<Update> {
+/// What `set_data` tells with `data_type`; `data` is never dereferenced here.
+fn update(data_type: u32, data: *mut c_void) -> Option<Update> {
     Some(match data_type {
         acct_energy_type::ENERGY_DATA_RECONFIG => Update::Reconfig,
-        acct_energy_type::ENERGY_DATA_STEP_PTR => {
-            // STEP_PTR passes slurmstepd's stepd_step_rec_t, read without dereferencing
-            let grant = guard("set_data", Err("internal error (logged)".into()), || {
-                step_record::grant(data)
-            });
-            Update::StepRecord(
-                grant
-                    .inspect_err(|why| {
-                        // the record is the only source of a step's GPUs: none else is Slurm's
-                        log::error!(
-                            "{why}; slurmd cannot tell which GPUs this step holds, so it \
-                             charges the step none of them, and names no user for it"
-                        )
-                    })
-                    .ok(),
-            )
-        }
+        // slurmstepd's stepd_step_rec_t, read by its address without dereferencing it
+        acct_energy_type::ENERGY_DATA_STEP_PTR => Update::StepRecord(data as usize),
         acct_energy_type::ENERGY_DATA_PROFILE => Update::Profile,
         _ => return None,
     })
@@ -143,8 +127,7 @@ impl<P: Plugin> Exported<P> {
     /// # Safety
     /// `data` is what Slurm passes for `data_type` (slurm-abi.md §2.1).
     pub unsafe fn set_data(&self, data_type: u32, data: *mut c_void) -> c_int {
-        // SAFETY: forwarded from Slurm.
-        let Some(update) = (unsafe { update(data_type, data) }) else {
+        let Some(update) = update(data_type, data) else {
             log::error!("set_data: unknown data type {data_type}");
             return SLURM_ERROR;
         };

@@ -13,8 +13,6 @@
 //! bitmap must carry `bitstr_t`'s magic and be of a sane size. Any mismatch gives no grant
 //! and an error naming the release: never a guess.
 
-use core::ffi::c_void;
-
 use nix::errno::Errno;
 use nix::unistd::{Uid, User};
 use slurm_sys::{
@@ -23,8 +21,8 @@ use slurm_sys::{
 };
 
 use super::own_memory::{self, Unreadable};
+use crate::attribution::StepId;
 use crate::attribution::grant::{Grant, GresHeld};
-use crate::attribution::{StepId, own_step};
 
 /// The GRES that say which GPUs a step holds.
 const GPU_GRES: [&str; 3] = ["gpu", "shard", "mps"];
@@ -75,14 +73,18 @@ fn unreadable(e: Unreadable) -> String {
     )
 }
 
+/// This slurmstepd's job and step, from the title Slurm gives it before it loads plugins.
+pub fn own_step() -> Option<(u32, StepId)> {
+    let title = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    crate::attribution::own_step(&String::from_utf8_lossy(&title).replace('\0', " "))
+}
+
 /// What Slurm's step record at `step` grants this slurmstepd's step, or why it is not
 /// read. `step` is what slurmstepd passes at `ENERGY_DATA_STEP_PTR`; nothing at it is
 /// dereferenced, so any value is safe.
-pub fn grant(step: *const c_void) -> Result<Grant, String> {
-    let title = std::fs::read("/proc/self/cmdline").unwrap_or_default();
-    let own = own_step(&String::from_utf8_lossy(&title).replace('\0', " "));
+pub fn grant(step: usize) -> Result<Grant, String> {
     let user_of = |uid| User::from_uid(Uid::from_raw(uid)).map(|u| u.map(|u| u.name));
-    read_grant(step as usize, STEP_RECORD.as_ref(), own, user_of)
+    read_grant(step, STEP_RECORD.as_ref(), own_step(), user_of)
 }
 
 /// The grant in the record at `step` read with `layout` (`None`: this release's layout

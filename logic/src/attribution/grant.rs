@@ -31,6 +31,9 @@ use crate::trusted_dir::{self, DirError, NO_WRITE};
 /// The directory of grants in SlurmdSpoolDir.
 const DIR: &str = "energy-grants";
 
+/// The suffix of a job's grant on this node (`<job>.job`), which names no step.
+const JOB: &str = "job";
+
 /// A grant is read once, when slurmd meets its step; one much larger is not Slurm's.
 const MAX_BYTES: u64 = 64 * 1024;
 
@@ -108,11 +111,26 @@ impl Grant {
         format!("{job}.{}", step.name())
     }
 
+    /// The name of a job's grant on this node from slurmctld's job record: no step's.
+    fn job_file_name(job: u32) -> String {
+        format!("{job}.{JOB}")
+    }
+
     /// Writes the grant for slurmd, replacing any earlier one of the same step, through
     /// the one way slurmd's files are written ([`crate::replace`]: never through a link).
     pub fn publish(&self, spool: &Path) -> Result<(), GrantError> {
+        self.write(spool, &Self::file_name(self.job, self.step_id()))
+    }
+
+    /// Keeps it as its job's grant on this node, for the job's later steps (a grant from
+    /// slurmctld's job record, [`super::job_record`]): slurmd never reads it as a step's.
+    pub fn publish_for_job(&self, spool: &Path) -> Result<(), GrantError> {
+        self.write(spool, &Self::job_file_name(self.job))
+    }
+
+    fn write(&self, spool: &Path, name: &str) -> Result<(), GrantError> {
         let dir = grants_dir(spool, true)?;
-        let target = dir.join(Self::file_name(self.job, self.step_id()));
+        let target = dir.join(name);
         let io = |source| GrantError::Io {
             path: target.clone(),
             source,
@@ -129,8 +147,18 @@ impl Grant {
     /// root could write; `None` otherwise (not yet, or not trusted: logged by the caller
     /// when it matters).
     pub fn read(spool: &Path, job: u32, step: StepId) -> Option<Self> {
+        Self::read_file(spool, &Self::file_name(job, step))
+            .filter(|grant| grant.job == job && grant.step_id() == step)
+    }
+
+    /// `job`'s grant on this node kept by [`Grant::publish_for_job`], if any.
+    pub fn read_for_job(spool: &Path, job: u32) -> Option<Self> {
+        Self::read_file(spool, &Self::job_file_name(job)).filter(|grant| grant.job == job)
+    }
+
+    fn read_file(spool: &Path, name: &str) -> Option<Self> {
         let dir = grants_dir(spool, false).ok()?;
-        let path = dir.join(Self::file_name(job, step));
+        let path = dir.join(name);
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -142,15 +170,15 @@ impl Grant {
         }
         let mut text = Vec::new();
         file.take(MAX_BYTES).read_to_end(&mut text).ok()?;
-        let grant: Self = serde_json::from_slice(&text)
+        serde_json::from_slice(&text)
             .inspect_err(|e| log::error!("{}: not a step's grant: {e}", path.display()))
-            .ok()?;
-        (grant.job == job && grant.step_id() == step).then_some(grant)
+            .ok()
     }
 
     /// Removes the grants of steps not in `present` that were written more than
-    /// [`KEPT_AFTER_STEP`] ago, and temporary files left by a slurmstepd that died writing
-    /// one (their names are no step's).
+    /// [`KEPT_AFTER_STEP`] ago, jobs' grants once no step of the job is present, and
+    /// temporary files left by a slurmstepd that died writing one (their names are no
+    /// step's).
     pub fn remove_ended(spool: &Path, present: &HashSet<(u32, StepId)>) {
         let Ok(dir) = grants_dir(spool, false) else {
             return;
@@ -161,10 +189,17 @@ impl Grant {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            let live = name
-                .split_once('.')
-                .and_then(|(job, step)| Some((job.parse().ok()?, StepId::parse(step)?)))
-                .is_some_and(|step| present.contains(&step));
+            let live = match name.split_once('.') {
+                Some((job, JOB)) => job
+                    .parse::<u32>()
+                    .is_ok_and(|job| present.iter().any(|(j, _)| *j == job)),
+                Some((job, step)) => job
+                    .parse()
+                    .ok()
+                    .zip(StepId::parse(step))
+                    .is_some_and(|step| present.contains(&step)),
+                None => false,
+            };
             let old = entry
                 .metadata()
                 .ok()
@@ -293,12 +328,19 @@ pub(crate) mod tests {
                 .publish(spool.path())
                 .expect("publish");
         }
+        // jobs' grants from slurmctld's record, of a job still here and of one gone
+        for job in [5, 6] {
+            grant(job, StepId(0), vec![])
+                .publish_for_job(spool.path())
+                .expect("publish");
+        }
+        assert_eq!(Grant::read(spool.path(), 6, StepId(0)), None);
         let present: HashSet<(u32, StepId)> = [(5, StepId(0))].into_iter().collect();
         // young: kept even though step 1 is gone
         Grant::remove_ended(spool.path(), &present);
         assert!(Grant::read(spool.path(), 5, StepId(1)).is_some());
         let old = SystemTime::now() - KEPT_AFTER_STEP - Duration::from_secs(1);
-        for step in ["5.0", "5.1"] {
+        for step in ["5.0", "5.1", "5.job", "6.job"] {
             File::options()
                 .write(true)
                 .open(spool.path().join(DIR).join(step))
@@ -308,5 +350,7 @@ pub(crate) mod tests {
         Grant::remove_ended(spool.path(), &present);
         assert!(Grant::read(spool.path(), 5, StepId(0)).is_some());
         assert!(Grant::read(spool.path(), 5, StepId(1)).is_none());
+        assert!(Grant::read_for_job(spool.path(), 5).is_some());
+        assert!(Grant::read_for_job(spool.path(), 6).is_none());
     }
 }
