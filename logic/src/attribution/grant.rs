@@ -252,7 +252,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn held(name: &str, count: u64, indexes: &[u32]) -> GresHeld {
+    pub(crate) fn held(name: &str, count: u64, indexes: &[u32]) -> GresHeld {
         GresHeld {
             name: name.into(),
             count,

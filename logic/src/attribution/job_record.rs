@@ -218,15 +218,8 @@ pub fn job_grant(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attribution::grant::tests::held;
     use std::sync::atomic::{AtomicU32, Ordering};
-
-    fn held(name: &str, count: u64, indexes: &[u32]) -> GresHeld {
-        GresHeld {
-            name: name.into(),
-            count,
-            indexes: indexes.to_vec(),
-        }
-    }
 
     #[test]
     fn the_key_is_yes_or_no_and_yes_by_default() {

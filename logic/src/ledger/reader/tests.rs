@@ -44,6 +44,17 @@ fn a_step_counts_only_its_own_run_of_its_name() {
 }
 
 /// A ledger's node account at unix time `sampled_at`, begun at `epoch`, published.
+/// The ledger at `path` as slurmd left it when it is late: written longer ago than a
+/// figure is brought forward.
+fn make_late(path: &Path) {
+    let written = SystemTime::now() - LEDGER_PERIOD - Duration::from_millis(500);
+    fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(written))
+        .expect("ledger's time");
+}
+
 fn publish(path: &Path, epoch: f64, sampled_at: f64, joules: f64, watts: f64) {
     let text = serde_json::json!({
         "version": ledger::VERSION,
@@ -79,9 +90,9 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
     })
     .expect("doorbell");
     procs::tests::process(&proc_root, 40, "slurmstepd: [5.extern]", "0::/");
-    // the rings counted once those expected arrived (an sstat read does not wait for its
-    // own: it reaches slurmd's thread a moment later), a second at most
-    let read_from = |step: &mut StepFigure, thread: &str, expected: u32| {
+    // a read from `thread` makes the rings counted `expected`, once they arrived (an sstat
+    // read does not wait for its own: it reaches slurmd's thread a moment later)
+    let read_from = |step: &mut StepFigure, thread: &str, expected: u32, why: &str| {
         procs::tests::write_thread_name(&proc_root, thread);
         // the ledger written just now would need no ring
         std::thread::sleep(Duration::from_millis(30));
@@ -90,71 +101,41 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
         while rings.load(Ordering::SeqCst) < expected && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        rings.load(Ordering::SeqCst)
+        assert_eq!(rings.load(Ordering::SeqCst), expected, "{why}");
     };
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
-    assert_eq!(read_from(&mut step, "acctg", 1), 1, "the first read rings");
-    assert_eq!(
-        read_from(&mut step, "acctg", 1),
-        1,
-        "a periodic poll does not"
-    );
-    assert_eq!(
-        read_from(&mut step, "acctg_energy", 1),
-        1,
-        "nor a profile's"
-    );
-    assert_eq!(
-        read_from(&mut step, "slurmstepd", 2),
-        2,
-        "the last poll does"
-    );
+    read_from(&mut step, "acctg", 1, "the first read rings");
+    read_from(&mut step, "acctg", 1, "a periodic poll does not");
+    read_from(&mut step, "acctg_energy", 1, "nor a profile's");
+    read_from(&mut step, "slurmstepd", 2, "the last poll does");
     procs::tests::child(&proc_root, 40, 41);
-    assert_eq!(
-        read_from(&mut step, "slurmstepd", 2),
-        2,
-        "not while tasks run"
-    );
+    read_from(&mut step, "slurmstepd", 2, "not while tasks run");
     // slurmd is late: the ledger was written longer ago than a figure is brought forward
-    let written = SystemTime::now() - LEDGER_PERIOD - Duration::from_millis(500);
-    fs::File::options()
-        .write(true)
-        .open(&path)
-        .and_then(|f| f.set_modified(written))
-        .expect("ledger's time");
-    assert_eq!(
-        read_from(&mut step, "acctg", 2),
-        2,
-        "a periodic poll still does not"
-    );
-    assert_eq!(
-        read_from(&mut step, "slurmstepd", 3),
+    make_late(&path);
+    read_from(&mut step, "acctg", 2, "a periodic poll still does not");
+    read_from(
+        &mut step,
+        "slurmstepd",
         3,
-        "sstat's read while tasks run does, when the ledger is late"
+        "sstat's read while tasks run does, when the ledger is late",
     );
-    assert_eq!(
-        read_from(&mut step, "slurmstepd", 3),
-        3,
-        "and not once it was answered"
-    );
+    read_from(&mut step, "slurmstepd", 3, "and not once it was answered");
     // stacked, a figure is not brought forward: sstat's read while tasks run rings
     let mut stacked =
         StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false).stacked();
-    assert_eq!(
-        read_from(&mut stacked, "acctg", 3),
+    read_from(
+        &mut stacked,
+        "acctg",
         3,
-        "with tasks, the first read does not"
+        "with tasks, the first read does not",
     );
-    assert_eq!(
-        read_from(&mut stacked, "acctg", 3),
+    read_from(
+        &mut stacked,
+        "acctg",
         3,
-        "stacked: a periodic poll does not"
+        "stacked: a periodic poll does not",
     );
-    assert_eq!(
-        read_from(&mut stacked, "slurmstepd", 4),
-        4,
-        "stacked: sstat's read does"
-    );
+    read_from(&mut stacked, "slurmstepd", 4, "stacked: sstat's read does");
 }
 
 /// A figure is brought forward from the ledger's sample to the call at the power it
@@ -428,12 +409,7 @@ fn an_sstat_read_never_waits_for_slurmd() {
         procs::tests::write_thread_name(&proc_root, "acctg");
         assert!(step.poll(Instant::now()).complete);
         // the ledger older than a figure is brought forward: late, in both cases
-        let written = SystemTime::now() - LEDGER_PERIOD - Duration::from_millis(500);
-        fs::File::options()
-            .write(true)
-            .open(&path)
-            .and_then(|f| f.set_modified(written))
-            .expect("ledger's time");
+        make_late(&path);
         let before = rings.load(Ordering::SeqCst);
         procs::tests::write_thread_name(&proc_root, "slurmstepd");
         let t0 = Instant::now();
