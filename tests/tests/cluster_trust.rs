@@ -529,10 +529,11 @@ fn cpu_time_moved_out_of_a_job_is_still_its_owners() {
         let path = out.join(format!("{name}.sh"));
         fs::write(&path, script).expect("script");
         let path = path.display().to_string();
+        let output = out.join(format!("{name}.out")).display().to_string();
         let run = cluster.client(
             Some((uid, uid)),
             &sbatch,
-            &["--parsable", "-o", "/dev/null", "--chdir", "/tmp", &path],
+            &["--parsable", "-o", &output, "--chdir", "/tmp", &path],
         );
         let text = String::from_utf8_lossy(&run.stdout);
         text.trim()
@@ -562,10 +563,12 @@ fn cpu_time_moved_out_of_a_job_is_still_its_owners() {
         }
         None => println!("root owns the step directories here: the user could not hide"),
     }
+    // the cluster's srun (the release's, with its slurm.conf): the user's PATH has none
+    let srun = cluster.dir.join("bin/srun").display().to_string();
     let busy = submit(
         &format!(
             "#!/bin/sh\n#SBATCH -n1 -c1\n\
-             srun -n1 sh -c '[ -d \"{hide}\" ] && echo $$ >\"{hide}/cgroup.procs\"; \
+             {srun} -n1 sh -c '[ -d \"{hide}\" ] && echo $$ >\"{hide}/cgroup.procs\"; \
              touch {o}/busy; exec timeout 30 sh -c \"while :; do :; done\"'\n"
         ),
         "busy",
@@ -575,7 +578,8 @@ fn cpu_time_moved_out_of_a_job_is_still_its_owners() {
     while !out.join("busy").exists() {
         assert!(
             Instant::now() < deadline,
-            "the busy job never ran:\n{}",
+            "the busy job never ran: {}\n{}",
+            fs::read_to_string(out.join("busy.out")).unwrap_or_default(),
             cluster.logs()
         );
         sleep(Duration::from_millis(200));
