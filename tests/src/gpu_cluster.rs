@@ -73,7 +73,7 @@ pub fn two_gpu_cluster_with(dir: &Path, fake: &FakeGpus, acct_gather: &str) -> C
 pub fn each_job_its_own_gpu_whatever_its_environment(
     test: &str,
     acct_gather: &str,
-) -> Option<(Cluster, TempDir)> {
+) -> Option<(TempDir, Cluster)> {
     let tmp = root_test_dir(test)?;
     // NVML enumerates 5, 3; gres.conf orders 3, 5
     let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);
@@ -126,7 +126,7 @@ pub fn each_job_its_own_gpu_whatever_its_environment(
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
-    Some((cluster, tmp))
+    Some((tmp, cluster))
 }
 
 /// The power schedule's changes: `(unix ns, minor, watts)`.

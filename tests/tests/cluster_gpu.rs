@@ -269,7 +269,8 @@ fn without_device_constraints_each_job_pays_only_the_gpu_it_was_given() {
 /// (1%), and slurmstepd's log says where the GPUs came from.
 #[test]
 fn without_the_step_record_each_job_is_charged_its_gpus_from_slurmctlds_record() {
-    let Some((cluster, _dir)) = each_job_its_own_gpu_whatever_its_environment(
+    // the cluster is dropped (taken down) before its directory: bindings drop last first
+    let Some((_dir, cluster)) = each_job_its_own_gpu_whatever_its_environment(
         "without_the_step_record_each_job_is_charged_its_gpus_from_slurmctlds_record",
         "EnergyStepRecord=no\n",
     ) else {
