@@ -588,9 +588,17 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     keeper.on_sample(&accounting, &Reading::default());
     let first = share.poll(Instant::now());
     assert!(first.complete);
-    // over its life: from its slurmstepd's start, a moment before the first sample
+    // over its life: from its slurmstepd's start (its socket's time here, a moment before
+    // the first sample: no energy was seen before that sample)
+    let started = fs::metadata(&socket)
+        .and_then(|m| m.modified())
+        .expect("socket's time");
+    let life = crate::ledger::unix(w) - crate::ledger::unix(started);
     let watts = first.watts.expect("a power");
-    assert!((watts - 100.0).abs() < 0.1, "{watts} W");
+    assert!(
+        (watts - 200.0 / life).abs() < 0.01,
+        "{watts} W over {life} s"
+    );
     // read now, i.e. up to 2 s before the sample's wall time: no extrapolation back
     assert!(first.energy_uj >= 200_000_000, "{}", first.energy_uj);
     assert!(
