@@ -480,18 +480,23 @@ fn proc_is_searched_at_most_twice_a_second() {
     tick(&mut keeper);
     let searched = Instant::now();
     assert_eq!(keeper.places.get(&(3, StepId(0))), Some(&Place::Stepd(300)));
+    // new steps at every sample: none is searched for until SCAN_GAP has passed (a sample
+    // that ended within it began within it; a loaded machine may get through fewer)
+    let mut within = 0;
     for (k, job) in (4..24).enumerate() {
         node.start(job, StepId(0), 400 + job, "0::/\n");
         sample(&mut keeper);
-        assert!(
-            searched.elapsed() < procs::SCAN_GAP,
-            "a slow machine: try again"
-        );
+        if searched.elapsed() >= procs::SCAN_GAP {
+            break;
+        }
         assert_eq!(keeper.places.len(), 1, "sample {k}: no search");
+        within += 1;
     }
+    assert!(within > 0, "no sample within SCAN_GAP of the search");
     std::thread::sleep(procs::SCAN_GAP.saturating_sub(searched.elapsed()));
     sample(&mut keeper);
-    for job in 4..24 {
+    // the steps started so far, all found by one search
+    for job in 4..4 + within.max(1) {
         let place = keeper.places.get(&(job, StepId(0)));
         assert_eq!(place, Some(&Place::Stepd(400 + job)), "{job}");
     }
