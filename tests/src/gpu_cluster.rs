@@ -63,17 +63,26 @@ pub fn two_gpu_cluster_with(dir: &Path, fake: &FakeGpus, acct_gather: &str) -> C
     )
 }
 
+/// A cluster with the temporary directory it lives in: the cluster is taken down (dropped)
+/// before the directory goes, however the caller keeps it (fields drop in order; a tuple's
+/// bindings would drop last first, and the directory's removal first leaves the daemons
+/// running).
+pub struct ClusterInDir {
+    pub cluster: Cluster,
+    _dir: TempDir,
+}
+
 /// Two jobs, one GPU each by GRES (100 W and 300 W for 20 s), no device constraint: job A's
 /// batch script at once execs its work with the other GPU's index in `SLURM_JOB_GPUS`,
 /// `SLURM_STEP_GPUS` and `CUDA_VISIBLE_DEVICES`; job B's with a clean environment (`env
 /// -i`, as `apptainer exec --cleanenv`). Each is charged its own GPU's energy (1%): what
 /// Slurm gave it, not what its tasks' environment says. `acct_gather`: acct_gather.conf's
 /// lines beside the stand-in GPUs'. The cluster is returned for its logs, with its
-/// directory (dropped after it).
+/// directory ([`ClusterInDir`]).
 pub fn each_job_its_own_gpu_whatever_its_environment(
     test: &str,
     acct_gather: &str,
-) -> Option<(TempDir, Cluster)> {
+) -> Option<ClusterInDir> {
     let tmp = root_test_dir(test)?;
     // NVML enumerates 5, 3; gres.conf orders 3, 5
     let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);
@@ -126,7 +135,7 @@ pub fn each_job_its_own_gpu_whatever_its_environment(
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
-    Some((tmp, cluster))
+    Some(ClusterInDir { cluster, _dir: tmp })
 }
 
 /// The power schedule's changes: `(unix ns, minor, watts)`.

@@ -269,14 +269,13 @@ fn without_device_constraints_each_job_pays_only_the_gpu_it_was_given() {
 /// (1%), and slurmstepd's log says where the GPUs came from.
 #[test]
 fn without_the_step_record_each_job_is_charged_its_gpus_from_slurmctlds_record() {
-    // the cluster is dropped (taken down) before its directory: bindings drop last first
-    let Some((_dir, cluster)) = each_job_its_own_gpu_whatever_its_environment(
+    let Some(up) = each_job_its_own_gpu_whatever_its_environment(
         "without_the_step_record_each_job_is_charged_its_gpus_from_slurmctlds_record",
         "EnergyStepRecord=no\n",
     ) else {
         return;
     };
-    let log = cluster.log("slurmd-n1.log");
+    let log = up.cluster.log("slurmd-n1.log");
     let from_job: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("(GRES indexes, from slurmctld's job record)"))
