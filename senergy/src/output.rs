@@ -161,6 +161,8 @@ struct JobLine<'a> {
     data: Text<&'a str>,
     source: Text<&'a str>,
     method: Text<&'a str>,
+    // last: a reader that takes the columns by place finds the others where they were
+    avg_watts_bound_pct: Fixed<3>,
 }
 
 impl<'a> JobLine<'a> {
@@ -192,6 +194,7 @@ impl<'a> JobLine<'a> {
             data: Text(j.data.as_str()),
             source: Text(&j.source),
             method: Text(&j.method),
+            avg_watts_bound_pct: Fixed(j.avg_watts_bound_pct),
             ..JobLine::default()
         }
     }
@@ -240,6 +243,7 @@ impl<'a> JobLine<'a> {
             data: Text(s.data.as_str()),
             source: Text(&s.source),
             method: Text(&s.method),
+            avg_watts_bound_pct: Fixed(s.avg_watts_bound_pct),
             ..JobLine::default()
         }
     }
@@ -355,6 +359,21 @@ pub fn duration(secs: u64) -> String {
     }
 }
 
+/// An average power whose bound ([`crate::report`]'s `avg_watts_bound_pct`) is above this
+/// (percent) is shown as approximate: `~565.5`. Runs of 101 s or more are not.
+const APPROXIMATE_PCT: f64 = 1.0;
+
+/// An average power with one decimal, `~` before it where its bound is above
+/// [`APPROXIMATE_PCT`]; empty where there is none.
+fn average(watts: Option<f64>, bound_pct: Option<f64>) -> String {
+    let mark = if bound_pct.is_some_and(|b| b > APPROXIMATE_PCT) {
+        "~"
+    } else {
+        ""
+    };
+    watts.map(|w| format!("{mark}{w:.1}")).unwrap_or_default()
+}
+
 fn joules(j: Option<u64>) -> String {
     j.map(|j| format!("{j} J")).unwrap_or_else(|| "-".into())
 }
@@ -402,7 +421,7 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
                     "  energy {e} J = {:.6} kWh  average {}  per node {}  data {}",
                     e as f64 / crate::carbon::JOULES_PER_KWH,
                     j.avg_watts
-                        .map(|w| format!("{w:.1} W"))
+                        .map(|_| format!("{} W", average(j.avg_watts, j.avg_watts_bound_pct)))
                         .unwrap_or_else(|| "-".into()),
                     j.per_node_avg_j
                         .map(|w| format!("{w:.0} J"))
@@ -460,7 +479,7 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
                 s.energy_j
                     .map(|e| e.to_string())
                     .unwrap_or_else(|| "-".into()),
-                fixed(s.avg_watts, 1),
+                average(s.avg_watts, s.avg_watts_bound_pct),
                 opt(s.max_watts),
                 node_text(&s.min_node),
                 node_text(&s.max_node),

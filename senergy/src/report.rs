@@ -69,6 +69,9 @@ pub struct StepReport {
     /// What the figure measured and how, as its job's ([`crate::measured`]).
     pub source: String,
     pub method: String,
+    /// How far `avg_watts` may be from the step's true average power, in percent of it
+    /// ([`average_power`]).
+    pub avg_watts_bound_pct: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -102,6 +105,9 @@ pub struct JobReport {
     /// empty until [`JobReport::measured`] sets them.
     pub source: String,
     pub method: String,
+    /// How far `avg_watts` may be from the job's true average power, in percent of it
+    /// ([`average_power`]).
+    pub avg_watts_bound_pct: Option<f64>,
     pub steps: Vec<StepReport>,
 }
 
@@ -123,6 +129,22 @@ const MEASURED_RUN_S: u64 = 1;
 
 fn ratio(joules: Option<u64>, by: u64) -> Option<f64> {
     joules.filter(|_| by > 0).map(|j| j as f64 / by as f64)
+}
+
+/// The average power of a run of `elapsed_s` that used `joules`, and the bound of its
+/// error in percent of it. Accounting holds a run's start and end in whole seconds, each
+/// cut down (`time(NULL)`), so the run lasted `d` in `(elapsed - 1, elapsed + 1)` and its
+/// true power `joules / d` lies within `avg × elapsed / (elapsed ± 1)`: within
+/// `100 / (elapsed - 1)` % of `avg` either way (an 18.85 s run recorded as 18 s: 565.5 W
+/// for 540 W, ± 5.9%). The bound is rounded up to 0.001 % so that it stays a bound. A run
+/// of 1 s or less has no figure: it may have lasted a moment, at any power.
+fn average_power(joules: Option<u64>, elapsed_s: u64) -> (Option<f64>, Option<f64>) {
+    if elapsed_s <= 1 {
+        return (None, None);
+    }
+    let avg = ratio(joules, elapsed_s);
+    let bound_pct = (100_000.0 / (elapsed_s - 1) as f64).ceil() / 1000.0;
+    (avg, avg.map(|_| bound_pct))
 }
 
 /// A step's node indexes (`*_nodeid`) name nodes of its own node list.
@@ -190,6 +212,7 @@ pub fn step_report(step: &StepRow) -> StepReport {
         Presence::Complete => every_node(&names, energy_j, max.as_ref(), min.as_ref()),
         _ => Vec::new(),
     };
+    let (avg_watts, avg_watts_bound_pct) = average_power(energy_j, step.elapsed_s);
     StepReport {
         step: step_name(step.step_id, step.het_comp),
         name: step.name.clone(),
@@ -198,7 +221,7 @@ pub fn step_report(step: &StepRow) -> StepReport {
         node_list: step.nodes.clone(),
         elapsed_s: step.elapsed_s,
         energy_j,
-        avg_watts: ratio(energy_j, step.elapsed_s),
+        avg_watts,
         per_node_avg_j: ratio(energy_j, u64::from(nnodes)),
         max_watts: tres::count(out_max, ENERGY).and_then(tres::watts),
         min_node: min.map(|(_, n)| n),
@@ -208,6 +231,7 @@ pub fn step_report(step: &StepRow) -> StepReport {
         data,
         source: String::new(),
         method: String::new(),
+        avg_watts_bound_pct,
     }
 }
 
@@ -292,6 +316,7 @@ pub fn job_report(
         Some(j) => job_emissions(job, j as f64, (job.start.max(0), run_end), tariff, samples),
         None => (None, None),
     };
+    let (avg_watts, avg_watts_bound_pct) = average_power(energy_j, elapsed_s);
     let mut steps = steps;
     for (report, row) in steps.iter_mut().zip(&job.steps) {
         let step_end = if row.end > 0 { row.end } else { now };
@@ -319,7 +344,7 @@ pub fn job_report(
         node_list: job.nodes.clone(),
         energy_j,
         kwh: energy_j.map(|j| j as f64 / JOULES_PER_KWH),
-        avg_watts: ratio(energy_j, elapsed_s),
+        avg_watts,
         per_node_avg_j: ratio(energy_j, u64::from(job.alloc_nodes)),
         emissions_g,
         emissions_method: method.filter(|_| emissions_g.is_some()).map(Method::text),
@@ -327,6 +352,7 @@ pub fn job_report(
         data,
         source: String::new(),
         method: String::new(),
+        avg_watts_bound_pct,
         steps,
     }
 }
@@ -532,6 +558,73 @@ mod tests {
         assert_eq!(r.avg_watts, None);
         let s = step(0, "n1", 1, ["", "", "", "", "", ""], NO_VAL64);
         assert_eq!(step_report(&s).data, Presence::Missing);
+    }
+
+    /// An 18.85 s step at 540 W, recorded as 18 s (its start and end cut to whole
+    /// seconds): energy / elapsed is 565.5 W, and the bound it carries holds 540 W.
+    #[test]
+    fn a_short_steps_average_power_carries_a_bound_that_holds_the_true_power() {
+        let mut s = step(0, "n1", 1, ["", "", "", "", "", ""], 10_179); // 540 W × 18.85 s
+        s.elapsed_s = 18;
+        let r = step_report(&s);
+        let avg = r.avg_watts.expect("an average");
+        assert_eq!(avg, 10_179.0 / 18.0);
+        let bound = r.avg_watts_bound_pct.expect("a bound");
+        assert!(
+            (100.0 / 17.0..100.0 / 17.0 + 0.001).contains(&bound),
+            "{bound}"
+        );
+        let (low, high) = (avg * (1.0 - bound / 100.0), avg * (1.0 + bound / 100.0));
+        assert!(low <= 540.0 && 540.0 <= high, "{low}..{high}");
+    }
+
+    /// Whatever its start's fraction of a second and its length, a run's true average
+    /// power (its energy over its true length) lies within the bound of the figure made
+    /// from the whole seconds accounting records.
+    #[test]
+    fn the_bound_holds_the_true_power_wherever_the_seconds_fall() {
+        for start in [0.0_f64, 0.01, 0.5, 0.99] {
+            for length in [
+                1.01_f64, 2.0, 2.99, 5.5, 18.85, 99.99, 100.5, 1000.85, 86_400.3,
+            ] {
+                let recorded = (start + length).floor() as u64 - start.floor() as u64;
+                let joules = (540.0 * length).round() as u64;
+                let mut s = step(0, "n1", 1, ["", "", "", "", "", ""], joules);
+                s.elapsed_s = recorded;
+                let r = step_report(&s);
+                let truth = joules as f64 / length;
+                match (r.avg_watts, r.avg_watts_bound_pct) {
+                    (Some(avg), Some(bound)) => {
+                        let off = (avg - truth).abs() / avg * 100.0;
+                        assert!(off <= bound, "{start}+{length}: {avg} W ±{bound}%, {truth}");
+                    }
+                    (None, None) => assert!(recorded <= 1, "{start}+{length}"),
+                    other => panic!("{start}+{length}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    /// A run recorded as 1 s may have lasted a moment: no average power, not the joules.
+    #[test]
+    fn a_run_of_a_second_or_less_has_no_average_power() {
+        let mut s = step(0, "n1", 1, ["", "", "", "", "", ""], 540);
+        s.elapsed_s = 1;
+        let r = step_report(&s);
+        assert_eq!(
+            (r.energy_j, r.avg_watts, r.avg_watts_bound_pct),
+            (Some(540), None, None)
+        );
+    }
+
+    /// A 1000 s step's figure is within 0.1% (and a bit, the rounding up).
+    #[test]
+    fn a_long_steps_bound_is_small() {
+        let mut s = step(0, "n1", 1, ["", "", "", "", "", ""], 540_459);
+        s.elapsed_s = 1000;
+        let r = step_report(&s);
+        assert_eq!(r.avg_watts, Some(540.459));
+        assert_eq!(r.avg_watts_bound_pct, Some(0.101));
     }
 
     fn job(steps: Vec<StepRow>, tres_alloc: &str, state: u32) -> JobRow {

@@ -142,12 +142,12 @@ fn jobs_csv_neutralises_formulas_not_numbers() {
                       running,start,end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,\
                       per_node_avg_j,max_watts,min_node,min_node_energy_j,max_node,\
                       max_node_energy_j,node_energy,emissions_g,emissions_method,cost,\
-                      currency,data,source,method\n";
+                      currency,data,source,method,avg_watts_bound_pct\n";
     let job = "7,7,,,,\"'=HYPERLINK(\"\"http://example.com\"\",\"\"x\"\")\",'@evil,'-1+2,\
                    COMPLETED,false,100,160,60,1,'\tn1,600,0.000166667,-3.500,600.000,\
-                   ,,,,,,,,,,complete,,\n";
+                   ,,,,,,,,,,complete,,,1.695\n";
     let step = "7,7,0,,,'+sum,'@evil,'-1+2,COMPLETED,,,,60,1,\"'\rn1\",600,0.000166667,\
-                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,\n";
+                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,,1.695\n";
     assert_eq!(text, format!("{header}{job}{step}"));
 }
 
@@ -160,7 +160,7 @@ fn jobs_csv_without_jobs_is_its_header() {
         "job_id,id,step,array_job_id,array_task_id,name,user,account,state,running,start,\
              end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,per_node_avg_j,max_watts,\
              min_node,min_node_energy_j,max_node,max_node_energy_j,node_energy,emissions_g,\
-             emissions_method,cost,currency,data,source,method\n"
+             emissions_method,cost,currency,data,source,method,avg_watts_bound_pct\n"
     );
 }
 
@@ -192,6 +192,58 @@ fn usage_csv_neutralises_formulas_not_numbers() {
              physics,alice,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR\n\
              (all),(all),2,0,3600000,1.000000000,-3.500000,-0.500000,EUR\n"
     );
+}
+
+/// A job of two steps as accounting records them, in whole seconds: an 18.85 s step at
+/// 540 W recorded as 18 s, and a 1000.85 s one at 540 W recorded as 1000 s.
+fn a_short_and_a_long_step() -> JobReport {
+    use crate::record::{JobRow, StepRow};
+    let step = |step_id: u32, elapsed_s: u64, joules: u64| StepRow {
+        step_id,
+        nodes: "n1".into(),
+        nnodes: 1,
+        state: 3,
+        start: 100,
+        end: 100 + elapsed_s as i64,
+        elapsed_s,
+        consumed_energy: joules,
+        ..StepRow::default()
+    };
+    let row = JobRow {
+        job_id: 7,
+        state: 3,
+        start: 100,
+        end: 1118,
+        elapsed_s: 1018,
+        alloc_nodes: 1,
+        nodes: "n1".into(),
+        tres_alloc: "3=550638".into(),
+        // 540 W × 18.85 s and 540 W × 1000.85 s
+        steps: vec![step(0, 18, 10_179), step(1, 1000, 540_459)],
+        ..JobRow::default()
+    };
+    crate::report::job_report(&row, &Tariff::default(), 2000, None)
+}
+
+/// The text marks an average power off by more than 1% with `~` (the 18 s step's 565.5 W
+/// for its true 540 W), not one of 1000 s, and keeps the columns where they were.
+#[test]
+fn the_table_marks_an_approximate_average_power() {
+    let table = jobs_table(&[a_short_and_a_long_step()], &Tariff::default());
+    let line = |step: &str| {
+        table
+            .lines()
+            .find(|l| l.trim_start().starts_with(step))
+            .unwrap_or_else(|| panic!("step {step} in {table}"))
+            .to_string()
+    };
+    let (header, short, long) = (line("STEP"), line("0 "), line("1 "));
+    assert!(short.contains(" ~565.5 "), "{table}");
+    assert!(long.contains(" 540.5 ") && !long.contains('~'), "{table}");
+    // AVG_W's column still ends where its header does
+    let end = header.find("AVG_W").expect("AVG_W") + "AVG_W".len();
+    assert_eq!(&short[end - 6..end], "~565.5", "{table}");
+    assert_eq!(&long[end - 5..end], "540.5", "{table}");
 }
 
 #[test]
