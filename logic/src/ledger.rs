@@ -23,6 +23,7 @@ mod keeper;
 mod reader;
 
 pub use file::Refused;
+pub use floor::SUSTAIN as STATIC_POWER_SUSTAIN_SECS;
 pub use keeper::{Keeper, Publisher};
 pub use reader::StepFigure;
 

@@ -72,6 +72,10 @@ pub struct LedgerState {
     pub jobs: usize,
     /// What the meter reads, as slurmd described it (empty in a ledger of before).
     pub source: String,
+    /// The lowest power the node held over
+    /// [`STATIC_POWER_SUSTAIN_SECS`](slurm_energy_logic::ledger::STATIC_POWER_SUSTAIN_SECS)
+    /// (`Ledger::learned_idle_watts`); `None`: not learned yet.
+    pub learned_idle_watts: Option<f64>,
 }
 
 /// A plugin's ledger: its path and what it holds (`None`: no ledger), or why it cannot
@@ -351,6 +355,7 @@ pub fn judge(facts: &Facts) -> Vec<Finding> {
         } else {
             say("power", Status::Ok, power);
         }
+        say("static", Status::Ok, static_power(state.learned_idle_watts));
     }
 
     for (plugin, found) in &facts.probes {
@@ -383,6 +388,22 @@ pub fn judge(facts: &Facts) -> Vec<Finding> {
         say("log", Status::Warn, why.clone());
     }
     out
+}
+
+/// What the ledger learned of the node's static power: an admin sees there what a shared
+/// split divides by holding (docs/shared-nodes.md), and whether it is the node's.
+fn static_power(learned: Option<f64>) -> String {
+    let held = format!(
+        "lowest power held over {:.0} s",
+        slurm_energy_logic::ledger::STATIC_POWER_SUSTAIN_SECS
+    );
+    match learned {
+        Some(watts) => format!(
+            "{held}: {watts:.1} W (the static power EnergyAttribution=shared splits by \
+             holding, unless EnergyAttributionIdleWatts sets it)"
+        ),
+        None => format!("{held}: not learned yet"),
+    }
 }
 
 /// Whether the node is healthy: no finding failed.
@@ -422,11 +443,24 @@ pub fn json(facts: &Facts, findings: &[Finding]) -> serde_json::Value {
             })
         })
         .collect();
+    // each readable ledger's learned static power, as a number (the text is in `checks`)
+    let ledgers: Vec<_> = facts
+        .ledgers
+        .iter()
+        .filter_map(|l| {
+            let state = l.state.as_ref().ok()?.as_ref()?;
+            Some(json!({
+                "plugin": l.plugin_type,
+                "learned_idle_watts": state.learned_idle_watts,
+            }))
+        })
+        .collect();
     json!({
         "schema_version": 1,
         "node": facts.node,
         "healthy": healthy(findings),
         "checks": checks,
+        "ledgers": ledgers,
     })
 }
 
@@ -458,6 +492,7 @@ mod tests {
                     since: 900.0,
                     jobs: 1,
                     source: "rust_rapl: RAPL of 2 packages".into(),
+                    learned_idle_watts: Some(196.34),
                 })),
             }],
             log: LogFacts {
@@ -505,6 +540,43 @@ mod tests {
         assert!(shown.ends_with("verdict: OK\n"), "{shown}");
         let value = json(&facts, &findings);
         assert_eq!(value["healthy"], true);
+    }
+
+    /// The ledger's learned static power has its line and its number in the JSON; a
+    /// ledger that has learned none yet says so (`null`), never 0 W.
+    #[test]
+    fn the_learned_static_power_is_shown_or_said_not_learned() {
+        let mut facts = healthy_facts();
+        let findings = judge(&facts);
+        let shown = text(&facts, &findings);
+        assert!(
+            shown.contains(
+                "\n  ok    static       lowest power held over 10 s: 196.3 W (the static power \
+                 EnergyAttribution=shared splits by holding, unless EnergyAttributionIdleWatts \
+                 sets it)\n"
+            ),
+            "{shown}"
+        );
+        let value = json(&facts, &findings);
+        assert_eq!(
+            value["ledgers"],
+            serde_json::json!([{"plugin": "acct_gather_energy/rust_rapl", "learned_idle_watts": 196.34}])
+        );
+        if let Ok(Some(state)) = &mut facts.ledgers[0].state {
+            state.learned_idle_watts = None;
+        }
+        let findings = judge(&facts);
+        assert!(healthy(&findings), "{findings:?}");
+        let shown = text(&facts, &findings);
+        assert!(
+            shown.contains("\n  ok    static       lowest power held over 10 s: not learned yet\n"),
+            "{shown}"
+        );
+        let value = json(&facts, &findings);
+        assert!(
+            value["ledgers"][0]["learned_idle_watts"].is_null(),
+            "{value}"
+        );
     }
 
     #[test]

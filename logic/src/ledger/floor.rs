@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 /// How long a power must be held to be the node's floor: long enough that the counter's
 /// steps and a sample's dating are a small part of it, short enough that a node idle
 /// between jobs for a few seconds teaches it.
-pub(super) const SUSTAIN: f64 = 10.0;
+pub const SUSTAIN: f64 = 10.0;
 
 /// The lowest power held over [`SUSTAIN`], as it is learned.
 #[derive(Debug, Clone, Default)]

@@ -228,6 +228,7 @@ fn ledger_state(path: &Path) -> Result<Option<LedgerState>, String> {
                 since: node.since,
                 jobs: l.jobs().count(),
                 source: l.source().to_string(),
+                learned_idle_watts: l.learned_idle_watts(),
             }
         })),
         Err(LedgerError::Read { path, source })
