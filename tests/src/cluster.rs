@@ -432,6 +432,33 @@ impl Cluster {
         .collect()
     }
 
+    /// Each step's peak power as accounting holds it: the energy TRES of its
+    /// `TRESUsageOutMax` (the highest `current_watts` its slurmstepd reported), by step id
+    /// (`J.batch`, `J.0`, ...); steps the release records no usage for are left out.
+    pub fn peak_watts(&self, job: u32) -> Vec<(String, f64)> {
+        self.run(&[
+            "sacct",
+            "-n",
+            "-P",
+            "--noconvert",
+            "-j",
+            &job.to_string(),
+            "-o",
+            "JobID,TRESUsageOutMax",
+        ])
+        .lines()
+        .filter_map(|l| {
+            let (id, tres) = l.split_once('|')?;
+            let watts = tres
+                .split(',')
+                .find_map(|t| t.strip_prefix("energy="))?
+                .parse()
+                .ok()?;
+            Some((id.to_string(), watts))
+        })
+        .collect()
+    }
+
     /// The slowest answer over `duration`, asking every half second: slurmd's own
     /// (`scontrol show slurmd`) and step `job.0`'s energy (`sstat`, which slurmd relays to
     /// the step's slurmstepd).

@@ -8,7 +8,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use crate::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark};
-use crate::{assert_close, bin};
+use crate::{assert_close, assert_watts, bin};
 
 /// What [`two_jobs_share_the_node`]'s busy job does besides spinning (an attack, say):
 /// shell lines in its batch script before its srun step (the idle job is then submitted
@@ -261,4 +261,181 @@ pub fn two_jobs_share_the_node(cluster: &Cluster, contain: bool, extra: &TwoJobs
         }
     }
     [busy, idle]
+}
+
+/// The power of [`a_constant_node`]: it draws this whatever runs.
+pub const CONSTANT_WATTS: f64 = 200.0;
+
+/// One node in `shared` mode without `EnergyAttributionIdleWatts`, drawing a constant
+/// [`CONSTANT_WATTS`] whatever runs, over counters that advance every `tick_ms`: its
+/// static power is all it draws, and the split learns it.
+pub fn a_constant_node(root: &std::path::Path, tick_ms: u32) -> Cluster {
+    Cluster::up(
+        root,
+        &ClusterSpec {
+            energy_type: RAPL,
+            acct_gather: "EnergyRaplSource=msr\nEnergyAttribution=shared\n",
+            sim_args: vec![Some(&format!(
+                "{SIM} --watts {CONSTANT_WATTS} --tick-ms {tick_ms}"
+            ))],
+            extra_conf: CGROUP_SLURM_CONF,
+            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            // CurrentWatts taken at each second's sample
+            node_freq: 1,
+            ..ClusterSpec::default()
+        },
+    )
+}
+
+/// The static power node 1's ledger has learned (`floor_watts`), once it has.
+pub fn learned_static_watts(cluster: &Cluster) -> Option<f64> {
+    let text = fs::read_to_string(cluster.dir.join("spool/n1/energy-ledger.0.json")).ok()?;
+    serde_json::from_str::<serde_json::Value>(&text).ok()?["floor_watts"].as_f64()
+}
+
+/// Waits (30 s at most) for node 1's ledger to learn its static power, and returns it.
+pub fn wait_for_learned_static_watts(cluster: &Cluster) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(watts) = learned_static_watts(cluster) {
+            return watts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no static power learned in 30 s:\n{}",
+            cluster.logs()
+        );
+        sleep(Duration::from_millis(500));
+    }
+}
+
+/// The median of five `CurrentWatts` of node n1, a second apart (AcctGatherNodeFreq=1:
+/// five windows), so that two windows a loaded machine starved of samples move nothing.
+pub fn current_watts(cluster: &Cluster) -> f64 {
+    let mut reads: Vec<f64> = (0..5)
+        .map(|k| {
+            if k > 0 {
+                sleep(Duration::from_secs(1));
+            }
+            let out = cluster.run(&["scontrol", "show", "node", "n1"]);
+            out.split_whitespace()
+                .find_map(|w| w.strip_prefix("CurrentWatts="))
+                .and_then(|w| w.parse().ok())
+                .unwrap_or_else(|| panic!("no CurrentWatts in {out}"))
+        })
+        .collect();
+    reads.sort_by(f64::total_cmp);
+    println!("CurrentWatts read {reads:?}");
+    reads[2]
+}
+
+/// On [`a_constant_node`] (PrologFlags=Contain), a spinning and a sleeping one-CPU job hold
+/// the node's two CPUs: each pays half of what it draws, whatever the counters' step. The
+/// node is measured over counters stepping every `ticks[0]` ms, then each next tick in turn
+/// (`raplsim tick`): each phase checks the learned static power (within 3% of
+/// [`CONSTANT_WATTS`]), CurrentWatts (within 3%) and the two jobs' live energy over 10 s
+/// (within 5% of each other, and adding up to the node's). At the end, the sleeping job's
+/// peak power (its batch step's TRESUsageOutMax) is its half of the node within 3%.
+pub fn equal_holdings_pay_alike(cluster: &Cluster, ticks: &[u32]) {
+    let sim = cluster.sim(1);
+    sim.keep_pace();
+    let raplsim = bin("raplsim").display().to_string();
+    let d = sim.dir.display().to_string();
+    let learned = wait_for_learned_static_watts(cluster);
+    println!("learned static power before any job: {learned:.1} W");
+    assert_watts("static power", learned, CONSTANT_WATTS, 0.03);
+
+    // each phase: a 10 s window, its reads and CurrentWatts' (about 18 s), 2 s after a tick
+    let phase_secs = 20 * ticks.len() as u32;
+    let busy = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -n1 -c1\n{raplsim} mark {d} busy_in\n\
+         srun -n1 timeout {} sh -c 'while :; do :; done'\n",
+        phase_secs + 30
+    ));
+    wait_for_mark(cluster, "busy_in");
+    let idle = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -n1 -c1\n{raplsim} mark {d} idle_in\nsleep {}\n{raplsim} mark {d} idle_out\n",
+        phase_secs + 6
+    ));
+    wait_for_mark(cluster, "idle_in");
+    sleep(Duration::from_secs(3));
+    let steps = [
+        vec![format!("{busy}.extern")],
+        vec![format!("{idle}.extern")],
+    ];
+    for (k, &tick) in ticks.iter().enumerate() {
+        if k > 0 {
+            // the spans that end in this phase's window end at samples of the new step,
+            // which is all a span's error comes from (a step's worth at each end)
+            sim.tick(tick);
+            sleep(Duration::from_secs(2));
+        }
+        let a = snapshot(cluster, &steps, &[busy, idle]);
+        sleep(Duration::from_secs(10));
+        let b = snapshot(cluster, &steps, &[busy, idle]);
+        let node = b.truth - a.truth;
+        let paid: Vec<f64> = (0..2).map(|j| b.energy[j] - a.energy[j]).collect();
+        let used: Vec<f64> = (0..2).map(|j| b.cpu[j] - a.cpu[j]).collect();
+        let learned = learned_static_watts(cluster).expect("learned static power");
+        let watts = current_watts(cluster);
+        println!(
+            "counters stepping every {tick} ms: static power learned {learned:.1} W, \
+             CurrentWatts {watts} W (true {CONSTANT_WATTS} W); over {:.1} s the node drew \
+             {node:.0} J: busy job {:.0} J ({:.2} CPU-s), idle job {:.0} J ({:.2} CPU-s), \
+             {:+.2}% apart",
+            node / CONSTANT_WATTS,
+            paid[0],
+            used[0],
+            paid[1],
+            used[1],
+            200.0 * (paid[0] - paid[1]) / (paid[0] + paid[1])
+        );
+        assert!(
+            used[0] > 5.0 * used[1].max(0.01),
+            "the busy job spins: {used:?}"
+        );
+        assert_watts(
+            &format!("static power at {tick} ms"),
+            learned,
+            CONSTANT_WATTS,
+            0.03,
+        );
+        assert_watts(
+            &format!("CurrentWatts at {tick} ms"),
+            watts,
+            CONSTANT_WATTS,
+            0.03,
+        );
+        // each job against the two's mean: within 5% of each other
+        let mean = (paid[0] + paid[1]) / 2.0;
+        assert_close(&format!("busy job at {tick} ms"), paid[0], mean, 0.025);
+        assert_close(&format!("idle job at {tick} ms"), paid[1], mean, 0.025);
+        assert_close(
+            &format!("the jobs' sum at {tick} ms"),
+            paid[0] + paid[1],
+            node,
+            0.02,
+        );
+    }
+    cluster.wait_job(idle, Duration::from_secs(60));
+    assert!(
+        mark(sim, "idle_out").is_some(),
+        "the idle job ended before its end:\n{}",
+        cluster.logs()
+    );
+    cluster.run(&["scancel", &busy.to_string()]);
+    cluster.wait_job(busy, Duration::from_secs(60));
+    let peaks = cluster.peak_watts(idle);
+    println!("the idle job's peak powers: {peaks:?}");
+    let batch = peaks
+        .iter()
+        .find(|(id, _)| *id == format!("{idle}.batch"))
+        .map(|(_, w)| *w)
+        .unwrap_or_else(|| panic!("no peak power for {idle}.batch in {peaks:?}"));
+    assert_watts(
+        "the idle job's peak power",
+        batch,
+        CONSTANT_WATTS / 2.0,
+        0.03,
+    );
 }

@@ -12,7 +12,9 @@ use support::pmsim::PmSim;
 use support::*;
 
 /// A 40 s job with a power step; 0 W outside the step, so the step, the extern step and
-/// the job all see exactly the step's energy. Then `senergy check --compare` at 350 W:
+/// the job all see exactly the step's energy, and every step's peak power is the 420 W
+/// the node drew at most, though the controller's counters advance only at 10 Hz (a
+/// reading is dated by the controller's scan time, so energy and time agree). Then `senergy check --compare` at 350 W:
 /// slurmd's figure and the controller's `energy` file read by senergy itself agree.
 #[test]
 fn rust_pm_counters_job_energy_matches_the_truth() {
@@ -40,6 +42,19 @@ fn rust_pm_counters_job_energy_matches_the_truth() {
     let rows = cluster.energy(job);
     for id in [format!("{job}.0"), format!("{job}.extern"), job.to_string()] {
         assert_close(&id, energy_of(&rows, &id), truth, 0.001);
+    }
+    let peaks = cluster.peak_watts(job);
+    println!("peak powers: {peaks:?}");
+    let step = peaks
+        .iter()
+        .find(|(id, _)| *id == format!("{job}.0"))
+        .unwrap_or_else(|| panic!("no peak power for {job}.0 in {peaks:?}"));
+    assert_watts("the step's peak", step.1, 420.0, 0.03);
+    for (id, watts) in &peaks {
+        assert!(
+            *watts <= 420.0 * 1.03,
+            "{id}'s peak {watts} W is above any power drawn"
+        );
     }
 
     sim.set(350);

@@ -7,6 +7,7 @@
 //! raplsim glitch DIR reset|stuck|vanish DOMAIN [SECONDS]      misbehave on command
 //! raplsim glitch DIR spike DOMAIN [SECONDS [JOULES]]          read a wrong constant
 //! raplsim glitch DIR wrapspike DOMAIN [SECONDS [JOULES]]      the same, ahead, at the next wrap
+//! raplsim tick DIR MS                                       counters advance every MS ms from now
 //! raplsim truth DIR                                          print the true joules
 //! raplsim mark DIR NAME                                      append "NAME joules" to DIR/marks
 //! ```
@@ -134,11 +135,17 @@ fn main() -> ExitCode {
         Some("run") if args.len() >= 2 => run(Path::new(&args[1]), &args[2..]),
         Some("set") if args.len() >= 3 => set(Path::new(&args[1]), &args[2..]),
         Some("glitch") if args.len() >= 4 => command(Path::new(&args[1]), &args[2..].join(" ")),
+        Some("tick") if args.len() == 3 => args[2]
+            .parse::<f64>()
+            .map_err(|_| format!("tick {}: not a number of milliseconds", args[2]))
+            .and_then(|_| command(Path::new(&args[1]), &format!("tick {}", args[2]))),
         Some("truth") if args.len() == 2 => {
             read_truth(Path::new(&args[1])).map(|t| println!("{t:.6}"))
         }
         Some("mark") if args.len() == 3 => mark(Path::new(&args[1]), &args[2]),
-        _ => Err("usage: raplsim run|set|glitch|truth|mark DIR ... (see the source header)".into()),
+        _ => Err(
+            "usage: raplsim run|set|glitch|tick|truth|mark DIR ... (see the source header)".into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -200,7 +207,7 @@ fn write_atomic(path: &Path, text: &str) -> Result<(), String> {
 
 fn run(dir: &Path, args: &[String]) -> Result<(), String> {
     energy_tests::hardware_time::keep_hardware_time();
-    let o = parse_options(args)?;
+    let mut o = parse_options(args)?;
     let hw = dir.join("hw");
     let _ = fs::remove_dir_all(&hw);
     for sub in ["msr", "topology", "powercap"] {
@@ -319,7 +326,11 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
             c.joules += c.watts * dt;
         }
         apply_power(&power_file, &mut counters);
-        apply_commands(&mut commands, &mut counters, &msr_files, &energy_files, now);
+        if let Some(tick) =
+            apply_commands(&mut commands, &mut counters, &msr_files, &energy_files, now)
+        {
+            o.tick = tick;
+        }
         for c in &mut counters {
             let raw = c.raw();
             if raw < c.last_raw
@@ -383,19 +394,27 @@ fn apply_power(path: &Path, counters: &mut [Counter]) {
     }
 }
 
-/// Glitch commands are appended to DIR/commands and taken here.
+/// Glitch and tick commands are appended to DIR/commands and taken here; returns the new
+/// tick, if one was asked.
 fn apply_commands(
     commands: &mut Inbox,
     counters: &mut [Counter],
     msr_files: &[(u32, File)],
     energy_files: &BTreeMap<String, File>,
     now: Instant,
-) {
+) -> Option<Duration> {
+    let mut tick = None;
     for line in commands.take() {
         let words: Vec<&str> = line.split_whitespace().collect();
         let (Some(&what), Some(&name)) = (words.first(), words.get(1)) else {
             continue;
         };
+        if what == "tick" {
+            if let Ok(ms) = name.parse::<f64>() {
+                tick = Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+            }
+            continue;
+        }
         let secs = words
             .get(2)
             .and_then(|s| s.parse::<f64>().ok())
@@ -441,6 +460,7 @@ fn apply_commands(
             _ => {}
         }
     }
+    tick
 }
 
 fn set(dir: &Path, assignments: &[String]) -> Result<(), String> {
