@@ -48,7 +48,10 @@ PARALLEL_PACKAGE = "energy-tests"
 #   sample's node and job figures at each end, which a late slurmd cannot skew), where one
 #   job uses about no CPU (suspended or sleeping) or two spin on one CPU, so the split does
 #   not move with the load; the gang jobs by final figures and a model taken every half
-#   second (all within 0.2% beside two other clusters on 2 cores).
+#   second (all within 0.2% beside two other clusters on 2 cores). cluster_power runs beside
+#   others too: its node's power is constant within each check (a late slurmd moves no
+#   figure) and its simulator runs in memory at real-time priority (tests/src/hardware_time.rs),
+#   so its counters step as they are told.
 EXCLUSIVE = {
     # cluster_trust's attack on a shared node (the shared-node pair, held to its bounds)
     "processes_titled_as_slurmstepds_change_no_jobs_figure",

@@ -207,16 +207,6 @@ impl Sim {
         assert!(status.success());
     }
 
-    /// Runs the simulator ahead of the cluster's processes (nice -10): a simulator
-    /// starved on a loaded machine advances its counters in steps as long as it waited,
-    /// which real counters never do, and a power over one second is then off by that
-    /// step (5% for 50 ms) where a test checks powers, not joules.
-    pub fn keep_pace(&self) {
-        // SAFETY: setpriority only reads its arguments; the pid is our child's.
-        let done = unsafe { libc::setpriority(libc::PRIO_PROCESS, self.child.id(), -10) };
-        assert_eq!(done, 0, "setpriority: {}", std::io::Error::last_os_error());
-    }
-
     /// The counters advance in steps every `ms` milliseconds from now on (RAPL's are about
     /// 1 ms, pm_counters' 100 ms).
     pub fn tick(&self, ms: u32) {

@@ -338,7 +338,6 @@ pub fn current_watts(cluster: &Cluster) -> f64 {
 /// peak power (its batch step's TRESUsageOutMax) is its half of the node within 3%.
 pub fn equal_holdings_pay_alike(cluster: &Cluster, ticks: &[u32]) {
     let sim = cluster.sim(1);
-    sim.keep_pace();
     let raplsim = bin("raplsim").display().to_string();
     let d = sim.dir.display().to_string();
     let learned = wait_for_learned_static_watts(cluster);

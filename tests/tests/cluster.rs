@@ -149,6 +149,23 @@ fn rust_rapl_job_energy_matches_the_truth_on_wrapping_amd_counters() {
         .parse()
         .expect("AveWatts");
     assert!(ave > 0.0 && ave < 540.0, "AveWatts {ave}");
+    // each step's peak is a power the node drew, across the counters' wraps (the demo's
+    // first step read 792 W for 610 W over these counters)
+    let peaks = cluster.peak_watts(job);
+    println!("peak powers: {peaks:?}");
+    for (id, top) in [(format!("{job}.0"), 540.0), (format!("{job}.1"), 550.0)] {
+        let (_, peak) = peaks
+            .iter()
+            .find(|(i, _)| *i == id)
+            .unwrap_or_else(|| panic!("no peak power for {id} in {peaks:?}"));
+        assert_watts(&format!("{id}'s peak"), *peak, top, 0.03);
+    }
+    for (id, watts) in &peaks {
+        assert!(
+            *watts <= 550.0 * 1.03,
+            "{id}'s peak {watts} W is above any power drawn"
+        );
+    }
 }
 
 fn assert_rows(rows: &[(String, Option<u64>)], expected: &[(String, f64)], relative: f64) {

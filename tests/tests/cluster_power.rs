@@ -49,7 +49,6 @@ fn a_steps_peak_and_current_watts_are_powers_the_node_drew() {
         },
     );
     let sim = cluster.sim(1);
-    sim.keep_pace();
     let s = bin("raplsim").display().to_string();
     let d = sim.dir.display().to_string();
     let step = |name: &str| {
