@@ -39,7 +39,9 @@ usage() { echo "usage: ci/build-slurm.sh VERSION   (e.g. 24.11.5)" >&2; exit 2; 
 
 [ $# -eq 1 ] || usage
 version=$1
-echo "$version" | grep -Eqx '[0-9]+\.[0-9]+\.[0-9]+' || usage
+# a release (24.11.5), or a pre-release whose META names it (26.11.0-0rc1)
+echo "$version" | grep -Eqx '[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z]+)?' || usage
+base=${version%%-*}
 
 cache=${SLURM_CACHE:-/var/cache/rust-energy-slurm}
 prefix=$cache/slurm-$version
@@ -116,6 +118,8 @@ known_sha256() {
     slurm-25.05.8.tar.gz) echo beac66e778b75aaab2e480065e2ff3b167da0a9aafea678c791804889108d09f ;;
     slurm-25.11.7.tar.gz) echo 6c2d6cdc6615b850996c803aa3869546c0f584e0d5e640f9bcbc5a851199c6ad ;;
     slurm-26.05.3.tar.gz) echo d41a71248d57816f873a990bcc085a79d746b69a9bbe6f2a0b64dc75536a5b51 ;;
+    # SchedMD's master of 2026-08-20 (284c3b9), `git archive --prefix=slurm-26.11.0-0rc1/`
+    slurm-26.11.0-0rc1.tar.gz) echo 57276bb243afda16f8b93955e92b4c66adece55cfba640f79744cfca21465cdd ;;
     esac
 }
 
@@ -173,10 +177,10 @@ fi
 mkdir -p "$work/slurm"
 tar -xf "$tarball" -C "$work/slurm" --strip-components=1
 cd "$work/slurm"
-minor=${version#*.}
-grep -Eq "^ *Major:[[:space:]]+${version%%.*}\$" META &&
+minor=${base#*.}
+grep -Eq "^ *Major:[[:space:]]+${base%%.*}\$" META &&
     grep -Eq "^ *Minor:[[:space:]]+${minor%.*}\$" META &&
-    grep -Eq "^ *Micro:[[:space:]]+${version##*.}\$" META ||
+    grep -Eq "^ *Micro:[[:space:]]+${base##*.}\$" META ||
     die "$tarball is not Slurm $version (META: $(grep -E 'Major|Minor|Micro' META | tr -s ' \t\n' ' '))"
 rm -rf "$prefix"
 jobs=${SLURM_BUILD_JOBS:-$(nproc)}
@@ -198,7 +202,7 @@ make install >>"$buildlog" 2>&1 || { tail -n 30 "$buildlog" >&2; die "make insta
 for f in $required; do
     [ -e "$prefix/$f" ] || die "the install lacks $prefix/$f"
 done
-number=$(echo "$version" | awk -F. '{ printf "0x%02x%02x%02x", $1, $2, $3 }')
+number=$(echo "$base" | awk -F. '{ printf "0x%02x%02x%02x", $1, $2, $3 }')
 grep -Eiq "^#define SLURM_VERSION_NUMBER $number\$" "$prefix/include/slurm/slurm_version.h" ||
     die "$prefix/include/slurm/slurm_version.h is not $version ($number)"
 

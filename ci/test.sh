@@ -9,14 +9,16 @@
 #   25.05  Slurm 25.05.8, from ${SLURM_TARBALL_DIR:-../shared/slurm}/slurm-25.05.8.tar.gz
 #   25.11  Slurm 25.11.7, from ${SLURM_TARBALL_DIR:-../shared/slurm}/slurm-25.11.7.tar.gz
 #   26.05  Slurm 26.05.3, from ${SLURM_TARBALL_DIR:-../shared/slurm}/slurm-26.05.3.tar.gz
+#   26.11  SchedMD's 26.11 pre-release (master of 2026-08-20, META 26.11.0-0rc1), from
+#          ${SLURM_TARBALL_DIR:-../shared/slurm}/slurm-26.11.0-0rc1.tar.gz
 # Those built from source are built by ci/build-slurm.sh (cached; it says where else to get
 # the tarballs), each into target dir ${CARGO_TARGET_DIR:-target}-X.Y.Z.
 #
 # SLURM_VERSIONS picks the releases (default all eight, e.g. SLURM_VERSIONS=22.05 for a
 # quick local run; a full X.Y.Z builds that release). Each release runs at one of three
 # tiers, the first that names it:
-#   all      the releases in SLURM_FULL (default: the oldest and the newest of
-#            SLURM_VERSIONS): every test, with clippy and the unit tests
+#   all      the releases in SLURM_FULL (default: the oldest and the newest release of
+#            SLURM_VERSIONS that is not a pre-release): every test, with clippy and the unit tests
 #            (release-independent logic, so once per full pass); ONCE_TESTS (below)
 #            on the first of them only;
 #   loader   the releases in SLURM_LOADER_ONLY (default 23.02 and 24.05, releases no
@@ -55,21 +57,26 @@ full_release() {
     25.05) echo 25.05.8 ;;
     25.11) echo 25.11.7 ;;
     26.05) echo 26.05.3 ;;
+    26.11) echo 26.11.0-0rc1 ;;
     *) echo "$1" ;;
     esac
 }
 versions=""
 for r in $(echo "${SLURM_VERSIONS:-22.05 23.02 23.11 24.05 24.11 25.05 25.11 26.05}" | tr ',' ' '); do
     r=$(full_release "$r")
-    echo "$r" | grep -Eqx '[0-9]+\.[0-9]+\.[0-9]+' || {
-        echo "test.sh: unknown Slurm release $r in SLURM_VERSIONS (22.05, 23.02, 23.11, 24.05, 24.11, 25.05, 25.11, 26.05 or X.Y.Z)" >&2
+    echo "$r" | grep -Eqx '[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z]+)?' || {
+        echo "test.sh: unknown Slurm release $r in SLURM_VERSIONS (22.05, 23.02, 23.11, 24.05, 24.11, 25.05, 25.11, 26.05, 26.11 or X.Y.Z[-PRE])" >&2
         exit 2
     }
     versions="$versions $r"
 done
 sorted=$(echo $versions | tr ' ' '\n' | sort -V)
+# the newest release that is not a pre-release (26.11.0-0rc1): it runs every test and
+# builds the RPM, whose Version cannot carry a pre-release's dash
+newest_release=$(echo "$sorted" | grep -v -- - | tail -n 1)
+[ -n "$newest_release" ] || newest_release=$(echo "$sorted" | tail -n 1)
 full=""
-for r in $(echo "${SLURM_FULL:-$(echo "$sorted" | head -n 1) $(echo "$sorted" | tail -n 1)}" | tr ',' ' '); do
+for r in $(echo "${SLURM_FULL:-$(echo "$sorted" | head -n 1) $newest_release}" | tr ',' ' '); do
     full="$full $(full_release "$r")"
 done
 is_full() { case " $full " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -173,7 +180,7 @@ slurm_env() {
     # and the daemons from these (the test clusters read SLURM_PREFIX: tests/src/cluster)
     export SLURM_PREFIX="$prefix" SLURM_INCLUDE_DIR="$prefix/include" \
         SLURM_LIB_DIR="$prefix/lib/slurm" SLURM_PLUGIN_DIR="$prefix/lib/slurm" \
-        SLURM_EXPECTED_VERSION="$1" CARGO_TARGET_DIR="$base_target-$1"
+        SLURM_EXPECTED_VERSION="${1%%-*}" CARGO_TARGET_DIR="$base_target-$1"
 }
 
 # build RELEASE: the build lane's work for one release (run in a subshell)
@@ -194,7 +201,7 @@ build() {
     echo "== Slurm $release: package"
     ENERGY_TEST_DEB=$(nice -n 19 sh ci/package.sh)
     echo "$ENERGY_TEST_DEB" >"$logs/deb-$release"
-    if [ "$release" = "$(echo "$sorted" | tail -n 1)" ]; then
+    if [ "$release" = "$newest_release" ]; then
         echo "== Slurm $release: rpm (packaging/rpm through ci/rpm.sh)"
         # its build (a copy of the tree elsewhere) reuses the third-party crates too
         if [ ! -d "$CARGO_TARGET_DIR/rpm-build/release" ]; then
