@@ -133,6 +133,24 @@ slurm_tarball() {
     esac
 }
 
+# slurm_source RELEASE: the path of RELEASE's source tarball (ci/build-slurm.sh --source:
+# Debian's, kept in its cache, for 22.05.8 from Debian 12's source package)
+slurm_source() {
+    local tb suite=${SLURM_DEB_SUITE:-}
+    tb=$(slurm_tarball "$1")
+    [ "$1" != 22.05.8 ] || suite=${suite:-bookworm}
+    SLURM_TARBALL=${tb:-${SLURM_TARBALL:-}} SLURM_DEB_SUITE=$suite \
+        sh ci/build-slurm.sh --source "$1" | tail -n 1
+}
+
+# measure_layout RELEASE: the step-record layout ci/slurm-layout.sh measures in RELEASE's
+# headers, into $logs/layout-RELEASE.txt (cached per tarball: configure runs once)
+measure_layout() {
+    local src
+    src=$(slurm_source "$1") && [ -r "$src" ] &&
+        nice -n 19 sh ci/slurm-layout.sh "$src" >"$logs/layout-$1.txt"
+}
+
 mkdir -p "$base_target"
 logs=$base_target/ci-logs
 rm -rf "$logs"
@@ -141,6 +159,8 @@ mkdir -p "$logs"
 # ---- the Slurm builds, in the background from the start, in the order of the passes
 (
     for release in $order; do
+        # the layout first: the test lane's first release needs it at once
+        measure_layout "$release" >"$logs/layout-$release.log" 2>&1 || true
         [ "$release" = 22.05.8 ] && continue
         tb=$(slurm_tarball "$release")
         if [ -n "$tb" ] && [ ! -r "$tb" ]; then
@@ -191,6 +211,10 @@ build() {
     fi
     echo "== Slurm $release: build (target dir $CARGO_TARGET_DIR)"
     nice -n 19 cargo build --release --workspace
+    echo "== Slurm $release: internal.rs's step-record layout against the headers (ci/slurm-layout.sh)"
+    measure_layout "$release"
+    nice -n 19 cargo build --release --workspace --example step-record-layout
+    "$CARGO_TARGET_DIR/release/examples/step-record-layout" "$logs/layout-$release.txt"
     echo "== Slurm $release: package"
     ENERGY_TEST_DEB=$(nice -n 19 sh ci/package.sh)
     echo "$ENERGY_TEST_DEB" >"$logs/deb-$release"
