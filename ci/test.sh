@@ -140,6 +140,24 @@ slurm_tarball() {
     esac
 }
 
+# slurm_source RELEASE: the path of RELEASE's source tarball (ci/build-slurm.sh --source:
+# Debian's, kept in its cache, for 22.05.8 from Debian 12's source package)
+slurm_source() {
+    local tb suite=${SLURM_DEB_SUITE:-}
+    tb=$(slurm_tarball "$1")
+    [ "$1" != 22.05.8 ] || suite=${suite:-bookworm}
+    SLURM_TARBALL=${tb:-${SLURM_TARBALL:-}} SLURM_DEB_SUITE=$suite \
+        sh ci/build-slurm.sh --source "$1" | tail -n 1
+}
+
+# measure_layout RELEASE: the step-record layout ci/slurm-layout.sh measures in RELEASE's
+# headers, into $logs/layout-RELEASE.txt (cached per tarball: configure runs once)
+measure_layout() {
+    local src
+    src=$(slurm_source "$1") && [ -r "$src" ] &&
+        nice -n 19 sh ci/slurm-layout.sh "$src" >"$logs/layout-$1.txt"
+}
+
 mkdir -p "$base_target"
 logs=$base_target/ci-logs
 rm -rf "$logs"
@@ -148,6 +166,8 @@ mkdir -p "$logs"
 # ---- the Slurm builds, in the background from the start, in the order of the passes
 (
     for release in $order; do
+        # the layout first: the test lane's first release needs it at once
+        measure_layout "$release" >"$logs/layout-$release.log" 2>&1 || true
         [ "$release" = 22.05.8 ] && continue
         tb=$(slurm_tarball "$release")
         if [ -n "$tb" ] && [ ! -r "$tb" ]; then
@@ -198,6 +218,8 @@ build() {
     fi
     echo "== Slurm $release: build (target dir $CARGO_TARGET_DIR)"
     nice -n 19 cargo build --release --workspace
+    # what checks internal.rs's step-record layout against the headers (in the test lane)
+    nice -n 19 cargo build --release --workspace --example step-record-layout
     echo "== Slurm $release: package"
     ENERGY_TEST_DEB=$(nice -n 19 sh ci/package.sh)
     echo "$ENERGY_TEST_DEB" >"$logs/deb-$release"
@@ -226,6 +248,12 @@ run_tests() {
     slurm_env "$release"
     ENERGY_TEST_DEB=$(cat "$logs/deb-$release")
     export ENERGY_TEST_DEB
+    # measured in the background from the start (ci/slurm-layout.sh; here it waits for
+    # that or takes the cache), checked here so the release's build is not held up by a
+    # configure of its source
+    echo "== Slurm $release: internal.rs's step-record layout against the headers (ci/slurm-layout.sh)"
+    measure_layout "$release"
+    "$CARGO_TARGET_DIR/release/examples/step-record-layout" "$logs/layout-$release.txt"
     set -- --artifacts "$logs/artifacts-$release.json" --times "$logs/times-$release.txt" "$@"
     case $(tier "$release") in
     all)

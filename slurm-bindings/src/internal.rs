@@ -1,7 +1,10 @@
 //! Hand mirrors of Slurm types and functions that are not in the installed public headers.
 //!
 //! Each item names the Slurm source file it mirrors. Layouts that changed between releases
-//! are selected by the cfgs `build.rs` derives from `SLURM_VERSION_NUMBER`.
+//! are selected by the cfgs `build.rs` derives from `SLURM_VERSION_NUMBER`. CI checks every
+//! value here that Slurm's headers define (offsets, sizes, enum values, magics) against the
+//! headers of each release it builds: `ci/slurm-layout.sh` measures them, the example
+//! `step-record-layout` compares (docs/testing.md, "Slurm's internal layouts").
 
 use core::ffi::{c_char, c_int, c_void};
 
@@ -61,6 +64,7 @@ pub struct s_p_options_t {
 const _: () = assert!(core::mem::size_of::<s_p_options_t>() == 40);
 #[cfg(slurm_sp_options_pack)]
 const _: () = assert!(core::mem::size_of::<s_p_options_t>() == 56);
+const _: () = assert!(core::mem::offset_of!(s_p_options_t, type_) == 8);
 
 impl s_p_options_t {
     /// An option entry; `key == NULL` terminates an array.
@@ -98,6 +102,7 @@ pub struct config_key_pair_t {
     pub value: *mut c_char,
 }
 const _: () = assert!(core::mem::size_of::<config_key_pair_t>() == 16);
+const _: () = assert!(core::mem::offset_of!(config_key_pair_t, value) == 8);
 
 /// `acct_gather_profile_dataset_t` (`acct_gather_profile.h`), unchanged 22.05 -> master.
 #[repr(C)]
@@ -106,6 +111,7 @@ pub struct acct_gather_profile_dataset_t {
     pub type_: c_int,
 }
 const _: () = assert!(core::mem::size_of::<acct_gather_profile_dataset_t>() == 16);
+const _: () = assert!(core::mem::offset_of!(acct_gather_profile_dataset_t, type_) == 8);
 
 unsafe extern "C" {
     pub fn slurm_xcalloc(
@@ -222,71 +228,65 @@ pub const LIST_NODE_NEXT: usize = 8;
 pub const BITSTR_MAGIC: i64 = 0x4243_4445;
 pub const BITSTR_OVERHEAD: usize = 2;
 
-/// The releases whose step-record layout was measured with `offsetof` over their own
-/// headers. A release of the same series (major and minor: 23.02.x) shares its layout:
-/// Slurm changes these internal structs at major releases, and what the plugin reads
-/// through it is checked before it is trusted. A release of any other series is not
-/// guessed from its neighbours.
-pub const MEASURED_RELEASES: [u32; 8] = [
-    0x16_05_08, 0x17_02_07, 0x17_0B_04, 0x18_05_08, 0x18_0B_05, 0x19_05_08, 0x19_0B_07, 0x1A_05_03,
+/// The step record's layout of each measured release, each entry the line
+/// `ci/slurm-layout.sh --rust SOURCE` printed for that release's source: measured with
+/// `offsetof` over its configured headers, not written by hand. Adding a release is
+/// running that script once over its tarball or tree and pasting its line here, in order;
+/// CI (ci/test.sh) measures every release it builds and fails where its headers and this
+/// table disagree (the example `step-record-layout`, docs/testing.md).
+#[rustfmt::skip]
+const MEASURED_LAYOUTS: [(u32, StepRecordLayout); 8] = [
+    (0x16_05_08, StepRecordLayout { step_id: 112, step_id_job: 0, step_id_step: 8, uid: 352, user_name: 360, job_gres_list: 648, step_gres_list: 656, gres_plugin_id: 4, gres_data: 8, job_node_cnt: 112, job_bit_alloc: 120, job_cnt_node_alloc: 128, step_node_cnt: 96, step_bit_alloc: 112, step_cnt_node_alloc: 88 }), // 22.05.8
+    (0x17_02_07, StepRecordLayout { step_id: 112, step_id_job: 0, step_id_step: 8, uid: 352, user_name: 360, job_gres_list: 736, step_gres_list: 744, gres_plugin_id: 4, gres_data: 8, job_node_cnt: 112, job_bit_alloc: 120, job_cnt_node_alloc: 128, step_node_cnt: 96, step_bit_alloc: 112, step_cnt_node_alloc: 88 }), // 23.02.7
+    (0x17_0B_04, StepRecordLayout { step_id: 112, step_id_job: 0, step_id_step: 8, uid: 368, user_name: 376, job_gres_list: 752, step_gres_list: 760, gres_plugin_id: 4, gres_data: 8, job_node_cnt: 120, job_bit_alloc: 128, job_cnt_node_alloc: 136, step_node_cnt: 96, step_bit_alloc: 112, step_cnt_node_alloc: 88 }), // 23.11.4
+    (0x18_05_08, StepRecordLayout { step_id: 112, step_id_job: 0, step_id_step: 8, uid: 368, user_name: 376, job_gres_list: 752, step_gres_list: 760, gres_plugin_id: 4, gres_data: 8, job_node_cnt: 136, job_bit_alloc: 144, job_cnt_node_alloc: 152, step_node_cnt: 96, step_bit_alloc: 112, step_cnt_node_alloc: 88 }), // 24.05.8
+    (0x18_0B_05, StepRecordLayout { step_id: 112, step_id_job: 8, step_id_step: 16, uid: 376, user_name: 384, job_gres_list: 760, step_gres_list: 768, gres_plugin_id: 4, gres_data: 8, job_node_cnt: 136, job_bit_alloc: 144, job_cnt_node_alloc: 152, step_node_cnt: 96, step_bit_alloc: 112, step_cnt_node_alloc: 88 }), // 24.11.5
+    (0x19_05_08, StepRecordLayout { step_id: 112, step_id_job: 8, step_id_step: 16, uid: 384, user_name: 392, job_gres_list: 768, step_gres_list: 776, gres_plugin_id: 4, gres_data: 8, job_node_cnt: 136, job_bit_alloc: 144, job_cnt_node_alloc: 152, step_node_cnt: 96, step_bit_alloc: 112, step_cnt_node_alloc: 88 }), // 25.05.8
+    (0x19_0B_07, StepRecordLayout { step_id: 112, step_id_job: 8, step_id_step: 16, uid: 384, user_name: 392, job_gres_list: 768, step_gres_list: 776, gres_plugin_id: 4, gres_data: 8, job_node_cnt: 136, job_bit_alloc: 144, job_cnt_node_alloc: 152, step_node_cnt: 96, step_bit_alloc: 112, step_cnt_node_alloc: 88 }), // 25.11.7
+    (0x1A_05_03, StepRecordLayout { step_id: 112, step_id_job: 8, step_id_step: 16, uid: 384, user_name: 392, job_gres_list: 768, step_gres_list: 776, gres_plugin_id: 4, gres_data: 8, job_node_cnt: 136, job_bit_alloc: 144, job_cnt_node_alloc: 152, step_node_cnt: 96, step_bit_alloc: 112, step_cnt_node_alloc: 88 }), // 26.05.3
 ];
+
+/// The releases whose step-record layout was measured with `offsetof` over their own
+/// headers ([`MEASURED_LAYOUTS`]). A release of the same series (major and minor: 23.02.x)
+/// shares its layout: Slurm changes these internal structs at major releases, and what the
+/// plugin reads through it is checked before it is trusted. A release of any other series
+/// is not guessed from its neighbours.
+pub const MEASURED_RELEASES: [u32; MEASURED_LAYOUTS.len()] = {
+    let mut releases = [0; MEASURED_LAYOUTS.len()];
+    let mut i = 0;
+    while i < releases.len() {
+        releases[i] = MEASURED_LAYOUTS[i].0;
+        i += 1;
+    }
+    releases
+};
 
 /// The measured release of `version`'s series, if any.
 pub const fn measured_release(version: u32) -> Option<u32> {
-    let mut i = 0;
-    while i < MEASURED_RELEASES.len() {
-        if MEASURED_RELEASES[i] >> 8 == version >> 8 {
-            return Some(MEASURED_RELEASES[i]);
-        }
-        i += 1;
+    match measured_entry(version) {
+        Some((release, _)) => Some(release),
+        None => None,
     }
-    None
 }
 
 /// The step record's layout in `version` (a `SLURM_VERSION_NUMBER`), if its series was
 /// measured; `None` otherwise: no nearest guess.
 pub const fn step_record_layout(version: u32) -> Option<StepRecordLayout> {
-    if measured_release(version).is_none() {
-        return None;
+    match measured_entry(version) {
+        Some((_, layout)) => Some(layout),
+        None => None,
     }
-    // (job_gres_list, step_gres_list, uid, user_name) moved at 23.02, 23.11, 24.11, 25.05
-    let (job_gres_list, step_gres_list, uid, user_name) = if version >= 0x19_05_00 {
-        (768, 776, 384, 392)
-    } else if version >= 0x18_0B_00 {
-        (760, 768, 376, 384)
-    } else if version >= 0x17_0B_00 {
-        (752, 760, 368, 376)
-    } else if version >= 0x17_02_00 {
-        (736, 744, 352, 360)
-    } else {
-        (648, 656, 352, 360)
-    };
-    // gres_job_state_t grew at 23.11 and 24.05
-    let (job_node_cnt, job_bit_alloc, job_cnt_node_alloc) = if version >= 0x18_05_00 {
-        (136, 144, 152)
-    } else if version >= 0x17_0B_00 {
-        (120, 128, 136)
-    } else {
-        (112, 120, 128)
-    };
-    let sluid_first = version >= 0x18_0B_00;
-    Some(StepRecordLayout {
-        step_id: 112,
-        step_id_job: if sluid_first { 8 } else { 0 },
-        step_id_step: if sluid_first { 16 } else { 8 },
-        uid,
-        user_name,
-        job_gres_list,
-        step_gres_list,
-        gres_plugin_id: 4,
-        gres_data: 8,
-        job_node_cnt,
-        job_bit_alloc,
-        job_cnt_node_alloc,
-        step_node_cnt: 96,
-        step_bit_alloc: 112,
-        step_cnt_node_alloc: 88,
-    })
+}
+
+const fn measured_entry(version: u32) -> Option<(u32, StepRecordLayout)> {
+    let mut i = 0;
+    while i < MEASURED_LAYOUTS.len() {
+        if MEASURED_LAYOUTS[i].0 >> 8 == version >> 8 {
+            return Some(MEASURED_LAYOUTS[i]);
+        }
+        i += 1;
+    }
+    None
 }
 
 /// The layout of the release being built for, if its series was measured.
