@@ -16,21 +16,29 @@ use std::time::Duration;
 use support::cluster::{Cluster, ClusterSpec, energy_of, mark, phase_commands};
 use support::*;
 
-#[test]
-fn the_installed_package_measures_a_job() {
-    if !root_or_skip("the_installed_package_measures_a_job") {
-        return;
-    }
-    let deb = match std::env::var_os("ENERGY_TEST_DEB") {
-        Some(deb) if !deb.is_empty() => PathBuf::from(deb),
+/// The .deb of ci/package.sh (ENERGY_TEST_DEB), or `None` where ENERGY_TESTS_ALLOW_SKIP=1
+/// lets `test` skip without it.
+fn deb_or_skip(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("ENERGY_TEST_DEB") {
+        Some(deb) if !deb.is_empty() => Some(PathBuf::from(deb)),
         _ if std::env::var("ENERGY_TESTS_ALLOW_SKIP").as_deref() == Ok("1") => {
-            eprintln!("SKIPPED the_installed_package_measures_a_job: ENERGY_TEST_DEB unset");
-            return;
+            eprintln!("SKIPPED {test}: ENERGY_TEST_DEB unset");
+            None
         }
         _ => panic!(
             "ENERGY_TEST_DEB must name the .deb of ci/package.sh (ci/test.sh sets it), \
              or set ENERGY_TESTS_ALLOW_SKIP=1 to skip"
         ),
+    }
+}
+
+#[test]
+fn the_installed_package_measures_a_job() {
+    if !root_or_skip("the_installed_package_measures_a_job") {
+        return;
+    }
+    let Some(deb) = deb_or_skip("the_installed_package_measures_a_job") else {
+        return;
     };
     // The daemons' PluginDir is Slurm's alone: the plugin they load there can only be the
     // package's, which exists inside their namespace and nowhere else.
@@ -97,16 +105,15 @@ fn other_release() -> &'static str {
     }
 }
 
-/// A Slurm installed under `prefix` as `--prefix` lays it out, of which install.sh can see
-/// only what it asks: `lib/slurm/libslurmfull.so` (an empty stand-in: it marks the directory
-/// as that Slurm's plugin directory) and `sbin/slurmd`, a script answering `-V` as slurmd
-/// does (`slurm 24.11.5`). Returns the plugin directory.
-fn slurm_at(prefix: &Path, slurmd_release: Option<&str>) -> PathBuf {
-    let plugin_dir = prefix.join("lib/slurm");
-    fs::create_dir_all(&plugin_dir).expect("mkdir lib/slurm");
+/// A Slurm whose plugin directory is `plugin_dir`, of which the installers see only what
+/// they ask: `libslurmfull.so` there (an empty stand-in: it marks the directory as a Slurm's
+/// plugin directory) and, as `--prefix` lays it out, `../../sbin/slurmd`: a script
+/// answering `-V` as slurmd does (`slurm 24.11.5`). Returns `plugin_dir`.
+fn slurm_at(plugin_dir: PathBuf, slurmd_release: Option<&str>) -> PathBuf {
+    fs::create_dir_all(&plugin_dir).expect("mkdir the plugin directory");
     fs::write(plugin_dir.join("libslurmfull.so"), "").expect("libslurmfull.so");
     if let Some(release) = slurmd_release {
-        let sbin = prefix.join("sbin");
+        let sbin = plugin_dir.join("../../sbin");
         fs::create_dir_all(&sbin).expect("mkdir sbin");
         let slurmd = sbin.join("slurmd");
         fs::write(
@@ -157,8 +164,8 @@ fn install_sh_under_sudo(tmp: &Path, plugin_dir: &Path, expected: Option<&str>) 
     let path = tmp.join("path");
     fs::create_dir_all(&path).expect("mkdir path");
     let tools = [
-        "sh", "awk", "readelf", "od", "tr", "sed", "install", "mkdir", "basename", "dirname",
-        "ls", "expr", "cat",
+        "sh", "awk", "readelf", "od", "tr", "sed", "install", "mkdir", "basename", "dirname", "ls",
+        "expr", "cat",
     ];
     for tool in tools.iter().filter(|t| !path.join(t).exists()) {
         let found = ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
@@ -188,7 +195,11 @@ fn install_sh_under_sudo(tmp: &Path, plugin_dir: &Path, expected: Option<&str>) 
 fn assert_refused(out: &Output, tmp: &Path, plugin_dir: &Path, held: &[&str], says: &[&str]) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "install.sh: {stderr}");
-    assert_eq!(files_in(plugin_dir), held, "install.sh wrote into the plugin directory");
+    assert_eq!(
+        files_in(plugin_dir),
+        held,
+        "install.sh wrote into the plugin directory"
+    );
     assert!(!tmp.join("bin").exists(), "install.sh made BINDIR");
     for text in says {
         assert!(stderr.contains(text), "{text:?} not in: {stderr}");
@@ -202,7 +213,10 @@ fn assert_installed(out: &Output, plugin_dir: &Path) {
     assert_eq!(out.status.code(), Some(0), "install.sh: {stderr}");
     let files = files_in(plugin_dir);
     for (name, _) in built_plugins() {
-        assert!(files.contains(&format!("{name}.so")), "{name}.so not in {files:?}");
+        assert!(
+            files.contains(&format!("{name}.so")),
+            "{name}.so not in {files:?}"
+        );
     }
     assert!(files.contains(&"acct_gather_energy_rust_variorum_sampler".to_string()));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -218,7 +232,7 @@ fn install_sh_under_sudo_refuses_plugins_built_for_another_slurm() {
     // 24.11.5 Slurm (whose slurmd says so), headers of the build's own release
     let tmp = tempfile::tempdir().expect("tempdir");
     let other = other_release();
-    let plugin_dir = slurm_at(&tmp.path().join("slurm"), Some(other));
+    let plugin_dir = slurm_at(tmp.path().join("slurm/lib/slurm"), Some(other));
     let out = install_sh_under_sudo(tmp.path(), &plugin_dir, None);
     assert_refused(
         &out,
@@ -247,7 +261,7 @@ fn install_sh_under_sudo_refuses_plugins_built_for_another_slurm() {
 fn install_sh_refuses_plugins_of_another_release_than_slurm_expected_version() {
     // the plugin directory's Slurm is the build's, SLURM_EXPECTED_VERSION another
     let tmp = tempfile::tempdir().expect("tempdir");
-    let plugin_dir = slurm_at(&tmp.path().join("slurm"), Some(&built_release()));
+    let plugin_dir = slurm_at(tmp.path().join("slurm/lib/slurm"), Some(&built_release()));
     let other = other_release();
     let out = install_sh_under_sudo(tmp.path(), &plugin_dir, Some(other));
     assert_refused(
@@ -267,14 +281,14 @@ fn install_sh_refuses_plugins_of_another_release_than_slurm_expected_version() {
 fn install_sh_installs_into_the_slurm_of_the_built_release() {
     // told by slurmd beside the directory
     let tmp = tempfile::tempdir().expect("tempdir");
-    let plugin_dir = slurm_at(&tmp.path().join("slurm"), Some(&built_release()));
+    let plugin_dir = slurm_at(tmp.path().join("slurm/lib/slurm"), Some(&built_release()));
     let out = install_sh_under_sudo(tmp.path(), &plugin_dir, Some(&built_release()));
     assert_installed(&out, &plugin_dir);
 
     // told by a plugin that Slurm installed there (a built plugin stands in: it carries the
     // built release), no slurmd
     let tmp = tempfile::tempdir().expect("tempdir");
-    let plugin_dir = slurm_at(&tmp.path().join("slurm"), None);
+    let plugin_dir = slurm_at(tmp.path().join("slurm/lib/slurm"), None);
     let (_, plugin) = built_plugins().into_iter().next().expect("a plugin");
     fs::copy(plugin, plugin_dir.join("proctrack_pgid.so")).expect("stand-in Slurm plugin");
     let out = install_sh_under_sudo(tmp.path(), &plugin_dir, None);
@@ -298,4 +312,71 @@ fn install_sh_needs_slurm_expected_version_for_a_directory_of_no_slurm() {
     );
     let out = install_sh_under_sudo(tmp.path(), &plugin_dir, Some(&built_release()));
     assert_installed(&out, &plugin_dir);
+}
+
+#[test]
+fn the_packages_preinst_refuses_a_slurm_of_another_release() {
+    let Some(deb) = deb_or_skip("the_packages_preinst_refuses_a_slurm_of_another_release") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let control = tmp.path().join("control");
+    let extracted = Command::new("dpkg-deb")
+        .arg("-e")
+        .arg(&deb)
+        .arg(&control)
+        .status()
+        .expect("run dpkg-deb -e");
+    assert!(extracted.success(), "dpkg-deb -e {}", deb.display());
+    // the directory the package installs into (./usr/lib/<multiarch>/slurm-wlm/...), which
+    // the preinst asks under DPKG_ROOT (dpkg --root)
+    let listing = Command::new("dpkg-deb")
+        .arg("-c")
+        .arg(&deb)
+        .output()
+        .expect("run dpkg-deb -c");
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    let plugin = listing
+        .split_whitespace()
+        .find(|f| f.ends_with("/acct_gather_energy_rust_rapl.so"))
+        .unwrap_or_else(|| panic!("no rust_rapl plugin in {}: {listing}", deb.display()));
+    let plugin_dir = Path::new(plugin.trim_start_matches('.'))
+        .parent()
+        .expect("a directory")
+        .strip_prefix("/")
+        .expect("an absolute path");
+    let preinst = |root: &Path| {
+        Command::new("/bin/sh")
+            .arg(control.join("preinst"))
+            .arg("install")
+            .env("DPKG_ROOT", root)
+            .env_remove("SLURM_EXPECTED_VERSION")
+            .output()
+            .expect("run the preinst")
+    };
+
+    let other = other_release();
+    let root = tmp.path().join("other");
+    let dir = slurm_at(root.join(plugin_dir), Some(other));
+    let out = preinst(&root);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "preinst: {stderr}");
+    for text in [
+        format!("built for Slurm {}", built_release()),
+        format!("{} is Slurm {other}'s", dir.display()),
+        format!("build them for {other}"),
+        "nothing installed".to_string(),
+    ] {
+        assert!(stderr.contains(&text), "{text:?} not in: {stderr}");
+    }
+
+    let root = tmp.path().join("same");
+    slurm_at(root.join(plugin_dir), Some(&built_release()));
+    let out = preinst(&root);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "preinst: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
