@@ -4,13 +4,14 @@
 # /usr/include) and copies each as
 # PLUGIN_DIR/acct_gather_energy_<name>.so, the file name Slurm's loader looks for.
 # PLUGIN_DIR defaults to that Slurm's plugin directory (the one holding
-# libslurmfull.so). Set SLURM_EXPECTED_VERSION=X.Y.Z to refuse a build whose
-# headers are not of the release your daemons run. `senergy`, where the workspace built
+# libslurmfull.so). `senergy`, where the workspace built
 # it, goes to BINDIR (default /usr/local/bin). DESTDIR=/stage puts every file under
 # /stage (what ci/package.sh does) and leaves the paths themselves as they are. Build as
 # yourself, install with sudo: without cargo on its PATH it installs what was built. The
-# release is read from the built plugins themselves: a build for another release than
-# the headers' (SLURM_EXPECTED_VERSION) is refused, nothing installed.
+# release is read from the built plugins themselves and must be that of the Slurm whose
+# plugin directory receives them (its own plugins', else `slurmd -V` beside it) and
+# SLURM_EXPECTED_VERSION's where set (which stands in for a directory whose Slurm cannot
+# tell): otherwise nothing is installed and the message names the release to build for.
 set -eu
 cd "$(dirname "$0")/.."
 plugin_dir=${1:-}
@@ -29,36 +30,28 @@ else
         "as yourself: cargo build --release --workspace --exclude energy-tests" >&2
     exit 1
 fi
-# The release each built plugin carries (its plugin_version, which Slurm's loader
-# compares with its own), read from the file: what was built, whatever this shell's
-# headers and SLURM_EXPECTED_VERSION say. Needs readelf (binutils).
-built_for() {
-    value=$(readelf -W --dyn-syms "$1" | awk '$8 == "plugin_version" { print $2; exit }')
-    [ -n "$value" ] || return 1
-    # the file offset of that address: its section's offset plus the distance into it
-    offset=$(readelf -W -S "$1" | awk -v v="$value" '
-        function hex(s,   i, n, c) { n = 0; s = tolower(s)
-            for (i = 1; i <= length(s); i++) { c = index("0123456789abcdef", substr(s, i, 1)) - 1; n = n * 16 + c }
-            return n }
-        { sub(/^ *\[ *[0-9]+\]/, "") }
-        NF >= 6 && $2 != "NOBITS" { a = hex($3); o = hex($4); z = hex($5); x = hex(v)
-            if (a > 0 && x >= a && x < a + z) { printf "%d\n", x - a + o; exit } }')
-    [ -n "$offset" ] || return 1
-    n=$(od -An -tu4 -j "$offset" -N4 "$1" | tr -d ' ')
-    printf '%d.%02d.%d' $((n >> 16)) $(((n >> 8) & 255)) $((n & 255))
-}
+# The release the plugins were built for, read from each file (its plugin_version, which
+# Slurm's loader compares with its own): what was built, whatever this shell's headers say.
+built=""
 for lib in "$target"/release/libacct_gather_energy_*.so; do
-    built=$(built_for "$lib") || {
+    release=$(plugin_release "$lib") || {
         echo "install.sh: cannot read the release $lib was built for (is readelf installed?)" >&2
         exit 1
     }
-    if [ "$built" != "$slurm_release" ]; then
-        echo "install.sh: $lib is built for Slurm $built, not $slurm_release (the headers in $include):" \
-            "rebuild for $slurm_release (as yourself: cargo build --release with SLURM_INCLUDE_DIR or" \
-            "SLURM_PREFIX set for it), or install into the Slurm of $built; nothing installed" >&2
+    if [ "${built:-$release}" != "$release" ]; then
+        echo "install.sh: $target/release holds plugins built for Slurm $built and for $release:" \
+            "rebuild them all (cargo build --release); nothing installed" >&2
         exit 1
     fi
+    built=$release
 done
+# ...must be the release of the Slurm whose plugin directory receives them (and
+# SLURM_EXPECTED_VERSION's), asked of that Slurm: under sudo nothing was built here, and
+# the headers prove nothing about it. Files staged under DESTDIR for a package are checked
+# by the package's own install script where they land.
+receiving_slurm=$plugin_dir
+[ -z "$dest" ] || receiving_slurm=""
+check_slurm_release install.sh "$built" "$receiving_slurm" || exit 1
 mkdir -p "$dest$plugin_dir"
 for lib in "$target"/release/libacct_gather_energy_*.so; do
     name=$(basename "$lib" | sed 's/^lib//')
@@ -73,4 +66,4 @@ if [ -x "$target/release/senergy" ]; then
     install -m 0755 "$target/release/senergy" "$dest$bindir/senergy"
     echo "installed $dest$bindir/senergy"
 fi
-echo "built for Slurm $slurm_release (read from the plugins): the daemons must run exactly this release"
+echo "built for Slurm $built (read from the plugins): the daemons must run exactly this release"

@@ -13,7 +13,10 @@
 # that directory's libslurmfull.so (e.g. SchedMD's slurm-smd). A Slurm
 # installed from source (no dpkg package owns it) cannot be pinned: the package then
 # depends on no Slurm package, says so in its description, and carries the release in its
-# version. SLURM_DEB_DEPENDS=... replaces the computed Slurm dependency.
+# version. SLURM_DEB_DEPENDS=... replaces the computed Slurm dependency. Its preinst asks the
+# Slurm of that directory its release (ci/slurm-release.sh, as ci/install.sh does) and
+# installs nothing unless it is the plugins' (SLURM_EXPECTED_VERSION stands in where that
+# Slurm cannot tell).
 #
 # Environment: SLURM_INCLUDE_DIR, SLURM_PREFIX, SLURM_EXPECTED_VERSION (as ci/install.sh),
 # CARGO_TARGET_DIR, PACKAGE_OUT (directory of the .deb, default $CARGO_TARGET_DIR/debian).
@@ -32,7 +35,13 @@ version=$crate_version+slurm$slurm_release
 stage=$(mktemp -d "${TMPDIR:-/tmp}/package-deb.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 root=$stage/root
-DESTDIR=$root BINDIR=/usr/bin sh ci/install.sh "$plugin_dir" >&2
+# the package is named and pinned for the headers' release: plugins built for another are
+# refused (install.sh reads their release from them)
+if [ -n "${SLURM_EXPECTED_VERSION:-}" ] && [ "$(slurm_release_normal "$SLURM_EXPECTED_VERSION")" != "$slurm_release" ]; then
+    echo "package.sh: the headers in $include are Slurm $slurm_release, not SLURM_EXPECTED_VERSION=$SLURM_EXPECTED_VERSION" >&2
+    exit 1
+fi
+SLURM_EXPECTED_VERSION=$slurm_release DESTDIR=$root BINDIR=/usr/bin sh ci/install.sh "$plugin_dir" >&2
 
 doc=$root/usr/share/doc/$name
 mkdir -p "$doc/examples"
@@ -105,6 +114,16 @@ Description: Slurm acct_gather_energy plugins in Rust (RAPL, IPMI, Variorum, Red
  Example slurm.conf and acct_gather.conf snippets are in
  /usr/share/doc/$name/examples.
 EOF
+# preinst: the Slurm whose plugin directory receives the plugins is asked its release before
+# anything is unpacked (Depends cannot pin a Slurm installed from source, and a pinned one
+# may have been replaced by hand); the check is ci/slurm-release.sh's, as install.sh's
+{
+    printf '#!/bin/sh\n# slurm-energy-rust preinst, written by ci/package.sh\nset -e\n'
+    cat ci/slurm-release.sh
+    printf 'case "$1" in\ninstall | upgrade)\n'
+    printf '    check_slurm_release %s %s "${DPKG_ROOT:-}%s"\n    ;;\nesac\n' "$name" "$slurm_release" "$plugin_dir"
+} >"$root/DEBIAN/preinst"
+chmod 0755 "$root/DEBIAN/preinst"
 mkdir -p "$out"
 deb=$out/${name}_${version}_$arch.deb
 dpkg-deb --root-owner-group --build "$root" "$deb" >&2
