@@ -139,9 +139,12 @@ pub fn release(number: u32) -> String {
     )
 }
 
-/// `22.05.8` (or `slurm 22.05.8`, as `slurmd -V` prints it) as Slurm numbers it.
+/// `22.05.8` (or `slurm 22.05.8`, as `slurmd -V` prints it) as Slurm numbers it; a
+/// pre-release (`slurm 26.11.0-0rc1`) as the release it comes before, which its headers'
+/// `SLURM_VERSION_NUMBER` (0x1a0b00) and so its loader take it for.
 pub fn parse_release(text: &str) -> Option<u32> {
     let word = text.split_whitespace().last()?;
+    let word = word.split_once('-').map_or(word, |(release, _)| release);
     let mut parts = word.split('.').map(|p| p.parse::<u32>().ok());
     let (major, minor, micro) = (parts.next()??, parts.next()??, parts.next()??);
     (parts.next().is_none() && minor < 256 && micro < 256)
@@ -518,6 +521,7 @@ mod tests {
     fn releases_read_and_print_as_slurm_numbers_them() {
         assert_eq!(parse_release("slurm 22.05.8"), Some(R22));
         assert_eq!(parse_release("24.11.5\n"), Some(R24));
+        assert_eq!(parse_release("slurm 26.11.0-0rc1"), Some(0x1a_0b_00));
         assert_eq!(release(R22), "22.05.8");
         assert_eq!(release(R24), "24.11.5");
         for bad in ["", "slurm", "22.05", "22.05.x", "22.05.8.1", "22.300.1"] {
