@@ -78,8 +78,8 @@ pub trait Host: Send + Sync + 'static {
 
     /// What Slurm's step record at `address` (as slurmstepd passes it at
     /// `ENERGY_DATA_STEP_PTR`) grants this slurmstepd's step, or why it is not read.
-    fn step_record(&self, _address: usize) -> Result<Grant, String> {
-        Err("not in slurmstepd".into())
+    fn step_record(&self, _address: usize) -> Result<Grant, RecordRefused> {
+        Err(RecordRefused::Failed("not in slurmstepd".into()))
     }
 
     /// This slurmstepd's job and step (its title).
@@ -646,5 +646,6 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
 }
 
 mod step_grant;
+pub use step_grant::RecordRefused;
 #[cfg(test)]
 mod tests;

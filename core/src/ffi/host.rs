@@ -8,7 +8,7 @@ use crate::attribution::gres::GresOrder;
 use crate::attribution::job_record::LoadJob;
 use crate::attribution::{Site, StepId};
 use crate::metrics::PrivateData;
-use crate::runtime::{Daemon, Host};
+use crate::runtime::{Daemon, Host, RecordRefused};
 
 /// `plugin_type`: the plugin's `acct_gather_energy/<kind>`.
 pub struct SlurmHost {
@@ -50,7 +50,7 @@ impl Host for SlurmHost {
         super::slurm_conf::private_data()
     }
 
-    fn step_record(&self, address: usize) -> Result<Grant, String> {
+    fn step_record(&self, address: usize) -> Result<Grant, RecordRefused> {
         super::step_record::grant(address)
     }
 

@@ -23,6 +23,7 @@ use slurm_sys::{
 use super::own_memory::{self, Unreadable};
 use crate::attribution::StepId;
 use crate::attribution::grant::{Grant, GresHeld};
+use crate::runtime::RecordRefused;
 
 /// The GRES that say which GPUs a step holds.
 const GPU_GRES: [&str; 3] = ["gpu", "shard", "mps"];
@@ -82,9 +83,23 @@ pub fn own_step() -> Option<(u32, StepId)> {
 /// What Slurm's step record at `step` grants this slurmstepd's step, or why it is not
 /// read. `step` is what slurmstepd passes at `ENERGY_DATA_STEP_PTR`; nothing at it is
 /// dereferenced, so any value is safe.
-pub fn grant(step: usize) -> Result<Grant, String> {
+pub fn grant(step: usize) -> Result<Grant, RecordRefused> {
     let user_of = |uid| User::from_uid(Uid::from_raw(uid)).map(|u| u.map(|u| u.name));
-    read_grant(step, STEP_RECORD.as_ref(), own_step(), user_of)
+    let Some(layout) = STEP_RECORD.as_ref() else {
+        return Err(RecordRefused::NotMeasured(not_measured()));
+    };
+    read_grant(step, Some(layout), own_step(), user_of).map_err(RecordRefused::Failed)
+}
+
+/// Why a release whose layout was never measured has its record not read.
+fn not_measured() -> String {
+    let measured: Vec<String> = MEASURED_RELEASES.iter().map(|&v| release(v)).collect();
+    format!(
+        "Slurm {}: the layout of its step record (stepd_step_rec_t) was not measured for \
+         this release series (measured: {}), so the record is not read",
+        running(),
+        measured.join(", ")
+    )
 }
 
 /// The grant in the record at `step` read with `layout` (`None`: this release's layout
@@ -97,13 +112,7 @@ fn read_grant(
     user_of: impl Fn(u32) -> Result<Option<String>, Errno>,
 ) -> Result<Grant, String> {
     let Some(layout) = layout else {
-        let measured: Vec<String> = MEASURED_RELEASES.iter().map(|&v| release(v)).collect();
-        return Err(format!(
-            "Slurm {}: the layout of its step record (stepd_step_rec_t) was not measured for \
-             this release series (measured: {}), so the record is not read",
-            running(),
-            measured.join(", ")
-        ));
+        return Err(not_measured());
     };
     if step == 0 {
         return Err("no step record".into());

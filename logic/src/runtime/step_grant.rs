@@ -13,6 +13,19 @@ use crate::attribution::grant::Grant;
 use crate::attribution::job_record::{self, RETRY_AFTER, STEP_RECORD_KEY, StepRecordConfig};
 use crate::guard::guard;
 
+/// Why Slurm's step record was not read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecordRefused {
+    /// This build has no layout of the running release's record (a release newer than
+    /// the build's table, a pre-release): nothing is wrong, the step is charged from
+    /// slurmctld's record, and the log says so as information.
+    #[error("{0}")]
+    NotMeasured(String),
+    /// The record failed a check or could not be read: the build's layout is wrong for it.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// Publishes the step's grant, from the step record at `address` when `config` reads it.
 pub(super) fn publish(host: &dyn Host, config: StepRecordConfig, address: usize) {
     let refused = match config.read {
@@ -23,7 +36,11 @@ pub(super) fn publish(host: &dyn Host, config: StepRecordConfig, address: usize)
                     Err(why) => no_grant(&grant, &why),
                 };
             }
-            Err(why) => {
+            Err(RecordRefused::NotMeasured(why)) => {
+                log::info!("{why}");
+                "Slurm's step record is not read".to_string()
+            }
+            Err(RecordRefused::Failed(why)) => {
                 log::error!("{why}");
                 "Slurm's step record is refused".to_string()
             }
@@ -117,7 +134,7 @@ mod tests {
     /// slurmstepd of step 7.0 on node n1, whose step record says `record`.
     struct Stepd {
         spool: PathBuf,
-        record: Result<Grant, String>,
+        record: Result<Grant, RecordRefused>,
         record_read: AtomicBool,
     }
 
@@ -134,7 +151,7 @@ mod tests {
             "n1".into()
         }
 
-        fn step_record(&self, _address: usize) -> Result<Grant, String> {
+        fn step_record(&self, _address: usize) -> Result<Grant, RecordRefused> {
             self.record_read.store(true, Ordering::SeqCst);
             self.record.clone()
         }
@@ -175,7 +192,7 @@ mod tests {
         None
     }
 
-    fn stepd(record: Result<Grant, String>) -> (tempfile::TempDir, Stepd) {
+    fn stepd(record: Result<Grant, RecordRefused>) -> (tempfile::TempDir, Stepd) {
         let spool = tempfile::tempdir().expect("tempdir");
         let host = Stepd {
             spool: spool.path().to_path_buf(),
@@ -203,11 +220,13 @@ mod tests {
 
         let from_job = |spool| published(spool).map(|g| (g.gres, g.user));
         let root = Some((whole(&[1, 3]), "root".to_string()));
-        let (spool, host) = stepd(Err("Slurm 26.11.0: not measured".into()));
+        let (spool, host) = stepd(Err(RecordRefused::NotMeasured(
+            "Slurm 26.11.0: not measured".into(),
+        )));
         publish(&host, read, 0x1000);
         assert_eq!(from_job(spool.path()), root);
 
-        let (spool, host) = stepd(Err("never asked".into()));
+        let (spool, host) = stepd(Err(RecordRefused::Failed("never asked".into())));
         publish(&host, StepRecordConfig { read: false }, 0x1000);
         assert_eq!(from_job(spool.path()), root);
         assert!(!host.record_read.load(Ordering::SeqCst));
