@@ -31,7 +31,7 @@
 #   SLURM_CFLAGS=-O1 -g0 -pipe   the C compiler's flags
 #
 # Build dependencies (build-essential, pkg-config, libmunge-dev, libmariadb-dev,
-# libcurl4-openssl-dev for the influxdb profile plugin, curl) are
+# libcurl4-openssl-dev for the influxdb profile plugin, libdbus-1-dev for cgroup/v2, curl) are
 # installed with apt-get when missing and running as root; package scripts are kept from
 # starting services. The build takes 2-4 minutes on 2 cores (shared libraries only).
 set -eu
@@ -203,7 +203,7 @@ t0=$(date +%s)
 
 # ---- build dependencies
 sh "$(dirname "$0")/apt-install.sh" build-essential pkg-config libmunge-dev libmariadb-dev \
-    libcurl4-openssl-dev curl ca-certificates >>"$buildlog" 2>&1 ||
+    libcurl4-openssl-dev libdbus-1-dev curl ca-certificates >>"$buildlog" 2>&1 ||
     { tail -n 30 "$buildlog" >&2; die "installing the build dependencies failed"; }
 
 work=$(mktemp -d "$cache/build-$version.XXXXXX")

@@ -34,4 +34,24 @@ if [ -n "${NODE_HOOK:-}" ]; then
     fi
 fi
 
+# A pure cgroup v2 host for Slurm's cgroup/v2 (the cluster's CGROUP_V2): this machine's
+# controllers are bound to v1 hierarchies, but its unified hierarchy counts every cgroup's
+# CPU time and can freeze and kill them. slurmd gets its own subtree CGROUP2_ROOT of it as
+# the root of a cgroup namespace, mounted at /sys/fs/cgroup, so that every path it and
+# its slurmstepds read in /proc/PID/cgroup is one under that mount, as on a v2 host; Slurm
+# makes its slurmstepds' scope in system.slice, which it expects systemd to have made.
+# /proc/PID/cgroup still lists the v1 hierarchies before that line, which Slurm takes for
+# a hybrid host and stops: init's (read by 26.05) shows `0::/` here (init, outside the
+# namespace, shown at its root as in a container), and each process's own
+# (/proc/self/cgroup, read by slurmd and every slurmstepd) its v2 line alone, through
+# cgroup2-only.so (built by `cluster up`).
+if [ -n "${CGROUP2_ROOT:-}" ]; then
+    mkdir -p "$CGROUP2_ROOT/system.slice" && echo $$ >"$CGROUP2_ROOT/cgroup.procs" || exit 94
+    printf '0::/\n' >"$dir/run/cgroup2-init" || exit 94
+    export LD_PRELOAD="$dir/run/cgroup2-only.so"
+    exec unshare --cgroup -- sh -c 'mount -t cgroup2 cgroup2 /sys/fs/cgroup &&
+        mount --bind "$1" /proc/1/cgroup || exit 94
+        shift; exec "$@"' sh "$dir/run/cgroup2-init" "$@"
+fi
+
 exec "$@"

@@ -46,6 +46,9 @@ pub struct ClusterSpec<'a> {
     pub gres_conf: &'a str,
     /// cgroup.conf in place of the harness's ([`config::cgroup_conf`]); empty: its.
     pub cgroup_conf: &'a str,
+    /// Each slurmd sees a pure cgroup v2 host ([`config::Settings::cgroup_v2`]), for
+    /// [`cgroup_v2_conf`].
+    pub cgroup_v2: bool,
     /// A directory with `passwd` and `group`: the whole cluster (and its clients) then
     /// runs in a private mount namespace where they are bind-mounted over /etc's, so tests
     /// can have more Unix users without touching the machine's /etc.
@@ -80,6 +83,7 @@ impl Default for ClusterSpec<'_> {
             cred_expire: None,
             gres_conf: "",
             cgroup_conf: "",
+            cgroup_v2: false,
             etc_users: None,
             hosts: "",
             proc_driver: None,
@@ -130,6 +134,7 @@ impl ClusterSpec<'_> {
                 .then(|| plugin_dir(root).display().to_string()),
             node_hook: Some(workspace().join("tests/fakehw/node-hook.sh")),
             sim_root: Some(sim_root),
+            cgroup_v2: self.cgroup_v2,
             acct_gather_conf: Some(file("acct_gather.conf.in", self.acct_gather)),
             cgroup_conf: optional("cgroup.conf.in", self.cgroup_conf),
             gres_conf: optional("gres.conf.in", self.gres_conf),
@@ -574,6 +579,15 @@ impl Drop for Cluster {
 /// `ConstrainCores=yes`.
 pub fn cgroup_v1_conf(constrain: &str) -> String {
     format!("CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n{constrain}")
+}
+
+/// cgroup.conf for Slurm's cgroup v2 plugin on the nodes' pure v2 hosts
+/// ([`ClusterSpec::cgroup_v2`]), which no systemd runs (`IgnoreSystemd`: Slurm makes its
+/// own directories), with `constrain` lines. No controller is there to constrain with.
+pub fn cgroup_v2_conf(constrain: &str) -> String {
+    format!(
+        "CgroupPlugin=cgroup/v2\nCgroupMountpoint=/sys/fs/cgroup\nIgnoreSystemd=yes\n{constrain}"
+    )
 }
 
 /// The energy of `id` (a job, step or array element) in [`Cluster::energy`]'s rows.

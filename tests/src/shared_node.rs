@@ -1,13 +1,15 @@
-//! Shared-node scenarios (`EnergyAttribution=shared` over Slurm's cgroup v1 plugins) for
+//! Shared-node scenarios (`EnergyAttribution=shared` over Slurm's cgroup plugins) for
 //! the cluster tests: the RAPL simulator gives the node's true joules, and the test reads
 //! the jobs' cgroup CPU time itself to compute what the model gives each job.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark};
+use crate::cluster::{
+    Cluster, ClusterSpec, cgroup_v1_conf, cgroup_v2_conf, cgroups, energy_of, mark,
+};
 use crate::{assert_close, assert_watts, bin};
 
 /// What [`two_jobs_share_the_node`]'s busy job does besides spinning (an attack, say):
@@ -34,9 +36,27 @@ pub const OFF: &str = "package0=0";
 pub const CGROUP_SLURM_CONF: &str = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
                                  JobAcctGatherType=jobacct_gather/cgroup\n";
 
+/// Slurm's plugins over cgroup v2 without controllers ([`ClusterSpec::cgroup_v2`]):
+/// jobacct_gather/cgroup cannot start there ("memory cgroup controller is not available"),
+/// and task/cgroup has nothing to constrain; proctrack/cgroup places the jobs, which is
+/// what `shared` reads.
+pub const CGROUP_V2_SLURM_CONF: &str = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
+                                    JobAcctGatherType=jobacct_gather/linux\n";
+
 /// One node in `shared` mode over Slurm's cgroups (`extra_conf`: more slurm.conf lines,
 /// the cgroup plugins among them).
 pub fn shared_cluster(root: &std::path::Path, extra_conf: &str) -> Cluster {
+    shared_cluster_on(root, extra_conf, false)
+}
+
+/// [`shared_cluster`], over Slurm's cgroup/v2 on a pure v2 host of the node's own
+/// ([`ClusterSpec::cgroup_v2`]) when `cgroup_v2`, else cgroup/v1 (its cores constrained).
+pub fn shared_cluster_on(root: &std::path::Path, extra_conf: &str, cgroup_v2: bool) -> Cluster {
+    let cgroup_conf = if cgroup_v2 {
+        cgroup_v2_conf("")
+    } else {
+        cgroup_v1_conf("ConstrainCores=yes\n")
+    };
     Cluster::up(
         root,
         &ClusterSpec {
@@ -46,7 +66,8 @@ pub fn shared_cluster(root: &std::path::Path, extra_conf: &str) -> Cluster {
             ),
             sim_args: vec![Some(SIM)],
             extra_conf,
-            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            cgroup_conf: &cgroup_conf,
+            cgroup_v2,
             ..ClusterSpec::default()
         },
     )
@@ -65,35 +86,74 @@ pub fn wait_for_mark(cluster: &Cluster, name: &str) {
     }
 }
 
-/// The job's CPU time so far, read from Slurm's cgroup v1 tree as the model reads it.
+/// The job's CPU time so far, read from Slurm's cgroup tree (v1 or v2) as the model reads it.
 pub fn cpu_secs(job: u32) -> f64 {
-    cgroup_cpu_secs(&format!("job_{job}"))
+    cgroup_cpu_secs(job, None)
 }
 
 /// Step `step` (`0`, `batch`) of job `job`: its CPU time so far, as [`cpu_secs`] reads it.
 pub fn step_cpu_secs(job: u32, step: &str) -> f64 {
-    cgroup_cpu_secs(&format!("job_{job}/step_{step}"))
+    cgroup_cpu_secs(job, Some(step))
 }
 
-/// The CPU time of `dir` (`job_J`, `job_J/step_S`) under the uid directory of Slurm's
-/// cgroup v1 tree (on this host under any slurmd's root: the job ids differ).
-fn cgroup_cpu_secs(dir: &str) -> f64 {
+/// The CPU time of job `job`'s cgroup, or of its step `step`'s: under the uid directory of
+/// Slurm's cgroup v1 tree, else in the test clusters' v2 subtrees ([`cgroups::v2_root`]).
+/// On this host under any slurmd's root: the job ids differ.
+fn cgroup_cpu_secs(job: u32, step: Option<&str>) -> f64 {
+    let dir = match step {
+        Some(s) => format!("job_{job}/step_{s}"),
+        None => format!("job_{job}"),
+    };
     let root = PathBuf::from("/sys/fs/cgroup/cpuacct");
-    let found = fs::read_dir(&root)
+    let v1 = fs::read_dir(&root)
         .into_iter()
         .flatten()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("slurm"))
         .flat_map(|slurm| fs::read_dir(slurm.path()).into_iter().flatten().flatten())
-        .map(|uid| uid.path().join(dir).join("cpuacct.usage"))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("no cgroup {dir} under {}", root.display()));
-    let ns: f64 = fs::read_to_string(&found)
-        .expect("cpuacct.usage")
-        .trim()
-        .parse()
-        .expect("ns");
-    ns / 1e9
+        .map(|uid| uid.path().join(&dir).join("cpuacct.usage"))
+        .find(|p| p.exists());
+    if let Some(found) = v1 {
+        let ns: f64 = fs::read_to_string(&found)
+            .expect("cpuacct.usage")
+            .trim()
+            .parse()
+            .expect("ns");
+        return ns / 1e9;
+    }
+    let found = v2_cgroup(job, step)
+        .unwrap_or_else(|| panic!("no cgroup {dir} under {} nor a v2 one", root.display()));
+    let stat = fs::read_to_string(found.join("cpu.stat")).expect("cpu.stat");
+    let usec: f64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no usage_usec in {}: {stat}", found.display()));
+    usec / 1e6
+}
+
+/// Job `job`'s cgroup v2 directory, or its step `step`'s, found from where a slurmstepd of
+/// it (`slurmstepd: [J.S]`) is: v2 job directories are named by SLUID from 26.05 on. This
+/// process sees /proc/PID/cgroup's paths from the machine's unified root, above the nodes'
+/// cgroup namespaces.
+fn v2_cgroup(job: u32, step: Option<&str>) -> Option<PathBuf> {
+    let title = match step {
+        Some(s) => format!("slurmstepd: [{job}.{s}]"),
+        None => format!("slurmstepd: [{job}."),
+    };
+    fs::read_dir("/proc").ok()?.flatten().find_map(|p| {
+        let cmdline = fs::read(p.path().join("cmdline")).ok()?;
+        if !String::from_utf8_lossy(&cmdline).starts_with(&title) {
+            return None;
+        }
+        let text = fs::read_to_string(p.path().join("cgroup")).ok()?;
+        let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+        // `<job>/step_<id>/slurm`: the step's directory is the last `step_`, the job's above
+        let parts: Vec<&str> = path.split('/').collect();
+        let at = parts.iter().rposition(|c| c.starts_with("step_"))?;
+        let end = if step.is_some() { at + 1 } else { at };
+        Some(Path::new(cgroups::CGROUP_V2_HOST).join(parts[1..end].join("/")))
+    })
 }
 
 /// The live energy of a step (`sstat`).

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark};
 use support::shared_node::{
-    CGROUP_SLURM_CONF, IDLE_WATTS, OFF, ON, RAPL, SIM, TwoJobs, shared_cluster,
-    two_jobs_share_the_node, wait_for_mark,
+    CGROUP_SLURM_CONF, CGROUP_V2_SLURM_CONF, IDLE_WATTS, OFF, ON, RAPL, SIM, TwoJobs,
+    shared_cluster, shared_cluster_on, two_jobs_share_the_node, wait_for_mark,
 };
 use support::stepds::StepdWatch;
 use support::*;
@@ -57,6 +57,30 @@ fn shared_node_with_contain() {
         return;
     };
     let cluster = shared_cluster(tmp.path(), CGROUP_SLURM_CONF);
+    two_jobs_share_the_node(&cluster, true, &TwoJobs::default());
+    a_job_alone(&cluster, false);
+    a_job_alone(&cluster, true);
+}
+
+/// `shared` mode under Slurm's cgroup/v2 (each slurmd on a pure v2 host of its own: no
+/// controller, so nothing constrained, but every cgroup's CPU time counted): the busy and
+/// the idle job side by side get the model's split of the node's energy from their v2
+/// job directories' `cpu.stat`, and a job alone the node's, slurmd restarted or not.
+#[test]
+fn shared_node_under_cgroup_v2() {
+    let Some(tmp) = root_test_dir("shared_node_under_cgroup_v2") else {
+        return;
+    };
+    let plugins = support::cluster::config::Install::from_env().plugin_dir;
+    if !plugins.join("cgroup_v2.so").exists() {
+        // configure leaves it out without dbus-1's headers (libdbus-1-dev)
+        println!(
+            "skipped: this Slurm has no cgroup/v2 plugin in {}",
+            plugins.display()
+        );
+        return;
+    }
+    let cluster = shared_cluster_on(tmp.path(), CGROUP_V2_SLURM_CONF, true);
     two_jobs_share_the_node(&cluster, true, &TwoJobs::default());
     a_job_alone(&cluster, false);
     a_job_alone(&cluster, true);

@@ -36,6 +36,8 @@
 //!                           slurmd's private mount namespace right before slurmd
 //!   SIM_ROOT=               the nodes' simulated hardware, for the node hook (it gets
 //!                           SIM_ROOT; tests/fakehw/node-hook.sh)
+//!   CGROUP_V2=0             1: each slurmd sees a pure cgroup v2 host, its own subtree of
+//!                           /sys/fs/cgroup/unified (for CgroupPlugin=cgroup/v2)
 //!   SLURM_PREFIX=           use a Slurm installed under this prefix
 //!   SLURM_BIN, SLURM_SBIN, SLURM_PLUGIN_DIR   override individual locations
 //!   CLUSTER_NAME=           default: "t" + 8 hex digits derived from DIR

@@ -1,5 +1,6 @@
 //! The cgroups Slurm makes for a cluster's jobs (cgroup v1: `<controller>/slurm/uid_U/
-//! job_J/...` under `CgroupMountpoint`), removed when the cluster goes down.
+//! job_J/...` under `CgroupMountpoint`; cgroup v2: the nodes' own subtrees of this
+//! machine's unified hierarchy, [`v2_root`]), removed when the cluster goes down.
 //!
 //! A slurmstepd removes its job's directories when the job ends, but not when it is
 //! killed (a test that kills slurmd, a cluster taken down mid-job). Job ids come again
@@ -17,6 +18,43 @@ use std::time::{Duration, Instant};
 
 /// Where the tests' cgroup.conf mounts Slurm's cgroups ([`super::cgroup_v1_conf`]).
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// This machine's cgroup v2 (unified) hierarchy, beside the v1 controllers' at
+/// [`CGROUP_ROOT`]. It holds no controller (they are bound to v1), but every cgroup in it
+/// counts its CPU time (`cpu.stat`) and can be frozen and killed, which is all Slurm's
+/// cgroup/v2 with proctrack/cgroup needs.
+pub const CGROUP_V2_HOST: &str = "/sys/fs/cgroup/unified";
+
+/// The subtree of [`CGROUP_V2_HOST`] whose `n<K>` children are the cgroup v2 roots of a
+/// cluster's nodes in slot `slot` (a cgroup namespace each, ci/cluster-lib/node-start.sh):
+/// the slot makes it the cluster's own while it runs.
+pub fn v2_root(slot: u32) -> PathBuf {
+    Path::new(CGROUP_V2_HOST).join(format!("rust-energy-test-slot{slot}"))
+}
+
+/// Removes a cluster's cgroup v2 subtree ([`v2_root`]) and everything Slurm made in it,
+/// once its processes are gone; says what stays.
+pub fn remove_v2_root(root: &Path) {
+    if !root.exists() {
+        return;
+    }
+    let deadline = Instant::now() + BUSY_WAIT;
+    loop {
+        match remove_tree(root) {
+            Err(e) if e.kind() == ErrorKind::ResourceBusy && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => {
+                eprintln!(
+                    "cluster: cannot remove the cgroup v2 subtree {}: {e}",
+                    root.display()
+                );
+                return;
+            }
+            Ok(()) => return,
+        }
+    }
+}
 
 /// How long a directory may stay busy: its processes (killed just before) are leaving it.
 const BUSY_WAIT: Duration = Duration::from_secs(3);

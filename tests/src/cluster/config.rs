@@ -43,6 +43,11 @@ pub struct Settings {
     /// Where the nodes' simulated hardware lives, handed to the node hook as `SIM_ROOT`
     /// (tests/fakehw/node-hook.sh reads `SIM_ROOT/NAME` and `SIM_ROOT/hosts`).
     pub sim_root: Option<PathBuf>,
+    /// Each slurmd sees a pure cgroup v2 host: its own subtree of this machine's unified
+    /// hierarchy, in a cgroup namespace of its own, mounted at /sys/fs/cgroup
+    /// (ci/cluster-lib/node-start.sh, `CGROUP2_ROOT`), for Slurm's cgroup/v2.
+    #[serde(default)]
+    pub cgroup_v2: bool,
     pub acct_gather_conf: Option<PathBuf>,
     pub cgroup_conf: Option<PathBuf>,
     pub gres_conf: Option<PathBuf>,
@@ -129,6 +134,7 @@ impl Settings {
             extra_plugin_dir: var("EXTRA_PLUGIN_DIR"),
             node_hook,
             sim_root: var("SIM_ROOT").map(PathBuf::from),
+            cgroup_v2: matches!(var("CGROUP_V2").as_deref(), Some("1" | "yes" | "true")),
             acct_gather_conf: readable("ACCT_GATHER_CONF")?,
             cgroup_conf: readable("CGROUP_CONF")?,
             gres_conf: readable("GRES_CONF")?,

@@ -218,6 +218,7 @@ pub fn down(layout: &Layout, quiet: bool) {
     }
     if let Some(state) = State::load(layout) {
         cgroups::remove_job_cgroups(Path::new(cgroups::CGROUP_ROOT), &state.slot.job_ids());
+        cgroups::remove_v2_root(&cgroups::v2_root(state.slot.0));
         state.slot.free(&slots_dir(), &layout.dir);
     }
     if !quiet {

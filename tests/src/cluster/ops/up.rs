@@ -214,6 +214,7 @@ fn identity(layout: &Layout, s: &Settings) -> Result<Identity, Error> {
     )?;
     // a cluster of this slot before, killed before its `down`, left its jobs' cgroups
     cgroups::remove_job_cgroups(Path::new(cgroups::CGROUP_ROOT), &slot.job_ids());
+    cgroups::remove_v2_root(&cgroups::v2_root(slot.0));
     State {
         nodes: s.nodes,
         netns: s.netns,
@@ -460,6 +461,9 @@ fn start(layout: &Layout, s: &Settings, id: &Identity) -> Result<(), Error> {
         .chain(mungeds)
         .collect();
     let lib = lib_dir();
+    if s.cgroup_v2 {
+        build_cgroup2_only(layout, &lib)?;
+    }
     // each node's supervisor is this program's `nodesup` (tests/src/cluster/nodesup.rs)
     let this = std::env::current_exe()
         .map_err(|e| Error::Setup(format!("the cluster program's path: {e}")))?;
@@ -469,6 +473,9 @@ fn start(layout: &Layout, s: &Settings, id: &Identity) -> Result<(), Error> {
         // what node-start.sh and the node hook read, in this node's every (re)start
         if let Some(root) = &s.sim_root {
             sup.env("SIM_ROOT", root);
+        }
+        if s.cgroup_v2 {
+            sup.env("CGROUP2_ROOT", cgroups::v2_root(id.slot.0).join(&node));
         }
         sup.env("NODE_HOOK", s.node_hook.as_deref().unwrap_or(Path::new("")))
             .arg("nodesup")
@@ -507,6 +514,26 @@ fn start(layout: &Layout, s: &Settings, id: &Identity) -> Result<(), Error> {
         &watch,
         || nodes_idle(layout) == Some(s.nodes),
     )
+}
+
+/// The LD_PRELOAD library that shows the slurmds of a pure cgroup v2 host their own
+/// /proc/self/cgroup without this machine's v1 hierarchies (ci/cluster-lib/cgroup2-only.c,
+/// which says why), in `run/` where node-start.sh takes it.
+fn build_cgroup2_only(layout: &Layout, lib: &Path) -> Result<(), Error> {
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(layout.dir.join("run/cgroup2-only.so"))
+        .arg(lib.join("cgroup2-only.c"))
+        .arg("-ldl")
+        .output()
+        .map_err(|e| Error::Setup(format!("cc (for cgroup2-only.so): {e}")))?;
+    if !out.status.success() {
+        return Err(Error::Setup(format!(
+            "cc cgroup2-only.c failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
 }
 
 fn with_args(mut c: Command, args: &[&str]) -> Command {
