@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark};
 use support::shared_node::{
     CGROUP_SLURM_CONF, IDLE_WATTS, OFF, ON, RAPL, SIM, cpu_secs, shared_cluster, step_cpu_secs,
+    whole_life_cluster, whole_lives,
 };
 use support::*;
 
@@ -630,4 +631,15 @@ fn a_hetjob_overlapping_steps_array_elements_and_killed_jobs_get_their_shares() 
     hetjob_and_overlapping_steps(&cluster);
     array_elements_side_by_side(&cluster);
     killed_jobs_beside_an_anchor(&cluster);
+}
+
+/// The node half of `cluster_shared`'s whole-life test ([`whole_lives`]): a job's figure in
+/// `node` mode is never more than its life's and never a second of it short, which a loaded
+/// machine does not move.
+#[test]
+fn a_job_is_charged_over_its_whole_life_in_node_mode() {
+    let Some(tmp) = root_test_dir("a_job_is_charged_over_its_whole_life_in_node_mode") else {
+        return;
+    };
+    whole_lives(&whole_life_cluster(tmp.path(), false), false);
 }

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark};
 use support::shared_node::{
     CGROUP_SLURM_CONF, CGROUP_V2_SLURM_CONF, IDLE_WATTS, OFF, ON, RAPL, SIM, TwoJobs,
-    shared_cluster, shared_cluster_on, two_jobs_share_the_node, wait_for_mark,
+    shared_cluster, shared_cluster_on, two_jobs_share_the_node, wait_for_mark, whole_life_cluster,
+    whole_lives,
 };
-use support::stepds::StepdWatch;
 use support::*;
 
 /// A job alone gets the node's energy; slurmd restarted mid-job loses nothing counted.
@@ -86,107 +86,14 @@ fn shared_node_under_cgroup_v2() {
     a_job_alone(&cluster, true);
 }
 
-/// A job's figure covers its whole life, to its last poll (when its last task has ended):
-/// at a constant node power (300 W), in `shared` mode from its slurmstepd's process start,
-/// two jobs side by side together get the node's energy over the time either ran (within
-/// 0.2%) and a job alone the node's over its life (0.1%). In `node` mode a job's figure
-/// starts at its plugin's first read, a moment after the process start: never more than
-/// its life's, never less than a second of it short. The lives are the extern
-/// slurmstepds' (PrologFlags=Contain), watched in /proc.
-fn whole_lives(cluster: &Cluster, shared: bool) {
-    let sim = cluster.sim(1);
-    sim.set(&[ON]);
-    sleep(Duration::from_secs(3));
-    let watch = StepdWatch::start();
-    let job = "#!/bin/sh\n#SBATCH -n1 -c1\nsleep 30\n";
-    let (a, b) = (cluster.sbatch(job), cluster.sbatch(job));
-    for j in [a, b] {
-        cluster.wait_job(j, Duration::from_secs(120));
-    }
-    let alone = cluster.sbatch(job);
-    cluster.wait_job(alone, Duration::from_secs(120));
-    sleep(Duration::from_secs(1));
-    let life = |j: u32| watch.life(&format!("{j}.extern"));
-    let (la, lb, lc) = (life(a), life(b), life(alone));
-    drop(watch);
-    sim.set(&[OFF]);
-    let watts = 300.0;
-    // a slurmstepd that runs no task (26.05's extern step) is seen to its exit, a moment
-    // after its last poll: 0.2 s of cleanup allowed there
-    let (sum_tolerance, alone_tolerance) = if la.had_tasks && lb.had_tasks && lc.had_tasks {
-        (0.002, 0.001)
-    } else {
-        println!("the extern slurmstepds run no task: their lives end at their exits");
-        (0.008, 0.008)
-    };
-
-    let figure = |j: u32| energy_of(&cluster.energy(j), &j.to_string());
-    let mode = if shared { "shared" } else { "node" };
-    if shared {
-        let union = (la.start + la.secs()).max(lb.start + lb.secs()) - la.start.min(lb.start);
-        println!(
-            "side by side: {a} lived {:.3} s, {b} {:.3} s, together {union:.3} s",
-            la.secs(),
-            lb.secs()
-        );
-        assert_close(
-            "shared: two jobs side by side, together",
-            figure(a) + figure(b),
-            watts * union,
-            sum_tolerance,
-        );
-    } else {
-        // a step in node mode counts from its plugin's first read, a fresh sample taken a
-        // few hundred milliseconds after its process started (the plugin loads then)
-        for (j, l) in [(a, la), (b, lb), (alone, lc)] {
-            let measured = figure(j);
-            println!(
-                "node: job {j}: measured {measured} J, {:.1} J over its life, {:.3} s of it \
-                 before its plugin's first read",
-                watts * l.secs(),
-                (watts * l.secs() - measured) / watts
-            );
-            assert!(
-                measured <= watts * l.secs() * 1.001 + 1.0 && measured >= watts * (l.secs() - 1.0),
-                "node: job {j}: {measured} J for {:.1} J over its life",
-                watts * l.secs()
-            );
-        }
-        return;
-    }
-    println!("alone: {alone} lived {:.3} s", lc.secs());
-    assert_close(
-        &format!("{mode}: a job alone"),
-        figure(alone),
-        watts * lc.secs(),
-        alone_tolerance,
-    );
-}
-
+/// The shared half of [`whole_lives`] (it runs alone: its sum is held to 0.2%); the node
+/// half runs beside other tests in `cluster_lifecycle`.
 #[test]
-fn a_job_is_charged_over_its_whole_life_in_both_modes() {
-    let Some(tmp) = root_test_dir("a_job_is_charged_over_its_whole_life_in_both_modes") else {
+fn a_job_is_charged_over_its_whole_life_in_shared_mode() {
+    let Some(tmp) = root_test_dir("a_job_is_charged_over_its_whole_life_in_shared_mode") else {
         return;
     };
-    for shared in [false, true] {
-        let root = tmp.path().join(if shared { "shared" } else { "node" });
-        let mode = if shared { "shared" } else { "node" };
-        let cluster = Cluster::up(
-            &root,
-            &ClusterSpec {
-                energy_type: RAPL,
-                acct_gather: &format!(
-                    "EnergyRaplSource=msr\nEnergyAttribution={mode}\n\
-                     EnergyAttributionIdleWatts={IDLE_WATTS}\n"
-                ),
-                sim_args: vec![Some(SIM)],
-                extra_conf: &format!("{CGROUP_SLURM_CONF}PrologFlags=Contain\n"),
-                cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
-                ..ClusterSpec::default()
-            },
-        );
-        whole_lives(&cluster, shared);
-    }
+    whole_lives(&whole_life_cluster(tmp.path(), true), true);
 }
 
 #[test]
