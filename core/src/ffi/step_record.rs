@@ -85,10 +85,21 @@ pub fn own_step() -> Option<(u32, StepId)> {
 /// dereferenced, so any value is safe.
 pub fn grant(step: usize) -> Result<Grant, RecordRefused> {
     let user_of = |uid| User::from_uid(Uid::from_raw(uid)).map(|u| u.map(|u| u.name));
-    let Some(layout) = STEP_RECORD.as_ref() else {
-        return Err(RecordRefused::NotMeasured(not_measured()));
-    };
-    read_grant(step, Some(layout), own_step(), user_of).map_err(RecordRefused::Failed)
+    grant_in(step, STEP_RECORD.as_ref(), own_step(), user_of)
+}
+
+/// The grant in the record at `step` read with `layout`; `None`: this release's layout was
+/// never measured, and the record is not read ([`RecordRefused::NotMeasured`]).
+fn grant_in(
+    step: usize,
+    layout: Option<&StepRecordLayout>,
+    own: Option<(u32, StepId)>,
+    user_of: impl Fn(u32) -> Result<Option<String>, Errno>,
+) -> Result<Grant, RecordRefused> {
+    match layout {
+        Some(layout) => read_grant(step, layout, own, user_of).map_err(RecordRefused::Failed),
+        None => Err(RecordRefused::NotMeasured(not_measured())),
+    }
 }
 
 /// Why a release whose layout was never measured has its record not read.
@@ -102,18 +113,14 @@ fn not_measured() -> String {
     )
 }
 
-/// The grant in the record at `step` read with `layout` (`None`: this release's layout
-/// was never measured), for the slurmstepd of step `own`, the record's user checked
-/// against `user_of` its uid.
+/// The grant in the record at `step` read with `layout`, for the slurmstepd of step `own`,
+/// the record's user checked against `user_of` its uid.
 fn read_grant(
     step: usize,
-    layout: Option<&StepRecordLayout>,
+    layout: &StepRecordLayout,
     own: Option<(u32, StepId)>,
     user_of: impl Fn(u32) -> Result<Option<String>, Errno>,
 ) -> Result<Grant, String> {
-    let Some(layout) = layout else {
-        return Err(not_measured());
-    };
     if step == 0 {
         return Err("no step record".into());
     }
@@ -432,7 +439,7 @@ mod tests {
         }
 
         fn read(&self, record: usize) -> Result<Grant, String> {
-            read_grant(record, Some(&self.layout), Some((7, StepId(0))), alice)
+            read_grant(record, &self.layout, Some((7, StepId(0))), alice)
         }
     }
 
@@ -514,11 +521,11 @@ mod tests {
             "{err}"
         );
         let nobody = |_| Ok(None);
-        let err = read_grant(record, Some(&fake.layout), Some((7, StepId(0))), nobody)
+        let err = read_grant(record, &fake.layout, Some((7, StepId(0))), nobody)
             .expect_err("no such uid");
         assert!(err.contains("uid 1000 is no user of this node"), "{err}");
         let down = |_| Err(Errno::EIO);
-        let err = read_grant(record, Some(&fake.layout), Some((7, StepId(0))), down)
+        let err = read_grant(record, &fake.layout, Some((7, StepId(0))), down)
             .expect_err("no user database");
         assert!(err.contains("cannot say who uid 1000 is"), "{err}");
         // the same record with its user's own name is accepted
@@ -532,7 +539,9 @@ mod tests {
     fn an_unmeasured_layout_refuses_the_record() {
         let mut fake = Fake::new();
         let record = fake.record(name(c"alice"), 0);
-        let err = read_grant(record, None, Some((7, StepId(0))), alice).expect_err("unmeasured");
+        let err = grant_in(record, None, Some((7, StepId(0))), alice)
+            .expect_err("unmeasured")
+            .to_string();
         assert!(
             err.starts_with(&format!(
                 "Slurm {}: the layout of its step record",
@@ -541,6 +550,6 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("measured: 22.05.8, 23.02.7"), "{err}");
-        assert!(read_grant(UNMAPPED, None, None, alice).is_err());
+        assert!(grant_in(UNMAPPED, None, None, alice).is_err());
     }
 }
