@@ -1,4 +1,4 @@
-//! The three forms of a report: a readable table, JSON (schema in the README) and CSV.
+//! The three forms of a report: a readable table, JSON (schema in docs/senergy.md, "JSON schema") and CSV.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;

@@ -238,7 +238,7 @@ fn job_report_names_the_right_nodes_and_matches_sacct() {
     let bad = cluster.client(
         None,
         &senergy,
-        &["--config", conf.to_str().expect("path"), "job", &id],
+        &["job", &id, "--config", conf.to_str().expect("path")],
     );
     assert_eq!(bad.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("carbon_intensty"));
@@ -247,7 +247,7 @@ fn job_report_names_the_right_nodes_and_matches_sacct() {
     let bad = cluster.client(
         None,
         &senergy,
-        &["--carbon-csv", csv_path.to_str().expect("path"), "job", &id],
+        &["job", &id, "--carbon-csv", csv_path.to_str().expect("path")],
     );
     assert_eq!(bad.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("line 2"));

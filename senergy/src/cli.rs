@@ -1,0 +1,355 @@
+//! The command line: each subcommand declares only the options it reads, and turns them
+//! into its plan ([`JobPlan`], [`UsagePlan`], [`CheckPlan`]) before anything asks Slurm, so
+//! that what an option changes can be seen (and tested) without a cluster. Options that
+//! several subcommands share are one `#[command(flatten)]` struct each.
+
+mod help;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::Failure;
+use crate::carbon::{Intensities, SiteFile, Tariff, TariffError};
+
+const DEFAULT_CONF: &str = "/etc/slurm/senergy.conf";
+
+#[derive(Parser)]
+#[command(
+    name = "senergy",
+    version,
+    about = "Energy, emissions and cost of Slurm jobs, from Slurm's accounting",
+    after_help = help::TOP
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// A job's energy, power, nodes, data presence, emissions and cost, per step.
+    #[command(after_help = help::JOB_EXAMPLES, after_long_help = help::job_long())]
+    Job(JobArgs),
+    /// Energy, emissions and cost per account and user of the jobs that ended in a period.
+    #[command(after_help = help::USAGE_EXAMPLES, after_long_help = help::usage_long())]
+    Usage(UsageArgs),
+    /// Whether this node's energy plugin works (run on the node, as root).
+    #[command(after_help = help::CHECK_EXAMPLES, after_long_help = help::check_long())]
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+pub struct JobArgs {
+    /// Job ids: 123, an array element 123_4, or an array job 123 (all its elements);
+    /// a step as sacct names it (123.0, 123.batch, 123_4.1): the job with that step only.
+    #[arg(required = true, value_name = "JOBID")]
+    jobs: Vec<String>,
+    /// Draw the job's power over time per node, its steps marked (from Prometheus),
+    /// or without Prometheus its steps' and nodes' energy: FILE.svg or FILE.png.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+    #[command(flatten)]
+    output: TableJsonCsv,
+    #[command(flatten)]
+    site: SiteArgs,
+    /// Prometheus scraping the nodes' metrics (http://host:9090): emissions at each power
+    /// sample's time, and power plots [default: the site file's prometheus_url].
+    #[arg(long, value_name = "URL", help_heading = "Emissions and cost")]
+    prometheus: Option<String>,
+}
+
+#[derive(Args)]
+pub struct UsageArgs {
+    /// Start: YYYY-MM-DD[THH:MM[:SS]] (local time), RFC 3339 or unix seconds [default: 30 days before the end].
+    #[arg(long, short = 'S')]
+    start: Option<String>,
+    /// End (exclusive), same forms [default: now].
+    #[arg(long, short = 'E')]
+    end: Option<String>,
+    /// Only these accounts (comma-separated).
+    #[arg(long, short = 'A', value_delimiter = ',')]
+    accounts: Vec<String>,
+    /// Only these users (comma-separated names).
+    #[arg(long, short = 'u', value_delimiter = ',')]
+    users: Vec<String>,
+    #[command(flatten)]
+    output: TableJsonCsv,
+    #[command(flatten)]
+    site: SiteArgs,
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The node, as slurm.conf names it [default: this host's short name].
+    #[arg(long, value_name = "NODENAME")]
+    node: Option<String>,
+    /// Also set slurmd's figure beside an independent reader of the same hardware
+    /// (RAPL perf events, the BMC, Redfish, pm_counters, nvidia-smi, amd-smi) over a
+    /// window of SECONDS, 2 to 3600 [default: 30].
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "30")]
+    compare: Option<f64>,
+    /// JSON (schema_version 1; its fields: docs/senergy.md, "senergy check").
+    #[arg(long)]
+    json: bool,
+}
+
+/// The reports' forms: a table for people, JSON or CSV for programs.
+#[derive(Args)]
+#[command(next_help_heading = "Output")]
+struct TableJsonCsv {
+    /// JSON (schema_version 1; its fields: docs/senergy.md, "JSON schema").
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// CSV with a header line: the JSON's fields under the same names.
+    #[arg(long)]
+    csv: bool,
+}
+
+/// The site file and the flags over it: the figures of emissions and cost.
+#[derive(Args)]
+#[command(next_help_heading = "Emissions and cost")]
+struct SiteArgs {
+    /// Site file, TOML (docs/senergy.md, "Emissions and cost") [default: $SENERGY_CONF,
+    /// else /etc/slurm/senergy.conf if it exists].
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Carbon intensity in gCO2e/kWh.
+    #[arg(long, value_name = "G_PER_KWH")]
+    carbon_intensity: Option<f64>,
+    /// Intensity series: time,g_co2e_per_kwh, or an Electricity Maps or eCO2mix export.
+    #[arg(long, value_name = "PATH")]
+    carbon_csv: Option<PathBuf>,
+    /// Price per kWh.
+    #[arg(long, value_name = "PER_KWH")]
+    price: Option<f64>,
+    /// Currency of the price (e.g. EUR).
+    #[arg(long)]
+    currency: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Output {
+    Table,
+    Json,
+    Csv,
+}
+
+/// A job as the command line names it: `(job, array task, step)`.
+pub type Wanted = (u32, Option<u32>, Option<String>);
+
+/// What `senergy job` reports, and how.
+#[derive(Debug, PartialEq)]
+pub struct JobPlan {
+    /// The ids as given, for the message about those not found.
+    pub given: Vec<String>,
+    pub named: Vec<Wanted>,
+    pub plot: Option<PathBuf>,
+    pub output: Output,
+    pub tariff: Tariff,
+    pub prometheus: Option<String>,
+}
+
+/// What `senergy usage` sums, and how.
+#[derive(Debug, PartialEq)]
+pub struct UsagePlan {
+    /// `[start, end)`, unix seconds.
+    pub period: (i64, i64),
+    pub accounts: Vec<String>,
+    pub users: Vec<String>,
+    pub output: Output,
+    pub tariff: Tariff,
+}
+
+/// What `senergy check` does.
+#[derive(Debug, PartialEq)]
+pub struct CheckPlan {
+    pub node: Option<String>,
+    pub compare: Option<Duration>,
+    pub json: bool,
+}
+
+impl JobArgs {
+    /// The site file first (exit 4 on a bad one), then the ids and the plot's file name.
+    pub fn plan(&self) -> Result<JobPlan, Failure> {
+        let (tariff, site_prometheus) = self.site.tariff()?;
+        let named = self
+            .jobs
+            .iter()
+            .map(|j| job_id(j))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(path) = &self.plot {
+            crate::plot::check(path).map_err(|e| Failure::Input(e.to_string()))?;
+        }
+        Ok(JobPlan {
+            given: self.jobs.clone(),
+            named,
+            plot: self.plot.clone(),
+            output: self.output.output(),
+            tariff,
+            prometheus: self.prometheus.clone().or(site_prometheus),
+        })
+    }
+}
+
+impl UsageArgs {
+    /// The period ends at `now` and spans 30 days unless the command line says otherwise.
+    pub fn plan(&self, now: i64) -> Result<UsagePlan, Failure> {
+        // usage asks no Prometheus: the site file's prometheus_url is job's
+        let (tariff, _) = self.site.tariff()?;
+        let end = self
+            .end
+            .as_deref()
+            .map(when)
+            .transpose()?
+            .unwrap_or(now + 1);
+        let start = self
+            .start
+            .as_deref()
+            .map(when)
+            .transpose()?
+            .unwrap_or(end - 30 * 86400);
+        if start >= end {
+            return Err(Failure::Input(format!(
+                "the period is empty: --start {} is not before --end {}",
+                crate::output::local_time(start),
+                crate::output::local_time(end)
+            )));
+        }
+        Ok(UsagePlan {
+            period: (start, end),
+            accounts: self.accounts.clone(),
+            users: self.users.clone(),
+            output: self.output.output(),
+            tariff,
+        })
+    }
+}
+
+impl CheckArgs {
+    pub fn plan(&self) -> Result<CheckPlan, Failure> {
+        let compare = self
+            .compare
+            .map(|s| {
+                (s.is_finite() && (2.0..=3600.0).contains(&s))
+                    .then(|| Duration::from_secs_f64(s))
+                    .ok_or_else(|| {
+                        Failure::Input(format!("--compare {s}: a window of 2 to 3600 seconds"))
+                    })
+            })
+            .transpose()?;
+        Ok(CheckPlan {
+            node: self.node.clone(),
+            compare,
+            json: self.json,
+        })
+    }
+}
+
+impl TableJsonCsv {
+    fn output(&self) -> Output {
+        match (self.json, self.csv) {
+            (true, _) => Output::Json,
+            (false, true) => Output::Csv,
+            (false, false) => Output::Table,
+        }
+    }
+}
+
+impl SiteArgs {
+    /// Flags over the site file; the default site file may be absent, a named one not.
+    /// Also the site file's Prometheus, if it names one.
+    fn tariff(&self) -> Result<(Tariff, Option<String>), TariffError> {
+        let named = self
+            .config
+            .clone()
+            .or_else(|| std::env::var_os("SENERGY_CONF").map(PathBuf::from));
+        let site = match named {
+            Some(path) => SiteFile::parse(&path, &read(&path)?)?,
+            None if Path::new(DEFAULT_CONF).exists() => {
+                SiteFile::parse(Path::new(DEFAULT_CONF), &read(Path::new(DEFAULT_CONF))?)?
+            }
+            None => SiteFile::default(),
+        };
+        // a series may be Latin-1 (RTE's own downloads): read as bytes
+        let series = match self.carbon_csv.clone().or(site.carbon_intensity_csv) {
+            Some(path) => Some(Intensities::parse(&path, read_bytes(&path)?)?),
+            None => None,
+        };
+        let tariff = Tariff::new(
+            self.carbon_intensity.or(site.carbon_intensity),
+            series,
+            self.price.or(site.price_per_kwh),
+            self.currency.clone().or(site.currency),
+        )?;
+        Ok((tariff, site.prometheus_url))
+    }
+}
+
+fn read(path: &Path) -> Result<String, TariffError> {
+    std::fs::read_to_string(path).map_err(|source| TariffError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn read_bytes(path: &Path) -> Result<Vec<u8>, TariffError> {
+    std::fs::read(path).map_err(|source| TariffError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// `123`, `123_4`, or a step as sacct names it: `123.0`, `123.batch`, `123_4.extern`.
+fn job_id(text: &str) -> Result<Wanted, Failure> {
+    let bad = || {
+        Failure::Input(format!(
+            "{text:?} is not a job id (123, an array element 123_4, or a step 123.0, 123.batch)"
+        ))
+    };
+    let (job, step) = match text.split_once('.') {
+        Some((job, step)) => {
+            let known =
+                matches!(step, "batch" | "extern" | "interactive") || step.parse::<u32>().is_ok();
+            if !known {
+                return Err(bad());
+            }
+            (job, Some(step.to_string()))
+        }
+        None => (text, None),
+    };
+    match job.split_once('_') {
+        Some((job, task)) => Ok((
+            job.parse().map_err(|_| bad())?,
+            Some(task.parse().map_err(|_| bad())?),
+            step,
+        )),
+        None => Ok((job.parse().map_err(|_| bad())?, None, step)),
+    }
+}
+
+/// Local `YYYY-MM-DD[THH:MM[:SS]]`, RFC 3339 or unix seconds.
+fn when(text: &str) -> Result<i64, Failure> {
+    use chrono::{Local, NaiveDate, NaiveDateTime, TimeZone};
+    if let Some(t) = crate::carbon::parse_time(text) {
+        return Ok(t);
+    }
+    let naive = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S")
+        .or_else(|_| NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M"))
+        .or_else(|_| {
+            NaiveDate::parse_from_str(text, "%Y-%m-%d").map(|d| d.and_time(Default::default()))
+        });
+    naive
+        .ok()
+        .and_then(|n| Local.from_local_datetime(&n).earliest())
+        .map(|t| t.timestamp())
+        .ok_or_else(|| {
+            Failure::Input(format!(
+                "{text:?} is not a time (YYYY-MM-DD[THH:MM[:SS]], RFC 3339 or unix seconds)"
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests;
