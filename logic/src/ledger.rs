@@ -151,6 +151,18 @@ pub enum Split {
     Devices { idle_watts: Option<f64> },
 }
 
+impl Split {
+    /// Its name, as the ledger's file and the metrics label it: `node`, `shared` or
+    /// `devices`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Split::Node => "node",
+            Split::Shared { .. } => "shared",
+            Split::Devices { .. } => "devices",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 struct Job {
     account: Account,
@@ -375,6 +387,10 @@ pub struct Ledger {
     /// The hardware's counts at the last settled sample (kept in the file: a slurmd started
     /// again bridges the time it was away with their rise).
     counts: Vec<HardwareCount>,
+    /// How its last sample split the node's energy ([`Split::name`]; kept in the file):
+    /// each step reads its figure as the slurmd that writes the ledger splits, whatever the
+    /// acct_gather.conf it read itself says. Empty in a ledger of before.
+    split: String,
 }
 
 /// What the ledger keeps of one device between samples.
@@ -477,6 +493,17 @@ impl Ledger {
         self.sampled_at
     }
 
+    /// Whether the slurmd that wrote it gives each step its own share ([`Split::Shared`],
+    /// [`Split::Devices`]) rather than the node's energy ([`Split::Node`]); `None` for a
+    /// ledger that does not say (written by a plugin of before).
+    pub fn gives_shares(&self) -> Option<bool> {
+        match self.split.as_str() {
+            "node" => Some(false),
+            "shared" | "devices" => Some(true),
+            _ => None,
+        }
+    }
+
     /// Adds one sample.
     pub fn update(&mut self, obs: &Observation, split: Split) {
         let now = unix(obs.wall);
@@ -516,6 +543,9 @@ impl Ledger {
         self.jobs
             .retain(|_, j| now - j.last_seen <= KEEP_GONE.as_secs_f64());
         self.sampled_at = now;
+        if self.split != split.name() {
+            self.split = split.name().to_string();
+        }
         self.last = Some(Sampled {
             at: obs.at,
             node_uj: obs.node_uj,
@@ -584,6 +614,7 @@ impl Ledger {
             sampled_at: f.sampled_at,
             source: f.source,
             counts: f.counts,
+            split: f.split,
             ..Self::default()
         })
     }

@@ -65,6 +65,10 @@ pub(super) struct In {
     #[serde(default)]
     pub counts: Vec<HardwareCount>,
     pub jobs: Vec<JobIn>,
+    /// How slurmd splits the node's energy ([`super::Split::name`]); a ledger of before
+    /// has none, and an unknown name is none.
+    #[serde(default)]
+    pub split: String,
 }
 
 #[derive(Deserialize)]
@@ -129,6 +133,7 @@ pub(super) struct Out<'a> {
     counts: &'a [HardwareCount],
     #[serde(serialize_with = "jobs")]
     jobs: &'a BTreeMap<u32, Job>,
+    split: &'a str,
 }
 
 impl<'a> From<&'a Ledger> for Out<'a> {
@@ -144,6 +149,7 @@ impl<'a> From<&'a Ledger> for Out<'a> {
             parts: &ledger.parts,
             counts: &ledger.counts,
             jobs: &ledger.jobs,
+            split: &ledger.split,
         }
     }
 }

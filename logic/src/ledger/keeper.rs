@@ -188,11 +188,7 @@ impl Keeper {
 
     /// How jobs are charged, as the metrics label it: `node`, `shared` or `devices`.
     pub fn attribution(&self) -> &'static str {
-        match self.split {
-            Split::Node => "node",
-            Split::Shared { .. } => "shared",
-            Split::Devices { .. } => "devices",
-        }
+        self.split.name()
     }
 
     /// Also hands the ledger to `publish` at each update (the metrics file), with who runs

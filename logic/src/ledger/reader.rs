@@ -30,7 +30,15 @@ pub struct StepFigure {
     /// This process: its title names its step, its tasks' end is the step's last edge.
     procs: Procs,
     pid: u32,
+    /// Whether it reads its share (else the node's energy since it began): as the ledger's
+    /// slurmd splits ([`Ledger::gives_shares`]), decided at its first read of each ledger;
+    /// `configured` where the ledger does not say.
     shared: bool,
+    /// What this slurmstepd's own acct_gather.conf says. After `scontrol reconfigure` it
+    /// may not be what slurmd, which applies a new mode only when it restarts, splits by.
+    configured: bool,
+    /// Whether it said that it follows slurmd's mode rather than its own configuration.
+    said_mode: bool,
     /// Whether a figure is brought forward from the ledger's sample to the call.
     bring_forward: bool,
     step: Option<(u32, StepId)>,
@@ -112,6 +120,8 @@ impl StepFigure {
             procs: procs.clone(),
             pid,
             shared,
+            configured: shared,
+            said_mode: false,
             bring_forward: true,
             step: None,
             started: None,
@@ -172,6 +182,32 @@ impl StepFigure {
             .is_none_or(|started| since >= started - RUN_SLACK)
     }
 
+    /// Reads its figure as the ledger's slurmd splits, whatever this slurmstepd read in
+    /// acct_gather.conf: after `scontrol reconfigure` slurmd splits by the new value while
+    /// the steps begun before read the old one (and a slurmd that could not apply it, or
+    /// one of another version, may split otherwise than the file says). A step that took
+    /// the node's energy from a ledger of shares would charge its job the whole node.
+    /// Returns whether the mode changed since the step's last read of the same ledger; said
+    /// once when it differs from the step's own.
+    fn follow_mode(&mut self, ledger: &Ledger) -> bool {
+        let shares = ledger.gives_shares().unwrap_or(self.configured);
+        let switched =
+            shares != self.shared && self.counted.is_some_and(|c| c.epoch == ledger.epoch());
+        self.shared = shares;
+        if shares != self.configured && !self.said_mode {
+            self.said_mode = true;
+            let mode = |shares| if shares { "shared" } else { "node" };
+            log::warn!(
+                "{} as this slurmstepd read acct_gather.conf gives {}, but slurmd splits by {}: \
+                 this step follows slurmd",
+                crate::attribution::MODE_KEY,
+                mode(self.configured),
+                mode(shares)
+            );
+        }
+        switched
+    }
+
     fn total_uj(&self) -> u64 {
         self.carried_uj + self.counted.map_or(0, |c| c.figure_uj)
     }
@@ -179,37 +215,39 @@ impl StepFigure {
     /// Counts the step's figure in `ledger` at unix time `now`; returns its power, or why
     /// the ledger cannot be used.
     fn count(&mut self, ledger: &Ledger, now: f64) -> Result<f64, String> {
+        let switched = self.follow_mode(ledger);
         let age = (now - ledger.sampled_at()).max(0.0);
         let ahead = if self.bring_forward {
             age.min(LEDGER_PERIOD.as_secs_f64())
         } else {
             0.0
         };
-        let (joules, watts) = if self.shared {
-            match self.step() {
-                Some((job, step)) => ledger
-                    .step(job, step)
-                    .filter(|a| self.this_run(a.since))
-                    .map_or((0.0, 0.0), |a| (a.joules, a.watts)),
-                // not yet named: the title is set after the plugin loads
-                None => (0.0, 0.0),
-            }
-        } else {
-            self.parts = ledger
-                .parts()
-                .iter()
-                .filter_map(|p| {
-                    Some(SensorReading {
-                        label: static_label(&p.label)?,
-                        energy_uj: Some((p.joules * 1e6) as u64),
-                        watts: p.watts,
-                    })
-                })
-                .collect();
-            let node = ledger.node();
-            (node.joules, node.watts)
-        };
+        let (joules, watts) = self.in_mode(ledger, self.shared);
         let epoch = ledger.epoch();
+        if switched && let Some(mut c) = self.counted.take() {
+            // its figure at the switch is its own account in the ledger, which slurmd kept
+            // the old way to the moment it switched (never less than the figure it gave
+            // before; the old way's figure to this ledger where the ledger has no account of
+            // it yet); from there it counts the new way
+            let reported_j = c.figure_uj as f64 / 1e6;
+            let figure_j = match self.in_mode(ledger, true) {
+                (own_j, own_watts) if own_j > 0.0 => reported_j.max(own_j + own_watts * ahead),
+                _ => {
+                    let (old_j, old_watts) = self.in_mode(ledger, !self.shared);
+                    c.advance(old_j, old_watts, ahead);
+                    c.figure_uj as f64 / 1e6
+                }
+            };
+            self.counted = Some(Counted {
+                epoch,
+                base_j: joules + watts * ahead - figure_j,
+                published_j: 0.0,
+                figure_uj: (figure_j * 1e6) as u64,
+                watts,
+                read_at: now,
+                sampled_at: ledger.sampled_at(),
+            });
+        }
         if age > stale_after(LEDGER_PERIOD).as_secs_f64() {
             // slurmd is gone: its last sample is the last figure known, taken as it is (not
             // brought forward) by a step that counted in this ledger, and kept
@@ -262,14 +300,51 @@ impl StepFigure {
             }
         }
         if let Some(c) = &mut self.counted {
-            c.published_j = c.published_j.max(joules);
-            let figure_j = (c.published_j + watts * ahead - c.base_j).max(0.0);
-            c.figure_uj = (figure_j * 1e6) as u64;
-            c.watts = watts;
+            c.advance(joules, watts, ahead);
             c.read_at = now;
             c.sampled_at = ledger.sampled_at();
         }
         Ok(watts)
+    }
+
+    /// The figure `ledger` gives and its power: the step's share if `shared`, else the
+    /// node's energy (whose parts it then keeps for the profile).
+    fn in_mode(&mut self, ledger: &Ledger, shared: bool) -> (f64, f64) {
+        if shared {
+            return match self.step() {
+                Some((job, step)) => ledger
+                    .step(job, step)
+                    .filter(|a| self.this_run(a.since))
+                    .map_or((0.0, 0.0), |a| (a.joules, a.watts)),
+                // not yet named: the title is set after the plugin loads
+                None => (0.0, 0.0),
+            };
+        }
+        self.parts = ledger
+            .parts()
+            .iter()
+            .filter_map(|p| {
+                Some(SensorReading {
+                    label: static_label(&p.label)?,
+                    energy_uj: Some((p.joules * 1e6) as u64),
+                    watts: p.watts,
+                })
+            })
+            .collect();
+        let node = ledger.node();
+        (node.joules, node.watts)
+    }
+}
+
+impl Counted {
+    /// Counts the ledger's figure `joules` at power `watts`, brought forward `ahead`
+    /// seconds (`base_j` is negative where the step switched mode with more counted than
+    /// the new way's figure).
+    fn advance(&mut self, joules: f64, watts: f64, ahead: f64) {
+        self.published_j = self.published_j.max(joules);
+        let figure_j = (self.published_j + watts * ahead - self.base_j).max(0.0);
+        self.figure_uj = (figure_j * 1e6) as u64;
+        self.watts = watts;
     }
 }
 

@@ -431,3 +431,91 @@ fn an_sstat_read_never_waits_for_slurmd() {
         );
     }
 }
+
+/// After `scontrol reconfigure` to `node`, a new step's slurmstepd reads `node` while
+/// slurmd, which applies it only when it restarts, still splits the node among its jobs:
+/// the step takes its share, as the ledger's slurmd splits, not the node's energy (which
+/// would charge each job the whole node).
+#[test]
+fn a_step_reads_its_figure_as_slurmd_splits_whatever_its_own_file_says() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = tmp.path().join("proc");
+    fs::create_dir_all(proc_root.join("40")).expect("proc");
+    fs::write(proc_root.join("uptime"), "1000.00 1.00\n").expect("uptime");
+    fs::write(
+        proc_root.join("40/stat"),
+        "40 (slurmstepd) S 1 40 40 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99500 0 0\n",
+    )
+    .expect("stat");
+    fs::write(proc_root.join("40/cmdline"), "slurmstepd: [7.batch]\0").expect("cmdline");
+    let path = tmp.path().join("ledger.json");
+    let now = unix_now();
+    let publish = |node_j: f64, share_j: f64| {
+        let node = serde_json::json!({"joules": node_j, "watts": 100.0, "since": now - 100.0});
+        let share = serde_json::json!({"joules": share_j, "watts": 25.0, "since": now - 1.0});
+        let text = serde_json::json!({
+            "version": ledger::VERSION, "epoch": ((now - 100.0) * 1e6) as u64,
+            "sampled_at": unix_now(), "node": node, "parts": [], "split": "shared",
+            "jobs": [{"job": 7, "last_seen": now, "account": share,
+                      "steps": [{"step": StepId::BATCH.0, "last_seen": now, "account": share}]}],
+        });
+        fs::write(&path, text.to_string()).expect("ledger");
+    };
+    let configured_node = false;
+    let mut step =
+        StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, configured_node).stacked();
+    publish(3_000.0, 100.0);
+    assert_eq!(step.poll(Instant::now()).energy_uj, 100_000_000);
+    publish(3_500.0, 225.0);
+    assert_eq!(
+        step.poll(Instant::now()).energy_uj,
+        225_000_000,
+        "its share, not the node's 500 J since it began"
+    );
+    assert!(step.describe().contains("share"), "{}", step.describe());
+}
+
+/// A step begun in `node` mode reads on when slurmd, reconfigured, splits the node: its
+/// figure at the switch is its own account in the ledger, which slurmd kept as the node's
+/// energy since the step began up to the switch, and its share is added from then on, never
+/// the node's whole energy for the rest of its life. Reads are as sparse as Slurm's polls:
+/// none between the step's first and the switch.
+#[test]
+fn a_step_begun_in_node_mode_takes_its_share_once_slurmd_splits() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = tmp.path().join("proc");
+    fs::create_dir_all(proc_root.join("40")).expect("proc");
+    fs::write(proc_root.join("uptime"), "1000.00 1.00\n").expect("uptime");
+    fs::write(
+        proc_root.join("40/stat"),
+        "40 (slurmstepd) S 1 40 40 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99500 0 0\n",
+    )
+    .expect("stat");
+    fs::write(proc_root.join("40/cmdline"), "slurmstepd: [7.batch]\0").expect("cmdline");
+    let path = tmp.path().join("ledger.json");
+    let now = unix_now();
+    let publish = |split: &str, node_j: f64, step_j: f64| {
+        let node = serde_json::json!({"joules": node_j, "watts": 100.0, "since": now - 100.0});
+        let step = serde_json::json!({"joules": step_j, "watts": 50.0, "since": now - 1.0});
+        let text = serde_json::json!({
+            "version": ledger::VERSION, "epoch": ((now - 100.0) * 1e6) as u64,
+            "sampled_at": unix_now(), "node": node, "parts": [], "split": split,
+            "jobs": [{"job": 7, "last_seen": now, "account": step,
+                      "steps": [{"step": StepId::BATCH.0, "last_seen": now, "account": step}]}],
+        });
+        fs::write(&path, text.to_string()).expect("ledger");
+    };
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false).stacked();
+    publish("node", 3_000.0, 0.0);
+    assert_eq!(step.poll(Instant::now()).energy_uj, 0);
+    // unread: 200 J as the node's, then slurmd is reconfigured and splits: 50 J of share
+    publish("node", 3_200.0, 200.0);
+    publish("shared", 3_300.0, 250.0);
+    assert_eq!(step.poll(Instant::now()).energy_uj, 250_000_000);
+    publish("shared", 3_500.0, 350.0);
+    assert_eq!(
+        step.poll(Instant::now()).energy_uj,
+        350_000_000,
+        "its account: not the node's 500 J since it began"
+    );
+}
