@@ -191,3 +191,46 @@ fn each_node_reads_the_bmc_its_name_names() {
         "slurmd says how it read %n"
     );
 }
+
+/// What an admin who sets only the BMC's URL and account gets: power read every 5 s (the
+/// default `EnergyRedfishFrequency`), integrated, through a 40 s step whose power steps
+/// from 150 to 350 W mid-step. The step's edges are taken at its power (a ring asks for a
+/// fresh figure); the 200 W edge costs up to half a period of it: the step within 5%, the
+/// bound of one such edge at 5 s (as [`power_sampling_bound`] reckons an edge).
+#[test]
+fn at_its_default_period_a_power_step_is_within_the_sampling_bound() {
+    let Some(tmp) =
+        root_test_dir("at_its_default_period_a_power_step_is_within_the_sampling_bound")
+    else {
+        return;
+    };
+    let sim = RedfishSim::start(&tmp.path().join("bmc"), "legacy", false);
+    sim.set(150);
+    let defaults: String = sim
+        .acct_gather("")
+        .lines()
+        .filter(|l| !l.starts_with("EnergyRedfishFrequency="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_redfish",
+            acct_gather: &defaults,
+            ..ClusterSpec::default()
+        },
+    );
+    let job = cluster.sbatch(&power_step_script(tmp.path(), &sim.set_command(350)));
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truth = power_step_truth(tmp.path(), &sim.power_log());
+    let measured = energy_of(&cluster.energy(job), &format!("{job}.0"));
+    let period = 5.0;
+    let bound = 200.0 * period / 2.0 / (150.0 * 20.0 + 350.0 * 20.0);
+    println!(
+        "Redfish at its default {period} s: the step {measured} J for {truth:.1} J, {:+.2}% \
+         (bound {:.1}%)",
+        100.0 * (measured - truth) / truth,
+        100.0 * bound
+    );
+    assert_close("step at the default period", measured, truth, bound);
+}
