@@ -13,9 +13,13 @@ ROOT = Path(__file__).resolve().parent.parent
 FALLBACK = ["docs/accuracy.md", "BENCHMARKS.md", "docs/testing.md", "docs/plugins.md"]
 # a measured figure: a number with a unit or a percent sign
 FIGURE = re.compile(
-    r"(?<![\w.])[+−-]?\d[\d  ]*(?:[.,]\d+)?\s?"
+    r"(?<![\w.])[+−-]?\d[\d  ]*(?:[.,]\d+)?(?:e\d+)?\s?"
     r"(?:%|J\b|W\b|KB\b|KiB\b|MB\b|MiB\b|bytes\b|B\b|ms\b|µs\b|ns\b|min\b)"
+    # a ratio: "×185 000 000", "0.07×"
+    r"|×\s?\d[\d  ]*(?:\.\d+)?|(?<![\w.])\d+(?:\.\d+)?×"
 )
+# a period that is set, not measured: "stepping every 10 ms", "read every 0.25 s"
+SETTING = re.compile(r"\bevery\s*$")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
@@ -55,14 +59,16 @@ def blocks(text: str):
 
 
 def figures(block: str):
-    for m in FIGURE.finditer(normal(block)):
-        fig = m.group(0).strip().lstrip("+-")
-        # a bare small count with a unit of time is a setting, not a measurement
-        yield fig
+    text = normal(block)
+    for m in FIGURE.finditer(text):
+        if SETTING.search(text[: m.start()]):
+            continue
+        yield m.group(0).strip().lstrip("+-")
 
 
 def squeeze(s: str) -> str:
-    return re.sub(r"\s+", "", s)
+    """Spaces out, and a thousands comma too: "1 187%" and "+1,187%" are one figure."""
+    return re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", re.sub(r"\s+", "", s))
 
 
 def main() -> int:
