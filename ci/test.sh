@@ -136,7 +136,9 @@ ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_led
     cluster::a_counter_reading_a_wrong_constant_just_past_a_wrap_costs_nothing
     cluster_ipmi::at_default_settings_a_power_step_is_within_two_percent
     cluster_variorum::at_default_settings_a_power_step_is_within_two_percent
-    cluster_variorum::a_crashing_or_hanging_library_never_slows_slurmd"}
+    cluster_variorum::a_crashing_or_hanging_library_never_slows_slurmd
+    cluster_redfish::at_its_default_period_a_power_step_is_within_the_sampling_bound
+    cluster_admin::the_readmes_configuration_boots_slurm_as_printed"}
 first_full=$(for r in $sorted; do if is_full "$r"; then echo "$r"; fi; done | head -n 1)
 
 slurm_tarball() {
@@ -188,6 +190,8 @@ mkdir -p "$logs"
 
 echo "== format"
 cargo fmt --all -- --check
+echo "== the README's figures, each on a page it links"
+python3 ci/check-figures.py
 
 # slurm_env RELEASE: the environment that builds and tests against RELEASE
 slurm_env() {
