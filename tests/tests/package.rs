@@ -771,7 +771,10 @@ fn rpm_sh(home: &Path, root: &Path, cargo_dir: &Path, out: &Path) -> Output {
         .env("CARGO_TARGET_DIR", &target)
         .env("PACKAGE_OUT", out)
         .env("SLURM_INCLUDE_DIR", root.join("usr/include"))
-        .env("SLURM_PLUGIN_DIR", "/usr/lib64/slurm");
+        .env("SLURM_PLUGIN_DIR", "/usr/lib64/slurm")
+        // senergy links the stand-in's libslurm.so, found in %{_libdir} as on RHEL (the
+        // linker's default there), not this machine's libslurm of another release
+        .env("LIBRARY_PATH", root.join("usr/lib64"));
     for name in ["RUSTUP_HOME", "RUSTUP_TOOLCHAIN", "TMPDIR"] {
         if let Some(value) = var(name) {
             command.env(name, value);
