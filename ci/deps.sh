@@ -2,13 +2,17 @@
 # deps.sh: installs, from Debian 12 packages, what building and testing needs: Slurm
 # 22.05 (daemons, client, headers, the influxdb profile plugin), munge, MariaDB, libclang
 # for bindgen, iproute2 for network namespaces, OpenIPMI's ipmi_sim (the simulated BMC),
-# gcc and jansson (for the stand-in libvariorum.so), openssl (test certificates), dpkg-dev and
-# rpm (ci/package.sh and the package tests), Prometheus and node_exporter (the metrics file
+# gcc and jansson (for the stand-in libvariorum.so), openssl (test certificates), what the
+# packages need (ci/package.sh: dpkg-dev, and slurm-wlm-basic-plugins, whose libslurmfull.so
+# marks the plugin directory and whose version the .deb depends on, pulled in by slurmd but
+# not by libslurm-dev; ci/rpm.sh: rpm and git, which makes its source tarball), equivs (the
+# package tests' stand-in Slurm packages), Prometheus and node_exporter (the metrics file
 # scraped as sites scrape it), DejaVu fonts (senergy's plots), through ci/apt-install.sh (root when something is missing;
 # package scripts never start system daemons); and sushy-tools (a real Redfish server,
 # sushy-static) from PyPI into a virtual environment cached under /var/cache/rust-energy-slurm.
 set -eu
 sh "$(dirname "$0")/apt-install.sh" slurmd slurmctld slurmdbd slurm-client libslurm-dev \
+    slurm-wlm-basic-plugins git equivs \
     slurm-wlm-influxdb-plugin munge mariadb-server libclang-dev clang gcc libc6-dev iproute2 \
     util-linux procps python3 python3-venv ca-certificates curl openssl openipmi libopenipmi-dev \
     ipmitool libjansson4 dpkg-dev rpm prometheus prometheus-node-exporter fonts-dejavu-core

@@ -7,10 +7,13 @@
 #   <Slurm's plugin dir>/acct_gather_energy_rust_*.so and the Variorum sampler helper
 #   /usr/bin/senergy                       where the workspace built it (target/release)
 #   /usr/share/doc/slurm-energy-rust/      README.md, copyright, docs/, examples/ (conf/, the Grafana dashboard in grafana/)
-# Slurm's loader refuses a plugin built for any other release (micro included), so
-# `Depends` pins the exact package of the Slurm whose plugin directory it installs into:
-# Debian's `slurm-wlm-basic-plugins (= 22.05.8-4+deb12u3)`, or whatever dpkg package owns
-# that directory's libslurmfull.so (e.g. SchedMD's slurm-smd). A Slurm
+# Slurm's loader refuses a plugin built for any other release (micro included), and takes
+# one of any build of that release, so `Depends` admits exactly the upstream release of the
+# package that owns the plugin directory it installs into, at any revision: Debian's
+# `slurm-wlm-basic-plugins (>= 22.05.8), slurm-wlm-basic-plugins (<< 22.05.9~)` (Debian's
+# security updates, 22.05.8-4+deb12uN, keep it installed; 22.05.9 needs the package built
+# for 22.05.9), or whatever dpkg package owns that directory's libslurmfull.so (e.g.
+# SchedMD's slurm-smd), its epoch kept. A Slurm
 # installed from source (no dpkg package owns it) cannot be pinned: the package then
 # depends on no Slurm package, says so in its description, and carries the release in its
 # version. SLURM_DEB_DEPENDS=... replaces the computed Slurm dependency. Its preinst asks the
@@ -59,22 +62,28 @@ License: GPL-2.0-or-later
  On Debian systems the full text is in /usr/share/common-licenses/GPL-2.
 EOF
 
-# ---- Depends: the exact Slurm, and the shared libraries the binaries need
+# ---- Depends: the Slurm release (any revision), and the shared libraries the binaries need
 owner=$(dpkg-query -S "$plugin_dir/libslurmfull.so" 2>/dev/null | cut -d: -f1 | head -n 1 || true)
 if [ -n "${SLURM_DEB_DEPENDS:-}" ]; then
     slurm_dep=$SLURM_DEB_DEPENDS
     note="Built for Slurm $slurm_release ($SLURM_DEB_DEPENDS)."
 elif [ -n "$owner" ]; then
     owner_version=$(dpkg-query -W -f='${Version}' "$owner")
-    case $owner_version in
-    "$slurm_release"-* | *:"$slurm_release"-*) ;;
-    *)
+    # [epoch:]upstream[-revision]: the upstream release must be the headers' (22.05.8,
+    # 22.05.8+dfsg); the revision is the distribution's (4+deb12u3, a security update's u4)
+    epoch=$(printf '%s\n' "$owner_version" | sed -n 's/^\([0-9]*\):.*/\1:/p')
+    upstream=$(printf '%s\n' "${owner_version#"$epoch"}" | sed 's/-[^-]*$//')
+    if [ "$(slurm_release_normal "$upstream" || true)" != "$slurm_release" ]; then
         echo "package.sh: $owner $owner_version owns $plugin_dir, but the headers in $include are Slurm $slurm_release" >&2
         exit 1
-        ;;
-    esac
-    slurm_dep="$owner (= $owner_version)"
-    note="Built for Slurm $slurm_release ($owner $owner_version) and loaded by no other release."
+    fi
+    # any revision of that upstream release, none of another: >= X.Y.Z admits every
+    # X.Y.Z-r and X.Y.Z+repack-r, << X.Y.(Z+1)~ sorts below X.Y.(Z+1) and its pre-releases
+    # (dpkg orders ~ before anything); the upstream as the owner spells it, epoch included
+    owner_release=$(printf '%s\n' "$upstream" | sed 's/^\([0-9]*\.[0-9]*\.[0-9]*\).*/\1/')
+    next=${owner_release%.*}.$(expr "${owner_release##*.}" + 1)
+    slurm_dep="$owner (>= $epoch$owner_release), $owner (<< $epoch$next~)"
+    note="Built for Slurm $slurm_release ($owner $owner_release, built against $owner_version; any revision of that release) and loaded by no other release."
 else
     slurm_dep=""
     note="Built for Slurm $slurm_release installed from source in $(dirname "$plugin_dir"), which no package provides: install only where slurmd runs exactly that release."

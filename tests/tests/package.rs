@@ -314,6 +314,27 @@ fn install_sh_needs_slurm_expected_version_for_a_directory_of_no_slurm() {
     assert_installed(&out, &plugin_dir);
 }
 
+/// The directory the package installs its plugins into (`usr/lib/<multiarch>/slurm-wlm`
+/// for Debian's Slurm), relative to `/`: what its preinst asks under DPKG_ROOT (dpkg --root).
+fn deb_plugin_dir(deb: &Path) -> PathBuf {
+    let listing = Command::new("dpkg-deb")
+        .arg("-c")
+        .arg(deb)
+        .output()
+        .expect("run dpkg-deb -c");
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    let plugin = listing
+        .split_whitespace()
+        .find(|f| f.ends_with("/acct_gather_energy_rust_rapl.so"))
+        .unwrap_or_else(|| panic!("no rust_rapl plugin in {}: {listing}", deb.display()));
+    Path::new(plugin.trim_start_matches('.'))
+        .parent()
+        .expect("a directory")
+        .strip_prefix("/")
+        .expect("an absolute path")
+        .to_path_buf()
+}
+
 #[test]
 fn the_packages_preinst_refuses_a_slurm_of_another_release() {
     let Some(deb) = deb_or_skip("the_packages_preinst_refuses_a_slurm_of_another_release") else {
@@ -328,23 +349,8 @@ fn the_packages_preinst_refuses_a_slurm_of_another_release() {
         .status()
         .expect("run dpkg-deb -e");
     assert!(extracted.success(), "dpkg-deb -e {}", deb.display());
-    // the directory the package installs into (./usr/lib/<multiarch>/slurm-wlm/...), which
-    // the preinst asks under DPKG_ROOT (dpkg --root)
-    let listing = Command::new("dpkg-deb")
-        .arg("-c")
-        .arg(&deb)
-        .output()
-        .expect("run dpkg-deb -c");
-    let listing = String::from_utf8_lossy(&listing.stdout);
-    let plugin = listing
-        .split_whitespace()
-        .find(|f| f.ends_with("/acct_gather_energy_rust_rapl.so"))
-        .unwrap_or_else(|| panic!("no rust_rapl plugin in {}: {listing}", deb.display()));
-    let plugin_dir = Path::new(plugin.trim_start_matches('.'))
-        .parent()
-        .expect("a directory")
-        .strip_prefix("/")
-        .expect("an absolute path");
+    let plugin_dir = deb_plugin_dir(&deb);
+    let plugin_dir = plugin_dir.as_path();
     let preinst = |root: &Path| {
         Command::new("/bin/sh")
             .arg(control.join("preinst"))
@@ -378,5 +384,513 @@ fn the_packages_preinst_refuses_a_slurm_of_another_release() {
         Some(0),
         "preinst: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `package` at `version` as equivs builds it in `dir`: no files and no scripts, only what
+/// dpkg weighs in a dependency (the name and the version), as a rebuilt or updated package
+/// of that name presents them.
+fn equivs_package(dir: &Path, package: &str, version: &str) -> std::process::Child {
+    fs::create_dir_all(dir).expect("mkdir the equivs directory");
+    let control = dir.join("control");
+    fs::write(
+        &control,
+        format!(
+            "Section: admin\nPriority: optional\nStandards-Version: 3.9.2\n\
+             Package: {package}\nVersion: {version}\n\
+             Description: stand-in for {package} {version}\n stand-in\n"
+        ),
+    )
+    .expect("the equivs control file");
+    Command::new("equivs-build")
+        .arg(&control)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run equivs-build (apt install equivs: ci/deps.sh)")
+}
+
+/// `dpkg --root=ROOT`: the database, files and log of ROOT alone, the maintainer scripts
+/// run unchrooted with DPKG_ROOT=ROOT (as the package's preinst expects).
+fn dpkg_in(root: &Path) -> Command {
+    let mut dpkg = Command::new("dpkg");
+    dpkg.arg(format!("--root={}", root.display()))
+        .arg(format!("--log={}", root.join("dpkg.log").display()))
+        .arg("--force-script-chrootless")
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env_remove("SLURM_EXPECTED_VERSION");
+    dpkg
+}
+
+/// One field of an installed package on this machine (`dpkg-query -W`), read only.
+fn host_package_field(package: &str, field: &str) -> Option<String> {
+    let out = Command::new("dpkg-query")
+        .arg("-W")
+        .arg(format!("-f=${{{field}}}"))
+        .arg(package)
+        .output()
+        .expect("run dpkg-query");
+    let value = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !value.is_empty()).then_some(value)
+}
+
+#[test]
+fn the_package_installs_beside_any_revision_of_its_slurm_release_and_no_other() {
+    let test = "the_package_installs_beside_any_revision_of_its_slurm_release_and_no_other";
+    if !root_or_skip(test) {
+        return;
+    }
+    let Some(deb) = deb_or_skip(test) else {
+        return;
+    };
+    let field = |name: &str| {
+        let out = Command::new("dpkg-deb")
+            .arg("-f")
+            .arg(&deb)
+            .arg(name)
+            .output()
+            .expect("run dpkg-deb -f");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let depends = field("Depends");
+    let plugin_dir = deb_plugin_dir(&deb);
+    // the package that owns the plugin directory on this machine (Debian's
+    // slurm-wlm-basic-plugins), or none for a Slurm installed from source
+    let owned = Command::new("dpkg-query")
+        .arg("-S")
+        .arg(Path::new("/").join(&plugin_dir).join("libslurmfull.so"))
+        .output()
+        .expect("run dpkg-query -S");
+    let owner = String::from_utf8_lossy(&owned.stdout)
+        .split(':')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    if !owned.status.success() || owner.is_empty() {
+        assert!(
+            !depends.split(',').any(|d| d.trim().starts_with("slurm")),
+            "no package owns /{} here, yet the package depends on one: {depends}",
+            plugin_dir.display()
+        );
+        eprintln!("SKIPPED {test}: no package owns /{}", plugin_dir.display());
+        return;
+    }
+    let owner_version = host_package_field(&owner, "Version").expect("the owner's version");
+    // [epoch:]X.Y.Z[+repack][-revision]
+    let (epoch, rest) = match owner_version.split_once(':') {
+        Some((e, r)) => (format!("{e}:"), r.to_string()),
+        None => (String::new(), owner_version.clone()),
+    };
+    let xyz: Vec<u32> = rest
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .map(|n| n.parse().expect("X.Y.Z"))
+        .collect();
+    let (x, y, z) = (xyz[0], xyz[1], xyz[2]);
+    assert_eq!(
+        format!("{x}.{y:02}.{z}"),
+        built_release(),
+        "{owner} {owner_version}"
+    );
+    let same = |suffix: &str| format!("{epoch}{x}.{y:02}.{z}{suffix}");
+    let micro = |z: u32, suffix: &str| format!("{epoch}{x}.{y:02}.{z}{suffix}");
+    // a security update of the same release, a repacked one; the next release, its
+    // release candidate, and the previous one
+    let mut cases = vec![
+        (same("-4+deb12u9"), true),
+        (same("+dfsg-1"), true),
+        (micro(z + 1, "-1"), false),
+        (micro(z + 1, "~rc1-1"), false),
+    ];
+    if z > 0 {
+        cases.push((micro(z - 1, "-4+deb12u9"), false));
+    }
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let builds: Vec<_> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, (version, _))| {
+            let dir = tmp.path().join(format!("equivs{i}"));
+            (dir.clone(), equivs_package(&dir, &owner, version))
+        })
+        .collect();
+    // the package's other dependencies (libc6, ...) as this machine has them installed
+    let others: String = depends
+        .split(',')
+        .map(|d| {
+            d.split(['(', '|'])
+                .next()
+                .unwrap_or("")
+                .trim()
+                .split(':')
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .filter(|name| !name.is_empty() && *name != owner)
+        .map(|name| {
+            let out = Command::new("dpkg-query")
+                .arg("-s")
+                .arg(&name)
+                .output()
+                .expect("run dpkg-query -s");
+            assert!(
+                out.status.success(),
+                "{name}, which the package needs, is not installed here"
+            );
+            format!("{}\n", String::from_utf8_lossy(&out.stdout).trim_end())
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+
+    for ((version, admitted), (dir, build)) in cases.iter().zip(builds) {
+        let built = build.wait_with_output().expect("equivs-build");
+        assert!(
+            built.status.success(),
+            "equivs-build {owner} {version}: {}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let standin = fs::read_dir(&dir)
+            .expect("the equivs directory")
+            .map(|e| e.expect("entry").path())
+            .find(|p| p.extension().is_some_and(|e| e == "deb"))
+            .expect("equivs built a .deb");
+        // a private root: dpkg's database holds the other dependencies and the stand-in,
+        // and the plugin directory a Slurm of the plugins' release (for the preinst)
+        let root = dir.join("root");
+        let admin = root.join("var/lib/dpkg");
+        for sub in ["info", "updates", "triggers"] {
+            fs::create_dir_all(admin.join(sub)).expect("mkdir the dpkg database");
+        }
+        fs::write(admin.join("status"), &others).expect("the dpkg status");
+        slurm_at(root.join(&plugin_dir), Some(&built_release()));
+        let out = dpkg_in(&root)
+            .arg("-i")
+            .arg(&standin)
+            .output()
+            .expect("dpkg -i");
+        assert!(
+            out.status.success(),
+            "dpkg -i {}: {}",
+            standin.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        let out = dpkg_in(&root)
+            .arg("-i")
+            .arg(&deb)
+            .output()
+            .expect("dpkg -i");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let status = Command::new("dpkg-query")
+            .arg(format!("--root={}", root.display()))
+            .arg("-W")
+            .arg("-f=${db:Status-Abbrev}")
+            .arg(field("Package"))
+            .output()
+            .expect("dpkg-query --root");
+        let status = String::from_utf8_lossy(&status.stdout).trim().to_string();
+        if *admitted {
+            assert!(
+                out.status.success(),
+                "Depends: {depends}; {owner} {version} refused: {stderr}"
+            );
+            assert_eq!(status, "ii", "beside {owner} {version}");
+            assert!(
+                root.join(&plugin_dir)
+                    .join("acct_gather_energy_rust_rapl.so")
+                    .exists(),
+                "installed, but no plugin in the plugin directory"
+            );
+        } else {
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "Depends: {depends}; {owner} {version} admitted"
+            );
+            assert_ne!(status, "ii", "configured beside {owner} {version}");
+            let says = format!("Version of {owner} on system is {version}");
+            assert!(stderr.contains(&says), "{says:?} not in: {stderr}");
+        }
+    }
+}
+
+/// The spec of the stand-ins for SchedMD's Slurm RPMs: `slurm` (libslurm.so in %{_libdir},
+/// libslurmfull.so in %{_libdir}/slurm) and `slurm-devel` (the headers in
+/// %{_includedir}/slurm, requiring its `slurm`) as slurm.spec lays them out, of release
+/// `standin_version`, from the Slurm this build is for; and `clang-devel`, empty, for the
+/// machine's own libclang (libclang-dev). `cp -p`: the headers keep their times, so the
+/// bindings built from them are not rebuilt at every run.
+const STANDIN_SLURM_SPEC: &str = "\
+Name: slurm
+Version: %{standin_version}
+Release: 1
+Summary: stand-in for SchedMD's slurm
+License: GPL-2.0-or-later
+AutoReqProv: no
+%global debug_package %{nil}
+%global __os_install_post %{nil}
+%global _binary_payload w1.gzdio
+%description
+stand-in
+%package devel
+Summary: stand-in for SchedMD's slurm-devel
+Requires: slurm = %{version}-%{release}
+%description devel
+stand-in
+%package -n clang-devel
+Summary: stand-in for libclang
+%description -n clang-devel
+stand-in
+%install
+mkdir -p %{buildroot}%{_includedir}/slurm %{buildroot}%{_libdir}/slurm
+cp -pL %{headers}/*.h %{buildroot}%{_includedir}/slurm/
+cp -pL %{libslurm} %{buildroot}%{_libdir}/libslurm.so
+cp -pL %{libslurmfull} %{buildroot}%{_libdir}/slurm/libslurmfull.so
+%files
+%{_libdir}/libslurm.so
+%{_libdir}/slurm/libslurmfull.so
+%files devel
+%{_includedir}/slurm
+%files -n clang-devel
+";
+
+/// `root`, a private root whose RPM database (`root/var/lib/rpm`, nothing else's) has the
+/// stand-ins of SchedMD's Slurm of `release` installed (STANDIN_SLURM_SPEC, built in
+/// `work`), their files under `root`.
+fn rpm_root_with_slurm_devel(work: &Path, root: &Path, release: &str) {
+    let lib_dir = Path::new(env!("ENERGY_TESTS_SLURM_LIB_DIR"));
+    let spec = work.join("slurm.spec");
+    fs::create_dir_all(work).expect("mkdir");
+    fs::write(&spec, STANDIN_SLURM_SPEC).expect("the stand-in spec");
+    let define = |name: &str, value: &Path| format!("{name} {}", value.display());
+    let out = Command::new("rpmbuild")
+        .arg("-bb")
+        .args(["--define", &define("_topdir", &work.join("top"))])
+        .args(["--define", &format!("standin_version {release}")])
+        .args([
+            "--define",
+            &define("headers", &slurm_include_dir().join("slurm")),
+        ])
+        .args([
+            "--define",
+            &define("libslurm", &lib_dir.join("../libslurm.so")),
+        ])
+        .args([
+            "--define",
+            &define("libslurmfull", &lib_dir.join("libslurmfull.so")),
+        ])
+        .arg(&spec)
+        .output()
+        .expect("run rpmbuild (apt install rpm: ci/deps.sh)");
+    assert!(
+        out.status.success(),
+        "rpmbuild the stand-ins: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rpms: Vec<PathBuf> = fs::read_dir(work.join("top/RPMS"))
+        .expect("RPMS")
+        .flat_map(|arch| fs::read_dir(arch.expect("RPMS/ARCH").path()).expect("RPMS/ARCH"))
+        .map(|rpm| rpm.expect("an RPM").path())
+        .collect();
+    let _ = fs::remove_dir_all(root);
+    let rpm = |args: &[&str], files: &[PathBuf]| {
+        let out = Command::new("rpm")
+            .arg("--root")
+            .arg(root)
+            .args(["--dbpath", "/var/lib/rpm"])
+            .args(args)
+            .args(files)
+            .output()
+            .expect("run rpm");
+        assert!(
+            out.status.success(),
+            "rpm {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    rpm(&["--initdb"], &[]);
+    rpm(&["-i"], &rpms);
+}
+
+/// The headers this build is for, as slurm-bindings finds them: SLURM_INCLUDE_DIR, else
+/// SLURM_PREFIX/include, else /usr/include.
+fn slurm_include_dir() -> PathBuf {
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    var("SLURM_INCLUDE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| var("SLURM_PREFIX").map(|p| Path::new(&p).join("include")))
+        .unwrap_or_else(|| PathBuf::from("/usr/include"))
+}
+
+/// `ci/rpm.sh` as a RHEL admin runs it: HOME `home` (whose .rpmmacros points rpm at
+/// `root`'s database), cargo from `cargo_dir` first on PATH (rustup's toolchain, not a
+/// package), the headers of `root`'s slurm-devel and SchedMD's plugin directory, the RPM
+/// into `out`. Its cargo builds in the target directory rpm.sh keeps (CARGO_TARGET_DIR/
+/// rpm-build), seeded from this build's as ci/test.sh seeds it.
+fn rpm_sh(home: &Path, root: &Path, cargo_dir: &Path, out: &Path) -> Output {
+    fs::create_dir_all(home).expect("mkdir home");
+    fs::write(
+        home.join(".rpmmacros"),
+        format!("%_dbpath {}\n", root.join("var/lib/rpm").display()),
+    )
+    .expect(".rpmmacros");
+    let target = target_dir()
+        .parent()
+        .expect("the target directory")
+        .to_path_buf();
+    let rpm_build = target.join("rpm-build");
+    if !rpm_build.join("release").exists() {
+        fs::create_dir_all(&rpm_build).expect("mkdir rpm-build");
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(target.join("release"))
+            .arg(&rpm_build)
+            .status()
+            .expect("run cp");
+        assert!(copied.success(), "seed {}", rpm_build.display());
+    }
+    let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let cargo_home = var("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| var("HOME").map(|h| Path::new(&h).join(".cargo")))
+        .expect("CARGO_HOME or HOME");
+    let mut command = Command::new("/bin/sh");
+    command
+        .arg(workspace().join("ci/rpm.sh"))
+        .env_clear()
+        .env("HOME", home)
+        .env(
+            "PATH",
+            format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", cargo_dir.display()),
+        )
+        .env("CARGO_HOME", cargo_home)
+        .env("CARGO_TARGET_DIR", &target)
+        .env("PACKAGE_OUT", out)
+        .env("SLURM_INCLUDE_DIR", root.join("usr/include"))
+        .env("SLURM_PLUGIN_DIR", "/usr/lib64/slurm")
+        // senergy links the stand-in's libslurm.so, found in %{_libdir} as on RHEL (the
+        // linker's default there), not this machine's libslurm of another release
+        .env("LIBRARY_PATH", root.join("usr/lib64"));
+    for name in ["RUSTUP_HOME", "RUSTUP_TOOLCHAIN", "TMPDIR"] {
+        if let Some(value) = var(name) {
+            command.env(name, value);
+        }
+    }
+    command.output().expect("run ci/rpm.sh")
+}
+
+#[test]
+fn the_rpm_builds_against_slurm_devel_with_a_rustup_cargo() {
+    let test = "the_rpm_builds_against_slurm_devel_with_a_rustup_cargo";
+    if !root_or_skip(test) {
+        return;
+    }
+    let release = built_release();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let home = tmp.path().join("home");
+    let out = tmp.path().join("out");
+    let cargo = PathBuf::from(std::env::var_os("CARGO").expect("cargo test sets CARGO"));
+    let cargo_dir = cargo.parent().expect("cargo's directory");
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // BuildRequires are checked, against the private database: a slurm-devel of another
+    // release is refused before anything is built
+    let other = tmp.path().join("other");
+    rpm_root_with_slurm_devel(&tmp.path().join("standin-other"), &other, other_release());
+    let built = rpm_sh(&home, &other, cargo_dir, &out);
+    assert!(
+        !built.status.success(),
+        "built against slurm-devel {}",
+        other_release()
+    );
+    let needed = format!("slurm-devel = {release} is needed");
+    assert!(
+        stderr(&built).contains(&needed),
+        "{needed:?} not in: {}",
+        stderr(&built)
+    );
+
+    // the release's slurm-devel, under a fixed path (the headers' path is in the bindings'
+    // build: a new one each run would rebuild the workspace)
+    let root = target_dir()
+        .parent()
+        .expect("the target directory")
+        .join("rpm-build/slurm-devel-root");
+    rpm_root_with_slurm_devel(&tmp.path().join("standin"), &root, &release);
+    let root = root.canonicalize().expect("the root");
+
+    // a cargo older than 1.88 first on PATH: refused with what to install
+    let old = tmp.path().join("old-cargo");
+    fs::create_dir_all(&old).expect("mkdir");
+    fs::write(old.join("cargo"), "#!/bin/sh\necho 'cargo 1.63.0'\n").expect("old cargo");
+    fs::set_permissions(old.join("cargo"), fs::Permissions::from_mode(0o755)).expect("chmod");
+    let built = rpm_sh(&home, &root, &old, &out);
+    assert!(!built.status.success(), "built with cargo 1.63");
+    for text in [
+        "needs cargo 1.88 or later on PATH (found: 1.63.0)",
+        "rustup",
+    ] {
+        assert!(
+            stderr(&built).contains(text),
+            "{text:?} not in: {}",
+            stderr(&built)
+        );
+    }
+
+    // rustup's cargo (no package provides it): built, without --nodeps
+    let built = rpm_sh(&home, &root, cargo_dir, &out);
+    assert!(built.status.success(), "ci/rpm.sh: {}", stderr(&built));
+    let name = format!(
+        "slurm-energy-rust-0.1.0-1.slurm{release}.{}.rpm",
+        std::env::consts::ARCH
+    );
+    let rpm = out.join(&name);
+    let stdout = String::from_utf8_lossy(&built.stdout);
+    assert_eq!(
+        stdout.lines().last(),
+        Some(rpm.to_str().expect("UTF-8")),
+        "{stdout}"
+    );
+    let query = |what: &str| {
+        let q = Command::new("rpm")
+            .args(["-qp", what])
+            .arg(&rpm)
+            .output()
+            .expect("rpm -qp");
+        assert!(q.status.success(), "rpm -qp {what}: {}", stderr(&q));
+        String::from_utf8_lossy(&q.stdout).into_owned()
+    };
+    let requires = query("--requires");
+    assert!(
+        requires
+            .lines()
+            .any(|r| r.trim() == format!("slurm = {release}")),
+        "no `slurm = {release}` in: {requires}"
+    );
+    let files = query("--list");
+    let files: Vec<&str> = files.lines().collect();
+    for (plugin, _) in built_plugins() {
+        let path = format!("/usr/lib64/slurm/{plugin}.so");
+        assert!(files.contains(&path.as_str()), "{path} not in {files:?}");
+    }
+    assert!(files.contains(&"/usr/lib64/slurm/acct_gather_energy_rust_variorum_sampler"));
+    assert!(files.contains(&"/usr/bin/senergy"), "{files:?}");
+    // every example where the conf files say (examples/), as the .deb has them
+    let doc = "/usr/share/doc/slurm-energy-rust";
+    for entry in fs::read_dir(workspace().join("conf")).expect("conf/") {
+        let name = entry.expect("entry").file_name();
+        let path = format!("{doc}/examples/{}", name.to_string_lossy());
+        assert!(files.contains(&path.as_str()), "{path} not in {files:?}");
+    }
+    for path in [format!("{doc}/README.md"), format!("{doc}/docs/testing.md")] {
+        assert!(files.contains(&path.as_str()), "{path} not in {files:?}");
+    }
+    assert!(
+        !files.iter().any(|f| f.starts_with(&format!("{doc}/conf"))),
+        "{files:?}"
     );
 }
