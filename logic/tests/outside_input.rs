@@ -398,6 +398,7 @@ fn gres_line() -> impl Strategy<Value = String> {
         host_list().prop_map(|h| format!("MultipleFiles=/dev/nvidia0,/dev/{h}")),
         select(vec![
             "AutoDetect=nvml",
+            "AutoDetect=nvidia",
             "AutoDetect=off",
             "autodetect=",
             "AutoDetect=none",
@@ -455,7 +456,7 @@ proptest! {
             Ok(GresOrder::Files(records)) => {
                 prop_assert!(records.iter().flatten().all(|f| !f.as_os_str().is_empty()));
             }
-            Ok(GresOrder::Detected) => {}
+            Ok(GresOrder::Detected | GresOrder::DetectedByFile) => {}
             Err(e) => {
                 let named = named_lines(&e);
                 prop_assert!(!named.is_empty() && named.iter().all(|n| (1..=lines.len()).contains(n)), "{e}");

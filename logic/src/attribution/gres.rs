@@ -12,10 +12,16 @@ use crate::hostlist;
 /// How slurmd numbers the node's GPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GresOrder {
-    /// `AutoDetect` (nvml, nvidia, rsmi, ...): the GPUs the library detects, sorted by
-    /// device file and then by their links, which follow the library's own (PCI bus) order
-    /// (`_sort_gpu_by_links_order()`, gres_gpu.c): index i is the library's GPU i.
+    /// `AutoDetect` with a library (nvml, rsmi, ...): the GPUs the library detects, sorted
+    /// by device file and then by their links, which follow the library's own (PCI bus)
+    /// order (`_sort_gpu_by_links_order()`, gres_gpu.c): index i is the library's GPU i.
     Detected,
+    /// `AutoDetect=nvidia` (Slurm 24.11 and later, no library): the GPUs the driver lists
+    /// carry no links, so slurmd sorts them by device file alone (`_sort_gpu_by_file()`,
+    /// natural order: `/dev/nvidia2` before `/dev/nvidia10`): index i is the GPU of the
+    /// i-th lowest minor, whatever order the library lists them in. It detects no MIG
+    /// instance: a partitioned GPU is one index.
+    DetectedByFile,
     /// Without: gres.conf's `Name=gpu` records for this node in the file's order, one index
     /// per device file (`File=/dev/nvidia[0-1]`: two), one per `MultipleFiles` record (a
     /// MIG instance: its GPU's file, then its capability files).
@@ -33,8 +39,14 @@ fn pairs(line: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn autodetects(value: &str) -> bool {
-    !matches!(value.to_ascii_lowercase().as_str(), "off" | "none" | "")
+/// How an `AutoDetect` value orders the GPUs; `None`: it detects nothing (gres.conf's
+/// records are the order).
+fn detected_order(value: &str) -> Option<GresOrder> {
+    match value.to_ascii_lowercase().as_str() {
+        "off" | "none" | "" => None,
+        "nvidia" => Some(GresOrder::DetectedByFile),
+        _ => Some(GresOrder::Detected),
+    }
 }
 
 /// Whether a gres.conf `NodeName=` list names `node`.
@@ -64,9 +76,9 @@ impl GresOrder {
             }
             if let Some(v) = get("autodetect") {
                 if get("nodename").is_some() {
-                    node_autodetect = Some(autodetects(v));
+                    node_autodetect = Some(detected_order(v));
                 } else {
-                    global_autodetect = Some(autodetects(v));
+                    global_autodetect = Some(detected_order(v));
                 }
             }
             if !get("name").is_some_and(|n| n.eq_ignore_ascii_case("gpu")) {
@@ -86,18 +98,17 @@ impl GresOrder {
                 files.extend(expanded.into_iter().map(|f| vec![PathBuf::from(f)]));
             }
         }
-        Ok(if node_autodetect.or(global_autodetect).unwrap_or(false) {
-            Self::Detected
-        } else {
-            Self::Files(files)
-        })
+        Ok(node_autodetect
+            .or(global_autodetect)
+            .flatten()
+            .unwrap_or(Self::Files(files)))
     }
 
     /// Each GRES index's device files: their `(major, minor)` ([`Self::Files`], `None`
     /// where a file is not a device), or none when the library's order applies.
     pub fn device_files(&self) -> Vec<Vec<Option<(u32, u32)>>> {
         match self {
-            Self::Detected => Vec::new(),
+            Self::Detected | Self::DetectedByFile => Vec::new(),
             Self::Files(records) => records
                 .iter()
                 .map(|files| files.iter().map(|f| device_number(f)).collect())
@@ -190,6 +201,11 @@ mod tests {
         assert_eq!(
             GresOrder::parse("AutoDetect=nvml\nName=gpu File=/dev/nvidia1\n", "n1"),
             Ok(GresOrder::Detected)
+        );
+        // Slurm 24.11's library-less detection orders by device file
+        assert_eq!(
+            GresOrder::parse("NodeName=n1 AutoDetect=NVIDIA\n", "n1"),
+            Ok(GresOrder::DetectedByFile)
         );
         // a node's own AutoDetect overrides the global one
         let own = "AutoDetect=nvml\nNodeName=n2 AutoDetect=off Name=gpu File=/dev/nvidia4\n";

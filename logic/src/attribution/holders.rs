@@ -113,11 +113,23 @@ impl Holders {
     }
 
     /// The devices an allocation names, by their positions among `devices`: by the
-    /// library's order where Slurm detected the GPUs (a GPU split into MIG instances
-    /// counting as its instances, in the library's order), or where the library tells no
-    /// device files (its order is the only one known); else by gres.conf's device files.
+    /// library's order where Slurm detected the GPUs with it (a GPU split into MIG
+    /// instances counting as its instances, in the library's order), or where the library
+    /// tells no device files (its order is the only one known); by device file where Slurm
+    /// detected them without a library (`AutoDetect=nvidia`); else by gres.conf's device
+    /// files.
     fn positions(&self, procs: &Procs, a: &Allocation, devices: &[DeviceReading]) -> Vec<u32> {
-        if self.order == GresOrder::Detected || devices.iter().all(|d| d.file.is_none()) {
+        if self.order == GresOrder::DetectedByFile && devices.iter().any(|d| d.file.is_some()) {
+            let mut by_file: Vec<&DeviceReading> =
+                devices.iter().filter(|d| d.file.is_some()).collect();
+            by_file.sort_by_key(|d| d.file);
+            return a
+                .gpus
+                .iter()
+                .filter_map(|&index| by_file.get(index as usize).map(|d| d.position))
+                .collect();
+        }
+        if !matches!(self.order, GresOrder::Files(_)) || devices.iter().all(|d| d.file.is_none()) {
             let mut ordered: Vec<&DeviceReading> = devices.iter().collect();
             ordered.sort_by_key(|d| d.position);
             let detected: Vec<u32> = ordered
@@ -490,6 +502,40 @@ mod tests {
         stepds.insert(300, 9);
         let seen = holders.observe(&procs, &stepds, &busy(50, 15));
         assert_eq!(seen[0].busy, vec![(Some(8), 20.0), (Some(9), 5.0)]);
+    }
+
+    /// `AutoDetect=nvidia` (no library): slurmd numbers the GPUs by device file, so GRES 0
+    /// is `/dev/nvidia3` and GRES 1 `/dev/nvidia10` (natural order) wherever the library
+    /// lists them; `AutoDetect=nvml` numbers them in the library's order. A partitioned GPU
+    /// is one index to the former (it detects no MIG instance).
+    #[test]
+    fn gpus_detected_without_a_library_are_numbered_by_device_file() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let spool = tmp.path().join("spool");
+        std::fs::create_dir_all(&spool).expect("spool");
+        let procs = Procs::from_path(&tmp.path().join("proc"));
+        let mut partitioned = gpu(2, 3, &[]);
+        partitioned.instances = vec![crate::source::InstanceReading {
+            position: 100,
+            uuid: "MIG-a".into(),
+            gpu_instance: 1,
+            compute_instance: 0,
+            sms: 14,
+            activity: None,
+        }];
+        // the library lists nvidia10, nvidia5, then nvidia3
+        let devices = [gpu(0, 10, &[]), gpu(1, 5, &[]), partitioned];
+        for (job, index) in [(7, 0), (8, 1), (9, 2)] {
+            whole(job, StepId(0), index).publish(&spool).expect("grant");
+        }
+        let mut by_file = Holders::new(GresOrder::DetectedByFile, &spool);
+        let mut by_library = Holders::new(GresOrder::Detected, &spool);
+        let held = |holders: &mut Holders, job| holders.holds(&procs, (job, StepId(0)), &devices);
+        assert_eq!(held(&mut by_file, 7), vec![(2, 1.0)], "GRES 0: nvidia3");
+        assert_eq!(held(&mut by_file, 8), vec![(1, 1.0)], "GRES 1: nvidia5");
+        assert_eq!(held(&mut by_file, 9), vec![(0, 1.0)], "GRES 2: nvidia10");
+        assert_eq!(held(&mut by_library, 7), vec![(0, 1.0)]);
+        assert_eq!(held(&mut by_library, 9), vec![(100, 1.0)]);
     }
 
     /// With AutoDetect, GRES indexes follow the library's order, a GPU split into MIG
