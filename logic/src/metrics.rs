@@ -551,6 +551,8 @@ impl MetricsFile {
 
 #[cfg(test)]
 mod tests {
+    mod dashboard;
+
     use super::*;
     use crate::attribution::StepId;
     use crate::ledger::{Observation, ObservedJob, ObservedStep, Split};

@@ -49,8 +49,13 @@ fn dashboard_queries_return_data(prom: &Prometheus, job: u32) {
         );
     }
     let mut queries = 0;
-    for panel in dashboard["panels"].as_array().expect("panels") {
-        for target in panel["targets"].as_array().expect("targets") {
+    // the panels, those in a collapsed row (Energy by user) included; a row has no query
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let inner = panels
+        .iter()
+        .flat_map(|p| p["panels"].as_array().into_iter().flatten());
+    for panel in panels.iter().chain(inner) {
+        for target in panel["targets"].as_array().into_iter().flatten() {
             let expr = fill(target["expr"].as_str().expect("expr"));
             let found = prom.query(&expr);
             println!("{}: {expr}: {found:?}", panel["title"]);
