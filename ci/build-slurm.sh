@@ -29,6 +29,10 @@
 #                         (below), required for any other
 #   SLURM_BUILD_JOBS=     make -j (default: number of CPUs)
 #   SLURM_CFLAGS=-O1 -g0 -pipe   the C compiler's flags
+#   SLURM_NVML_H=         NVIDIA's nvml.h (PyPI's nvidia-nvml-dev wheel ships it): the build
+#                         also has gpu/nvml, auth/slurm (libjwt-dev, libjson-c-dev) and cgroup/v2
+#                         (libdbus-1-dev, libbpf-dev), and fails where any is missing. Use it with its own
+#                         SLURM_CACHE (tests/hardware/slurm_on_a_real_gpu.py's bundle does).
 #
 # Build dependencies (build-essential, pkg-config, libmunge-dev, libmariadb-dev,
 # libcurl4-openssl-dev for the influxdb profile plugin, libdbus-1-dev for cgroup/v2, curl) are
@@ -177,6 +181,14 @@ required="lib/slurm/libslurmfull.so lib/slurm/auth_munge.so lib/slurm/cred_munge
     lib/slurm/accounting_storage_mysql.so lib/slurm/acct_gather_energy_rapl.so
     lib/slurm/acct_gather_profile_influxdb.so sbin/slurmctld sbin/slurmd sbin/slurmdbd
     sbin/slurmstepd bin/sacct bin/scontrol include/slurm/slurm.h"
+gpu_deps=""
+if [ -n "${SLURM_NVML_H:-}" ]; then
+    [ -r "$SLURM_NVML_H" ] || die "SLURM_NVML_H=$SLURM_NVML_H is not readable"
+    # cred/slurm is part of auth_slurm.so; auth/slurm's daemons need serializer/json (json-c)
+    required="$required lib/slurm/gpu_nvml.so lib/slurm/auth_slurm.so lib/slurm/serializer_json.so
+        lib/slurm/cgroup_v2.so"
+    gpu_deps="libjwt-dev libjson-c-dev libbpf-dev"
+fi
 complete() {
     [ -e "$stamp" ] || return 1
     for f in $required; do [ -e "$prefix/$f" ] || return 1; done
@@ -203,7 +215,7 @@ t0=$(date +%s)
 
 # ---- build dependencies
 sh "$(dirname "$0")/apt-install.sh" build-essential pkg-config libmunge-dev libmariadb-dev \
-    libcurl4-openssl-dev libdbus-1-dev curl ca-certificates >>"$buildlog" 2>&1 ||
+    libcurl4-openssl-dev libdbus-1-dev $gpu_deps curl ca-certificates >>"$buildlog" 2>&1 ||
     { tail -n 30 "$buildlog" >&2; die "installing the build dependencies failed"; }
 
 work=$(mktemp -d "$cache/build-$version.XXXXXX")
@@ -223,16 +235,39 @@ grep -Eq "^ *Major:[[:space:]]+${base%%.*}\$" META &&
     die "$tarball is not Slurm $version (META: $(grep -E 'Major|Minor|Micro' META | tr -s ' \t\n' ' '))"
 rm -rf "$prefix"
 jobs=${SLURM_BUILD_JOBS:-$(nproc)}
+with_nvml=""
+if [ -n "${SLURM_NVML_H:-}" ]; then
+    # nvml.h comes without libnvidia-ml.so (the driver brings that): configure and the link
+    # of gpu_nvml.so only need a library exporting NVML's names, so one is made with every
+    # function nvml.h declares, each returning NVML_ERROR_UNKNOWN. Its soname is the
+    # driver's, so gpu_nvml.so loads the driver's real library on a GPU machine; the stub
+    # itself is never installed.
+    mkdir -p "$work/nvml/include" "$work/nvml/lib/stubs"
+    cp "$SLURM_NVML_H" "$work/nvml/include/nvml.h"
+    sed -n 's/.*DECLDIR[[:space:]]\{1,\}\(nvml[A-Za-z0-9_]*\)[[:space:]]*(.*/\1/p' "$SLURM_NVML_H" | sort -u |
+        awk '{ print "int " $1 "(void) { return 999; }" }' >"$work/nvml/stub.c"
+    [ -s "$work/nvml/stub.c" ] || die "$SLURM_NVML_H declares no NVML function"
+    cc -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 -o "$work/nvml/lib/stubs/libnvidia-ml.so" \
+        "$work/nvml/stub.c" || die "cannot build the NVML link stub"
+    with_nvml="--with-nvml=$work/nvml"
+    log "gpu/nvml against $SLURM_NVML_H ($(wc -l <"$work/nvml/stub.c") NVML functions in the link stub)"
+fi
 log "configure (log: $buildlog)"
 # Slurm's default build adds -ggdb3 -O1 (--enable-debug): the tests need no debug symbols,
 # and -g0 makes every compile lighter. NDEBUG stays defined, as in a production build.
 ./configure --prefix="$prefix" --sysconfdir="$prefix/etc" --with-munge=/usr \
-    --disable-static --disable-dependency-tracking --disable-debug \
+    --disable-static --disable-dependency-tracking --disable-debug $with_nvml \
     CFLAGS="${SLURM_CFLAGS:--O1 -g0 -pipe}" >>"$buildlog" 2>&1 ||
     { tail -n 30 "$buildlog" >&2; die "configure failed"; }
 # munge is mandatory (configure fails without it); MySQL only warns: check it was found
 grep -q '^#define HAVE_MYSQL 1' config.h ||
     die "configure found no MySQL/MariaDB client library (libmariadb-dev): accounting_storage/mysql would be missing"
+if [ -n "${SLURM_NVML_H:-}" ]; then
+    for def in HAVE_NVML:nvml.h HAVE_JWT:libjwt-dev; do
+        grep -q "^#define ${def%%:*} 1" config.h || die "configure found no ${def#*:} (${def%%:*})"
+    done
+    grep -q 'checking for dbus-1 .*yes' "$buildlog" || die "configure found no dbus-1 (libdbus-1-dev): no cgroup/v2"
+fi
 log "make -j$jobs (2-4 minutes on 2 cores)"
 make -j"$jobs" >>"$buildlog" 2>&1 || { tail -n 40 "$buildlog" >&2; die "make failed"; }
 log "make install"

@@ -194,6 +194,34 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
     return NVML_SUCCESS;
 }
 
+/* Clocks: not supported (as on a GPU that hides them); Slurm logs its clocks at detection
+ * and reads them for --gpu-freq. */
+nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, unsigned int *count, unsigned int *clocksMHz)
+{
+    (void)count;
+    (void)clocksMHz;
+    return valid(device) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device, unsigned int memoryClockMHz,
+                                                  unsigned int *count, unsigned int *clocksMHz)
+{
+    (void)memoryClockMHz;
+    return nvmlDeviceGetSupportedMemoryClocks(device, count, clocksMHz);
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock)
+{
+    (void)type;
+    (void)clock;
+    return valid(device) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+nvmlReturn_t nvmlDeviceGetApplicationsClock(nvmlDevice_t device, int type, unsigned int *clock)
+{
+    return nvmlDeviceGetClockInfo(device, type, clock);
+}
+
 typedef struct {
     unsigned int pid;
     unsigned long long timeStamp;
@@ -432,4 +460,108 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet)
             m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
     }
     return NVML_SUCCESS;
+}
+
+/* ---- what Slurm's own gpu/nvml asks (AutoDetect=nvml, jobacct's GPU memory) ----------
+ * Enough for its detection and its per-task use, so that a dry run of
+ * tests/hardware/slurm_on_a_real_gpu.py loads the real plugin against this library: a
+ * PCIe GPU without NVLink, close to every CPU, that reports no process memory. */
+
+static nvmlReturn_t put_string(char *buf, unsigned int length, const char *s)
+{
+    if (!buf)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int n = snprintf(buf, length, "%s", s);
+    return n < 0 || (unsigned)n >= length ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    return put_string(version, length, "fakegpu");
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    return put_string(version, length, "fakegpu");
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    if (!valid(device))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return put_string(name, length, "fakegpu");
+}
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+/* One bus per GPU, numbered by its minor: distinct, as Slurm's NVLink table needs. */
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    if (!valid(device) || !pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof(*pci));
+    pci->bus = 0x10 + gpu_minor[device->index];
+    pci->pciDeviceId = 0x233010de;
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02x:00.0", pci->bus);
+    snprintf(pci->busId, sizeof(pci->busId), "00000000:%02x:00.0", pci->bus);
+    return NVML_SUCCESS;
+}
+
+/* Every online CPU (one NUMA node). */
+nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize, unsigned long *cpuSet)
+{
+    if (!valid(device) || !cpuSet)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned bits = 8 * sizeof(unsigned long);
+    memset(cpuSet, 0, cpuSetSize * sizeof(unsigned long));
+    for (long c = 0; c < cpus && (unsigned long)c < (unsigned long)cpuSetSize * bits; c++)
+        cpuSet[c / bits] |= 1UL << (c % bits);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, int *isActive)
+{
+    (void)link;
+    (void)isActive;
+    return valid(device) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
+{
+    (void)link;
+    (void)pci;
+    return valid(device) ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+
+/* No process holds memory here: none listed (NVML's answer for an unused GPU). */
+static nvmlReturn_t no_processes(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
+{
+    (void)infos;
+    if (!valid(device) || !infoCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *infoCount = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                     nvmlProcessInfo_t *infos)
+{
+    return no_processes(device, infoCount, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                      nvmlProcessInfo_t *infos)
+{
+    return no_processes(device, infoCount, infos);
 }

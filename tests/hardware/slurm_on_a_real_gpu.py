@@ -2,7 +2,8 @@
 """rust_gpu under real Slurm jobs on a real NVIDIA GPU: one prepared run (issue 31).
 
 A single-node Slurm (its own daemons, from a bundle carried to the GPU machine; no munge,
-no slurmdbd, nothing installed) runs
+no slurmdbd, nothing installed) runs, after 12 s of the idle GPU (rust_gpu learns its
+static power),
   1. one job holding the whole GPU (--gres=gpu:1) under a real CUDA load, then
   2. two jobs side by side on the GPU's shards (--gres=shard:N each): one busy, one idle,
 and compares each job's figure from rust_gpu (its final job counter in the plugin's
@@ -11,7 +12,8 @@ with NVML's own energy counter read around the job (sampled every 50 ms; a job's
 is the life of its extern slurmstepd, where the plugin starts and stops charging it), and
 the shard jobs' sum with the GPU's energy over their common window. It prints a table.
 
-    # on the build machine (here): Slurm 26.05.3 and the plugins built against it
+    # on the build machine (here): Slurm 26.05.3 with gpu/nvml, auth/slurm and cgroup/v2
+    # (ci/build-slurm.sh with SLURM_NVML_H; docs/testing.md) and the plugins built against it
     python3 tests/hardware/slurm_on_a_real_gpu.py pack        # -> target/slurm-gpu-bundle
     # the same end to end with the stand-in NVML (tests/fakegpu), as root, no GPU needed:
     python3 tests/hardware/slurm_on_a_real_gpu.py run --dry-run
@@ -20,7 +22,7 @@ the shard jobs' sum with the GPU's energy over their common window. It prints a 
 
 Choices made on the machine, each printed (and forced with options):
   * GRES: AutoDetect=nvml where the bundle's Slurm has gpu/nvml (needs nvml.h at Slurm's
-    build), else AutoDetect=nvidia where the driver shows /proc/driver/nvidia/gpus, else
+    build; --dry-run: against the stand-in, which answers what gpu/nvml asks), else AutoDetect=nvidia where the driver shows /proc/driver/nvidia/gpus, else
     AutoDetect=off with the GPU's /dev/nvidiaN (NVML's minor number). More than one GPU:
     only NVML's GPU 0, by its file. Shards: 8 on that GPU.
   * cgroups: cgroup/v2 where /sys/fs/cgroup is cgroup2 with controllers and the bundle has
@@ -30,10 +32,15 @@ Choices made on the machine, each printed (and forced with options):
     cgroups, EnergyAttribution=node. A configuration under which slurmd does not come up
     is logged and the next one tried (off GRES, then no cgroups).
   * auth: auth/slurm + cred/slurm (a key in the temp dir) where the bundle has
-    auth_slurm.so (needs libjwt at Slurm's build), else auth/none + cred/none: every
+    auth_slurm.so and serializer_json.so (libjwt and json-c at Slurm's build), else auth/none + cred/none: every
     process here is root on one machine, so nothing is lost for this check.
-  * energy: rust_gpu, stacked after rust_rapl where /sys/class/powercap/intel-rapl exists
-    (the table then shows each job's RAPL part too; rust_gpu's part is compared).
+  * energy: rust_gpu, stacked after rust_rapl (EnergyRaplDomains=package) where the CPUs
+    expose RAPL as rust_rapl reads it (powercap's intel-rapl, or a readable
+    /dev/cpu/N/msr). RAPL's own package counter is then sampled every 50 ms beside NVML's,
+    first that works: perf's power/energy-pkg/ (the kernel's PMU, through perf_event_open),
+    powercap's energy_uj, the MSR: rust_rapl's node counter is compared with it at the
+    times of its own samples, and each job's rust_rapl part is printed beside the
+    packages' energy over the job. No RAPL: said so, rust_gpu alone.
   * load (real GPU), first that works: python3 with torch (bf16 matrix products), python3
     with cupy (fp32 matrix products), a CUDA C burner compiled with nvcc. It is run for
     2 s before the jobs to show that it draws power. --dry-run: the stand-in's
@@ -59,12 +66,14 @@ import shutil
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import tarfile
 import tempfile
 import threading
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -72,6 +81,11 @@ FAKEGPU = os.path.join(REPO, "tests", "fakegpu")
 DEFAULT_BUNDLE = os.path.join(REPO, "target", "slurm-gpu-bundle")
 SHARDS = 8          # shards configured on the GPU; each shard job holds half
 LOAD_SECS = 20      # seconds of load in each loaded job
+# idle seconds before the first job: without EnergyAttributionIdleWatts rust_gpu takes a
+# GPU's static power as the lowest it held over 10 s since slurmd started; with less, the
+# shard jobs' split went by a static power learned from loaded seconds (100-170 W for a 40 W
+# stand-in: the idle job got 21% of the GPU, not 9%)
+SETTLE_SECS = 12
 PR_SET_CHILD_SUBREAPER = 36
 
 # ---------------------------------------------------------------------------- pack ---
@@ -81,12 +95,12 @@ SLURM_SBIN = ["slurmctld", "slurmd", "slurmstepd"]
 SLURM_BIN = ["srun", "sbatch", "scontrol", "sstat", "squeue", "sinfo", "scancel"]
 # plugins by name prefix: whichever of these the build has
 SLURM_PLUGINS = [
-    "auth_none", "auth_slurm", "cred_none", "cred_slurm", "select_cons_tres",
+    "auth_none", "auth_slurm", "cred_none", "select_cons_tres",
     "gres_gpu", "gres_shard", "gpu_nvml", "gpu_nvidia", "gpu_generic",
     "proctrack_linuxproc", "proctrack_cgroup", "task_cgroup", "task_affinity",
     "cgroup_v1", "cgroup_v2", "jobacct_gather_linux", "jobacct_gather_cgroup",
     "sched_backfill", "sched_builtin", "priority_basic", "topology_flat", "hash_k12",
-    "tls_none", "compress_none", "prep_script", "certgen_script", "certmgr_script",
+    "serializer_json", "tls_none", "compress_none", "prep_script", "certgen_script", "certmgr_script",
     "url_parser_internal", "namespace_linux", "mpi_pmi2",
     "libslurmfull", "libslurm_pmi",
 ]
@@ -129,19 +143,55 @@ def pack(args):
     probe = os.path.join(target, "release", "examples", "gpu_probe")
     if os.path.exists(probe):
         put(probe, os.path.join(out, "gpu_probe"))
+    deps = carry_libraries(list(copied), os.path.join(out, "slurm/lib/slurm"), os.path.join(out, "slurm/deps"))
+    for lib in deps:
+        put(lib, os.path.join(out, "slurm/deps", os.path.basename(lib)))
     missing = [n for n in SLURM_PLUGINS if n not in have]
     with open(os.path.join(out, "MANIFEST"), "w") as f:
-        f.write("slurm=%s\nprefix=%s\nplugins_target=%s\nslurm_plugins=%s\nnot_in_this_build=%s\n" % (
-            version, prefix, target, " ".join(have), " ".join(missing)))
+        f.write("slurm=%s\nprefix=%s\nplugins_target=%s\nslurm_plugins=%s\nnot_in_this_build=%s\ndeps=%s\n" % (
+            version, prefix, target, " ".join(have), " ".join(missing),
+            " ".join(os.path.basename(d) for d in deps)))
     size = sum(os.path.getsize(p) for p in copied)
     print("pack: %s: Slurm %s (%d plugins), rust_gpu, rust_rapl%s: %.1f MiB" % (
         out, version, len(have), ", gpu_probe" if os.path.exists(probe) else "", size / 2**20))
     print("pack: not in this Slurm build: %s" % (" ".join(missing) or "none"))
+    print("pack: libraries carried (used where the GPU machine lacks them): %s" % (
+        " ".join(os.path.basename(d) for d in deps) or "none"))
     for need, why in (("auth_slurm", "auth/slurm (libjwt at build): auth/none is used"),
+                      ("serializer_json", "serializer/json (json-c at build), which auth/slurm needs: auth/none is used"),
                       ("gpu_nvml", "gpu/nvml (nvml.h at build): AutoDetect=nvidia or off is used"),
                       ("cgroup_v2", "cgroup/v2 (dbus, bpf at build): v1 or no cgroups")):
         if need not in have:
             print("pack:   no %s" % why)
+
+
+# glibc's own libraries: the GPU machine has them (a glibc at least as new as the build's)
+SYSTEM_LIBS = re.compile(r"^(libc|libm|libdl|libpthread|librt|libresolv|libutil|ld-linux[-\w]*|libgcc_s)\.so")
+
+
+def carry_libraries(files, bundle_lib, deps_dir):
+    """The shared libraries the bundled files need beyond glibc, as this machine resolves
+    them (auth/slurm's libjwt, cgroup/v2's libdbus, scontrol's readline, theirs), to be
+    carried: the GPU machine may not have them and cannot install them."""
+    found = set()
+    env = dict(os.environ, LD_LIBRARY_PATH=bundle_lib)
+    for f in files:
+        r = subprocess.run(["ldd", f], capture_output=True, text=True, env=env)
+        for m in re.finditer(r"^\s*(\S+) => (/\S+)", r.stdout, re.M):
+            name, path = m.groups()
+            if not SYSTEM_LIBS.match(name) and not path.startswith(os.path.dirname(bundle_lib)):
+                found.add(path)
+    os.makedirs(deps_dir, exist_ok=True)
+    return sorted(found)
+
+
+def machine_lacks(sonames):
+    """Of these sonames, those this machine's loader cannot find (ldconfig's cache, the
+    usual directories): the only ones taken from the bundle, so that the machine's own
+    libraries (its OpenSSL, its libdbus) are used wherever it has them."""
+    r = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True)
+    have = set(re.findall(r"^\s*(\S+) \(", r.stdout, re.M))
+    return [s for s in sonames if s not in have]
 
 
 # ----------------------------------------------------------------------------- NVML ---
@@ -210,6 +260,128 @@ def find_nvml():
     return None
 
 
+# ----------------------------------------------------------------------------- RAPL ---
+
+class RaplReference:
+    """The CPU packages' energy as RAPL itself counts it, summed over the packages (J): the
+    reference rust_rapl is compared with. Sources, first that reads: perf's power PMU
+    (energy-pkg: the kernel's own reading, another path than rust_rapl's), powercap's
+    package zones, the package MSR. `find()` gives one, or None and why not."""
+
+    PERF_EVENT_OPEN = 298              # x86_64: RAPL is an x86 feature
+    MSR_RAPL_POWER_UNIT, MSR_PKG_ENERGY_STATUS = 0x606, 0x611
+
+    def __init__(self, kind, read, parts):
+        self.kind, self._read, self.parts = kind, read, parts
+        self.last, self.total = None, 0.0
+
+    def joules(self):
+        """Cumulative joules since the first read; a counter that went down wrapped (powercap
+        at max_energy_range_uj, the MSR at 32 bits): its range is added back."""
+        now = self._read()
+        if self.last is not None:
+            for (v0, span), (v1, _) in zip(self.last, now):
+                self.total += v1 - v0 if v1 >= v0 else v1 + span - v0
+        self.last = now
+        return self.total
+
+    @classmethod
+    def find(cls, powercap="/sys/class/powercap", pmu="/sys/bus/event_source/devices/power",
+             cpu_dev="/dev/cpu"):
+        why = []
+        for make in (cls._perf, cls._powercap, cls._msr):
+            try:
+                ref = make(powercap=powercap, pmu=pmu, cpu_dev=cpu_dev)
+                ref.joules()
+                return ref, why
+            except (OSError, ValueError) as e:
+                why.append(str(e))
+        return None, why
+
+    @classmethod
+    def _perf(cls, pmu, **_):
+        if not os.path.isdir(pmu):
+            raise OSError("perf: no power PMU (%s)" % pmu)
+        ev = open(os.path.join(pmu, "events/energy-pkg")).read().strip()     # event=0x02
+        config = int(ev.split("event=")[1].split(",")[0], 0)
+        scale = float(open(os.path.join(pmu, "events/energy-pkg.scale")).read())
+        ptype = int(open(os.path.join(pmu, "type")).read())
+        cpus = [int(c) for c in parse_cpulist(open(os.path.join(pmu, "cpumask")).read())]
+        libc = ctypes.CDLL(None, use_errno=True)
+        fds = []
+        for cpu in cpus:                 # one CPU per package: the PMU's cpumask
+            attr = ctypes.create_string_buffer(
+                struct.pack("IIQQQQQIIQ", ptype, 64, config, 0, 0, 0, 0, 0, 0, 0), 64)
+            fd = libc.syscall(cls.PERF_EVENT_OPEN, attr, -1, cpu, -1, 0)
+            if fd < 0:
+                raise OSError("perf: perf_event_open(power/energy-pkg/, cpu %d): %s" % (
+                    cpu, os.strerror(ctypes.get_errno())))
+            fds.append(fd)
+        span = 2.0 ** 64 * scale
+        return cls("perf power/energy-pkg/ (cpus %s)" % ",".join(map(str, cpus)),
+                   lambda: [(int.from_bytes(os.read(fd, 8), "little") * scale, span) for fd in fds],
+                   len(fds))
+
+    @classmethod
+    def _powercap(cls, powercap, **_):
+        zones = sorted(glob.glob(os.path.join(powercap, "intel-rapl:[0-9]*")))
+        zones = [z for z in zones if re.search(r"intel-rapl:\d+$", z)
+                 and open(os.path.join(z, "name")).read().startswith("package")]
+        if not zones:
+            raise OSError("powercap: no package zone under %s/intel-rapl:N" % powercap)
+        spans = [int(open(os.path.join(z, "max_energy_range_uj")).read()) / 1e6 for z in zones]
+
+        def read():
+            return [(int(open(os.path.join(z, "energy_uj")).read()) / 1e6, span) for z, span in zip(zones, spans)]
+        return cls("powercap %s" % " ".join(os.path.basename(z) for z in zones), read, len(zones))
+
+    @classmethod
+    def _msr(cls, cpu_dev, **_):
+        first = {}                      # package -> its first CPU
+        for d in sorted(glob.glob("/sys/devices/system/cpu/cpu[0-9]*/topology/physical_package_id"),
+                        key=lambda p: int(re.search(r"cpu(\d+)/", p).group(1))):
+            first.setdefault(int(open(d).read()), int(re.search(r"cpu(\d+)/", d).group(1)))
+        paths = [os.path.join(cpu_dev, str(c), "msr") for c in sorted(first.values())]
+        if not paths or not os.path.exists(paths[0]):
+            raise OSError("msr: no %s (the msr module is not loaded)" % os.path.join(cpu_dev, "0", "msr"))
+        fds = [os.open(p, os.O_RDONLY) for p in paths]
+
+        def msr(fd, reg):
+            return int.from_bytes(os.pread(fd, 8, reg), "little")
+        unit = 0.5 ** ((msr(fds[0], cls.MSR_RAPL_POWER_UNIT) >> 8) & 0x1f)
+        return cls("msr 0x611 (%s)" % " ".join(paths),
+                   lambda: [((msr(fd, cls.MSR_PKG_ENERGY_STATUS) & 0xffffffff) * unit, 2.0 ** 32 * unit) for fd in fds],
+                   len(fds))
+
+
+def parse_cpulist(text):
+    """A kernel CPU list ("0,28", "0-3,8") as the CPUs' numbers."""
+    out = []
+    for part in text.strip().split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out.extend(range(int(a), int(b) + 1))
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def rust_rapl_readable(powercap="/sys/class/powercap", cpu_dev="/dev/cpu"):
+    """Where rust_rapl (EnergyRaplSource=auto) has a source: powercap's intel-rapl, else a
+    readable package MSR."""
+    if glob.glob(os.path.join(powercap, "intel-rapl:[0-9]*", "energy_uj")):
+        return "powercap"
+    try:
+        fd = os.open(os.path.join(cpu_dev, "0", "msr"), os.O_RDONLY)
+        try:
+            os.pread(fd, 8, RaplReference.MSR_PKG_ENERGY_STATUS)
+            return "msr"
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+
+
 # ------------------------------------------------------------------------- helpers ---
 
 T0 = time.time()
@@ -263,15 +435,27 @@ def cmdline(pid):
 
 # ------------------------------------------------------------------------- sampler ---
 
+def interpolate(samples, t, what):
+    """A counter sampled as (time, J) at time t, linear between the samples around it."""
+    before = [x for x in samples if x[0] <= t]
+    after = [x for x in samples if x[0] >= t]
+    if not before or not after:
+        raise RuntimeError("no %s sample around %.3f" % (what, t))
+    (ta, ea), (tb, eb) = before[-1], after[0]
+    return ea if tb == ta else ea + (eb - ea) * (t - ta) / (tb - ta)
+
+
 class Sampler(threading.Thread):
     """Every 50 ms: NVML's energy counter of every GPU (with the time), the slurmstepds
     (our children) by title, to know each job's extern step's life, and the plugin's
     metrics files (each job's counter, kept at its highest)."""
 
-    def __init__(self, nvml, metrics_dir):
+    def __init__(self, nvml, metrics_dir, rapl=None):
         super().__init__(daemon=True)
-        self.nvml, self.metrics_dir = nvml, metrics_dir
+        self.nvml, self.metrics_dir, self.rapl = nvml, metrics_dir, rapl
         self.samples = []            # (t, [mJ per GPU])
+        self.rapl_samples = []       # (t, J of the packages since the first read)
+        self.rapl_node = {}          # rust_rapl's sample time -> its node counter (J)
         self.steps = {}              # "J.extern" -> [first seen t, last seen t]
         self.jobs = {}               # (source, jobid) -> J
         self.stop = threading.Event()
@@ -289,6 +473,14 @@ class Sampler(threading.Thread):
                     self.samples.append(((t0 + t1) / 2, e))
             except RuntimeError:
                 pass
+            if self.rapl:
+                t0r = time.time()
+                try:
+                    j = self.rapl.joules()
+                    with self.lock:
+                        self.rapl_samples.append(((t0r + time.time()) / 2, j))
+                except OSError:
+                    pass
             now = time.time()
             for pid in children():
                 m = re.match(r"slurmstepd: \[(\d+)\.(\w+)\]", cmdline(pid))
@@ -313,18 +505,25 @@ class Sampler(threading.Thread):
                 v = float(m.group(2))
                 with self.lock:
                     self.jobs[key] = max(self.jobs.get(key, 0.0), v)
+            # rust_rapl's node counter at the time of its sample: compared with RAPL's own
+            node = re.search(r'^slurm_energy_node_joules_total\{[^}]*source="rust_rapl"[^}]*\}\s+(\S+)', text, re.M)
+            at = re.search(r'^slurm_energy_sampled_timestamp_seconds\{[^}]*source="rust_rapl"[^}]*\}\s+(\S+)',
+                           text, re.M)
+            if node and at:
+                with self.lock:
+                    self.rapl_node[float(at.group(1))] = float(node.group(1))
 
     def energy_at(self, gpu, t):
         """NVML's counter of GPU `gpu` at time t (J), linear between the samples around it."""
         with self.lock:
-            s = list(self.samples)
-        before = [x for x in s if x[0] <= t]
-        after = [x for x in s if x[0] >= t]
-        if not before or not after:
-            raise RuntimeError("no NVML sample around %.3f" % t)
-        (ta, ea), (tb, eb) = before[-1], after[0]
-        ea, eb = ea[gpu] / 1000, eb[gpu] / 1000
-        return ea if tb == ta else ea + (eb - ea) * (t - ta) / (tb - ta)
+            s = [(x[0], x[1][gpu] / 1000) for x in self.samples]
+        return interpolate(s, t, "NVML")
+
+    def rapl_at(self, t):
+        """RAPL's packages' counter at time t (J), linear between the samples around it."""
+        with self.lock:
+            s = list(self.rapl_samples)
+        return interpolate(s, t, "RAPL")
 
     def window(self, job):
         """The life of job's extern slurmstepd: (start, end) in unix time. Start: when it
@@ -364,6 +563,16 @@ class Run:
         self.env = dict(os.environ)
         self.env["LD_LIBRARY_PATH"] = os.path.join(self.b, "slurm/lib/slurm") + (
             ":" + os.environ["LD_LIBRARY_PATH"] if os.environ.get("LD_LIBRARY_PATH") else "")
+        deps = os.path.join(self.b, "slurm/deps")
+        carried = sorted(os.listdir(deps)) if os.path.isdir(deps) else []
+        lacks = machine_lacks(carried)
+        if lacks:
+            libdir = os.path.join(self.tmp, "lib")
+            os.makedirs(libdir)
+            for name in lacks:
+                os.symlink(os.path.join(deps, name), os.path.join(libdir, name))
+            self.env["LD_LIBRARY_PATH"] += ":" + libdir
+        say("libraries from the bundle: %s" % (" ".join(lacks) or "none (this machine has all %d)" % len(carried)))
         self.env["PATH"] = os.path.join(self.b, "slurm/bin") + ":" + os.environ.get("PATH", "/usr/bin:/bin")
         self.env["SLURM_CONF"] = os.path.join(self.tmp, "etc/slurm.conf")
         say("Slurm %s from %s; temp dir %s" % (self.manifest.get("slurm"), self.b, self.tmp))
@@ -389,6 +598,9 @@ class Run:
             self.nvml_path = self.a.nvml or find_nvml()
             if not self.nvml_path:
                 sys.exit("run: no libnvidia-ml.so.1 found (--nvml PATH)")
+        # Slurm's gpu_nvml.so needs libnvidia-ml.so.1 (the stand-in's, or the driver's
+        # where the loader's cache lacks it)
+        self.env["LD_LIBRARY_PATH"] += ":" + os.path.dirname(os.path.abspath(self.nvml_path))
         self.nvml = Nvml(self.nvml_path)
         n = len(self.nvml.handles)
         if n == 0:
@@ -461,8 +673,12 @@ class Run:
         """The configurations to try, best first: (gres mode, cgroup mode)."""
         if self.a.gres != "auto":
             gres = [self.a.gres]
-        elif self.dry or self.n_gpus > 1:
+        elif self.n_gpus > 1:
             gres = ["off"]
+        elif self.dry:
+            # Slurm's gpu/nvml against the stand-in (its /dev/nvidiaN is not there: the
+            # device cgroup may refuse it, then the GPU by our file)
+            gres = (["nvml"] if "gpu_nvml" in self.plugins else []) + ["off"]
         else:
             gres = []
             if "gpu_nvml" in self.plugins:
@@ -486,7 +702,7 @@ class Run:
             tries.append((g, cg[0]))
         for c in cg[1:]:
             tries.append((gres[-1], c))
-        self.rapl = os.path.isdir("/sys/class/powercap/intel-rapl") and not self.a.no_rapl
+        self.choose_rapl()
         say("cgroup: %s; /sys/fs/cgroup/cgroup.controllers: %s; v1 devices: %s; in this Slurm: %s" % (
             "/sys/fs/cgroup is " + next((l.split()[2] for l in open("/proc/self/mounts") if l.split()[1] == "/sys/fs/cgroup"), "not mounted"),
             open("/sys/fs/cgroup/cgroup.controllers").read().strip() if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "-",
@@ -495,13 +711,30 @@ class Run:
         say("configurations to try (gres, cgroup): %s; rust_rapl stacked: %s" % (tries, self.rapl))
         return tries
 
+    def choose_rapl(self):
+        """rust_rapl is stacked where it has a source; RAPL's own counter is the reference."""
+        self.rapl, self.rapl_ref = False, None
+        if self.a.no_rapl:
+            say("RAPL: rust_rapl not stacked (--no-rapl)")
+            return
+        source = rust_rapl_readable()
+        ref, why = RaplReference.find()
+        if not source:
+            say("RAPL: none here (no powercap intel-rapl zone, no readable /dev/cpu/0/msr; %s): "
+                "rust_rapl not stacked, no RAPL figure" % "; ".join(why))
+            return
+        self.rapl, self.rapl_ref = True, ref
+        say("RAPL: rust_rapl stacked, reading %s; reference: %s" % (
+            source, "%s, %d package(s)" % (ref.kind, ref.parts) if ref else "none (%s)" % "; ".join(why)))
+
     def write_conf(self, gres, cg):
         t, b = self.tmp, self.b
         hw = subprocess.run([os.path.join(b, "slurm/sbin/slurmd"), "-C"], capture_output=True, text=True,
                             env=dict(self.env, SLURM_CONF="/nonexistent")).stdout.splitlines()[0]
         hw = re.sub(r"^NodeName=\S+ ", "", hw)
         hw = re.sub(r"\s*Gres=\S+", "", hw)
-        auth = "slurm" if "auth_slurm" in self.plugins else "none"
+        # auth/slurm's daemons fail without serializer/json (json-c at Slurm's build)
+        auth = "slurm" if {"auth_slurm", "serializer_json"} <= self.plugins else "none"
         if auth == "slurm":
             key = os.path.join(t, "etc/slurm.key")
             with open(key, "wb") as f:
@@ -580,7 +813,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         ag = "EnergyGpuNvmlLibrary={lib}\nEnergyGpuAmdLibrary=none\nEnergyMetricsFile={t}/metrics/slurm_energy.prom\n" \
              "EnergyAttribution={attr}\n".format(lib=self.nvml_path, t=t, attr="shared" if cgroups else "node")
         if self.rapl:
-            ag += "EnergyRaplSource=auto\n"
+            # the packages alone: what perf's energy-pkg, powercap's package zones count
+            ag += "EnergyRaplSource=auto\nEnergyRaplDomains=package\n"
         open(os.path.join(t, "etc/acct_gather.conf"), "w").write(ag)
         self.cfg = dict(gres=gres, cgroup=cg, auth=auth, energy=energy, attribution="shared" if cgroups else "node")
         say("config: GRES AutoDetect=%s, cgroup %s, auth/%s, %s, EnergyAttribution=%s" % (
@@ -619,6 +853,13 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                     say("  %s: %s" % (name, l))
         self.stop_daemons()
         return False
+
+    def show_detection(self):
+        """What Slurm's gpu/nvml found: the node's GRES and slurmd's lines about it."""
+        say("GRES as slurmctld has them: %s" % self.client(["sinfo", "-h", "-N", "-o", "%N %G"], check=False).strip())
+        for l in open(os.path.join(self.tmp, "log/slurmd.log")).read().splitlines():
+            if re.search(r"gpu/nvml|gres/gpu|gres_device|nvidia", l):
+                say("  slurmd.log: " + l)
 
     def client(self, cmd, check=True, timeout=30):
         r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -708,7 +949,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return "while [ ! -e %s ]; do sleep 0.2; done" % self.marker(name)
 
     def phases(self):
-        load = self.load.format(secs=LOAD_SECS)
+        # the load runs with the machine's own libraries, not the bundle's (Slurm's
+        # LD_LIBRARY_PATH reaches the job's tasks through srun)
+        own = os.environ.get("LD_LIBRARY_PATH")
+        load = ("env LD_LIBRARY_PATH=%s " % own if own else "env -u LD_LIBRARY_PATH ") + self.load.format(secs=LOAD_SECS)
         # 1: the whole GPU: 2 s idle, the load, 2 s idle
         whole = self.sbatch("gpu:1", "sleep 2\nsrun -n1 sh -c '%s'\nsleep 2" % load.replace("'", "'\\''"), "whole")
         self.mid_sstat(whole, LOAD_SECS / 2 + 4)
@@ -805,6 +1049,26 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         say("job %s: no extern slurmstepd seen; its window from scontrol (whole seconds): %s" % (job, t))
         return w
 
+    def report_rapl(self):
+        """rust_rapl's node counter against RAPL's own between the first and last of its
+        samples the metrics file showed (at the times rust_rapl read them)."""
+        s = self.sampler
+        say("RESULT RAPL: rust_rapl J is the job's part (EnergyAttribution=%s); RAPL J the packages' "
+            "energy over the job's window (%s)" % (self.cfg["attribution"], self.rapl_ref.kind if self.rapl_ref else "no reference"))
+        if not s.rapl_samples:
+            say("RESULT RAPL: no reference samples: rust_rapl's node counter not compared")
+            return
+        lo, hi = s.rapl_samples[0][0], s.rapl_samples[-1][0]
+        pts = sorted((t, j) for t, j in s.rapl_node.items() if lo <= t <= hi)
+        if len(pts) < 2:
+            say("RESULT RAPL: %d rust_rapl node sample(s) inside the reference's span: not compared" % len(pts))
+            return
+        (ta, ja), (tb, jb) = pts[0], pts[-1]
+        ref = s.rapl_at(tb) - s.rapl_at(ta)
+        say("RESULT RAPL: rust_rapl's node counter (packages) over %.1f s between its first and last "
+            "samples seen: %.1f J; %s over the same times: %.1f J: %s" % (
+                tb - ta, jb - ja, self.rapl_ref.kind, ref, "%+.3f%%" % (100 * (jb - ja - ref) / ref) if ref else "-"))
+
     def report(self):
         s = self.sampler
         s.read_metrics()
@@ -821,7 +1085,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         if self.dry:
             head += " %11s" % "stand-in J"
         if self.rapl:
-            head += " %11s" % "rust_rapl J"
+            head += " %11s %11s" % ("rust_rapl J", "RAPL J")
         lines = [head]
         rows = []
         for what, job in self.jobs:
@@ -838,7 +1102,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 line += " %11s" % ("%.1f" % self.truth_between(*w) if w else "-")
             if self.rapl:
                 r = s.jobs.get(("rust_rapl", job))
-                line += " %11s" % ("%.1f" % r if r is not None else "-")
+                ref = s.rapl_at(w[1]) - s.rapl_at(w[0]) if w and s.rapl_samples else None
+                line += " %11s %11s" % ("%.1f" % r if r is not None else "-", "%.1f" % ref if ref is not None else "-")
             lines.append(line)
             rows.append(dict(job=job, what=what, window=w, rust_gpu=g, nvml=nv, model=model.get(what)))
         if model and fig.get("busy") is not None and fig.get("idle") is not None:
@@ -857,6 +1122,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             "idle power %.1f W (lowest 1 s mean seen) by shares, the rest to the busy job" % (p0 or 0))
         for l in lines:
             say("RESULT " + l)
+        if self.rapl:
+            self.report_rapl()
         for job, t0, t1, out in self.sstats:
             w = s.steps.get(job + ".0")
             if w:
@@ -888,13 +1155,25 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         tries = self.choose()
         for gres, cg in tries:
             self.write_conf(gres, cg)
-            if self.start():
-                break
+            if not self.start():
+                continue
+            if gres == "nvml":
+                self.show_detection()
+            if self.dry and gres == "nvml":
+                # the stand-in's /dev/nvidiaN is not on this machine: Slurm gives the jobs no
+                # GPU under AutoDetect=nvml, so the jobs run with the GPU by our file
+                say("dry run: gpu/nvml's detection shown; the jobs run under the next configuration "
+                    "(/dev/nvidia%d is not on this machine)" % self.minor)
+                self.stop_daemons()
+                continue
+            break
         else:
             raise RuntimeError("slurmd came up under none of %s" % tries)
-        self.sampler = Sampler(self.nvml, os.path.join(self.tmp, "metrics"))
+        self.sampler = Sampler(self.nvml, os.path.join(self.tmp, "metrics"), self.rapl_ref)
         self.sampler.start()
-        say("cluster up: %s" % self.client(["sinfo", "-h", "-N", "-o", "%N %t %G"]).strip())
+        say("cluster up: %s; the GPU idle %d s first (rust_gpu learns its static power)" % (
+            self.client(["sinfo", "-h", "-N", "-o", "%N %t %G"]).strip(), SETTLE_SECS))
+        time.sleep(SETTLE_SECS)
         self.phases()
         self.report()
 
@@ -990,7 +1269,9 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("pack", help="make the bundle from an installed Slurm and a plugin build")
-    p.add_argument("--slurm", default="/var/cache/rust-energy-slurm/slurm-26.05.3")
+    # its own cache: the CI's builds (/var/cache/rust-energy-slurm) lack nvml.h and libjwt
+    p.add_argument("--slurm", default="/var/cache/rust-energy-slurm-gpu/slurm-26.05.3",
+                   help="an installed Slurm: ci/build-slurm.sh with SLURM_NVML_H and that SLURM_CACHE")
     p.add_argument("--target", default=os.path.join(REPO, "target-26.05.3"),
                    help="cargo target dir of the plugins built against that Slurm")
     p.add_argument("--bundle", default=DEFAULT_BUNDLE)
@@ -1021,7 +1302,7 @@ def main():
     try:
         run.main()
     except BaseException as e:  # noqa: everything ends in finish()
-        say("FAILED: %r" % e)
+        say("FAILED: %r\n%s" % (e, traceback.format_exc().rstrip()))
         rc = 1
     finally:
         signal.alarm(0)
