@@ -4,7 +4,7 @@
 //! slurmd's ledger keeper writes the file at each ledger update (about once a second),
 //! from the ledger itself: the figures are those the node's steps report to Slurm. It is
 //! written whole to a temporary file (a name the collector skips, created so that no link
-//! planted in the directory is followed: [`crate::replace`]) renamed over the old one, so
+//! planted in the directory is followed: `crate::replace`) renamed over the old one, so
 //! a scrape reads a whole file or the previous one. The counters continue across
 //! slurmd restarts as the ledger does; a job's series stay for [`GRACE`] after it left the
 //! node, so that a scrape sees its final figure, then go.
@@ -478,7 +478,7 @@ pub fn render(ledger: &Ledger, owners: Option<&HashMap<u32, Owner>>, who: &Ident
 }
 
 /// The file the metrics are written to, in the directory opened once when slurmd started
-/// ([`Directory`]); a failure is logged once per episode.
+/// (`Directory`); a failure is logged once per episode.
 pub struct MetricsFile {
     dir: Directory,
     name: String,
@@ -525,7 +525,7 @@ impl MetricsFile {
     }
 
     /// Replaces the file with `text`, readable by node_exporter's user as configured,
-    /// through a temporary file beside it that the collector skips ([`Directory::replace`]).
+    /// through a temporary file beside it that the collector skips (`Directory::replace`).
     pub fn write(&mut self, text: &str) {
         let written = self.dir.replace(&self.name, text.as_bytes(), self.access);
         match written {
