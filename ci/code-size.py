@@ -9,7 +9,13 @@ Prints, largest first, for each .rs file git tracks (or the paths given):
              `*_proptest.rs`, or a file of an integration-test or bench folder) counts as all
              test
   total      every line
-Usage: ci/code-size.py [--over N] [PATH...]
+The rule, as `--check N` holds it (CI: `--check 600`; it prints each file that breaks it and
+exits 1): a file of production code has at most N lines of code, its inline `#[cfg(test)]`
+items included, since a reader of the module scrolls through those too; long test modules go
+in sibling files (`#[cfg(test)] mod tests;`). A file that is all test (the sibling test
+modules, integration tests, benches) has no bound: it is a list of independent cases read
+one at a time, and issue 29's rule sends long test modules there.
+Usage: ci/code-size.py [--over N | --check N] [PATH...]
 """
 import os
 import re
@@ -175,11 +181,27 @@ def measure(path):
     return total, n_code, n_nontest
 
 
+def broken(path, n_code, n_nontest, limit):
+    """Why `path` breaks the rule (module docstring) at `limit` lines, or None."""
+    if is_test_file(path):
+        return None
+    if n_nontest > limit:
+        return f"{n_nontest} lines of non-test code, over {limit}: split it by role"
+    if n_code > limit:
+        return (f"{n_code} lines of code with its inline tests, over {limit}: move them to a "
+                f"sibling file (#[cfg(test)] mod tests;)")
+    return None
+
+
 def main():
     args = sys.argv[1:]
     over = 0
+    check = None
     if args[:1] == ["--over"]:
         over = int(args[1])
+        args = args[2:]
+    elif args[:1] == ["--check"]:
+        check = int(args[1])
         args = args[2:]
     paths = args or [
         p for p in subprocess.run(
@@ -189,6 +211,15 @@ def main():
     for p in paths:
         TEST_FILES.update(test_children(p))
     rows = [(p, *measure(p)) for p in paths]
+    if check is not None:
+        bad = [(p, why) for p, _, n_code, n_nontest in rows
+               if (why := broken(p, n_code, n_nontest, check))]
+        for p, why in sorted(bad):
+            print(f"{p}: {why}")
+        largest = max(((r[3], r[0]) for r in rows), default=(0, "none"))
+        print(f"{len(rows)} files; largest non-test code {largest[0]} lines ({largest[1]}); "
+              f"{len(bad)} over {check} lines")
+        sys.exit(1 if bad else 0)
     rows.sort(key=lambda r: (-r[3], -r[2], r[0]))
     print(f"{'non-test':>8} {'code':>6} {'total':>6}  file")
     for p, total, n_code, n_nontest in rows:

@@ -10,6 +10,13 @@ own ancestors (a parent calling `child::f` while the child uses `super::Item`) a
 modules` where modules go round without them (a uses b, b uses a). Limits: paths are read
 as text (a `use` inside a function counts for its module, a macro's paths do not); an
 inline `mod x { .. }` is a module of its own.
+
+The rule (issue 29: no import cycle) fails the script (exit status 1) on a cycle across
+modules only. A parent/child cycle is how Rust's module tree is written, not a tangle: a
+child sees its parent's types through `use super::Item` and the parent calls `child::f`;
+the two are one unit, and neither can be understood or moved without the other anyway. A
+cycle across modules (a uses b, b uses a, neither inside the other) is two modules that
+cannot be read, tested or moved apart: that is what the rule forbids.
 Usage: ci/module-cycles.py [--edges] [CRATE_DIR...]   (default: every workspace member)
 """
 import importlib.util
@@ -244,6 +251,9 @@ def main():
         print(f"  {kind}: " + ", ".join(name(crate, m) for m in comp))
         for a, b in inside:
             print(f"    {name(crate, a)} -> {name(crate, b)}")
+    if real:
+        print(f"FAILED: {len(real)} cycle(s) across modules (the rule: none; see the docstring at the top of this script)")
+        sys.exit(1)
 
 if __name__ == "__main__":
     main()

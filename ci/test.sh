@@ -193,6 +193,10 @@ mkdir -p "$logs"
 
 echo "== format"
 cargo fmt --all -- --check
+echo "== no import cycle across modules (ci/module-cycles.py)"
+python3 ci/module-cycles.py
+echo "== no file over 600 lines of code, inline tests included (ci/code-size.py)"
+python3 ci/code-size.py --check 600
 echo "== the README's figures, each on a page it links"
 python3 ci/check-figures.py
 
@@ -248,6 +252,8 @@ build() {
     if is_full "$release"; then
         echo "== Slurm $release: lints"
         nice -n 19 cargo clippy --release --workspace --all-targets -- -D warnings
+        echo "== Slurm $release: docs (broken intra-doc links and rustdoc warnings)"
+        RUSTDOCFLAGS="-D warnings" nice -n 19 cargo doc --release --no-deps --workspace
     fi
     echo "== Slurm $release: test build"
     nice -n 19 cargo test --release --workspace --no-run --message-format=json \

@@ -47,27 +47,35 @@ mod rules {
         }
     }
 
-    /// The crates of the plugins' code, from this one's directory: each with the lint level
-    /// its lib.rs sets and the one `allow` it may have (lib.rs's line, the next line).
-    const CRATES: [(&str, &str, Option<&str>); 3] = [
-        ("../logic", "#![forbid(unsafe_code)]", None),
+    /// The crates of the plugins' code and senergy's, from this one's directory: each with
+    /// its root (lib.rs or main.rs), the lint level the root sets and the one `allow` it may
+    /// have (the root's line, the next line).
+    const CRATES: [(&str, &str, &str, Option<&str>); 4] = [
+        ("../logic", "lib.rs", "#![forbid(unsafe_code)]", None),
         (
             "../logic/gpu-libs",
+            "lib.rs",
             "#![deny(unsafe_code)]",
             Some("mod vendors;"),
         ),
-        (".", "#![deny(unsafe_code)]", Some("pub mod ffi;")),
+        (".", "lib.rs", "#![deny(unsafe_code)]", Some("pub mod ffi;")),
+        (
+            "../senergy",
+            "main.rs",
+            "#![deny(unsafe_code)]",
+            Some("mod ffi;"),
+        ),
     ];
 
     /// `#![forbid(unsafe_code)]` fails the build on any `unsafe` in the logic, and
-    /// `#![deny(unsafe_code)]` on `unsafe` outside `ffi` here and outside the NVML and
-    /// amd-smi calls of gpu-libs; this fails the tests on a lint level that is gone, or on
+    /// `#![deny(unsafe_code)]` on `unsafe` outside `ffi` here and in senergy and outside the
+    /// NVML and amd-smi calls of gpu-libs; this fails the tests on a lint level that is gone, or on
     /// a second `allow` (or an `expect`, or a crate-wide `allow`) that would open another
     /// door.
     #[test]
     fn unsafe_is_allowed_in_ffi_and_the_gpu_vendor_calls_only() {
         let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-        for (dir, level, door) in CRATES {
+        for (dir, root, level, door) in CRATES {
             let mut files = Vec::new();
             sources(&here.join(dir).join("src"), &mut files);
             let mut doors = Vec::new();
@@ -88,16 +96,20 @@ mod rules {
                 Some(door) => {
                     assert_eq!(doors.len(), 1, "{dir}: {doors:#?}");
                     assert!(
-                        doors[0].contains("src/lib.rs") && doors[0].ends_with(&format!("/ {door}")),
+                        doors[0].contains(&format!("src/{root}"))
+                            && doors[0].ends_with(&format!("/ {door}")),
                         "{dir}: {doors:#?}"
                     );
                 }
             }
-            let lib = files
+            let root_file = files
                 .iter()
-                .find(|(path, _)| path.ends_with("src/lib.rs"))
-                .expect("lib.rs");
-            assert!(lib.1.contains(&format!("\n{level}\n")), "{dir}: no {level}");
+                .find(|(path, _)| path.ends_with(&format!("src/{root}")))
+                .expect("the crate's root");
+            assert!(
+                root_file.1.contains(&format!("\n{level}\n")),
+                "{dir}: no {level}"
+            );
         }
     }
 }

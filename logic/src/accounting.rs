@@ -41,7 +41,7 @@ pub fn unix_secs(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
-/// The power of a cumulative energy figure over windows of at least [`WATTS_WINDOW`], the
+/// The power of a cumulative energy figure over windows of at least `WATTS_WINDOW`, the
 /// one rule for every power derived from energy (the node's, a GPU's, a share's).
 ///
 /// A window closes only at a settled figure: a counter that holds a burst undecided counts
@@ -77,7 +77,7 @@ impl PowerWindow {
     }
 
     /// The power since the current window began, at the figure `joules` at `at`: a figure
-    /// before the first window closes, once it spans [`WATTS_WINDOW`] (a window of a few
+    /// before the first window closes, once it spans `WATTS_WINDOW` (a window of a few
     /// milliseconds, a step's first sample just after its start, is mostly the counter's
     /// steps: 332 W reported for a step drawing 300 W over counters stepping every 10 ms).
     pub fn so_far(&self, at: f64, joules: f64) -> Option<f64> {

@@ -2,7 +2,7 @@
 //! the node's meter, and the file slurmd publishes them in for the node's slurmstepds.
 //!
 //! The file is JSON with a version, written to a temporary file renamed over the old one
-//! ([`crate::replace`]), so a reader sees a whole ledger or the previous one, and a slurmd that restarts (or crashes)
+//! (`crate::replace`), so a reader sees a whole ledger or the previous one, and a slurmd that restarts (or crashes)
 //! continues from the last one written. It is not synced to disk every second: what must
 //! survive is slurmd, not the node (a node that goes down takes its jobs with it), and a
 //! ledger left torn by a power cut is refused on load and started anew, with a new epoch
@@ -73,7 +73,7 @@ const KEEP_ENDED_STEP: Duration = Duration::from_secs(60);
 /// enough for the steps of a job array's task or a workflow that end within one scrape.
 const ENDED_STEPS_KEPT: usize = 32;
 /// After a slurmd restart, the time it was away is the meter's own where its counts tell
-/// it ([`bridge`]); else it is estimated at the power each job had, up to this long; a
+/// it ([`crate::source::bridge`]); else it is estimated at the power each job had, up to this long; a
 /// longer absence is not guessed.
 pub const MAX_GAP: Duration = Duration::from_secs(300);
 /// A step seen begun this much later than the step of the same name the ledger holds is
@@ -141,12 +141,12 @@ pub enum Split {
     /// Not at all: the ledger keeps the node's account, and a step's figure is the node's
     /// energy since the step began.
     Node,
-    /// Among the jobs by what they hold and use ([`super::model`]), at this static power
+    /// Among the jobs by what they hold and use ([`crate::attribution::model`]), at this static power
     /// (learned when `None`).
     Shared { idle_watts: Option<f64> },
     /// Each device (GPU) among the jobs holding it ([`ObservedStep::holds`]): alone, a job
     /// gets it whole; shared, its static power (`idle_watts` each, learned per device when
-    /// `None`) by the shares held and the rest by the holders' use ([`split_device`]). A
+    /// `None`) by the shares held and the rest by the holders' use ([`crate::attribution::model::split_device`]). A
     /// device nobody holds is nobody's.
     Devices { idle_watts: Option<f64> },
 }
@@ -447,7 +447,7 @@ pub fn unix(t: SystemTime) -> f64 {
 }
 
 impl Ledger {
-    /// The node's static power as learned ([`floor`]), where the admin set none.
+    /// The node's static power as learned (`floor`), where the admin set none.
     pub fn learned_idle_watts(&self) -> Option<f64> {
         self.floor.watts()
     }
@@ -465,7 +465,7 @@ impl Ledger {
         &self.parts
     }
 
-    /// The jobs it keeps (present, or gone less than [`KEEP_GONE`] ago), in job order.
+    /// The jobs it keeps (present, or gone less than `KEEP_GONE` ago), in job order.
     pub fn jobs(&self) -> impl Iterator<Item = JobView<'_>> {
         self.jobs.iter().map(|(&id, job)| JobView { id, job })
     }
@@ -662,7 +662,7 @@ impl Ledger {
         }
     }
 
-    /// Replaces `path` with this ledger, readable by root only ([`replace`]), in a
+    /// Replaces `path` with this ledger, readable by root only (`replace`), in a
     /// directory no one else can write ([`trusted_dir`]): its readers refuse any other.
     pub fn store(&self, path: &Path) -> Result<(), LedgerError> {
         trusted_dir::check(spool_of(path), NO_WRITE)?;

@@ -2,11 +2,11 @@
 //! Slurm: it builds and unit-tests without Slurm's headers or libraries.
 //!
 //! The [`runtime`] is one plugin's behaviour in one process: it opens the [`plugin::Plugin`]'s
-//! [`source::Source`], keeps a [`meter`] polling it into [`accounting`], and splits a shared
+//! [`source::Source`], keeps a `meter` polling it into [`accounting`], and splits a shared
 //! node's energy among its jobs ([`attribution`]). Sources (`rapl`, ...) are plain Rust over
 //! files, testable without Slurm or the hardware. The [`scheduler`] decides the threads:
 //! every background thread is a [`scheduler::worker::Worker`]; those that poll sources that
-//! may block run the one loop of [`scheduler::Poller`]; every call from Slurm runs behind
+//! may block run the one loop of `scheduler::Poller`; every call from Slurm runs behind
 //! the one panic [`guard`].
 //!
 //! Slurm's side (exported symbols, raw pointers, logging into the daemon's log,

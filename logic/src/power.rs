@@ -2,7 +2,7 @@
 //! power into energy ([`Polled`]); Slurm's calls only ever see the cached result.
 //!
 //! Polling such a source can block (a hung BMC, a stalled library), so it happens only in
-//! the poller thread (a [`crate::scheduler::Poller`]), which reconnects with backoff after
+//! the poller thread (a `crate::scheduler::Poller`), which reconnects with backoff after
 //! failures. Energy is the trapezoid
 //! of successive samples with sub-second timestamps; across a gap (a frozen BMC) the
 //! trapezoid between the last sample before and the first after is the estimate, as in
@@ -13,7 +13,7 @@
 //! is integrated or stands in for energy: a GPU without an energy counter, pm_counters'
 //! power): a reading no node can draw (above the source's [`Bound`], negative, not a
 //! number) is dropped, and a reading far from the last one is held until the next reading
-//! tells a real step from a one-reading spike, as [`crate::counter`] holds a counter's
+//! tells a real step from a one-reading spike, as `crate::counter` holds a counter's
 //! burst. What is dropped is bridged as a gap is.
 
 use std::collections::VecDeque;
@@ -136,12 +136,12 @@ struct Dropping {
 /// the readings around it, as a gap is.
 ///
 /// - A reading no node can draw (above the [`Bound`], negative, not a number) is dropped.
-/// - A reading far from the last accepted (see [`JUMP_SHARE`]) is held, as
-///   [`crate::counter`] holds a burst, and the next reading decides: one nearer to it than
+/// - A reading far from the last accepted (see `JUMP_SHARE`) is held, as
+///   `crate::counter` holds a burst, and the next reading decides: one nearer to it than
 ///   to the last accepted confirms a real step (both are counted, so the step costs
 ///   nothing but a period's delay); one nearer the last accepted says it was a spike,
 ///   dropped. A jump back to the level of one of the last few readings is taken at once
-///   (see [`RECENT_READINGS`]).
+///   (see `RECENT_READINGS`).
 /// - The first reading has nothing to be judged by: it is counted when in bound.
 ///
 /// So a glitch out of bound costs nothing however long it lasts (at constant power; a

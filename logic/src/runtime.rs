@@ -131,7 +131,7 @@ pub enum Update {
     Reconfig,
     /// `ENERGY_DATA_STEP_PTR`: the address of slurmstepd's step record, never dereferenced
     /// here ([`Host::step_record`]): what it says the step was granted is published for
-    /// slurmd ([`step_grant`]).
+    /// slurmd (`step_grant`).
     StepRecord(usize),
     /// Send a `--profile=energy` sample.
     Profile,

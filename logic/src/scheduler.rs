@@ -1,13 +1,13 @@
 //! The scheduler: which thread polls a source, and how often. Every thread the plugins start
 //! is a [`Worker`] (see [`worker`]); a source that may block (a BMC, Variorum, the GPU
-//! libraries) is polled only by a [`Poller`], a worker that runs the one polling loop:
+//! libraries) is polled only by a `Poller`, a worker that runs the one polling loop:
 //! connect with backoff, log a failure once and its end once, run a round each period,
 //! publish what it yields, and let a reader wait briefly for a fresh round. A source read in
 //! microseconds is polled by the meter's own worker and in Slurm's calls
-//! ([`crate::meter`]).
+//! (`crate::meter`).
 //!
-//! A [`Polling`] says what connecting and a round are, and what the log says; a
-//! [`Poller`] runs it in a [`Worker`], so stopping is as prompt and bounded as every other
+//! A `Polling` says what connecting and a round are, and what the log says; a
+//! `Poller` runs it in a [`Worker`], so stopping is as prompt and bounded as every other
 //! thread's, including while it backs off. Readers see only what was published, through
 //! a mutex that no hardware call ever holds. What a failed poll means for the loop is the
 //! source's [`Failure`].

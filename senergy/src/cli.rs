@@ -62,8 +62,13 @@ pub struct JobArgs {
 
 #[derive(Args)]
 pub struct UsageArgs {
-    /// Start: YYYY-MM-DD[THH:MM[:SS]] (local time), RFC 3339 or unix seconds [default: 30 days before the end].
-    #[arg(long, short = 'S')]
+    // the help as an attribute, not a doc comment: rustdoc would read its brackets as links
+    #[arg(
+        long,
+        short = 'S',
+        help = "Start: YYYY-MM-DD[THH:MM[:SS]] (local time), RFC 3339 or unix seconds \
+                [default: 30 days before the end]."
+    )]
     start: Option<String>,
     /// End (exclusive), same forms [default: now].
     #[arg(long, short = 'E')]

@@ -1,6 +1,10 @@
-//! The only unsafe code: libslurm's slurm.conf (`slurm_init`, `slurm_conf`) to
-//! [`SlurmSettings`], and its slurmdb API (`slurmdb_connection_get`, `slurmdb_jobs_get`) to
-//! the safe rows of [`crate::record`]. Nothing here decides.
+//! senergy's only unsafe code, every block with its `// SAFETY:`: libslurm's slurm.conf
+//! (`slurm_init`, `slurm_conf`) to [`SlurmSettings`], and its slurmdb API
+//! (`slurmdb_connection_get`, `slurmdb_jobs_get`) to the safe rows of [`crate::record`],
+//! with libslurm's stderr held meanwhile (descriptor calls of libc); and the kernel's perf
+//! counters ([`perf_event`]). Nothing here decides.
+
+pub mod perf_event;
 
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::fs::File;

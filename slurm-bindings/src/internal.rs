@@ -134,7 +134,7 @@ unsafe extern "C" {
     pub fn slurm_get_log_level() -> c_int;
 
     /// Up to 24.11 (`src/common/run_in_daemon.c`); from 25.05 these are macros over
-    /// [`slurm_run_in_daemon`], and libslurmfull exports neither.
+    /// `slurm_run_in_daemon`, and libslurmfull exports neither.
     #[cfg(not(slurm_run_in_daemon_mask))]
     pub fn slurm_running_in_slurmd() -> bool;
     #[cfg(not(slurm_run_in_daemon_mask))]
@@ -247,7 +247,7 @@ const MEASURED_LAYOUTS: [(u32, StepRecordLayout); 8] = [
 ];
 
 /// The releases whose step-record layout was measured with `offsetof` over their own
-/// headers ([`MEASURED_LAYOUTS`]). A release of the same series (major and minor: 23.02.x)
+/// headers (`MEASURED_LAYOUTS`). A release of the same series (major and minor: 23.02.x)
 /// shares its layout: Slurm changes these internal structs at major releases, and what the
 /// plugin reads through it is checked before it is trusted. A release of any other series
 /// is not guessed from its neighbours.

@@ -204,7 +204,7 @@ impl FakeGpus {
         self.set_power_command(&format!("gres:{}", minors.join(",")), watts)
     }
 
-    /// See fakegpu.h: ok, hang, lost, nosupport, reload@<ns>.
+    /// See fakegpu.h: ok, hang, lost, nosupport, `reload@<ns>`.
     pub fn set_mode(&self, minor: u32, mode: &str) {
         self.write(&format!("mode.{minor}"), mode);
     }
@@ -270,7 +270,7 @@ fn schedule(log: &Path, minor: u32) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// The integral of one GPU's "<ns> <minor> <watts>" schedule up to `until_ns`.
+/// The integral of one GPU's `"<ns> <minor> <watts>"` schedule up to `until_ns`.
 pub fn schedule_joules(log: &Path, minor: u32, until_ns: f64) -> f64 {
     let mut joules = 0.0;
     let mut last: Option<(f64, f64)> = None;

@@ -121,7 +121,7 @@ impl BmcSim {
         self.signal(libc::SIGCONT);
     }
 
-    /// Every power change: "<unix ns> <watts>" lines.
+    /// Every power change: `"<unix ns> <watts>"` lines.
     pub fn power_log(&self) -> PathBuf {
         self.run.join("power.log")
     }

@@ -369,7 +369,7 @@ pub fn joules(out: &str, label: &str, n: usize) -> f64 {
         .unwrap_or_else(|_| panic!("{label} #{n} consumed={v} is not a number:\n{out}"))
 }
 
-/// A simulator's power schedule (`power.log`: "<unix ns> <watts>" per change).
+/// A simulator's power schedule (`power.log`: `"<unix ns> <watts>"` per change).
 pub fn power_schedule(log: &Path) -> Vec<(f64, f64)> {
     fs::read_to_string(log)
         .unwrap_or_default()

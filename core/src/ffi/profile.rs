@@ -1,6 +1,6 @@
 //! Samples for `--profile=energy` (HDF5/InfluxDB), as Slurm's rapl plugin sends them: a
 //! dataset "Energy" with a field "Power" (the node's watts), and, as Slurm's ipmi plugin
-//! names its sensors, one "<label>Power" per part of the node the source measures.
+//! names its sensors, one `"<label>Power"` per part of the node the source measures.
 
 use core::ffi::c_int;
 use std::ffi::CString;

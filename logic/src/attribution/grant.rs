@@ -117,7 +117,7 @@ impl Grant {
     }
 
     /// Writes the grant for slurmd, replacing any earlier one of the same step, through
-    /// the one way slurmd's files are written ([`crate::replace`]: never through a link).
+    /// the one way slurmd's files are written (`crate::replace`: never through a link).
     pub fn publish(&self, spool: &Path) -> Result<(), GrantError> {
         self.write(spool, &Self::file_name(self.job, self.step_id()))
     }

@@ -1,5 +1,5 @@
 //! slurmd's view of who holds the node's devices (GPUs), for the ledger's
-//! [`super::ledger::Split::Devices`]: each step's allocation from Slurm's own step record
+//! [`crate::ledger::Split::Devices`]: each step's allocation from Slurm's own step record
 //! ([`super::grant`]) matched to the source's devices ([`super::gres`]), and which job each
 //! process using a device belongs to: the job whose cgroup holds it, as the kernel says
 //! (`/proc/<pid>/cgroup`), whatever its parents, title or environment.
@@ -180,7 +180,7 @@ impl Holders {
 
     /// What `step` holds: `(position, shares)`, from its grant ([`Grant`]), read when
     /// its slurmstepd has published it; until then nothing. The extern step is charged its
-    /// job's devices ([`super::ledger::Split::Devices`]).
+    /// job's devices ([`crate::ledger::Split::Devices`]).
     pub fn holds(
         &mut self,
         procs: &Procs,

@@ -13,7 +13,7 @@
 //! What a pass costs is not the node's users' to size: a process's owner is read before
 //! anything else of it, and of slurmd's user's processes only the first [`TITLE_BYTES`] of
 //! their titles (a user's can hold megabytes); which socket is bound where is asked of the
-//! kernel once a pass ([`unix_sockets`]); and passes are [`SCAN_GAP`] apart at least, however
+//! kernel once a pass (`unix_sockets`); and passes are [`SCAN_GAP`] apart at least, however
 //! many steps start ([`Scans`]).
 
 mod unix_sockets;

@@ -25,7 +25,7 @@ config_keys! {
         pub amd: Option<String> = Some(DEFAULT_AMD.into()), {
             KEY_AMD = "EnergyGpuAmdLibrary": parse(library), show(shown_library);
         }
-        /// The most one GPU may draw; `None`: [`DEFAULT_MAX_WATTS`].
+        /// The most one GPU may draw; `None`: `DEFAULT_MAX_WATTS`.
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyGpuMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));

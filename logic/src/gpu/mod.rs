@@ -13,7 +13,7 @@
 //! amd-smi are designed to be called in-process (Slurm's own gpu plugins do, in slurmd and
 //! slurmstepd) and report errors by return code rather than crashing. A hung
 //! call holds only the poller: its GPUs' readings go stale and become unavailable
-//! (NO_VAL), never 0 J; a Slurm call waits for the poller at most [`FRESH_WAIT`], and not
+//! (NO_VAL), never 0 J; a Slurm call waits for the poller at most `FRESH_WAIT`, and not
 //! at all once a round is stuck.
 
 mod config;

@@ -151,7 +151,7 @@ config_keys! {
                     ),
                 });
         }
-        /// `None`: the BMC's DCMI power limit (raised by a margin), else [`DEFAULT_MAX_WATTS`].
+        /// `None`: the BMC's DCMI power limit (raised by a margin), else `DEFAULT_MAX_WATTS`.
         /// Ours (Slurm's plugin has none).
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyIPMIMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),

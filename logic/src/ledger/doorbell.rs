@@ -29,7 +29,7 @@
 //! as it lives. Binding under `umask(077)` instead would not do: the umask is the whole
 //! process's, and slurmd's other threads (Slurm's RPC handlers, creating step sockets and
 //! state files) would create their files under it meanwhile. And a `last` is taken only
-//! from a sender the kernel says runs as slurmd's user ([`Ring::heard`], from
+//! from a sender the kernel says runs as slurmd's user (`Ring::heard`, from
 //! `SCM_CREDENTIALS`): root in production, as every slurmstepd is.
 
 use std::fs;
@@ -68,7 +68,7 @@ const POLL: Duration = Duration::from_millis(2);
 const FRESH: Duration = Duration::from_millis(10);
 
 /// What a slurmstepd says when it rings: the socket is root's alone (slurmd's and the
-/// slurmstepds'), and only slurmd's user is heard ([`Ring::heard`]), so no job's owner can
+/// slurmstepds'), and only slurmd's user is heard (`Ring::heard`), so no job's owner can
 /// speak for a step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ring {

@@ -24,7 +24,7 @@ config_keys! {
             }),
             show(|d| d.display().to_string());
         }
-        /// The most the node may draw; `None`: [`DEFAULT_MAX_WATTS`].
+        /// The most the node may draw; `None`: `DEFAULT_MAX_WATTS`.
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyPmCountersMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));

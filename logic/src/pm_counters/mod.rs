@@ -1,7 +1,7 @@
 //! Node energy from an HPE Cray EX node controller's meter, `/sys/cray/pm_counters`.
 //!
 //! The node's energy is the controller's own counter (`energy`, joules), read in
-//! consistent scans (see [`files`]); `power` is CurrentWatts. The cpu, memory and
+//! consistent scans (see `files`); `power` is CurrentWatts. The cpu, memory and
 //! accelerator counters are reported as parts beside the node, never added to it. When
 //! the controller restarts (`startup` changes, or the counter falls), its counters start
 //! again from zero: nothing negative or bogus is counted; the gap since the last read is

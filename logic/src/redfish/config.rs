@@ -67,7 +67,7 @@ config_keys! {
             show(|c| c.clone().unwrap_or_else(|| "(all, summed)".into()));
         }
         /// `None`: the chassis' `PowerCapacityWatts` (raised by a margin), else
-        /// [`DEFAULT_MAX_WATTS`].
+        /// `DEFAULT_MAX_WATTS`.
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyRedfishMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, true));

@@ -1,5 +1,5 @@
 //! Node energy from a Redfish BMC over HTTP(S): an energy counter where the BMC has one,
-//! else its power, integrated (see [`resources`] for the order). Every chassis member is
+//! else its power, integrated (see `resources` for the order). Every chassis member is
 //! read and summed unless one is named. One client (and session) lives in the poller
 //! thread of [`crate::power::Polled`], so no Slurm call ever waits on the BMC; steps ask
 //! slurmd.

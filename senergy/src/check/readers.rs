@@ -10,7 +10,6 @@
 
 mod gpu;
 mod ipmi;
-mod perf;
 mod pm_counters;
 mod rapl_perf;
 mod reader;

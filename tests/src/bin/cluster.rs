@@ -1,5 +1,6 @@
 //! cluster - start/stop a private, self-contained Slurm cluster for tests.
 //!
+//! ```text
 //!   cluster up DIR [--settings FILE]  start everything, block until ready, print
 //!                               "cluster up"; FILE: the cluster's settings as JSON
 //!   cluster down DIR            stop what this cluster started (idempotent)
@@ -12,6 +13,7 @@
 //!   cluster client DIR CMD...   run any client CMD against the cluster (SLURM_CONF, ctl netns)
 //!   cluster status DIR          show recorded processes and namespaces
 //!   (cluster nodesup ...        a node's supervisor, which `up` starts: cluster/nodesup.rs)
+//! ```
 //!
 //! Everything (configs, munge key, MariaDB datadir, spool/state, logs, pid records, client
 //! wrappers) lives under DIR. Nothing under /etc is touched and no system service is used;

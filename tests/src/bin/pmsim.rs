@@ -16,7 +16,7 @@
 //! Glitches: `restart` (the controller restarts: counters from zero, new `startup`,
 //! `freshness` from zero), `vanish` (no `energy` file), `garbage` (`energy` unreadable),
 //! `stale` (no scans) for SECONDS (default 3).
-//! DIR/truth holds "NODE_J cpu=J memory=J accelN=J"; DIR/power.log "<unix ns> <watts>" per
+//! DIR/truth holds "NODE_J cpu=J memory=J accelN=J"; DIR/power.log `"<unix ns> <watts>"` per
 //! change.
 
 use std::fs;

@@ -10,7 +10,7 @@
 //! `PowerConsumedWatts`, its `EnvironmentMetrics` `PowerWatts` and (where the mockup has
 //! it) the `EnergyJoules` counter, whole joules as BMCs report them. Files are replaced
 //! whole (write, then rename). DIR/truth holds the true joules; DIR/power.log
-//! "<unix ns> <watts>" per change. A glitch (DIR/glitch: "<watts> <until unix ns>") makes
+//! `"<unix ns> <watts>"` per change. A glitch (DIR/glitch: `"<watts> <until unix ns>"`) makes
 //! the readings (power, not the counter) say its watts until then while the truth goes on
 //! at the node's power, as a BMC that answers nonsense for a while does.
 

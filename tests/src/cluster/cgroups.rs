@@ -60,7 +60,7 @@ pub fn remove_v2_root(root: &Path) {
 const BUSY_WAIT: Duration = Duration::from_secs(3);
 
 /// Removes the job directories of jobs `jobs` under every controller's `slurm*/uid_*/`
-/// in `root`; says which stay (in use after [`BUSY_WAIT`], or not removable).
+/// in `root`; says which stay (in use after `BUSY_WAIT`, or not removable).
 pub fn remove_job_cgroups(root: &Path, jobs: &Range<u32>) {
     let deadline = Instant::now() + BUSY_WAIT;
     loop {

@@ -15,7 +15,7 @@
 //! without it, TERM and at once.
 //!
 //! usage: cluster nodesup PIDFILE EXITFILE LOGFILE -- CMD [ARGS...]
-//!   PIDFILE   written (atomically) with "<slurmd pid> <starttime>" on every launch
+//!   PIDFILE   written (atomically) with `"<slurmd pid> <starttime>"` on every launch
 //!   EXITFILE  written with slurmd's wait status when slurmd dies on its own
 //!   LOGFILE   slurmd's stdout and stderr (appended)
 //! Signals: SIGTERM/SIGINT stop the node (TERM, then KILL after NODESUP_GRACE seconds,

@@ -4,9 +4,9 @@
 use std::io;
 use std::path::Path;
 
-use super::perf::Counter;
 use super::reader::{Quantity, Reader, Scope, Slot, Unavailable, boxed};
 use super::site::NodeConf;
+use crate::ffi::perf_event::Counter;
 
 /// Where the kernel lists the RAPL perf PMU.
 pub const PERF_POWER_PMU: &str = "/sys/bus/event_source/devices/power";

@@ -1,6 +1,7 @@
-//! The only unsafe code of `senergy check --compare`: one counter of the kernel's perf
-//! events (`perf_event_open(2)`), opened system-wide on one CPU and read as a 64-bit count.
-//! Which PMU, event and CPU, and what a count means, is [`super::rapl_perf`]'s business.
+//! The system call of `senergy check --compare`: one counter of the kernel's perf events
+//! (`perf_event_open(2)`), opened system-wide on one CPU and read as a 64-bit count. Which
+//! PMU, event and CPU, and what a count means, is `check`'s RAPL reader's business
+//! (`check::readers::rapl_perf`).
 
 use std::fs::File;
 use std::io::{self, Read};
