@@ -20,6 +20,13 @@ impl KeyValues {
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(|v| v.trim())
     }
+
+    /// Each key given, with its value, in the order of the keys' names.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let mut given: Vec<_> = self.0.iter().map(|(k, v)| (*k, v.trim())).collect();
+        given.sort_unstable();
+        given.into_iter()
+    }
 }
 
 /// The value of `key` in the text of a Slurm configuration file (cgroup.conf,

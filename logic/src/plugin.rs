@@ -12,7 +12,8 @@ pub trait Plugin: 'static {
     /// through [`crate::power::Polled`]).
     type Source: Source<Poll = Reading>;
 
-    /// The acct_gather.conf keys this plugin reads (all parsed as strings by Slurm).
+    /// The acct_gather.conf keys this plugin reads (all parsed as strings by Slurm); it
+    /// registers every plugin's ([`crate::family`]), so one file serves them all.
     const KEYS: &'static [&'static str];
 
     /// The source measures devices Slurm allocates to jobs (rust_gpu's GPUs, in

@@ -19,6 +19,7 @@ use crate::attribution::job_record::{LoadJob, StepRecordConfig};
 use crate::attribution::procs::Procs;
 use crate::attribution::{self, Attribution, Mode, Site, StepId};
 use crate::config::KeyValues;
+use crate::family;
 use crate::guard::guard;
 use crate::ledger::doorbell::{self, Doorbell};
 use crate::ledger::{Keeper, StepFigure, ledger_path};
@@ -91,17 +92,6 @@ pub trait Host: Send + Sync + 'static {
     fn job_records(&self) -> Option<LoadJob> {
         None
     }
-}
-
-/// Every key plugin `P` reads: its own and the runtime's.
-pub fn keys<P: Plugin>() -> Vec<&'static str> {
-    P::KEYS
-        .iter()
-        .chain(attribution::KEYS)
-        .chain(StepRecordConfig::KEYS)
-        .chain(metrics::KEYS)
-        .copied()
-        .collect()
 }
 
 /// What `get_data` asks for (Slurm's `ENERGY_DATA_*`).
@@ -442,6 +432,15 @@ impl<P: Plugin> State<P> {
 
     fn configure(&mut self, host: &dyn Host, context_id: u16, values: &KeyValues) {
         self.context_id = context_id;
+        // another plugin's keys are registered so that Slurm accepts one file for all
+        for (key, _) in values.iter().filter(|(k, _)| !family::reads(P::KEYS, k)) {
+            if let Some(owner) = family::owner(key) {
+                log::debug!(
+                    "acct_gather.conf: {key} is {owner}'s; {} ignores it",
+                    host.plugin_kind()
+                );
+            }
+        }
         let attribution = Attribution::parse(values).unwrap_or_else(|e| {
             log::error!("{e}; every step gets the node's energy");
             Attribution::default()
@@ -632,7 +631,8 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
         })
     }
 
-    /// `conf_set`: the values of this plugin's keys in acct_gather.conf.
+    /// `conf_set`: the values of the family's keys in acct_gather.conf ([`family::keys`]);
+    /// this plugin reads its own and the runtime's.
     pub fn configure(&self, context_id: u16, values: &KeyValues) -> Result<(), CallFailed> {
         self.with_state("conf_set", |state, host| {
             state.configure(host, context_id, values)

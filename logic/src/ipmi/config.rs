@@ -40,7 +40,7 @@ pub(super) const IGNORED_KEYS: [&str; 20] = [
 
 /// Every key registered with Slurm: an acct_gather.conf key no plugin registers is fatal
 /// to the daemons, so Slurm's freeipmi keys are registered too.
-pub(super) const KEYS: &[&str] = &{
+pub const KEYS: &[&str] = &{
     const USED: &[&str] = IpmiConfig::KEYS;
     let mut all = [""; USED.len() + 1 + IGNORED_KEYS.len()];
     let mut i = 0;
@@ -286,6 +286,7 @@ mod tests {
 
     /// One acct_gather.conf for a cluster of BMCs named after their nodes.
     #[test]
+    #[cfg(feature = "ipmi")]
     fn the_host_names_each_nodes_own_bmc() {
         use crate::plugin::Plugin;
         let c = parse(&[(KEY_HOST, "%n-ipmi:6230")]).expect("valid");

@@ -123,6 +123,7 @@ mod tests {
 
     /// One acct_gather.conf for a cluster of BMCs named after their nodes.
     #[test]
+    #[cfg(feature = "redfish")]
     fn the_url_names_each_nodes_own_bmc() {
         use crate::plugin::Plugin;
         let c = parse(&[(KEY_URL, "https://%n-bmc.example.org:8443")]).expect("valid");

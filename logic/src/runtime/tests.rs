@@ -153,6 +153,10 @@ impl Host for TestHost {
     fn attribution_site(&self) -> Result<Site, String> {
         self.site.clone().ok_or_else(|| "no cgroups".into())
     }
+
+    fn plugin_kind(&self) -> &'static str {
+        "rust_fake"
+    }
 }
 
 fn runtime(daemon: Daemon) -> Runtime<Fake, TestHost> {
@@ -345,6 +349,31 @@ fn slurmctld_never_opens_the_source_and_reports_unavailable() {
             ("EnergyMetricsOwners", "yes".to_string())
         ]),
         "scontrol show config still shows the keys, the runtime's too"
+    );
+}
+
+/// One acct_gather.conf for the family: another plugin's keys are read past, each named
+/// at debug level, and change nothing of this plugin's configuration.
+#[test]
+fn another_plugins_keys_are_ignored_with_a_debug_line() {
+    let logs = crate::scheduler::tests::logged();
+    let rt = runtime(Daemon::Other);
+    let mut values = config(7);
+    values.set("EnergyRedfishUrl", "https://bmc");
+    values.set("EnergyIPMIHost", "bmc");
+    values.set(attribution::MODE_KEY, "shared");
+    rt.configure(0, &values).expect("conf_set");
+    let shown = rt.shown_config().expect("conf_values");
+    assert!(shown.contains(&(KEY_ID, "7".to_string())), "{shown:?}");
+    assert!(shown.contains(&(attribution::MODE_KEY, "shared".to_string())));
+    assert!(shown.iter().all(|(k, _)| !k.starts_with("EnergyRedfish")));
+    let logs: Vec<_> = crate::scheduler::tests::logged()[logs.len()..].to_vec();
+    assert_eq!(
+        logs,
+        [
+            "DEBUG acct_gather.conf: EnergyIPMIHost is rust_ipmi's; rust_fake ignores it",
+            "DEBUG acct_gather.conf: EnergyRedfishUrl is rust_redfish's; rust_fake ignores it",
+        ]
     );
 }
 
