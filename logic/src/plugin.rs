@@ -22,6 +22,12 @@ pub trait Plugin: 'static {
     /// time, which would give one job's GPU energy to another.
     const ALLOCATED_DEVICES: bool = false;
 
+    /// Each device's idle power, from the plugin's own key, for a source of
+    /// [`Self::ALLOCATED_DEVICES`]; `None`: slurmd's ledger learns it per device.
+    fn device_idle_watts(_config: &Self::Config) -> Option<f64> {
+        None
+    }
+
     /// Validates the keys; an error names the key and the value.
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError>;
 

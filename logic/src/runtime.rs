@@ -186,6 +186,17 @@ struct State<P: Plugin> {
     step: Option<Baseline>,
 }
 
+/// The static power slurmd's ledger splits: for a source of allocated devices each
+/// device's, from the plugin's own key; otherwise the node meter's
+/// (`EnergyAttributionIdleWatts`). `None`: learned.
+fn ledger_idle_watts<P: Plugin>(attribution: &Attribution, config: &P::Config) -> Option<f64> {
+    if P::ALLOCATED_DEVICES {
+        P::device_idle_watts(config)
+    } else {
+        attribution.idle_watts
+    }
+}
+
 /// Whether the plugin in `daemon` takes its figure from slurmd's ledger rather than the
 /// source: in every slurmstepd.
 fn reads_ledger(daemon: Daemon) -> bool {
@@ -255,7 +266,8 @@ impl<P: Plugin> State<P> {
         self.hardware = match meter {
             Ok(mut meter) => {
                 if daemon == Daemon::Slurmd {
-                    self.doorbell = self.keep_ledger(host, site.as_ref(), &mut meter);
+                    let idle_watts = ledger_idle_watts::<P>(&self.attribution, &config);
+                    self.doorbell = self.keep_ledger(host, site.as_ref(), idle_watts, &mut meter);
                 }
                 // Threads may start here: slurmd loads this configuration after it
                 // daemonizes, and slurmstepd never forks without exec afterwards.
@@ -277,9 +289,9 @@ impl<P: Plugin> State<P> {
         &self,
         host: &dyn Host,
         site: Option<&Site>,
+        idle_watts: Option<f64>,
         meter: &mut Meter,
     ) -> Option<Doorbell> {
-        let idle_watts = self.attribution.idle_watts;
         let keeper = match site {
             _ if P::ALLOCATED_DEVICES => host.spool_dir().and_then(|spool| {
                 let order = host.gres_order().unwrap_or_else(|why| {

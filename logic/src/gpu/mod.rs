@@ -24,7 +24,7 @@ pub use slurm_energy_gpu_libs as library;
 #[cfg(feature = "gpu")]
 mod reader;
 
-pub use config::{GpuConfig, KEY_AMD, KEY_MAX_WATTS, KEY_NVML};
+pub use config::{GpuConfig, KEY_AMD, KEY_IDLE_WATTS, KEY_MAX_WATTS, KEY_NVML};
 #[cfg(feature = "gpu")]
 pub use library::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
 #[cfg(feature = "gpu")]

@@ -44,6 +44,10 @@ impl Plugin for Gpus {
         config.show()
     }
 
+    fn device_idle_watts(config: &GpuConfig) -> Option<f64> {
+        config.idle_watts
+    }
+
     fn open(config: &GpuConfig) -> Result<GpuReader, String> {
         let mut openers: Vec<Opener> = Vec::new();
         if let Some(path) = config.nvml.clone() {

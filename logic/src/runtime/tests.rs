@@ -601,3 +601,43 @@ fn where_slurm_hides_jobs_the_metrics_file_is_roots_only() {
         assert!(shown.contains(&(key, value.to_string())), "{shown:?}");
     }
 }
+
+/// Stacked rust_rapl and rust_gpu read one acct_gather.conf: the node meter's static power
+/// is `EnergyAttributionIdleWatts`, each GPU's `EnergyGpuIdleWatts`, and neither reads
+/// the other's.
+#[cfg(feature = "gpu")]
+#[test]
+fn each_idle_key_means_one_thing_under_its_plugin() {
+    use crate::gpu::{GpuConfig, Gpus, KEY_IDLE_WATTS};
+    use crate::rapl::{Rapl, RaplConfig};
+    let mut values = KeyValues::new();
+    values.set(attribution::IDLE_KEY, "80");
+    let idle = |values: &KeyValues| {
+        let attribution = Attribution::parse(values).expect("attribution");
+        (
+            ledger_idle_watts::<Gpus>(&attribution, &GpuConfig::parse(values).expect("gpu")),
+            ledger_idle_watts::<Rapl>(&attribution, &RaplConfig::parse(values).expect("rapl")),
+        )
+    };
+    let logged = crate::scheduler::tests::logged;
+    let before = logged().len();
+    // the node's key alone: the GPUs' idle power is learned, and rust_gpu says whose key
+    // it is
+    assert_eq!(idle(&values), (None, Some(80.0)));
+    assert_eq!(
+        logged()[before..],
+        [
+            "INFO EnergyAttributionIdleWatts is the node meter's static power, which rust_gpu \
+             does not read; each GPU's idle power is EnergyGpuIdleWatts (not set: learned per GPU)"
+        ]
+    );
+    values.set(KEY_IDLE_WATTS, "30");
+    assert_eq!(idle(&values), (Some(30.0), Some(80.0)));
+    assert_eq!(logged().len(), before + 1);
+    let mut gpu_only = KeyValues::new();
+    gpu_only.set(KEY_IDLE_WATTS, "30");
+    assert_eq!(idle(&gpu_only), (Some(30.0), None));
+    gpu_only.set(KEY_IDLE_WATTS, "-1");
+    let e = GpuConfig::parse(&gpu_only).expect_err("negative");
+    assert!(e.to_string().contains("EnergyGpuIdleWatts=-1"), "{e}");
+}
