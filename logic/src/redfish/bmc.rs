@@ -120,6 +120,9 @@ impl Plugin for Bmc {
     }
 
     fn open(config: &RedfishConfig) -> Result<Polled<Bmc>, String> {
+        // read here, in slurmd only: slurmctld never opens the source, slurmstepd reads
+        // slurmd's ledger
+        let config = config.with_password()?;
         let settings = Settings {
             period: config.frequency,
             extrapolate: true,
@@ -127,7 +130,6 @@ impl Plugin for Bmc {
             max_watts: config.max_watts,
             default_max_watts: config::DEFAULT_MAX_WATTS,
         };
-        let config = config.clone();
         Polled::start(&settings, move || Bmc::connect(&config))
     }
 }

@@ -17,7 +17,7 @@ mod resources;
 pub use bmc::Bmc;
 pub use config::{
     KEY_CA_FILE, KEY_CHASSIS, KEY_FREQUENCY, KEY_INSECURE, KEY_MAX_WATTS, KEY_PASSWORD,
-    KEY_TIMEOUT, KEY_URL, KEY_USERNAME, RedfishConfig,
+    KEY_PASSWORD_FILE, KEY_TIMEOUT, KEY_URL, KEY_USERNAME, RedfishConfig,
 };
 #[cfg(feature = "redfish")]
 pub use resources::{ChassisReading, Method};
