@@ -4,9 +4,10 @@
 //! file that configures several plugins of the family (one acct_gather.conf pushed to
 //! CPU-only and GPU nodes, the README's block) would stop every daemon whose plugin lacks
 //! one of them. Every plugin therefore registers every key of the family, reads its own
-//! and the runtime's, and says at debug level which others it ignores. Slurm's parser takes
-//! a key registered twice (two stacked plugins) as one: it keeps the first entry of a hash
-//! chain, and each plugin reads the value from it.
+//! and the runtime's, and says at debug level which others it ignores. A key registered twice
+//! (two stacked plugins) is one key to Slurm's parser (`parse_config.c`, 22.05 to 26.05):
+//! the later entry heads its hash chain, so the file's value is stored in it and every
+//! lookup (each plugin's `conf_set`, the table packed for slurmstepd) finds it there.
 
 use crate::attribution::{self, job_record::StepRecordConfig};
 use crate::gpu::GpuConfig;
