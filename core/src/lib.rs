@@ -29,7 +29,9 @@ pub use slurm_energy_logic::redfish;
 pub use slurm_energy_logic::variorum;
 pub use slurm_energy_logic::{pm_counters, rapl};
 // the glue's own uses (`crate::runtime`, ...): not part of this crate's surface
-use slurm_energy_logic::{accounting, attribution, config, metrics, plugin, runtime, scheduler};
+use slurm_energy_logic::{
+    accounting, attribution, config, family, metrics, plugin, runtime, scheduler,
+};
 
 #[cfg(test)]
 mod rules {

@@ -50,18 +50,27 @@ config_keys! {
                 Mode::Shared => "shared".into(),
             });
         }
-        /// The node's static power; learned when absent.
+        /// The node meter's static power; learned when absent. Not a GPU's: rust_gpu has
+        /// its own key (`EnergyGpuIdleWatts`), so stacked with a node meter each means one
+        /// thing.
         pub idle_watts: Option<f64> = None, {
-            IDLE_KEY = "EnergyAttributionIdleWatts": parse(|k, v| {
-                v.parse::<f64>()
-                    .ok()
-                    .filter(|w| w.is_finite() && *w >= 0.0)
-                    .map(Some)
-                    .ok_or_else(|| ConfigError::new(k, v, "expected watts, 0 or more"))
-            }),
-            show(|w| w.map_or("(learned)".to_string(), |w| w.to_string()));
+            IDLE_KEY = "EnergyAttributionIdleWatts": parse(idle_watts), show(shown_idle_watts);
         }
     }
+}
+
+/// A static power in watts, 0 or more (`EnergyAttributionIdleWatts`, `EnergyGpuIdleWatts`).
+pub(crate) fn idle_watts(key: &'static str, v: &str) -> Result<Option<f64>, ConfigError> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|w| w.is_finite() && *w >= 0.0)
+        .map(Some)
+        .ok_or_else(|| ConfigError::new(key, v, "expected watts, 0 or more"))
+}
+
+/// As `scontrol show config` shows a static power: `(learned)` when not set.
+pub(crate) fn shown_idle_watts(w: &Option<f64>) -> String {
+    w.map_or("(learned)".to_string(), |w| w.to_string())
 }
 
 /// A step of a job, as Slurm numbers it.

@@ -2,6 +2,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The raw string value of each key a source declared; absent keys are not in the map.
@@ -19,6 +23,13 @@ impl KeyValues {
 
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(|v| v.trim())
+    }
+
+    /// Each key given, with its value, in the order of the keys' names.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        let mut given: Vec<_> = self.0.iter().map(|(k, v)| (*k, v.trim())).collect();
+        given.sort_unstable();
+        given.into_iter()
     }
 }
 
@@ -78,6 +89,100 @@ impl Secret {
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("<hidden>")
+    }
+}
+
+/// An absolute path (`EnergyIPMIPasswordFile`, `EnergyRedfishPasswordFile`): slurmd's
+/// working directory is no place to resolve a relative one against.
+pub fn absolute_path(key: &'static str, v: &str) -> Result<Option<PathBuf>, ConfigError> {
+    if !v.starts_with('/') {
+        return Err(ConfigError::new(key, v, "expected an absolute path"));
+    }
+    Ok(Some(PathBuf::from(v)))
+}
+
+/// How `scontrol show config` shows a password file: its path, never what it holds.
+pub fn shown_password_file(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map_or_else(|| "(not set)".into(), |p| p.display().to_string())
+}
+
+/// A password file is this long at most: a password is one short line.
+const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
+
+/// The password in `path`, the file `key` names: its first line, trailing whitespace
+/// trimmed. Kept out of acct_gather.conf, which users may read (senergy does), it is read by
+/// slurmd alone, as root, when it opens the BMC. Refused unless the file is a regular file
+/// that only its owner may write (anyone who can write it chooses the BMC login slurmd
+/// uses); readable by everyone it is a warning. The error names the key and the path, never
+/// the password.
+pub fn read_password_file(key: &'static str, path: &Path) -> Result<Secret, String> {
+    let refuse = |why: String| format!("{key}={}: {why}", path.display());
+    // non-blocking, so a FIFO put there never holds slurmd in open(2); checked on the
+    // opened file, so the file read is the file judged
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| refuse(format!("cannot be read: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| refuse(format!("cannot be read: {e}")))?;
+    if !meta.is_file() {
+        return Err(refuse("is not a regular file".into()));
+    }
+    let mode = meta.permissions().mode();
+    if mode & 0o022 != 0 {
+        return Err(refuse(format!(
+            "is writable by its group or others (mode {:o}): make it root's alone (chmod 600)",
+            mode & 0o7777
+        )));
+    }
+    if mode & 0o004 != 0 {
+        log::warn!(
+            "{key}={}: every user can read the password (mode {:o}): make it root's alone (chmod 600)",
+            path.display(),
+            mode & 0o7777
+        );
+    }
+    let mut text = String::new();
+    file.take(MAX_PASSWORD_FILE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| refuse(format!("cannot be read: {e}")))?;
+    let line = text.lines().next().unwrap_or_default().trim_end();
+    if line.is_empty() {
+        return Err(refuse("holds no password (its first line is empty)".into()));
+    }
+    Ok(Secret::new(line))
+}
+
+/// The password to log in with: the one `file` names (under `file_key`) where set, else
+/// the one acct_gather.conf gives.
+pub fn password(
+    given: &Secret,
+    file_key: &'static str,
+    file: Option<&Path>,
+) -> Result<Secret, String> {
+    match file {
+        Some(path) => read_password_file(file_key, path),
+        None => Ok(given.clone()),
+    }
+}
+
+/// The error for a password given both in acct_gather.conf and in a file: one would be
+/// ignored.
+pub fn both_passwords(
+    key: &'static str,
+    file_key: &'static str,
+    values: &KeyValues,
+) -> Result<(), ConfigError> {
+    match (values.get(key), values.get(file_key)) {
+        (Some(_), Some(path)) => Err(ConfigError::new(
+            file_key,
+            path,
+            format!("{key} is set too: set one of the two"),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -176,3 +281,90 @@ macro_rules! config_keys {
     };
 }
 pub(crate) use config_keys;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const KEY: &str = "EnergyIPMIPasswordFile";
+
+    fn file_with(dir: &Path, text: &str, mode: u32) -> PathBuf {
+        let path = dir.join(format!("pass-{mode:o}"));
+        fs::write(&path, text).expect("write");
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).expect("chmod");
+        path
+    }
+
+    #[test]
+    fn a_password_file_gives_its_first_line_trimmed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let logged = crate::scheduler::tests::logged;
+        for mode in [0o600, 0o400, 0o640, 0o644] {
+            let before = logged().len();
+            let path = file_with(dir.path(), "s3cret pass \t\r\nsecond line\n", mode);
+            let secret = read_password_file(KEY, &path).expect("readable");
+            assert_eq!(secret.expose(), "s3cret pass", "mode {mode:o}");
+            // readable by every user: a warning naming the key and the path
+            let warned = format!("WARN {KEY}={}: every user can read", path.display());
+            let logs = logged()[before..].to_vec();
+            assert_eq!(
+                logs.iter().any(|l| l.starts_with(&warned)),
+                mode == 0o644,
+                "{logs:?}"
+            );
+            assert!(logs.iter().all(|l| !l.contains("s3cret")));
+        }
+    }
+
+    #[test]
+    fn a_password_file_others_may_write_or_not_a_file_is_refused_naming_key_and_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
+            .expect("mkfifo");
+        let cases = [
+            (
+                file_with(dir.path(), "hunter2\n", 0o620),
+                "writable by its group or others",
+            ),
+            (
+                file_with(dir.path(), "hunter2\n", 0o602),
+                "writable by its group or others",
+            ),
+            (
+                file_with(dir.path(), "\nhunter2\n", 0o600),
+                "holds no password",
+            ),
+            (dir.path().join("absent"), "cannot be read"),
+            (dir.path().to_path_buf(), "is not a regular file"),
+            // never waits for a writer
+            (fifo, "is not a regular file"),
+        ];
+        for (path, why) in cases {
+            let e = read_password_file(KEY, &path).expect_err(why);
+            assert!(
+                e.starts_with(&format!("{KEY}={}: ", path.display())) && e.contains(why),
+                "{e}"
+            );
+            assert!(!e.contains("hunter2"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_password_in_the_file_and_in_the_conf_is_an_error_naming_both() {
+        let mut values = KeyValues::new();
+        values.set("EnergyIPMIPassword", "hunter2");
+        assert!(both_passwords("EnergyIPMIPassword", KEY, &values).is_ok());
+        values.set(KEY, "/etc/slurm/bmc.pass");
+        let e = both_passwords("EnergyIPMIPassword", KEY, &values)
+            .expect_err("both")
+            .to_string();
+        assert!(
+            e.contains(KEY) && e.contains("EnergyIPMIPassword is set too"),
+            "{e}"
+        );
+        assert!(!e.contains("hunter2"), "{e}");
+        assert!(absolute_path(KEY, "bmc.pass").is_err());
+    }
+}

@@ -17,7 +17,9 @@
 //! ioctls of ipmi-rs); C libraries that need `unsafe` calls run in the sampler crate
 //! (Variorum, which may crash or exit) or, where made to be called in-process, in the
 //! small crate `slurm-energy-gpu-libs` beside `gpu` (NVML and amd-smi, behind the safe
-//! `gpu::GpuLibrary`; `gpu` is a feature).
+//! `gpu::GpuLibrary`). A source that needs a vendor crate is a feature (`ipmi`, `redfish`,
+//! `gpu`); every source's acct_gather.conf keys build without it, since every plugin of the
+//! family registers them all ([`family`]).
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
@@ -25,11 +27,10 @@ pub mod accounting;
 pub mod attribution;
 pub mod config;
 mod counter;
-#[cfg(feature = "gpu")]
+pub mod family;
 pub mod gpu;
 pub mod guard;
 pub mod hostlist;
-#[cfg(feature = "ipmi")]
 pub mod ipmi;
 pub mod ledger;
 mod meter;
@@ -38,12 +39,10 @@ pub mod plugin;
 pub mod pm_counters;
 pub mod power;
 pub mod rapl;
-#[cfg(feature = "redfish")]
 pub mod redfish;
 mod replace;
 pub mod runtime;
 pub mod scheduler;
 pub mod source;
 pub mod trusted_dir;
-#[cfg(feature = "variorum")]
 pub mod variorum;

@@ -12,7 +12,8 @@ pub trait Plugin: 'static {
     /// through [`crate::power::Polled`]).
     type Source: Source<Poll = Reading>;
 
-    /// The acct_gather.conf keys this plugin reads (all parsed as strings by Slurm).
+    /// The acct_gather.conf keys this plugin reads (all parsed as strings by Slurm); it
+    /// registers every plugin's ([`crate::family`]), so one file serves them all.
     const KEYS: &'static [&'static str];
 
     /// The source measures devices Slurm allocates to jobs (rust_gpu's GPUs, in
@@ -20,6 +21,12 @@ pub trait Plugin: 'static {
     /// shared one split among its holders) in every `EnergyAttribution` mode, never by CPU
     /// time, which would give one job's GPU energy to another.
     const ALLOCATED_DEVICES: bool = false;
+
+    /// Each device's idle power, from the plugin's own key, for a source of
+    /// [`Self::ALLOCATED_DEVICES`]; `None`: slurmd's ledger learns it per device.
+    fn device_idle_watts(_config: &Self::Config) -> Option<f64> {
+        None
+    }
 
     /// Validates the keys; an error names the key and the value.
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError>;

@@ -19,6 +19,7 @@ use crate::attribution::job_record::{LoadJob, StepRecordConfig};
 use crate::attribution::procs::Procs;
 use crate::attribution::{self, Attribution, Mode, Site, StepId};
 use crate::config::KeyValues;
+use crate::family;
 use crate::guard::guard;
 use crate::ledger::doorbell::{self, Doorbell};
 use crate::ledger::{Keeper, StepFigure, ledger_path};
@@ -91,17 +92,6 @@ pub trait Host: Send + Sync + 'static {
     fn job_records(&self) -> Option<LoadJob> {
         None
     }
-}
-
-/// Every key plugin `P` reads: its own and the runtime's.
-pub fn keys<P: Plugin>() -> Vec<&'static str> {
-    P::KEYS
-        .iter()
-        .chain(attribution::KEYS)
-        .chain(StepRecordConfig::KEYS)
-        .chain(metrics::KEYS)
-        .copied()
-        .collect()
 }
 
 /// What `get_data` asks for (Slurm's `ENERGY_DATA_*`).
@@ -196,6 +186,17 @@ struct State<P: Plugin> {
     step: Option<Baseline>,
 }
 
+/// The static power slurmd's ledger splits: for a source of allocated devices each
+/// device's, from the plugin's own key; otherwise the node meter's
+/// (`EnergyAttributionIdleWatts`). `None`: learned.
+fn ledger_idle_watts<P: Plugin>(attribution: &Attribution, config: &P::Config) -> Option<f64> {
+    if P::ALLOCATED_DEVICES {
+        P::device_idle_watts(config)
+    } else {
+        attribution.idle_watts
+    }
+}
+
 /// Whether the plugin in `daemon` takes its figure from slurmd's ledger rather than the
 /// source: in every slurmstepd.
 fn reads_ledger(daemon: Daemon) -> bool {
@@ -265,7 +266,8 @@ impl<P: Plugin> State<P> {
         self.hardware = match meter {
             Ok(mut meter) => {
                 if daemon == Daemon::Slurmd {
-                    self.doorbell = self.keep_ledger(host, site.as_ref(), &mut meter);
+                    let idle_watts = ledger_idle_watts::<P>(&self.attribution, &config);
+                    self.doorbell = self.keep_ledger(host, site.as_ref(), idle_watts, &mut meter);
                 }
                 // Threads may start here: slurmd loads this configuration after it
                 // daemonizes, and slurmstepd never forks without exec afterwards.
@@ -287,9 +289,9 @@ impl<P: Plugin> State<P> {
         &self,
         host: &dyn Host,
         site: Option<&Site>,
+        idle_watts: Option<f64>,
         meter: &mut Meter,
     ) -> Option<Doorbell> {
-        let idle_watts = self.attribution.idle_watts;
         let keeper = match site {
             _ if P::ALLOCATED_DEVICES => host.spool_dir().and_then(|spool| {
                 let order = host.gres_order().unwrap_or_else(|why| {
@@ -442,6 +444,15 @@ impl<P: Plugin> State<P> {
 
     fn configure(&mut self, host: &dyn Host, context_id: u16, values: &KeyValues) {
         self.context_id = context_id;
+        // another plugin's keys are registered so that Slurm accepts one file for all
+        for (key, _) in values.iter().filter(|(k, _)| !family::reads(P::KEYS, k)) {
+            if let Some(owner) = family::owner(key) {
+                log::debug!(
+                    "acct_gather.conf: {key} is {owner}'s; {} ignores it",
+                    host.plugin_kind()
+                );
+            }
+        }
         let attribution = Attribution::parse(values).unwrap_or_else(|e| {
             log::error!("{e}; every step gets the node's energy");
             Attribution::default()
@@ -632,7 +643,8 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
         })
     }
 
-    /// `conf_set`: the values of this plugin's keys in acct_gather.conf.
+    /// `conf_set`: the values of the family's keys in acct_gather.conf ([`family::keys`]);
+    /// this plugin reads its own and the runtime's.
     pub fn configure(&self, context_id: u16, values: &KeyValues) -> Result<(), CallFailed> {
         self.with_state("conf_set", |state, host| {
             state.configure(host, context_id, values)

@@ -272,7 +272,6 @@ fn check_plugin<P: Plugin>(pairs: &[(&'static str, String)]) -> Result<(), TestC
     Ok(())
 }
 
-#[cfg(any(feature = "ipmi", feature = "redfish", feature = "variorum"))]
 fn secs_within(d: Duration, lo: f64, hi: f64) -> bool {
     (lo..=hi).contains(&d.as_secs_f64())
 }
@@ -342,7 +341,6 @@ proptest! {
     }
 }
 
-#[cfg(feature = "variorum")]
 proptest! {
     #![proptest_config(cases(CHEAP))]
 
@@ -1308,7 +1306,6 @@ proptest! {
 
 // ---- Variorum's JSON ----
 
-#[cfg(feature = "variorum")]
 mod variorum {
     use super::*;
     use slurm_energy_logic::variorum::json::{MAX_SOCKETS, NodePower, parse, parse_value};

@@ -1007,7 +1007,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
     def idle_watts(self):
         """The GPU's lowest mean power over a second or more in the samples (how rust_gpu
-        learns its idle power when EnergyAttributionIdleWatts is not set)."""
+        learns its idle power when EnergyGpuIdleWatts is not set)."""
         s, low = self.sampler.samples, None
         j = 0
         for i in range(len(s)):

@@ -218,7 +218,7 @@ pub enum GpuUse {
 
 /// Two jobs sharing one GPU as `sharing` says, with an unmanaged second GPU at 77 W: the
 /// first job sets the GPU's power, once both hold it, to 40 W (its idle power, as
-/// `EnergyAttributionIdleWatts` says), 240 W, 40 W and 0 W; the second ends after. Each
+/// `EnergyGpuIdleWatts` says), 240 W, 40 W and 0 W; the second ends after. Each
 /// job (and its step) gets its parts within 1%, and together the GPU's energy. Returns
 /// each job's GRES indexes, as its step was told.
 pub fn shared_gpu(test: &str, sharing: &Sharing) -> Option<[String; 2]> {
@@ -252,7 +252,7 @@ pub fn shared_gpu(test: &str, sharing: &Sharing) -> Option<[String; 2]> {
             .replace("{gpu}", &devices.join(file).display().to_string())
             .replace("{dev}", &devices.display().to_string())
     );
-    let acct_gather = format!("{}EnergyAttributionIdleWatts=40\n", fake.acct_gather());
+    let acct_gather = format!("{}EnergyGpuIdleWatts=40\n", fake.acct_gather());
     let node_options = format!("Gres={} ", sharing.node_gres);
     let (extra, cgroup) = if sharing.cgroups {
         (

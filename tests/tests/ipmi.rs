@@ -138,3 +138,46 @@ fn slurms_ipmi_keys_are_accepted() {
     );
     assert_eq!(field(&out, "node", 1, "current"), "200", "{out}");
 }
+
+/// The password in a root-only file (`EnergyIPMIPasswordFile`, 0600) beside a world-readable
+/// acct_gather.conf (0644): slurmd logs in with it (ipmi_sim checks the login), and neither
+/// the log nor `scontrol show config` (which shows the path) holds it. A file every user
+/// may write is refused, naming the key and the path.
+#[test]
+fn the_password_from_a_root_only_file_logs_in_and_is_never_shown() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let sim = BmcSim::start(&tmp.path().join("bmc"), 200);
+    let file = tmp.path().join("ipmi.password");
+    std::fs::write(&file, "slurmpass\n").expect("write");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let acct = sim.acct_gather("").replace(
+        "EnergyIPMIPassword=slurmpass",
+        &format!("EnergyIPMIPasswordFile={}", file.display()),
+    );
+    assert!(!acct.contains("slurmpass"));
+    let conf = slurm_conf(tmp.path(), IPMI, &acct);
+    let acct_file = conf.with_file_name("acct_gather.conf");
+    std::fs::set_permissions(&acct_file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (out, err) = finish(driver(None, &conf, "slurmd", "node sleep=3000 node config"));
+    assert_eq!(field(&out, "node", 1, "current"), "200", "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "config EnergyIPMIPasswordFile={}\n",
+            file.display()
+        )),
+        "{out}"
+    );
+    assert!(!err.contains("slurmpass") && !out.contains("slurmpass"));
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let (out, err) = finish(driver(None, &conf, "slurmd", "node"));
+    assert!(
+        err.contains(&format!(
+            "EnergyIPMIPasswordFile={}: is writable by its group or others",
+            file.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(field(&out, "node", 0, "consumed"), "unavailable");
+    assert!(!err.contains("slurmpass"));
+}

@@ -149,7 +149,7 @@ impl<P: Plugin> Exported<P> {
     pub unsafe fn conf_options(&self, full: *mut *mut s_p_options_t, count: *mut c_int) {
         // SAFETY: forwarded from Slurm.
         guard("conf_options", (), || unsafe {
-            conf::register(&crate::runtime::keys::<P>(), full, count)
+            conf::register(&crate::family::keys(), full, count)
         });
     }
 
@@ -158,7 +158,7 @@ impl<P: Plugin> Exported<P> {
     pub unsafe fn conf_set(&self, context_id: c_int, tbl: *const s_p_hashtbl_t) {
         let values = guard("conf_set", None, || {
             // SAFETY: forwarded from Slurm.
-            Some(unsafe { conf::values(&crate::runtime::keys::<P>(), tbl) })
+            Some(unsafe { conf::values(&crate::family::keys(), tbl) })
         });
         if let Some(values) = values {
             let _ = self

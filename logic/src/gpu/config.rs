@@ -1,5 +1,6 @@
 //! The rust_gpu keys of acct_gather.conf.
 
+use crate::attribution::{self, idle_watts, shown_idle_watts};
 use crate::config::{ConfigError, KeyValues, config_keys};
 use crate::power::{parse_max_watts, show_max_watts};
 
@@ -15,7 +16,7 @@ const DEFAULT_AMD: &str = "libamd_smi.so";
 const NONE: &str = "none";
 
 config_keys! {
-    #[derive(Debug, Clone, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq)]
     pub struct GpuConfig {
         /// NVML to load; `None`: NVIDIA GPUs are not read.
         pub nvml: Option<String> = Some(DEFAULT_NVML.into()), {
@@ -30,6 +31,28 @@ config_keys! {
             KEY_MAX_WATTS = "EnergyGpuMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));
         }
+        /// Each GPU's idle power, split among its holders in `shared` mode; `None`:
+        /// learned per GPU. Its own key: `EnergyAttributionIdleWatts` is a node meter's
+        /// static power, which a stacked rust_rapl reads.
+        pub idle_watts: Option<f64> = None, {
+            KEY_IDLE_WATTS = "EnergyGpuIdleWatts": parse(idle_watts), show(shown_idle_watts);
+        }
+    }
+    check: GpuConfig::check;
+}
+
+impl GpuConfig {
+    /// The node meter's idle key set for a GPU, as it was read before the GPUs had theirs:
+    /// it says which key is whose (the GPUs' idle power is then learned).
+    fn check(&self, values: &KeyValues) -> Result<(), ConfigError> {
+        if self.idle_watts.is_none() && values.get(attribution::IDLE_KEY).is_some() {
+            log::info!(
+                "{} is the node meter's static power, which rust_gpu does not read; each GPU's \
+                 idle power is {KEY_IDLE_WATTS} (not set: learned per GPU)",
+                attribution::IDLE_KEY
+            );
+        }
+        Ok(())
     }
 }
 
@@ -71,7 +94,8 @@ mod tests {
             vec![
                 (KEY_NVML, "/opt/nvml/libnvidia-ml.so.1".to_string()),
                 (KEY_AMD, "none".to_string()),
-                (KEY_MAX_WATTS, "5000".to_string())
+                (KEY_MAX_WATTS, "5000".to_string()),
+                (KEY_IDLE_WATTS, "(learned)".to_string())
             ]
         );
         values.set(KEY_MAX_WATTS, "1200");

@@ -294,6 +294,9 @@ impl Plugin for Bmc {
     }
 
     fn open(config: &IpmiConfig) -> Result<Polled<Bmc>, String> {
+        // read here, in slurmd only: slurmctld never opens the source, slurmstepd reads
+        // slurmd's ledger
+        let config = config.with_password()?;
         let settings = Settings {
             period: config.frequency,
             extrapolate: config.calc_adjustment,
@@ -301,7 +304,6 @@ impl Plugin for Bmc {
             max_watts: config.max_watts,
             default_max_watts: DEFAULT_MAX_WATTS,
         };
-        let config = config.clone();
         Polled::start(&settings, move || Bmc::connect(&config))
     }
 }

@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub(super) use crate::config::Secret;
-use crate::config::{ConfigError, KeyValues, boolean, config_keys, period_secs, yes_no};
+use crate::config::{
+    ConfigError, KeyValues, absolute_path, boolean, both_passwords, config_keys, period_secs,
+    shown_password_file, yes_no,
+};
 use crate::power::{parse_max_watts, show_max_watts};
 
 /// Slurm's plugin reads one of several variables; only Watts makes energy, so the key is
@@ -40,7 +43,7 @@ pub(super) const IGNORED_KEYS: [&str; 20] = [
 
 /// Every key registered with Slurm: an acct_gather.conf key no plugin registers is fatal
 /// to the daemons, so Slurm's freeipmi keys are registered too.
-pub(super) const KEYS: &[&str] = &{
+pub const KEYS: &[&str] = &{
     const USED: &[&str] = IpmiConfig::KEYS;
     let mut all = [""; USED.len() + 1 + IGNORED_KEYS.len()];
     let mut i = 0;
@@ -126,6 +129,12 @@ config_keys! {
                 Ok(Secret::new(v))
             });
         }
+        /// A file holding the password, read by slurmd when it opens the BMC, so that
+        /// acct_gather.conf can stay readable by users ([`crate::config::read_password_file`]).
+        pub password_file: Option<PathBuf> = None, {
+            KEY_PASSWORD_FILE = "EnergyIPMIPasswordFile": parse(absolute_path),
+                show(shown_password_file);
+        }
         pub frequency: Duration = Duration::from_secs(DEFAULT_FREQUENCY.into()), {
             // Slurm takes whole seconds; fractions are accepted too
             KEY_FREQUENCY = "EnergyIPMIFrequency": parse(|k, v| period_secs(k, v, 3600)),
@@ -162,9 +171,32 @@ config_keys! {
 }
 
 impl IpmiConfig {
+    /// With the password read from [`KEY_PASSWORD_FILE`] where set: what slurmd (or
+    /// `senergy check`, as root) logs in with. An error names the key and the path.
+    pub fn with_password(&self) -> Result<Self, String> {
+        let password = crate::config::password(
+            &self.password,
+            KEY_PASSWORD_FILE,
+            self.password_file.as_deref(),
+        )?;
+        if password.expose().len() > 20 {
+            return Err(format!(
+                "{KEY_PASSWORD_FILE}={}: IPMI passwords are at most 20 bytes",
+                self.password_file
+                    .as_deref()
+                    .map_or_else(String::new, |p| p.display().to_string())
+            ));
+        }
+        Ok(Self {
+            password,
+            ..self.clone()
+        })
+    }
+
     /// What no one key tells: the user name's limit out of band, the variable, and Slurm's
     /// freeipmi keys, which have no effect here.
     fn check(&self, values: &KeyValues) -> Result<(), ConfigError> {
+        both_passwords(KEY_PASSWORD, KEY_PASSWORD_FILE, values)?;
         if let Some(v) = values.get(KEY_VARIABLE)
             && !v.eq_ignore_ascii_case("watts")
         {
@@ -286,6 +318,7 @@ mod tests {
 
     /// One acct_gather.conf for a cluster of BMCs named after their nodes.
     #[test]
+    #[cfg(feature = "ipmi")]
     fn the_host_names_each_nodes_own_bmc() {
         use crate::plugin::Plugin;
         let c = parse(&[(KEY_HOST, "%n-ipmi:6230")]).expect("valid");
@@ -358,6 +391,38 @@ mod tests {
         let long = "x".repeat(21);
         let err = parse(&[(KEY_PASSWORD, &long)]).expect_err("too long");
         assert!(!err.to_string().contains(&long));
+    }
+
+    /// The password from a root-only file: read when the BMC is opened, never shown; the
+    /// file's path is.
+    #[test]
+    fn the_password_file_is_read_at_open_and_only_its_path_shown() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("bmc.pass");
+        std::fs::write(&path, "topsecret\n").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let file = path.display().to_string();
+        let c = parse(&[(KEY_HOST, "h"), (KEY_PASSWORD_FILE, &file)]).expect("valid");
+        assert_eq!(c.password.expose(), "", "not read at parse");
+        assert!(c.show().contains(&(KEY_PASSWORD_FILE, file.clone())));
+        let opened = c.with_password().expect("readable");
+        assert_eq!(opened.password.expose(), "topsecret");
+        assert!(opened.show().iter().all(|(_, v)| !v.contains("topsecret")));
+        let e = parse(&[(KEY_PASSWORD, "topsecret"), (KEY_PASSWORD_FILE, &file)])
+            .expect_err("both")
+            .to_string();
+        assert!(e.contains("EnergyIPMIPasswordFile") && e.contains("EnergyIPMIPassword is set"));
+        assert!(!e.contains("topsecret"), "{e}");
+        std::fs::write(&path, "x".repeat(21)).expect("write");
+        let e = c.with_password().expect_err("too long");
+        assert!(e.contains(&file) && !e.contains("xxxx"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        let e = c.with_password().expect_err("writable by others");
+        assert!(
+            e.starts_with(&format!("EnergyIPMIPasswordFile={file}: ")),
+            "{e}"
+        );
     }
 
     #[test]

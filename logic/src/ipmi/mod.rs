@@ -1,14 +1,19 @@
 //! Node power from the BMC over IPMI (ipmi-rs): DCMI Get Power Reading or SDR power
 //! sensors, in-band (`/dev/ipmi0`) or out of band (RMCP+).
 
+#[cfg(feature = "ipmi")]
 mod bmc;
+// the keys, in every build: each plugin of the family registers them (crate::family)
 mod config;
-#[cfg(test)]
+#[cfg(all(test, feature = "ipmi"))]
 mod proptests;
+#[cfg(feature = "ipmi")]
 mod protocol;
 
+#[cfg(feature = "ipmi")]
 pub use bmc::Bmc;
-pub use config::{IpmiConfig, PowerSensors, Target};
+pub use config::{IpmiConfig, KEYS, PowerSensors, Target};
 
 /// The rust_ipmi source: the BMC polled by a thread in slurmd; steps read its ledger.
+#[cfg(feature = "ipmi")]
 pub type Ipmi = Bmc;

@@ -3,7 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::{ConfigError, KeyValues, Secret, boolean, config_keys, period_secs, yes_no};
+use crate::config::{
+    ConfigError, KeyValues, Secret, absolute_path, boolean, both_passwords, config_keys,
+    period_secs, shown_password_file, yes_no,
+};
 use crate::power::{parse_max_watts, show_max_watts};
 
 /// BMCs refresh their power readings every few seconds at best; more often costs the BMC.
@@ -28,6 +31,12 @@ config_keys! {
         }
         pub password: Secret = Secret::default(), {
             KEY_PASSWORD = "EnergyRedfishPassword": parse(|_, v| Ok(Secret::new(v)));
+        }
+        /// A file holding the password, read by slurmd when it opens the BMC, so that
+        /// acct_gather.conf can stay readable by users ([`crate::config::read_password_file`]).
+        pub password_file: Option<PathBuf> = None, {
+            KEY_PASSWORD_FILE = "EnergyRedfishPasswordFile": parse(absolute_path),
+                show(shown_password_file);
         }
         pub ca_file: Option<PathBuf> = None, {
             KEY_CA_FILE = "EnergyRedfishCaFile": parse(|k, v| {
@@ -72,6 +81,23 @@ config_keys! {
             KEY_MAX_WATTS = "EnergyRedfishMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, true));
         }
+    }
+    check: |_, values| both_passwords(KEY_PASSWORD, KEY_PASSWORD_FILE, values);
+}
+
+impl RedfishConfig {
+    /// With the password read from [`KEY_PASSWORD_FILE`] where set: what slurmd (or
+    /// `senergy check`, as root) logs in with. An error names the key and the path.
+    pub fn with_password(&self) -> Result<Self, String> {
+        let password = crate::config::password(
+            &self.password,
+            KEY_PASSWORD_FILE,
+            self.password_file.as_deref(),
+        )?;
+        Ok(Self {
+            password,
+            ..self.clone()
+        })
     }
 }
 
@@ -123,6 +149,7 @@ mod tests {
 
     /// One acct_gather.conf for a cluster of BMCs named after their nodes.
     #[test]
+    #[cfg(feature = "redfish")]
     fn the_url_names_each_nodes_own_bmc() {
         use crate::plugin::Plugin;
         let c = parse(&[(KEY_URL, "https://%n-bmc.example.org:8443")]).expect("valid");
@@ -171,6 +198,35 @@ mod tests {
             c.show()
                 .iter()
                 .all(|(k, v)| *k != KEY_PASSWORD && !v.contains("topsecret"))
+        );
+    }
+
+    #[test]
+    fn the_password_file_is_read_at_open_and_only_its_path_shown() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("bmc.pass");
+        std::fs::write(&path, "topsecret\n").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        let file = path.display().to_string();
+        let c = parse(&[(KEY_PASSWORD_FILE, &file)]).expect("valid");
+        assert!(c.show().contains(&(KEY_PASSWORD_FILE, file.clone())));
+        assert_eq!(
+            c.with_password().expect("readable").password.expose(),
+            "topsecret"
+        );
+        let e = parse(&[(KEY_PASSWORD, "topsecret"), (KEY_PASSWORD_FILE, &file)])
+            .expect_err("both")
+            .to_string();
+        assert!(
+            e.contains("EnergyRedfishPasswordFile") && e.contains("EnergyRedfishPassword is set")
+        );
+        assert!(!e.contains("topsecret"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o620)).expect("chmod");
+        let e = c.with_password().expect_err("writable by the group");
+        assert!(
+            e.starts_with(&format!("EnergyRedfishPasswordFile={file}: ")),
+            "{e}"
         );
     }
 

@@ -153,6 +153,10 @@ impl Host for TestHost {
     fn attribution_site(&self) -> Result<Site, String> {
         self.site.clone().ok_or_else(|| "no cgroups".into())
     }
+
+    fn plugin_kind(&self) -> &'static str {
+        "rust_fake"
+    }
 }
 
 fn runtime(daemon: Daemon) -> Runtime<Fake, TestHost> {
@@ -345,6 +349,31 @@ fn slurmctld_never_opens_the_source_and_reports_unavailable() {
             ("EnergyMetricsOwners", "yes".to_string())
         ]),
         "scontrol show config still shows the keys, the runtime's too"
+    );
+}
+
+/// One acct_gather.conf for the family: another plugin's keys are read past, each named
+/// at debug level, and change nothing of this plugin's configuration.
+#[test]
+fn another_plugins_keys_are_ignored_with_a_debug_line() {
+    let logs = crate::scheduler::tests::logged();
+    let rt = runtime(Daemon::Other);
+    let mut values = config(7);
+    values.set("EnergyRedfishUrl", "https://bmc");
+    values.set("EnergyIPMIHost", "bmc");
+    values.set(attribution::MODE_KEY, "shared");
+    rt.configure(0, &values).expect("conf_set");
+    let shown = rt.shown_config().expect("conf_values");
+    assert!(shown.contains(&(KEY_ID, "7".to_string())), "{shown:?}");
+    assert!(shown.contains(&(attribution::MODE_KEY, "shared".to_string())));
+    assert!(shown.iter().all(|(k, _)| !k.starts_with("EnergyRedfish")));
+    let logs: Vec<_> = crate::scheduler::tests::logged()[logs.len()..].to_vec();
+    assert_eq!(
+        logs,
+        [
+            "DEBUG acct_gather.conf: EnergyIPMIHost is rust_ipmi's; rust_fake ignores it",
+            "DEBUG acct_gather.conf: EnergyRedfishUrl is rust_redfish's; rust_fake ignores it",
+        ]
     );
 }
 
@@ -571,4 +600,44 @@ fn where_slurm_hides_jobs_the_metrics_file_is_roots_only() {
     ] {
         assert!(shown.contains(&(key, value.to_string())), "{shown:?}");
     }
+}
+
+/// Stacked rust_rapl and rust_gpu read one acct_gather.conf: the node meter's static power
+/// is `EnergyAttributionIdleWatts`, each GPU's `EnergyGpuIdleWatts`, and neither reads
+/// the other's.
+#[cfg(feature = "gpu")]
+#[test]
+fn each_idle_key_means_one_thing_under_its_plugin() {
+    use crate::gpu::{GpuConfig, Gpus, KEY_IDLE_WATTS};
+    use crate::rapl::{Rapl, RaplConfig};
+    let mut values = KeyValues::new();
+    values.set(attribution::IDLE_KEY, "80");
+    let idle = |values: &KeyValues| {
+        let attribution = Attribution::parse(values).expect("attribution");
+        (
+            ledger_idle_watts::<Gpus>(&attribution, &GpuConfig::parse(values).expect("gpu")),
+            ledger_idle_watts::<Rapl>(&attribution, &RaplConfig::parse(values).expect("rapl")),
+        )
+    };
+    let logged = crate::scheduler::tests::logged;
+    let before = logged().len();
+    // the node's key alone: the GPUs' idle power is learned, and rust_gpu says whose key
+    // it is
+    assert_eq!(idle(&values), (None, Some(80.0)));
+    assert_eq!(
+        logged()[before..],
+        [
+            "INFO EnergyAttributionIdleWatts is the node meter's static power, which rust_gpu \
+             does not read; each GPU's idle power is EnergyGpuIdleWatts (not set: learned per GPU)"
+        ]
+    );
+    values.set(KEY_IDLE_WATTS, "30");
+    assert_eq!(idle(&values), (Some(30.0), Some(80.0)));
+    assert_eq!(logged().len(), before + 1);
+    let mut gpu_only = KeyValues::new();
+    gpu_only.set(KEY_IDLE_WATTS, "30");
+    assert_eq!(idle(&gpu_only), (Some(30.0), None));
+    gpu_only.set(KEY_IDLE_WATTS, "-1");
+    let e = GpuConfig::parse(&gpu_only).expect_err("negative");
+    assert!(e.to_string().contains("EnergyGpuIdleWatts=-1"), "{e}");
 }

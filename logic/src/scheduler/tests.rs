@@ -104,8 +104,8 @@ fn run_for(script: &mut Script, waits: usize) -> (Vec<Duration>, Board<Vec<u32>>
     (asked, board)
 }
 
-/// What this test's thread logged, as "LEVEL message" (the scheduler's and the ledger's
-/// tests).
+/// What this test's thread logged, as "LEVEL message" (the scheduler's, the ledger's, the
+/// runtime's and the configuration's tests).
 pub(crate) fn logged() -> Vec<String> {
     static LOGS: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
     struct Capture;
@@ -116,7 +116,14 @@ pub(crate) fn logged() -> Vec<String> {
         fn log(&self, record: &log::Record) {
             // other tests of the crate log too, in threads of their own
             if let Some(name) = std::thread::current().name()
-                && (name.starts_with("scheduler::tests::") || name.starts_with("ledger::tests::"))
+                && [
+                    "scheduler::tests::",
+                    "ledger::tests::",
+                    "runtime::tests::",
+                    "config::tests::",
+                ]
+                .iter()
+                .any(|prefix| name.starts_with(prefix))
             {
                 LOGS.lock().unwrap_or_else(PoisonError::into_inner).push((
                     name.to_string(),
@@ -130,7 +137,7 @@ pub(crate) fn logged() -> Vec<String> {
     static INSTALL: Once = Once::new();
     INSTALL.call_once(|| {
         if log::set_logger(&CAPTURE).is_ok() {
-            log::set_max_level(log::LevelFilter::Info);
+            log::set_max_level(log::LevelFilter::Debug);
         }
     });
     let me = std::thread::current().name().map(str::to_string);

@@ -97,8 +97,10 @@ impl BmcTool {
                 if let Some(user) = &config.username {
                     args.extend(["-U".into(), user.clone()]);
                 }
-                // -E: the password from IPMI_PASSWORD, not on a command line ps shows
+                // -E: the password from IPMI_PASSWORD, not on a command line ps shows; from
+                // EnergyIPMIPasswordFile where set, which root alone may read
                 args.push("-E".into());
+                let config = config.with_password().map_err(Unavailable::Failed)?;
                 password = Some(config.password.expose().to_string());
             }
             (Target::Lan { .. }, BmcTool::IpmiDcmi) => {

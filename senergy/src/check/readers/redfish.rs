@@ -29,6 +29,8 @@ impl Redfish {
         let url = config.url.clone().ok_or_else(|| {
             Unavailable::Absent("acct_gather.conf names no EnergyRedfishUrl".into())
         })?;
+        // the password from EnergyRedfishPasswordFile where set, which root alone may read
+        let config = config.with_password().map_err(Unavailable::Failed)?;
         let bmc =
             RedfishBmc::connect(&config).map_err(|e| Unavailable::Failed(format!("{url}: {e}")))?;
         let mut reader = Redfish {

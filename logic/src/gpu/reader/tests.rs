@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::*;
+use crate::gpu::library::{Device, GpuError, NVIDIA_MAJOR};
 
 /// A GPU whose counter rises at `watts` in real time, with switches the test flips.
 #[derive(Default)]
