@@ -171,7 +171,7 @@ config_keys! {
 }
 
 impl IpmiConfig {
-    /// With the password read from [`KEY_PASSWORD_FILE`] where set: what slurmd (or
+    /// With the password read from `EnergyIPMIPasswordFile` where set: what slurmd (or
     /// `senergy check`, as root) logs in with. An error names the key and the path.
     pub fn with_password(&self) -> Result<Self, String> {
         let password = crate::config::password(
