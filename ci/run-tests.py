@@ -53,10 +53,6 @@ PARALLEL_PACKAGE = "energy-tests"
 #   figure) and its simulator runs in memory at real-time priority (tests/src/hardware_time.rs),
 #   so its counters step as they are told.
 EXCLUSIVE = {
-    # polled BMC power against the simulator's schedule, held to the bound of its 0.25 s
-    # period: with three tests and a build beside it the simulated BMC's answers lag its
-    # schedule (+5.3% for a 5.0% bound once; 1.2% to 3.0% on the same loaded machine alone)
-    "dcmi_energy_over_rmcp_plus_matches_the_truth",
     # cluster_trust's attack on a shared node (the shared-node pair, held to its bounds)
     "processes_titled_as_slurmstepds_change_no_jobs_figure",
     "cpu_time_moved_out_of_a_job_is_still_its_owners",

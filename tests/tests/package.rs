@@ -790,7 +790,10 @@ fn cargo_program() -> PathBuf {
     std::env::var_os("CARGO")
         .map(PathBuf::from)
         .or_else(|| {
-            let out = Command::new("rustc").args(["--print", "sysroot"]).output().ok()?;
+            let out = Command::new("rustc")
+                .args(["--print", "sysroot"])
+                .output()
+                .ok()?;
             let sysroot = String::from_utf8(out.stdout).ok()?;
             Some(Path::new(sysroot.trim()).join("bin/cargo"))
         })
