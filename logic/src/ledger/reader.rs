@@ -34,8 +34,8 @@ pub struct StepFigure {
     /// slurmd splits ([`Ledger::gives_shares`]), decided at its first read of each ledger;
     /// `configured` where the ledger does not say.
     shared: bool,
-    /// What this slurmstepd's own acct_gather.conf says. After `scontrol reconfigure` it
-    /// may not be what slurmd, which applies a new mode only when it restarts, splits by.
+    /// What this slurmstepd's own acct_gather.conf says. After `scontrol reconfigure`
+    /// slurmd splits by the new file while a step begun before read the old one.
     configured: bool,
     /// Whether it said that it follows slurmd's mode rather than its own configuration.
     said_mode: bool,

@@ -8,12 +8,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// step of its name that the ledger holds began 30 s before this process, and is the
 /// run before; it counts nothing of it. Once the ledger holds this run's step, it
 /// counts that.
-#[test]
-fn a_step_counts_only_its_own_run_of_its_name() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let proc_root = tmp.path().join("proc");
+/// A /proc under `dir` (returned) where process 40 is `slurmstepd: [7.batch]`, started 5 s
+/// ago: 1 000 s since boot, the process at 99 500 ticks.
+fn batch_stepd(dir: &Path) -> PathBuf {
+    let proc_root = dir.join("proc");
     fs::create_dir_all(proc_root.join("40")).expect("proc");
-    // 1 000 s since boot; the process started 5 s ago (99 500 ticks), titled as 7.batch
     fs::write(proc_root.join("uptime"), "1000.00 1.00\n").expect("uptime");
     fs::write(
         proc_root.join("40/stat"),
@@ -21,6 +20,27 @@ fn a_step_counts_only_its_own_run_of_its_name() {
     )
     .expect("stat");
     fs::write(proc_root.join("40/cmdline"), "slurmstepd: [7.batch]\0").expect("cmdline");
+    proc_root
+}
+
+/// A ledger of slurmd splitting by `split`, begun 100 s before `now`, whose node account
+/// holds `node_j` at 100 W and job 7 and its batch step `step_j` at `step_watts`.
+fn publish_split(path: &Path, now: f64, split: &str, node_j: f64, step_j: f64, step_watts: f64) {
+    let node = serde_json::json!({"joules": node_j, "watts": 100.0, "since": now - 100.0});
+    let step = serde_json::json!({"joules": step_j, "watts": step_watts, "since": now - 1.0});
+    let text = serde_json::json!({
+        "version": ledger::VERSION, "epoch": ((now - 100.0) * 1e6) as u64,
+        "sampled_at": unix_now(), "node": node, "parts": [], "split": split,
+        "jobs": [{"job": 7, "last_seen": now, "account": step,
+                  "steps": [{"step": StepId::BATCH.0, "last_seen": now, "account": step}]}],
+    });
+    fs::write(path, text.to_string()).expect("ledger");
+}
+
+#[test]
+fn a_step_counts_only_its_own_run_of_its_name() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = batch_stepd(tmp.path());
     let path = tmp.path().join("ledger.json");
     let now = unix_now();
     let publish = |since: f64, joules: f64| {
@@ -433,34 +453,17 @@ fn an_sstat_read_never_waits_for_slurmd() {
 }
 
 /// After `scontrol reconfigure` to `node`, a new step's slurmstepd reads `node` while
-/// slurmd, which applies it only when it restarts, still splits the node among its jobs:
+/// slurmd still splits the node among its jobs (a slurmd that could not apply it, or of
+/// another version: a step never decides how to read from its own file):
 /// the step takes its share, as the ledger's slurmd splits, not the node's energy (which
 /// would charge each job the whole node).
 #[test]
 fn a_step_reads_its_figure_as_slurmd_splits_whatever_its_own_file_says() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let proc_root = tmp.path().join("proc");
-    fs::create_dir_all(proc_root.join("40")).expect("proc");
-    fs::write(proc_root.join("uptime"), "1000.00 1.00\n").expect("uptime");
-    fs::write(
-        proc_root.join("40/stat"),
-        "40 (slurmstepd) S 1 40 40 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99500 0 0\n",
-    )
-    .expect("stat");
-    fs::write(proc_root.join("40/cmdline"), "slurmstepd: [7.batch]\0").expect("cmdline");
+    let proc_root = batch_stepd(tmp.path());
     let path = tmp.path().join("ledger.json");
     let now = unix_now();
-    let publish = |node_j: f64, share_j: f64| {
-        let node = serde_json::json!({"joules": node_j, "watts": 100.0, "since": now - 100.0});
-        let share = serde_json::json!({"joules": share_j, "watts": 25.0, "since": now - 1.0});
-        let text = serde_json::json!({
-            "version": ledger::VERSION, "epoch": ((now - 100.0) * 1e6) as u64,
-            "sampled_at": unix_now(), "node": node, "parts": [], "split": "shared",
-            "jobs": [{"job": 7, "last_seen": now, "account": share,
-                      "steps": [{"step": StepId::BATCH.0, "last_seen": now, "account": share}]}],
-        });
-        fs::write(&path, text.to_string()).expect("ledger");
-    };
+    let publish = |node_j, share_j| publish_split(&path, now, "shared", node_j, share_j, 25.0);
     let configured_node = false;
     let mut step =
         StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, configured_node).stacked();
@@ -483,28 +486,10 @@ fn a_step_reads_its_figure_as_slurmd_splits_whatever_its_own_file_says() {
 #[test]
 fn a_step_begun_in_node_mode_takes_its_share_once_slurmd_splits() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let proc_root = tmp.path().join("proc");
-    fs::create_dir_all(proc_root.join("40")).expect("proc");
-    fs::write(proc_root.join("uptime"), "1000.00 1.00\n").expect("uptime");
-    fs::write(
-        proc_root.join("40/stat"),
-        "40 (slurmstepd) S 1 40 40 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99500 0 0\n",
-    )
-    .expect("stat");
-    fs::write(proc_root.join("40/cmdline"), "slurmstepd: [7.batch]\0").expect("cmdline");
+    let proc_root = batch_stepd(tmp.path());
     let path = tmp.path().join("ledger.json");
     let now = unix_now();
-    let publish = |split: &str, node_j: f64, step_j: f64| {
-        let node = serde_json::json!({"joules": node_j, "watts": 100.0, "since": now - 100.0});
-        let step = serde_json::json!({"joules": step_j, "watts": 50.0, "since": now - 1.0});
-        let text = serde_json::json!({
-            "version": ledger::VERSION, "epoch": ((now - 100.0) * 1e6) as u64,
-            "sampled_at": unix_now(), "node": node, "parts": [], "split": split,
-            "jobs": [{"job": 7, "last_seen": now, "account": step,
-                      "steps": [{"step": StepId::BATCH.0, "last_seen": now, "account": step}]}],
-        });
-        fs::write(&path, text.to_string()).expect("ledger");
-    };
+    let publish = |split, node_j, step_j| publish_split(&path, now, split, node_j, step_j, 50.0);
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false).stacked();
     publish("node", 3_000.0, 0.0);
     assert_eq!(step.poll(Instant::now()).energy_uj, 0);
