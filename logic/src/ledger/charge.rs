@@ -284,7 +284,7 @@ impl Ledger {
             {
                 log::info!(
                     "the static power of GPU {} is learned at {watts:.1} W: the lowest power \
-                     it held over {:.0} s (EnergyAttributionIdleWatts sets it)",
+                     it held over {:.0} s (EnergyGpuIdleWatts sets it)",
                     d.position,
                     floor::SUSTAIN
                 );

@@ -782,6 +782,42 @@ fn a_gpu_is_charged_to_everyone_who_used_it() {
     assert_eq!(warned.len(), 1, "{warned:?}");
 }
 
+/// A GPU whose idle power the admin did not give learns it, and slurmd's log names the key
+/// that sets it: rust_gpu's own `EnergyGpuIdleWatts`, not the node meter's
+/// `EnergyAttributionIdleWatts` (the first run on a real GPU logged the latter).
+#[test]
+fn a_gpu_learning_its_idle_power_names_the_key_that_sets_it() {
+    crate::scheduler::tests::logged();
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let mut ledger = Ledger::default();
+    let split = Split::Devices { idle_watts: None };
+    let sample = |secs: u64| Observation {
+        at: t0 + Duration::from_secs(secs),
+        wall: w0 + Duration::from_secs(secs),
+        node_uj: secs * 77_000_000,
+        settled: true,
+        jobs: vec![],
+        parts: vec![],
+        counts: vec![],
+        devices: vec![ObservedDevice {
+            position: 7,
+            energy_uj: secs * 77_000_000,
+            busy: vec![],
+            instances: vec![],
+        }],
+    };
+    for secs in 0..=2 * floor::SUSTAIN as u64 {
+        ledger.update(&sample(secs), split);
+    }
+    let said: Vec<String> = crate::scheduler::tests::logged()
+        .into_iter()
+        .filter(|l| l.contains("static power of GPU 7"))
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("learned at 77.0 W"), "{said:?}");
+    assert!(said[0].contains("(EnergyGpuIdleWatts sets it)"), "{said:?}");
+}
+
 /// A MIG-partitioned GPU at 240 W (40 W idle) with a 42-SM instance 90% busy and a
 /// 14-SM instance 30% busy: the idle power by size, the rest by size times activity.
 #[test]
