@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use serde_json::json;
 
-use rules::{RULES, Rule, Scope, Verdict};
+use rules::{Judgement, RULES, Rule, Scope};
 
 /// A ledger older than this is stale: slurmd writes it at least every second while its
 /// source answers (and not at all while it does not).
@@ -182,23 +182,23 @@ pub fn judge(facts: &Facts) -> Vec<Finding> {
     let mut out = Vec::new();
     let per_ledger = |rule: &Rule| matches!(rule.scope, Scope::Ledger(_));
     for group in RULES.chunk_by(|a, b| per_ledger(a) && per_ledger(b)) {
-        let mut say = |rule: &Rule, verdict: Verdict| {
+        let mut say = |rule: &Rule, judgement: Judgement| {
             out.push(Finding {
                 check: rule.name,
-                status: verdict.status,
-                detail: verdict.detail,
+                status: judgement.status,
+                detail: judgement.detail,
             })
         };
         if let [
             rule @ Rule {
-                scope: Scope::Node(verdicts),
+                scope: Scope::Node(judge),
                 ..
             },
         ] = group
         {
-            let verdicts = verdicts(facts);
-            let failed = verdicts.iter().any(|v| v.status == Status::Fail);
-            verdicts.into_iter().for_each(|v| say(rule, v));
+            let judgements = judge(facts);
+            let failed = judgements.iter().any(|v| v.status == Status::Fail);
+            judgements.into_iter().for_each(|v| say(rule, v));
             if rule.decisive && failed {
                 return out;
             }
@@ -206,10 +206,8 @@ pub fn judge(facts: &Facts) -> Vec<Finding> {
         }
         for ledger in &facts.ledgers {
             for rule in group {
-                if let Scope::Ledger(verdict) = rule.scope {
-                    verdict(facts, ledger)
-                        .into_iter()
-                        .for_each(|v| say(rule, v));
+                if let Scope::Ledger(judge) = rule.scope {
+                    judge(facts, ledger).into_iter().for_each(|v| say(rule, v));
                 }
             }
         }

@@ -1,5 +1,5 @@
 //! The rules `senergy check` judges a node by: each a name (the finding's `check`), what it
-//! checks (its function's first line) and its verdicts, in [`RULES`], in the order an admin
+//! checks (its function's first line) and its judgements, in [`RULES`], in the order an admin
 //! would fix what they find. A rule reads the facts only: it never depends on what another
 //! rule said, so that each can be tested alone and the table reordered without surprise.
 
@@ -8,44 +8,45 @@ use super::{FAMILY, Facts, LedgerFact, LedgerState, STALE_AFTER_SECS, Status, re
 /// More power than this on one node is not a reading but a broken one.
 const MAX_NODE_WATTS: f64 = 100_000.0;
 
-/// How a rule stands on what it looked at, and what it saw.
+/// A rule's judgement of one thing it looked at: how it stands, and what was seen. With
+/// the rule's name, it is a finding: one line of the node's verdict.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
+pub struct Judgement {
     pub status: Status,
     pub detail: String,
 }
 
-fn ok(detail: impl Into<String>) -> Verdict {
-    Verdict {
+fn ok(detail: impl Into<String>) -> Judgement {
+    Judgement {
         status: Status::Ok,
         detail: detail.into(),
     }
 }
 
-fn warn(detail: impl Into<String>) -> Verdict {
-    Verdict {
+fn warn(detail: impl Into<String>) -> Judgement {
+    Judgement {
         status: Status::Warn,
         detail: detail.into(),
     }
 }
 
-fn fail(detail: impl Into<String>) -> Verdict {
-    Verdict {
+fn fail(detail: impl Into<String>) -> Judgement {
+    Judgement {
         status: Status::Fail,
         detail: detail.into(),
     }
 }
 
-/// What a rule looks at, and how it gives its verdicts.
+/// What a rule looks at, and how it gives its judgements.
 #[derive(Clone, Copy)]
 pub enum Scope {
-    /// The node as a whole: its verdicts, one for each thing it looked at (a plugin, a
+    /// The node as a whole: its judgements, one for each thing it looked at (a plugin, a
     /// probe), none where nothing applies.
-    Node(fn(&Facts) -> Vec<Verdict>),
-    /// Each plugin's ledger in turn: its verdict on one, `None` where it does not apply.
+    Node(fn(&Facts) -> Vec<Judgement>),
+    /// Each plugin's ledger in turn: its judgement of one, `None` where it does not apply.
     /// The ledger rules that stand together in [`RULES`] are said ledger by ledger, so
     /// that one plugin's lines stay together.
-    Ledger(fn(&Facts, &LedgerFact) -> Option<Verdict>),
+    Ledger(fn(&Facts, &LedgerFact) -> Option<Judgement>),
 }
 
 /// One rule of the verdict.
@@ -57,7 +58,7 @@ pub struct Rule {
     pub decisive: bool,
 }
 
-const fn node(name: &'static str, rule: fn(&Facts) -> Vec<Verdict>) -> Rule {
+const fn node(name: &'static str, rule: fn(&Facts) -> Vec<Judgement>) -> Rule {
     Rule {
         name,
         scope: Scope::Node(rule),
@@ -65,7 +66,10 @@ const fn node(name: &'static str, rule: fn(&Facts) -> Vec<Verdict>) -> Rule {
     }
 }
 
-const fn each_ledger(name: &'static str, rule: fn(&Facts, &LedgerFact) -> Option<Verdict>) -> Rule {
+const fn each_ledger(
+    name: &'static str,
+    rule: fn(&Facts, &LedgerFact) -> Option<Judgement>,
+) -> Rule {
     Rule {
         name,
         scope: Scope::Ledger(rule),
@@ -91,7 +95,7 @@ pub const RULES: &[Rule] = &[
 ];
 
 /// AcctGatherEnergyType names one of this family's plugins.
-fn config(facts: &Facts) -> Vec<Verdict> {
+fn config(facts: &Facts) -> Vec<Judgement> {
     let types = facts.energy_types.join(",");
     vec![if facts.plugins.is_empty() {
         fail(format!(
@@ -108,7 +112,7 @@ fn config(facts: &Facts) -> Vec<Verdict> {
 }
 
 /// Each plugin named is in PluginDir, built for the Slurm release slurmd runs.
-fn plugin(facts: &Facts) -> Vec<Verdict> {
+fn plugin(facts: &Facts) -> Vec<Judgement> {
     let judge = |plugin: &super::PluginFile| match (&plugin.found, &facts.slurmd_release) {
         (Err(why), _) => fail(format!("{}: {why}", plugin.plugin_type)),
         (Ok((path, built)), Ok((running, slurmd))) if built != running => fail(format!(
@@ -136,7 +140,7 @@ fn plugin(facts: &Facts) -> Vec<Verdict> {
 
 /// A slurmd runs for this node with this slurm.conf; where not, why each other one on the
 /// host is not it.
-fn slurmd(facts: &Facts) -> Vec<Verdict> {
+fn slurmd(facts: &Facts) -> Vec<Judgement> {
     vec![match facts.slurmd_pid {
         Some(pid) => ok(format!("running for node {} (pid {pid})", facts.node)),
         None => fail(format!(
@@ -153,7 +157,7 @@ fn slurmd(facts: &Facts) -> Vec<Verdict> {
 }
 
 /// With `EnergyAttribution=shared`, the node has what the split needs.
-fn attribution(facts: &Facts) -> Vec<Verdict> {
+fn attribution(facts: &Facts) -> Vec<Judgement> {
     match &facts.shared {
         Some(Err(why)) => vec![fail(format!(
             "EnergyAttribution=shared: {why}; every step gets the node's energy"
@@ -167,7 +171,7 @@ fn attribution(facts: &Facts) -> Vec<Verdict> {
 
 /// What a plugin's source reads, as its ledger or else slurmd's log says (a ledger that
 /// holds a reading only).
-fn source(facts: &Facts, ledger: &LedgerFact) -> Option<Verdict> {
+fn source(facts: &Facts, ledger: &LedgerFact) -> Option<Judgement> {
     let Ok(Some(state)) = &ledger.state else {
         return None;
     };
@@ -185,7 +189,7 @@ fn source(facts: &Facts, ledger: &LedgerFact) -> Option<Verdict> {
 
 /// The plugin's ledger is readable and slurmd wrote a reading to it less than
 /// [`STALE_AFTER_SECS`] ago; where not, the log's last problem says why.
-fn ledger(facts: &Facts, ledger: &LedgerFact) -> Option<Verdict> {
+fn ledger(facts: &Facts, ledger: &LedgerFact) -> Option<Judgement> {
     let path = ledger.path.display();
     let state = match &ledger.state {
         Err(why) => return Some(fail(why.clone())),
@@ -217,7 +221,7 @@ fn ledger(facts: &Facts, ledger: &LedgerFact) -> Option<Verdict> {
 }
 
 /// A fresh ledger's power is one a node can draw, and not none.
-fn power(facts: &Facts, ledger: &LedgerFact) -> Option<Verdict> {
+fn power(facts: &Facts, ledger: &LedgerFact) -> Option<Judgement> {
     let state = fresh(facts, ledger)?;
     let power = format!(
         "{:.1} W now; {:.0} J since {}",
@@ -238,7 +242,7 @@ fn power(facts: &Facts, ledger: &LedgerFact) -> Option<Verdict> {
 
 /// What a fresh ledger learned of the node's static power: an admin sees there what a
 /// shared split divides by holding (docs/shared-nodes.md), and whether it is the node's.
-fn static_power(facts: &Facts, ledger: &LedgerFact) -> Option<Verdict> {
+fn static_power(facts: &Facts, ledger: &LedgerFact) -> Option<Judgement> {
     let state = fresh(facts, ledger)?;
     let held = format!(
         "lowest power held over {:.0} s",
@@ -254,7 +258,7 @@ fn static_power(facts: &Facts, ledger: &LedgerFact) -> Option<Verdict> {
 }
 
 /// Where a ledger has no fresh reading, whether its source answers when probed directly.
-fn probe(facts: &Facts) -> Vec<Verdict> {
+fn probe(facts: &Facts) -> Vec<Judgement> {
     let judge = |(plugin, found): &(String, Result<String, String>)| match found {
         Ok(what) => warn(format!(
             "{plugin}: the source answers senergy directly ({what}), not slurmd"
@@ -268,7 +272,7 @@ fn probe(facts: &Facts) -> Vec<Verdict> {
 
 /// slurmd's log is readable and, where every ledger is fresh, has no problem line from the
 /// plugins (where one is not, the `ledger` rule already gave the last).
-fn log(facts: &Facts) -> Vec<Verdict> {
+fn log(facts: &Facts) -> Vec<Judgement> {
     let mut out = Vec::new();
     let every_ledger_fresh = facts.ledgers.iter().all(|l| fresh(facts, l).is_some());
     if let (true, Some(last)) = (every_ledger_fresh, facts.log.problems.last()) {

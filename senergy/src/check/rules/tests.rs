@@ -1,16 +1,19 @@
-//! Each rule alone, on the facts of a healthy node with one thing changed: its verdicts in
+//! Each rule alone, on the facts of a healthy node with one thing changed: its judgements in
 //! full (what `senergy check` prints), and where it says nothing.
 
 use super::*;
 use crate::check::tests::{R22, R24, healthy_facts};
 use crate::check::{LogFacts, PluginFile};
 
-fn said(verdicts: Vec<Verdict>) -> Vec<(Status, String)> {
-    verdicts.into_iter().map(|v| (v.status, v.detail)).collect()
+fn said(judgements: Vec<Judgement>) -> Vec<(Status, String)> {
+    judgements
+        .into_iter()
+        .map(|v| (v.status, v.detail))
+        .collect()
 }
 
 fn said_of_ledger(
-    rule: fn(&Facts, &LedgerFact) -> Option<Verdict>,
+    rule: fn(&Facts, &LedgerFact) -> Option<Judgement>,
     facts: &Facts,
 ) -> Option<(Status, String)> {
     rule(facts, &facts.ledgers[0]).map(|v| (v.status, v.detail))
@@ -75,7 +78,7 @@ fn config_wants_one_of_the_familys_plugins() {
     );
 }
 
-/// One verdict per plugin: missing, built for another release, built for this one, or
+/// One judgement per plugin: missing, built for another release, built for this one, or
 /// slurmd's release unknown.
 #[test]
 fn plugin_wants_each_file_built_for_slurmds_release() {
