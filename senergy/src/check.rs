@@ -6,16 +6,17 @@
 pub mod compare;
 pub mod node;
 pub mod readers;
+mod rules;
 
 use std::path::PathBuf;
 
 use serde_json::json;
 
+use rules::{Judgement, RULES, Rule, Scope};
+
 /// A ledger older than this is stale: slurmd writes it at least every second while its
 /// source answers (and not at all while it does not).
 pub const STALE_AFTER_SECS: f64 = 10.0;
-/// More power than this on one node is not a reading but a broken one.
-const MAX_NODE_WATTS: f64 = 100_000.0;
 /// What names the family's plugins in AcctGatherEnergyType.
 pub const FAMILY: &str = "acct_gather_energy/rust_";
 
@@ -176,237 +177,42 @@ pub fn read_log(text: &str) -> (Vec<String>, Vec<String>) {
     (measuring, problems)
 }
 
-/// The verdict's lines, in the order an admin would fix them.
+/// The verdict's lines: [`rules::RULES`] in turn, each ledger rule said ledger by ledger.
 pub fn judge(facts: &Facts) -> Vec<Finding> {
     let mut out = Vec::new();
-    let mut say = |check, status, detail: String| {
-        out.push(Finding {
-            check,
-            status,
-            detail,
-        })
-    };
-    let types = facts.energy_types.join(",");
-    if facts.plugins.is_empty() {
-        say(
-            "config",
-            Status::Fail,
-            format!(
-                "AcctGatherEnergyType={} in {}: none of this family's plugins \
-                 ({FAMILY}rapl, ...)",
-                if types.is_empty() { "(none)" } else { &types },
-                facts.slurm_conf
-            ),
-        );
-        return out;
-    }
-    say(
-        "config",
-        Status::Ok,
-        format!("AcctGatherEnergyType={types} ({})", facts.slurm_conf),
-    );
-
-    for plugin in &facts.plugins {
-        match (&plugin.found, &facts.slurmd_release) {
-            (Err(why), _) => say(
-                "plugin",
-                Status::Fail,
-                format!("{}: {why}", plugin.plugin_type),
-            ),
-            (Ok((path, built)), Ok((running, slurmd))) if built != running => say(
-                "plugin",
-                Status::Fail,
-                format!(
-                    "{} is built for Slurm {}, slurmd here is {} ({}): Slurm refuses to load \
-                     it (install the build for {})",
-                    path.display(),
-                    release(*built),
-                    release(*running),
-                    slurmd.display(),
-                    release(*running)
-                ),
-            ),
-            (Ok((path, built)), Ok(_)) => say(
-                "plugin",
-                Status::Ok,
-                format!("{}, built for Slurm {}", path.display(), release(*built)),
-            ),
-            (Ok((path, built)), Err(why)) => say(
-                "plugin",
-                Status::Warn,
-                format!(
-                    "{}, built for Slurm {}; slurmd's release is unknown ({why})",
-                    path.display(),
-                    release(*built)
-                ),
-            ),
-        }
-    }
-
-    match facts.slurmd_pid {
-        Some(pid) => say(
-            "slurmd",
-            Status::Ok,
-            format!("running for node {} (pid {pid})", facts.node),
-        ),
-        None => say(
-            "slurmd",
-            Status::Fail,
-            format!(
-                "no slurmd runs for node {} with {} on this host{}",
-                facts.node,
-                facts.slurm_conf,
-                facts
-                    .other_slurmds
-                    .iter()
-                    .map(|(pid, why)| format!("; pid {pid} {why}"))
-                    .collect::<String>()
-            ),
-        ),
-    }
-
-    if let Some(Err(why)) = &facts.shared {
-        say(
-            "attribution",
-            Status::Fail,
-            format!("EnergyAttribution=shared: {why}; every step gets the node's energy"),
-        );
-    } else if let Some(Ok(())) = &facts.shared {
-        say(
-            "attribution",
-            Status::Ok,
-            "EnergyAttribution=shared: Slurm's job cgroups are there".into(),
-        );
-    }
-
-    let log_problems = |out: &mut String| {
-        if let Some(last) = facts.log.problems.last() {
-            out.push_str(&format!("; slurmd's log: {last}"));
-        } else if facts.log.file.is_none() {
-            out.push_str("; slurmd logs to syslog (journalctl -u slurmd | grep rust_)");
-        }
-    };
-    let mut failing = false;
-    for ledger in &facts.ledgers {
-        let path = ledger.path.display();
-        let state = match &ledger.state {
-            Err(why) => {
-                say("ledger", Status::Fail, why.clone());
-                failing = true;
-                continue;
-            }
-            Ok(None) => {
-                let mut detail = format!(
-                    "no ledger at {path}: slurmd has taken no reading from {} since the \
-                     ledger began",
-                    ledger.plugin_type
-                );
-                log_problems(&mut detail);
-                say("ledger", Status::Fail, detail);
-                failing = true;
-                continue;
-            }
-            Ok(Some(state)) => state,
+    let per_ledger = |rule: &Rule| matches!(rule.scope, Scope::Ledger(_));
+    for group in RULES.chunk_by(|a, b| per_ledger(a) && per_ledger(b)) {
+        let mut say = |rule: &Rule, judgement: Judgement| {
+            out.push(Finding {
+                check: rule.name,
+                status: judgement.status,
+                detail: judgement.detail,
+            })
         };
-        let source = if !state.source.is_empty() {
-            state.source.clone()
-        } else {
-            facts
-                .log
-                .measuring
-                .last()
-                .cloned()
-                .unwrap_or_else(|| "(not said)".into())
-        };
-        say("source", Status::Ok, source);
-        let age = facts.now - state.sampled_at;
-        if age > STALE_AFTER_SECS {
-            let mut detail =
-                format!("{path}: the last reading is {age:.0} s old: readings have stopped");
-            log_problems(&mut detail);
-            say("ledger", Status::Fail, detail);
-            failing = true;
+        if let [
+            rule @ Rule {
+                scope: Scope::Node(judge),
+                ..
+            },
+        ] = group
+        {
+            let judgements = judge(facts);
+            let failed = judgements.iter().any(|v| v.status == Status::Fail);
+            judgements.into_iter().for_each(|v| say(rule, v));
+            if rule.decisive && failed {
+                return out;
+            }
             continue;
         }
-        say(
-            "ledger",
-            Status::Ok,
-            format!(
-                "{path}: last reading {:.1} s ago, {} job(s) on the node",
-                age.max(0.0),
-                state.jobs
-            ),
-        );
-        let power = format!(
-            "{:.1} W now; {:.0} J since {}",
-            state.watts,
-            state.joules,
-            crate::output::local_time(state.since as i64)
-        );
-        if state.watts > MAX_NODE_WATTS {
-            say(
-                "power",
-                Status::Fail,
-                format!("{power}: more than a node can draw, a broken reading"),
-            );
-        } else if state.watts == 0.0 {
-            say(
-                "power",
-                Status::Warn,
-                format!("{power}: the source reports no power"),
-            );
-        } else {
-            say("power", Status::Ok, power);
+        for ledger in &facts.ledgers {
+            for rule in group {
+                if let Scope::Ledger(judge) = rule.scope {
+                    judge(facts, ledger).into_iter().for_each(|v| say(rule, v));
+                }
+            }
         }
-        say("static", Status::Ok, static_power(state.learned_idle_watts));
-    }
-
-    for (plugin, found) in &facts.probes {
-        match found {
-            Ok(what) => say(
-                "probe",
-                Status::Warn,
-                format!("{plugin}: the source answers senergy directly ({what}), not slurmd"),
-            ),
-            Err(why) => say(
-                "probe",
-                Status::Fail,
-                format!("{plugin}: this node has no source it can read: {why}"),
-            ),
-        }
-    }
-
-    if !failing && !facts.log.problems.is_empty() {
-        let n = facts.log.problems.len();
-        say(
-            "log",
-            Status::Warn,
-            format!(
-                "{n} problem line(s) from the plugin since slurmd started; the last: {}",
-                facts.log.problems[n - 1]
-            ),
-        );
-    }
-    if let Some(why) = &facts.log.unreadable {
-        say("log", Status::Warn, why.clone());
     }
     out
-}
-
-/// What the ledger learned of the node's static power: an admin sees there what a shared
-/// split divides by holding (docs/shared-nodes.md), and whether it is the node's.
-fn static_power(learned: Option<f64>) -> String {
-    let held = format!(
-        "lowest power held over {:.0} s",
-        slurm_energy_logic::ledger::STATIC_POWER_SUSTAIN_SECS
-    );
-    match learned {
-        Some(watts) => format!(
-            "{held}: {watts:.1} W (the static power EnergyAttribution=shared splits by \
-             holding, unless EnergyAttributionIdleWatts sets it)"
-        ),
-        None => format!("{held}: not learned yet"),
-    }
 }
 
 /// Whether the node is healthy: no finding failed.

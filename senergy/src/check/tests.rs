@@ -1,9 +1,9 @@
 use super::*;
 
-const R22: u32 = (22 << 16) | (5 << 8) | 8;
-const R24: u32 = (24 << 16) | (11 << 8) | 5;
+pub(super) const R22: u32 = (22 << 16) | (5 << 8) | 8;
+pub(super) const R24: u32 = (24 << 16) | (11 << 8) | 5;
 
-fn healthy_facts() -> Facts {
+pub(super) fn healthy_facts() -> Facts {
     Facts {
         node: "n1".into(),
         slurm_conf: "/etc/slurm/slurm.conf".into(),

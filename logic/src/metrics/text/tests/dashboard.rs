@@ -8,11 +8,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::Value;
 
+use super::super::render;
 use super::{ledger, who};
 use crate::attribution::grant::Owner;
-use crate::metrics::render;
 
-const DASHBOARD: &str = include_str!("../../../../conf/grafana/slurm-energy-dashboard.json");
+const DASHBOARD: &str = include_str!("../../../../../conf/grafana/slurm-energy-dashboard.json");
 
 /// The PromQL functions and keywords the dashboard may use: any other name is a series.
 const PROMQL: &[&str] = &[

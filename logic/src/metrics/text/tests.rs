@@ -1,0 +1,106 @@
+mod dashboard;
+
+use super::*;
+use crate::attribution::StepId;
+use crate::ledger::{Observation, ObservedJob, ObservedStep, Split};
+use std::time::{Instant, SystemTime};
+
+/// `EnergyMetricsOwners=no`: no series names a user or an account.
+#[test]
+fn without_owners_no_series_says_who_runs_a_job() {
+    let text = render(&ledger(3), None, &who());
+    assert!(text.contains("slurm_energy_job_joules_total{"), "{text}");
+    for absent in ["slurm_energy_job_info", "user=", "account="] {
+        assert!(!text.contains(absent), "{absent} in\n{text}");
+    }
+}
+
+/// A node-mode ledger with job 7 (extern, batch) from the first sample and job 8, gone
+/// `gone_for` seconds before the last sample.
+fn ledger(gone_for: u64) -> Ledger {
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let job = |id: u32, steps: &[StepId]| ObservedJob {
+        job: id,
+        counters: None,
+        steps: steps
+            .iter()
+            .map(|&id| ObservedStep {
+                id,
+                usage_ns: None,
+                started: Some(w0),
+                holds: vec![],
+            })
+            .collect(),
+    };
+    let mut ledger = Ledger::default();
+    let last = 2 + gone_for;
+    for secs in 0..=last {
+        let mut jobs = vec![job(7, &[StepId::EXTERN, StepId::BATCH])];
+        if secs <= 2 {
+            jobs.push(job(8, &[StepId(0)]));
+        }
+        let obs = Observation {
+            at: t0 + Duration::from_secs(secs),
+            wall: w0 + Duration::from_secs(secs),
+            node_uj: secs * 250_000_000,
+            settled: true,
+            jobs,
+            parts: vec![],
+            counts: vec![],
+            devices: vec![],
+        };
+        ledger.update(&obs, Split::Node);
+    }
+    ledger
+}
+
+fn who() -> Identity {
+    Identity {
+        node: "n1".into(),
+        source: "rust_rapl".into(),
+        attribution: "node".into(),
+    }
+}
+
+#[test]
+fn the_file_has_the_node_its_jobs_and_steps_and_who_runs_them() {
+    let owners = HashMap::from([(
+        7,
+        Owner {
+            user: "al\"ice".into(),
+        },
+    )]);
+    let text = render(&ledger(3), Some(&owners), &who());
+    let node = r#"node="n1",source="rust_rapl""#;
+    for line in [
+        "# TYPE slurm_energy_node_joules_total counter".to_string(),
+        format!("slurm_energy_node_joules_total{{{node}}} 1250"),
+        format!("slurm_energy_node_watts{{{node}}} 250"),
+        format!("slurm_energy_job_joules_total{{{node},jobid=\"7\"}} 1250"),
+        format!("slurm_energy_job_watts{{{node},jobid=\"7\"}} 250"),
+        format!("slurm_energy_step_joules_total{{{node},jobid=\"7\",step=\"batch\"}} 1250"),
+        format!("slurm_energy_step_joules_total{{{node},jobid=\"7\",step=\"extern\"}} 1250"),
+        // job 8 left 3 s ago: still there, with its final figure and no power
+        format!("slurm_energy_job_joules_total{{{node},jobid=\"8\"}} 500"),
+        format!("slurm_energy_job_watts{{{node},jobid=\"8\"}} 0"),
+        format!("slurm_energy_step_joules_total{{{node},jobid=\"8\",step=\"0\"}} 500"),
+        "slurm_energy_job_info{node=\"n1\",jobid=\"7\",user=\"al\\\"ice\"} 1".to_string(),
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    // each family once, its HELP and TYPE before its samples
+    for family in ["slurm_energy_job_joules_total", "slurm_energy_job_info"] {
+        let help = format!("# HELP {family} ");
+        assert_eq!(text.matches(&help).count(), 1, "{text}");
+        let first = text.find(&format!("\n{family}{{")).expect("a sample");
+        assert!(text.find(&help).expect("help") < first);
+    }
+}
+
+#[test]
+fn a_finished_jobs_series_go_after_the_grace_period() {
+    let gone = GRACE.as_secs() + 2;
+    let text = render(&ledger(gone), Some(&HashMap::new()), &who());
+    assert!(text.contains("jobid=\"7\""), "{text}");
+    assert!(!text.contains("jobid=\"8\""), "{text}");
+}
