@@ -358,7 +358,8 @@ pub fn stamp_text(
             .map(|s| format!(", {s}"))
             .unwrap_or_default();
         parts.push(format!(
-            "embodied {} {:.6} kgCO2e/node-h ({} kg / ({} y x {}){source})",
+            "embodied {} {:.6} kgCO2e/node-h = {} kg / ({} y x {HOURS_PER_YEAR} h x {} \
+             utilisation) (site file{source})",
             c.entry.name,
             c.kg_per_node_hour(),
             c.entry.embodied_kgco2e,
