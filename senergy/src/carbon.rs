@@ -498,7 +498,11 @@ impl Tariff {
 
     /// The PUE, each of its values from 1 to 10.
     pub fn with_pue(mut self, pue: Factor) -> Result<Tariff, TariffError> {
-        for value in pue.value.into_iter().chain(pue.series.iter().flat_map(|s| s.values())) {
+        for value in pue
+            .value
+            .into_iter()
+            .chain(pue.series.iter().flat_map(|s| s.values()))
+        {
             scopes::check_pue(value)?;
         }
         self.pue = pue;

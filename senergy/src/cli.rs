@@ -297,7 +297,11 @@ impl SiteArgs {
             series,
             origin,
         } = factor(
-            (self.carbon_intensity, "--carbon-intensity", site.carbon_intensity),
+            (
+                self.carbon_intensity,
+                "--carbon-intensity",
+                site.carbon_intensity,
+            ),
             (&self.carbon_csv, "--carbon-csv", site.carbon_intensity_csv),
         )?;
         let mut tariff = Tariff::new(
@@ -308,7 +312,11 @@ impl SiteArgs {
         )?;
         tariff.location.origin = origin;
         let market = factor(
-            (self.market_intensity, "--market-intensity", site.market_intensity),
+            (
+                self.market_intensity,
+                "--market-intensity",
+                site.market_intensity,
+            ),
             (&self.market_csv, "--market-csv", site.market_intensity_csv),
         )?;
         let pue = factor(
@@ -329,7 +337,11 @@ impl SiteArgs {
 }
 
 /// Which of a flag and a site file's key gives a figure (the flag first), and its origin.
-fn pick<T>(flag: Option<T>, name: &'static str, site: Option<T>) -> (Option<T>, Option<&'static str>) {
+fn pick<T>(
+    flag: Option<T>,
+    name: &'static str,
+    site: Option<T>,
+) -> (Option<T>, Option<&'static str>) {
     match (flag, site) {
         (Some(v), _) => (Some(v), Some(name)),
         (None, Some(v)) => (Some(v), Some("site file")),

@@ -55,13 +55,20 @@ pub fn scope2(tariff: &Tariff, pieces: &[Spent]) -> Scopes {
         pieces
             .iter()
             .map(|p| {
-                let amount = if kwh { p.joules / JOULES_PER_KWH } else { p.joules };
+                let amount = if kwh {
+                    p.joules / JOULES_PER_KWH
+                } else {
+                    p.joules
+                };
                 scopes::weighted(amount, p.start, p.end, factors)
             })
             .sum()
     };
     // without a PUE, the IT energy stands for the facility's
-    let pue: Vec<&Factor> = Some(&tariff.pue).filter(|f| f.is_set()).into_iter().collect();
+    let pue: Vec<&Factor> = Some(&tariff.pue)
+        .filter(|f| f.is_set())
+        .into_iter()
+        .collect();
     let on_facility = |intensity: &Factor| {
         let mut factors = pue.clone();
         factors.push(intensity);

@@ -320,7 +320,13 @@ struct UsageLine<'a> {
 
 impl<'a> UsageLine<'a> {
     /// `account` and `user` as given: the total's line names them `(all)`.
-    fn new(r: &UsageRow, account: &'a str, user: &'a str, currency: &'a str, factors: &str) -> Self {
+    fn new(
+        r: &UsageRow,
+        account: &'a str,
+        user: &'a str,
+        currency: &'a str,
+        factors: &str,
+    ) -> Self {
         UsageLine {
             account: Text(account),
             user: Text(user),
@@ -557,7 +563,12 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
                 let _ = writeln!(t, "  {:<19} per node: {}", "", each.join(", "));
             }
             if tariff.has_scopes() {
-                let _ = writeln!(t, "  {:<19} by scope: {}", "", by_scope(&s.emissions, tariff));
+                let _ = writeln!(
+                    t,
+                    "  {:<19} by scope: {}",
+                    "",
+                    by_scope(&s.emissions, tariff)
+                );
             }
         }
         t.push('\n');
@@ -571,7 +582,10 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
 /// A run's emissions by scope in words: each figure whose factor is set (`-` where it is
 /// unknown).
 fn by_scope(e: &Scopes, tariff: &Tariff) -> String {
-    let grams = |g: Option<f64>| g.map(|g| format!("{g:.2} gCO2e")).unwrap_or_else(|| "-".into());
+    let grams = |g: Option<f64>| {
+        g.map(|g| format!("{g:.2} gCO2e"))
+            .unwrap_or_else(|| "-".into())
+    };
     let mut parts = Vec::new();
     if tariff.pue.is_set() {
         let kwh = e
@@ -652,7 +666,13 @@ pub fn usage_table(usage: &Usage, tariff: &Tariff) -> String {
                 by_scope(&r.emissions, tariff)
             );
         }
-        let _ = writeln!(t, "{:<16} {:<16} {}", "TOTAL", "", by_scope(&usage.total.emissions, tariff));
+        let _ = writeln!(
+            t,
+            "{:<16} {:<16} {}",
+            "TOTAL",
+            "",
+            by_scope(&usage.total.emissions, tariff)
+        );
     }
     if let Some(factors) = scopes::stamp_text(&tariff.stamp, tariff.factors(), &tariff.classes) {
         let _ = writeln!(t, "factors: {}", shown(&factors));

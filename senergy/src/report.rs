@@ -6,10 +6,10 @@ use serde::Serialize;
 use crate::carbon::{JOULES_PER_KWH, Tariff};
 use crate::emissions::{self, Method, Spent};
 use crate::presence::Presence;
-use crate::scopes::{self, Scopes};
 use crate::record::{
     BATCH_STEP, EXTERN_STEP, INTERACTIVE_STEP, JobRow, PENDING_STEP, StepRow, StepUsage, step_name,
 };
+use crate::scopes::{self, Scopes};
 use crate::tres::{self, ENERGY};
 use slurm_energy_logic::hostlist;
 
@@ -318,7 +318,8 @@ pub fn job_report(
     };
     let end = (job.end > 0).then_some(job.end);
     let run_end = end.unwrap_or(now);
-    let spent = energy_j.map(|j| spent(job, j as f64, (job.start.max(0), run_end), tariff, samples));
+    let spent =
+        energy_j.map(|j| spent(job, j as f64, (job.start.max(0), run_end), tariff, samples));
     let emissions_g = spent
         .as_ref()
         .and_then(|(pieces, _)| emissions::emissions_g(tariff, pieces));

@@ -38,10 +38,7 @@ impl Factor {
     }
 
     fn at(&self, t: f64) -> Option<f64> {
-        self.series
-            .as_ref()
-            .and_then(|s| s.at(t))
-            .or(self.value)
+        self.series.as_ref().and_then(|s| s.at(t)).or(self.value)
     }
 
     /// `{value, value_from, series, series_format, series_from}` for the JSON's stamp.
@@ -60,12 +57,9 @@ impl Factor {
 
     /// `350 gCO2e/kWh (--carbon-intensity)`, `series /x/grid.csv (site file), else 350 ...`.
     fn text(&self, unit: &str) -> Option<String> {
-        let value = self.value.map(|v| {
-            format!(
-                "{v}{unit} ({})",
-                self.origin.value_from.unwrap_or("given")
-            )
-        });
+        let value = self
+            .value
+            .map(|v| format!("{v}{unit} ({})", self.origin.value_from.unwrap_or("given")));
         let series = self.series.as_ref().map(|s| {
             let path = self
                 .origin
@@ -141,7 +135,9 @@ impl NodeClass {
     pub fn new(entry: NodeClassEntry) -> Result<NodeClass, String> {
         let name = &entry.name;
         let bad = |key: &str, value: f64, range: &str| {
-            Err(format!("node_class {name:?}: {key} = {value}: must be {range}"))
+            Err(format!(
+                "node_class {name:?}: {key} = {value}: must be {range}"
+            ))
         };
         if name.is_empty() {
             return Err("node_class: name is empty".into());

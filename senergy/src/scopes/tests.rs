@@ -88,7 +88,10 @@ fn static_factors_apply_to_the_facility_energy() {
     near(r.emissions.scope2_market_g, 60.0);
     // the existing field keeps its meaning: the IT energy at the location-based intensity
     near(r.emissions_g, 200.0);
-    assert_eq!(r.emissions.scope3_embodied_g, None, "no node class: no figure");
+    assert_eq!(
+        r.emissions.scope3_embodied_g, None,
+        "no node class: no figure"
+    );
     near(r.emissions.node_hours, 1.0);
 }
 
@@ -101,7 +104,12 @@ fn without_a_pue_scope_2_is_on_the_it_energy_and_the_facility_unknown() {
     assert_eq!(r.emissions.scope2_market_g, Some(0.0));
     // no market factor: no figure, not 0
     let t = tariff(Some(fixed(200.0)), None, None);
-    assert_eq!(report(&job(3_600_000, "n1", 1, 3600), &t).emissions.scope2_market_g, None);
+    assert_eq!(
+        report(&job(3_600_000, "n1", 1, 3600), &t)
+            .emissions
+            .scope2_market_g,
+        None
+    );
 }
 
 #[test]
@@ -253,7 +261,10 @@ fn bad_factors_are_refused_naming_the_key() {
     assert!(base().with_pue(fixed(0.9)).is_err());
     assert!(base().with_pue(varying(600, &[1.2, 11.0])).is_err());
     assert!(base().with_market(fixed(-1.0)).is_err());
-    let site = SiteFile::parse(Path::new("s.toml"), "[[node_class]]\nname = \"x\"\nnodez = \"n1\"\n");
+    let site = SiteFile::parse(
+        Path::new("s.toml"),
+        "[[node_class]]\nname = \"x\"\nnodez = \"n1\"\n",
+    );
     assert!(site.is_err_and(|e| e.to_string().contains("nodez")));
 }
 
@@ -284,7 +295,10 @@ fn the_stamp_names_the_site_file_its_version_and_each_origin() {
     let json = stamp_json(&t.stamp, t.factors(), &t.classes);
     assert_eq!(json["version"], "2026-11");
     assert_eq!(json["pue"]["value"], 1.25);
-    assert_eq!(json["location_g_per_kwh"]["value_from"], "--carbon-intensity");
+    assert_eq!(
+        json["location_g_per_kwh"]["value_from"],
+        "--carbon-intensity"
+    );
     // nothing set: no stamp
     let none = Tariff::default();
     assert_eq!(stamp_text(&none.stamp, none.factors(), &none.classes), None);
@@ -316,7 +330,10 @@ fn usage_sums_each_scope_per_user_and_account() {
     // without a factor, no figure
     let u = crate::usage::usage(&jobs, T0, T0 + 86_400, &Tariff::default());
     assert_eq!(
-        (u.total.emissions.scope2_market_g, u.total.emissions.scope3_embodied_g),
+        (
+            u.total.emissions.scope2_market_g,
+            u.total.emissions.scope3_embodied_g
+        ),
         (None, None)
     );
 }
@@ -326,7 +343,10 @@ fn block_after<'a>(doc: &'a str, marker: &str) -> &'a str {
     let (_, after) = doc
         .split_once(marker)
         .unwrap_or_else(|| panic!("docs/senergy.md has no {marker}"));
-    let (_, body) = after.split_once("```").and_then(|(_, b)| b.split_once('\n')).expect("a block");
+    let (_, body) = after
+        .split_once("```")
+        .and_then(|(_, b)| b.split_once('\n'))
+        .expect("a block");
     body.split_once("```").expect("a closed block").0
 }
 
@@ -338,8 +358,7 @@ fn the_manuals_worked_example() {
     let doc = include_str!("../../../docs/senergy.md");
     let dir = tempfile::tempdir().expect("tempdir");
     let at = dir.path().to_str().expect("utf-8").to_string();
-    let site = block_after(doc, "<!-- worked example: senergy.conf -->")
-        .replace("/etc/slurm", &at);
+    let site = block_after(doc, "<!-- worked example: senergy.conf -->").replace("/etc/slurm", &at);
     let grid = block_after(doc, "<!-- worked example: grid.csv -->");
     std::fs::write(dir.path().join("senergy.conf"), site).expect("write");
     std::fs::write(dir.path().join("grid.csv"), grid).expect("write");
@@ -380,16 +399,18 @@ fn the_manuals_worked_example() {
     near(s.facility_energy_j, 1.25 * KWH);
     near(s.scope2_location_g, 312.5);
     near(s.scope3_embodied_g, 23.766_1);
-    let table = crate::output::jobs_table(std::slice::from_ref(&r), &tariff).replace(&at, "/etc/slurm");
+    let table =
+        crate::output::jobs_table(std::slice::from_ref(&r), &tariff).replace(&at, "/etc/slurm");
     let shown = block_after(doc, "<!-- worked example: report -->");
     for line in shown.lines().filter(|l| !l.contains("2026-11-22T")) {
-        assert!(table.lines().any(|l| l == line), "{line:?} is not in\n{table}");
+        assert!(
+            table.lines().any(|l| l == line),
+            "{line:?} is not in\n{table}"
+        );
     }
-    let json: serde_json::Value = serde_json::from_str(&crate::output::jobs_json(
-        std::slice::from_ref(&r),
-        &tariff,
-    ))
-    .expect("json");
+    let json: serde_json::Value =
+        serde_json::from_str(&crate::output::jobs_json(std::slice::from_ref(&r), &tariff))
+            .expect("json");
     let shown: serde_json::Value =
         serde_json::from_str(block_after(doc, "<!-- worked example: json -->")).expect("json");
     assert_eq!(json["jobs"][0]["emissions"], shown["jobs"][0]["emissions"]);
