@@ -25,7 +25,7 @@ pub struct Factor {
 }
 
 /// Where a factor's static value and its series came from: a flag's name or `site file`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Origin {
     pub value_from: Option<&'static str>,
     pub series_path: Option<PathBuf>,
