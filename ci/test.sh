@@ -132,7 +132,10 @@ RELEASE_TESTS=${RELEASE_TESTS:-"$LOADER_TESTS
 # they hold is the source's poller and the helper, which no release changes (each release's
 # cluster still measures every plugin in RELEASE_TESTS); the README's configuration (the
 # family's keys, parsed alike by every release); and the RPM built against a slurm-devel
-# layout (the spec and ci/rpm.sh; 2-3 minutes of build). No other tier runs them.
+# layout (the spec and ci/rpm.sh; 2-3 minutes of build); and two attacks that run alone
+# (a process titled as a slurmstepd: /proc and the kernel's sockets, which no release
+# changes; CPU time moved out of a job: cgroups a job's owner owns, v1 before 23.02 only).
+# No other tier runs them.
 ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_ledger_small
     cluster::a_counter_reading_a_wrong_constant_mid_job_costs_nothing
     cluster::a_counter_reading_a_wrong_constant_just_past_a_wrap_costs_nothing
@@ -141,7 +144,9 @@ ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_led
     cluster_variorum::a_crashing_or_hanging_library_never_slows_slurmd
     cluster_redfish::at_its_default_period_a_power_step_is_within_the_sampling_bound
     cluster_admin::the_readmes_configuration_boots_slurm_as_printed
-    package::the_rpm_builds_against_slurm_devel_with_a_rustup_cargo"}
+    package::the_rpm_builds_against_slurm_devel_with_a_rustup_cargo
+    cluster_trust::processes_titled_as_slurmstepds_change_no_jobs_figure
+    cluster_trust::cpu_time_moved_out_of_a_job_is_still_its_owners"}
 first_full=$(for r in $sorted; do if is_full "$r"; then echo "$r"; fi; done | head -n 1)
 
 slurm_tarball() {
@@ -240,15 +245,8 @@ build() {
     echo "== Slurm $release: package"
     ENERGY_TEST_DEB=$(nice -n 19 sh ci/package.sh)
     echo "$ENERGY_TEST_DEB" >"$logs/deb-$release"
-    if [ "$release" = "$newest_release" ]; then
-        echo "== Slurm $release: rpm (packaging/rpm through ci/rpm.sh)"
-        # its build (a copy of the tree elsewhere) reuses the third-party crates too
-        if [ ! -d "$CARGO_TARGET_DIR/rpm-build/release" ]; then
-            mkdir -p "$CARGO_TARGET_DIR/rpm-build"
-            cp -a "$CARGO_TARGET_DIR/release" "$CARGO_TARGET_DIR/rpm-build/"
-        fi
-        nice -n 19 sh ci/rpm.sh
-    fi
+    # the RPM is built by package::the_rpm_builds_against_slurm_devel_with_a_rustup_cargo
+    # (ONCE_TESTS): against a slurm-devel laid out as SchedMD's spec, its BuildRequires checked
     if is_full "$release"; then
         echo "== Slurm $release: lints"
         nice -n 19 cargo clippy --release --workspace --all-targets -- -D warnings

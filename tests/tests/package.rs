@@ -783,6 +783,24 @@ fn rpm_sh(home: &Path, root: &Path, cargo_dir: &Path, out: &Path) -> Output {
     command.output().expect("run ci/rpm.sh")
 }
 
+/// The cargo that built this test: `cargo test` says it (`CARGO`); ci/run-tests.py runs the
+/// test binaries itself, and then it is the toolchain's own, beside `rustc --print
+/// sysroot`'s (not rustup's proxy on PATH, which needs the HOME the build is kept from).
+fn cargo_program() -> PathBuf {
+    std::env::var_os("CARGO")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let out = Command::new("rustc")
+                .args(["--print", "sysroot"])
+                .output()
+                .ok()?;
+            let sysroot = String::from_utf8(out.stdout).ok()?;
+            Some(Path::new(sysroot.trim()).join("bin/cargo"))
+        })
+        .filter(|cargo| cargo.is_file())
+        .expect("cargo: neither CARGO nor rustc's sysroot has one")
+}
+
 #[test]
 fn the_rpm_builds_against_slurm_devel_with_a_rustup_cargo() {
     let test = "the_rpm_builds_against_slurm_devel_with_a_rustup_cargo";
@@ -793,7 +811,7 @@ fn the_rpm_builds_against_slurm_devel_with_a_rustup_cargo() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let home = tmp.path().join("home");
     let out = tmp.path().join("out");
-    let cargo = PathBuf::from(std::env::var_os("CARGO").expect("cargo test sets CARGO"));
+    let cargo = cargo_program();
     let cargo_dir = cargo.parent().expect("cargo's directory");
     let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
 
