@@ -11,6 +11,8 @@ use chrono_tz::{Europe::Paris, Tz};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::scopes::{self, Factor, NodeClass, NodeClassEntry, NodeFeatures, Origin, Stamp};
+
 pub const JOULES_PER_KWH: f64 = 3.6e6;
 
 /// The largest carbon intensity (gCO2e/kWh) or price per kWh taken: far above any grid's
@@ -40,6 +42,8 @@ pub enum TariffError {
     },
     #[error("{what} = {value}: must be a finite number >= 0 and <= 1e9")]
     OutOfRange { what: &'static str, value: f64 },
+    #[error("pue = {value}: must be a power usage effectiveness from 1 to 10")]
+    Pue { value: f64 },
 }
 
 /// The site file (`/etc/slurm/senergy.conf`, TOML).
@@ -56,6 +60,17 @@ pub struct SiteFile {
     pub currency: Option<String>,
     /// The Prometheus that scrapes the nodes' metrics files (`EnergyMetricsFile`).
     pub prometheus_url: Option<String>,
+    /// The site's name for this set of factors, stamped in every report.
+    pub version: Option<String>,
+    /// Scope 2 market-based: the contract's gCO2e per kWh, and its series.
+    pub market_intensity: Option<f64>,
+    pub market_intensity_csv: Option<PathBuf>,
+    /// The facility's power usage effectiveness, and its series (`time,pue`).
+    pub pue: Option<f64>,
+    pub pue_csv: Option<PathBuf>,
+    /// Scope 3: `[[node_class]]` tables.
+    #[serde(default)]
+    pub node_class: Vec<NodeClassEntry>,
 }
 
 impl SiteFile {
@@ -384,32 +399,27 @@ impl Intensities {
         })
     }
 
-    /// The pieces of `[start, end)` (unix seconds) with their intensity (`None` where no
-    /// value holds).
-    fn pieces(&self, start: f64, end: f64) -> Vec<(f64, f64, Option<f64>)> {
-        let mut bounds = vec![start, end];
+    /// The times within `(start, end)` (unix seconds) where a value begins or ends.
+    pub fn bounds(&self, start: f64, end: f64) -> Vec<f64> {
         let (first, last) = (
             (start.floor() as i64).saturating_sub(self.step),
             end.ceil() as i64,
         );
-        for (t, _) in self.from.range(first..=last) {
-            bounds.extend(
-                [*t, t + self.step]
-                    .into_iter()
-                    .map(|b| b as f64)
-                    .filter(|b| start < *b && *b < end),
-            );
-        }
-        bounds.sort_by(f64::total_cmp);
-        bounds.dedup();
-        bounds
-            .windows(2)
-            .map(|w| (w[0], w[1], self.at(w[0])))
+        self.from
+            .range(first..=last)
+            .flat_map(|(t, _)| [*t, t + self.step])
+            .map(|b| b as f64)
+            .filter(|b| start < *b && *b < end)
             .collect()
     }
 
+    /// Every value of the series.
+    pub fn values(&self) -> impl Iterator<Item = f64> + '_ {
+        self.from.values().copied()
+    }
+
     /// The intensity at `t` (unix seconds).
-    fn at(&self, t: f64) -> Option<f64> {
+    pub fn at(&self, t: f64) -> Option<f64> {
         let (from, grams) = self.from.range(..=t.floor() as i64).next_back()?;
         (t < (from + self.step) as f64).then_some(*grams)
     }
@@ -433,8 +443,16 @@ pub fn parse_time(text: &str) -> Option<i64> {
 /// Where a job's emissions and cost come from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tariff {
-    pub intensity: Option<f64>,
-    pub series: Option<Intensities>,
+    /// Scope 2 location-based: the grid's gCO2e/kWh.
+    pub location: Factor,
+    /// Scope 2 market-based: the contract's gCO2e/kWh.
+    pub market: Factor,
+    pub pue: Factor,
+    /// Scope 3: the node classes, in the site file's order.
+    pub classes: Vec<NodeClass>,
+    /// The nodes' features (slurm.conf), where a class matches by feature.
+    pub node_features: NodeFeatures,
+    pub stamp: Stamp,
     pub price_per_kwh: Option<f64>,
     pub currency: String,
 }
@@ -455,30 +473,82 @@ impl Tariff {
             }
         }
         Ok(Tariff {
-            intensity,
-            series,
+            location: Factor {
+                value: intensity,
+                series,
+                origin: Origin::default(),
+            },
             price_per_kwh,
             currency: currency.unwrap_or_default(),
+            ..Tariff::default()
         })
+    }
+
+    /// The market-based factor, checked as the location-based one is.
+    pub fn with_market(mut self, market: Factor) -> Result<Tariff, TariffError> {
+        if let Some(value) = market.value.filter(|v| !is_figure(*v)) {
+            return Err(TariffError::OutOfRange {
+                what: "market_intensity",
+                value,
+            });
+        }
+        self.market = market;
+        Ok(self)
+    }
+
+    /// The PUE, each of its values from 1 to 10.
+    pub fn with_pue(mut self, pue: Factor) -> Result<Tariff, TariffError> {
+        for value in pue
+            .value
+            .into_iter()
+            .chain(pue.series.iter().flat_map(|s| s.values()))
+        {
+            scopes::check_pue(value)?;
+        }
+        self.pue = pue;
+        Ok(self)
+    }
+
+    /// The node classes of the site file at `path`, each checked.
+    pub fn with_classes(
+        mut self,
+        path: &Path,
+        entries: Vec<NodeClassEntry>,
+    ) -> Result<Tariff, TariffError> {
+        self.classes = entries
+            .into_iter()
+            .map(NodeClass::new)
+            .collect::<Result<_, _>>()
+            .map_err(|message| TariffError::Config {
+                path: path.to_path_buf(),
+                message,
+            })?;
+        Ok(self)
+    }
+
+    /// Whether some factor varies over time (then when the energy was spent matters).
+    pub fn varies(&self) -> bool {
+        [&self.location, &self.market, &self.pue]
+            .iter()
+            .any(|f| f.series.is_some())
+    }
+
+    /// Whether a factor beyond the location-based intensity is set: the reports then
+    /// show the emissions by scope.
+    pub fn has_scopes(&self) -> bool {
+        self.market.is_set() || self.pue.is_set() || !self.classes.is_empty()
+    }
+
+    /// The Scope 2 factors: location, market, PUE.
+    pub fn factors(&self) -> [&Factor; 3] {
+        [&self.location, &self.market, &self.pue]
     }
 
     /// gCO2e of `joules` spent evenly over `[start, end)` (unix seconds): each piece of the
     /// run at the series' intensity then, the static one where the series has none. `None`
-    /// if some piece has neither.
+    /// if some piece has neither. The IT energy's, location-based (before any PUE).
     pub fn emissions_g(&self, joules: f64, start: f64, end: f64) -> Option<f64> {
-        let kwh = joules / JOULES_PER_KWH;
-        let Some(series) = &self.series else {
-            return self.intensity.map(|g| kwh * g);
-        };
-        if end <= start {
-            return series.at(start).or(self.intensity).map(|g| kwh * g);
-        }
-        let duration = end - start;
-        let mut grams = 0.0;
-        for (from, to, g) in series.pieces(start, end) {
-            grams += kwh * (to - from) / duration * g.or(self.intensity)?;
-        }
-        Some(grams)
+        scopes::weighted(joules / JOULES_PER_KWH, start, end, &[&self.location])
     }
 
     pub fn cost(&self, joules: f64) -> Option<f64> {
@@ -487,7 +557,7 @@ impl Tariff {
 
     /// The intensity in words for reports ("350 gCO2e/kWh", "... series, else 350").
     pub fn intensity_text(&self) -> Option<String> {
-        match (&self.series, self.intensity) {
+        match (&self.location.series, self.location.value) {
             (Some(s), Some(g)) => Some(format!("{} series, else {g} gCO2e/kWh", s.format)),
             (Some(s), None) => Some(format!("{} series", s.format)),
             (None, Some(g)) => Some(format!("{g} gCO2e/kWh")),

@@ -19,6 +19,7 @@ mod presence;
 mod prometheus;
 mod record;
 mod report;
+mod scopes;
 mod tres;
 mod usage;
 
@@ -130,6 +131,22 @@ fn say_what_was_measured(
     }
 }
 
+/// The nodes' features, from the slurm.conf libslurm loaded, where a node class of the
+/// site file matches by feature.
+fn read_node_features(tariff: &mut carbon::Tariff) {
+    if tariff.classes.iter().all(|c| c.entry.features.is_empty()) {
+        return;
+    }
+    let conf = ffi::slurm_settings().slurm_conf;
+    match std::fs::read_to_string(&conf) {
+        Ok(text) => tariff.node_features = scopes::node_features(&text),
+        Err(e) => eprintln!(
+            "senergy: cannot read {conf} for the nodes' features ({e}): a node that only a \
+             feature puts in a class has no embodied emissions"
+        ),
+    }
+}
+
 /// `senergy check`: the node's verdict, in text or JSON; exits 6 on any failure. The
 /// node's health owes nothing to the site file.
 fn check_node(plan: CheckPlan) -> u8 {
@@ -172,7 +189,7 @@ fn print(output: Output, table: String, json: String, csv: String) {
 }
 
 /// `senergy job`: each job's report, its plot; exits 3 if a job named is not found.
-fn job(plan: JobPlan, now: i64) -> Result<u8, Failure> {
+fn job(mut plan: JobPlan, now: i64) -> Result<u8, Failure> {
     let prometheus = plan
         .prometheus
         .as_deref()
@@ -217,6 +234,7 @@ fn job(plan: JobPlan, now: i64) -> Result<u8, Failure> {
             }
         })
         .collect();
+    read_node_features(&mut plan.tariff);
     let tariff = &plan.tariff;
     let mut reports: Vec<_> = rows
         .iter()
@@ -271,7 +289,7 @@ fn job(plan: JobPlan, now: i64) -> Result<u8, Failure> {
 }
 
 /// `senergy usage`: the period's energy per account and user.
-fn usage(plan: UsagePlan, now: i64) -> Result<u8, Failure> {
+fn usage(mut plan: UsagePlan, now: i64) -> Result<u8, Failure> {
     let uids = plan
         .users
         .iter()
@@ -284,17 +302,14 @@ fn usage(plan: UsagePlan, now: i64) -> Result<u8, Failure> {
         window: Some(plan.period),
         ..JobQuery::default()
     })?;
+    read_node_features(&mut plan.tariff);
     let tariff = &plan.tariff;
     let reports: Vec<_> = rows
         .iter()
         .map(|r| report::job_report(r, tariff, now, None))
         .collect();
-    let has = (
-        tariff.intensity.is_some() || tariff.series.is_some(),
-        tariff.price_per_kwh.is_some(),
-    );
     let (start, end) = plan.period;
-    let usage = usage::usage(&reports, start, end, has);
+    let usage = usage::usage(&reports, start, end, tariff);
     print(
         plan.output,
         output::usage_table(&usage, tariff),

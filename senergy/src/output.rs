@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::carbon::Tariff;
 use crate::report::{JobReport, NodeEnergy, StepReport};
+use crate::scopes::{self, Scopes};
 use crate::usage::{Usage, UsageRow};
 
 /// Bumped when a field changes meaning or goes away (adding one does not).
@@ -17,6 +18,8 @@ struct JobsJson<'a> {
     schema_version: u32,
     carbon_intensity: Option<String>,
     currency: &'a str,
+    /// Which factors the figures used, and where they came from.
+    factors: serde_json::Value,
     jobs: &'a [JobReport],
 }
 
@@ -25,6 +28,7 @@ struct UsageJson<'a> {
     schema_version: u32,
     carbon_intensity: Option<String>,
     currency: &'a str,
+    factors: serde_json::Value,
     #[serde(flatten)]
     usage: &'a Usage,
 }
@@ -34,6 +38,7 @@ pub fn jobs_json(jobs: &[JobReport], tariff: &Tariff) -> String {
         schema_version: SCHEMA_VERSION,
         carbon_intensity: tariff.intensity_text(),
         currency: &tariff.currency,
+        factors: factors_json(tariff),
         jobs,
     };
     serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
@@ -44,9 +49,19 @@ pub fn usage_json(usage: &Usage, tariff: &Tariff) -> String {
         schema_version: SCHEMA_VERSION,
         carbon_intensity: tariff.intensity_text(),
         currency: &tariff.currency,
+        factors: factors_json(tariff),
         usage,
     };
     serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+}
+
+fn factors_json(tariff: &Tariff) -> serde_json::Value {
+    scopes::stamp_json(&tariff.stamp, tariff.factors(), &tariff.classes)
+}
+
+/// The factors in one line; empty where none is set.
+fn factors_text(tariff: &Tariff) -> String {
+    scopes::stamp_text(&tariff.stamp, tariff.factors(), &tariff.classes).unwrap_or_default()
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {
@@ -163,11 +178,19 @@ struct JobLine<'a> {
     method: Text<&'a str>,
     // last: a reader that takes the columns by place finds the others where they were
     avg_watts_bound_pct: Fixed<3>,
+    // added after it, by scope (csv cannot write a flattened struct: one column each)
+    facility_energy_j: Fixed<3>,
+    scope2_location_g: Fixed<6>,
+    scope2_market_g: Fixed<6>,
+    scope3_embodied_g: Fixed<6>,
+    node_hours: Fixed<6>,
+    node_class: Text<String>,
+    factors: Text<String>,
 }
 
 impl<'a> JobLine<'a> {
     /// The job's line: `step` and the step-only columns empty.
-    fn job(j: &'a JobReport, currency: &'a str) -> Self {
+    fn job(j: &'a JobReport, currency: &'a str, factors: &str) -> Self {
         JobLine {
             job_id: j.job_id,
             id: Text(&j.id),
@@ -195,13 +218,20 @@ impl<'a> JobLine<'a> {
             source: Text(&j.source),
             method: Text(&j.method),
             avg_watts_bound_pct: Fixed(j.avg_watts_bound_pct),
+            facility_energy_j: Fixed(j.emissions.facility_energy_j),
+            scope2_location_g: Fixed(j.emissions.scope2_location_g),
+            scope2_market_g: Fixed(j.emissions.scope2_market_g),
+            scope3_embodied_g: Fixed(j.emissions.scope3_embodied_g),
+            node_hours: Fixed(j.emissions.node_hours),
+            node_class: Text(j.emissions.node_class.clone().unwrap_or_default()),
+            factors: Text(factors.to_string()),
             ..JobLine::default()
         }
     }
 
     /// A step's line: the step's own figures beside its job's identity (`job_id`, `id`,
     /// array ids, `user`, `account`); the job-only columns empty.
-    fn step(j: &'a JobReport, s: &'a StepReport) -> Self {
+    fn step(j: &'a JobReport, s: &'a StepReport, factors: &str) -> Self {
         let node = |n: &'a Option<NodeEnergy>| {
             (
                 Text(n.as_ref().map(|n| n.name.as_str()).unwrap_or_default()),
@@ -244,6 +274,13 @@ impl<'a> JobLine<'a> {
             source: Text(&s.source),
             method: Text(&s.method),
             avg_watts_bound_pct: Fixed(s.avg_watts_bound_pct),
+            facility_energy_j: Fixed(s.emissions.facility_energy_j),
+            scope2_location_g: Fixed(s.emissions.scope2_location_g),
+            scope2_market_g: Fixed(s.emissions.scope2_market_g),
+            scope3_embodied_g: Fixed(s.emissions.scope3_embodied_g),
+            node_hours: Fixed(s.emissions.node_hours),
+            node_class: Text(s.emissions.node_class.clone().unwrap_or_default()),
+            factors: Text(factors.to_string()),
             ..JobLine::default()
         }
     }
@@ -251,9 +288,11 @@ impl<'a> JobLine<'a> {
 
 /// One row per job (`step` empty) and one per step, with the JSON's fields ([`JobLine`]).
 pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
+    let factors = factors_text(tariff);
+    let factors = factors.as_str();
     csv_text(jobs.iter().flat_map(|j| {
-        std::iter::once(JobLine::job(j, &tariff.currency))
-            .chain(j.steps.iter().map(move |s| JobLine::step(j, s)))
+        std::iter::once(JobLine::job(j, &tariff.currency, factors))
+            .chain(j.steps.iter().map(move |s| JobLine::step(j, s, factors)))
     }))
 }
 
@@ -270,11 +309,24 @@ struct UsageLine<'a> {
     emissions_g: Fixed<6>,
     cost: Fixed<6>,
     currency: Text<&'a str>,
+    facility_energy_j: Fixed<3>,
+    scope2_location_g: Fixed<6>,
+    scope2_market_g: Fixed<6>,
+    scope3_embodied_g: Fixed<6>,
+    node_hours: Fixed<6>,
+    node_class: Text<String>,
+    factors: Text<String>,
 }
 
 impl<'a> UsageLine<'a> {
     /// `account` and `user` as given: the total's line names them `(all)`.
-    fn new(r: &UsageRow, account: &'a str, user: &'a str, currency: &'a str) -> Self {
+    fn new(
+        r: &UsageRow,
+        account: &'a str,
+        user: &'a str,
+        currency: &'a str,
+        factors: &str,
+    ) -> Self {
         UsageLine {
             account: Text(account),
             user: Text(user),
@@ -285,18 +337,32 @@ impl<'a> UsageLine<'a> {
             emissions_g: Fixed(r.emissions_g),
             cost: Fixed(r.cost),
             currency: Text(currency),
+            facility_energy_j: Fixed(r.emissions.facility_energy_j),
+            scope2_location_g: Fixed(r.emissions.scope2_location_g),
+            scope2_market_g: Fixed(r.emissions.scope2_market_g),
+            scope3_embodied_g: Fixed(r.emissions.scope3_embodied_g),
+            node_hours: Fixed(r.emissions.node_hours),
+            node_class: Text(r.emissions.node_class.clone().unwrap_or_default()),
+            factors: Text(factors.to_string()),
         }
     }
 }
 
 pub fn usage_csv(usage: &Usage, tariff: &Tariff) -> String {
     let currency = tariff.currency.as_str();
+    let factors = factors_text(tariff);
     csv_text(
         usage
             .rows
             .iter()
-            .map(|r| UsageLine::new(r, &r.account, &r.user, currency))
-            .chain([UsageLine::new(&usage.total, "(all)", "(all)", currency)]),
+            .map(|r| UsageLine::new(r, &r.account, &r.user, currency, &factors))
+            .chain([UsageLine::new(
+                &usage.total,
+                "(all)",
+                "(all)",
+                currency,
+                &factors,
+            )]),
     )
 }
 
@@ -438,7 +504,7 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
         }
         let mut money = Vec::new();
         if let (Some(g), Some(how)) = (j.emissions_g, tariff.intensity_text()) {
-            match j.emissions_method.filter(|_| tariff.series.is_some()) {
+            match j.emissions_method.filter(|_| tariff.varies()) {
                 Some(method) => money.push(format!("emissions {g:.2} gCO2e ({how}; {method})")),
                 None => money.push(format!("emissions {g:.2} gCO2e ({how})")),
             }
@@ -452,6 +518,9 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
         }
         if !money.is_empty() {
             let _ = writeln!(t, "  {}", money.join("  "));
+        }
+        if tariff.has_scopes() {
+            let _ = writeln!(t, "  by scope: {}", by_scope(&j.emissions, tariff));
         }
         if !j.steps.is_empty() {
             let _ = writeln!(
@@ -493,10 +562,57 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
                     .collect();
                 let _ = writeln!(t, "  {:<19} per node: {}", "", each.join(", "));
             }
+            if tariff.has_scopes() {
+                let _ = writeln!(
+                    t,
+                    "  {:<19} by scope: {}",
+                    "",
+                    by_scope(&s.emissions, tariff)
+                );
+            }
         }
         t.push('\n');
     }
+    if let Some(factors) = scopes::stamp_text(&tariff.stamp, tariff.factors(), &tariff.classes) {
+        let _ = writeln!(t, "factors: {}", shown(&factors));
+    }
     t
+}
+
+/// A run's emissions by scope in words: each figure whose factor is set (`-` where it is
+/// unknown).
+fn by_scope(e: &Scopes, tariff: &Tariff) -> String {
+    let grams = |g: Option<f64>| {
+        g.map(|g| format!("{g:.2} gCO2e"))
+            .unwrap_or_else(|| "-".into())
+    };
+    let mut parts = Vec::new();
+    if tariff.pue.is_set() {
+        let kwh = e
+            .facility_energy_j
+            .map(|j| format!("{:.6} kWh", j / crate::carbon::JOULES_PER_KWH))
+            .unwrap_or_else(|| "-".into());
+        parts.push(format!("facility {kwh}"));
+    }
+    if tariff.location.is_set() {
+        parts.push(format!("scope 2 location {}", grams(e.scope2_location_g)));
+    }
+    if tariff.market.is_set() {
+        parts.push(format!("scope 2 market {}", grams(e.scope2_market_g)));
+    }
+    if !tariff.classes.is_empty() {
+        let class = e
+            .node_class
+            .as_ref()
+            .map(|c| format!(", {}", shown(c)))
+            .unwrap_or_default();
+        parts.push(format!(
+            "scope 3 embodied {} ({} node-h{class})",
+            grams(e.scope3_embodied_g),
+            fixed(e.node_hours, 4)
+        ));
+    }
+    parts.join("  ")
 }
 
 pub fn usage_table(usage: &Usage, tariff: &Tariff) -> String {
@@ -539,6 +655,28 @@ pub fn usage_table(usage: &Usage, tariff: &Tariff) -> String {
         line(r, &r.account, &r.user);
     }
     line(&usage.total, "TOTAL", "");
+    if tariff.has_scopes() {
+        let _ = writeln!(t, "\nBy scope:");
+        for r in &usage.rows {
+            let _ = writeln!(
+                t,
+                "{:<16} {:<16} {}",
+                shown(&r.account),
+                shown(&r.user),
+                by_scope(&r.emissions, tariff)
+            );
+        }
+        let _ = writeln!(
+            t,
+            "{:<16} {:<16} {}",
+            "TOTAL",
+            "",
+            by_scope(&usage.total.emissions, tariff)
+        );
+    }
+    if let Some(factors) = scopes::stamp_text(&tariff.stamp, tariff.factors(), &tariff.classes) {
+        let _ = writeln!(t, "factors: {}", shown(&factors));
+    }
     t
 }
 

@@ -43,7 +43,10 @@ fn hourly_is_integrated_over_the_run() {
         None
     );
     let with_static = Tariff {
-        intensity: Some(500.0),
+        location: crate::scopes::Factor {
+            value: Some(500.0),
+            ..t.location.clone()
+        },
         ..t
     };
     let g = with_static
