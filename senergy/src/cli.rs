@@ -11,8 +11,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::Failure;
-use crate::carbon::{Intensities, SiteFile, Tariff, TariffError};
+use crate::carbon::{Intensities, TariffError};
 use crate::scopes::{Factor, Origin, Stamp};
+use crate::site::{SiteFile, Tariff};
 
 const DEFAULT_CONF: &str = "/etc/slurm/senergy.conf";
 

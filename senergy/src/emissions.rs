@@ -2,8 +2,9 @@
 //! samples where Prometheus has them, else from its steps' energies over their runs,
 //! else evenly over its run. Everything here decides; nothing touches Slurm or the network.
 
-use crate::carbon::{JOULES_PER_KWH, Tariff};
+use crate::carbon::JOULES_PER_KWH;
 use crate::scopes::{self, Factor, Scopes};
+use crate::site::Tariff;
 
 /// How a job's emissions were found (said in reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

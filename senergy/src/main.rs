@@ -20,6 +20,7 @@ mod prometheus;
 mod record;
 mod report;
 mod scopes;
+mod site;
 mod tres;
 mod usage;
 
@@ -133,7 +134,7 @@ fn say_what_was_measured(
 
 /// The nodes' features, from the slurm.conf libslurm loaded, where a node class of the
 /// site file matches by feature.
-fn read_node_features(tariff: &mut carbon::Tariff) {
+fn read_node_features(tariff: &mut site::Tariff) {
     if tariff.classes.iter().all(|c| c.entry.features.is_empty()) {
         return;
     }

@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::carbon::Tariff;
 use crate::report::{JobReport, NodeEnergy, StepReport};
 use crate::scopes::{self, Scopes};
+use crate::site::Tariff;
 use crate::usage::{Usage, UsageRow};
 
 /// Bumped when a field changes meaning or goes away (adding one does not).

@@ -3,13 +3,14 @@
 
 use serde::Serialize;
 
-use crate::carbon::{JOULES_PER_KWH, Tariff};
+use crate::carbon::JOULES_PER_KWH;
 use crate::emissions::{self, Method, Spent};
 use crate::presence::Presence;
 use crate::record::{
     BATCH_STEP, EXTERN_STEP, INTERACTIVE_STEP, JobRow, PENDING_STEP, StepRow, StepUsage, step_name,
 };
 use crate::scopes::{self, Scopes};
+use crate::site::Tariff;
 use crate::tres::{self, ENERGY};
 use slurm_energy_logic::hostlist;
 

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::carbon::Tariff;
 use crate::presence::Presence;
 use crate::report::JobReport;
 use crate::scopes::Scopes;
+use crate::site::Tariff;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct UsageRow {
@@ -118,9 +118,9 @@ pub fn usage(jobs: &[JobReport], start: i64, end: i64, tariff: &Tariff) -> Usage
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::carbon::Tariff;
     use crate::record::JobRow;
     use crate::report::job_report;
+    use crate::site::Tariff;
 
     fn job(id: u32, account: &str, user: &str, end: i64, tres: &str) -> JobReport {
         let row = JobRow {

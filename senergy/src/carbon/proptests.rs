@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use super::*;
+use crate::site::{SiteFile, Tariff};
 
 fn any_text() -> impl Strategy<Value = String> {
     prop_oneof![

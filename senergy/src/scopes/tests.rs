@@ -3,9 +3,9 @@
 use std::path::Path;
 
 use super::*;
-use crate::carbon::{SiteFile, Tariff};
 use crate::record::{BATCH_STEP, JobRow, StepRow};
 use crate::report::{JobReport, job_report};
+use crate::site::{SiteFile, Tariff};
 
 /// 2026-11-22T13:00:00Z, on the hour.
 const T0: i64 = 1_795_352_400;
