@@ -81,10 +81,14 @@ pub struct StepReport {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobReport {
     pub job_id: u32,
-    /// `123_4` for array elements, else the job id.
+    /// `123_4` for array elements, `123+1` for a heterogeneous job's components (as sacct
+    /// names them), else the job id.
     pub id: String,
     pub array_job_id: Option<u32>,
     pub array_task_id: Option<u32>,
+    /// A heterogeneous job's component: its het job id (the leader's) and offset.
+    pub het_job_id: Option<u32>,
+    pub het_job_offset: Option<u32>,
     pub name: String,
     pub user: String,
     pub account: String,
@@ -357,12 +361,15 @@ pub fn job_report(
     let shown_method = emissions_g.is_some() || job_scopes.scope2_market_g.is_some();
     JobReport {
         job_id: job.job_id,
-        id: match job.array {
-            Some((array, task)) => format!("{array}_{task}"),
-            None => job.job_id.to_string(),
+        id: match (job.array, job.het) {
+            (Some((array, task)), _) => format!("{array}_{task}"),
+            (None, Some((het, offset))) => format!("{het}+{offset}"),
+            (None, None) => job.job_id.to_string(),
         },
         array_job_id: job.array.map(|(a, _)| a),
         array_task_id: job.array.map(|(_, t)| t),
+        het_job_id: job.het.map(|(h, _)| h),
+        het_job_offset: job.het.map(|(_, o)| o),
         name: job.name.clone(),
         user: job.user.clone(),
         account: job.account.clone(),

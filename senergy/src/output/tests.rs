@@ -1,4 +1,5 @@
 use super::*;
+use super::csv_lines::text;
 use crate::scopes::Scopes;
 
 /// Every field of the JSON is a column of the CSV, with the same value.
@@ -19,6 +20,7 @@ fn the_csv_carries_the_jsons_fields() {
     let row = JobRow {
         job_id: 7,
         array: Some((5, 2)),
+        het: None,
         name: "sim".into(),
         user: "alice".into(),
         account: "physics".into(),
