@@ -85,8 +85,6 @@ struct JobLine<'a> {
     step: Text<&'a str>,
     array_job_id: Option<u32>,
     array_task_id: Option<u32>,
-    het_job_id: Option<u32>,
-    het_job_offset: Option<u32>,
     name: Text<&'a str>,
     user: Text<&'a str>,
     account: Text<&'a str>,
@@ -124,6 +122,9 @@ struct JobLine<'a> {
     node_hours: Fixed<6>,
     node_class: Text<String>,
     factors: Text<String>,
+    // added after them: a heterogeneous job's component
+    het_job_id: Option<u32>,
+    het_job_offset: Option<u32>,
 }
 
 impl<'a> JobLine<'a> {

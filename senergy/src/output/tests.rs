@@ -150,12 +150,12 @@ fn jobs_csv_neutralises_formulas_not_numbers() {
                       max_node_energy_j,node_energy,emissions_g,emissions_method,cost,\
                       currency,data,source,method,avg_watts_bound_pct,facility_energy_j,\
                       scope2_location_g,scope2_market_g,scope3_embodied_g,node_hours,\
-                      node_class,factors\n";
+                      node_class,factors,het_job_id,het_job_offset\n";
     let job = "7,7,,,,\"'=HYPERLINK(\"\"http://example.com\"\",\"\"x\"\")\",'@evil,'-1+2,\
                    COMPLETED,false,100,160,60,1,'\tn1,600,0.000166667,-3.500,600.000,\
-                   ,,,,,,,,,,complete,,,1.695,,,,,0.016667,,\n";
+                   ,,,,,,,,,,complete,,,1.695,,,,,0.016667,,,,\n";
     let step = "7,7,0,,,'+sum,'@evil,'-1+2,COMPLETED,,,,60,1,\"'\rn1\",600,0.000166667,\
-                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,,1.695,,,,,0.016667,,\n";
+                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,,1.695,,,,,0.016667,,,,\n";
     assert_eq!(text, format!("{header}{job}{step}"));
 }
 
@@ -170,7 +170,7 @@ fn jobs_csv_without_jobs_is_its_header() {
              min_node,min_node_energy_j,max_node,max_node_energy_j,node_energy,emissions_g,\
              emissions_method,cost,currency,data,source,method,avg_watts_bound_pct,\
              facility_energy_j,scope2_location_g,scope2_market_g,scope3_embodied_g,\
-             node_hours,node_class,factors\n"
+             node_hours,node_class,factors,het_job_id,het_job_offset\n"
     );
 }
 
