@@ -54,6 +54,15 @@ pub struct JobArgs {
     plot: Option<PathBuf>,
     #[command(flatten)]
     output: TableJsonCsv,
+    /// A few lines for a terminal, an epilog or the job's end e-mail: energy, emissions
+    /// by scope and cost, "not recorded" where accounting has no figure; an array or a
+    /// heterogeneous job rolled up, its elements listed.
+    #[arg(long, help_heading = "Output", conflicts_with_all = ["json", "csv", "plot"])]
+    summary: bool,
+    /// Wait up to SECONDS for the jobs' end and energy to reach accounting: an epilog or
+    /// MailProg runs before slurmdbd has them. The figures then, whatever they are.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=600))]
+    wait: Option<u64>,
     #[command(flatten)]
     site: SiteArgs,
     /// Prometheus scraping the nodes' metrics (http://host:9090): emissions at each power
@@ -154,6 +163,8 @@ pub enum Output {
     Table,
     Json,
     Csv,
+    /// `senergy job --summary` ([`crate::summary`]).
+    Summary,
 }
 
 /// A job as the command line names it: `(job, array task, step)`.
@@ -169,6 +180,8 @@ pub struct JobPlan {
     pub output: Output,
     pub tariff: Tariff,
     pub prometheus: Option<String>,
+    /// How long to wait for the jobs' end records ([`JobArgs::wait`]).
+    pub wait: Option<Duration>,
 }
 
 /// What `senergy usage` sums, and how.
@@ -206,9 +219,14 @@ impl JobArgs {
             given: self.jobs.clone(),
             named,
             plot: self.plot.clone(),
-            output: self.output.output(),
+            output: if self.summary {
+                Output::Summary
+            } else {
+                self.output.output()
+            },
             tariff,
             prometheus: self.prometheus.clone().or(site_prometheus),
+            wait: self.wait.map(Duration::from_secs),
         })
     }
 }

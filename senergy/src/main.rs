@@ -21,6 +21,7 @@ mod record;
 mod report;
 mod scopes;
 mod site;
+mod summary;
 mod tres;
 mod usage;
 
@@ -182,11 +183,34 @@ fn check_node(plan: CheckPlan) -> u8 {
 /// The report in the form the command line chose.
 fn print(output: Output, table: String, json: String, csv: String) {
     let text = match output {
-        Output::Table => table,
+        Output::Table | Output::Summary => table,
         Output::Json => json,
         Output::Csv => csv,
     };
     print!("{text}");
+}
+
+/// The jobs' rows; with `wait`, asked again each second until every one has ended in
+/// accounting with its energy (or no energy plugin records one) or the time is up.
+fn settled_rows(
+    db: &Accounting,
+    wanted: &[(u32, Option<u32>)],
+    wait: Option<std::time::Duration>,
+) -> Result<Vec<record::JobRow>, Failure> {
+    let deadline = wait.map(|w| std::time::Instant::now() + w);
+    loop {
+        let rows = db.jobs(&JobQuery {
+            jobs: wanted.to_vec(),
+            ..JobQuery::default()
+        })?;
+        let settled = !rows.is_empty() && rows.iter().all(report::settled);
+        match deadline {
+            Some(d) if !settled && std::time::Instant::now() < d => {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            _ => return Ok(rows),
+        }
+    }
 }
 
 /// `senergy job`: each job's report, its plot; exits 3 if a job named is not found.
@@ -203,10 +227,7 @@ fn job(mut plan: JobPlan, now: i64) -> Result<u8, Failure> {
         .map(|(job, task, _)| (*job, *task))
         .collect();
     let db = Accounting::open()?;
-    let rows = db.jobs(&JobQuery {
-        jobs: wanted.clone(),
-        ..JobQuery::default()
-    })?;
+    let rows = settled_rows(&db, &wanted, plan.wait)?;
     if plan.plot.is_some() && rows.len() > 1 {
         return Err(Failure::Input(format!(
             "--plot draws one job: {} are selected (name one job, or one array element)",
@@ -273,9 +294,13 @@ fn job(mut plan: JobPlan, now: i64) -> Result<u8, Failure> {
         .filter(|(_, id)| !found.contains(id))
         .map(|(text, _)| text)
         .collect();
+    let text = match plan.output {
+        Output::Summary => summary::text(&reports, tariff),
+        _ => output::jobs_table(&reports, tariff),
+    };
     print(
         plan.output,
-        output::jobs_table(&reports, tariff),
+        text,
         output::jobs_json(&reports, tariff),
         output::jobs_csv(&reports, tariff),
     );

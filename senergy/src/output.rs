@@ -93,7 +93,7 @@ fn reorders(c: char) -> bool {
 /// cursor, rewrite lines above (another job's figure) or set its title, and a newline
 /// would forge a line of the table. CSV and JSON have rules of their own ([`text`],
 /// serde's escapes), and their readers want the text as it is.
-fn shown(text: &str) -> Cow<'_, str> {
+pub fn shown(text: &str) -> Cow<'_, str> {
     if !text
         .chars()
         .any(|c| c == '\\' || c.is_control() || reorders(c))

@@ -290,6 +290,15 @@ fn every_node(
         .collect()
 }
 
+/// Whether accounting holds the job's end: an end time, a final state, and the energy
+/// slurmctld records then (sacct's ConsumedEnergy).
+pub fn settled(job: &JobRow) -> bool {
+    job.end > 0
+        && !is_running(job.state)
+        && job.state != slurm_sys::job_states::JOB_PENDING
+        && tres::count(&job.tres_alloc, ENERGY).is_some()
+}
+
 /// `now`: unix seconds, for the run time of a running job.
 /// The job's report; `samples`: its energy counter's samples per node from Prometheus,
 /// when known (emissions then follow its power).

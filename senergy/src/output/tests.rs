@@ -1,5 +1,5 @@
-use super::*;
 use super::csv_lines::text;
+use super::*;
 use crate::scopes::Scopes;
 
 /// Every field of the JSON is a column of the CSV, with the same value.
