@@ -15,7 +15,7 @@ use crate::carbon::{Intensities, TariffError};
 use crate::scopes::{Factor, Origin, Stamp};
 use crate::site::{SiteFile, Tariff};
 
-const DEFAULT_CONF: &str = "/etc/slurm/senergy.conf";
+pub const DEFAULT_CONF: &str = "/etc/slurm/senergy.conf";
 
 #[derive(Parser)]
 #[command(
@@ -40,6 +40,20 @@ pub enum Command {
     /// Whether this node's energy plugin works (run on the node, as root).
     #[command(after_help = help::CHECK_EXAMPLES, after_long_help = help::check_long())]
     Check(CheckArgs),
+    /// Slurm's MailProg: end-of-job mails get the job's summary, others pass unchanged
+    /// (MailProg=/usr/bin/senergy: slurmctld's `-s SUBJECT USER` come here).
+    Mail(MailArgs),
+}
+
+#[derive(Args)]
+pub struct MailArgs {
+    /// What slurmctld passes: `-s SUBJECT USER`, for the real mailer as they are.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<String>,
 }
 
 #[derive(Args)]

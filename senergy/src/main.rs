@@ -12,6 +12,7 @@ mod emissions;
 // The one exception: libslurm, the descriptor calls that hold its stderr, perf_event_open.
 #[allow(unsafe_code)]
 mod ffi;
+mod mail;
 mod measured;
 mod output;
 mod plot;
@@ -351,11 +352,18 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Check(args) => Ok(check_node(args.plan()?)),
         Command::Job(args) => job(args.plan()?, now),
         Command::Usage(args) => usage(args.plan(now)?, now),
+        Command::Mail(args) => Ok(mail::run(args.args.clone())),
     }
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // slurmctld runs MailProg as `MailProg -s SUBJECT USER`: with MailProg=senergy that
+    // is `senergy -s ...`, which no other command line begins with
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "-s") {
+        args.insert(1, "mail".into());
+    }
+    let cli = Cli::parse_from(args);
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

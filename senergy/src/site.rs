@@ -32,6 +32,8 @@ pub struct SiteFile {
     /// The facility's power usage effectiveness, and its series (`time,pue`).
     pub pue: Option<f64>,
     pub pue_csv: Option<PathBuf>,
+    /// The real mailer `senergy mail` hands every mail to [default: /usr/bin/mail].
+    pub mailer: Option<PathBuf>,
     /// Scope 3: `[[node_class]]` tables.
     #[serde(default)]
     pub node_class: Vec<NodeClassEntry>,

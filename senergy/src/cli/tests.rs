@@ -255,6 +255,7 @@ fn plan_of(args: &[&str]) -> String {
         Command::Job(a) => a.plan().map(|p| format!("{p:?}")),
         Command::Usage(a) => a.plan(NOW).map(|p| format!("{p:?}")),
         Command::Check(a) => a.plan().map(|p| format!("{p:?}")),
+        Command::Mail(a) => Ok(format!("{:?}", a.args)),
     };
     plan.unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
@@ -269,6 +270,8 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         ("plot", vec!["--plot", "job.png"]),
         ("json", vec!["--json"]),
         ("csv", vec!["--csv"]),
+        ("summary", vec!["--summary"]),
+        ("wait", vec!["--wait", "30"]),
         ("carbon_intensity", vec!["--carbon-intensity", "350"]),
         ("carbon_csv", vec!["--carbon-csv", &f.series]),
         ("price", vec!["--price", "0.25"]),
@@ -319,8 +322,9 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
             tried += 1;
         }
     }
-    // job 14 (jobs, plot, json, csv, config, eight figures, prometheus), usage 15, check 3
-    assert_eq!(tried, 32);
+    // job 16 (jobs, plot, json, csv, summary, wait, config, eight figures, prometheus),
+    // usage 15, check 3
+    assert_eq!(tried, 34);
 }
 
 #[test]
