@@ -191,15 +191,18 @@ fn print(output: Output, table: String, json: String, csv: String) {
     print!("{text}");
 }
 
-/// The jobs' rows; with `wait`, asked again each second until every one has ended in
-/// accounting with its energy (or no energy plugin records one) or the time is up.
+/// The jobs' rows, and the connection that read them; with `wait`, asked again each second
+/// until every one has ended in accounting with its energy or the time is up. Each time on
+/// a new connection: slurmdbd keeps a connection's database transaction open, and InnoDB
+/// shows a transaction the rows as its first read saw them, so the same connection would
+/// never see the job end (as a 22.05 cluster showed: RUNNING for a minute after its end).
 fn settled_rows(
-    db: &Accounting,
     wanted: &[(u32, Option<u32>)],
     wait: Option<std::time::Duration>,
-) -> Result<Vec<record::JobRow>, Failure> {
+) -> Result<(Accounting, Vec<record::JobRow>), Failure> {
     let deadline = wait.map(|w| std::time::Instant::now() + w);
     loop {
+        let db = Accounting::open()?;
         let rows = db.jobs(&JobQuery {
             jobs: wanted.to_vec(),
             ..JobQuery::default()
@@ -207,9 +210,10 @@ fn settled_rows(
         let settled = !rows.is_empty() && rows.iter().all(report::settled);
         match deadline {
             Some(d) if !settled && std::time::Instant::now() < d => {
+                drop(db);
                 std::thread::sleep(std::time::Duration::from_secs(1));
             }
-            _ => return Ok(rows),
+            _ => return Ok((db, rows)),
         }
     }
 }
@@ -227,8 +231,7 @@ fn job(mut plan: JobPlan, now: i64) -> Result<u8, Failure> {
         .iter()
         .map(|(job, task, _)| (*job, *task))
         .collect();
-    let db = Accounting::open()?;
-    let rows = settled_rows(&db, &wanted, plan.wait)?;
+    let (db, rows) = settled_rows(&wanted, plan.wait)?;
     if plan.plot.is_some() && rows.len() > 1 {
         return Err(Failure::Input(format!(
             "--plot draws one job: {} are selected (name one job, or one array element)",

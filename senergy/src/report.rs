@@ -290,13 +290,21 @@ fn every_node(
         .collect()
 }
 
-/// Whether accounting holds the job's end: an end time, a final state, and the energy
-/// slurmctld records then (sacct's ConsumedEnergy).
+/// Whether accounting holds the job's final energy: it has ended, every step has, and its
+/// recorded energy is what slurmctld adds up from them (the extern step's, else the
+/// steps' sum: [`so_far`]). At the job's end (its END mail, its epilog) slurmctld records
+/// the energy of the steps ended so far; the extern step ends later, in the job's cleanup,
+/// and slurmctld then records the job's energy again with it (step_mgr.c, `TRES_STR_CALC`):
+/// 724 J at the END mail, 734 J a moment later, on a 22.05 cluster.
 pub fn settled(job: &JobRow) -> bool {
+    let recorded = tres::count(&job.tres_alloc, ENERGY).and_then(tres::joules);
+    let steps: Vec<StepReport> = job.steps.iter().map(step_report).collect();
     job.end > 0
         && !is_running(job.state)
         && job.state != slurm_sys::job_states::JOB_PENDING
-        && tres::count(&job.tres_alloc, ENERGY).is_some()
+        && job.steps.iter().all(|s| s.end > 0 && !is_running(s.state))
+        && recorded.is_some()
+        && (steps.is_empty() || so_far(&steps, false).0 == recorded)
 }
 
 /// `now`: unix seconds, for the run time of a running job.
