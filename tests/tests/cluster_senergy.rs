@@ -710,4 +710,109 @@ fn end_of_job_mail_gets_the_summary_and_other_mails_pass_unchanged() {
         end.contains("factors: site file ") && end.contains("version mail-test"),
         "{end}"
     );
+
+    // the same factors in every report (issue 44, item 1): each scope per job and step
+    // (JSON, CSV, table) and per user and account (usage), each stamped with the site file
+    let site_arg = site.to_str().expect("path");
+    let id = job.to_string();
+    let report = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", site_arg]);
+        cluster.client(None, &senergy(), &all)
+    };
+    let near = |what: &str, got: &Value, want: f64| {
+        let got = f64_of(got);
+        assert!((got - want).abs() <= want * 1e-3, "{what}: {got} != {want}");
+    };
+    let stamped = |factors: &Value| {
+        assert_eq!(factors["site_file"], site_arg, "{factors}");
+        assert_eq!(factors["version"], "mail-test", "{factors}");
+        assert_eq!(factors["location_g_per_kwh"]["value_from"], "site file");
+        assert_eq!(factors["market_g_per_kwh"]["value"], 20.0);
+        assert_eq!(factors["pue"]["value"], 1.25);
+    };
+    let doc = json(&report(&["job", &id, "--json"]));
+    stamped(&doc["factors"]);
+    let j = &doc["jobs"][0];
+    let facility = |joules: f64| joules / 3.6e6 * 1.25;
+    near(
+        "job facility",
+        &j["emissions"]["facility_energy_j"],
+        sacct * 1.25,
+    );
+    near(
+        "job location",
+        &j["emissions"]["scope2_location_g"],
+        facility(sacct) * 300.0,
+    );
+    near(
+        "job market",
+        &j["emissions"]["scope2_market_g"],
+        facility(sacct) * 20.0,
+    );
+    for s in j["steps"].as_array().expect("steps") {
+        let Some(e) = s["energy_j"].as_u64().filter(|e| *e > 0) else {
+            continue;
+        };
+        let e = e as f64;
+        near(
+            "step location",
+            &s["emissions"]["scope2_location_g"],
+            facility(e) * 300.0,
+        );
+        near(
+            "step market",
+            &s["emissions"]["scope2_market_g"],
+            facility(e) * 20.0,
+        );
+    }
+    let csv = report(&["job", &id, "--csv"]);
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    let header: Vec<&str> = csv.lines().next().unwrap_or("").split(',').collect();
+    for column in [
+        "scope2_location_g",
+        "scope2_market_g",
+        "facility_energy_j",
+        "factors",
+    ] {
+        assert!(header.contains(&column), "{column}: {csv}");
+    }
+    assert!(
+        csv.lines().skip(1).all(|l| l.contains("version mail-test")),
+        "{csv}"
+    );
+    let table = report(&["job", &id]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("by scope: facility "), "{table}");
+    assert!(table.contains("factors: site file "), "{table}");
+    let window = ["--start", "2000-01-01", "--end", "2100-01-01"];
+    let usage = json(&report(&[&["usage", "--json"][..], &window[..]].concat()));
+    stamped(&usage["factors"]);
+    let row = usage["rows"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["user"] == alice.name))
+        .unwrap_or_else(|| panic!("no row of {}: {usage}", alice.name));
+    assert_eq!(row["account"], alice.account);
+    near(
+        "usage location",
+        &row["emissions"]["scope2_location_g"],
+        facility(sacct) * 300.0,
+    );
+    near(
+        "usage market",
+        &row["emissions"]["scope2_market_g"],
+        facility(sacct) * 20.0,
+    );
+    let csv = report(&[&["usage", "--csv"][..], &window[..]].concat());
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    assert!(
+        csv.lines().next().unwrap_or("").contains("scope2_market_g"),
+        "{csv}"
+    );
+    assert!(
+        csv.lines().skip(1).all(|l| l.contains("version mail-test")),
+        "{csv}"
+    );
+    let table = report(&[&["usage"][..], &window[..]].concat());
+    assert!(String::from_utf8_lossy(&table.stdout).contains("factors: site file "));
 }
