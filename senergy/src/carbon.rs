@@ -1,6 +1,7 @@
-//! Carbon intensity and price: a static gCO2e/kWh, optionally a grid's intensity series
-//! (any interval; as grid operators publish it) integrated over a job's run time, and a
-//! price per kWh.
+//! Carbon intensity series: a grid's gCO2e/kWh (any interval; as grid operators publish
+//! it) read from its file, to be integrated over a job's run time; the checks every figure
+//! of the site file passes, and the errors of reading it. The site file and the tariff it
+//! makes are [`crate::site`]'s.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 use chrono::{MappedLocalTime, NaiveDateTime, Offset, TimeZone};
 use chrono_tz::{Europe::Paris, Tz};
-use serde::Deserialize;
 use thiserror::Error;
 
 pub const JOULES_PER_KWH: f64 = 3.6e6;
@@ -16,10 +16,10 @@ pub const JOULES_PER_KWH: f64 = 3.6e6;
 /// The largest carbon intensity (gCO2e/kWh) or price per kWh taken: far above any grid's
 /// (coal's is about 1 000 gCO2e/kWh), and small enough that no energy Slurm can record
 /// (u64 joules, 5e12 kWh) times it overflows a float to infinity, as 1e307 gCO2e/kWh did.
-const MAX_FIGURE: f64 = 1e9;
+pub const MAX_FIGURE: f64 = 1e9;
 
 /// A figure from 0 to [`MAX_FIGURE`] (not NaN).
-fn is_figure(v: f64) -> bool {
+pub fn is_figure(v: f64) -> bool {
     (0.0..=MAX_FIGURE).contains(&v)
 }
 
@@ -40,31 +40,8 @@ pub enum TariffError {
     },
     #[error("{what} = {value}: must be a finite number >= 0 and <= 1e9")]
     OutOfRange { what: &'static str, value: f64 },
-}
-
-/// The site file (`/etc/slurm/senergy.conf`, TOML).
-#[derive(Debug, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SiteFile {
-    /// gCO2e per kWh, used for the hours the CSV does not cover.
-    pub carbon_intensity: Option<f64>,
-    /// An intensity series: `time,g_co2e_per_kwh` (unix seconds or RFC 3339), or an
-    /// Electricity Maps or RTE éCO2mix export as downloaded (from ODRE, or the `.xls` in
-    /// rte-france.com's zip files).
-    pub carbon_intensity_csv: Option<PathBuf>,
-    pub price_per_kwh: Option<f64>,
-    pub currency: Option<String>,
-    /// The Prometheus that scrapes the nodes' metrics files (`EnergyMetricsFile`).
-    pub prometheus_url: Option<String>,
-}
-
-impl SiteFile {
-    pub fn parse(path: &Path, text: &str) -> Result<SiteFile, TariffError> {
-        toml::from_str(text).map_err(|e| TariffError::Config {
-            path: path.to_path_buf(),
-            message: e.to_string().trim_end().replace('\n', " "),
-        })
-    }
+    #[error("pue = {value}: must be a power usage effectiveness from 1 to 10")]
+    Pue { value: f64 },
 }
 
 /// A grid's carbon intensity over time: the gCO2e/kWh from each key (unix seconds) for the
@@ -384,32 +361,27 @@ impl Intensities {
         })
     }
 
-    /// The pieces of `[start, end)` (unix seconds) with their intensity (`None` where no
-    /// value holds).
-    fn pieces(&self, start: f64, end: f64) -> Vec<(f64, f64, Option<f64>)> {
-        let mut bounds = vec![start, end];
+    /// The times within `(start, end)` (unix seconds) where a value begins or ends.
+    pub fn bounds(&self, start: f64, end: f64) -> Vec<f64> {
         let (first, last) = (
             (start.floor() as i64).saturating_sub(self.step),
             end.ceil() as i64,
         );
-        for (t, _) in self.from.range(first..=last) {
-            bounds.extend(
-                [*t, t + self.step]
-                    .into_iter()
-                    .map(|b| b as f64)
-                    .filter(|b| start < *b && *b < end),
-            );
-        }
-        bounds.sort_by(f64::total_cmp);
-        bounds.dedup();
-        bounds
-            .windows(2)
-            .map(|w| (w[0], w[1], self.at(w[0])))
+        self.from
+            .range(first..=last)
+            .flat_map(|(t, _)| [*t, t + self.step])
+            .map(|b| b as f64)
+            .filter(|b| start < *b && *b < end)
             .collect()
     }
 
+    /// Every value of the series.
+    pub fn values(&self) -> impl Iterator<Item = f64> + '_ {
+        self.from.values().copied()
+    }
+
     /// The intensity at `t` (unix seconds).
-    fn at(&self, t: f64) -> Option<f64> {
+    pub fn at(&self, t: f64) -> Option<f64> {
         let (from, grams) = self.from.range(..=t.floor() as i64).next_back()?;
         (t < (from + self.step) as f64).then_some(*grams)
     }
@@ -428,72 +400,6 @@ pub fn parse_time(text: &str) -> Option<i64> {
             .ok()
             .map(|t| t.timestamp())
     })
-}
-
-/// Where a job's emissions and cost come from.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Tariff {
-    pub intensity: Option<f64>,
-    pub series: Option<Intensities>,
-    pub price_per_kwh: Option<f64>,
-    pub currency: String,
-}
-
-impl Tariff {
-    pub fn new(
-        intensity: Option<f64>,
-        series: Option<Intensities>,
-        price_per_kwh: Option<f64>,
-        currency: Option<String>,
-    ) -> Result<Tariff, TariffError> {
-        for (what, value) in [
-            ("carbon_intensity", intensity),
-            ("price_per_kwh", price_per_kwh),
-        ] {
-            if let Some(value) = value.filter(|v| !is_figure(*v)) {
-                return Err(TariffError::OutOfRange { what, value });
-            }
-        }
-        Ok(Tariff {
-            intensity,
-            series,
-            price_per_kwh,
-            currency: currency.unwrap_or_default(),
-        })
-    }
-
-    /// gCO2e of `joules` spent evenly over `[start, end)` (unix seconds): each piece of the
-    /// run at the series' intensity then, the static one where the series has none. `None`
-    /// if some piece has neither.
-    pub fn emissions_g(&self, joules: f64, start: f64, end: f64) -> Option<f64> {
-        let kwh = joules / JOULES_PER_KWH;
-        let Some(series) = &self.series else {
-            return self.intensity.map(|g| kwh * g);
-        };
-        if end <= start {
-            return series.at(start).or(self.intensity).map(|g| kwh * g);
-        }
-        let duration = end - start;
-        let mut grams = 0.0;
-        for (from, to, g) in series.pieces(start, end) {
-            grams += kwh * (to - from) / duration * g.or(self.intensity)?;
-        }
-        Some(grams)
-    }
-
-    pub fn cost(&self, joules: f64) -> Option<f64> {
-        self.price_per_kwh.map(|p| joules / JOULES_PER_KWH * p)
-    }
-
-    /// The intensity in words for reports ("350 gCO2e/kWh", "... series, else 350").
-    pub fn intensity_text(&self) -> Option<String> {
-        match (&self.series, self.intensity) {
-            (Some(s), Some(g)) => Some(format!("{} series, else {g} gCO2e/kWh", s.format)),
-            (Some(s), None) => Some(format!("{} series", s.format)),
-            (None, Some(g)) => Some(format!("{g} gCO2e/kWh")),
-            (None, None) => None,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -11,9 +11,11 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::Failure;
-use crate::carbon::{Intensities, SiteFile, Tariff, TariffError};
+use crate::carbon::{Intensities, TariffError};
+use crate::scopes::{Factor, Origin, Stamp};
+use crate::site::{SiteFile, Tariff};
 
-const DEFAULT_CONF: &str = "/etc/slurm/senergy.conf";
+pub const DEFAULT_CONF: &str = "/etc/slurm/senergy.conf";
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +40,20 @@ pub enum Command {
     /// Whether this node's energy plugin works (run on the node, as root).
     #[command(after_help = help::CHECK_EXAMPLES, after_long_help = help::check_long())]
     Check(CheckArgs),
+    /// Slurm's MailProg: end-of-job mails get the job's summary, others pass unchanged
+    /// (MailProg=/usr/bin/senergy: slurmctld's `-s SUBJECT USER` come here).
+    Mail(MailArgs),
+}
+
+#[derive(Args)]
+pub struct MailArgs {
+    /// What slurmctld passes: `-s SUBJECT USER`, for the real mailer as they are.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<String>,
 }
 
 #[derive(Args)]
@@ -52,6 +68,15 @@ pub struct JobArgs {
     plot: Option<PathBuf>,
     #[command(flatten)]
     output: TableJsonCsv,
+    /// A few lines for a terminal, an epilog or the job's end e-mail: energy, emissions
+    /// by scope and cost, "not recorded" where accounting has no figure; an array or a
+    /// heterogeneous job rolled up, its elements listed.
+    #[arg(long, help_heading = "Output", conflicts_with_all = ["json", "csv", "plot"])]
+    summary: bool,
+    /// Wait up to SECONDS for the jobs' end and energy to reach accounting: an epilog or
+    /// MailProg runs before slurmdbd has them. The figures then, whatever they are.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=600))]
+    wait: Option<u64>,
     #[command(flatten)]
     site: SiteArgs,
     /// Prometheus scraping the nodes' metrics (http://host:9090): emissions at each power
@@ -132,6 +157,19 @@ struct SiteArgs {
     /// Currency of the price (e.g. EUR).
     #[arg(long)]
     currency: Option<String>,
+    /// Market-based Scope 2 intensity in gCO2e/kWh: the electricity contract's (0 for a
+    /// certified renewable supply).
+    #[arg(long, value_name = "G_PER_KWH")]
+    market_intensity: Option<f64>,
+    /// Market-based intensity series, in the forms of --carbon-csv.
+    #[arg(long, value_name = "PATH")]
+    market_csv: Option<PathBuf>,
+    /// The facility's PUE (1 to 10): Scope 2 is on the IT energy times it.
+    #[arg(long, value_name = "RATIO")]
+    pue: Option<f64>,
+    /// PUE series: time,pue (unix seconds or RFC 3339).
+    #[arg(long, value_name = "PATH")]
+    pue_csv: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -139,6 +177,8 @@ pub enum Output {
     Table,
     Json,
     Csv,
+    /// `senergy job --summary` ([`crate::summary`]).
+    Summary,
 }
 
 /// A job as the command line names it: `(job, array task, step)`.
@@ -154,6 +194,8 @@ pub struct JobPlan {
     pub output: Output,
     pub tariff: Tariff,
     pub prometheus: Option<String>,
+    /// How long to wait for the jobs' end records ([`JobArgs::wait`]).
+    pub wait: Option<Duration>,
 }
 
 /// What `senergy usage` sums, and how.
@@ -191,9 +233,14 @@ impl JobArgs {
             given: self.jobs.clone(),
             named,
             plot: self.plot.clone(),
-            output: self.output.output(),
+            output: if self.summary {
+                Output::Summary
+            } else {
+                self.output.output()
+            },
             tariff,
             prometheus: self.prometheus.clone().or(site_prometheus),
+            wait: self.wait.map(Duration::from_secs),
         })
     }
 }
@@ -269,27 +316,93 @@ impl SiteArgs {
         let named = self
             .config
             .clone()
-            .or_else(|| std::env::var_os("SENERGY_CONF").map(PathBuf::from));
-        let site = match named {
-            Some(path) => SiteFile::parse(&path, &read(&path)?)?,
-            None if Path::new(DEFAULT_CONF).exists() => {
-                SiteFile::parse(Path::new(DEFAULT_CONF), &read(Path::new(DEFAULT_CONF))?)?
+            .or_else(|| std::env::var_os("SENERGY_CONF").map(PathBuf::from))
+            .or_else(|| Some(PathBuf::from(DEFAULT_CONF)).filter(|p| p.exists()));
+        let (site_file, site) = match named {
+            Some(path) => {
+                let site = SiteFile::parse(&path, &read(&path)?)?;
+                (Some(path), site)
             }
-            None => SiteFile::default(),
+            None => (None, SiteFile::default()),
         };
-        // a series may be Latin-1 (RTE's own downloads): read as bytes
-        let series = match self.carbon_csv.clone().or(site.carbon_intensity_csv) {
-            Some(path) => Some(Intensities::parse(&path, read_bytes(&path)?)?),
-            None => None,
-        };
-        let tariff = Tariff::new(
-            self.carbon_intensity.or(site.carbon_intensity),
+        let Factor {
+            value,
+            series,
+            origin,
+        } = factor(
+            (
+                self.carbon_intensity,
+                "--carbon-intensity",
+                site.carbon_intensity,
+            ),
+            (&self.carbon_csv, "--carbon-csv", site.carbon_intensity_csv),
+        )?;
+        let mut tariff = Tariff::new(
+            value,
             series,
             self.price.or(site.price_per_kwh),
             self.currency.clone().or(site.currency),
         )?;
+        tariff.location.origin = origin;
+        let market = factor(
+            (
+                self.market_intensity,
+                "--market-intensity",
+                site.market_intensity,
+            ),
+            (&self.market_csv, "--market-csv", site.market_intensity_csv),
+        )?;
+        let pue = factor(
+            (self.pue, "--pue", site.pue),
+            (&self.pue_csv, "--pue-csv", site.pue_csv),
+        )?;
+        let classes_in = site_file.clone().unwrap_or_default();
+        let mut tariff = tariff
+            .with_market(market)?
+            .with_pue(pue)?
+            .with_classes(&classes_in, site.node_class)?;
+        tariff.stamp = Stamp {
+            site_file,
+            version: site.version,
+        };
         Ok((tariff, site.prometheus_url))
     }
+}
+
+/// Which of a flag and a site file's key gives a figure (the flag first), and its origin.
+fn pick<T>(
+    flag: Option<T>,
+    name: &'static str,
+    site: Option<T>,
+) -> (Option<T>, Option<&'static str>) {
+    match (flag, site) {
+        (Some(v), _) => (Some(v), Some(name)),
+        (None, Some(v)) => (Some(v), Some("site file")),
+        (None, None) => (None, None),
+    }
+}
+
+/// A factor from its flag or site key, and its series from its flag or site key (a series
+/// may be Latin-1, as RTE's own downloads are: read as bytes).
+fn factor(
+    (value, value_flag, site_value): (Option<f64>, &'static str, Option<f64>),
+    (path, path_flag, site_path): (&Option<PathBuf>, &'static str, Option<PathBuf>),
+) -> Result<Factor, TariffError> {
+    let (value, value_from) = pick(value, value_flag, site_value);
+    let (series_path, series_from) = pick(path.clone(), path_flag, site_path);
+    let series = match &series_path {
+        Some(path) => Some(Intensities::parse(path, read_bytes(path)?)?),
+        None => None,
+    };
+    Ok(Factor {
+        value,
+        series,
+        origin: Origin {
+            value_from,
+            series_path,
+            series_from,
+        },
+    })
 }
 
 fn read(path: &Path) -> Result<String, TariffError> {

@@ -2,7 +2,9 @@
 //! samples where Prometheus has them, else from its steps' energies over their runs,
 //! else evenly over its run. Everything here decides; nothing touches Slurm or the network.
 
-use crate::carbon::Tariff;
+use crate::carbon::JOULES_PER_KWH;
+use crate::scopes::{self, Factor, Scopes};
+use crate::site::Tariff;
 
 /// How a job's emissions were found (said in reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +46,41 @@ pub fn emissions_g(tariff: &Tariff, pieces: &[Spent]) -> Option<f64> {
         .iter()
         .map(|p| tariff.emissions_g(p.joules, p.start, p.end))
         .sum()
+}
+
+/// Scope 2 of the pieces: the facility's energy (IT x PUE; `None` without a PUE) and its
+/// location- and market-based gCO2e, each piece at the factors of its time (`None` where
+/// that intensity is not set, or has no value for some piece). Scope 3 is left `None`.
+pub fn scope2(tariff: &Tariff, pieces: &[Spent]) -> Scopes {
+    let sum = |kwh: bool, factors: &[&Factor]| -> Option<f64> {
+        pieces
+            .iter()
+            .map(|p| {
+                let amount = if kwh {
+                    p.joules / JOULES_PER_KWH
+                } else {
+                    p.joules
+                };
+                scopes::weighted(amount, p.start, p.end, factors)
+            })
+            .sum()
+    };
+    // without a PUE, the IT energy stands for the facility's
+    let pue: Vec<&Factor> = Some(&tariff.pue)
+        .filter(|f| f.is_set())
+        .into_iter()
+        .collect();
+    let on_facility = |intensity: &Factor| {
+        let mut factors = pue.clone();
+        factors.push(intensity);
+        intensity.is_set().then(|| sum(true, &factors)).flatten()
+    };
+    Scopes {
+        facility_energy_j: tariff.pue.is_set().then(|| sum(false, &pue)).flatten(),
+        scope2_location_g: on_facility(&tariff.location),
+        scope2_market_g: on_facility(&tariff.market),
+        ..Scopes::default()
+    }
 }
 
 /// The job's `joules` over `[start, end)` from its steps' own `(joules, start, end)`

@@ -435,6 +435,8 @@ fn job_row(job: &slurmdb_job_rec_t) -> JobRow {
             job_id: job.jobid,
             array: (job.array_job_id != 0 && job.array_task_id != NO_VAL)
                 .then_some((job.array_job_id, job.array_task_id)),
+            het: (job.het_job_id != 0 && job.het_job_offset != NO_VAL)
+                .then_some((job.het_job_id, job.het_job_offset)),
             user: user_name(text(job.user), job.uid),
             account: text(job.account),
             name: text(job.jobname),

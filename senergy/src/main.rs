@@ -12,6 +12,7 @@ mod emissions;
 // The one exception: libslurm, the descriptor calls that hold its stderr, perf_event_open.
 #[allow(unsafe_code)]
 mod ffi;
+mod mail;
 mod measured;
 mod output;
 mod plot;
@@ -19,6 +20,9 @@ mod presence;
 mod prometheus;
 mod record;
 mod report;
+mod scopes;
+mod site;
+mod summary;
 mod tres;
 mod usage;
 
@@ -130,6 +134,22 @@ fn say_what_was_measured(
     }
 }
 
+/// The nodes' features, from the slurm.conf libslurm loaded, where a node class of the
+/// site file matches by feature.
+fn read_node_features(tariff: &mut site::Tariff) {
+    if tariff.classes.iter().all(|c| c.entry.features.is_empty()) {
+        return;
+    }
+    let conf = ffi::slurm_settings().slurm_conf;
+    match std::fs::read_to_string(&conf) {
+        Ok(text) => tariff.node_features = scopes::node_features(&text),
+        Err(e) => eprintln!(
+            "senergy: cannot read {conf} for the nodes' features ({e}): a node that only a \
+             feature puts in a class has no embodied emissions"
+        ),
+    }
+}
+
 /// `senergy check`: the node's verdict, in text or JSON; exits 6 on any failure. The
 /// node's health owes nothing to the site file.
 fn check_node(plan: CheckPlan) -> u8 {
@@ -164,15 +184,42 @@ fn check_node(plan: CheckPlan) -> u8 {
 /// The report in the form the command line chose.
 fn print(output: Output, table: String, json: String, csv: String) {
     let text = match output {
-        Output::Table => table,
+        Output::Table | Output::Summary => table,
         Output::Json => json,
         Output::Csv => csv,
     };
     print!("{text}");
 }
 
+/// The jobs' rows, and the connection that read them; with `wait`, asked again each second
+/// until every one has ended in accounting with its energy or the time is up. Each time on
+/// a new connection: slurmdbd keeps a connection's database transaction open, and InnoDB
+/// shows a transaction the rows as its first read saw them, so the same connection would
+/// never see the job end (as a 22.05 cluster showed: RUNNING for a minute after its end).
+fn settled_rows(
+    wanted: &[(u32, Option<u32>)],
+    wait: Option<std::time::Duration>,
+) -> Result<(Accounting, Vec<record::JobRow>), Failure> {
+    let deadline = wait.map(|w| std::time::Instant::now() + w);
+    loop {
+        let db = Accounting::open()?;
+        let rows = db.jobs(&JobQuery {
+            jobs: wanted.to_vec(),
+            ..JobQuery::default()
+        })?;
+        let settled = !rows.is_empty() && rows.iter().all(report::settled);
+        match deadline {
+            Some(d) if !settled && std::time::Instant::now() < d => {
+                drop(db);
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+            _ => return Ok((db, rows)),
+        }
+    }
+}
+
 /// `senergy job`: each job's report, its plot; exits 3 if a job named is not found.
-fn job(plan: JobPlan, now: i64) -> Result<u8, Failure> {
+fn job(mut plan: JobPlan, now: i64) -> Result<u8, Failure> {
     let prometheus = plan
         .prometheus
         .as_deref()
@@ -184,11 +231,7 @@ fn job(plan: JobPlan, now: i64) -> Result<u8, Failure> {
         .iter()
         .map(|(job, task, _)| (*job, *task))
         .collect();
-    let db = Accounting::open()?;
-    let rows = db.jobs(&JobQuery {
-        jobs: wanted.clone(),
-        ..JobQuery::default()
-    })?;
+    let (db, rows) = settled_rows(&wanted, plan.wait)?;
     if plan.plot.is_some() && rows.len() > 1 {
         return Err(Failure::Input(format!(
             "--plot draws one job: {} are selected (name one job, or one array element)",
@@ -217,6 +260,7 @@ fn job(plan: JobPlan, now: i64) -> Result<u8, Failure> {
             }
         })
         .collect();
+    read_node_features(&mut plan.tariff);
     let tariff = &plan.tariff;
     let mut reports: Vec<_> = rows
         .iter()
@@ -254,9 +298,13 @@ fn job(plan: JobPlan, now: i64) -> Result<u8, Failure> {
         .filter(|(_, id)| !found.contains(id))
         .map(|(text, _)| text)
         .collect();
+    let text = match plan.output {
+        Output::Summary => summary::text(&reports, tariff),
+        _ => output::jobs_table(&reports, tariff),
+    };
     print(
         plan.output,
-        output::jobs_table(&reports, tariff),
+        text,
         output::jobs_json(&reports, tariff),
         output::jobs_csv(&reports, tariff),
     );
@@ -271,7 +319,7 @@ fn job(plan: JobPlan, now: i64) -> Result<u8, Failure> {
 }
 
 /// `senergy usage`: the period's energy per account and user.
-fn usage(plan: UsagePlan, now: i64) -> Result<u8, Failure> {
+fn usage(mut plan: UsagePlan, now: i64) -> Result<u8, Failure> {
     let uids = plan
         .users
         .iter()
@@ -284,17 +332,14 @@ fn usage(plan: UsagePlan, now: i64) -> Result<u8, Failure> {
         window: Some(plan.period),
         ..JobQuery::default()
     })?;
+    read_node_features(&mut plan.tariff);
     let tariff = &plan.tariff;
     let reports: Vec<_> = rows
         .iter()
         .map(|r| report::job_report(r, tariff, now, None))
         .collect();
-    let has = (
-        tariff.intensity.is_some() || tariff.series.is_some(),
-        tariff.price_per_kwh.is_some(),
-    );
     let (start, end) = plan.period;
-    let usage = usage::usage(&reports, start, end, has);
+    let usage = usage::usage(&reports, start, end, tariff);
     print(
         plan.output,
         output::usage_table(&usage, tariff),
@@ -310,11 +355,18 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Check(args) => Ok(check_node(args.plan()?)),
         Command::Job(args) => job(args.plan()?, now),
         Command::Usage(args) => usage(args.plan(now)?, now),
+        Command::Mail(args) => Ok(mail::run(args.args.clone())),
     }
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // slurmctld runs MailProg as `MailProg -s SUBJECT USER`: with MailProg=senergy that
+    // is `senergy -s ...`, which no other command line begins with
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "-s") {
+        args.insert(1, "mail".into());
+    }
+    let cli = Cli::parse_from(args);
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

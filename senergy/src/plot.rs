@@ -274,9 +274,9 @@ pub fn energy_bars(path: &Path, report: &JobReport) -> Result<(), PlotError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::carbon::Tariff;
     use crate::record::{BATCH_STEP, StepRow};
     use crate::report::job_report;
+    use crate::site::Tariff;
 
     fn job() -> JobRow {
         let step = |step_id: u32, start: i64, end: i64, joules: u64| StepRow {

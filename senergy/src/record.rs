@@ -12,6 +12,9 @@ pub struct JobRow {
     pub job_id: u32,
     /// `Some((array job id, task id))` for an element of a job array.
     pub array: Option<(u32, u32)>,
+    /// `Some((het job id, offset))` for a component of a heterogeneous job: the leader is
+    /// offset 0, its id the het job's.
+    pub het: Option<(u32, u32)>,
     pub user: String,
     pub account: String,
     pub name: String,

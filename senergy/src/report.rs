@@ -3,12 +3,14 @@
 
 use serde::Serialize;
 
-use crate::carbon::{JOULES_PER_KWH, Tariff};
+use crate::carbon::JOULES_PER_KWH;
 use crate::emissions::{self, Method, Spent};
 use crate::presence::Presence;
 use crate::record::{
     BATCH_STEP, EXTERN_STEP, INTERACTIVE_STEP, JobRow, PENDING_STEP, StepRow, StepUsage, step_name,
 };
+use crate::scopes::{self, Scopes};
+use crate::site::Tariff;
 use crate::tres::{self, ENERGY};
 use slurm_energy_logic::hostlist;
 
@@ -65,6 +67,8 @@ pub struct StepReport {
     pub node_energy: Vec<NodeEnergy>,
     /// Its energy over its run at the intensity then.
     pub emissions_g: Option<f64>,
+    /// By scope: its energy over its run, its nodes over its elapsed time.
+    pub emissions: Scopes,
     pub data: Presence,
     /// What the figure measured and how, as its job's ([`crate::measured`]).
     pub source: String,
@@ -77,10 +81,14 @@ pub struct StepReport {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobReport {
     pub job_id: u32,
-    /// `123_4` for array elements, else the job id.
+    /// `123_4` for array elements, `123+1` for a heterogeneous job's components (as sacct
+    /// names them), else the job id.
     pub id: String,
     pub array_job_id: Option<u32>,
     pub array_task_id: Option<u32>,
+    /// A heterogeneous job's component: its het job id (the leader's) and offset.
+    pub het_job_id: Option<u32>,
+    pub het_job_offset: Option<u32>,
     pub name: String,
     pub user: String,
     pub account: String,
@@ -97,6 +105,8 @@ pub struct JobReport {
     pub avg_watts: Option<f64>,
     pub per_node_avg_j: Option<f64>,
     pub emissions_g: Option<f64>,
+    /// By GHG scope ([`crate::scopes`]).
+    pub emissions: Scopes,
     /// How the emissions were found ([`Method::text`]); `None` without emissions.
     pub emissions_method: Option<&'static str>,
     pub cost: Option<f64>,
@@ -228,6 +238,7 @@ pub fn step_report(step: &StepRow) -> StepReport {
         max_node: max.map(|(_, n)| n),
         node_energy,
         emissions_g: None,
+        emissions: Scopes::default(),
         data,
         source: String::new(),
         method: String::new(),
@@ -279,6 +290,23 @@ fn every_node(
         .collect()
 }
 
+/// Whether accounting holds the job's final energy: it has ended, every step has, and its
+/// recorded energy is what slurmctld adds up from them (the extern step's, else the
+/// steps' sum: [`so_far`]). At the job's end (its END mail, its epilog) slurmctld records
+/// the energy of the steps ended so far; the extern step ends later, in the job's cleanup,
+/// and slurmctld then records the job's energy again with it (step_mgr.c, `TRES_STR_CALC`):
+/// 724 J at the END mail, 734 J a moment later, on a 22.05 cluster.
+pub fn settled(job: &JobRow) -> bool {
+    let recorded = tres::count(&job.tres_alloc, ENERGY).and_then(tres::joules);
+    let steps: Vec<StepReport> = job.steps.iter().map(step_report).collect();
+    job.end > 0
+        && !is_running(job.state)
+        && job.state != slurm_sys::job_states::JOB_PENDING
+        && job.steps.iter().all(|s| s.end > 0 && !is_running(s.state))
+        && recorded.is_some()
+        && (steps.is_empty() || so_far(&steps, false).0 == recorded)
+}
+
 /// `now`: unix seconds, for the run time of a running job.
 /// The job's report; `samples`: its energy counter's samples per node from Prometheus,
 /// when known (emissions then follow its power).
@@ -312,26 +340,53 @@ pub fn job_report(
     };
     let end = (job.end > 0).then_some(job.end);
     let run_end = end.unwrap_or(now);
-    let (emissions_g, method) = match energy_j {
-        Some(j) => job_emissions(job, j as f64, (job.start.max(0), run_end), tariff, samples),
-        None => (None, None),
-    };
+    let spent =
+        energy_j.map(|j| spent(job, j as f64, (job.start.max(0), run_end), tariff, samples));
+    let emissions_g = spent
+        .as_ref()
+        .and_then(|(pieces, _)| emissions::emissions_g(tariff, pieces));
+    let job_scopes = by_scope(
+        tariff,
+        spent.as_ref().map(|(pieces, _)| pieces.as_slice()),
+        &job.nodes,
+        job.alloc_nodes,
+        elapsed_s,
+    );
     let (avg_watts, avg_watts_bound_pct) = average_power(energy_j, elapsed_s);
     let mut steps = steps;
     for (report, row) in steps.iter_mut().zip(&job.steps) {
         let step_end = if row.end > 0 { row.end } else { now };
+        let (start, end) = (row.start.max(0) as f64, step_end as f64);
         report.emissions_g = report
             .energy_j
-            .and_then(|j| tariff.emissions_g(j as f64, row.start.max(0) as f64, step_end as f64));
+            .and_then(|j| tariff.emissions_g(j as f64, start, end));
+        let run = report.energy_j.map(|j| {
+            [Spent {
+                joules: j as f64,
+                start,
+                end,
+            }]
+        });
+        report.emissions = by_scope(
+            tariff,
+            run.as_ref().map(|r| r.as_slice()),
+            &row.nodes,
+            report.nodes,
+            row.elapsed_s,
+        );
     }
+    let shown_method = emissions_g.is_some() || job_scopes.scope2_market_g.is_some();
     JobReport {
         job_id: job.job_id,
-        id: match job.array {
-            Some((array, task)) => format!("{array}_{task}"),
-            None => job.job_id.to_string(),
+        id: match (job.array, job.het) {
+            (Some((array, task)), _) => format!("{array}_{task}"),
+            (None, Some((het, offset))) => format!("{het}+{offset}"),
+            (None, None) => job.job_id.to_string(),
         },
         array_job_id: job.array.map(|(a, _)| a),
         array_task_id: job.array.map(|(_, t)| t),
+        het_job_id: job.het.map(|(h, _)| h),
+        het_job_offset: job.het.map(|(_, o)| o),
         name: job.name.clone(),
         user: job.user.clone(),
         account: job.account.clone(),
@@ -347,7 +402,11 @@ pub fn job_report(
         avg_watts,
         per_node_avg_j: ratio(energy_j, u64::from(job.alloc_nodes)),
         emissions_g,
-        emissions_method: method.filter(|_| emissions_g.is_some()).map(Method::text),
+        emissions: job_scopes,
+        emissions_method: spent
+            .map(|(_, method)| method)
+            .filter(|_| shown_method)
+            .map(Method::text),
         cost: energy_j.and_then(|j| tariff.cost(j as f64)),
         data,
         source: String::new(),
@@ -357,25 +416,22 @@ pub fn job_report(
     }
 }
 
-/// The job's emissions of `joules` over its run `(start, end)`, and how they were found:
-/// from its power samples, else its srun steps, else evenly.
-fn job_emissions(
+/// When the job's `joules` were spent over its run `(start, end)`, and how that was found:
+/// from its power samples, else its srun steps, else evenly (where no factor varies over
+/// time, when does not matter: [`Method::Static`]).
+fn spent(
     job: &JobRow,
     joules: f64,
     (start, end): (i64, i64),
     tariff: &Tariff,
     samples: Option<&[Vec<(f64, f64)>]>,
-) -> (Option<f64>, Option<Method>) {
+) -> (Vec<Spent>, Method) {
     let (start, end) = (start as f64, end as f64);
-    if tariff.series.is_none() {
-        let even = [Spent { joules, start, end }];
-        return (emissions::emissions_g(tariff, &even), Some(Method::Static));
+    if !tariff.varies() {
+        return (vec![Spent { joules, start, end }], Method::Static);
     }
     if let Some(pieces) = samples.and_then(|nodes| emissions::from_samples(joules, start, nodes)) {
-        return (
-            emissions::emissions_g(tariff, &pieces),
-            Some(Method::PowerSamples),
-        );
+        return (pieces, Method::PowerSamples);
     }
     let steps: Vec<Spent> = job
         .steps
@@ -400,8 +456,38 @@ fn job_emissions(
     } else {
         Method::Steps
     };
-    let pieces = emissions::from_steps(joules, start, end, &steps);
-    (emissions::emissions_g(tariff, &pieces), Some(method))
+    (emissions::from_steps(joules, start, end, &steps), method)
+}
+
+/// A run's emissions by scope: Scope 2 of its energy as `spent` (`None`: unknown), Scope 3
+/// of its `nodes` (a hostlist; `count` of them) over `elapsed_s`.
+fn by_scope(
+    tariff: &Tariff,
+    spent: Option<&[Spent]>,
+    nodes: &str,
+    count: u32,
+    elapsed_s: u64,
+) -> Scopes {
+    let scope2 = spent
+        .map(|pieces| emissions::scope2(tariff, pieces))
+        .unwrap_or_default();
+    let (scope3_embodied_g, classes) = if tariff.classes.is_empty() {
+        (None, Vec::new())
+    } else {
+        let names = hostlist::expand(nodes).unwrap_or_default();
+        scopes::embodied_g(
+            &tariff.classes,
+            &tariff.node_features,
+            &names,
+            elapsed_s as f64,
+        )
+    };
+    Scopes {
+        scope3_embodied_g,
+        node_hours: Some(f64::from(count) * elapsed_s as f64 / 3600.0),
+        node_class: (!classes.is_empty()).then(|| classes.join(",")),
+        ..scope2
+    }
 }
 
 /// A job without a recorded total (still running, or ended without one): as slurmctld

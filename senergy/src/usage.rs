@@ -7,6 +7,8 @@ use serde::Serialize;
 
 use crate::presence::Presence;
 use crate::report::JobReport;
+use crate::scopes::Scopes;
+use crate::site::Tariff;
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct UsageRow {
@@ -20,6 +22,8 @@ pub struct UsageRow {
     /// `None` when some job with energy has no emissions (no intensity for its hours).
     pub emissions_g: Option<f64>,
     pub cost: Option<f64>,
+    /// The jobs' emissions by scope, summed (`node_class` `None`).
+    pub emissions: Scopes,
 }
 
 impl UsageRow {
@@ -28,14 +32,21 @@ impl UsageRow {
         if job.data != Presence::Complete {
             self.jobs_incomplete += 1;
         }
+        let sum = |total: Option<f64>, part: Option<f64>| Some(total? + part?);
+        // a node's embodied emissions do not depend on its energy being known
+        let (e, part) = (&mut self.emissions, &job.emissions);
+        e.node_hours = sum(e.node_hours, part.node_hours);
+        e.scope3_embodied_g = sum(e.scope3_embodied_g, part.scope3_embodied_g);
         let Some(energy) = job.energy_j else {
             return;
         };
         self.energy_j += energy;
         self.kwh = self.energy_j as f64 / crate::carbon::JOULES_PER_KWH;
-        let sum = |total: Option<f64>, part: Option<f64>| Some(total? + part?);
         self.emissions_g = sum(self.emissions_g, job.emissions_g);
         self.cost = sum(self.cost, job.cost);
+        e.facility_energy_j = sum(e.facility_energy_j, part.facility_energy_j);
+        e.scope2_location_g = sum(e.scope2_location_g, part.scope2_location_g);
+        e.scope2_market_g = sum(e.scope2_market_g, part.scope2_market_g);
     }
 
     fn new(account: &str, user: &str) -> Self {
@@ -44,6 +55,14 @@ impl UsageRow {
             user: user.into(),
             emissions_g: Some(0.0),
             cost: Some(0.0),
+            emissions: Scopes {
+                facility_energy_j: Some(0.0),
+                scope2_location_g: Some(0.0),
+                scope2_market_g: Some(0.0),
+                scope3_embodied_g: Some(0.0),
+                node_hours: Some(0.0),
+                node_class: None,
+            },
             ..Self::default()
         }
     }
@@ -59,7 +78,7 @@ pub struct Usage {
 
 /// Sums the jobs that ended in `[start, end)` per account and user, ordered by account
 /// then user; running jobs are left for the period they end in.
-pub fn usage(jobs: &[JobReport], start: i64, end: i64, has_tariff: (bool, bool)) -> Usage {
+pub fn usage(jobs: &[JobReport], start: i64, end: i64, tariff: &Tariff) -> Usage {
     let mut rows: BTreeMap<(String, String), UsageRow> = BTreeMap::new();
     let mut total = UsageRow::new("", "");
     for job in jobs
@@ -73,13 +92,19 @@ pub fn usage(jobs: &[JobReport], start: i64, end: i64, has_tariff: (bool, bool))
     }
     let mut rows: Vec<UsageRow> = rows.into_values().collect();
     // without an intensity or a price there is no figure, not 0
-    let (intensity, price) = has_tariff;
     for row in rows.iter_mut().chain(std::iter::once(&mut total)) {
-        if !intensity {
-            row.emissions_g = None;
-        }
-        if !price {
-            row.cost = None;
+        let e = &mut row.emissions;
+        for (set, figure) in [
+            (tariff.location.is_set(), &mut row.emissions_g),
+            (tariff.price_per_kwh.is_some(), &mut row.cost),
+            (tariff.pue.is_set(), &mut e.facility_energy_j),
+            (tariff.location.is_set(), &mut e.scope2_location_g),
+            (tariff.market.is_set(), &mut e.scope2_market_g),
+            (!tariff.classes.is_empty(), &mut e.scope3_embodied_g),
+        ] {
+            if !set {
+                *figure = None;
+            }
         }
     }
     Usage {
@@ -93,9 +118,9 @@ pub fn usage(jobs: &[JobReport], start: i64, end: i64, has_tariff: (bool, bool))
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::carbon::Tariff;
     use crate::record::JobRow;
     use crate::report::job_report;
+    use crate::site::Tariff;
 
     fn job(id: u32, account: &str, user: &str, end: i64, tres: &str) -> JobReport {
         let row = JobRow {
@@ -125,7 +150,8 @@ mod tests {
             job(5, "a", "carol", 999, "3=999"), // before
             job(6, "b", "bob", 1200, "3=0"),   // no energy measured
         ];
-        let u = usage(&jobs, 1000, 2000, (true, true));
+        let tariff = Tariff::new(Some(400.0), None, Some(0.2), None).expect("valid");
+        let u = usage(&jobs, 1000, 2000, &tariff);
         let summary: Vec<_> = u
             .rows
             .iter()
@@ -151,7 +177,7 @@ mod tests {
         assert!((u.total.kwh - 3.5).abs() < 1e-12);
         assert!((u.total.emissions_g.expect("valid in this test") - 3.5 * 400.0).abs() < 1e-9);
         assert!((u.total.cost.expect("valid in this test") - 3.5 * 0.2).abs() < 1e-12);
-        let u = usage(&jobs, 1000, 2000, (false, false));
+        let u = usage(&jobs, 1000, 2000, &Tariff::default());
         assert_eq!((u.total.emissions_g, u.total.cost), (None, None));
     }
 }

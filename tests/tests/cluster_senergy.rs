@@ -546,3 +546,273 @@ fn without_slurm_conf_senergy_says_why_once_and_exits_5() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// senergy as MailProg: a job's end mail reaches the real mailer (a sink writing to a
+/// file) with its original body and the summary after it, whose energy is sacct's
+/// ConsumedEnergy and whose Scope 2 follows the site file's factors; its BEGIN mail
+/// passes unchanged. The job is an ordinary user's; slurmctld runs MailProg.
+#[test]
+fn end_of_job_mail_gets_the_summary_and_other_mails_pass_unchanged() {
+    let Some(tmp) =
+        root_test_dir("end_of_job_mail_gets_the_summary_and_other_mails_pass_unchanged")
+    else {
+        return;
+    };
+    let etc = tmp.path().join("etc-users");
+    etc_with_users(&etc);
+    let sink_out = tmp.path().join("mails.txt");
+    let sink = tmp.path().join("sink-mail");
+    fs::write(
+        &sink,
+        format!(
+            "#!/bin/sh\n{{ printf 'ARGS'; printf ' [%s]' \"$@\"; echo; cat; echo '--END--'; }} >> {}\n",
+            sink_out.display()
+        ),
+    )
+    .expect("sink");
+    let site = tmp.path().join("senergy.conf");
+    fs::write(
+        &site,
+        format!(
+            "carbon_intensity = 300\nmarket_intensity = 20\npue = 1.25\nprice_per_kwh = 0.2\n\
+             currency = \"EUR\"\nversion = \"mail-test\"\nmailer = \"{}\"\n",
+            sink.display()
+        ),
+    )
+    .expect("site file");
+    // slurmctld gives MailProg only the job's variables: the site's paths come from here
+    let mailprog = tmp.path().join("mailprog");
+    fs::write(
+        &mailprog,
+        format!(
+            "#!/bin/sh\nexport SLURM_CONF={} SENERGY_CONF={}\nexec {} \"$@\"\n",
+            tmp.path().join("cluster/etc/slurm.conf").display(),
+            site.display(),
+            senergy().display()
+        ),
+    )
+    .expect("mailprog");
+    for script in [&sink, &mailprog] {
+        let mut perms = fs::metadata(script).expect("script").permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        fs::set_permissions(script, perms).expect("chmod");
+    }
+    let extra = format!("MailProg={}\n", mailprog.display());
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: RAPL,
+            node_freq: 1,
+            jobacct_freq: 1,
+            sim_args: vec![Some(INTEL_SERVER)],
+            extra_conf: &extra,
+            etc_users: Some(&etc),
+            ..ClusterSpec::default()
+        },
+    );
+    cluster.sim(1).set(&["package0=150", "package1=30"]);
+    let alice = &USERS[0];
+    cluster.run(&["sacctmgr", "-i", "add", "account", alice.account]);
+    cluster.run(&[
+        "sacctmgr",
+        "-i",
+        "add",
+        "user",
+        alice.name,
+        &format!("account={}", alice.account),
+    ]);
+    let out = cluster.client(
+        Some((alice.uid, alice.uid)),
+        &cluster.dir.join("bin/sbatch"),
+        &[
+            "--parsable",
+            "-o",
+            "/dev/null",
+            "--chdir",
+            "/tmp",
+            "-A",
+            alice.account,
+            "-J",
+            "mailed",
+            "--mail-type=BEGIN,END",
+            "--mail-user=alice@example.org",
+            "--wrap",
+            "sleep 4",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let job: u32 = text
+        .trim()
+        .split(';')
+        .next()
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("sbatch: {text} {}", String::from_utf8_lossy(&out.stderr)));
+    cluster.wait_job(job, Duration::from_secs(120));
+    // slurmctld sends the END mail at the job's end; the summary waits for slurmdbd
+    let deadline = std::time::Instant::now() + Duration::from_secs(110);
+    let mails = loop {
+        let text = fs::read_to_string(&sink_out).unwrap_or_default();
+        if text.matches("--END--").count() >= 2 || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    println!("{mails}");
+    let mails: Vec<&str> = mails.split("--END--\n").filter(|m| !m.is_empty()).collect();
+    assert_eq!(mails.len(), 2, "a BEGIN and an END mail: {mails:?}");
+    let (begin, end) = (mails[0], mails[1]);
+    // BEGIN: the arguments and the (empty) body as slurmctld gave them
+    assert!(
+        begin.starts_with(&format!("ARGS [-s] [Slurm Job_id={job} Name=mailed Began")),
+        "{begin}"
+    );
+    assert!(begin.ends_with("] [alice@example.org]\n"), "{begin}");
+    assert_eq!(
+        begin.lines().count(),
+        1,
+        "the body passes unchanged (empty): {begin}"
+    );
+    // END: the same arguments, the summary after the (empty) body
+    assert!(
+        end.starts_with(&format!("ARGS [-s] [Slurm Job_id={job} Name=mailed Ended")),
+        "{end}"
+    );
+    assert!(
+        end.contains("] [alice@example.org]\nEnergy and emissions (senergy):\n"),
+        "{end}"
+    );
+    assert!(
+        end.contains(&format!("\nJob {job} (mailed) COMPLETED")),
+        "{end}"
+    );
+    let sacct = energy_of(&cluster.energy(job), &job.to_string());
+    assert!(sacct > 0.0, "the job measured energy");
+    let energy_line = end
+        .lines()
+        .find(|l| l.starts_with("  energy: "))
+        .unwrap_or_else(|| panic!("no energy line: {end}"));
+    assert!(
+        energy_line.ends_with(&format!(" kWh ({sacct:.0} J)")),
+        "summary {energy_line} != sacct {sacct} J"
+    );
+    let grams = |label: &str| -> f64 {
+        end.lines()
+            .find_map(|l| l.strip_prefix(&format!("  {label}: ")))
+            .and_then(|v| v.strip_suffix(" gCO2e"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {label}: {end}"))
+    };
+    let facility_kwh = sacct / 3.6e6 * 1.25;
+    // two decimals in the mail: within half a hundredth of a gram
+    assert!((grams("scope 2, location-based") - facility_kwh * 300.0).abs() <= 0.005);
+    assert!((grams("scope 2, market-based") - facility_kwh * 20.0).abs() <= 0.005);
+    assert!(
+        end.contains("factors: site file ") && end.contains("version mail-test"),
+        "{end}"
+    );
+
+    // the same factors in every report (issue 44, item 1): each scope per job and step
+    // (JSON, CSV, table) and per user and account (usage), each stamped with the site file
+    let site_arg = site.to_str().expect("path");
+    let id = job.to_string();
+    let report = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--config", site_arg]);
+        cluster.client(None, &senergy(), &all)
+    };
+    let near = |what: &str, got: &Value, want: f64| {
+        let got = f64_of(got);
+        assert!((got - want).abs() <= want * 1e-3, "{what}: {got} != {want}");
+    };
+    let stamped = |factors: &Value| {
+        assert_eq!(factors["site_file"], site_arg, "{factors}");
+        assert_eq!(factors["version"], "mail-test", "{factors}");
+        assert_eq!(factors["location_g_per_kwh"]["value_from"], "site file");
+        assert_eq!(factors["market_g_per_kwh"]["value"], 20.0);
+        assert_eq!(factors["pue"]["value"], 1.25);
+    };
+    let doc = json(&report(&["job", &id, "--json"]));
+    stamped(&doc["factors"]);
+    let j = &doc["jobs"][0];
+    let facility = |joules: f64| joules / 3.6e6 * 1.25;
+    near(
+        "job facility",
+        &j["emissions"]["facility_energy_j"],
+        sacct * 1.25,
+    );
+    near(
+        "job location",
+        &j["emissions"]["scope2_location_g"],
+        facility(sacct) * 300.0,
+    );
+    near(
+        "job market",
+        &j["emissions"]["scope2_market_g"],
+        facility(sacct) * 20.0,
+    );
+    for s in j["steps"].as_array().expect("steps") {
+        let Some(e) = s["energy_j"].as_u64().filter(|e| *e > 0) else {
+            continue;
+        };
+        let e = e as f64;
+        near(
+            "step location",
+            &s["emissions"]["scope2_location_g"],
+            facility(e) * 300.0,
+        );
+        near(
+            "step market",
+            &s["emissions"]["scope2_market_g"],
+            facility(e) * 20.0,
+        );
+    }
+    let csv = report(&["job", &id, "--csv"]);
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    let header: Vec<&str> = csv.lines().next().unwrap_or("").split(',').collect();
+    for column in [
+        "scope2_location_g",
+        "scope2_market_g",
+        "facility_energy_j",
+        "factors",
+    ] {
+        assert!(header.contains(&column), "{column}: {csv}");
+    }
+    assert!(
+        csv.lines().skip(1).all(|l| l.contains("version mail-test")),
+        "{csv}"
+    );
+    let table = report(&["job", &id]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("by scope: facility "), "{table}");
+    assert!(table.contains("factors: site file "), "{table}");
+    let window = ["--start", "2000-01-01", "--end", "2100-01-01"];
+    let usage = json(&report(&[&["usage", "--json"][..], &window[..]].concat()));
+    stamped(&usage["factors"]);
+    let row = usage["rows"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["user"] == alice.name))
+        .unwrap_or_else(|| panic!("no row of {}: {usage}", alice.name));
+    assert_eq!(row["account"], alice.account);
+    near(
+        "usage location",
+        &row["emissions"]["scope2_location_g"],
+        facility(sacct) * 300.0,
+    );
+    near(
+        "usage market",
+        &row["emissions"]["scope2_market_g"],
+        facility(sacct) * 20.0,
+    );
+    let csv = report(&[&["usage", "--csv"][..], &window[..]].concat());
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    assert!(
+        csv.lines().next().unwrap_or("").contains("scope2_market_g"),
+        "{csv}"
+    );
+    assert!(
+        csv.lines().skip(1).all(|l| l.contains("version mail-test")),
+        "{csv}"
+    );
+    let table = report(&[&["usage"][..], &window[..]].concat());
+    assert!(String::from_utf8_lossy(&table.stdout).contains("factors: site file "));
+}

@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use super::*;
+use crate::site::{SiteFile, Tariff};
 
 fn any_text() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -141,7 +142,7 @@ proptest! {
         if let Ok(site) = SiteFile::parse(Path::new("senergy.conf"), &text)
             && let Ok(t) = Tariff::new(site.carbon_intensity, None, site.price_per_kwh, site.currency)
         {
-            prop_assert!(t.intensity.is_none_or(|g| g.is_finite() && g >= 0.0));
+            prop_assert!(t.location.value.is_none_or(|g| g.is_finite() && g >= 0.0));
             prop_assert!(t.price_per_kwh.is_none_or(|p| p.is_finite() && p >= 0.0));
             prop_assert!(t.cost(3.6e6).is_none_or(|c| c.is_finite() && c >= 0.0));
         }

@@ -1,24 +1,9 @@
 use super::*;
+// the series are checked through the tariff, as reports use them
+use crate::site::Tariff;
 
 fn hourly(text: &str) -> Result<Intensities, TariffError> {
     Intensities::parse(Path::new("i.csv"), text)
-}
-
-#[test]
-fn static_intensity_and_price() {
-    let t =
-        Tariff::new(Some(350.0), None, Some(0.25), Some("EUR".into())).expect("valid in this test");
-    // 7.2 MJ = 2 kWh
-    assert_eq!(t.emissions_g(7.2e6, 0.0, 100.0), Some(700.0));
-    assert_eq!(t.cost(7.2e6), Some(0.5));
-    assert!(matches!(
-        Tariff::new(Some(1.4e307), None, None, None),
-        Err(TariffError::OutOfRange { .. })
-    ));
-    assert!(Tariff::new(Some(MAX_FIGURE), None, Some(MAX_FIGURE), None).is_ok());
-    let none = Tariff::default();
-    assert_eq!(none.emissions_g(7.2e6, 0.0, 100.0), None);
-    assert_eq!(none.cost(7.2e6), None);
 }
 
 #[test]
@@ -43,7 +28,10 @@ fn hourly_is_integrated_over_the_run() {
         None
     );
     let with_static = Tariff {
-        intensity: Some(500.0),
+        location: crate::scopes::Factor {
+            value: Some(500.0),
+            ..t.location.clone()
+        },
         ..t
     };
     let g = with_static
@@ -370,23 +358,4 @@ fn malformed_rte_xls_names_the_line() {
             other => panic!("{rows:?}: {other:?}"),
         }
     }
-}
-
-#[test]
-fn site_file_keys() {
-    let f = SiteFile::parse(
-        Path::new("s.conf"),
-        "carbon_intensity = 350\nprice_per_kwh = 0.25\ncurrency = \"EUR\"\n",
-    )
-    .expect("valid in this test");
-    assert_eq!(f.carbon_intensity, Some(350.0));
-    assert_eq!(f.currency.as_deref(), Some("EUR"));
-    let e = SiteFile::parse(Path::new("s.conf"), "carbon_intensty = 3\n")
-        .expect_err("invalid in this test");
-    assert!(e.to_string().contains("carbon_intensty"), "{e}");
-    let e = SiteFile::parse(Path::new("s.conf"), "price_per_kwh = \"cheap\"\n")
-        .expect_err("invalid in this test");
-    assert!(e.to_string().contains("price_per_kwh"), "{e}");
-    assert!(Tariff::new(Some(-1.0), None, None, None).is_err());
-    assert!(Tariff::new(None, None, Some(f64::NAN), None).is_err());
 }

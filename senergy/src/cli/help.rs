@@ -26,6 +26,9 @@ EXAMPLES
         Both jobs as JSON, for a script (its fields: docs/senergy.md, \"JSON schema\").
     senergy job 1234 --carbon-intensity 350 --price 0.25 --currency EUR
         Also its emissions at 350 gCO2e per kWh and its cost at 0.25 EUR per kWh.
+    senergy job 1234 --carbon-intensity 250 --market-intensity 0 --pue 1.1
+        Its emissions by scope: Scope 2 location-based at 250 and market-based at 0
+        gCO2e/kWh, both on the facility's energy (1.1 times the IT energy).
     senergy job 1234 --plot job.svg
         Draws its power over time on each node into job.svg (from Prometheus; without it,
         its steps' and nodes' energy as bars).
@@ -75,12 +78,25 @@ EMISSIONS AND COST
         price_per_kwh = 0.25
         currency = \"EUR\"
         prometheus_url = \"http://prometheus:9090\"   # as --prometheus (job only)
+        version = \"2026-11\"                         # stamped in every report
+        market_intensity = 0                         # as --market-intensity
+        pue = 1.1                                    # as --pue (pue_csv: a series)
+        [[node_class]]                               # Scope 3, embodied
+        name = \"standard\"
+        nodes = \"n[0001-5860]\"                     # or features = [\"a100\"]
+        embodied_kgco2e = 1249.1
+        lifetime_years = 6
+        utilisation = 1.0
     A series (--carbon-csv) is a CSV of time,g_co2e_per_kwh (unix seconds or RFC 3339) at
     any interval, or an Electricity Maps or RTE eCO2mix export as downloaded; a time it
     does not cover takes the static intensity. With a series, each piece of a job's energy
     takes the intensity of its time: from Prometheus's samples of the job's energy (job
     --prometheus), else from its steps, else spread evenly over its run (the report says
-    which). docs/senergy.md, \"Emissions and cost\", has the details.
+    which). By scope: Scope 2 location-based (--carbon-intensity) and market-based
+    (--market-intensity, --market-csv), on the facility's energy (IT x --pue, --pue-csv);
+    Scope 3 embodied per node-hour: embodied / (lifetime hours x utilisation) of each
+    node's class. Every report ends with the factors it used and where they came from.
+    docs/senergy.md, \"Emissions and cost\", has the details.
 ";
 
 /// `senergy job --help`, below its options.

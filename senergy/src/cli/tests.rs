@@ -222,6 +222,7 @@ struct Files {
     empty: String,
     site: String,
     series: String,
+    pue_series: String,
 }
 
 fn files() -> Files {
@@ -237,11 +238,13 @@ fn files() -> Files {
         "carbon_intensity = 123\nprice_per_kwh = 0.5\ncurrency = \"CHF\"\n",
     );
     let series = write("grid.csv", "time,g\n2026-01-01T00:00:00Z,300\n");
+    let pue_series = write("pue.csv", "time,pue\n2026-01-01T00:00:00Z,1.3\n");
     Files {
         _dir: dir,
         empty,
         site,
         series,
+        pue_series,
     }
 }
 
@@ -252,6 +255,7 @@ fn plan_of(args: &[&str]) -> String {
         Command::Job(a) => a.plan().map(|p| format!("{p:?}")),
         Command::Usage(a) => a.plan(NOW).map(|p| format!("{p:?}")),
         Command::Check(a) => a.plan().map(|p| format!("{p:?}")),
+        Command::Mail(a) => Ok(format!("{:?}", a.args)),
     };
     plan.unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
@@ -266,10 +270,16 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         ("plot", vec!["--plot", "job.png"]),
         ("json", vec!["--json"]),
         ("csv", vec!["--csv"]),
+        ("summary", vec!["--summary"]),
+        ("wait", vec!["--wait", "30"]),
         ("carbon_intensity", vec!["--carbon-intensity", "350"]),
         ("carbon_csv", vec!["--carbon-csv", &f.series]),
         ("price", vec!["--price", "0.25"]),
         ("currency", vec!["--currency", "EUR"]),
+        ("market_intensity", vec!["--market-intensity", "0"]),
+        ("market_csv", vec!["--market-csv", &f.series]),
+        ("pue", vec!["--pue", "1.2"]),
+        ("pue_csv", vec!["--pue-csv", &f.pue_series]),
         ("prometheus", vec!["--prometheus", "http://prometheus:9090"]),
         ("start", vec!["--start", "2026-11-01"]),
         ("end", vec!["--end", "2026-12-01"]),
@@ -312,8 +322,9 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
             tried += 1;
         }
     }
-    // job 10 (jobs, plot, json, csv, config, four figures, prometheus), usage 11, check 3
-    assert_eq!(tried, 24);
+    // job 16 (jobs, plot, json, csv, summary, wait, config, eight figures, prometheus),
+    // usage 15, check 3
+    assert_eq!(tried, 34);
 }
 
 #[test]

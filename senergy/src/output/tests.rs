@@ -1,4 +1,6 @@
+use super::csv_lines::text;
 use super::*;
+use crate::scopes::Scopes;
 
 /// Every field of the JSON is a column of the CSV, with the same value.
 #[test]
@@ -18,6 +20,7 @@ fn the_csv_carries_the_jsons_fields() {
     let row = JobRow {
         job_id: 7,
         array: Some((5, 2)),
+        het: None,
         name: "sim".into(),
         user: "alice".into(),
         account: "physics".into(),
@@ -53,8 +56,11 @@ fn the_csv_carries_the_jsons_fields() {
         r[k].to_string()
     };
     let job = &json["jobs"][0];
-    for (name, value) in job.as_object().expect("job") {
-        if name == "steps" {
+    // the emissions object's fields are columns of their own
+    let by_scope = job["emissions"].as_object().expect("emissions").clone();
+    assert_eq!(by_scope.len(), 6, "{by_scope:?}");
+    for (name, value) in job.as_object().expect("job").iter().chain(&by_scope) {
+        if name == "steps" || name == "emissions" {
             continue;
         }
         let want = match value {
@@ -142,12 +148,14 @@ fn jobs_csv_neutralises_formulas_not_numbers() {
                       running,start,end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,\
                       per_node_avg_j,max_watts,min_node,min_node_energy_j,max_node,\
                       max_node_energy_j,node_energy,emissions_g,emissions_method,cost,\
-                      currency,data,source,method,avg_watts_bound_pct\n";
+                      currency,data,source,method,avg_watts_bound_pct,facility_energy_j,\
+                      scope2_location_g,scope2_market_g,scope3_embodied_g,node_hours,\
+                      node_class,factors,het_job_id,het_job_offset\n";
     let job = "7,7,,,,\"'=HYPERLINK(\"\"http://example.com\"\",\"\"x\"\")\",'@evil,'-1+2,\
                    COMPLETED,false,100,160,60,1,'\tn1,600,0.000166667,-3.500,600.000,\
-                   ,,,,,,,,,,complete,,,1.695\n";
+                   ,,,,,,,,,,complete,,,1.695,,,,,0.016667,,,,\n";
     let step = "7,7,0,,,'+sum,'@evil,'-1+2,COMPLETED,,,,60,1,\"'\rn1\",600,0.000166667,\
-                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,,1.695\n";
+                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,,1.695,,,,,0.016667,,,,\n";
     assert_eq!(text, format!("{header}{job}{step}"));
 }
 
@@ -160,7 +168,9 @@ fn jobs_csv_without_jobs_is_its_header() {
         "job_id,id,step,array_job_id,array_task_id,name,user,account,state,running,start,\
              end,elapsed_s,nodes,node_list,energy_j,kwh,avg_watts,per_node_avg_j,max_watts,\
              min_node,min_node_energy_j,max_node,max_node_energy_j,node_energy,emissions_g,\
-             emissions_method,cost,currency,data,source,method,avg_watts_bound_pct\n"
+             emissions_method,cost,currency,data,source,method,avg_watts_bound_pct,\
+             facility_energy_j,scope2_location_g,scope2_market_g,scope3_embodied_g,\
+             node_hours,node_class,factors,het_job_id,het_job_offset\n"
     );
 }
 
@@ -177,6 +187,7 @@ fn usage_csv_neutralises_formulas_not_numbers() {
         kwh: 1.0,
         emissions_g: Some(-3.5),
         cost: Some(-0.5),
+        emissions: Scopes::default(),
     };
     let usage = Usage {
         start: 0,
@@ -187,10 +198,12 @@ fn usage_csv_neutralises_formulas_not_numbers() {
     let tariff = Tariff::new(None, None, None, Some("EUR".into())).expect("tariff");
     assert_eq!(
         usage_csv(&usage, &tariff),
-        "account,user,jobs,jobs_incomplete,energy_j,kwh,emissions_g,cost,currency\n\
-             '@evil,'\tbob,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR\n\
-             physics,alice,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR\n\
-             (all),(all),2,0,3600000,1.000000000,-3.500000,-0.500000,EUR\n"
+        "account,user,jobs,jobs_incomplete,energy_j,kwh,emissions_g,cost,currency,\
+             facility_energy_j,scope2_location_g,scope2_market_g,scope3_embodied_g,\
+             node_hours,node_class,factors\n\
+             '@evil,'\tbob,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,\n\
+             physics,alice,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,\n\
+             (all),(all),2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,\n"
     );
 }
 
@@ -343,6 +356,7 @@ fn the_tables_send_no_control_character() {
             kwh: 0.0,
             emissions_g: None,
             cost: None,
+            emissions: Scopes::default(),
         }],
         total: UsageRow::default(),
     };

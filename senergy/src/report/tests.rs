@@ -301,3 +301,52 @@ fn array_elements_are_named_like_sacct() {
     assert_eq!(r.id, "40_2");
     assert_eq!((r.array_job_id, r.array_task_id), (Some(40), Some(2)));
 }
+
+/// At a job's END mail slurmctld has recorded the energy of the steps ended so far; the
+/// extern step ends in the job's cleanup and slurmctld records the job's energy again
+/// (724 J, then 734 J, on a 22.05 cluster). Only then is the figure final.
+#[test]
+fn a_job_is_settled_once_its_record_holds_every_steps_energy() {
+    let ended = |id: u32, joules: u64, end: i64| StepRow {
+        end,
+        state: if end > 0 {
+            job_states::JOB_COMPLETE
+        } else {
+            job_states::JOB_RUNNING
+        },
+        ..step(id, "n1", 1, [""; 6], joules)
+    };
+    let t = 1_735_689_660;
+    let at_end_mail = job(
+        vec![ended(BATCH_STEP, 724, t), ended(EXTERN_STEP, 0, 0)],
+        "1=1,3=724",
+        job_states::JOB_COMPLETE,
+    );
+    assert!(!settled(&at_end_mail), "the extern step still runs");
+    let extern_ended = job(
+        vec![ended(BATCH_STEP, 724, t), ended(EXTERN_STEP, 734, t + 1)],
+        "1=1,3=724",
+        job_states::JOB_COMPLETE,
+    );
+    assert!(
+        !settled(&extern_ended),
+        "the job's record lags its extern step"
+    );
+    let final_record = job(
+        vec![ended(BATCH_STEP, 724, t), ended(EXTERN_STEP, 734, t + 1)],
+        "1=1,3=734",
+        job_states::JOB_COMPLETE,
+    );
+    assert!(settled(&final_record));
+    let running = job(vec![], "1=1", job_states::JOB_RUNNING);
+    assert!(!settled(&running));
+    let no_energy = job(
+        vec![ended(BATCH_STEP, NO_VAL64, t)],
+        "1=1",
+        job_states::JOB_COMPLETE,
+    );
+    assert!(
+        !settled(&no_energy),
+        "waits for a figure, then reports without one"
+    );
+}
