@@ -10,6 +10,17 @@ use crate::scopes::{self, Scopes};
 use crate::site::Tariff;
 use crate::usage::{Usage, UsageRow};
 
+/// A figure with at least `decimals` decimals and, below 1, enough for three significant
+/// digits: a job's cost of 0.0000123 EUR must not read as 0.
+pub fn amount(v: f64, decimals: usize) -> String {
+    let needed = if v != 0.0 && v.is_finite() && v.abs() < 1.0 {
+        (2.0 - v.abs().log10().floor()).clamp(0.0, 12.0) as usize
+    } else {
+        0
+    };
+    format!("{v:.*}", decimals.max(needed))
+}
+
 mod csv_lines;
 pub use csv_lines::{jobs_csv, usage_csv};
 
@@ -220,7 +231,7 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
         }
         if let Some(c) = j.cost {
             money.push(
-                format!("cost {c:.4} {}", tariff.currency)
+                format!("cost {} {}", amount(c, 4), tariff.currency)
                     .trim_end()
                     .to_string(),
             );

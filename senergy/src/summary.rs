@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use crate::carbon::JOULES_PER_KWH;
-use crate::output::{duration, shown};
+use crate::output::{amount, duration, shown};
 use crate::report::JobReport;
 use crate::site::Tariff;
 
@@ -126,7 +126,7 @@ fn energy_text(joules: f64) -> String {
 }
 
 fn grams(g: f64) -> String {
-    format!("{g:.2} gCO2e")
+    format!("{} gCO2e", amount(g, 2))
 }
 
 /// The energy, emissions and cost lines of a whole.
@@ -143,7 +143,11 @@ fn figures(t: &mut String, members: &[&JobReport], tariff: &Tariff) {
     match tariff.price_per_kwh {
         Some(_) => {
             let currency = tariff.currency.clone();
-            let money = move |c: f64| format!("{c:.4} {currency}").trim_end().to_string();
+            let money = move |c: f64| {
+                format!("{} {currency}", amount(c, 4))
+                    .trim_end()
+                    .to_string()
+            };
             let _ = writeln!(t, "  cost: {}", shown_total(members, |j| j.cost, money));
         }
         None => {
@@ -186,7 +190,11 @@ fn element(job: &JobReport, tariff: &Tariff) -> String {
     if tariff.price_per_kwh.is_some() {
         let c = job
             .cost
-            .map(|c| format!("{c:.4} {}", tariff.currency).trim_end().to_string())
+            .map(|c| {
+                format!("{} {}", amount(c, 4), tariff.currency)
+                    .trim_end()
+                    .to_string()
+            })
             .unwrap_or_else(|| NOT_RECORDED.into());
         parts.push(format!("cost {c}"));
     }

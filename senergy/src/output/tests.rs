@@ -368,3 +368,14 @@ fn the_tables_send_no_control_character() {
     assert!(table.contains("\\x1b[31mphysics  bob\\n "), "{table}");
     assert_eq!(table.lines().count(), 4, "{table}");
 }
+
+/// A small figure keeps three significant digits; a large one its usual decimals.
+#[test]
+fn a_small_figure_is_never_shown_as_zero() {
+    assert_eq!(amount(0.5, 4), "0.5000");
+    assert_eq!(amount(0.0000123456, 4), "0.0000123");
+    assert_eq!(amount(0.00012, 4), "0.000120");
+    assert_eq!(amount(600.0, 2), "600.00");
+    assert_eq!(amount(0.0123, 2), "0.0123");
+    assert_eq!(amount(0.0, 4), "0.0000");
+}
