@@ -1117,7 +1117,7 @@ fn a_held_gpu_none_of_its_processes_used_is_idle_held() {
     }
     for ledger in [
         ledger.clone(),
-        Ledger::parse(ledger.to_text().as_bytes()).unwrap(),
+        Ledger::parse(ledger.to_text().as_bytes()).expect("the ledger read back"),
     ] {
         let view = ledger.jobs().next().expect("job 1");
         let b = view.breakdown();
