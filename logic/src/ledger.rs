@@ -20,11 +20,13 @@ pub mod doorbell;
 mod file;
 mod floor;
 mod keeper;
+mod parts;
 mod reader;
 
 pub use file::Refused;
 pub use floor::SUSTAIN as STATIC_POWER_SUSTAIN_SECS;
 pub use keeper::{Keeper, Publisher};
+pub use parts::{Breakdown, IdleHeld, REST as REST_PART};
 pub use reader::StepFigure;
 
 use crate::accounting::PowerWindow;
@@ -35,6 +37,7 @@ use crate::replace::{Access, replace};
 use crate::source::HardwareCount;
 use crate::trusted_dir::{self, DirError, NO_WRITE};
 use floor::Floor;
+use parts::PartValues;
 
 /// How old the ledger may get while slurmd samples normally.
 pub const LEDGER_PERIOD: Duration = Duration::from_secs(1);
@@ -173,6 +176,7 @@ struct Job {
     /// The devices it has held (by position): a device it holds anew is charged what
     /// nobody got of it since the job began.
     held: BTreeSet<u32>,
+    breakdown: Breakdown,
 }
 
 impl Job {
@@ -204,7 +208,7 @@ impl Job {
     }
 
     /// Charges its step `id` (of `o`, as observed) `joules` of the interval `(began,
-    /// now)`; a step first seen counts from its start.
+    /// now)`; a step first seen counts from its start. Returns the step, for its parts.
     fn charge_step(
         &mut self,
         o: &ObservedJob,
@@ -212,7 +216,7 @@ impl Job {
         joules: f64,
         (began, now): (f64, f64),
         settled: bool,
-    ) {
+    ) -> &mut Step {
         let started = o.steps.iter().find(|s| s.id == id).and_then(|s| s.started);
         let step = self.steps.entry(id).or_insert_with(|| Step {
             account: Account::since(started.map_or(now, unix).min(now)),
@@ -220,6 +224,7 @@ impl Job {
         });
         step.rate
             .charge(&mut step.account, began, now, joules, settled);
+        step
     }
 }
 
@@ -244,6 +249,16 @@ impl JobView<'_> {
     pub fn steps(&self) -> impl Iterator<Item = (StepId, Account)> + '_ {
         self.job.steps.iter().map(|(&id, s)| (id, s.account))
     }
+
+    /// Its energy by part and what it held idle ([`parts`]).
+    pub fn breakdown(&self) -> &Breakdown {
+        &self.job.breakdown
+    }
+
+    /// Its step `id`'s energy by part and what it held idle.
+    pub fn step_breakdown(&self, id: StepId) -> Option<&Breakdown> {
+        self.job.steps.get(&id).map(|s| &s.breakdown)
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -253,6 +268,7 @@ struct Step {
     rate: Rate,
     /// Unix time of the last sample that saw it running.
     last_seen: f64,
+    breakdown: Breakdown,
 }
 
 /// The power of an account, published with its figure: over a window of at least a second
@@ -391,6 +407,9 @@ pub struct Ledger {
     /// each step reads its figure as the slurmd that writes the ledger splits, whatever the
     /// acct_gather.conf it read itself says. Empty in a ledger of before.
     split: String,
+    /// The parts' values at this process's last sample ([`parts`]; not kept: the meter
+    /// restarts with it, and the first interval after is of unknown parts).
+    part_values: Option<PartValues>,
 }
 
 /// What the ledger keeps of one device between samples.
@@ -533,6 +552,7 @@ impl Ledger {
             self.devices.entry(d.position).or_default().last_uj = Some(d.energy_uj);
         }
         self.parts.clone_from(&obs.parts);
+        self.part_values = Some(PartValues::of(obs));
         // only a job seen now: one that left keeps the steps it had, with it, for its
         // slurmstepds' last reads
         for o in &obs.jobs {
@@ -595,6 +615,10 @@ impl Ledger {
                                 // a ledger written before steps were dated: seen with their job
                                 last_seen: s.last_seen.unwrap_or(j.last_seen),
                                 usage_ns: s.usage_ns,
+                                breakdown: Breakdown {
+                                    parts: s.parts,
+                                    idle_held: s.idle_held,
+                                },
                                 ..Step::default()
                             };
                             (StepId(s.step), step)
@@ -605,6 +629,10 @@ impl Ledger {
                         steps,
                         last_seen: j.last_seen,
                         usage_ns: j.usage_ns,
+                        breakdown: Breakdown {
+                            parts: j.parts,
+                            idle_held: j.idle_held,
+                        },
                         ..Job::default()
                     };
                     (j.job, job)

@@ -14,7 +14,7 @@ use support::check::{Tools, assert_pair, compare_on};
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark, phase_commands};
 use support::gpu_cluster::{
     GpuUse, MINORS, Sharing, device_files, each_job_its_own_gpu_whatever_its_environment,
-    minor_set_to, shared_gpu, two_gpu_cluster,
+    minor_set_to, shared_gpu, two_gpu_cluster, two_gpu_cluster_with,
 };
 use support::*;
 
@@ -495,4 +495,75 @@ fn stacked_with_rapl_in_shared_mode_a_job_gets_its_cpu_share_and_its_gpus() {
             0.01,
         );
     }
+}
+
+/// Issue 44: a job holding both GPUs whose processes use only the first (GRES 0, GPU 3 at
+/// 200 W, 80% SM) while the second (GPU 5) draws 90 W: the metrics file's idle-held GPU
+/// figure of the job is GPU 5's energy over the job as the stand-in counted it (1%), its
+/// parts (one per GPU, by NVML's order: gpu0 is GPU 5) add up to its energy (0.1%), and
+/// that energy is what sacct shows (0.5%).
+#[test]
+fn a_job_holding_two_gpus_using_one_holds_the_other_idle() {
+    let Some(tmp) = root_test_dir("a_job_holding_two_gpus_using_one_holds_the_other_idle") else {
+        return;
+    };
+    let fake = FakeGpus::new(Vendor::Nvidia, &MINORS);
+    let file = tmp.path().join("slurm_energy.prom");
+    let cluster = two_gpu_cluster_with(
+        tmp.path(),
+        &fake,
+        &format!("EnergyMetricsFile={}\n", file.display()),
+    );
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH --gres=gpu:2\nsrun -n1 sh -c '{}; {}; {}; sleep 20; {}; {}'\n",
+        fake.use_gpu_command(&[3, 5], 80),
+        fake.set_power_command("3", 200.0),
+        fake.set_power_command("5", 90.0),
+        fake.set_power_command("5", 0.0),
+        fake.set_power_command("3", 0.0),
+    ));
+    cluster.wait_job(job, Duration::from_secs(120));
+    let end = now_ns();
+    let text = std::fs::read_to_string(&file).expect("the metrics file");
+    let series = |name: &str, label: &str| -> Vec<(String, f64)> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter(|l| l.contains(&format!("jobid=\"{job}\"")))
+            .filter_map(|l| {
+                let (labels, value) = l.rsplit_once(' ')?;
+                let at = labels.find(&format!("{label}=\""))? + label.len() + 2;
+                let tag = labels[at..].split('"').next()?.to_string();
+                Some((tag, value.parse().ok()?))
+            })
+            .collect()
+    };
+    let total = series("slurm_energy_job_joules_total", "jobid");
+    let parts = series("slurm_energy_job_part_joules_total", "part");
+    let idle = series("slurm_energy_job_idle_held_joules_total", "kind");
+    println!("job {job}: total {total:?}, parts {parts:?}, idle-held {idle:?}");
+    let total = total.first().expect("the job's energy").1;
+    let idle_gpu = idle
+        .iter()
+        .find(|(k, _)| k == "gpu")
+        .expect("the job's idle-held GPUs")
+        .1;
+    let (used, unused) = (fake.truth(3, end), fake.truth(5, end));
+    println!(
+        "stand-in: GPU 3 (used) {used:.1} J, GPU 5 (held idle) {unused:.1} J; \
+         metrics: idle-held {idle_gpu:.1} J ({:+.3}%), parts sum {:.1} J of {total:.1} J",
+        100.0 * (idle_gpu - unused) / unused,
+        parts.iter().map(|(_, j)| j).sum::<f64>()
+    );
+    assert_close("the idle-held GPU", idle_gpu, unused, 0.01);
+    let part = |name: &str| parts.iter().find(|(p, _)| p == name).map(|(_, j)| *j);
+    assert_close("gpu0 (GPU 5)", part("gpu0").expect("gpu0"), unused, 0.01);
+    assert_close("gpu1 (GPU 3)", part("gpu1").expect("gpu1"), used, 0.01);
+    assert_close(
+        "the job's parts",
+        parts.iter().map(|(_, j)| j).sum(),
+        total,
+        0.001,
+    );
+    let rows = cluster.energy(job);
+    assert_close("sacct", energy_of(&rows, &job.to_string()), total, 0.005);
 }

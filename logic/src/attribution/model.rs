@@ -38,6 +38,27 @@ pub struct Interval {
 /// piece split by [`split_node`] among the jobs present in it; a piece with no job in it is
 /// nobody's. A job's CPU time is spread evenly over its part of the interval.
 pub fn split_interval(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
+    split_pieces(interval, jobs, split_node)
+}
+
+/// Each job's part of the interval's static energy, as [`split_interval`] charges it: cut at
+/// the same arrivals, each piece's static part (`min(dE, P_static * dt)`) by what the jobs
+/// present in it hold. What a job was charged for holding, used or not (the ledger's
+/// idle-held CPUs).
+pub fn static_shares(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
+    split_pieces(interval, jobs, |joules, secs, static_watts, jobs| {
+        let static_j = static_part(joules, secs, static_watts);
+        holdings(jobs).iter().map(|h| h * static_j).collect()
+    })
+}
+
+/// The interval cut at the jobs' arrivals, each piece given by `split` (its energy, length
+/// and static power, and the jobs present in it) to the jobs present in it.
+fn split_pieces(
+    interval: &Interval,
+    jobs: &[JobUse],
+    split: impl Fn(f64, f64, f64, &[JobUse]) -> Vec<f64>,
+) -> Vec<f64> {
     let secs = interval.secs;
     let mut shares = vec![0.0; jobs.len()];
     if jobs.is_empty() || secs <= 0.0 {
@@ -80,10 +101,9 @@ pub fn split_interval(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
                 }
             })
             .collect();
-        for (&i, share) in
-            present
-                .iter()
-                .zip(split_node(energy, *len, interval.static_watts, &uses))
+        for (&i, share) in present
+            .iter()
+            .zip(split(energy, *len, interval.static_watts, &uses))
         {
             shares[i] += share;
         }
@@ -119,7 +139,7 @@ fn split_static_dynamic(
     held: &[f64],
     used: &[f64],
 ) -> Vec<f64> {
-    let static_j = joules.min(static_watts.max(0.0) * secs.max(0.0)).max(0.0);
+    let static_j = static_part(joules, secs, static_watts);
     let dynamic_j = joules - static_j;
     let used: Vec<f64> = used.iter().map(|u| u.max(0.0)).collect();
     let used = normalized(&used).unwrap_or_else(|| held.to_vec());
@@ -127,6 +147,11 @@ fn split_static_dynamic(
         .zip(&used)
         .map(|(h, u)| h * static_j + u * dynamic_j)
         .collect()
+}
+
+/// The static part of `joules` spent over `secs`: what `static_watts` explains of it.
+fn static_part(joules: f64, secs: f64, static_watts: f64) -> f64 {
+    joules.min(static_watts.max(0.0) * secs.max(0.0)).max(0.0)
 }
 
 /// What one user of a shared device (a GPU) holds of it and used of it over one interval.

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::parts::{Composition, IdleHeld, device_part};
 use super::{
     Job, Ledger, MAX_GAP, Observation, ObservedJob, Piece, RUN_SLACK, Split, floor, keep_recent,
     unix,
@@ -11,7 +12,7 @@ use super::{
 use crate::attribution::StepId;
 use crate::attribution::holders::ObservedDevice;
 use crate::attribution::model::{
-    DeviceUse, Interval, JobUse, StepUse, split_device, split_interval, split_job,
+    DeviceUse, Interval, JobUse, StepUse, split_device, split_interval, split_job, static_shares,
 };
 use crate::source::bridge;
 
@@ -117,8 +118,12 @@ impl Ledger {
                 step.account.watts = 0.0;
             }
         }
+        let composition = match split {
+            Split::Devices { .. } => Composition::unknown(),
+            Split::Node | Split::Shared { .. } => self.composition(obs, joules),
+        };
         let idle_watts = match split {
-            Split::Node => return self.charge_whole(obs, (began, now), joules),
+            Split::Node => return self.charge_whole(obs, (began, now), joules, &composition),
             Split::Devices { idle_watts } => {
                 return self.charge_devices(obs, (began, now), idle_watts);
             }
@@ -149,6 +154,7 @@ impl Ledger {
             });
         }
         let mut shares = split_interval(&interval, &uses);
+        let statics = static_shares(&interval, &uses);
         self.charge_late_arrivals(&uses, &mut shares, began);
         self.unassigned.push_back(Piece {
             from: began,
@@ -156,10 +162,19 @@ impl Ledger {
             joules: (joules - shares.iter().sum::<f64>()).max(0.0),
         });
         keep_recent(&mut self.unassigned, now);
-        for (o, share) in present.into_iter().zip(shares) {
+        for (((o, share), static_j), used) in
+            present.into_iter().zip(shares).zip(statics).zip(&uses)
+        {
             let job = self.jobs.entry(o.job).or_insert_with(|| Job::new(o, now));
             job.rate
                 .charge(&mut job.account, began, now, share, obs.settled);
+            job.breakdown.charge(share, &composition);
+            // its static share over the CPU time it held and did not use
+            let held_secs = f64::from(used.cpus) * (secs - used.arrived.clamp(0.0, secs));
+            if held_secs > 0.0 {
+                let unused = (1.0 - used.cpu_secs / held_secs).clamp(0.0, 1.0);
+                IdleHeld::add(&mut job.breakdown.idle_held.cpu, static_j * unused);
+            }
             let mut ids = Vec::new();
             let mut steps = Vec::new();
             for s in &o.steps {
@@ -185,7 +200,9 @@ impl Ledger {
                 });
             }
             for (id, joules) in ids.into_iter().zip(split_job(share, &steps)) {
-                job.charge_step(o, id, joules, (began, now), obs.settled);
+                job.charge_step(o, id, joules, (began, now), obs.settled)
+                    .breakdown
+                    .charge(joules, &composition);
             }
         }
     }
@@ -194,7 +211,13 @@ impl Ledger {
     /// the whole interval, or the part since its start within it; one found after its start
     /// also the node's energy between ([`Self::recent`]). One whose start is unknown counts
     /// from its next interval.
-    fn charge_whole(&mut self, obs: &Observation, (began, now): (f64, f64), joules: f64) {
+    fn charge_whole(
+        &mut self,
+        obs: &Observation,
+        (began, now): (f64, f64),
+        joules: f64,
+        composition: &Composition,
+    ) {
         let secs = now - began;
         let recent = &self.recent;
         let since = |known: bool, started: Option<f64>| match started {
@@ -226,8 +249,11 @@ impl Ledger {
             let job = self.jobs.entry(o.job).or_insert_with(|| Job::new(o, now));
             job.rate
                 .charge(&mut job.account, began, now, joules, obs.settled);
+            job.breakdown.charge(joules, composition);
             for (id, joules) in steps {
-                job.charge_step(o, id, joules, (began, now), obs.settled);
+                job.charge_step(o, id, joules, (began, now), obs.settled)
+                    .breakdown
+                    .charge(joules, composition);
             }
         }
     }
@@ -273,8 +299,11 @@ impl Ledger {
         idle_watts: Option<f64>,
     ) {
         let secs = now - began;
-        // each job's joules on each device
-        let mut parts: BTreeMap<(u32, u32), f64> = BTreeMap::new();
+        // each job's joules on each device (or instance), and whether none of its
+        // processes used it
+        let mut parts: BTreeMap<(u32, u32), (f64, bool)> = BTreeMap::new();
+        // each instance's GPU
+        let mut gpu_of: BTreeMap<u32, u32> = BTreeMap::new();
         for d in &obs.devices {
             let state = self.devices.entry(d.position).or_default();
             let Some(last) = state.last_uj else { continue };
@@ -318,34 +347,40 @@ impl Ledger {
                     .collect()
             };
             for (position, joules, static_watts) in pieces {
-                for (job, part) in
+                gpu_of.insert(position, d.position);
+                for (job, part, idle) in
                     self.charge_piece(obs, d, position, (began, now), joules, static_watts)
                 {
-                    parts.insert((job, position), part);
+                    parts.insert((job, position), (part, idle));
                 }
             }
         }
         for o in &obs.jobs {
             let job = self.jobs.entry(o.job).or_insert_with(|| Job::new(o, now));
-            let held: f64 = parts
+            let own: Vec<(u32, f64, bool)> = parts
                 .range((o.job, 0)..=(o.job, u32::MAX))
-                .map(|(_, j)| j)
-                .sum();
+                .map(|(&(_, p), &(j, idle))| (p, j, idle))
+                .collect();
+            let held: f64 = own.iter().map(|(_, j, _)| j).sum();
             job.rate
                 .charge(&mut job.account, began, now, held, obs.settled);
+            let gpu = |p: u32| device_part(gpu_of.get(&p).copied().unwrap_or(p));
+            charge_devices_parts(&mut job.breakdown, &own, gpu);
             for s in &o.steps {
                 job.held.extend(s.holds.iter().map(|(p, _)| *p));
                 // the extern step is the job's container (with PrologFlags=Contain its
                 // figure is the job's in accounting): all the job's devices
-                let joules = if s.id == StepId::EXTERN {
-                    held
+                let mine: Vec<(u32, f64, bool)> = if s.id == StepId::EXTERN {
+                    own.clone()
                 } else {
-                    s.holds
-                        .iter()
-                        .filter_map(|(p, _)| parts.get(&(o.job, *p)))
-                        .sum()
+                    own.iter()
+                        .filter(|(p, _, _)| s.holds.iter().any(|(h, _)| h == p))
+                        .copied()
+                        .collect()
                 };
-                job.charge_step(o, s.id, joules, (began, now), obs.settled);
+                let joules = mine.iter().map(|(_, j, _)| j).sum();
+                let step = job.charge_step(o, s.id, joules, (began, now), obs.settled);
+                charge_devices_parts(&mut step.breakdown, &mine, gpu);
             }
         }
     }
@@ -363,7 +398,7 @@ impl Ledger {
         (began, now): (f64, f64),
         joules: f64,
         static_watts: f64,
-    ) -> Vec<(u32, f64)> {
+    ) -> Vec<(u32, f64, bool)> {
         // a process's use is the whole GPU's, not told per MIG instance: an instance's
         // users are its holders
         let whole = position == device.position;
@@ -463,10 +498,15 @@ impl Ledger {
                 };
             }
         }
+        // a whole GPU it holds that none of its processes used: idle-held (a MIG instance's
+        // users' use is not told per process)
         users
             .iter()
             .zip(split)
-            .filter_map(|((o, _), part)| Some(((*o)?.job, part)))
+            .filter_map(|((o, u), part)| {
+                let idle = whole && u.shares.is_some() && u.busy <= 0.0;
+                Some(((*o)?.job, part, idle))
+            })
             .collect()
     }
 
@@ -475,13 +515,34 @@ impl Ledger {
         self.node.joules += self.node.watts * gap;
         for o in &obs.jobs {
             if let Some(job) = self.jobs.get_mut(&o.job) {
-                job.account.joules += job.account.watts * gap;
+                let joules = job.account.watts * gap;
+                job.account.joules += joules;
+                job.breakdown.charge(joules, &Composition::unknown());
                 for step in job.steps.values_mut() {
-                    step.account.joules += step.account.watts * gap;
+                    let joules = step.account.watts * gap;
+                    step.account.joules += joules;
+                    step.breakdown.charge(joules, &Composition::unknown());
                 }
             }
         }
     }
+}
+
+/// Charges `breakdown` its parts of the devices, `(position, joules, idle)`: each its GPU's
+/// part, and the joules of those none of its processes used as idle-held.
+fn charge_devices_parts(
+    breakdown: &mut super::Breakdown,
+    devices: &[(u32, f64, bool)],
+    gpu: impl Fn(u32) -> String,
+) {
+    let mut idle = 0.0;
+    for &(position, joules, unused) in devices {
+        breakdown.add(gpu(position), joules);
+        if unused {
+            idle += joules;
+        }
+    }
+    IdleHeld::add(&mut breakdown.idle_held.gpu, idle);
 }
 
 /// A job's or step's CPU seconds in the interval that `began` (unix time) `secs` ago, and

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::parts::IdleHeld;
 use super::{Account, Job, Ledger, Part, Step, StepId, VERSION};
 use crate::source::HardwareCount;
 
@@ -40,6 +41,19 @@ pub(super) fn optional_finite<'de, D: Deserializer<'de>>(d: D) -> Result<Option<
             "a number that is not finite or is negative",
         )),
         x => Ok(x),
+    }
+}
+
+/// Values of a map each [`finite`].
+pub(super) fn finite_values<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, f64>, D::Error> {
+    let map = BTreeMap::<String, f64>::deserialize(d)?;
+    match map.values().all(|x| x.is_finite() && *x >= 0.0) {
+        true => Ok(map),
+        false => Err(serde::de::Error::custom(
+            "a number that is not finite or is negative",
+        )),
     }
 }
 
@@ -80,6 +94,11 @@ pub(super) struct JobIn {
     pub usage_ns: Option<u64>,
     pub account: Account,
     pub steps: Vec<StepIn>,
+    /// Its parts and idle-held energy ([`super::parts`]); a ledger of before has none.
+    #[serde(default, deserialize_with = "finite_values")]
+    pub parts: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub idle_held: IdleHeld,
 }
 
 #[derive(Deserialize)]
@@ -91,6 +110,10 @@ pub(super) struct StepIn {
     #[serde(default)]
     pub usage_ns: Option<u64>,
     pub account: Account,
+    #[serde(default, deserialize_with = "finite_values")]
+    pub parts: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub idle_held: IdleHeld,
 }
 
 /// Only the version, to tell a ledger of another version from a broken one.
@@ -162,6 +185,11 @@ struct JobOut<'a> {
     account: &'a Account,
     #[serde(serialize_with = "steps")]
     steps: &'a BTreeMap<StepId, Step>,
+    /// Written only where known: a step's entry stays small ([`super::ENDED_STEPS_KEPT`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    parts: &'a BTreeMap<String, f64>,
+    #[serde(skip_serializing_if = "IdleHeld::is_unknown")]
+    idle_held: &'a IdleHeld,
 }
 
 #[derive(Serialize)]
@@ -170,6 +198,11 @@ struct StepOut<'a> {
     last_seen: f64,
     usage_ns: Option<u64>,
     account: &'a Account,
+    /// Written only where known: a step's entry stays small ([`super::ENDED_STEPS_KEPT`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    parts: &'a BTreeMap<String, f64>,
+    #[serde(skip_serializing_if = "IdleHeld::is_unknown")]
+    idle_held: &'a IdleHeld,
 }
 
 fn jobs<S: Serializer>(jobs: &&BTreeMap<u32, Job>, s: S) -> Result<S::Ok, S::Error> {
@@ -179,6 +212,8 @@ fn jobs<S: Serializer>(jobs: &&BTreeMap<u32, Job>, s: S) -> Result<S::Ok, S::Err
         usage_ns: j.usage_ns,
         account: &j.account,
         steps: &j.steps,
+        parts: &j.breakdown.parts,
+        idle_held: &j.breakdown.idle_held,
     }))
 }
 
@@ -188,5 +223,7 @@ fn steps<S: Serializer>(steps: &&BTreeMap<StepId, Step>, s: S) -> Result<S::Ok, 
         last_seen: step.last_seen,
         usage_ns: step.usage_ns,
         account: &step.account,
+        parts: &step.breakdown.parts,
+        idle_held: &step.breakdown.idle_held,
     }))
 }

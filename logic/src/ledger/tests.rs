@@ -1071,3 +1071,182 @@ fn a_steps_power_is_a_power_the_node_drew() {
     let watts = ledger.job(2).expect("job 2").watts;
     assert!((watts - 200.0).abs() <= 0.03 * 200.0, "{watts} W");
 }
+
+/// Issue 44: a job holding two GPUs whose processes use only the first: the second's
+/// energy over the job is idle-held, exactly (GPU 1 at 70 W for 3 s: 210 J), on the job and
+/// on the step that holds it; the job's parts are each GPU's energy and add up to it; all
+/// of it is kept through the file.
+#[test]
+fn a_held_gpu_none_of_its_processes_used_is_idle_held() {
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let split = Split::Devices {
+        idle_watts: Some(40.0),
+    };
+    let job1 = ObservedJob {
+        job: 1,
+        counters: None,
+        steps: vec![
+            ObservedStep {
+                started: Some(w0),
+                ..step(StepId::EXTERN, None)
+            },
+            ObservedStep {
+                holds: vec![(0, 1.0), (1, 1.0)],
+                started: Some(w0),
+                ..step(StepId(0), None)
+            },
+        ],
+    };
+    let device =
+        |position: u32, watts: u64, secs: u64, busy: Vec<(Option<u32>, f64)>| ObservedDevice {
+            position,
+            energy_uj: secs * watts * 1_000_000,
+            busy,
+            instances: vec![],
+        };
+    let mut ledger = Ledger::default();
+    for secs in 0..=3 {
+        let obs = Observation {
+            devices: vec![
+                device(0, 300, secs, vec![(Some(1), 50.0)]),
+                device(1, 70, secs, vec![]),
+            ],
+            ..observation(t0, w0, secs, 370 * secs, vec![job1.clone()])
+        };
+        ledger.update(&obs, split);
+    }
+    for ledger in [
+        ledger.clone(),
+        Ledger::parse(ledger.to_text().as_bytes()).expect("the ledger read back"),
+    ] {
+        let view = ledger.jobs().next().expect("job 1");
+        let b = view.breakdown();
+        assert_eq!(b.idle_held.gpu, Some(3.0 * 70.0));
+        assert_eq!(
+            b.idle_held.cpu, None,
+            "the GPUs' meters do not measure CPUs"
+        );
+        let parts = [("gpu0".to_string(), 900.0), ("gpu1".to_string(), 210.0)];
+        assert_eq!(b.parts, BTreeMap::from(parts.clone()));
+        assert_eq!(view.account().joules, 1110.0);
+        for id in [StepId::EXTERN, StepId(0)] {
+            let step = view.step_breakdown(id).expect("step");
+            assert_eq!(step.idle_held.gpu, Some(210.0), "{id:?}");
+            assert_eq!(step.parts, BTreeMap::from(parts.clone()), "{id:?}");
+        }
+    }
+}
+
+/// Issue 44: pm_counters' parts beside a whole-node meter (cpu 250 W, memory 50 W of the
+/// node's 500 W; its reads in whole joules): in node mode a job gets each part's energy and
+/// the rest; on a shared node each job's share takes each part in proportion. Either way
+/// a job's and a step's parts add up to its figure (to 0.1%, here to rounding).
+#[test]
+fn a_jobs_parts_add_up_to_its_energy() {
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let ext = StepId::EXTERN;
+    let part = |label: &str, joules: u64| Part {
+        label: label.into(),
+        joules: joules as f64,
+        watts: None,
+    };
+    let run = |split: Split| {
+        let mut ledger = Ledger::default();
+        for secs in 0..=4u64 {
+            let jobs = vec![
+                job(
+                    1,
+                    2,
+                    1.5 * secs as f64,
+                    &[(ext, 0.0), (StepId(0), 1.5 * secs as f64)],
+                ),
+                job(2, 2, 0.5 * secs as f64, &[(ext, 0.0)]),
+            ];
+            let obs = Observation {
+                parts: vec![part("cpu", 250 * secs), part("memory", 50 * secs)],
+                ..observation(t0, w0, secs, 500 * secs, jobs)
+            };
+            ledger.update(&obs, split);
+        }
+        ledger
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    for split in [Split::Node, idle(100.0)] {
+        let ledger = run(split);
+        for view in ledger.jobs() {
+            let joules = view.account().joules;
+            let b = view.breakdown();
+            assert!(joules > 0.0);
+            assert!(
+                close(b.parts.values().sum(), joules),
+                "{split:?}: {b:?} of {joules}"
+            );
+            // the node's composition: cpu 50%, memory 10%, rest 40%
+            assert!(close(b.parts["cpu"], 0.5 * joules), "{split:?}: {b:?}");
+            assert!(close(b.parts["memory"], 0.1 * joules), "{split:?}: {b:?}");
+            assert!(close(b.parts["rest"], 0.4 * joules), "{split:?}: {b:?}");
+            for (id, account) in view.steps() {
+                let parts: f64 = view.step_breakdown(id).expect("step").parts.values().sum();
+                assert!(close(parts, account.joules), "{split:?} {id:?}");
+            }
+        }
+        if split == Split::Node {
+            let b = ledger.jobs().next().expect("job 1").breakdown().clone();
+            assert_eq!(b.parts["cpu"], 4.0 * 250.0);
+            assert_eq!(
+                b.idle_held,
+                IdleHeld::default(),
+                "node mode tells no idle share"
+            );
+        }
+    }
+}
+
+/// RAPL's counts make its node figure: its packages and DRAM are the parts, no rest, a
+/// count's wrap taken (package-0 at 200 W wraps every 5 s, at 1000 J).
+#[test]
+fn raplss_domains_are_the_parts_across_a_wrap() {
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let count = |name: &str, value_uj: u64| HardwareCount {
+        name: name.into(),
+        value_uj,
+        wraps_at_uj: Some(1_000_000_000),
+        max_watts: 1000.0,
+    };
+    let mut ledger = Ledger::default();
+    for secs in 0..=8u64 {
+        let obs = Observation {
+            counts: vec![
+                count("package-0", (600 + 200 * secs) * 1_000_000 % 1_000_000_000),
+                count("dram-0", 20 * secs * 1_000_000),
+            ],
+            ..observation(t0, w0, secs, 220 * secs, vec![job(1, 2, 1.0, &[])])
+        };
+        ledger.update(&obs, Split::Node);
+    }
+    let b = ledger.jobs().next().expect("job 1").breakdown().clone();
+    let parts = [
+        ("dram-0".to_string(), 160.0),
+        ("package-0".to_string(), 1600.0),
+    ];
+    assert_eq!(b.parts, BTreeMap::from(parts));
+}
+
+/// Issue 44: on a shared node (100 W static), a job alone holding 2 CPUs and using one
+/// CPU-second a second: its static share is the static power (it holds all the jobs'
+/// CPUs), and half of it is idle-held: 50 J a second.
+#[test]
+fn a_job_using_one_of_its_two_cpus_holds_half_its_static_share_idle() {
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let mut ledger = Ledger::default();
+    for secs in 0..=3u64 {
+        let jobs = vec![job(1, 2, secs as f64, &[(StepId::EXTERN, 0.0)])];
+        ledger.update(&observation(t0, w0, secs, 300 * secs, jobs), idle(100.0));
+    }
+    let view = ledger.jobs().next().expect("job 1");
+    assert_eq!(view.account().joules, 900.0);
+    assert_eq!(view.breakdown().idle_held.cpu, Some(3.0 * 50.0));
+    assert_eq!(view.breakdown().idle_held.gpu, None, "no device seen");
+    // the source measures no parts: none, not all of it as rest
+    assert!(view.breakdown().parts.is_empty());
+}

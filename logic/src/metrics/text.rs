@@ -67,6 +67,8 @@ pub fn render(ledger: &Ledger, owners: Option<&HashMap<u32, Owner>>, who: &Ident
     const PART_W: &str = "slurm_energy_node_part_watts";
     const JOB_J: &str = "slurm_energy_job_joules_total";
     const JOB_W: &str = "slurm_energy_job_watts";
+    const JOB_PART_J: &str = "slurm_energy_job_part_joules_total";
+    const JOB_IDLE_J: &str = "slurm_energy_job_idle_held_joules_total";
     const STEP_J: &str = "slurm_energy_step_joules_total";
     const STEP_W: &str = "slurm_energy_step_watts";
     const JOB_INFO: &str = "slurm_energy_job_info";
@@ -121,6 +123,21 @@ pub fn render(ledger: &Ledger, owners: Option<&HashMap<u32, Owner>>, who: &Ident
         "gauge",
         "Power charged to the job on this node, in watts; 0 once it left.",
     );
+    let mut job_part_j = Family::new(
+        JOB_PART_J,
+        "counter",
+        "The job's energy on this node by part the source measures (a package, DRAM, a GPU; \
+         rest: what a whole-node meter's parts do not cover), in joules: its parts add up to \
+         slurm_energy_job_joules_total.",
+    );
+    let mut job_idle_j = Family::new(
+        JOB_IDLE_J,
+        "counter",
+        "Energy charged to the job on this node for what it held and did not use, in joules: \
+         kind=gpu, GPUs none of its processes used (attribution=devices); kind=cpu, its static \
+         share over the CPU time it left unused (attribution=shared). Absent where the \
+         attribution cannot tell.",
+    );
     let mut step_j = Family::new(
         STEP_J,
         "counter",
@@ -142,6 +159,18 @@ pub fn render(ledger: &Ledger, owners: Option<&HashMap<u32, Owner>>, who: &Ident
         let account = job.account();
         job_j.sample(JOB_J, &labels, account.joules);
         job_w.sample(JOB_W, &labels, account.watts);
+        let breakdown = job.breakdown();
+        for (part, joules) in &breakdown.parts {
+            let labels = [node[0], node[1], ("jobid", id.as_str()), ("part", part)];
+            job_part_j.sample(JOB_PART_J, &labels, *joules);
+        }
+        let idle = breakdown.idle_held;
+        for (kind, joules) in [("gpu", idle.gpu), ("cpu", idle.cpu)] {
+            if let Some(joules) = joules {
+                let labels = [node[0], node[1], ("jobid", id.as_str()), ("kind", kind)];
+                job_idle_j.sample(JOB_IDLE_J, &labels, joules);
+            }
+        }
         for (step, account) in job.steps() {
             let name = step.name();
             let labels = [node[0], node[1], ("jobid", id.as_str()), ("step", &name)];
@@ -162,7 +191,8 @@ pub fn render(ledger: &Ledger, owners: Option<&HashMap<u32, Owner>>, who: &Ident
     }
     let info = owners.is_some().then_some(info);
     [
-        sampled, node_j, node_w, part_j, part_w, job_j, job_w, step_j, step_w,
+        sampled, node_j, node_w, part_j, part_w, job_j, job_w, job_part_j, job_idle_j, step_j,
+        step_w,
     ]
     .iter()
     .chain(info.as_ref())

@@ -2,6 +2,7 @@ mod dashboard;
 
 use super::*;
 use crate::attribution::StepId;
+use crate::attribution::holders::ObservedDevice;
 use crate::ledger::{Observation, ObservedJob, ObservedStep, Split};
 use std::time::{Instant, SystemTime};
 
@@ -52,6 +53,64 @@ fn ledger(gone_for: u64) -> Ledger {
         ledger.update(&obs, Split::Node);
     }
     ledger
+}
+
+/// A devices-mode ledger: job 7 holds GPUs 0 (at 300 W, used) and 1 (at 70 W, unused) for
+/// `secs` seconds.
+fn gpu_ledger(secs: u64) -> Ledger {
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let job = ObservedJob {
+        job: 7,
+        counters: None,
+        steps: vec![ObservedStep {
+            id: StepId(0),
+            usage_ns: None,
+            started: Some(w0),
+            holds: vec![(0, 1.0), (1, 1.0)],
+        }],
+    };
+    let mut ledger = Ledger::default();
+    for s in 0..=secs {
+        let device = |position, watts: u64, busy| ObservedDevice {
+            position,
+            energy_uj: s * watts * 1_000_000,
+            busy,
+            instances: vec![],
+        };
+        let obs = Observation {
+            at: t0 + Duration::from_secs(s),
+            wall: w0 + Duration::from_secs(s),
+            node_uj: s * 370_000_000,
+            settled: true,
+            jobs: vec![job.clone()],
+            parts: vec![],
+            counts: vec![],
+            devices: vec![device(0, 300, vec![(Some(7), 50.0)]), device(1, 70, vec![])],
+        };
+        ledger.update(&obs, Split::Devices { idle_watts: None });
+    }
+    ledger
+}
+
+/// Issue 44: a job's energy by part and what it held idle, where the ledger knows them;
+/// no idle series where it does not (node mode).
+#[test]
+fn the_file_has_each_jobs_parts_and_idle_held_energy() {
+    let text = render(&gpu_ledger(3), None, &who());
+    let node = r#"node="n1",source="rust_rapl",jobid="7""#;
+    for line in [
+        format!("slurm_energy_job_part_joules_total{{{node},part=\"gpu0\"}} 900"),
+        format!("slurm_energy_job_part_joules_total{{{node},part=\"gpu1\"}} 210"),
+        format!("slurm_energy_job_idle_held_joules_total{{{node},kind=\"gpu\"}} 210"),
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    assert!(!text.contains("kind=\"cpu\""), "{text}");
+    let text = render(&ledger(3), None, &who());
+    assert!(
+        !text.contains("slurm_energy_job_idle_held_joules_total{"),
+        "{text}"
+    );
 }
 
 fn who() -> Identity {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use serde_json::Value;
 
 use super::super::render;
-use super::{ledger, who};
+use super::{gpu_ledger, ledger, who};
 use crate::attribution::grant::Owner;
 
 const DASHBOARD: &str = include_str!("../../../../../conf/grafana/slurm-energy-dashboard.json");
@@ -193,8 +193,17 @@ fn the_dashboards_queries_name_only_what_the_file_has_and_owners_only_where_name
             user: "alice".into(),
         },
     )]);
-    let with_owners = written(&render(&ledger(3), Some(&owners), &who()));
-    let without = written(&render(&ledger(3), None, &who()));
+    // a site's file has the idle-held series where the ledger knows them (devices, shared)
+    let gpus = written(&render(&gpu_ledger(3), None, &who()));
+    let mut with_owners = written(&render(&ledger(3), Some(&owners), &who()));
+    let mut without = written(&render(&ledger(3), None, &who()));
+    for (series, labels) in gpus {
+        with_owners
+            .entry(series.clone())
+            .or_default()
+            .extend(labels.clone());
+        without.entry(series).or_default().extend(labels);
+    }
     assert!(
         with_owners.contains_key("slurm_energy_job_info"),
         "{with_owners:?}"
