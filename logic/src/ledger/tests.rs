@@ -1205,7 +1205,7 @@ fn a_jobs_parts_add_up_to_its_energy() {
 /// RAPL's counts make its node figure: its packages and DRAM are the parts, no rest, a
 /// count's wrap taken (package-0 at 200 W wraps every 5 s, at 1000 J).
 #[test]
-fn raplss_domains_are_the_parts_across_a_wrap() {
+fn rapls_domains_are_the_parts_across_a_wrap() {
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let count = |name: &str, value_uj: u64| HardwareCount {
         name: name.into(),
