@@ -342,11 +342,11 @@ impl<P: Plugin> State<P> {
                 Err(e) => log::error!("{e}; no metrics file is written"),
             }
         }
-        let (pace, wake) = (keeper.pace(), meter.waker());
+        let (pace, book, wake) = (keeper.pace(), keeper.book(), meter.waker());
         let bell = doorbell::doorbell_path(keeper.path());
         meter.observe(Box::new(move |a, reading| keeper.on_sample(a, reading)));
         // a ring wakes the sampler, whose sample the keeper takes as the update asked for
-        Doorbell::open(&bell, pace, wake)
+        Doorbell::open(&bell, pace, book, wake)
             .inspect_err(|e| {
                 log::error!(
                     "{e}; steps' figures are brought forward from the last ledger at their ends"

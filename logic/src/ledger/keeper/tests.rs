@@ -590,6 +590,8 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     let (t, w) = later(2);
     accounting.record(&reading(200_000_000), t, w);
     keeper.pace = Arc::default();
+    // the file is written every STORE_INTERVAL: this step reads it (no doorbell)
+    keeper.stored = None;
     keeper.on_sample(&accounting, &Reading::default());
     let first = share.poll(Instant::now());
     assert!(first.complete);
@@ -615,6 +617,7 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     let (t, w) = later(3);
     accounting.record(&reading(200_000_000), t, w);
     keeper.pace = Arc::default();
+    keeper.stored = None;
     keeper.on_sample(&accounting, &Reading::default());
     let after_fall = share.poll(Instant::now());
     assert_eq!(after_fall.watts, Some(0.0));

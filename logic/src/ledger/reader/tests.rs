@@ -63,6 +63,12 @@ fn a_step_counts_only_its_own_run_of_its_name() {
     assert_eq!(step.poll(Instant::now()).energy_uj, 400_000_000);
 }
 
+/// The doorbell of the ledger at `path` as a slurmd of before opened it: rings only, no
+/// questions (the tests of a step's reads through the file, which a step falls back to).
+fn as_before(path: &Path) {
+    fs::remove_file(ask::ask_path(path)).expect("the socket for questions");
+}
+
 /// A ledger's node account at unix time `sampled_at`, begun at `epoch`, published.
 /// The ledger at `path` as slurmd left it when it is late: written longer ago than a
 /// figure is brought forward.
@@ -104,11 +110,17 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
     publish(&path, now - 100.0, now, 1000.0, 200.0);
     let ledger = path.clone();
     let pace = Arc::default();
-    let _bell = doorbell::Doorbell::open(&doorbell::doorbell_path(&path), pace, move || {
-        counted.fetch_add(1, Ordering::SeqCst);
-        publish(&ledger, now - 100.0, unix_now(), 1000.0, 200.0);
-    })
+    let _bell = doorbell::Doorbell::open(
+        &doorbell::doorbell_path(&path),
+        pace,
+        Arc::default(),
+        move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            publish(&ledger, now - 100.0, unix_now(), 1000.0, 200.0);
+        },
+    )
     .expect("doorbell");
+    as_before(&path);
     procs::tests::process(&proc_root, 40, "slurmstepd: [5.extern]", "0::/");
     // a read from `thread` makes the rings counted `expected`, once they arrived (an sstat
     // read does not wait for its own: it reaches slurmd's thread a moment later)
@@ -166,7 +178,10 @@ fn a_stacked_step_takes_the_ledgers_figure_as_it_is() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("energy-ledger.0.json");
     let procs = Procs::from_path(tmp.path());
-    let load = || Ledger::load(&path).expect("ledger").expect("a ledger");
+    let load = || {
+        let ledger = Ledger::load(&path).expect("ledger").expect("a ledger");
+        Answer::from_ledger(&ledger, None)
+    };
     let t = 1_000_000.0;
     let mut alone = StepFigure::from_path(&path, &procs, 1, false);
     let mut stacked = StepFigure::from_path(&path, &procs, 1, false).stacked();
@@ -190,7 +205,10 @@ fn a_step_ending_after_slurmd_died_takes_its_last_sample() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("energy-ledger.0.json");
     let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
-    let load = || Ledger::load(&path).expect("ledger").expect("a ledger");
+    let load = || {
+        let ledger = Ledger::load(&path).expect("ledger").expect("a ledger");
+        Answer::from_ledger(&ledger, None)
+    };
     let t = 1_000_000.0;
     publish(&path, t - 100.0, t, 1000.0, 300.0);
     assert_eq!(step.count(&load(), t), Ok(300.0));
@@ -275,6 +293,7 @@ fn answered_ledger(path: &Path) -> (Arc<doorbell::Pace>, doorbell::Doorbell) {
     let bell = doorbell::Doorbell::open(
         &doorbell::doorbell_path(path),
         Arc::clone(&pace),
+        Arc::default(),
         move || {
             let new = ledger.with_extension("new");
             publish(&new, now - 100.0, unix_now(), 1000.0, 200.0);
@@ -282,6 +301,7 @@ fn answered_ledger(path: &Path) -> (Arc<doorbell::Pace>, doorbell::Doorbell) {
         },
     )
     .expect("doorbell");
+    as_before(path);
     (pace, bell)
 }
 
@@ -376,8 +396,11 @@ fn a_sample_taken_for_a_steps_ring_is_not_brought_forward() {
     let answers = Arc::new(AtomicU32::new(0));
     let answered = Arc::clone(&answers);
     let ledger = path.clone();
-    let _bell =
-        doorbell::Doorbell::open(&doorbell::doorbell_path(&path), Arc::default(), move || {
+    let _bell = doorbell::Doorbell::open(
+        &doorbell::doorbell_path(&path),
+        Arc::default(),
+        Arc::default(),
+        move || {
             let sampled = unix_now();
             std::thread::sleep(Duration::from_millis(100));
             let (joules, watts) = match answered.fetch_add(1, Ordering::SeqCst) {
@@ -387,8 +410,10 @@ fn a_sample_taken_for_a_steps_ring_is_not_brought_forward() {
             let new = ledger.with_extension("new");
             publish(&new, epoch, sampled, joules, watts);
             fs::rename(&new, &ledger).expect("ledger");
-        })
-        .expect("doorbell");
+        },
+    )
+    .expect("doorbell");
+    as_before(&path);
     // no tasks: each read is at the step's edge and rings
     let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
     let mut read = || {
@@ -416,11 +441,16 @@ fn an_sstat_read_never_waits_for_slurmd() {
     let rings = Arc::new(AtomicU32::new(0));
     let counted = Arc::clone(&rings);
     // a starved slurmd: it hears the rings and publishes nothing
-    let _bell =
-        doorbell::Doorbell::open(&doorbell::doorbell_path(&path), Arc::default(), move || {
+    let _bell = doorbell::Doorbell::open(
+        &doorbell::doorbell_path(&path),
+        Arc::default(),
+        Arc::default(),
+        move || {
             counted.fetch_add(1, Ordering::SeqCst);
-        })
-        .expect("doorbell");
+        },
+    )
+    .expect("doorbell");
+    as_before(&path);
     procs::tests::process(&proc_root, 40, "slurmstepd: [5.0]", "0::/");
     procs::tests::child(&proc_root, 40, 41);
     for stacked in [true, false] {
