@@ -324,3 +324,6 @@ fn send_all(stream: &UnixStream, mut bytes: &[u8], flags: MsgFlags) -> nix::Resu
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -174,7 +174,7 @@ impl Pace {
     }
 
     /// A step rang the way of before (a datagram), and waits for the ledger file.
-    fn want_file(&self) {
+    pub(super) fn want_file(&self) {
         self.lock().file_wanted = true;
     }
 

@@ -534,3 +534,57 @@ fn a_step_begun_in_node_mode_takes_its_share_once_slurmd_splits() {
         "its account: not the node's 500 J since it began"
     );
 }
+
+/// A step whose slurmd answers questions takes its figure from the answer: its own step's
+/// share, with no ledger file on disk at all (never parsed, never waited for).
+#[test]
+fn a_step_takes_its_figure_from_slurmds_answer_without_the_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = batch_stepd(tmp.path());
+    let path = tmp.path().join("energy-ledger.0.json");
+    let now = unix_now();
+    publish_split(&path, now, "shared", 5_000.0, 300.0, 30.0);
+    let ledger = Ledger::load(&path).expect("ledger").expect("a ledger");
+    fs::remove_file(&path).expect("no file");
+    let book: Arc<ask::Book> = Arc::default();
+    let booked = Arc::clone(&book);
+    let _bell = doorbell::Doorbell::open(
+        &doorbell::doorbell_path(&path),
+        Arc::default(),
+        Arc::clone(&book),
+        move || booked.update(&ledger, Instant::now()),
+    )
+    .expect("doorbell");
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
+    let first = step.poll(Instant::now());
+    assert!(first.complete, "answered");
+    assert_eq!(first.energy_uj, 300_000_000, "its own step's share");
+    assert_eq!(first.watts, Some(30.0));
+    assert!(!path.exists());
+}
+
+/// A slurmd that listens but does not answer (starved): the step's first read waits no
+/// longer than it did for the file before the questions ([`ANSWER_WAIT`]), then takes its
+/// figure from the file as it is, and says so.
+#[test]
+fn a_step_slurmd_does_not_answer_reads_the_file_within_the_wait() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = batch_stepd(tmp.path());
+    let path = tmp.path().join("energy-ledger.0.json");
+    let now = unix_now();
+    publish_split(&path, now, "shared", 5_000.0, 300.0, 30.0);
+    let _bell = doorbell::Doorbell::open(
+        &doorbell::doorbell_path(&path),
+        Arc::default(),
+        Arc::default(),
+        || {},
+    )
+    .expect("doorbell");
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
+    let t0 = Instant::now();
+    let first = step.poll(Instant::now());
+    let took = t0.elapsed();
+    assert!(took >= ANSWER_WAIT && took < ANSWER_WAIT * 2, "{took:?}");
+    assert!(first.complete);
+    assert_eq!(first.energy_uj, 300_000_000);
+}
