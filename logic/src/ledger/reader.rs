@@ -3,7 +3,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use super::ask::{self, Answer, Request, Unanswered, Want};
 use super::doorbell::{self, ANSWER_WAIT, Ring};
@@ -11,17 +11,15 @@ use super::{LEDGER_PERIOD, Ledger, LedgerError, MAX_GAP, RUN_SLACK, unix};
 use crate::accounting::MAX_SENSORS;
 use crate::attribution::procs::Procs;
 use crate::attribution::{StepId, StepKey, own_step, present_steps};
-use crate::source::{Reading, SensorReading, Source, stale_after};
+use crate::source::{Reading, SensorReading, stale_after};
 
-/// A step reads the file at each of Slurm's calls and has no sampling thread (there is no
-/// counter to wrap); its figure goes stale only when the ledger does.
-const STEP_SAMPLE_PERIOD: Duration = Duration::from_secs(30);
 /// How long a read at one of Slurm's periodic polls waits for slurmd's answer, which it
 /// gives from memory at once: longer only while its doorbell's thread is busy (or slurmd
 /// hangs, when the step reads the file).
 const CURRENT_WAIT: Duration = Duration::from_millis(100);
 
-/// slurmstepd's side: its step's figure from slurmd's ledger, as a source its meter reads.
+/// slurmstepd's side: its step's figure from slurmd's ledger, asked of slurmd at each of
+/// Slurm's calls (no source, no sampler: slurmd's meter measured it).
 /// In node mode the node's energy since the step's first reading (when its slurmstepd
 /// opened the plugin); in shared mode the step's share. Either is brought up to the moment
 /// of the call at the last power the ledger published, at most [`LEDGER_PERIOD`] ahead,
@@ -357,7 +355,7 @@ impl StepFigure {
     /// fresh one unanswered. Asked of slurmd ([`ask`]); where it does not listen (a slurmd
     /// starting again, or one of before) the step rings and reads the ledger file as before
     /// the questions, waiting no longer than [`ANSWER_WAIT`] in all.
-    fn read(
+    fn figures(
         &mut self,
         key: Option<StepKey>,
         want: Want,
@@ -398,10 +396,9 @@ impl StepFigure {
     }
 }
 
-impl Source for StepFigure {
-    type Poll = Reading;
-
-    fn describe(&self) -> String {
+impl StepFigure {
+    /// What it reads, in one line.
+    pub fn describe(&self) -> String {
         let what = if self.shared {
             "this step's share of the node's energy"
         } else {
@@ -410,7 +407,9 @@ impl Source for StepFigure {
         format!("{what}, from slurmd's ledger {}", self.path.display())
     }
 
-    fn poll(&mut self, _now: Instant) -> Reading {
+    /// The step's figure now, asked of slurmd at each of Slurm's calls (no thread, no
+    /// counter to wrap): as a reading, the energy so far and its power.
+    pub fn read(&mut self) -> Reading {
         // the figure is as of this call: a sample slurmd takes for its ring comes after it,
         // and is not brought forward by the time slurmd then took to write it (at a power
         // over a window that may reach back before a fall, that would count energy after a
@@ -467,7 +466,7 @@ impl Source for StepFigure {
             (false, _, true) => Want::Refresh,
             (false, _, false) => Want::Current,
         };
-        let (loaded, unanswered) = self.read(key, want);
+        let (loaded, unanswered) = self.figures(key, want);
         self.said_last |= edge && last;
         let counted = match loaded {
             Ok(Some(view)) => {
@@ -532,14 +531,6 @@ impl Source for StepFigure {
             sensors: self.parts.clone(),
             ..Reading::default()
         }
-    }
-
-    fn sample_period(&self) -> Duration {
-        STEP_SAMPLE_PERIOD
-    }
-
-    fn needs_sampling(&self) -> bool {
-        false
     }
 }
 

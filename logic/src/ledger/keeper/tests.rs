@@ -2,7 +2,6 @@ use super::*;
 use crate::accounting::Accounting;
 use crate::attribution::{Attribution, CGROUP_ROOT, Mode, cgroup, cgroup_mountpoint, procs};
 use crate::ledger::StepFigure;
-use crate::source::Source;
 use std::os::unix::net::UnixListener;
 
 /// The attribution cost per sample in steady state (counters read, model, ledger
@@ -574,7 +573,7 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     let mut keeper = Keeper::shared(&site, 0, attribution.idle_watts).expect("keeper");
     let mut share = StepFigure::from_path(&ledger_path(&spool, 0), &procs, 40, true);
     // no ledger yet: no figure at all, not 0 J
-    assert!(!share.poll(Instant::now()).complete);
+    assert!(!share.read().complete);
 
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let mut accounting = Accounting::new(w0);
@@ -593,7 +592,7 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     // the file is written every STORE_INTERVAL: this step reads it (no doorbell)
     keeper.stored = None;
     keeper.on_sample(&accounting, &Reading::default());
-    let first = share.poll(Instant::now());
+    let first = share.read();
     assert!(first.complete);
     // over its life: from its slurmstepd's start (its socket's time here, a moment before
     // the first sample: no energy was seen before that sample)
@@ -619,7 +618,7 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     keeper.pace = Arc::default();
     keeper.stored = None;
     keeper.on_sample(&accounting, &Reading::default());
-    let after_fall = share.poll(Instant::now());
+    let after_fall = share.read();
     assert_eq!(after_fall.watts, Some(0.0));
     assert_eq!(after_fall.energy_uj, 200_000_000);
     // the ledger is continued by a new keeper

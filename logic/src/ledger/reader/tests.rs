@@ -3,6 +3,7 @@ use crate::attribution::procs;
 use crate::ledger;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
 
 /// A requeued job's new slurmstepd reads the ledger before slurmd has seen its run: the
 /// step of its name that the ledger holds began 30 s before this process, and is the
@@ -56,11 +57,11 @@ fn a_step_counts_only_its_own_run_of_its_name() {
     };
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
     publish(now - 35.0, 3_000.0);
-    let first = step.poll(Instant::now());
+    let first = step.read();
     assert!(first.complete);
     assert_eq!(first.energy_uj, 0, "the run before is not this step's");
     publish(now - 5.0, 400.0);
-    assert_eq!(step.poll(Instant::now()).energy_uj, 400_000_000);
+    assert_eq!(step.read().energy_uj, 400_000_000);
 }
 
 /// The doorbell of the ledger at `path` as a slurmd of before opened it: rings only, no
@@ -128,7 +129,7 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
         procs::tests::write_thread_name(&proc_root, thread);
         // the ledger written just now would need no ring
         std::thread::sleep(Duration::from_millis(30));
-        assert!(step.poll(Instant::now()).complete);
+        assert!(step.read().complete);
         let deadline = Instant::now() + Duration::from_secs(1);
         while rings.load(Ordering::SeqCst) < expected && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
@@ -237,19 +238,19 @@ fn a_step_reads_the_node_since_it_began_and_keeps_its_figure_through_trouble() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("energy-ledger.0.json");
     let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
-    let first = step.poll(Instant::now());
+    let first = step.read();
     assert!(!first.complete, "no ledger: unavailable");
     let epoch = unix_now() - 100.0;
     let now = unix_now();
     // the ledger sampled 0.5 s ago at 1000 J, 200 W: the step began at ~1100 J
     publish(&path, epoch, now - 0.5, 1000.0, 200.0);
-    let start = step.poll(Instant::now());
+    let start = step.read();
     assert!(start.complete);
     assert!(start.energy_uj < 1_000_000, "{}", start.energy_uj);
     let now = unix_now();
     publish(&path, epoch, now, 1900.0, 300.0);
     let counted_at = Instant::now();
-    let reading = step.poll(counted_at);
+    let reading = step.read();
     let figure = reading.energy_uj as f64 / 1e6;
     assert!((figure - 800.0).abs() < 1.0, "{figure}");
     // the node's parts, for the profile
@@ -263,19 +264,19 @@ fn a_step_reads_the_node_since_it_began_and_keeps_its_figure_through_trouble() {
     );
     // corrupt: the figure stays
     fs::write(&path, "{\"version\": 2, \"jo").expect("corrupt");
-    let kept = step.poll(Instant::now());
+    let kept = step.read();
     assert!(kept.complete && kept.watts.is_none());
     assert!((kept.energy_uj as f64 / 1e6 - figure).abs() < 1.0);
     // stale (slurmd gone for 20 s): the figure stays
     let now = unix_now();
     publish(&path, epoch, now - 20.0, 5000.0, 300.0);
-    assert!((step.poll(Instant::now()).energy_uj as f64 / 1e6 - figure).abs() < 1.0);
+    assert!((step.read().energy_uj as f64 / 1e6 - figure).abs() < 1.0);
     // a new ledger begun 2 s from now, 50 J into it: kept + 2 s at 300 W + 50 J, and
     // the time the test itself took since the last read it counted, at 300 W
     let now = unix_now();
     publish(&path, now + 2.0, now + 2.0, 50.0, 100.0);
     let test_took = counted_at.elapsed().as_secs_f64() * 300.0;
-    let after = step.poll(Instant::now()).energy_uj as f64 / 1e6;
+    let after = step.read().energy_uj as f64 / 1e6;
     let least = figure + 600.0 + 50.0;
     assert!(
         after >= least - 1.0 && after <= least + test_took + 1.0,
@@ -318,7 +319,7 @@ fn a_step_whose_tasks_are_gone_says_its_read_is_its_last_once() {
     procs::tests::write_thread_name(&proc_root, "slurmstepd");
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
     let mut read = || {
-        assert!(step.poll(Instant::now()).complete);
+        assert!(step.read().complete);
         pace.take_last_reads()
     };
     assert_eq!(read(), Vec::<u32>::new(), "the first read, before any task");
@@ -344,7 +345,7 @@ fn an_extern_step_left_alone_by_its_jobs_steps_says_its_main_threads_read_is_its
     let mut read = |thread: &str, tid: u32| {
         procs::tests::write_thread_name(&proc_root, thread);
         procs::tests::write_calling_tid(&proc_root, tid);
-        assert!(step.poll(Instant::now()).complete);
+        assert!(step.read().complete);
         pace.take_last_reads()
     };
     let none = Vec::<u32>::new();
@@ -419,7 +420,7 @@ fn a_sample_taken_for_a_steps_ring_is_not_brought_forward() {
     let mut read = || {
         // a ledger written just before would need no ring
         std::thread::sleep(Duration::from_millis(30));
-        step.poll(Instant::now())
+        step.read()
     };
     assert_eq!(read().energy_uj, 0, "the first read");
     let last = read();
@@ -457,13 +458,13 @@ fn an_sstat_read_never_waits_for_slurmd() {
         let step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
         let mut step = if stacked { step.stacked() } else { step };
         procs::tests::write_thread_name(&proc_root, "acctg");
-        assert!(step.poll(Instant::now()).complete);
+        assert!(step.read().complete);
         // the ledger older than a figure is brought forward: late, in both cases
         make_late(&path);
         let before = rings.load(Ordering::SeqCst);
         procs::tests::write_thread_name(&proc_root, "slurmstepd");
         let t0 = Instant::now();
-        assert!(step.poll(Instant::now()).complete);
+        assert!(step.read().complete);
         let took = t0.elapsed();
         // a wait would last ANSWER_WAIT; well under it leaves room for a loaded machine
         assert!(
@@ -498,10 +499,10 @@ fn a_step_reads_its_figure_as_slurmd_splits_whatever_its_own_file_says() {
     let mut step =
         StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, configured_node).stacked();
     publish(3_000.0, 100.0);
-    assert_eq!(step.poll(Instant::now()).energy_uj, 100_000_000);
+    assert_eq!(step.read().energy_uj, 100_000_000);
     publish(3_500.0, 225.0);
     assert_eq!(
-        step.poll(Instant::now()).energy_uj,
+        step.read().energy_uj,
         225_000_000,
         "its share, not the node's 500 J since it began"
     );
@@ -522,14 +523,14 @@ fn a_step_begun_in_node_mode_takes_its_share_once_slurmd_splits() {
     let publish = |split, node_j, step_j| publish_split(&path, now, split, node_j, step_j, 50.0);
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false).stacked();
     publish("node", 3_000.0, 0.0);
-    assert_eq!(step.poll(Instant::now()).energy_uj, 0);
+    assert_eq!(step.read().energy_uj, 0);
     // unread: 200 J as the node's, then slurmd is reconfigured and splits: 50 J of share
     publish("node", 3_200.0, 200.0);
     publish("shared", 3_300.0, 250.0);
-    assert_eq!(step.poll(Instant::now()).energy_uj, 250_000_000);
+    assert_eq!(step.read().energy_uj, 250_000_000);
     publish("shared", 3_500.0, 350.0);
     assert_eq!(
-        step.poll(Instant::now()).energy_uj,
+        step.read().energy_uj,
         350_000_000,
         "its account: not the node's 500 J since it began"
     );
@@ -556,7 +557,7 @@ fn a_step_takes_its_figure_from_slurmds_answer_without_the_file() {
     )
     .expect("doorbell");
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
-    let first = step.poll(Instant::now());
+    let first = step.read();
     assert!(first.complete, "answered");
     assert_eq!(first.energy_uj, 300_000_000, "its own step's share");
     assert_eq!(first.watts, Some(30.0));
@@ -582,7 +583,7 @@ fn a_step_slurmd_does_not_answer_reads_the_file_within_the_wait() {
     .expect("doorbell");
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
     let t0 = Instant::now();
-    let first = step.poll(Instant::now());
+    let first = step.read();
     let took = t0.elapsed();
     assert!(took >= ANSWER_WAIT && took < ANSWER_WAIT * 2, "{took:?}");
     assert!(first.complete);
