@@ -5,9 +5,16 @@
 //! is brought forward at the last power. At a step's edges that is not good enough: its
 //! tasks end and the node's power falls within that second, and the figure at the step's
 //! last poll is its final one. So a slurmstepd at an edge (its first read, and a read once
-//! its tasks are gone) rings slurmd's doorbell, a datagram socket beside the ledger, and
-//! waits for the ledger to be sampled anew (milliseconds). slurmd answers from a thread
-//! that sleeps in `recv`: it wakes for rings only, twice per step.
+//! its tasks are gone) asks slurmd for a figure from a sample taken after its question
+//! ([`super::ask`], on a stream socket beside the doorbell), and waits for it
+//! (milliseconds); at other reads it asks for the figure as of slurmd's last update,
+//! answered at once from memory. slurmd answers from a thread that sleeps in `poll`: it
+//! wakes for questions and rings only.
+//!
+//! A slurmstepd whose slurmd does not listen for questions (one of before, not yet
+//! restarted after an upgrade, or one starting again) rings the doorbell, a datagram socket
+//! beside the ledger, and waits for the ledger file to be written anew, as before the
+//! questions: slurmd writes the file at the next update after such a ring.
 //!
 //! A step's last read (its tasks gone) says so in its ring ([`Ring::Last`]): slurmd charges
 //! it up to the sample that answers, then no more. Its slurmstepd lingers a second or more
