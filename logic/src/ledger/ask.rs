@@ -234,6 +234,10 @@ const QUESTION_WAIT: Duration = Duration::from_millis(20);
 /// The longest question (`ask 4294967295.4294967295 last 4294967295`, with room).
 const MAX_QUESTION: usize = 128;
 
+/// How long a question waits for an update at most: longer than any asker waits
+/// (`doorbell::ANSWER_WAIT`), after which nobody reads the answer.
+const KEPT_WAITING: Duration = Duration::from_secs(2);
+
 /// slurmd's side: what it answers from, kept by the ledger's keeper at each update, and
 /// the questions that wait for the next one.
 #[derive(Debug, Default)]
@@ -270,6 +274,10 @@ impl Book {
     /// connection is closed, and the step reads the file as it did before the questions.
     pub fn take(&self, request: Request, reply: UnixStream, now: Instant) {
         let mut booked = self.lock();
+        // a slurmd whose meter stopped keeps no question longer than its asker waits
+        booked
+            .waiting
+            .retain(|(_, _, came)| now.saturating_duration_since(*came) < KEPT_WAITING);
         if request.want.waits() {
             booked.waiting.push((request, reply, now));
         } else if booked.booked {

@@ -246,3 +246,32 @@ fn a_question_slurmd_does_not_answer_costs_the_wait_at_most() {
     assert_eq!(ask(&nobody, current, wait), Err(Unanswered::Refused));
     assert!(t0.elapsed() < wait / 4, "{:?}", t0.elapsed());
 }
+
+/// Questions that wait are kept no longer than any asker waits: a slurmd whose meter
+/// stopped updating does not pile up a connection per step's edge.
+#[test]
+fn a_waiting_question_is_dropped_once_nobody_waits_for_it() {
+    let book = Book::default();
+    let t0 = Instant::now();
+    let fresh = Request {
+        step: batch(7),
+        want: Want::Fresh,
+    };
+    let mut askers = Vec::new();
+    for k in 0..3u64 {
+        let (mine, theirs) = UnixStream::pair().expect("pair");
+        askers.push(mine);
+        book.take(fresh, theirs, t0 + Duration::from_millis(k * 100));
+    }
+    assert_eq!(book.waiting(), 3);
+    let (_mine, theirs) = UnixStream::pair().expect("pair");
+    book.take(
+        fresh,
+        theirs,
+        t0 + KEPT_WAITING + Duration::from_millis(150),
+    );
+    assert_eq!(book.waiting(), 2, "the two oldest are gone");
+    let mut bytes = Vec::new();
+    (&askers[0]).read_to_end(&mut bytes).expect("closed");
+    assert!(bytes.is_empty(), "closed unanswered");
+}
