@@ -14,15 +14,16 @@
 //! ledger file ([`super::reader`]).
 
 use std::collections::HashMap;
-use std::io::{ErrorKind, Read};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
-    AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, connect, getsockopt, send, sockopt,
+    AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, connect, getsockopt, recv, send, sockopt,
 };
 
 use super::{Account, Ledger, Part};
@@ -174,33 +175,42 @@ pub fn ask(socket: &Path, request: Request, wait: Duration) -> Result<Answer, Un
     .map_err(refused)?;
     connect(fd.as_raw_fd(), &UnixAddr::new(socket).map_err(refused)?).map_err(refused)?;
     let stream = UnixStream::from(fd);
-    stream
-        .set_nonblocking(false)
-        .map_err(|_| Unanswered::Refused)?;
     let deadline = Instant::now() + wait;
     let line = format!("{}\n", request.encode());
     // a question is a few dozen bytes, which an empty socket's buffer takes at once
     send_all(&stream, line.as_bytes(), MsgFlags::MSG_DONTWAIT).map_err(refused)?;
+    // the socket stays non-blocking: each wait is a poll bounded by what is left
     let mut answer = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Unanswered::TimedOut);
-        }
-        stream
-            .set_read_timeout(Some(left))
-            .map_err(|_| Unanswered::Refused)?;
-        match (&stream).read(&mut buf) {
+        match recv(stream.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
             // slurmd closes once it answered; closed without an answer, it refused
             Ok(0) => return Answer::decode(&answer).ok_or(Unanswered::Refused),
             Ok(n) if answer.len() + n <= MAX_ANSWER => answer.extend_from_slice(&buf[..n]),
             Ok(_) => return Err(Unanswered::Refused),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Err(Unanswered::TimedOut);
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() || !readable_within(&stream, left) {
+                    return Err(Unanswered::TimedOut);
+                }
             }
             Err(_) => return Err(Unanswered::Refused),
+        }
+    }
+}
+
+/// Whether `stream` has something to read (or is closed) within `wait`.
+fn readable_within(stream: &UnixStream, wait: Duration) -> bool {
+    // rounded up: a poll never ends before the deadline it serves
+    let millis = i32::try_from(wait.as_micros().div_ceil(1000).max(1)).unwrap_or(i32::MAX);
+    let timeout = PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX);
+    let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLIN)];
+    loop {
+        match poll(&mut fds, timeout) {
+            Ok(n) => return n > 0,
+            Err(Errno::EINTR) => {}
+            Err(_) => return false,
         }
     }
 }
@@ -214,16 +224,23 @@ pub fn question(stream: &UnixStream, slurmd: u32) -> Option<Request> {
     if peer.uid() != slurmd {
         return None;
     }
-    stream.set_nonblocking(false).ok()?;
-    stream.set_read_timeout(Some(QUESTION_WAIT)).ok()?;
+    // the question is there already, mostly: a wait only where it is not
     let mut line = Vec::new();
     let mut buf = [0u8; 64];
+    let deadline = Instant::now() + QUESTION_WAIT;
     while !line.contains(&b'\n') && line.len() < MAX_QUESTION {
-        let n = (&*stream).read(&mut buf).ok()?;
-        if n == 0 {
-            break;
+        match recv(stream.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(0) => break,
+            Ok(n) => line.extend_from_slice(&buf[..n]),
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() || !readable_within(stream, left) {
+                    return None;
+                }
+            }
+            Err(_) => return None,
         }
-        line.extend_from_slice(&buf[..n]);
     }
     let end = line.iter().position(|&b| b == b'\n')?;
     Request::decode(&line[..end])

@@ -1,5 +1,6 @@
 use super::*;
 use crate::ledger::doorbell::{Doorbell, doorbell_path};
+use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
