@@ -108,6 +108,20 @@ impl StepId {
     }
 }
 
+/// A step on this node: its job and its step, as slurmd's ledger and a step's question to
+/// slurmd name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StepKey {
+    pub job: u32,
+    pub step: StepId,
+}
+
+impl From<(u32, StepId)> for StepKey {
+    fn from((job, step): (u32, StepId)) -> Self {
+        Self { job, step }
+    }
+}
+
 /// `J.S` as in a step's name; a heterogeneous job's component (`J.S.C`) is not split.
 fn job_step(text: &str) -> Option<(u32, StepId)> {
     let (job, step) = text.split_once('.')?;

@@ -10,9 +10,8 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
 
-use crate::accounting::{Baseline, EnergyRecord};
+use crate::accounting::EnergyRecord;
 use crate::attribution::grant::Grant;
 use crate::attribution::gres::GresOrder;
 use crate::attribution::job_record::{LoadJob, StepRecordConfig};
@@ -21,11 +20,11 @@ use crate::attribution::{self, Attribution, Mode, Site, StepId};
 use crate::config::KeyValues;
 use crate::family;
 use crate::guard::guard;
-use crate::ledger::doorbell::{self, Doorbell};
-use crate::ledger::{Keeper, StepFigure, ledger_path};
-use crate::meter::Meter;
-use crate::metrics::{self, MetricsConfig, PrivateData};
+use crate::ledger::{StepFigure, ledger_path};
+use crate::metrics::{MetricsConfig, PrivateData};
 use crate::plugin::Plugin;
+use node::{LedgerConfig, NodePipeline};
+use step::StepPipeline;
 
 /// The Slurm program the plugin runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +141,7 @@ pub struct CallFailed;
 
 /// How fresh a figure must be.
 #[derive(Clone, Copy)]
-enum Read {
+pub(crate) enum Read {
     /// Read the hardware now: a step's figure at its last poll is its final energy.
     Now,
     /// The sampler's reading if it is less than a period old (it always is, unless the
@@ -160,11 +159,15 @@ enum Config<C> {
     Invalid,
 }
 
-enum Hardware {
+/// What the plugin does in this process, chosen once, when it opens, by the daemon it
+/// runs in: slurmd measures the node and keeps its ledger; a slurmstepd asks slurmd for
+/// its step's figure. Nothing else asks which daemon it is in.
+enum Pipeline {
     NotOpened,
     /// Not measured in this process (slurmctld), or the reason was logged once.
     Unavailable,
-    Open(Meter),
+    Node(NodePipeline),
+    Step(Box<StepPipeline>),
 }
 
 struct State<P: Plugin> {
@@ -177,13 +180,7 @@ struct State<P: Plugin> {
     step_record: StepRecordConfig,
     /// This plugin's index among stacked energy plugins, for asking slurmd.
     context_id: u16,
-    hardware: Hardware,
-    /// In slurmd, where the node's steps ask for a fresh ledger at their edges.
-    doorbell: Option<Doorbell>,
-    /// This process's step (one slurmstepd runs one step): energy since the process
-    /// started measuring. Kept here rather than in the caller's struct, so stacked plugins
-    /// and task exits cannot reset it.
-    step: Option<Baseline>,
+    pipeline: Pipeline,
 }
 
 /// The static power slurmd's ledger splits: for a source of allocated devices each
@@ -197,16 +194,6 @@ fn ledger_idle_watts<P: Plugin>(attribution: &Attribution, config: &P::Config) -
     }
 }
 
-/// Whether the plugin in `daemon` takes its figure from slurmd's ledger rather than the
-/// source: in every slurmstepd.
-fn reads_ledger(daemon: Daemon) -> bool {
-    daemon == Daemon::Slurmstepd
-}
-
-fn measures(daemon: Daemon) -> bool {
-    matches!(daemon, Daemon::Slurmd | Daemon::Slurmstepd)
-}
-
 impl<P: Plugin> State<P> {
     fn new() -> Self {
         Self {
@@ -215,144 +202,54 @@ impl<P: Plugin> State<P> {
             metrics: MetricsConfig::default(),
             step_record: StepRecordConfig::default(),
             context_id: 0,
-            hardware: Hardware::NotOpened,
-            doorbell: None,
-            step: None,
+            pipeline: Pipeline::NotOpened,
         }
     }
 
+    /// Opens the pipeline of the daemon the plugin runs in; a failure is logged and the
+    /// plugin reports no energy.
     fn open(&mut self, host: &dyn Host) {
-        let daemon = host.daemon();
-        if !measures(daemon) {
-            self.hardware = Hardware::Unavailable;
-            return;
-        }
         let config = match &self.config {
             Config::Valid(c) => c.clone(),
             Config::Unset => P::Config::default(),
             Config::Invalid => {
-                self.hardware = Hardware::Unavailable;
+                self.pipeline = Pipeline::Unavailable;
                 return;
             }
         };
-        let site = self.shared_site(host);
         // one meter per node: slurmd's reads the source and keeps the ledger, each
-        // slurmstepd reads its figure there (its share, or the node's since it began)
-        let meter = if reads_ledger(daemon) {
-            host.spool_dir().map(|spool| {
+        // slurmstepd asks for its figure there (its share, or the node's since it began);
+        // both decide alike whether the node is split
+        let opened = match host.daemon() {
+            Daemon::Other => Ok(Pipeline::Unavailable),
+            Daemon::Slurmd => {
+                let site = self.shared_site(host);
+                let ledger = LedgerConfig {
+                    context_id: self.context_id,
+                    site: site.as_ref(),
+                    idle_watts: ledger_idle_watts::<P>(&self.attribution, &config),
+                    metrics: &self.metrics,
+                };
+                NodePipeline::open::<P>(host, &config, ledger).map(Pipeline::Node)
+            }
+            Daemon::Slurmstepd => host.spool_dir().map(|spool| {
                 let figure = StepFigure::from_path(
                     &ledger_path(&spool, self.context_id),
                     &Procs::from_path(Path::new(attribution::procs::PROC_ROOT)),
                     std::process::id(),
-                    site.is_some() || P::ALLOCATED_DEVICES,
+                    self.shared_site(host).is_some() || P::ALLOCATED_DEVICES,
                 );
-                Meter::new(if host.energy_plugins() > 1 {
-                    figure.stacked()
-                } else {
-                    figure
-                })
-            })
-        } else {
-            let node = host.node_name();
-            let mine = P::for_node(&config, &node);
-            if mine != config {
-                log::info!(
-                    "%n in acct_gather.conf is this node's name, {node}; %h this host's, {}",
-                    crate::source::host_name()
-                );
-            }
-            P::open(&mine).map(Meter::new)
-        };
-        self.hardware = match meter {
-            Ok(mut meter) => {
-                if daemon == Daemon::Slurmd {
-                    let idle_watts = ledger_idle_watts::<P>(&self.attribution, &config);
-                    self.doorbell = self.keep_ledger(host, site.as_ref(), idle_watts, &mut meter);
-                }
-                // Threads may start here: slurmd loads this configuration after it
-                // daemonizes, and slurmstepd never forks without exec afterwards.
-                meter.ensure_sampling();
-                Hardware::Open(meter)
-            }
-            Err(why) => {
-                log::error!(
-                    "no energy can be measured on this node: {why}; energy is reported as unavailable"
-                );
-                Hardware::Unavailable
-            }
-        };
-    }
-
-    /// In slurmd: the keeper of the node's ledger, told each of the meter's samples, and
-    /// the doorbell by which steps ask for one now. Errors are logged.
-    fn keep_ledger(
-        &self,
-        host: &dyn Host,
-        site: Option<&Site>,
-        idle_watts: Option<f64>,
-        meter: &mut Meter,
-    ) -> Option<Doorbell> {
-        let keeper = match site {
-            _ if P::ALLOCATED_DEVICES => host.spool_dir().and_then(|spool| {
-                let order = host.gres_order().unwrap_or_else(|why| {
-                    log::error!(
-                        "{why}; GPUs are matched to Slurm's GRES indexes in the library's order"
-                    );
-                    GresOrder::Detected
-                });
-                let procs = Path::new(attribution::procs::PROC_ROOT);
-                Keeper::devices(&spool, self.context_id, order, idle_watts, procs)
+                let stacked = host.energy_plugins() > 1;
+                let figure = if stacked { figure.stacked() } else { figure };
+                Pipeline::Step(Box::new(StepPipeline::open(figure, stacked)))
             }),
-            Some(site) => Keeper::shared(site, self.context_id, idle_watts),
-            None => host
-                .spool_dir()
-                .and_then(|spool| Keeper::node(&spool, self.context_id)),
         };
-        let mut keeper = keeper
-            .inspect_err(|why| {
-                log::error!("no energy ledger: {why}; this node's steps report no energy")
-            })
-            .ok()?;
-        keeper.describe_source(format!("{}: {}", host.plugin_kind(), meter.describe()));
-        let stacked = host.energy_plugins() > 1;
-        let node = host.node_name();
-        if let Some(path) = self.metrics.path_for(host.plugin_kind(), stacked, &node) {
-            let effect = self.metrics.in_effect(host.private_data());
-            let opened = self
-                .metrics
-                .access(&effect)
-                .and_then(|access| metrics::MetricsFile::open(&path, access));
-            match opened {
-                Ok(mut file) => {
-                    log::info!("writing energy metrics to {}", path.display());
-                    log::info!("{}", effect.describe(&path, self.metrics.group.as_ref()));
-                    let owners = effect.owners;
-                    let who = metrics::Identity {
-                        node: node.clone(),
-                        source: host.plugin_kind().to_string(),
-                        attribution: keeper.attribution().to_string(),
-                    };
-                    keeper = keeper.publishing(
-                        owners,
-                        Box::new(move |ledger, owners| {
-                            file.write(&metrics::render(ledger, owners, &who));
-                        }),
-                    );
-                }
-                Err(e) => log::error!("{e}; no metrics file is written"),
-            }
-        }
-        let (pace, wake) = (keeper.pace(), meter.waker());
-        let bell = doorbell::doorbell_path(keeper.path());
-        meter.observe(Box::new(move |a, reading| keeper.on_sample(a, reading)));
-        // a ring wakes the sampler, whose sample the keeper takes as the update asked for
-        Doorbell::open(&bell, pace, wake)
-            .inspect_err(|e| {
-                log::error!(
-                    "{e}; steps' figures are brought forward from the last ledger at their ends"
-                )
-            })
-            .ok()
+        self.pipeline = opened.unwrap_or_else(|why| {
+            log::error!(
+                "no energy can be measured on this node: {why}; energy is reported as unavailable"
+            );
+            Pipeline::Unavailable
+        });
     }
 
     /// Where the node's ledger is, in `shared` mode when the node has what it takes; slurmd
@@ -380,66 +277,71 @@ impl<P: Plugin> State<P> {
         }
     }
 
-    /// The meter, opened on first use, with its sampler running.
-    fn meter(&mut self, host: &dyn Host) -> Option<&mut Meter> {
-        if matches!(self.hardware, Hardware::NotOpened) {
+    /// The pipeline, opened on first use.
+    fn pipeline(&mut self, host: &dyn Host) -> &mut Pipeline {
+        if matches!(self.pipeline, Pipeline::NotOpened) {
             self.open(host);
         }
-        match &mut self.hardware {
-            Hardware::Open(meter) => {
-                meter.ensure_sampling();
-                Some(meter)
-            }
-            _ => None,
-        }
+        &mut self.pipeline
     }
 
-    /// The node's record, from a reading as fresh as `read` asks.
+    /// The node's record, from a reading as fresh as `read` asks (in slurmstepd, the
+    /// step's figure: read now unless `read` takes the cached one).
     fn node_record(&mut self, host: &dyn Host, read: Read) -> EnergyRecord {
-        match self.meter(host) {
-            Some(meter) => {
-                let accounting = match read {
-                    Read::Now => meter.refresh(),
-                    Read::Recent => meter.recent(),
-                    Read::Cached => meter.snapshot(),
-                };
-                accounting.node_record(Instant::now(), meter.stale_after())
-            }
-            None => EnergyRecord::unavailable(0),
+        match self.pipeline(host) {
+            Pipeline::Node(node) => node.node_record(read),
+            Pipeline::Step(step) => step.node_record(!matches!(read, Read::Cached)),
+            Pipeline::NotOpened | Pipeline::Unavailable => EnergyRecord::unavailable(0),
         }
     }
 
-    /// The records of the node's parts. Their number is fixed by the meter's first
-    /// reading, taken when it opens, so SENSOR_CNT and the array it sizes agree.
+    /// The records of the node's parts.
     fn sensor_records(&mut self, host: &dyn Host) -> Vec<(&'static str, EnergyRecord)> {
-        match self.meter(host) {
-            Some(meter) => meter
-                .snapshot()
-                .sensor_records(Instant::now(), meter.stale_after()),
-            None => Vec::new(),
+        match self.pipeline(host) {
+            Pipeline::Node(node) => node.sensor_records(),
+            Pipeline::Step(step) => step.sensor_records(),
+            Pipeline::NotOpened | Pipeline::Unavailable => Vec::new(),
         }
     }
 
+    /// `NODE_ENERGY_UP`: in slurmstepd its step's figure, as Slurm must get it.
     fn step_record(&mut self, host: &dyn Host) -> EnergyRecord {
-        let Some(meter) = self.meter(host) else {
-            return EnergyRecord::unavailable(0);
-        };
-        let accounting = meter.refresh();
-        let (now, stale) = (Instant::now(), meter.stale_after());
-        if self.step.is_none() {
-            // a figure from the ledger is the step's own already (in shared mode it may
-            // hold a share counted before this process could first read the ledger); a
-            // source read here counts from its first reading
-            self.step = if reads_ledger(host.daemon()) {
-                Baseline::from_zero(&accounting)
-            } else {
-                Baseline::start(&accounting)
-            };
+        match self.pipeline(host) {
+            Pipeline::Node(node) => node.step_record(),
+            Pipeline::Step(step) => step.step_record(),
+            Pipeline::NotOpened | Pipeline::Unavailable => EnergyRecord::unavailable(0),
         }
-        match &mut self.step {
-            Some(step) => step.record(&accounting, now, stale),
-            None => accounting.node_record(now, stale),
+    }
+
+    /// What `get_data` answers.
+    fn answer(&mut self, host: &dyn Host, query: Query) -> Answer {
+        match query {
+            // slurmd answers a step's REQUEST_ACCT_GATHER_ENERGY with JOULES_TASK, or with
+            // STRUCT when it polled within the same second: the step's figure must be
+            // current to the request (a power source's cached figure is up to a sample
+            // period old: at 350 W and 1 s, up to 350 J short at the step's end).
+            // Only that RPC asks for these two, with an array of SENSOR_CNT records: the
+            // parts follow the node's.
+            Query::JoulesTask | Query::Struct => {
+                let node = self.node_record(host, Read::Now);
+                let parts = self.sensor_records(host).into_iter().map(|(_, r)| r);
+                Answer::Records(std::iter::once(node).chain(parts).collect())
+            }
+            // in slurmstepd (--profile=energy) the step's current figure
+            Query::NodeEnergy => Answer::Record(self.node_record(host, Read::Recent)),
+            Query::NodeEnergyUp => Answer::Record(self.step_record(host)),
+            Query::LastPoll => Answer::PollTime(self.node_record(host, Read::Cached).poll_time),
+            // the node's record, then its parts'
+            Query::SensorCount => {
+                let count = 1 + self.sensor_records(host).len();
+                Answer::SensorCount(u16::try_from(count).unwrap_or(1))
+            }
         }
+    }
+
+    /// Whether the plugin answers for a step (its records are then a step's).
+    fn for_a_step(&self) -> bool {
+        matches!(self.pipeline, Pipeline::Step(_))
     }
 
     fn configure(&mut self, host: &dyn Host, context_id: u16, values: &KeyValues) {
@@ -467,7 +369,7 @@ impl<P: Plugin> State<P> {
             StepRecordConfig { read: false }
         });
         let parsed = P::parse_config(values);
-        if let Hardware::Open(_) = self.hardware {
+        if matches!(self.pipeline, Pipeline::Node(_) | Pipeline::Step(_)) {
             // reconfigure: keep measuring so the node's energy does not restart
             if !matches!(&self.config, Config::Valid(c) if Ok(c) == parsed.as_ref()) {
                 log::info!(
@@ -491,9 +393,7 @@ impl<P: Plugin> State<P> {
         };
         // Open now: slurmstepd reads acct_gather.conf before it changes identity, and
         // the devices need root.
-        if measures(host.daemon()) {
-            self.open(host);
-        }
+        self.open(host);
     }
 
     fn shown_config(&self, host: &dyn Host) -> Vec<(&'static str, String)> {
@@ -509,23 +409,6 @@ impl<P: Plugin> State<P> {
         shown.extend(self.step_record.show());
         shown.extend(self.metrics.shown(host.private_data()));
         shown
-    }
-}
-
-/// A step's figure as slurmstepd's jobacct_gather must get it. With stacked plugins,
-/// Slurm's `acct_gather_energy_g_get_sum` adds every plugin's figure to the caller's
-/// struct without clearing it, and jobacct_gather passes the task's record, which holds
-/// the previous poll's sum: the step's energy would grow by the whole figure at every
-/// poll. Each stacked plugin therefore answers with its energy since its previous
-/// answer, and Slurm's running sum is the step's energy (a single plugin's figure
-/// replaces the record, so it stays the total).
-fn stacked_step(host: &dyn Host, record: EnergyRecord) -> EnergyRecord {
-    if host.daemon() != Daemon::Slurmstepd || host.energy_plugins() < 2 {
-        return record;
-    }
-    EnergyRecord {
-        consumed_j: record.consumed_j.map(|_| record.base_consumed_j),
-        ..record
     }
 }
 
@@ -585,32 +468,11 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
     }
 
     pub fn get(&self, query: Query) -> Result<Answer, CallFailed> {
-        let answer = self.with_state("get_data", |state, host| match query {
-            // slurmd answers a step's REQUEST_ACCT_GATHER_ENERGY with JOULES_TASK, or with
-            // STRUCT when it polled within the same second: the step's figure must be
-            // current to the request (a power source's cached figure is up to a sample
-            // period old: at 350 W and 1 s, up to 350 J short at the step's end).
-            // Only that RPC asks for these two, with an array of SENSOR_CNT records: the
-            // parts follow the node's.
-            Query::JoulesTask | Query::Struct => {
-                let node = state.node_record(host, Read::Now);
-                let parts = state.sensor_records(host).into_iter().map(|(_, r)| r);
-                Answer::Records(std::iter::once(node).chain(parts).collect())
-            }
-            // in slurmstepd (--profile=energy) this is the step's current figure
-            Query::NodeEnergy if host.daemon() == Daemon::Slurmstepd => {
-                Answer::Record(state.node_record(host, Read::Now))
-            }
-            Query::NodeEnergy => Answer::Record(state.node_record(host, Read::Recent)),
-            Query::NodeEnergyUp => Answer::Record(stacked_step(host, state.step_record(host))),
-            Query::LastPoll => Answer::PollTime(state.node_record(host, Read::Cached).poll_time),
-            // the node's record, then its parts'
-            Query::SensorCount => {
-                let count = 1 + state.sensor_records(host).len();
-                Answer::SensorCount(u16::try_from(count).unwrap_or(1))
-            }
+        let (answer, for_a_step) = self.with_state("get_data", |state, host| {
+            let answer = state.answer(host, query);
+            (answer, state.for_a_step())
         })?;
-        if self.host.daemon() != Daemon::Slurmstepd {
+        if !for_a_step {
             return Ok(answer);
         }
         Ok(match answer {
@@ -657,6 +519,8 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
     }
 }
 
+mod node;
+mod step;
 mod step_grant;
 pub use step_grant::RecordRefused;
 #[cfg(test)]

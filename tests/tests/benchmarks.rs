@@ -7,7 +7,7 @@ use energy_tests as support;
 
 use std::fmt::Write as _;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -60,21 +60,31 @@ struct PollCost {
     allocs: f64,
 }
 
-/// `mode` is the driver's `bench` (slurmd's node poll) or `bench-step` (a step's poll).
-fn poll_cost(energy_type: &str, mode: &str, tmp: &Path) -> PollCost {
+/// The simulated node the polls read, and the plugin's configuration.
+fn poll_setup(energy_type: &str, tmp: &Path) -> (Sim, PathBuf) {
     let sim = Sim::start(&tmp.join("sim"), INTEL);
     sim.set(&["package0=150", "package1=140", "dram0=20", "dram1=25"]);
-    let conf = slurm_conf(tmp, energy_type, "");
-    // time: the median of 5 runs of 100k rounds of update_node_energy + get_sum(NODE_ENERGY)
+    (sim, slurm_conf(tmp, energy_type, ""))
+}
+
+/// The median of 5 runs of 100k rounds of `mode`, in ns per round.
+fn poll_time(sim: &Sim, conf: &Path, mode: &str) -> f64 {
     let mut times: Vec<f64> = (0..5)
         .map(|_| {
             number_after(
-                &driver_with(&sim, &conf, &[], &[&format!("{mode}=100000")]).0,
+                &driver_with(sim, conf, &[], &[&format!("{mode}=100000")]).0,
                 "ns_per_round=",
             )
         })
         .collect();
     times.sort_by(f64::total_cmp);
+    times[2]
+}
+
+/// `mode` is the driver's `bench` (slurmd's node poll) or `bench-step` (a step's poll).
+fn poll_cost(energy_type: &str, mode: &str, tmp: &Path) -> PollCost {
+    let (sim, conf) = poll_setup(energy_type, tmp);
+    let ns = poll_time(&sim, &conf, mode);
     let strace = |rounds: u32| {
         let log = tmp.join(format!("strace-{rounds}"));
         driver_with(
@@ -106,7 +116,7 @@ fn poll_cost(energy_type: &str, mode: &str, tmp: &Path) -> PollCost {
     };
     let allocs = (valgrind(2_000) - valgrind(0)) / 2_000.0;
     PollCost {
-        ns: times[2],
+        ns,
         syscalls,
         allocs,
     }
@@ -538,6 +548,29 @@ fn wakeups_section() -> String {
         }
     }
     md
+}
+
+/// The cost-per-poll table's times alone, rust_rapl beside Slurm's rapl (about a minute,
+/// root): `cargo test --release -p energy-tests --test benchmarks -- --ignored --nocapture
+/// poll_times`.
+#[test]
+#[ignore = "benchmark: the times of the cost-per-poll section alone (about a minute, root)"]
+fn poll_times() {
+    assert!(root_or_skip("poll_times"), "benchmarks need root");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for mode in ["bench", "bench-step"] {
+        let mut ns = Vec::new();
+        for (name, energy_type) in [("rust_rapl", RUST_RAPL), ("rapl", C_RAPL)] {
+            let (sim, conf) = poll_setup(energy_type, &tmp.path().join(format!("{name}-{mode}")));
+            ns.push(poll_time(&sim, &conf, mode));
+        }
+        println!(
+            "{mode}: rust_rapl {:.0} ns, Slurm's rapl {:.0} ns: {:.2}x",
+            ns[0],
+            ns[1],
+            ns[0] / ns[1]
+        );
+    }
 }
 
 #[test]

@@ -5,9 +5,16 @@
 //! is brought forward at the last power. At a step's edges that is not good enough: its
 //! tasks end and the node's power falls within that second, and the figure at the step's
 //! last poll is its final one. So a slurmstepd at an edge (its first read, and a read once
-//! its tasks are gone) rings slurmd's doorbell, a datagram socket beside the ledger, and
-//! waits for the ledger to be sampled anew (milliseconds). slurmd answers from a thread
-//! that sleeps in `recv`: it wakes for rings only, twice per step.
+//! its tasks are gone) asks slurmd for a figure from a sample taken after its question
+//! ([`super::ask`], on a stream socket beside the doorbell), and waits for it
+//! (milliseconds); at other reads it asks for the figure as of slurmd's last update,
+//! answered at once from memory. slurmd answers from a thread that sleeps in `poll`: it
+//! wakes for questions and rings only.
+//!
+//! A slurmstepd whose slurmd does not listen for questions (one of before, not yet
+//! restarted after an upgrade, or one starting again) rings the doorbell, a datagram socket
+//! beside the ledger, and waits for the ledger file to be written anew, as before the
+//! questions: slurmd writes the file at the next update after such a ring.
 //!
 //! A step's last read (its tasks gone) says so in its ring ([`Ring::Last`]): slurmd charges
 //! it up to the sample that answers, then no more. Its slurmstepd lingers a second or more
@@ -34,19 +41,21 @@
 
 use std::fs;
 use std::io::IoSliceMut;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::net::UnixDatagram;
+use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime};
 
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, UnixCredentials, recvmsg, setsockopt, sockopt,
 };
 
+use super::ask::{self, Book, Want};
 use crate::scheduler::worker::Worker;
 use crate::trusted_dir::{self, NO_ACCESS};
 
@@ -132,6 +141,8 @@ struct Paced {
     /// The slurmstepds whose last read rang since the last update (a few per step's end;
     /// at most one per ring, and rings are root's).
     last_reads: Vec<u32>,
+    /// Whether a step rang the way of before, and waits for the ledger file.
+    file_wanted: bool,
 }
 
 impl Paced {
@@ -169,6 +180,16 @@ impl Pace {
         self.lock().last_reads.push(stepd);
     }
 
+    /// A step rang the way of before (a datagram), and waits for the ledger file.
+    pub(super) fn want_file(&self) {
+        self.lock().file_wanted = true;
+    }
+
+    /// Whether a step rang the way of before since this was last asked.
+    pub fn take_file_wanted(&self) -> bool {
+        std::mem::take(&mut self.lock().file_wanted)
+    }
+
     /// The slurmstepds whose last read rang before now, each once.
     pub fn take_last_reads(&self) -> Vec<u32> {
         std::mem::take(&mut self.lock().last_reads)
@@ -204,12 +225,14 @@ pub struct Doorbell {
 }
 
 impl Doorbell {
-    /// Listens at `path` ([`doorbell_path`]), in its directory that only slurmd's user
-    /// can enter (created or checked: see the module's comment), replacing an earlier
-    /// slurmd's socket; `pace` says when an update may answer.
+    /// Listens at `path` ([`doorbell_path`]) for rings and beside it ([`ask::ask_path`])
+    /// for steps' questions, answered from `book`, in their directory that only slurmd's
+    /// user can enter (created or checked: see the module's comment), replacing an earlier
+    /// slurmd's sockets; `pace` says when an update may answer.
     pub fn open(
         path: &Path,
         pace: Arc<Pace>,
+        book: Arc<Book>,
         answer: impl Fn() + Send + 'static,
     ) -> Result<Self, String> {
         let what = |e: std::io::Error| format!("cannot listen at {}: {e}", path.display());
@@ -218,12 +241,17 @@ impl Doorbell {
             .ok_or_else(|| what(std::io::ErrorKind::InvalidInput.into()))?;
         trusted_dir::create(dir, NO_ACCESS)
             .map_err(|e| format!("cannot listen at {}: {e}", path.display()))?;
-        match fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(what(e)),
-            _ => {}
+        let asked = dir.join(ask::SOCKET_NAME);
+        for old in [path, asked.as_path()] {
+            match fs::remove_file(old) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(what(e)),
+                _ => {}
+            }
         }
         let socket = UnixDatagram::bind(path).map_err(what)?;
         setsockopt(&socket, sockopt::PassCred, &true).map_err(|e| what(e.into()))?;
+        let questions = UnixListener::bind(&asked).map_err(what)?;
+        questions.set_nonblocking(true).map_err(what)?;
         let slurmd = nix::unistd::getuid().as_raw();
         let stopping = Arc::new(AtomicBool::new(false));
         let stop = Arc::clone(&stopping);
@@ -234,8 +262,11 @@ impl Doorbell {
             // (a process that got a socket connected to it may send as often as it likes)
             let mut heard = |(n, sender): (usize, Option<u32>), buf: &[u8]| {
                 match Ring::heard(&buf[..n], sender, slurmd) {
-                    Some(Ring::Last { stepd }) => pace.last_read(stepd),
-                    Some(Ring::Fresh) => {}
+                    Some(Ring::Last { stepd }) => {
+                        pace.last_read(stepd);
+                        pace.want_file();
+                    }
+                    Some(Ring::Fresh) => pace.want_file(),
                     None => {
                         if !std::mem::replace(&mut warned, true) {
                             log::warn!(
@@ -253,38 +284,54 @@ impl Doorbell {
             };
             let failed =
                 |e: std::io::Error| log::error!("the energy ledger's doorbell failed: {e}");
+            // when the update the rings and questions so far ask for may be taken
+            let mut due: Option<Instant> = None;
             loop {
-                match receive(&socket, &mut buf) {
-                    Ok(_) if stop.load(Ordering::SeqCst) => return,
-                    Ok(got) if heard(got, &buf) => {}
-                    Ok(_) => continue,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                let wait = due.map(|d| d.saturating_duration_since(Instant::now()));
+                let (rung, questioned) = match readable(&socket, &questions, wait) {
+                    Ok(ready) => ready,
                     Err(e) => return failed(e),
+                };
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let mut wanted = false;
+                if rung {
+                    match receive(&socket, &mut buf) {
+                        Ok(_) if stop.load(Ordering::SeqCst) => return,
+                        Ok(got) => wanted |= heard(got, &buf),
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) if is_timeout(&e) => {}
+                        Err(e) => return failed(e),
+                    }
+                }
+                if questioned {
+                    // each connection is a root slurmstepd's (the directory is slurmd's
+                    // user's alone), which wrote its question as it connected
+                    while let Ok((stream, _)) = questions.accept() {
+                        let Some(request) = ask::question(&stream, slurmd) else {
+                            continue;
+                        };
+                        match request.want {
+                            Want::Current => {}
+                            Want::Refresh | Want::Fresh => wanted = true,
+                            Want::Last { stepd } => {
+                                pace.last_read(stepd);
+                                wanted = true;
+                            }
+                        }
+                        book.take(request, stream, Instant::now());
+                    }
                 }
                 // until the update may be taken, the rings that come are answered by it
                 // (each asks again: an update taken meanwhile answered only those before)
-                let mut wait = pace.ask(Instant::now());
-                while !wait.is_zero() {
-                    if let Err(e) = socket.set_read_timeout(Some(wait)) {
-                        return failed(e);
-                    }
-                    let until = Instant::now() + wait;
-                    wait = match receive(&socket, &mut buf) {
-                        Ok(_) if stop.load(Ordering::SeqCst) => return,
-                        Ok(got) if heard(got, &buf) => pace.ask(Instant::now()),
-                        // asks nothing, and puts off nothing
-                        Ok(_) => until.saturating_duration_since(Instant::now()),
-                        Err(e) if is_timeout(&e) => Duration::ZERO,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                            pace.ask(Instant::now())
-                        }
-                        Err(e) => return failed(e),
-                    };
+                if wanted {
+                    due = Some(Instant::now() + pace.ask(Instant::now()));
                 }
-                if let Err(e) = socket.set_read_timeout(None) {
-                    return failed(e);
+                if due.is_some_and(|d| d <= Instant::now()) {
+                    due = None;
+                    answer();
                 }
-                answer();
             }
         })?;
         Ok(Self {
@@ -295,13 +342,42 @@ impl Doorbell {
     }
 }
 
+/// Waits until a ring or a question comes, or `wait` passes (`None`: until one comes);
+/// returns which came.
+fn readable(
+    bell: &UnixDatagram,
+    questions: &UnixListener,
+    wait: Option<Duration>,
+) -> std::io::Result<(bool, bool)> {
+    let timeout = match wait {
+        None => PollTimeout::NONE,
+        Some(w) => {
+            PollTimeout::try_from(w.as_millis().clamp(1, 60_000) as i32).unwrap_or(PollTimeout::MAX)
+        }
+    };
+    let mut fds = [
+        PollFd::new(bell.as_fd(), PollFlags::POLLIN),
+        PollFd::new(questions.as_fd(), PollFlags::POLLIN),
+    ];
+    match poll(&mut fds, timeout) {
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return Ok((false, false)),
+        Err(e) => return Err(e.into()),
+    }
+    let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+    Ok((ready(&fds[0]), ready(&fds[1])))
+}
+
 impl Drop for Doorbell {
     fn drop(&mut self) {
-        // the thread sleeps in recv: a last datagram wakes it to see that it must stop
+        // the thread sleeps in poll: a last datagram wakes it to see that it must stop
         self.stopping.store(true, Ordering::SeqCst);
         ring(&self.path, Ring::Fresh);
         drop(self.worker.take());
         let _ = fs::remove_file(&self.path);
+        if let Some(dir) = self.path.parent() {
+            let _ = fs::remove_file(dir.join(ask::SOCKET_NAME));
+        }
     }
 }
 
@@ -315,7 +391,7 @@ fn receive(socket: &UnixDatagram, buf: &mut [u8]) -> std::io::Result<(usize, Opt
         socket.as_raw_fd(),
         &mut iov,
         Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
     )?;
     let sender = msg.cmsgs()?.find_map(|c| match c {
         ControlMessageOwned::ScmCredentials(c) => Some(c.uid()),
@@ -430,7 +506,7 @@ mod tests {
         let rings = Arc::new(AtomicU32::new(0));
         let counted = Arc::clone(&rings);
         let written = ledger.clone();
-        let doorbell = Doorbell::open(&bell, Arc::default(), move || {
+        let doorbell = Doorbell::open(&bell, Arc::default(), Arc::default(), move || {
             counted.fetch_add(1, Ordering::SeqCst);
             fs::write(&written, "{}").expect("ledger");
         })
@@ -475,7 +551,7 @@ mod tests {
         let rings = Arc::new(AtomicU32::new(0));
         let counted = Arc::clone(&rings);
         let written = ledger.clone();
-        let _doorbell = Doorbell::open(&bell, Arc::clone(&pace), move || {
+        let _doorbell = Doorbell::open(&bell, Arc::clone(&pace), Arc::default(), move || {
             counted.fetch_add(1, Ordering::SeqCst);
             // as slurmd writes it: a new file in its place
             let new = written.with_extension("new");
@@ -537,7 +613,7 @@ mod tests {
         fs::create_dir(&elsewhere).expect("dir");
         fs::set_permissions(&elsewhere, fs::Permissions::from_mode(0o700)).expect("chmod");
         std::os::unix::fs::symlink(&elsewhere, &door).expect("symlink");
-        let why = Doorbell::open(&bell, Arc::default(), || {})
+        let why = Doorbell::open(&bell, Arc::default(), Arc::default(), || {})
             .err()
             .expect("a link refused");
         assert!(why.contains("is a link"), "{why}");
@@ -545,10 +621,11 @@ mod tests {
         fs::remove_file(&door).expect("unlink");
         fs::create_dir(&door).expect("dir");
         fs::set_permissions(&door, fs::Permissions::from_mode(0o755)).expect("chmod");
-        assert!(Doorbell::open(&bell, Arc::default(), || {}).is_err());
+        assert!(Doorbell::open(&bell, Arc::default(), Arc::default(), || {}).is_err());
         assert!(!bell.exists(), "nothing bound");
         fs::set_permissions(&door, fs::Permissions::from_mode(0o700)).expect("chmod");
-        let _doorbell = Doorbell::open(&bell, Arc::default(), || {}).expect("its own");
+        let _doorbell =
+            Doorbell::open(&bell, Arc::default(), Arc::default(), || {}).expect("its own");
         assert!(bell.exists());
     }
 
@@ -610,7 +687,7 @@ mod tests {
         let updates = Arc::new(Mutex::new(Vec::new()));
         let (taker, taken) = (Arc::clone(&pace), Arc::clone(&updates));
         // the sampler's part: a sample at each wake, an update when the pace allows
-        let _doorbell = Doorbell::open(&bell, Arc::clone(&pace), move || {
+        let _doorbell = Doorbell::open(&bell, Arc::clone(&pace), Arc::default(), move || {
             let now = Instant::now();
             if taker.take(now, Duration::from_secs(1)) {
                 taken.lock().expect("updates").push(now);
@@ -655,7 +732,8 @@ mod tests {
         let ledger = tmp.path().join("energy-ledger.0.json");
         let bell = doorbell_path(&ledger);
         // slurmd listens but never writes (hung)
-        let _doorbell = Doorbell::open(&bell, Arc::default(), || {}).expect("doorbell");
+        let _doorbell =
+            Doorbell::open(&bell, Arc::default(), Arc::default(), || {}).expect("doorbell");
         let t0 = Instant::now();
         assert!(!freshen(&bell, &ledger, Ring::Fresh).is_fresh());
         let waited = t0.elapsed();

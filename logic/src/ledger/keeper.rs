@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::ask::Book;
 use super::doorbell::Pace;
 use super::{Ledger, Observation, ObservedJob, ObservedStep, Part, Split, ledger_path};
 use crate::accounting::Accounting;
@@ -22,6 +23,12 @@ use crate::source::{DeviceReading, Reading};
 /// The ledger is updated at the meter's samples (every second or faster), at most this
 /// often; it is a sample period (about a second) old at most.
 const LEDGER_INTERVAL: Duration = Duration::from_millis(500);
+/// How often the ledger file is written at most, unless a step of before rings for it:
+/// steps ask slurmd for their figures ([`super::ask`]); the file is what a slurmd started
+/// again continues from (the hardware's counts bridge the time since, whatever the file's
+/// age) and what a step reads while slurmd does not answer. Under the staleness a step of
+/// before allows a ledger ([`crate::source::stale_after`] of [`super::LEDGER_PERIOD`]).
+const STORE_INTERVAL: Duration = Duration::from_secs(5);
 /// Ended steps' grants are swept at every this many ledger updates (about a minute).
 const GRANT_SWEEP_SAMPLES: u64 = 60;
 
@@ -97,6 +104,15 @@ pub struct Keeper {
     /// ([`doorbell`]): the next sample updates it as the pace of rings allows, however
     /// often steps ring.
     pace: Arc<Pace>,
+    /// What steps' questions are answered from, kept at each update ([`super::ask`]).
+    book: Arc<Book>,
+    /// When the ledger file was last written (the sample's time): it is what a slurmd
+    /// started again continues from, and what a step reads when slurmd does not answer,
+    /// so it is written every [`STORE_INTERVAL`], not at each update.
+    stored: Option<Instant>,
+    /// Whether a step rang the doorbell the way of before since the file was written: it
+    /// waits for the file ([`super::doorbell::freshen`]), which the next update writes.
+    file_wanted: bool,
     /// A failure to publish is logged once per episode.
     failing: bool,
     /// Where the ledger is also written for Prometheus, and the series' labels.
@@ -177,6 +193,9 @@ impl Keeper {
             spool: spool.to_path_buf(),
             path,
             pace: Arc::default(),
+            book: Arc::default(),
+            stored: None,
+            file_wanted: false,
             failing: false,
             publish: None,
             publish_owners: false,
@@ -212,6 +231,11 @@ impl Keeper {
     /// Told by the doorbell that a step asks for a fresh ledger; paces the updates.
     pub fn pace(&self) -> Arc<Pace> {
         Arc::clone(&self.pace)
+    }
+
+    /// What steps' questions are answered from.
+    pub fn book(&self) -> Arc<Book> {
+        Arc::clone(&self.book)
     }
 
     /// Takes the node's energy at a sample of its meter (`accounting`, of `reading`), and
@@ -266,6 +290,29 @@ impl Keeper {
                 .filter(|(_, place)| place.stepd().is_some_and(|pid| last_reads.contains(&pid)));
             self.ended.extend(ended.map(|(step, _)| *step));
         }
+        if self.pace.take_file_wanted() {
+            self.file_wanted = true;
+        }
+        if self.file_wanted
+            || self
+                .stored
+                .is_none_or(|t| point.at.saturating_duration_since(t) >= STORE_INTERVAL)
+        {
+            self.store(point.at);
+        }
+        if let Some(publish) = &mut self.publish {
+            let kept: HashSet<u32> = self.ledger.jobs().map(|j| j.id).collect();
+            self.owners.retain(|job, _| kept.contains(job));
+            publish(&self.ledger, self.publish_owners.then_some(&self.owners));
+        }
+        // the questions asked before this sample's reading are answered by it
+        self.book.update(&self.ledger, point.at);
+    }
+
+    /// Writes the ledger file; a failure is logged once per episode.
+    fn store(&mut self, at: Instant) {
+        self.stored = Some(at);
+        self.file_wanted = false;
         match self.ledger.store(&self.path) {
             Ok(()) if self.failing => {
                 log::info!("the energy ledger is published again");
@@ -277,11 +324,6 @@ impl Keeper {
                 self.failing = true;
             }
             Err(_) => {}
-        }
-        if let Some(publish) = &mut self.publish {
-            let kept: HashSet<u32> = self.ledger.jobs().map(|j| j.id).collect();
-            self.owners.retain(|job, _| kept.contains(job));
-            publish(&self.ledger, self.publish_owners.then_some(&self.owners));
         }
     }
 
@@ -497,6 +539,15 @@ impl Keeper {
 
 /// The step's cgroup from where its slurmstepd is (never a task's: see
 /// [`CgroupTree::step_cgroup`]); `None` when the slurmstepd is gone.
+impl Drop for Keeper {
+    /// slurmd stops: the file is what it continues from when it starts again.
+    fn drop(&mut self) {
+        if let Some(at) = self.stored {
+            self.store(at);
+        }
+    }
+}
+
 fn step_cgroup(
     tree: &CgroupTree,
     procs: &Procs,

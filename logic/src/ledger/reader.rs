@@ -3,20 +3,23 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use super::doorbell::{self, Ring};
-use super::{LEDGER_PERIOD, Ledger, MAX_GAP, RUN_SLACK, unix};
+use super::ask::{self, Answer, Request, Unanswered, Want};
+use super::doorbell::{self, ANSWER_WAIT, Ring};
+use super::{LEDGER_PERIOD, Ledger, LedgerError, MAX_GAP, RUN_SLACK, unix};
 use crate::accounting::MAX_SENSORS;
 use crate::attribution::procs::Procs;
-use crate::attribution::{StepId, own_step, present_steps};
-use crate::source::{Reading, SensorReading, Source, stale_after};
+use crate::attribution::{StepId, StepKey, own_step, present_steps};
+use crate::source::{Reading, SensorReading, stale_after};
 
-/// A step reads the file at each of Slurm's calls and has no sampling thread (there is no
-/// counter to wrap); its figure goes stale only when the ledger does.
-const STEP_SAMPLE_PERIOD: Duration = Duration::from_secs(30);
+/// How long a read at one of Slurm's periodic polls waits for slurmd's answer, which it
+/// gives from memory at once: longer only while its doorbell's thread is busy (or slurmd
+/// hangs, when the step reads the file).
+const CURRENT_WAIT: Duration = Duration::from_millis(100);
 
-/// slurmstepd's side: its step's figure from slurmd's ledger, as a source its meter reads.
+/// slurmstepd's side: its step's figure from slurmd's ledger, asked of slurmd at each of
+/// Slurm's calls (no source, no sampler: slurmd's meter measured it).
 /// In node mode the node's energy since the step's first reading (when its slurmstepd
 /// opened the plugin); in shared mode the step's share. Either is brought up to the moment
 /// of the call at the last power the ledger published, at most [`LEDGER_PERIOD`] ahead,
@@ -60,6 +63,8 @@ pub struct StepFigure {
     trouble: Option<String>,
     /// In node mode, the node's parts as the ledger last gave them, for the profile.
     parts: Vec<SensorReading>,
+    /// Whether slurmd answered its last read (else it read the file).
+    answered: bool,
 }
 
 /// A part's label as a reading carries it (`&'static`, as a source's own): each distinct
@@ -132,6 +137,7 @@ impl StepFigure {
             carried_uj: 0,
             trouble: None,
             parts: Vec::new(),
+            answered: false,
         }
     }
 
@@ -189,10 +195,10 @@ impl StepFigure {
     /// the node's energy from a ledger of shares would charge its job the whole node.
     /// Returns whether the mode changed since the step's last read of the same ledger; said
     /// once when it differs from the step's own.
-    fn follow_mode(&mut self, ledger: &Ledger) -> bool {
-        let shares = ledger.gives_shares().unwrap_or(self.configured);
+    fn follow_mode(&mut self, ledger: &Answer) -> bool {
+        let shares = ledger.shares.unwrap_or(self.configured);
         let switched =
-            shares != self.shared && self.counted.is_some_and(|c| c.epoch == ledger.epoch());
+            shares != self.shared && self.counted.is_some_and(|c| c.epoch == ledger.epoch);
         self.shared = shares;
         if shares != self.configured && !self.said_mode {
             self.said_mode = true;
@@ -214,16 +220,16 @@ impl StepFigure {
 
     /// Counts the step's figure in `ledger` at unix time `now`; returns its power, or why
     /// the ledger cannot be used.
-    fn count(&mut self, ledger: &Ledger, now: f64) -> Result<f64, String> {
+    fn count(&mut self, ledger: &Answer, now: f64) -> Result<f64, String> {
         let switched = self.follow_mode(ledger);
-        let age = (now - ledger.sampled_at()).max(0.0);
+        let age = (now - ledger.sampled_at).max(0.0);
         let ahead = if self.bring_forward {
             age.min(LEDGER_PERIOD.as_secs_f64())
         } else {
             0.0
         };
         let (joules, watts) = self.in_mode(ledger, self.shared);
-        let epoch = ledger.epoch();
+        let epoch = ledger.epoch;
         if switched && let Some(mut c) = self.counted.take() {
             // its figure at the switch is its own account in the ledger, which slurmd kept
             // the old way to the moment it switched (never less than the figure it gave
@@ -245,7 +251,7 @@ impl StepFigure {
                 figure_uj: (figure_j * 1e6) as u64,
                 watts,
                 read_at: now,
-                sampled_at: ledger.sampled_at(),
+                sampled_at: ledger.sampled_at,
             });
         }
         if age > stale_after(LEDGER_PERIOD).as_secs_f64() {
@@ -254,12 +260,12 @@ impl StepFigure {
             if let Some(c) = self
                 .counted
                 .as_mut()
-                .filter(|c| c.epoch == epoch && ledger.sampled_at() > c.sampled_at)
+                .filter(|c| c.epoch == epoch && ledger.sampled_at > c.sampled_at)
             {
                 c.published_j = c.published_j.max(joules);
                 let figure_j = (c.published_j - c.base_j).max(0.0);
                 c.figure_uj = (figure_j * 1e6) as u64;
-                c.sampled_at = ledger.sampled_at();
+                c.sampled_at = ledger.sampled_at;
             }
             return Err(format!(
                 "the energy ledger {} is {age:.0} s old (slurmd is not sampling)",
@@ -295,33 +301,30 @@ impl StepFigure {
                     figure_uj: 0,
                     watts,
                     read_at: now,
-                    sampled_at: ledger.sampled_at(),
+                    sampled_at: ledger.sampled_at,
                 });
             }
         }
         if let Some(c) = &mut self.counted {
             c.advance(joules, watts, ahead);
             c.read_at = now;
-            c.sampled_at = ledger.sampled_at();
+            c.sampled_at = ledger.sampled_at;
         }
         Ok(watts)
     }
 
     /// The figure `ledger` gives and its power: the step's share if `shared`, else the
     /// node's energy (whose parts it then keeps for the profile).
-    fn in_mode(&mut self, ledger: &Ledger, shared: bool) -> (f64, f64) {
+    fn in_mode(&mut self, ledger: &Answer, shared: bool) -> (f64, f64) {
         if shared {
-            return match self.step() {
-                Some((job, step)) => ledger
-                    .step(job, step)
-                    .filter(|a| self.this_run(a.since))
-                    .map_or((0.0, 0.0), |a| (a.joules, a.watts)),
-                // not yet named: the title is set after the plugin loads
-                None => (0.0, 0.0),
-            };
+            // not yet named (the title is set after the plugin loads): no account
+            return ledger
+                .step
+                .filter(|a| self.this_run(a.since))
+                .map_or((0.0, 0.0), |a| (a.joules, a.watts));
         }
         self.parts = ledger
-            .parts()
+            .parts
             .iter()
             .filter_map(|p| {
                 Some(SensorReading {
@@ -331,8 +334,7 @@ impl StepFigure {
                 })
             })
             .collect();
-        let node = ledger.node();
-        (node.joules, node.watts)
+        (ledger.node.joules, ledger.node.watts)
     }
 }
 
@@ -348,10 +350,55 @@ impl Counted {
     }
 }
 
-impl Source for StepFigure {
-    type Poll = Reading;
+impl StepFigure {
+    /// The step's figures as fresh as `want` says, and whether slurmd left a question for a
+    /// fresh one unanswered. Asked of slurmd ([`ask`]); where it does not listen (a slurmd
+    /// starting again, or one of before) the step rings and reads the ledger file as before
+    /// the questions, waiting no longer than [`ANSWER_WAIT`] in all.
+    fn figures(
+        &mut self,
+        key: Option<StepKey>,
+        want: Want,
+    ) -> (Result<Option<Answer>, LedgerError>, bool) {
+        let wait = if want.waits() {
+            ANSWER_WAIT
+        } else {
+            CURRENT_WAIT
+        };
+        let request = Request { step: key, want };
+        let from_file = |path: &Path| {
+            Ledger::load(path).map(|l| l.map(|ledger| Answer::from_ledger(&ledger, key)))
+        };
+        let asked = ask::ask(&ask::ask_path(&self.path), request, wait);
+        self.answered = asked.is_ok();
+        match asked {
+            Ok(answer) => (Ok(Some(answer)), false),
+            // slurmd listens but is late: the wait is spent, the file is as good as it gets
+            Err(Unanswered::TimedOut) => (from_file(&self.path), want.waits()),
+            Err(Unanswered::Refused) => {
+                let doorbell = doorbell::doorbell_path(&self.path);
+                let unanswered = match want {
+                    Want::Current => false,
+                    Want::Refresh => {
+                        doorbell::ring_without_waiting(&doorbell);
+                        !doorbell::written_within(&self.path, LEDGER_PERIOD)
+                    }
+                    Want::Fresh => {
+                        !doorbell::freshen(&doorbell, &self.path, Ring::Fresh).is_fresh()
+                    }
+                    Want::Last { stepd } => {
+                        !doorbell::freshen(&doorbell, &self.path, Ring::Last { stepd }).is_fresh()
+                    }
+                };
+                (from_file(&self.path), unanswered)
+            }
+        }
+    }
+}
 
-    fn describe(&self) -> String {
+impl StepFigure {
+    /// What it reads, in one line.
+    pub fn describe(&self) -> String {
         let what = if self.shared {
             "this step's share of the node's energy"
         } else {
@@ -360,7 +407,9 @@ impl Source for StepFigure {
         format!("{what}, from slurmd's ledger {}", self.path.display())
     }
 
-    fn poll(&mut self, _now: Instant) -> Reading {
+    /// The step's figure now, asked of slurmd at each of Slurm's calls (no thread, no
+    /// counter to wrap): as a reading, the energy so far and its power.
+    pub fn read(&mut self) -> Reading {
         // the figure is as of this call: a sample slurmd takes for its ring comes after it,
         // and is not brought forward by the time slurmd then took to write it (at a power
         // over a window that may reach back before a fall, that would count energy after a
@@ -396,31 +445,32 @@ impl Source for StepFigure {
                     .procs
                     .calling_thread()
                     .is_some_and(|t| periodic_poll(&t));
-                let late = !doorbell::written_within(&self.path, LEDGER_PERIOD);
+                // slurmd's last update is older than a figure is brought forward: as its
+                // last answer said, or by the file's time where the step reads the file
+                let late = if self.answered {
+                    self.counted
+                        .is_none_or(|c| called - c.sampled_at > LEDGER_PERIOD.as_secs_f64())
+                } else {
+                    !doorbell::written_within(&self.path, LEDGER_PERIOD)
+                };
                 (
                     !periodic && !tasks,
                     !periodic && tasks && (!self.bring_forward || late),
                 )
             }
         };
-        let how = if last {
-            Ring::Last { stepd: self.pid }
-        } else {
-            Ring::Fresh
+        let key = self.step().map(StepKey::from);
+        let want = match (edge, last, asks) {
+            (true, true, _) => Want::Last { stepd: self.pid },
+            (true, false, _) => Want::Fresh,
+            (false, _, true) => Want::Refresh,
+            (false, _, false) => Want::Current,
         };
-        let doorbell = doorbell::doorbell_path(&self.path);
-        let unanswered = if edge {
-            !doorbell::freshen(&doorbell, &self.path, how).is_fresh()
-        } else if asks {
-            doorbell::ring_without_waiting(&doorbell);
-            !doorbell::written_within(&self.path, LEDGER_PERIOD)
-        } else {
-            false
-        };
+        let (loaded, unanswered) = self.figures(key, want);
         self.said_last |= edge && last;
-        let counted = match Ledger::load(&self.path) {
-            Ok(Some(ledger)) => {
-                let age = called - ledger.sampled_at();
+        let counted = match loaded {
+            Ok(Some(view)) => {
+                let age = called - view.sampled_at;
                 // a slurmd that does not answer within ANSWER_WAIT at an edge, or whose
                 // ledger is late at an sstat read, is gone or starved: the figure is then
                 // older than the call, by how much is said at each such read (a step asks
@@ -440,7 +490,7 @@ impl Source for StepFigure {
                          its figure is {taken} the ledger's last sample, {age:.1} s ago"
                     );
                 }
-                self.count(&ledger, called)
+                self.count(&view, called)
             }
             Ok(None) => Err(format!(
                 "there is no energy ledger {} (slurmd does not run this plugin, or cannot \
@@ -481,14 +531,6 @@ impl Source for StepFigure {
             sensors: self.parts.clone(),
             ..Reading::default()
         }
-    }
-
-    fn sample_period(&self) -> Duration {
-        STEP_SAMPLE_PERIOD
-    }
-
-    fn needs_sampling(&self) -> bool {
-        false
     }
 }
 

@@ -367,16 +367,29 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
     );
 }
 
-/// The cost of a slurmstepd's read of the ledger (loading the file and finding its own
-/// step) and of slurmd's write, at 1, 16, 64 and 256 jobs of three steps each, in a temp
-/// dir: `cargo test --release -p slurm-energy-logic --lib ledger_read_cost -- --ignored
+/// The cost of a slurmstepd's read (its question to slurmd and the answer, through the
+/// doorbell's thread as slurmd runs it; and, for a step slurmd does not answer, loading the
+/// file and finding its own step), of slurmd's keeping the answers at an update, and of its
+/// write of the file, at 1, 16, 64 and 256 jobs of three steps each, in a temp dir:
+/// `cargo test --release -p slurm-energy-logic --lib ledger_read_cost -- --ignored
 /// --nocapture`.
 #[test]
 #[ignore = "a measurement, not a check"]
 fn ledger_read_cost() {
+    use super::ask::{self, Book, Request, Want};
+    use crate::attribution::StepKey;
+    use std::sync::Arc;
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("ledger.json");
+    let book: Arc<Book> = Arc::default();
+    let _bell = super::doorbell::Doorbell::open(
+        &super::doorbell::doorbell_path(&path),
+        Arc::default(),
+        Arc::clone(&book),
+        || {},
+    )
+    .expect("doorbell");
     for jobs in [1u32, 16, 64, 256] {
         let observed = |usage: f64| -> Vec<ObservedJob> {
             (1..=jobs)
@@ -408,15 +421,41 @@ fn ledger_read_cost() {
         }
         let write_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
         let started = Instant::now();
+        for _ in 0..ROUNDS {
+            book.update(&ledger, Instant::now());
+        }
+        let book_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
+        let started = Instant::now();
         let mut joules = 0.0;
         for _ in 0..ROUNDS {
             let read = Ledger::load(&path).expect("load").expect("a ledger");
             joules += read.step(jobs, StepId(0)).expect("step").joules;
         }
-        let read_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
+        let file_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
         assert!(joules > 0.0);
+        let request = Request {
+            step: Some(StepKey {
+                job: jobs,
+                step: StepId(0),
+            }),
+            want: Want::Current,
+        };
+        let socket = ask::ask_path(&path);
+        let mut asked = Vec::with_capacity(ROUNDS as usize);
+        for _ in 0..ROUNDS {
+            let started = Instant::now();
+            let answer = ask::ask(&socket, request, Duration::from_secs(1)).expect("answered");
+            asked.push(started.elapsed().as_secs_f64() * 1e6);
+            assert_eq!(answer.step, ledger.step(jobs, StepId(0)));
+        }
+        let ask_us = asked.iter().sum::<f64>() / f64::from(ROUNDS);
+        asked.sort_by(f64::total_cmp);
         println!(
-            "{jobs:>4} jobs: {} bytes, a step's read {read_us:.1} us, slurmd's write {write_us:.1} us",
+            "{jobs:>4} jobs: a step's read (asked) {ask_us:.1} us (median {:.1}, 99th {:.1}); \
+             from the file ({} bytes) {file_us:.1} us; slurmd's answers kept {book_us:.1} us, \
+             its write {write_us:.1} us",
+            asked[asked.len() / 2],
+            asked[asked.len() * 99 / 100],
             fs::metadata(&path).expect("meta").len()
         );
     }

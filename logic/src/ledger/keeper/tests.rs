@@ -2,7 +2,6 @@ use super::*;
 use crate::accounting::Accounting;
 use crate::attribution::{Attribution, CGROUP_ROOT, Mode, cgroup, cgroup_mountpoint, procs};
 use crate::ledger::StepFigure;
-use crate::source::Source;
 use std::os::unix::net::UnixListener;
 
 /// The attribution cost per sample in steady state (counters read, model, ledger
@@ -574,7 +573,7 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     let mut keeper = Keeper::shared(&site, 0, attribution.idle_watts).expect("keeper");
     let mut share = StepFigure::from_path(&ledger_path(&spool, 0), &procs, 40, true);
     // no ledger yet: no figure at all, not 0 J
-    assert!(!share.poll(Instant::now()).complete);
+    assert!(!share.read().complete);
 
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let mut accounting = Accounting::new(w0);
@@ -590,8 +589,10 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     let (t, w) = later(2);
     accounting.record(&reading(200_000_000), t, w);
     keeper.pace = Arc::default();
+    // the file is written every STORE_INTERVAL: this step reads it (no doorbell)
+    keeper.stored = None;
     keeper.on_sample(&accounting, &Reading::default());
-    let first = share.poll(Instant::now());
+    let first = share.read();
     assert!(first.complete);
     // over its life: from its slurmstepd's start (its socket's time here, a moment before
     // the first sample: no energy was seen before that sample)
@@ -615,8 +616,9 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     let (t, w) = later(3);
     accounting.record(&reading(200_000_000), t, w);
     keeper.pace = Arc::default();
+    keeper.stored = None;
     keeper.on_sample(&accounting, &Reading::default());
-    let after_fall = share.poll(Instant::now());
+    let after_fall = share.read();
     assert_eq!(after_fall.watts, Some(0.0));
     assert_eq!(after_fall.energy_uj, 200_000_000);
     // the ledger is continued by a new keeper
@@ -696,4 +698,71 @@ fn a_step_is_charged_up_to_its_last_read_and_its_job_no_more_after_its_extern_st
     node.ends(5, StepId::BATCH, 41);
     sample(&mut keeper, 14, None);
     assert!(keeper.ended.is_empty(), "{:?}", keeper.ended);
+}
+
+/// Steps ask slurmd for their figures: the ledger file, what a slurmd started again
+/// continues from and what a step reads when slurmd does not answer, is written every
+/// [`STORE_INTERVAL`] rather than at each update, at once for a step that rang the way of
+/// before (it waits for the file), and when slurmd stops. Every update is in the book.
+#[test]
+fn the_ledger_file_is_written_every_interval_for_rings_of_before_and_at_the_end() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut keeper = Keeper::node(tmp.path(), 0).expect("keeper");
+    let path = keeper.path().to_path_buf();
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let mut accounting = Accounting::new(w0);
+    let written = || {
+        Ledger::load(&path)
+            .expect("ledger")
+            .map(|l| l.sampled_at() - crate::ledger::unix(w0))
+    };
+    let mut sample = |keeper: &mut Keeper, secs: u64| {
+        let at = Duration::from_secs(secs);
+        let reading = Reading {
+            energy_uj: secs * 100_000_000,
+            complete: true,
+            ..Reading::default()
+        };
+        accounting.record(&reading, t0 + at, w0 + at);
+        // each sample updates (the pace counts real time; these are a second apart)
+        let wanted = keeper.pace.take_file_wanted();
+        keeper.pace = Arc::default();
+        if wanted {
+            keeper.pace.want_file();
+        }
+        keeper.on_sample(&accounting, &Reading::default());
+    };
+    sample(&mut keeper, 0);
+    assert_eq!(written(), Some(0.0), "the first update");
+    for secs in 1..STORE_INTERVAL.as_secs() {
+        sample(&mut keeper, secs);
+        assert_eq!(written(), Some(0.0), "not at {secs} s");
+    }
+    let book = keeper.book();
+    let (mine, theirs) = std::os::unix::net::UnixStream::pair().expect("pair");
+    let current = crate::ledger::ask::Request {
+        step: None,
+        want: crate::ledger::ask::Want::Current,
+    };
+    book.take(current, theirs, Instant::now());
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut &mine, &mut bytes).expect("answer");
+    let answer = crate::ledger::ask::Answer::decode(&bytes).expect("an answer");
+    let last = (STORE_INTERVAL.as_secs() - 1) as f64;
+    assert!((answer.sampled_at - crate::ledger::unix(w0) - last).abs() < 1e-3);
+    sample(&mut keeper, STORE_INTERVAL.as_secs());
+    assert_eq!(written(), Some(STORE_INTERVAL.as_secs_f64()));
+    // a step of before rang: the next update writes the file
+    let next = STORE_INTERVAL.as_secs() + 1;
+    keeper.pace.want_file();
+    sample(&mut keeper, next);
+    assert_eq!(written(), Some(next as f64));
+    sample(&mut keeper, next + 1);
+    assert_eq!(written(), Some(next as f64));
+    drop(keeper);
+    assert_eq!(
+        written(),
+        Some((next + 1) as f64),
+        "written as slurmd stops"
+    );
 }

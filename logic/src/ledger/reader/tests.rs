@@ -3,6 +3,7 @@ use crate::attribution::procs;
 use crate::ledger;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
 
 /// A requeued job's new slurmstepd reads the ledger before slurmd has seen its run: the
 /// step of its name that the ledger holds began 30 s before this process, and is the
@@ -56,11 +57,17 @@ fn a_step_counts_only_its_own_run_of_its_name() {
     };
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
     publish(now - 35.0, 3_000.0);
-    let first = step.poll(Instant::now());
+    let first = step.read();
     assert!(first.complete);
     assert_eq!(first.energy_uj, 0, "the run before is not this step's");
     publish(now - 5.0, 400.0);
-    assert_eq!(step.poll(Instant::now()).energy_uj, 400_000_000);
+    assert_eq!(step.read().energy_uj, 400_000_000);
+}
+
+/// The doorbell of the ledger at `path` as a slurmd of before opened it: rings only, no
+/// questions (the tests of a step's reads through the file, which a step falls back to).
+fn as_before(path: &Path) {
+    fs::remove_file(ask::ask_path(path)).expect("the socket for questions");
 }
 
 /// A ledger's node account at unix time `sampled_at`, begun at `epoch`, published.
@@ -104,11 +111,17 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
     publish(&path, now - 100.0, now, 1000.0, 200.0);
     let ledger = path.clone();
     let pace = Arc::default();
-    let _bell = doorbell::Doorbell::open(&doorbell::doorbell_path(&path), pace, move || {
-        counted.fetch_add(1, Ordering::SeqCst);
-        publish(&ledger, now - 100.0, unix_now(), 1000.0, 200.0);
-    })
+    let _bell = doorbell::Doorbell::open(
+        &doorbell::doorbell_path(&path),
+        pace,
+        Arc::default(),
+        move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            publish(&ledger, now - 100.0, unix_now(), 1000.0, 200.0);
+        },
+    )
     .expect("doorbell");
+    as_before(&path);
     procs::tests::process(&proc_root, 40, "slurmstepd: [5.extern]", "0::/");
     // a read from `thread` makes the rings counted `expected`, once they arrived (an sstat
     // read does not wait for its own: it reaches slurmd's thread a moment later)
@@ -116,7 +129,7 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
         procs::tests::write_thread_name(&proc_root, thread);
         // the ledger written just now would need no ring
         std::thread::sleep(Duration::from_millis(30));
-        assert!(step.poll(Instant::now()).complete);
+        assert!(step.read().complete);
         let deadline = Instant::now() + Duration::from_secs(1);
         while rings.load(Ordering::SeqCst) < expected && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
@@ -166,7 +179,10 @@ fn a_stacked_step_takes_the_ledgers_figure_as_it_is() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("energy-ledger.0.json");
     let procs = Procs::from_path(tmp.path());
-    let load = || Ledger::load(&path).expect("ledger").expect("a ledger");
+    let load = || {
+        let ledger = Ledger::load(&path).expect("ledger").expect("a ledger");
+        Answer::from_ledger(&ledger, None)
+    };
     let t = 1_000_000.0;
     let mut alone = StepFigure::from_path(&path, &procs, 1, false);
     let mut stacked = StepFigure::from_path(&path, &procs, 1, false).stacked();
@@ -190,7 +206,10 @@ fn a_step_ending_after_slurmd_died_takes_its_last_sample() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("energy-ledger.0.json");
     let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
-    let load = || Ledger::load(&path).expect("ledger").expect("a ledger");
+    let load = || {
+        let ledger = Ledger::load(&path).expect("ledger").expect("a ledger");
+        Answer::from_ledger(&ledger, None)
+    };
     let t = 1_000_000.0;
     publish(&path, t - 100.0, t, 1000.0, 300.0);
     assert_eq!(step.count(&load(), t), Ok(300.0));
@@ -219,19 +238,19 @@ fn a_step_reads_the_node_since_it_began_and_keeps_its_figure_through_trouble() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("energy-ledger.0.json");
     let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
-    let first = step.poll(Instant::now());
+    let first = step.read();
     assert!(!first.complete, "no ledger: unavailable");
     let epoch = unix_now() - 100.0;
     let now = unix_now();
     // the ledger sampled 0.5 s ago at 1000 J, 200 W: the step began at ~1100 J
     publish(&path, epoch, now - 0.5, 1000.0, 200.0);
-    let start = step.poll(Instant::now());
+    let start = step.read();
     assert!(start.complete);
     assert!(start.energy_uj < 1_000_000, "{}", start.energy_uj);
     let now = unix_now();
     publish(&path, epoch, now, 1900.0, 300.0);
     let counted_at = Instant::now();
-    let reading = step.poll(counted_at);
+    let reading = step.read();
     let figure = reading.energy_uj as f64 / 1e6;
     assert!((figure - 800.0).abs() < 1.0, "{figure}");
     // the node's parts, for the profile
@@ -245,19 +264,19 @@ fn a_step_reads_the_node_since_it_began_and_keeps_its_figure_through_trouble() {
     );
     // corrupt: the figure stays
     fs::write(&path, "{\"version\": 2, \"jo").expect("corrupt");
-    let kept = step.poll(Instant::now());
+    let kept = step.read();
     assert!(kept.complete && kept.watts.is_none());
     assert!((kept.energy_uj as f64 / 1e6 - figure).abs() < 1.0);
     // stale (slurmd gone for 20 s): the figure stays
     let now = unix_now();
     publish(&path, epoch, now - 20.0, 5000.0, 300.0);
-    assert!((step.poll(Instant::now()).energy_uj as f64 / 1e6 - figure).abs() < 1.0);
+    assert!((step.read().energy_uj as f64 / 1e6 - figure).abs() < 1.0);
     // a new ledger begun 2 s from now, 50 J into it: kept + 2 s at 300 W + 50 J, and
     // the time the test itself took since the last read it counted, at 300 W
     let now = unix_now();
     publish(&path, now + 2.0, now + 2.0, 50.0, 100.0);
     let test_took = counted_at.elapsed().as_secs_f64() * 300.0;
-    let after = step.poll(Instant::now()).energy_uj as f64 / 1e6;
+    let after = step.read().energy_uj as f64 / 1e6;
     let least = figure + 600.0 + 50.0;
     assert!(
         after >= least - 1.0 && after <= least + test_took + 1.0,
@@ -275,6 +294,7 @@ fn answered_ledger(path: &Path) -> (Arc<doorbell::Pace>, doorbell::Doorbell) {
     let bell = doorbell::Doorbell::open(
         &doorbell::doorbell_path(path),
         Arc::clone(&pace),
+        Arc::default(),
         move || {
             let new = ledger.with_extension("new");
             publish(&new, now - 100.0, unix_now(), 1000.0, 200.0);
@@ -282,6 +302,7 @@ fn answered_ledger(path: &Path) -> (Arc<doorbell::Pace>, doorbell::Doorbell) {
         },
     )
     .expect("doorbell");
+    as_before(path);
     (pace, bell)
 }
 
@@ -298,7 +319,7 @@ fn a_step_whose_tasks_are_gone_says_its_read_is_its_last_once() {
     procs::tests::write_thread_name(&proc_root, "slurmstepd");
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
     let mut read = || {
-        assert!(step.poll(Instant::now()).complete);
+        assert!(step.read().complete);
         pace.take_last_reads()
     };
     assert_eq!(read(), Vec::<u32>::new(), "the first read, before any task");
@@ -324,7 +345,7 @@ fn an_extern_step_left_alone_by_its_jobs_steps_says_its_main_threads_read_is_its
     let mut read = |thread: &str, tid: u32| {
         procs::tests::write_thread_name(&proc_root, thread);
         procs::tests::write_calling_tid(&proc_root, tid);
-        assert!(step.poll(Instant::now()).complete);
+        assert!(step.read().complete);
         pace.take_last_reads()
     };
     let none = Vec::<u32>::new();
@@ -376,8 +397,11 @@ fn a_sample_taken_for_a_steps_ring_is_not_brought_forward() {
     let answers = Arc::new(AtomicU32::new(0));
     let answered = Arc::clone(&answers);
     let ledger = path.clone();
-    let _bell =
-        doorbell::Doorbell::open(&doorbell::doorbell_path(&path), Arc::default(), move || {
+    let _bell = doorbell::Doorbell::open(
+        &doorbell::doorbell_path(&path),
+        Arc::default(),
+        Arc::default(),
+        move || {
             let sampled = unix_now();
             std::thread::sleep(Duration::from_millis(100));
             let (joules, watts) = match answered.fetch_add(1, Ordering::SeqCst) {
@@ -387,14 +411,16 @@ fn a_sample_taken_for_a_steps_ring_is_not_brought_forward() {
             let new = ledger.with_extension("new");
             publish(&new, epoch, sampled, joules, watts);
             fs::rename(&new, &ledger).expect("ledger");
-        })
-        .expect("doorbell");
+        },
+    )
+    .expect("doorbell");
+    as_before(&path);
     // no tasks: each read is at the step's edge and rings
     let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
     let mut read = || {
         // a ledger written just before would need no ring
         std::thread::sleep(Duration::from_millis(30));
-        step.poll(Instant::now())
+        step.read()
     };
     assert_eq!(read().energy_uj, 0, "the first read");
     let last = read();
@@ -416,24 +442,29 @@ fn an_sstat_read_never_waits_for_slurmd() {
     let rings = Arc::new(AtomicU32::new(0));
     let counted = Arc::clone(&rings);
     // a starved slurmd: it hears the rings and publishes nothing
-    let _bell =
-        doorbell::Doorbell::open(&doorbell::doorbell_path(&path), Arc::default(), move || {
+    let _bell = doorbell::Doorbell::open(
+        &doorbell::doorbell_path(&path),
+        Arc::default(),
+        Arc::default(),
+        move || {
             counted.fetch_add(1, Ordering::SeqCst);
-        })
-        .expect("doorbell");
+        },
+    )
+    .expect("doorbell");
+    as_before(&path);
     procs::tests::process(&proc_root, 40, "slurmstepd: [5.0]", "0::/");
     procs::tests::child(&proc_root, 40, 41);
     for stacked in [true, false] {
         let step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
         let mut step = if stacked { step.stacked() } else { step };
         procs::tests::write_thread_name(&proc_root, "acctg");
-        assert!(step.poll(Instant::now()).complete);
+        assert!(step.read().complete);
         // the ledger older than a figure is brought forward: late, in both cases
         make_late(&path);
         let before = rings.load(Ordering::SeqCst);
         procs::tests::write_thread_name(&proc_root, "slurmstepd");
         let t0 = Instant::now();
-        assert!(step.poll(Instant::now()).complete);
+        assert!(step.read().complete);
         let took = t0.elapsed();
         // a wait would last ANSWER_WAIT; well under it leaves room for a loaded machine
         assert!(
@@ -468,10 +499,10 @@ fn a_step_reads_its_figure_as_slurmd_splits_whatever_its_own_file_says() {
     let mut step =
         StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, configured_node).stacked();
     publish(3_000.0, 100.0);
-    assert_eq!(step.poll(Instant::now()).energy_uj, 100_000_000);
+    assert_eq!(step.read().energy_uj, 100_000_000);
     publish(3_500.0, 225.0);
     assert_eq!(
-        step.poll(Instant::now()).energy_uj,
+        step.read().energy_uj,
         225_000_000,
         "its share, not the node's 500 J since it began"
     );
@@ -492,15 +523,69 @@ fn a_step_begun_in_node_mode_takes_its_share_once_slurmd_splits() {
     let publish = |split, node_j, step_j| publish_split(&path, now, split, node_j, step_j, 50.0);
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false).stacked();
     publish("node", 3_000.0, 0.0);
-    assert_eq!(step.poll(Instant::now()).energy_uj, 0);
+    assert_eq!(step.read().energy_uj, 0);
     // unread: 200 J as the node's, then slurmd is reconfigured and splits: 50 J of share
     publish("node", 3_200.0, 200.0);
     publish("shared", 3_300.0, 250.0);
-    assert_eq!(step.poll(Instant::now()).energy_uj, 250_000_000);
+    assert_eq!(step.read().energy_uj, 250_000_000);
     publish("shared", 3_500.0, 350.0);
     assert_eq!(
-        step.poll(Instant::now()).energy_uj,
+        step.read().energy_uj,
         350_000_000,
         "its account: not the node's 500 J since it began"
     );
+}
+
+/// A step whose slurmd answers questions takes its figure from the answer: its own step's
+/// share, with no ledger file on disk at all (never parsed, never waited for).
+#[test]
+fn a_step_takes_its_figure_from_slurmds_answer_without_the_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = batch_stepd(tmp.path());
+    let path = tmp.path().join("energy-ledger.0.json");
+    let now = unix_now();
+    publish_split(&path, now, "shared", 5_000.0, 300.0, 30.0);
+    let ledger = Ledger::load(&path).expect("ledger").expect("a ledger");
+    fs::remove_file(&path).expect("no file");
+    let book: Arc<ask::Book> = Arc::default();
+    let booked = Arc::clone(&book);
+    let _bell = doorbell::Doorbell::open(
+        &doorbell::doorbell_path(&path),
+        Arc::default(),
+        Arc::clone(&book),
+        move || booked.update(&ledger, Instant::now()),
+    )
+    .expect("doorbell");
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
+    let first = step.read();
+    assert!(first.complete, "answered");
+    assert_eq!(first.energy_uj, 300_000_000, "its own step's share");
+    assert_eq!(first.watts, Some(30.0));
+    assert!(!path.exists());
+}
+
+/// A slurmd that listens but does not answer (starved): the step's first read waits no
+/// longer than it did for the file before the questions ([`ANSWER_WAIT`]), then takes its
+/// figure from the file as it is, and says so.
+#[test]
+fn a_step_slurmd_does_not_answer_reads_the_file_within_the_wait() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = batch_stepd(tmp.path());
+    let path = tmp.path().join("energy-ledger.0.json");
+    let now = unix_now();
+    publish_split(&path, now, "shared", 5_000.0, 300.0, 30.0);
+    let _bell = doorbell::Doorbell::open(
+        &doorbell::doorbell_path(&path),
+        Arc::default(),
+        Arc::default(),
+        || {},
+    )
+    .expect("doorbell");
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
+    let t0 = Instant::now();
+    let first = step.read();
+    let took = t0.elapsed();
+    assert!(took >= ANSWER_WAIT && took < ANSWER_WAIT * 2, "{took:?}");
+    assert!(first.complete);
+    assert_eq!(first.energy_uj, 300_000_000);
 }

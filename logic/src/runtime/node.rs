@@ -1,0 +1,173 @@
+//! slurmd's pipeline: the node's source, read by its meter's sampler, whose every sample
+//! goes to the ledger's keeper (attribution, the ledger, the metrics file, the answers to
+//! steps' questions), and the doorbell on which steps ask.
+
+use std::path::Path;
+use std::time::Instant;
+
+use super::{Host, Read};
+use crate::accounting::{Baseline, EnergyRecord};
+use crate::attribution::gres::GresOrder;
+use crate::attribution::{self, Site};
+use crate::ledger::Keeper;
+use crate::ledger::doorbell::{self, Doorbell};
+use crate::meter::Meter;
+use crate::metrics::{self, MetricsConfig};
+use crate::plugin::Plugin;
+
+/// What the node's ledger needs to know from acct_gather.conf.
+pub(super) struct LedgerConfig<'a> {
+    pub context_id: u16,
+    /// Where `EnergyAttribution=shared` splits the node, when it does.
+    pub site: Option<&'a Site>,
+    /// The static power the ledger splits; `None`: learned.
+    pub idle_watts: Option<f64>,
+    pub metrics: &'a MetricsConfig,
+}
+
+pub(super) struct NodePipeline {
+    meter: Meter,
+    /// Where the node's steps ask for their figures; `None` where it could not open (said).
+    _doorbell: Option<Doorbell>,
+    /// slurmd's own `NODE_ENERGY_UP` (Slurm never asks it there but a tool may): the node's
+    /// energy since the meter's first reading.
+    baseline: Option<Baseline>,
+}
+
+impl NodePipeline {
+    /// Opens the node's source, the keeper of its ledger and the doorbell, and starts
+    /// sampling. Threads may start here: slurmd loads this configuration after it
+    /// daemonizes.
+    pub(super) fn open<P: Plugin>(
+        host: &dyn Host,
+        config: &P::Config,
+        ledger: LedgerConfig<'_>,
+    ) -> Result<Self, String> {
+        let node = host.node_name();
+        let mine = P::for_node(config, &node);
+        if &mine != config {
+            log::info!(
+                "%n in acct_gather.conf is this node's name, {node}; %h this host's, {}",
+                crate::source::host_name()
+            );
+        }
+        let mut meter = P::open(&mine).map(Meter::new)?;
+        let doorbell = keep_ledger::<P>(host, &ledger, &mut meter);
+        meter.ensure_sampling();
+        Ok(Self {
+            meter,
+            _doorbell: doorbell,
+            baseline: None,
+        })
+    }
+
+    /// The meter, its sampler running (started again if it ended).
+    fn meter(&mut self) -> &mut Meter {
+        self.meter.ensure_sampling();
+        &mut self.meter
+    }
+
+    /// The node's record, from a reading as fresh as `read` asks.
+    pub(super) fn node_record(&mut self, read: Read) -> EnergyRecord {
+        let meter = self.meter();
+        let accounting = match read {
+            Read::Now => meter.refresh(),
+            Read::Recent => meter.recent(),
+            Read::Cached => meter.snapshot(),
+        };
+        accounting.node_record(Instant::now(), meter.stale_after())
+    }
+
+    /// The records of the node's parts. Their number is fixed by the meter's first
+    /// reading, taken when it opens, so SENSOR_CNT and the array it sizes agree.
+    pub(super) fn sensor_records(&mut self) -> Vec<(&'static str, EnergyRecord)> {
+        let meter = self.meter();
+        meter
+            .snapshot()
+            .sensor_records(Instant::now(), meter.stale_after())
+    }
+
+    /// The node's energy since the meter's first reading, read now.
+    pub(super) fn step_record(&mut self) -> EnergyRecord {
+        let meter = self.meter();
+        let accounting = meter.refresh();
+        let (now, stale) = (Instant::now(), meter.stale_after());
+        if self.baseline.is_none() {
+            self.baseline = Baseline::start(&accounting);
+        }
+        match &mut self.baseline {
+            Some(step) => step.record(&accounting, now, stale),
+            None => accounting.node_record(now, stale),
+        }
+    }
+}
+
+/// The keeper of the node's ledger, told each of the meter's samples, and the doorbell by
+/// which steps ask for their figures. Errors are logged.
+fn keep_ledger<P: Plugin>(
+    host: &dyn Host,
+    ledger: &LedgerConfig<'_>,
+    meter: &mut Meter,
+) -> Option<Doorbell> {
+    let keeper = match ledger.site {
+        _ if P::ALLOCATED_DEVICES => host.spool_dir().and_then(|spool| {
+            let order = host.gres_order().unwrap_or_else(|why| {
+                log::error!(
+                    "{why}; GPUs are matched to Slurm's GRES indexes in the library's order"
+                );
+                GresOrder::Detected
+            });
+            let procs = Path::new(attribution::procs::PROC_ROOT);
+            Keeper::devices(&spool, ledger.context_id, order, ledger.idle_watts, procs)
+        }),
+        Some(site) => Keeper::shared(site, ledger.context_id, ledger.idle_watts),
+        None => host
+            .spool_dir()
+            .and_then(|spool| Keeper::node(&spool, ledger.context_id)),
+    };
+    let mut keeper = keeper
+        .inspect_err(|why| {
+            log::error!("no energy ledger: {why}; this node's steps report no energy")
+        })
+        .ok()?;
+    keeper.describe_source(format!("{}: {}", host.plugin_kind(), meter.describe()));
+    let stacked = host.energy_plugins() > 1;
+    let node = host.node_name();
+    let settings = ledger.metrics;
+    if let Some(path) = settings.path_for(host.plugin_kind(), stacked, &node) {
+        let effect = settings.in_effect(host.private_data());
+        let opened = settings
+            .access(&effect)
+            .and_then(|access| metrics::MetricsFile::open(&path, access));
+        match opened {
+            Ok(mut file) => {
+                log::info!("writing energy metrics to {}", path.display());
+                log::info!("{}", effect.describe(&path, settings.group.as_ref()));
+                let owners = effect.owners;
+                let who = metrics::Identity {
+                    node: node.clone(),
+                    source: host.plugin_kind().to_string(),
+                    attribution: keeper.attribution().to_string(),
+                };
+                keeper = keeper.publishing(
+                    owners,
+                    Box::new(move |ledger, owners| {
+                        file.write(&metrics::render(ledger, owners, &who));
+                    }),
+                );
+            }
+            Err(e) => log::error!("{e}; no metrics file is written"),
+        }
+    }
+    let (pace, book, wake) = (keeper.pace(), keeper.book(), meter.waker());
+    let bell = doorbell::doorbell_path(keeper.path());
+    meter.observe(Box::new(move |a, reading| keeper.on_sample(a, reading)));
+    // a ring wakes the sampler, whose sample the keeper takes as the update asked for
+    Doorbell::open(&bell, pace, book, wake)
+        .inspect_err(|e| {
+            log::error!(
+                "{e}; steps' figures are brought forward from the last ledger at their ends"
+            )
+        })
+        .ok()
+}
