@@ -469,9 +469,7 @@ fn a_requeued_job_begins_anew_and_a_slurmd_away_while_the_power_doubles_loses_no
                 energy_type: RAPL,
                 acct_gather: &format!("EnergyRaplSource=msr\nEnergyAttribution={mode}\n"),
                 sim_args: vec![Some(INTEL_SERVER)],
-                extra_conf: "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
-                             JobAcctGatherType=jobacct_gather/cgroup\n",
-                cgroup_conf: &support::cluster::cgroup_v1_conf("ConstrainCores=yes\n"),
+                cgroups: support::cluster::Cgroups::V1,
                 // a requeued job runs again 11 s after it left, not 121 s
                 cred_expire: Some(10),
                 ..ClusterSpec::default()
