@@ -245,8 +245,10 @@ pub fn two_jobs_share_the_node(cluster: &Cluster, contain: bool, extra: &TwoJobs
     }
     let on = sim.truth();
     sim.set(&[ON]);
-    // the window starts at a sample taken over steady power
-    cluster.wait_for_samples(1, 2);
+    // live figures are brought forward at the power slurmd publishes, taken over windows
+    // of a second or more closed at settled samples: a window of time past the power step,
+    // not a count of samples (a step's ring makes a sample milliseconds after the last)
+    sleep(Duration::from_secs(4));
     let a = snapshot(cluster, &steps, &[busy, idle]);
     sleep(Duration::from_secs(10));
     let b = snapshot(cluster, &steps, &[busy, idle]);
@@ -499,8 +501,8 @@ pub fn equal_holdings_pay_alike(cluster: &Cluster, ticks: &[u32]) {
 pub fn whole_lives(cluster: &Cluster, shared: bool) {
     let sim = cluster.sim(1);
     sim.set(&[ON]);
-    // the jobs start over steady power: a sample taken over it
-    cluster.wait_for_samples(1, 2);
+    // the jobs start over steady power
+    cluster.wait_past_power_step(1);
     let watch = StepdWatch::start();
     let job = "#!/bin/sh\n#SBATCH -n1 -c1\nsleep 30\n";
     let (a, b) = (cluster.sbatch(job), cluster.sbatch(job));

@@ -396,7 +396,7 @@ fn a_slurmd_killed_mid_job_loses_nothing_and_a_step_ending_without_it_keeps_its_
     sleep(Duration::from_secs(7));
     let restart = restart_slurmd(&cluster, "KILL", 3);
     sleep(Duration::from_secs(1));
-    let ledger = cluster.dir.join("spool/n1/energy-ledger.0.json");
+    let ledger = cluster.ledger_path(1);
     let text = std::fs::read(&ledger).expect("the ledger");
     std::fs::write(&ledger, &text[..text.len() / 2]).expect("cut the ledger short");
     let status = restart.wait_with_output().expect("restart-slurmd").status;

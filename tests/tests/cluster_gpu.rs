@@ -196,7 +196,8 @@ fn slurmd_stops_promptly_while_an_nvml_call_hangs() {
             ..ClusterSpec::default()
         },
     );
-    std::thread::sleep(Duration::from_secs(2));
+    // slurmd is up and its plugin polls the GPUs
+    cluster.wait_for_samples(1, 1);
     fake.set_mode(MINORS[0], "hang");
     std::thread::sleep(Duration::from_secs(1));
     let took = cluster.stop_slurmd("n1");

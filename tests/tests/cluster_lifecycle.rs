@@ -200,7 +200,7 @@ fn suspended_job_in_shared_mode(cluster: &Cluster) {
     cluster.wait_for_jobs_in_ledger(1, &[a, b]);
     let on = sim.truth();
     sim.set(&[ON]);
-    cluster.wait_for_samples(1, 2);
+    cluster.wait_past_power_step(1);
     cluster.run(&["scontrol", "suspend", &a.to_string()]);
     // the freezer stops the job's tasks a moment after slurmctld calls it suspended; the
     // window starts at a sample after that
@@ -404,16 +404,16 @@ fn suspended_and_gang_scheduled_jobs_in_both_modes() {
     suspended_job_in_node_mode(&node);
 }
 
-/// Nodes `ks` at [`WATTS`] while `during` runs, from the second ledger sample after the
-/// power is on (the window of steady power it measures) to 1 s before it is off: each node's true joules,
-/// and what `during` returned.
+/// Nodes `ks` at [`WATTS`] while `during` runs, from each node's first ledger sample past
+/// the power step ([`Cluster::wait_past_power_step`]: the window of steady power it
+/// measures) to 1 s before it is off: each node's true joules, and what `during` returned.
 fn powered<T>(cluster: &Cluster, ks: &[usize], during: impl FnOnce() -> T) -> (Vec<f64>, T) {
     let on: Vec<f64> = ks.iter().map(|&k| cluster.sim(k).truth()).collect();
     for &k in ks {
         cluster.sim(k).set(&[ON]);
     }
     for &k in ks {
-        cluster.wait_for_samples(k, 2);
+        cluster.wait_past_power_step(k);
     }
     let measured = during();
     sleep(Duration::from_secs(1));

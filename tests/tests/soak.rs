@@ -357,7 +357,7 @@ fn soak_of_short_jobs_on_a_shared_node() {
             ..ClusterSpec::default()
         },
     );
-    let ledger = cluster.dir.join("spool/n1/energy-ledger.0.json");
+    let ledger = cluster.ledger_path(1);
     let mut soak = Soak {
         cluster: &cluster,
         ledger: &ledger,

@@ -48,6 +48,17 @@ impl Cluster {
         self.wait_for_rewrites(&self.ledger_path(k), n);
     }
 
+    /// Waits until node `k`'s ledger holds a sample over the power set before this call
+    /// alone, where a window of ledger samples at steady power can start: the sample that
+    /// sees a power step may hold the counter's jump undecided (a burst or a glitch?), the
+    /// next confirms it and counts it in its interval (capped static power, the rest
+    /// dynamic), the third is the new power's. Not for live figures (`sstat`): they are
+    /// brought forward at a published power taken over a second or more, and a step's ring
+    /// makes a sample milliseconds after the one before: time, not a count of samples.
+    pub fn wait_past_power_step(&self, k: usize) {
+        self.wait_for_samples(k, 3);
+    }
+
     /// Waits until slurmd has replaced the file at `path` (its ledger, its metrics file)
     /// `n` more times than now, each a rename that changes the file's identity (inode and
     /// mtime). Looks far more often than slurmd writes (twice a second at most): a write
