@@ -5,6 +5,7 @@
 pub mod cgroups;
 pub mod config;
 pub mod layout;
+mod ledger;
 pub mod netns;
 pub mod nodesup;
 pub mod ops;
@@ -30,25 +31,27 @@ pub struct ClusterSpec<'a> {
     pub jobacct_freq: u32,
     /// raplsim options per node; `None` leaves a node without RAPL.
     pub sim_args: Vec<Option<&'a str>>,
-    /// More slurm.conf lines.
+    /// More slurm.conf lines, after the harness's (a test's scheduler settings, its
+    /// PrologFlags): what no typed field says.
     pub extra_conf: &'a str,
     /// More slurmdbd.conf lines.
     pub extra_dbd_conf: &'a str,
-    /// More NodeName options for every node (`Gres=gpu:2 `, with a trailing space).
-    pub node_options: &'a str,
-    /// Every node's hardware in slurm.conf (`CPUs=64 CoresPerSocket=64`, with
-    /// `SlurmdParameters=config_overrides`); empty: this machine's.
-    pub node_hw: &'a str,
+    /// Every node's generic resources (NodeName's `Gres=`, e.g. `gpu:1,shard:4`), their
+    /// types then GresTypes; empty: none.
+    pub gres: &'a str,
+    /// Every node's CPUs as slurm.conf states them (one socket of this many cores, with
+    /// `SlurmdParameters=config_overrides`); `None`: this machine's.
+    pub cpus: Option<u32>,
     /// How long a step's credential lives (AuthInfo's `cred_expire`), which is also how
     /// long a requeued job waits before it runs again; `None`: Slurm's 120 s.
     pub cred_expire: Option<u32>,
     /// gres.conf; empty: none.
     pub gres_conf: &'a str,
-    /// cgroup.conf in place of the harness's ([`config::cgroup_conf`]); empty: its.
+    /// Slurm's cgroup plugins on the nodes.
+    pub cgroups: Cgroups,
+    /// cgroup.conf in place of the one [`Self::cgroups`] implies (what a test constrains
+    /// otherwise: devices, the README's); empty: that one.
     pub cgroup_conf: &'a str,
-    /// Each slurmd sees a pure cgroup v2 host ([`config::Settings::cgroup_v2`]), for
-    /// [`cgroup_v2_conf`].
-    pub cgroup_v2: bool,
     /// A directory with `passwd` and `group`: the whole cluster (and its clients) then
     /// runs in a private mount namespace where they are bind-mounted over /etc's, so tests
     /// can have more Unix users without touching the machine's /etc.
@@ -78,12 +81,12 @@ impl Default for ClusterSpec<'_> {
             sim_args: vec![None],
             extra_conf: "",
             extra_dbd_conf: "",
-            node_options: "",
-            node_hw: "",
+            gres: "",
+            cpus: None,
             cred_expire: None,
             gres_conf: "",
+            cgroups: Cgroups::Off,
             cgroup_conf: "",
-            cgroup_v2: false,
             etc_users: None,
             hosts: "",
             proc_driver: None,
@@ -104,7 +107,75 @@ pub struct Cluster {
     private_ns: bool,
 }
 
+/// Slurm's cgroup plugins on the nodes ([`ClusterSpec::cgroups`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Cgroups {
+    /// None: Slurm's default process tracking.
+    #[default]
+    Off,
+    /// cgroup/v1 in this host's tree: processes tracked, tasks placed and accounted in
+    /// cgroups, cores constrained ([`cgroup_v1_conf`]).
+    V1,
+    /// cgroup/v2 on a pure v2 host of each slurmd's own ([`config::Settings::cgroup_v2`]),
+    /// without controllers ([`cgroup_v2_conf`]): jobacct_gather/cgroup cannot start there
+    /// ("memory cgroup controller is not available") and task/cgroup has nothing to
+    /// constrain; proctrack/cgroup places the jobs, which is what `shared` reads.
+    V2,
+}
+
+impl Cgroups {
+    /// Its slurm.conf lines.
+    fn slurm_conf(self) -> &'static str {
+        match self {
+            Cgroups::Off => "",
+            Cgroups::V1 => {
+                "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
+                 JobAcctGatherType=jobacct_gather/cgroup\n"
+            }
+            Cgroups::V2 => {
+                "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
+                 JobAcctGatherType=jobacct_gather/linux\n"
+            }
+        }
+    }
+
+    /// Its cgroup.conf; `None` for none.
+    fn cgroup_conf(self) -> Option<String> {
+        match self {
+            Cgroups::Off => None,
+            Cgroups::V1 => Some(cgroup_v1_conf("ConstrainCores=yes\n")),
+            Cgroups::V2 => Some(cgroup_v2_conf("")),
+        }
+    }
+}
+
+/// GresTypes for NodeName's `Gres=` value `gres`: each resource's name once, in order
+/// (`gpu:3g.40gb:1,gpu:1g.10gb:1,shard:4` gives `gpu,shard`).
+fn gres_types(gres: &str) -> String {
+    let mut types: Vec<&str> = Vec::new();
+    for name in gres.split(',').filter_map(|g| g.split(':').next()) {
+        if !types.contains(&name) {
+            types.push(name);
+        }
+    }
+    types.join(",")
+}
+
 impl ClusterSpec<'_> {
+    /// The slurm.conf lines the harness adds: the extern step then carries the job's
+    /// energy (PrologFlags=Contain, which is not summed over steps), then what the typed
+    /// fields say, then [`Self::extra_conf`], which can override any of them.
+    fn slurm_conf(&self) -> String {
+        let mut text = format!("PrologFlags=Contain\n{}", self.cgroups.slurm_conf());
+        if !self.gres.is_empty() {
+            text.push_str(&format!("GresTypes={}\n", gres_types(self.gres)));
+        }
+        if self.cpus.is_some() {
+            text.push_str("SlurmdParameters=config_overrides\n");
+        }
+        text + self.extra_conf
+    }
+
     /// What `cluster up` starts for this spec, with the files it names written under
     /// `root` and the nodes' simulators expected in `root/sim` ([`Cluster::up`] starts them).
     pub fn settings(&self, root: &Path) -> Settings {
@@ -134,21 +205,34 @@ impl ClusterSpec<'_> {
                 .then(|| plugin_dir(root).display().to_string()),
             node_hook: Some(workspace().join("tests/fakehw/node-hook.sh")),
             sim_root: Some(sim_root),
-            cgroup_v2: self.cgroup_v2,
+            cgroup_v2: self.cgroups == Cgroups::V2,
             acct_gather_conf: Some(file("acct_gather.conf.in", self.acct_gather)),
-            cgroup_conf: optional("cgroup.conf.in", self.cgroup_conf),
+            cgroup_conf: if self.cgroup_conf.is_empty() {
+                self.cgroups
+                    .cgroup_conf()
+                    .map(|text| file("cgroup.conf.in", &text))
+            } else {
+                Some(file("cgroup.conf.in", self.cgroup_conf))
+            },
             gres_conf: optional("gres.conf.in", self.gres_conf),
-            // the extern step then carries the job's energy, which is not summed over steps
-            extra_slurm_conf: Some(file(
-                "slurm.conf.extra",
-                &format!("PrologFlags=Contain\n{}", self.extra_conf),
-            )),
+            extra_slurm_conf: Some(file("slurm.conf.extra", &self.slurm_conf())),
             extra_slurmdbd_conf: Some(file("slurmdbd.conf.extra", self.extra_dbd_conf)),
             cluster_name: None,
             daemon_debug: "info".into(),
             debug_flags: String::new(),
-            node_options: self.node_options.into(),
-            node_hw: self.node_hw.into(),
+            node_options: if self.gres.is_empty() {
+                String::new()
+            } else {
+                format!("Gres={} ", self.gres)
+            },
+            node_hw: self
+                .cpus
+                .map(|n| {
+                    format!(
+                        "CPUs={n} Boards=1 SocketsPerBoard=1 CoresPerSocket={n} ThreadsPerCore=1 "
+                    )
+                })
+                .unwrap_or_default(),
             cred_expire: self.cred_expire,
             up_timeout_secs: 60,
         }
@@ -320,19 +404,7 @@ impl Cluster {
 
     /// Runs a Slurm client command against this cluster; returns stdout.
     pub fn run(&self, args: &[&str]) -> String {
-        // what a shell that eval'ed `cluster env` runs: the client wrappers first in PATH
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let path = std::env::join_paths(
-            std::iter::once(self.dir.join("bin")).chain(std::env::split_paths(&path)),
-        )
-        .expect("PATH");
-        let out = self
-            .command(Path::new(args[0]))
-            .args(&args[1..])
-            .env("PATH", path)
-            .env("SLURM_CONF", self.dir.join("etc/slurm.conf"))
-            .output()
-            .expect("client command");
+        let out = self.output(args);
         assert!(
             out.status.success(),
             "{args:?} failed:\n{}\n{}",
@@ -340,6 +412,30 @@ impl Cluster {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// [`Self::run`] for a command that may fail yet (a step not started): its stdout, or
+    /// `None` when it failed.
+    pub fn try_run(&self, args: &[&str]) -> Option<String> {
+        let out = self.output(args);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn output(&self, args: &[&str]) -> std::process::Output {
+        // what a shell that eval'ed `cluster env` runs: the client wrappers first in PATH
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let path = std::env::join_paths(
+            std::iter::once(self.dir.join("bin")).chain(std::env::split_paths(&path)),
+        )
+        .expect("PATH");
+        self.command(Path::new(args[0]))
+            .args(&args[1..])
+            .env("PATH", path)
+            .env("SLURM_CONF", self.dir.join("etc/slurm.conf"))
+            .output()
+            .expect("client command")
     }
 
     pub fn sbatch(&self, script: &str) -> u32 {
@@ -414,7 +510,9 @@ impl Cluster {
                 "job {job} not finished: {rows}\n{}",
                 self.logs()
             );
-            std::thread::sleep(Duration::from_secs(1));
+            // a look is one sacct (tens of milliseconds): the test goes on a quarter of a
+            // second after the job's last completion reached slurmdbd, not up to a second
+            std::thread::sleep(Duration::from_millis(250));
         }
     }
 
@@ -582,7 +680,7 @@ pub fn cgroup_v1_conf(constrain: &str) -> String {
 }
 
 /// cgroup.conf for Slurm's cgroup v2 plugin on the nodes' pure v2 hosts
-/// ([`ClusterSpec::cgroup_v2`]), which no systemd runs (`IgnoreSystemd`: Slurm makes its
+/// ([`Cgroups::V2`]), which no systemd runs (`IgnoreSystemd`: Slurm makes its
 /// own directories), with `constrain` lines. No controller is there to constrain with.
 pub fn cgroup_v2_conf(constrain: &str) -> String {
     format!(

@@ -7,9 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 use tempfile::TempDir;
 
-use crate::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of};
+use crate::cluster::{Cgroups, Cluster, ClusterSpec, energy_of};
 use crate::fakegpu::{FakeGpus, Vendor, now_ns};
-use crate::shared_node::CGROUP_SLURM_CONF;
 use crate::{assert_close, root_test_dir};
 
 /// The GPUs' minors in NVML's enumeration order: not the gres.conf order, so a mapping
@@ -55,9 +54,8 @@ pub fn two_gpu_cluster_with(dir: &Path, fake: &FakeGpus, acct_gather: &str) -> C
         &ClusterSpec {
             energy_type: "acct_gather_energy/rust_gpu",
             acct_gather: &format!("{}{acct_gather}", fake.acct_gather()),
-            node_options: "Gres=gpu:2 ",
+            gres: "gpu:2",
             gres_conf: &gres,
-            extra_conf: "GresTypes=gpu\n",
             ..ClusterSpec::default()
         },
     )
@@ -180,8 +178,7 @@ pub struct Sharing<'a> {
     /// gres.conf's records after `AutoDetect=off`; `{gpu}` is the GPU's device file,
     /// `{dev}` their directory.
     pub gres: &'a str,
-    /// slurm.conf's `GresTypes` and the node's `Gres`.
-    pub types: &'a str,
+    /// The node's `Gres` ([`ClusterSpec::gres`]).
     pub node_gres: &'a str,
     /// Each job's `--gres` (empty: it asks for none).
     pub requests: [&'a str; 2],
@@ -253,24 +250,18 @@ pub fn shared_gpu(test: &str, sharing: &Sharing) -> Option<[String; 2]> {
             .replace("{dev}", &devices.display().to_string())
     );
     let acct_gather = format!("{}EnergyGpuIdleWatts=40\n", fake.acct_gather());
-    let node_options = format!("Gres={} ", sharing.node_gres);
-    let (extra, cgroup) = if sharing.cgroups {
-        (
-            format!("GresTypes={}\n{CGROUP_SLURM_CONF}", sharing.types),
-            cgroup_v1_conf("ConstrainCores=yes\n"),
-        )
-    } else {
-        (format!("GresTypes={}\n", sharing.types), String::new())
-    };
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
             energy_type: "acct_gather_energy/rust_gpu",
             acct_gather: &acct_gather,
-            node_options: &node_options,
+            gres: sharing.node_gres,
             gres_conf: &gres,
-            extra_conf: &extra,
-            cgroup_conf: &cgroup,
+            cgroups: if sharing.cgroups {
+                Cgroups::V1
+            } else {
+                Cgroups::Off
+            },
             proc_driver: sharing.mig.is_some().then_some(driver.as_path()),
             ..ClusterSpec::default()
         },

@@ -329,6 +329,33 @@ pub fn driver_env(
     child
 }
 
+/// How often [`wait_until`] looks again: a condition the tests wait on (a file written, a
+/// job in accounting, a sample published) changes at most a few times a second, and a look
+/// is a file read or a client call.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Polls `look` until it gives a value, for `timeout` at most; fails naming `what` it
+/// waited for. The bounded wait the tests use where a fixed sleep would only let something
+/// settle: it ends as soon as the thing happened, and a thing that never happens fails
+/// the test instead of letting it measure too early.
+pub fn wait_until<T>(what: &str, timeout: Duration, look: impl FnMut() -> Option<T>) -> T {
+    poll_until(timeout, look).unwrap_or_else(|| panic!("{what}: not seen within {timeout:?}"))
+}
+
+/// [`wait_until`] without the failure: `None` when `look` gave nothing within `timeout`.
+pub fn poll_until<T>(timeout: Duration, mut look: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = look() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
 pub fn finish(child: Child) -> (String, String) {
     let Output {
         status,

@@ -5,11 +5,9 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::cluster::{
-    Cluster, ClusterSpec, cgroup_v1_conf, cgroup_v2_conf, cgroups, energy_of, mark,
-};
+use crate::cluster::{Cgroups, Cluster, ClusterSpec, cgroups, energy_of, mark};
 use crate::stepds::StepdWatch;
 use crate::{assert_close, assert_watts, bin};
 
@@ -33,31 +31,14 @@ pub const IDLE_WATTS: f64 = 100.0;
 /// The node's power in the measured window, and after it.
 pub const ON: &str = "package0=300";
 pub const OFF: &str = "package0=0";
-/// Slurm's cgroup v1 plugins, which `shared` reads the jobs' CPU time from.
-pub const CGROUP_SLURM_CONF: &str = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
-                                 JobAcctGatherType=jobacct_gather/cgroup\n";
-
-/// Slurm's plugins over cgroup v2 without controllers ([`ClusterSpec::cgroup_v2`]):
-/// jobacct_gather/cgroup cannot start there ("memory cgroup controller is not available"),
-/// and task/cgroup has nothing to constrain; proctrack/cgroup places the jobs, which is
-/// what `shared` reads.
-pub const CGROUP_V2_SLURM_CONF: &str = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
-                                    JobAcctGatherType=jobacct_gather/linux\n";
-
-/// One node in `shared` mode over Slurm's cgroups (`extra_conf`: more slurm.conf lines,
-/// the cgroup plugins among them).
+/// One node in `shared` mode over Slurm's cgroup v1 plugins, which `shared` reads the
+/// jobs' CPU time from (`extra_conf`: more slurm.conf lines).
 pub fn shared_cluster(root: &std::path::Path, extra_conf: &str) -> Cluster {
-    shared_cluster_on(root, extra_conf, false)
+    shared_cluster_on(root, extra_conf, Cgroups::V1)
 }
 
-/// [`shared_cluster`], over Slurm's cgroup/v2 on a pure v2 host of the node's own
-/// ([`ClusterSpec::cgroup_v2`]) when `cgroup_v2`, else cgroup/v1 (its cores constrained).
-pub fn shared_cluster_on(root: &std::path::Path, extra_conf: &str, cgroup_v2: bool) -> Cluster {
-    let cgroup_conf = if cgroup_v2 {
-        cgroup_v2_conf("")
-    } else {
-        cgroup_v1_conf("ConstrainCores=yes\n")
-    };
+/// [`shared_cluster`] over `cgroups`.
+pub fn shared_cluster_on(root: &std::path::Path, extra_conf: &str, cgroups: Cgroups) -> Cluster {
     Cluster::up(
         root,
         &ClusterSpec {
@@ -67,8 +48,7 @@ pub fn shared_cluster_on(root: &std::path::Path, extra_conf: &str, cgroup_v2: bo
             ),
             sim_args: vec![Some(SIM)],
             extra_conf,
-            cgroup_conf: &cgroup_conf,
-            cgroup_v2,
+            cgroups,
             ..ClusterSpec::default()
         },
     )
@@ -76,15 +56,9 @@ pub fn shared_cluster_on(root: &std::path::Path, extra_conf: &str, cgroup_v2: bo
 
 /// Waits (a minute at most) for a job to write mark `name` on node 1's simulator.
 pub fn wait_for_mark(cluster: &Cluster, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while mark(cluster.sim(1), name).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "no mark {name}:\n{}",
-            cluster.logs()
-        );
-        sleep(Duration::from_millis(200));
-    }
+    cluster.wait_until(&format!("mark {name}"), Duration::from_secs(60), || {
+        mark(cluster.sim(1), name)
+    });
 }
 
 /// The job's CPU time so far, read from Slurm's cgroup tree (v1 or v2) as the model reads it.
@@ -165,6 +139,31 @@ fn live(cluster: &Cluster, step: &str) -> f64 {
         .unwrap_or_else(|_| panic!("sstat {step} said {out:?}"))
 }
 
+/// Waits until slurmd charges `jobs` (its ledger lists them) and each of `steps` answers
+/// `sstat` with a figure: what a window of [`snapshot`]s needs of them, and the final sum
+/// of their power from then on.
+pub fn wait_until_charged(cluster: &Cluster, steps: &[Vec<String>], jobs: &[u32]) {
+    cluster.wait_for_jobs_in_ledger(1, jobs);
+    for step in steps.iter().flatten() {
+        cluster.wait_until(
+            &format!("a live figure of step {step}"),
+            Duration::from_secs(30),
+            || {
+                let out = cluster.try_run(&[
+                    "sstat",
+                    "-n",
+                    "-P",
+                    "-j",
+                    step,
+                    "-o",
+                    "ConsumedEnergyRaw",
+                ])?;
+                out.trim().parse::<f64>().ok()
+            },
+        );
+    }
+}
+
 struct Snapshot {
     /// The node's truth over the whole snapshot.
     truth: f64,
@@ -229,13 +228,6 @@ pub fn two_jobs_share_the_node(cluster: &Cluster, contain: bool, extra: &TwoJobs
     ));
     wait_for_mark(cluster, "busy_in");
     wait_for_mark(cluster, "idle_in");
-    sleep(Duration::from_secs(3));
-    if let Some(during) = extra.during {
-        during(busy, idle);
-    }
-    let on = sim.truth();
-    sim.set(&[ON]);
-    sleep(Duration::from_secs(4));
     let steps: Vec<Vec<String>> = if contain {
         vec![
             vec![format!("{busy}.extern")],
@@ -247,6 +239,16 @@ pub fn two_jobs_share_the_node(cluster: &Cluster, contain: bool, extra: &TwoJobs
             vec![format!("{idle}.batch")],
         ]
     };
+    wait_until_charged(cluster, &steps, &[busy, idle]);
+    if let Some(during) = extra.during {
+        during(busy, idle);
+    }
+    let on = sim.truth();
+    sim.set(&[ON]);
+    // live figures are brought forward at the power slurmd publishes, taken over windows
+    // of a second or more closed at settled samples: a window of time past the power step,
+    // not a count of samples (a step's ring makes a sample milliseconds after the last)
+    sleep(Duration::from_secs(4));
     let a = snapshot(cluster, &steps, &[busy, idle]);
     sleep(Duration::from_secs(10));
     let b = snapshot(cluster, &steps, &[busy, idle]);
@@ -339,8 +341,7 @@ pub fn a_constant_node(root: &std::path::Path, tick_ms: u32) -> Cluster {
             sim_args: vec![Some(&format!(
                 "{SIM} --watts {CONSTANT_WATTS} --tick-ms {tick_ms}"
             ))],
-            extra_conf: CGROUP_SLURM_CONF,
-            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            cgroups: Cgroups::V1,
             // CurrentWatts taken at each second's sample
             node_freq: 1,
             ..ClusterSpec::default()
@@ -350,24 +351,14 @@ pub fn a_constant_node(root: &std::path::Path, tick_ms: u32) -> Cluster {
 
 /// The static power node 1's ledger has learned (`floor_watts`), once it has.
 pub fn learned_static_watts(cluster: &Cluster) -> Option<f64> {
-    let text = fs::read_to_string(cluster.dir.join("spool/n1/energy-ledger.0.json")).ok()?;
-    serde_json::from_str::<serde_json::Value>(&text).ok()?["floor_watts"].as_f64()
+    cluster.ledger(1)?.1["floor_watts"].as_f64()
 }
 
 /// Waits (30 s at most) for node 1's ledger to learn its static power, and returns it.
 pub fn wait_for_learned_static_watts(cluster: &Cluster) -> f64 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(watts) = learned_static_watts(cluster) {
-            return watts;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no static power learned in 30 s:\n{}",
-            cluster.logs()
-        );
-        sleep(Duration::from_millis(500));
-    }
+    cluster.wait_until("a static power learned", Duration::from_secs(30), || {
+        learned_static_watts(cluster)
+    })
 }
 
 /// The median of five `CurrentWatts` of node n1, a second apart (AcctGatherNodeFreq=1:
@@ -418,11 +409,11 @@ pub fn equal_holdings_pay_alike(cluster: &Cluster, ticks: &[u32]) {
         phase_secs + 6
     ));
     wait_for_mark(cluster, "idle_in");
-    sleep(Duration::from_secs(3));
     let steps = [
         vec![format!("{busy}.extern")],
         vec![format!("{idle}.extern")],
     ];
+    wait_until_charged(cluster, &steps, &[busy, idle]);
     for (k, &tick) in ticks.iter().enumerate() {
         if k > 0 {
             // the spans that end in this phase's window end at samples of the new step,
@@ -510,7 +501,8 @@ pub fn equal_holdings_pay_alike(cluster: &Cluster, ticks: &[u32]) {
 pub fn whole_lives(cluster: &Cluster, shared: bool) {
     let sim = cluster.sim(1);
     sim.set(&[ON]);
-    sleep(Duration::from_secs(3));
+    // the jobs start over steady power
+    cluster.wait_past_power_step(1);
     let watch = StepdWatch::start();
     let job = "#!/bin/sh\n#SBATCH -n1 -c1\nsleep 30\n";
     let (a, b) = (cluster.sbatch(job), cluster.sbatch(job));
@@ -590,8 +582,7 @@ pub fn whole_life_cluster(root: &std::path::Path, shared: bool) -> Cluster {
                  EnergyAttributionIdleWatts={IDLE_WATTS}\n"
             ),
             sim_args: vec![Some(SIM)],
-            extra_conf: &format!("{CGROUP_SLURM_CONF}PrologFlags=Contain\n"),
-            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            cgroups: Cgroups::V1,
             ..ClusterSpec::default()
         },
     )

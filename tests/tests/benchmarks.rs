@@ -475,17 +475,14 @@ fn plugin_threads(pids: &[String]) -> (u64, u64, usize) {
 fn wakeups(mode: &str, steps: usize) -> (f64, f64, usize) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let acct = format!("EnergyRaplSource=msr\nEnergyAttribution={mode}\n");
-    let cgroup = support::cluster::cgroup_v1_conf("ConstrainCores=yes\n");
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
             energy_type: RUST_RAPL,
             acct_gather: &acct,
             sim_args: vec![Some(INTEL)],
-            node_hw: "CPUs=256 Boards=1 SocketsPerBoard=1 CoresPerSocket=256 ThreadsPerCore=1 ",
-            cgroup_conf: &cgroup,
-            extra_conf: "SlurmdParameters=config_overrides\nProctrackType=proctrack/cgroup\n\
-                         TaskPlugin=task/cgroup\nJobAcctGatherType=jobacct_gather/cgroup\n",
+            cpus: Some(256),
+            cgroups: support::cluster::Cgroups::V1,
             ..ClusterSpec::default()
         },
     );

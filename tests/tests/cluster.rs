@@ -396,7 +396,7 @@ fn a_slurmd_killed_mid_job_loses_nothing_and_a_step_ending_without_it_keeps_its_
     sleep(Duration::from_secs(7));
     let restart = restart_slurmd(&cluster, "KILL", 3);
     sleep(Duration::from_secs(1));
-    let ledger = cluster.dir.join("spool/n1/energy-ledger.0.json");
+    let ledger = cluster.ledger_path(1);
     let text = std::fs::read(&ledger).expect("the ledger");
     std::fs::write(&ledger, &text[..text.len() / 2]).expect("cut the ledger short");
     let status = restart.wait_with_output().expect("restart-slurmd").status;
@@ -469,9 +469,7 @@ fn a_requeued_job_begins_anew_and_a_slurmd_away_while_the_power_doubles_loses_no
                 energy_type: RAPL,
                 acct_gather: &format!("EnergyRaplSource=msr\nEnergyAttribution={mode}\n"),
                 sim_args: vec![Some(INTEL_SERVER)],
-                extra_conf: "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
-                             JobAcctGatherType=jobacct_gather/cgroup\n",
-                cgroup_conf: &support::cluster::cgroup_v1_conf("ConstrainCores=yes\n"),
+                cgroups: support::cluster::Cgroups::V1,
                 // a requeued job runs again 11 s after it left, not 121 s
                 cred_expire: Some(10),
                 ..ClusterSpec::default()

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use energy_tests::fakegpu::{FakeGpus, Vendor, now_ns};
 use support::check::{Tools, assert_pair, compare_on};
-use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark, phase_commands};
+use support::cluster::{
+    Cgroups, Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark, phase_commands,
+};
 use support::gpu_cluster::{
     GpuUse, MINORS, Sharing, device_files, each_job_its_own_gpu_whatever_its_environment,
     minor_set_to, shared_gpu, two_gpu_cluster, two_gpu_cluster_with,
@@ -35,14 +37,15 @@ fn jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl() {
     );
     let cgroup = cgroup_v1_conf("ConstrainDevices=yes\n");
     let acct_gather = format!("EnergyRaplSource=msr\n{}", fake.acct_gather());
-    let extra = "GresTypes=gpu\nTaskPlugin=task/cgroup\n";
+    // the devices constrained by task/cgroup alone
+    let extra = "TaskPlugin=task/cgroup\n";
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
             energy_type: "acct_gather_energy/rust_rapl,acct_gather_energy/rust_gpu",
             acct_gather: &acct_gather,
             sim_args: vec![Some("--vendor amd --packages 2 --cpus 2 --esu 16")],
-            node_options: "Gres=gpu:2 ",
+            gres: "gpu:2",
             gres_conf: &gres,
             cgroup_conf: &cgroup,
             extra_conf: extra,
@@ -193,7 +196,8 @@ fn slurmd_stops_promptly_while_an_nvml_call_hangs() {
             ..ClusterSpec::default()
         },
     );
-    std::thread::sleep(Duration::from_secs(2));
+    // slurmd is up and its plugin polls the GPUs
+    cluster.wait_for_samples(1, 1);
     fake.set_mode(MINORS[0], "hang");
     std::thread::sleep(Duration::from_secs(1));
     let took = cluster.stop_slurmd("n1");
@@ -304,7 +308,6 @@ fn jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use() {
         &Sharing {
             vendor: Vendor::Nvidia,
             gres: "Name=gpu File={gpu}\nName=shard Count=4 File={gpu}\n",
-            types: "gpu,shard",
             node_gres: "gpu:1,shard:4",
             requests: ["shard:2", "shard:2"],
             sm: [80, 0],
@@ -327,7 +330,6 @@ fn a_job_using_a_gpu_it_was_not_given_pays_for_its_use() {
         &Sharing {
             vendor: Vendor::Nvidia,
             gres: "Name=gpu File={gpu}\n",
-            types: "gpu",
             node_gres: "gpu:1",
             requests: ["gpu:1", ""],
             sm: [20, 60],
@@ -349,7 +351,6 @@ fn jobs_sharing_a_gpu_by_mps_split_it_by_shares() {
         &Sharing {
             vendor: Vendor::Nvidia,
             gres: "Name=gpu File={gpu}\nName=mps Count=100 File={gpu}\n",
-            types: "gpu,mps",
             node_gres: "gpu:1,mps:100",
             requests: ["mps:25", "mps:75"],
             sm: [0, 0],
@@ -375,7 +376,6 @@ fn jobs_on_mig_instances_split_the_gpu_by_size_and_activity() {
                    {dev}/nvidia-caps/nvidia-cap22\n\
                    Name=gpu Type=1g.10gb MultipleFiles={gpu},{dev}/nvidia-caps/nvidia-cap30,\
                    {dev}/nvidia-caps/nvidia-cap31\n",
-            types: "gpu",
             node_gres: "gpu:3g.40gb:1,gpu:1g.10gb:1",
             requests: ["gpu:3g.40gb:1", "gpu:1g.10gb:1"],
             sm: [0, 0],
@@ -405,7 +405,6 @@ fn jobs_sharing_an_amd_gpu_by_shards_split_it_by_engine_time() {
         &Sharing {
             vendor: Vendor::Amd,
             gres: "Name=gpu File={gpu}\nName=shard Count=4 File={gpu}\n",
-            types: "gpu,shard",
             node_gres: "gpu:1,shard:4",
             requests: ["shard:1", "shard:3"],
             sm: [60, 20],
@@ -449,11 +448,9 @@ fn stacked_with_rapl_in_shared_mode_a_job_gets_its_cpu_share_and_its_gpus() {
             energy_type: "acct_gather_energy/rust_rapl,acct_gather_energy/rust_gpu",
             acct_gather: &acct_gather,
             sim_args: vec![Some("--vendor amd --packages 2 --cpus 2 --esu 16")],
-            node_options: "Gres=gpu:2 ",
+            gres: "gpu:2",
             gres_conf: &gres,
-            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
-            extra_conf: "GresTypes=gpu\nProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n\
-                         JobAcctGatherType=jobacct_gather/cgroup\n",
+            cgroups: Cgroups::V1,
             ..ClusterSpec::default()
         },
     );

@@ -15,10 +15,10 @@ use std::path::Path;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark};
+use support::cluster::{Cgroups, Cluster, ClusterSpec, energy_of, mark};
 use support::shared_node::{
-    CGROUP_SLURM_CONF, IDLE_WATTS, OFF, ON, RAPL, SIM, cpu_secs, shared_cluster, step_cpu_secs,
-    whole_life_cluster, whole_lives,
+    IDLE_WATTS, OFF, ON, RAPL, SIM, cpu_secs, shared_cluster, step_cpu_secs, whole_life_cluster,
+    whole_lives,
 };
 use support::*;
 
@@ -57,16 +57,12 @@ fn idle(stop: &Path) -> String {
 }
 
 fn wait_for_marks(cluster: &Cluster, k: usize, names: &[&str]) {
-    let deadline = Instant::now() + Duration::from_secs(90);
     for name in names {
-        while mark(cluster.sim(k), name).is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "no mark {name} on n{k}:\n{}",
-                cluster.logs()
-            );
-            sleep(Duration::from_millis(200));
-        }
+        cluster.wait_until(
+            &format!("mark {name} on n{k}"),
+            Duration::from_secs(90),
+            || mark(cluster.sim(k), name),
+        );
     }
 }
 
@@ -82,8 +78,8 @@ fn stop_jobs(cluster: &Cluster, stop: &Path, jobs: &[u32]) {
 /// `J+1`): the ids their cgroups are named by. sacct shows a running job once slurmdbd has
 /// its start, a moment after it began.
 fn raw_ids<const N: usize>(cluster: &Cluster, job: u32, ids: [String; N]) -> [u32; N] {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = format!("sacct showing {ids:?} of job {job}");
+    cluster.wait_until(&what, Duration::from_secs(30), || {
         let known: HashMap<String, u32> = cluster
             .run(&[
                 "sacct",
@@ -101,15 +97,10 @@ fn raw_ids<const N: usize>(cluster: &Cluster, job: u32, ids: [String; N]) -> [u3
                 Some((id.to_string(), raw.trim().parse().ok()?))
             })
             .collect();
-        if ids.iter().all(|id| known.contains_key(id)) {
-            return ids.map(|id| known[&id]);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "sacct does not show {ids:?} of job {job}: {known:?}"
-        );
-        sleep(Duration::from_millis(500));
-    }
+        ids.iter()
+            .all(|id| known.contains_key(id))
+            .then(|| ids.clone().map(|id| known[&id]))
+    })
 }
 
 /// The model over a window of steady power (`node` joules at [`WATTS`]): each job's static
@@ -143,10 +134,8 @@ struct Point {
 }
 
 fn point(cluster: &Cluster, k: usize, jobs: &[u32]) -> Point {
-    let path = cluster.dir.join(format!("spool/n{k}/energy-ledger.0.json"));
     // slurmd replaces the file by a rename: one read is one whole sample
-    let text = fs::read_to_string(&path).expect("the node's ledger");
-    let ledger: serde_json::Value = serde_json::from_str(&text).expect("the ledger's JSON");
+    let (text, ledger) = cluster.ledger(k).expect("the node's ledger");
     let joules = |v: &serde_json::Value| v["joules"].as_f64().expect("joules");
     let energy = jobs
         .iter()
@@ -207,13 +196,24 @@ fn suspended_job_in_shared_mode(cluster: &Cluster) {
         ))
     });
     wait_for_marks(cluster, 1, &["a_in", "b_in"]);
-    sleep(Duration::from_secs(2));
+    // both charged from before the power is on, which is all the final sum needs
+    cluster.wait_for_jobs_in_ledger(1, &[a, b]);
     let on = sim.truth();
     sim.set(&[ON]);
-    sleep(Duration::from_secs(3));
+    cluster.wait_past_power_step(1);
     cluster.run(&["scontrol", "suspend", &a.to_string()]);
-    // the freezer stops the job's tasks a moment after slurmctld calls it suspended
-    sleep(Duration::from_secs(3));
+    // the freezer stops the job's tasks a moment after slurmctld calls it suspended; the
+    // window starts at a sample after that
+    cluster.wait_until(
+        &format!("job {a}'s tasks frozen"),
+        Duration::from_secs(30),
+        || {
+            let before = cpu_secs(a);
+            sleep(Duration::from_millis(300));
+            (cpu_secs(a) - before < 0.005).then_some(())
+        },
+    );
+    cluster.wait_for_samples(1, 2);
     let p0 = point(cluster, 1, &[a, b]);
     sleep(Duration::from_secs(8));
     let p1 = point(cluster, 1, &[a, b]);
@@ -387,10 +387,7 @@ fn suspended_and_gang_scheduled_jobs_in_both_modes() {
     let Some(tmp) = root_test_dir("suspended_and_gang_scheduled_jobs_in_both_modes") else {
         return;
     };
-    let shared = shared_cluster(
-        &tmp.path().join("shared"),
-        &format!("{CGROUP_SLURM_CONF}{GANG_CONF}"),
-    );
+    let shared = shared_cluster(&tmp.path().join("shared"), GANG_CONF);
     suspended_job_in_shared_mode(&shared);
     gang_scheduled_jobs(&shared);
     drop(shared);
@@ -400,23 +397,24 @@ fn suspended_and_gang_scheduled_jobs_in_both_modes() {
             energy_type: RAPL,
             acct_gather: "EnergyRaplSource=msr\nEnergyAttribution=node\n",
             sim_args: vec![Some(SIM)],
-            extra_conf: CGROUP_SLURM_CONF,
-            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            cgroups: Cgroups::V1,
             ..ClusterSpec::default()
         },
     );
     suspended_job_in_node_mode(&node);
 }
 
-/// Nodes `ks` at [`WATTS`] while `during` runs, from 3 s after the power is on (the
-/// window of steady power it measures) to 1 s before it is off: each node's true joules,
-/// and what `during` returned.
+/// Nodes `ks` at [`WATTS`] while `during` runs, from each node's first ledger sample past
+/// the power step ([`Cluster::wait_past_power_step`]: the window of steady power it
+/// measures) to 1 s before it is off: each node's true joules, and what `during` returned.
 fn powered<T>(cluster: &Cluster, ks: &[usize], during: impl FnOnce() -> T) -> (Vec<f64>, T) {
     let on: Vec<f64> = ks.iter().map(|&k| cluster.sim(k).truth()).collect();
     for &k in ks {
         cluster.sim(k).set(&[ON]);
     }
-    sleep(Duration::from_secs(3));
+    for &k in ks {
+        cluster.wait_past_power_step(k);
+    }
     let measured = during();
     sleep(Duration::from_secs(1));
     for &k in ks {
@@ -459,6 +457,9 @@ fn hetjob_and_overlapping_steps(cluster: &Cluster) {
     wait_for_marks(cluster, 1, &["het0_in"]);
     wait_for_marks(cluster, 2, &["het1_in", "ov0_in", "ov1_in"]);
     let [het1] = raw_ids(cluster, het, [format!("{het}+1")]);
+    // each charged from before the power is on, which is all the final sums need
+    cluster.wait_for_jobs_in_ledger(1, &[het]);
+    cluster.wait_for_jobs_in_ledger(2, &[het1, overlap]);
     let steps_cpu = || ["0", "1", "batch"].map(|s| step_cpu_secs(overlap, s));
     let (truth, (p0, p1, steps0, steps1)) = powered(cluster, &[1, 2], || {
         let (p0, steps0) = (point(cluster, 2, &[het1, overlap]), steps_cpu());
@@ -532,6 +533,7 @@ fn array_elements_side_by_side(cluster: &Cluster) {
     ));
     wait_for_marks(cluster, 1, &["arr0_in", "arr1_in"]);
     let elements = raw_ids(cluster, array, [0, 1].map(|k| format!("{array}_{k}")));
+    cluster.wait_for_jobs_in_ledger(1, &elements);
     let (truth, (p0, p1)) = powered(cluster, &[1], || {
         let p0 = point(cluster, 1, &elements);
         sleep(Duration::from_secs(8));
@@ -623,8 +625,8 @@ fn a_hetjob_overlapping_steps_array_elements_and_killed_jobs_get_their_shares() 
                 "EnergyRaplSource=msr\nEnergyAttribution=shared\nEnergyAttributionIdleWatts={IDLE_WATTS}\n"
             ),
             sim_args: vec![Some(SIM); 2],
-            extra_conf: &format!("{CGROUP_SLURM_CONF}{BACKFILL_CONF}"),
-            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            extra_conf: BACKFILL_CONF,
+            cgroups: Cgroups::V1,
             ..ClusterSpec::default()
         },
     );

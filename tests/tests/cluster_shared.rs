@@ -6,13 +6,12 @@ use energy_tests as support;
 
 use std::fs;
 use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of, mark};
+use support::cluster::{Cgroups, Cluster, ClusterSpec, energy_of, mark};
 use support::shared_node::{
-    CGROUP_SLURM_CONF, CGROUP_V2_SLURM_CONF, IDLE_WATTS, OFF, ON, RAPL, SIM, TwoJobs,
-    shared_cluster, shared_cluster_on, two_jobs_share_the_node, wait_for_mark, whole_life_cluster,
-    whole_lives,
+    IDLE_WATTS, OFF, ON, RAPL, SIM, TwoJobs, shared_cluster, shared_cluster_on,
+    two_jobs_share_the_node, wait_for_mark, whole_life_cluster, whole_lives,
 };
 use support::*;
 
@@ -56,7 +55,7 @@ fn shared_node_with_contain() {
     let Some(tmp) = root_test_dir("shared_node_with_contain") else {
         return;
     };
-    let cluster = shared_cluster(tmp.path(), CGROUP_SLURM_CONF);
+    let cluster = shared_cluster(tmp.path(), "");
     two_jobs_share_the_node(&cluster, true, &TwoJobs::default());
     a_job_alone(&cluster, false);
     a_job_alone(&cluster, true);
@@ -80,7 +79,7 @@ fn shared_node_under_cgroup_v2() {
         );
         return;
     }
-    let cluster = shared_cluster_on(tmp.path(), CGROUP_V2_SLURM_CONF, true);
+    let cluster = shared_cluster_on(tmp.path(), "", Cgroups::V2);
     two_jobs_share_the_node(&cluster, true, &TwoJobs::default());
     a_job_alone(&cluster, false);
     a_job_alone(&cluster, true);
@@ -101,10 +100,7 @@ fn shared_node_without_contain() {
     let Some(tmp) = root_test_dir("shared_node_without_contain") else {
         return;
     };
-    let cluster = shared_cluster(
-        tmp.path(),
-        &format!("{CGROUP_SLURM_CONF}PrologFlags=Alloc\n"),
-    );
+    let cluster = shared_cluster(tmp.path(), "PrologFlags=Alloc\n");
     two_jobs_share_the_node(&cluster, false, &TwoJobs::default());
 }
 
@@ -164,8 +160,7 @@ fn shared_rust_ipmi_job_alone_with_a_power_step() {
                 "{}EnergyIPMIFrequency=1\nEnergyAttribution=shared\n",
                 bmc.acct_gather_defaults()
             ),
-            extra_conf: CGROUP_SLURM_CONF,
-            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            cgroups: Cgroups::V1,
             ..ClusterSpec::default()
         },
     );
@@ -206,15 +201,11 @@ fn cpu_secs_on(job: u32, node: &str) -> Option<f64> {
 }
 
 fn wait_for_node_mark(cluster: &Cluster, node: usize, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while mark(cluster.sim(node), name).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "no mark {name} on n{node}:\n{}",
-            cluster.logs()
-        );
-        sleep(Duration::from_millis(200));
-    }
+    cluster.wait_until(
+        &format!("mark {name} on n{node}"),
+        Duration::from_secs(60),
+        || mark(cluster.sim(node), name),
+    );
 }
 
 /// Invariant e: a 2-node job that spins shares each node with a sleeping one-node job;
@@ -241,8 +232,7 @@ fn a_two_node_job_gets_its_share_of_each_node() {
                 "EnergyRaplSource=msr\nEnergyAttribution=shared\nEnergyAttributionIdleWatts={IDLE_WATTS}\n"
             ),
             sim_args: vec![Some(SIM); 2],
-            extra_conf: CGROUP_SLURM_CONF,
-            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            cgroups: Cgroups::V1,
             ..ClusterSpec::default()
         },
     );
@@ -262,8 +252,9 @@ fn a_two_node_job_gets_its_share_of_each_node() {
     for k in 1..=2 {
         wait_for_node_mark(&cluster, k, "wide_in");
         wait_for_node_mark(&cluster, k, "narrow_in");
+        // each slurmd charges both jobs from before the power is on
+        cluster.wait_for_jobs_in_ledger(k, &[wide, narrow[k - 1]]);
     }
-    sleep(Duration::from_secs(2));
     let cpu = |k: usize| -> [f64; 2] {
         let node = format!("n{k}");
         [wide, narrow[k - 1]].map(|j| {

@@ -18,9 +18,7 @@ use support::fakegpu::Vendor;
 use support::gpu_cluster::{
     GpuUse, Sharing, each_job_its_own_gpu_whatever_its_environment, shared_gpu,
 };
-use support::shared_node::{
-    CGROUP_SLURM_CONF, RAPL, SIM, TwoJobs, shared_cluster, two_jobs_share_the_node,
-};
+use support::shared_node::{RAPL, SIM, TwoJobs, shared_cluster, two_jobs_share_the_node};
 use support::*;
 
 /// Two jobs, one GPU each by GRES, one with a forged environment and one with a clean one
@@ -92,7 +90,7 @@ fn processes_titled_as_slurmstepds_change_no_jobs_figure() {
     )
     .expect("forge.sh");
     fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).expect("chmod");
-    let cluster = shared_cluster(tmp.path(), CGROUP_SLURM_CONF);
+    let cluster = shared_cluster(tmp.path(), "");
     let f = forge.display();
     // the sleeping job is submitted next: its id is this job's plus one
     let batch = format!(
@@ -153,7 +151,6 @@ fn a_double_forked_gpu_process_is_still_its_jobs() {
         &Sharing {
             vendor: Vendor::Nvidia,
             gres: "Name=gpu File={gpu}\nName=shard Count=4 File={gpu}\n",
-            types: "gpu,shard",
             node_gres: "gpu:1,shard:4",
             requests: ["shard:2", "shard:2"],
             sm: [80, 0],
@@ -215,8 +212,7 @@ fn a_job_of_a_thousand_steps_keeps_the_ledger_small() {
             energy_type: RAPL,
             acct_gather: "EnergyRaplSource=msr\n",
             sim_args: vec![Some(SIM)],
-            node_hw: "CPUs=16 Boards=1 SocketsPerBoard=1 CoresPerSocket=16 ThreadsPerCore=1 ",
-            extra_conf: "SlurmdParameters=config_overrides\n",
+            cpus: Some(16),
             ..ClusterSpec::default()
         },
     );
@@ -392,11 +388,11 @@ fn links_planted_at_the_metrics_files_temporary_names_are_never_followed() {
     ));
     cluster.wait_job(job, Duration::from_secs(120));
     // a few more writes with the links in place, then the other user stops
-    sleep(Duration::from_secs(3));
+    cluster.wait_for_rewrites(&file, 3);
     // SAFETY: kill(2) on the planter this test started
     unsafe { libc::kill(planter.id() as i32, libc::SIGKILL) };
     let _ = planter.wait();
-    sleep(Duration::from_secs(3));
+    cluster.wait_for_rewrites(&file, 2);
     let links: Vec<String> = names
         .iter()
         .filter(|n| dir.join(n).is_symlink())
@@ -509,8 +505,7 @@ fn cpu_time_moved_out_of_a_job_is_still_its_owners() {
                 support::shared_node::IDLE_WATTS
             ),
             sim_args: vec![Some(SIM)],
-            extra_conf: CGROUP_SLURM_CONF,
-            cgroup_conf: &support::cluster::cgroup_v1_conf("ConstrainCores=yes\n"),
+            cgroups: support::cluster::Cgroups::V1,
             etc_users: Some(&etc),
             node_freq: 1,
             jobacct_freq: 1,
@@ -584,8 +579,13 @@ fn cpu_time_moved_out_of_a_job_is_still_its_owners() {
         );
         sleep(Duration::from_millis(200));
     }
-    sleep(Duration::from_secs(3));
+    let steps = [
+        vec![format!("{busy}.batch"), format!("{busy}.0")],
+        vec![format!("{idle}.batch")],
+    ];
+    support::shared_node::wait_until_charged(&cluster, &steps, &[busy, idle]);
     sim.set(&[support::shared_node::ON]);
+    // live figures: as in the shared-node pair, a window of time past the power step
     sleep(Duration::from_secs(4));
     let job_dir = |job: u32| {
         Path::new("/sys/fs/cgroup/cpuacct")

@@ -16,8 +16,8 @@ use std::path::Path;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf};
-use support::shared_node::{CGROUP_SLURM_CONF, IDLE_WATTS, RAPL, SIM};
+use support::cluster::{Cgroups, Cluster, ClusterSpec};
+use support::shared_node::{IDLE_WATTS, RAPL, SIM};
 use support::{bin, root_test_dir};
 
 /// The jobs of the first phase, after which slurmd's footprint is the reference.
@@ -27,7 +27,7 @@ const ARRAY: usize = 100;
 const AT_ONCE: usize = 6;
 /// CPUs the node declares (`SlurmdParameters=config_overrides`): the anchor job and the
 /// tasks of two arrays overlapping at an array's end find room, one declared CPU each.
-const CPUS: usize = 8;
+const CPUS: u32 = 8;
 /// The node's power while jobs are on it (the anchor holds the node), above the idle
 /// watts, so each interval has a static and a dynamic part.
 const POWER: f64 = 300.0;
@@ -350,17 +350,14 @@ fn soak_of_short_jobs_on_a_shared_node() {
                 metrics.display()
             ),
             sim_args: vec![Some(SIM)],
-            node_hw: &format!(
-                "CPUs={CPUS} Boards=1 SocketsPerBoard=1 CoresPerSocket={CPUS} ThreadsPerCore=1 "
-            ),
-            extra_conf: &format!("SlurmdParameters=config_overrides\n{CGROUP_SLURM_CONF}"),
-            cgroup_conf: &cgroup_v1_conf("ConstrainCores=yes\n"),
+            cpus: Some(CPUS),
+            cgroups: Cgroups::V1,
             // a requeued job runs again 11 s after it left, not 121 s
             cred_expire: Some(10),
             ..ClusterSpec::default()
         },
     );
-    let ledger = cluster.dir.join("spool/n1/energy-ledger.0.json");
+    let ledger = cluster.ledger_path(1);
     let mut soak = Soak {
         cluster: &cluster,
         ledger: &ledger,
