@@ -32,6 +32,7 @@ fn the_csv_carries_the_jsons_fields() {
         nodes: "n[1-2]".into(),
         tres_alloc: "1=2,3=1200".into(),
         steps: vec![step(BATCH_STEP), step(0)],
+        ..JobRow::default()
     };
     let tariff = Tariff::new(Some(300.0), None, Some(0.2), Some("EUR".into())).expect("t");
     let reports = vec![crate::report::job_report(&row, &tariff, 200, None)];
