@@ -37,7 +37,9 @@ const POLL: Duration = Duration::from_millis(200);
 /// (default: `SLURMD_NODENAME`, else this host's short name). Exit status 0 whatever
 /// happens (see the module).
 pub fn run(job: Option<u32>, node: Option<String>) -> u8 {
-    let named = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse().ok());
+    let named = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .and_then(|j| j.parse().ok());
     let Some(job) = job.or(named) else {
         eprintln!("senergy record: no job named, and no SLURM_JOB_ID: nothing recorded");
         return 0;
@@ -100,7 +102,10 @@ fn node_figures(job: u32, ledgers: &[PathBuf]) -> Result<NodeRecord, String> {
                         .jobs()
                         .find(|j| j.id == job)
                         .map(|j| (j.last_seen(), j.account().joules));
-                    (kept::ledgered(ledger.sampled_at(), held, began), Some(ledger))
+                    (
+                        kept::ledgered(ledger.sampled_at(), held, began),
+                        Some(ledger),
+                    )
                 }
                 // none yet, or one that cannot be read (said at the deadline)
                 _ => (Ledgered::Wait, None),
@@ -204,7 +209,10 @@ fn write(job: u32, node: &str, entry: &NodeRecord) -> Result<(), String> {
         }
         if Instant::now() + SETTLE >= deadline {
             return Err(match last.as_str() {
-                "" => format!("another write kept undoing ours for {} s", WRITE_WAIT.as_secs()),
+                "" => format!(
+                    "another write kept undoing ours for {} s",
+                    WRITE_WAIT.as_secs()
+                ),
                 _ => last,
             });
         }

@@ -20,8 +20,7 @@ use slurm_sys::{
     slurm_list_destroy, slurm_list_iterator_create, slurm_list_iterator_destroy, slurm_list_next,
     slurm_selected_step_t, slurm_step_id_t, slurm_strerror, slurmdb_connection_close,
     slurmdb_connection_commit, slurmdb_connection_get, slurmdb_job_cond_t, slurmdb_job_modify,
-    slurmdb_job_rec_t, slurmdb_jobs_get,
-    slurmdb_step_rec_t, xlist,
+    slurmdb_job_rec_t, slurmdb_jobs_get, slurmdb_step_rec_t, xlist,
 };
 use thiserror::Error;
 

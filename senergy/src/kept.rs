@@ -12,6 +12,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::record::{EXTERN_STEP, JobRow};
+use crate::tres::{self, ENERGY};
+
 /// What begins our segment of the comment.
 pub const SEGMENT: &str = "senergy=";
 /// The record's format; a reader takes no other.
@@ -88,8 +91,7 @@ fn find(comment: &str) -> Option<(usize, usize, Record)> {
     let mut from = 0;
     while let Some(at) = comment[from..].find(SEGMENT).map(|i| from + i) {
         let json = at + SEGMENT.len();
-        let mut stream =
-            serde_json::Deserializer::from_str(&comment[json..]).into_iter::<Record>();
+        let mut stream = serde_json::Deserializer::from_str(&comment[json..]).into_iter::<Record>();
         if let Some(Ok(record)) = stream.next()
             && record.v == VERSION
         {
@@ -171,7 +173,12 @@ fn with_entry(comment: &str, node: &str, entry: NodeRecord) -> String {
     match find(comment) {
         Some((start, end, mut record)) => {
             record.nodes.insert(node.to_string(), entry);
-            format!("{}{}{}", &comment[..start], segment(&record), &comment[end..])
+            format!(
+                "{}{}{}",
+                &comment[..start],
+                segment(&record),
+                &comment[end..]
+            )
         }
         None => {
             let record = Record {
@@ -222,7 +229,7 @@ pub fn ledgered(sampled_at: f64, job: Option<(f64, f64)>, began: f64) -> Ledgere
 }
 
 /// Accounting's energy for the job next to its record, where they disagree.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Tampered {
     pub accounting_j: u64,
     pub recorded_j: f64,
@@ -257,6 +264,79 @@ pub fn tampered(
         accounting_j,
         recorded_j,
     })
+}
+
+/// What a report shows of the job's record: "not recorded" (never 0) where no node kept
+/// one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Kept {
+    pub recorded: bool,
+    /// The nodes that kept their figures, of `nodes` the job had.
+    pub nodes_recorded: usize,
+    /// Over the nodes recorded, J.
+    pub joules: Option<f64>,
+    pub parts: Option<BTreeMap<String, f64>>,
+    pub idle_held: Option<BTreeMap<String, f64>>,
+    /// Where accounting's energy is no longer what the record says.
+    pub tampered: Option<Tampered>,
+    /// Each node's figures as kept.
+    pub nodes: BTreeMap<String, NodeRecord>,
+}
+
+/// The record of the job of `row`, from its AdminComment.
+pub fn kept(row: &JobRow) -> Kept {
+    let Some(record) = read(&row.admin_comment) else {
+        return Kept::default();
+    };
+    let accounting_j = tres::count(&row.tres_alloc, ENERGY).and_then(tres::joules);
+    let with_extern = row.steps.iter().any(|s| s.step_id == EXTERN_STEP);
+    Kept {
+        recorded: true,
+        nodes_recorded: record.nodes.len(),
+        joules: Some(record.joules()),
+        parts: record.summed(|n| n.parts.as_ref()),
+        idle_held: record.summed(|n| n.idle_held.as_ref()),
+        tampered: tampered(accounting_j, &record, row.alloc_nodes, with_extern),
+        nodes: record.nodes,
+    }
+}
+
+/// `label J, ...` of some figures.
+fn listed(figures: &BTreeMap<String, f64>) -> String {
+    let each: Vec<String> = figures
+        .iter()
+        .map(|(label, j)| format!("{label} {j:.1} J"))
+        .collect();
+    each.join(", ")
+}
+
+/// The record in words, for a job of `nodes` nodes: a line, and a warning where
+/// accounting's figure was changed after the job.
+pub fn text(kept: &Kept, nodes: u32) -> Vec<String> {
+    let Some(joules) = kept.joules.filter(|_| kept.recorded) else {
+        return vec!["kept with the job: not recorded".into()];
+    };
+    let mut line = format!(
+        "kept with the job: {joules:.1} J on {} of {nodes} node(s)",
+        kept.nodes_recorded
+    );
+    line += &match &kept.parts {
+        Some(parts) => format!("; parts {}", listed(parts)),
+        None => "; parts not recorded".into(),
+    };
+    line += &match &kept.idle_held {
+        Some(idle) => format!("; idle-held {}", listed(idle)),
+        None => "; idle-held not recorded".into(),
+    };
+    let mut lines = vec![line];
+    if let Some(t) = kept.tampered {
+        lines.push(format!(
+            "WARNING: accounting's energy ({} J) is not what the job's nodes kept at its end \
+             ({:.1} J): accounting's figure was changed after the job",
+            t.accounting_j, t.recorded_j
+        ));
+    }
+    lines
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::record::StepRow;
 
 fn node(joules: f64) -> NodeRecord {
     NodeRecord {
@@ -54,7 +55,10 @@ fn a_node_without_parts_has_none_summed() {
     };
     let record = read(&merge("", "n1", &bare).unwrap()).unwrap();
     assert_eq!(record.summed(|n| n.parts.as_ref()), None);
-    assert_eq!(merge("", "n1", &bare).unwrap(), r#"senergy={"v":1,"nodes":{"n1":{"joules":5.0}}}"#);
+    assert_eq!(
+        merge("", "n1", &bare).unwrap(),
+        r#"senergy={"v":1,"nodes":{"n1":{"joules":5.0}}}"#
+    );
 }
 
 #[test]
@@ -86,7 +90,10 @@ fn no_quote_or_backslash_reaches_slurmdbd() {
     };
     let merged = merge("", "n'1", &odd).unwrap();
     assert!(!merged.contains(['\'', '\\', '\n']), "{merged}");
-    assert_eq!(read(&merged).unwrap().nodes["n_1"].source, "rapl _pkg_ _ _x__");
+    assert_eq!(
+        read(&merged).unwrap().nodes["n_1"].source,
+        "rapl _pkg_ _ _x__"
+    );
 }
 
 #[test]
@@ -129,10 +136,9 @@ fn a_figure_is_final_once_sampled_after_the_job_was_last_seen() {
 
 #[test]
 fn accounting_changed_after_the_job_is_told() {
-    let record = read(
-        &merge(&merge("", "n1", &node(1000.0)).unwrap(), "n2", &node(500.0)).unwrap(),
-    )
-    .unwrap();
+    let record =
+        read(&merge(&merge("", "n1", &node(1000.0)).unwrap(), "n2", &node(500.0)).unwrap())
+            .unwrap();
     // whole joules per node, a moment earlier: the same figure
     assert_eq!(tampered(Some(1498), &record, 2, true), None);
     assert_eq!(tampered(Some(1501), &record, 2, true), None);
@@ -151,4 +157,56 @@ fn accounting_changed_after_the_job_is_told() {
     assert_eq!(tampered(Some(1), &record, 3, true), None);
     assert_eq!(tampered(Some(1), &record, 2, false), None);
     assert_eq!(tampered(None, &record, 2, true), None);
+}
+
+fn recorded_job(accounting_j: u64) -> JobRow {
+    let comment = merge(
+        &merge("ops note", "n1", &node(1000.0)).unwrap(),
+        "n2",
+        &node(500.0),
+    )
+    .unwrap();
+    JobRow {
+        job_id: 9,
+        alloc_nodes: 2,
+        tres_alloc: format!("1=2,3={accounting_j}"),
+        admin_comment: comment,
+        steps: vec![StepRow {
+            step_id: EXTERN_STEP,
+            ..StepRow::default()
+        }],
+        ..JobRow::default()
+    }
+}
+
+#[test]
+fn a_job_shows_its_record_or_says_it_has_none() {
+    let kept_now = kept(&recorded_job(1500));
+    assert!(kept_now.recorded);
+    assert_eq!(
+        (kept_now.nodes_recorded, kept_now.joules),
+        (2, Some(1500.0))
+    );
+    assert_eq!(kept_now.tampered, None);
+    assert_eq!(
+        text(&kept_now, 2),
+        [
+            "kept with the job: 1500.0 J on 2 of 2 node(s); parts dram 375.0 J, package \
+             1125.0 J; idle-held cpu 20.0 J"
+        ]
+    );
+    // accounting's figure rewritten after the job (an owner's TRES edit, 25.11+)
+    let edited = kept(&recorded_job(1));
+    assert_eq!(
+        text(&edited, 2)[1],
+        "WARNING: accounting's energy (1 J) is not what the job's nodes kept at its end \
+         (1500.0 J): accounting's figure was changed after the job"
+    );
+    // no record: said, never 0
+    let none = kept(&JobRow {
+        admin_comment: "ops note".into(),
+        ..recorded_job(1500)
+    });
+    assert!(!none.recorded && none.joules.is_none());
+    assert_eq!(text(&none, 2), ["kept with the job: not recorded"]);
 }
