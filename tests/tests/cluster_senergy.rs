@@ -817,6 +817,20 @@ fn end_of_job_mail_gets_the_summary_and_other_mails_pass_unchanged() {
     assert!(String::from_utf8_lossy(&table.stdout).contains("factors: site file "));
 }
 
+/// The Slurm client `name` itself, for [`Cluster::client`] (which runs in the cluster's
+/// network namespace already): its `DIR/bin` wrapper enters that namespace, which a user
+/// may not.
+fn real_client(cluster: &Cluster, name: &str) -> std::path::PathBuf {
+    let wrapper = fs::read_to_string(cluster.dir.join("bin").join(name)).expect("wrapper");
+    let exec = wrapper
+        .lines()
+        .find_map(|l| l.strip_prefix("exec "))
+        .and_then(|l| l.strip_suffix(" \"$@\""))
+        .expect("the wrapper's exec line");
+    let program = exec.rsplit(" -- ").next().unwrap_or(exec);
+    program.trim_matches('\'').into()
+}
+
 /// The job's AdminComment as accounting holds it (what `sacct -o AdminComment` shows).
 fn admin_comment(cluster: &Cluster, job: u32) -> String {
     cluster
@@ -888,7 +902,7 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
     ]);
     let out = cluster.client(
         Some((alice.uid, alice.uid)),
-        &cluster.dir.join("bin/sbatch"),
+        &real_client(&cluster, "sbatch"),
         &[
             "--parsable",
             "-N2",
@@ -958,7 +972,7 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
     assert!(kept["tampered"].is_null(), "{shown:#}");
 
     // the owner cannot write AdminComment: slurmdbd refuses, the record stays
-    let sacctmgr = cluster.dir.join("bin/sacctmgr");
+    let sacctmgr = real_client(&cluster, "sacctmgr");
     let id = format!("jobid={job}");
     let refused = cluster.client(
         Some((alice.uid, alice.uid)),
