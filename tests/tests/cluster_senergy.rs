@@ -955,7 +955,11 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
             "{node}: kept {kept} J, ledger {truth} J"
         );
         // what the node's meter read, as its ledger says
-        assert_eq!(record["nodes"][node]["source"], ledger.source(), "{record:#}");
+        assert_eq!(
+            record["nodes"][node]["source"],
+            ledger.source(),
+            "{record:#}"
+        );
         sum += kept;
     }
     // the owner sees it, and accounting's figure agrees with it

@@ -15,12 +15,12 @@ fn node(joules: f64) -> NodeRecord {
 
 #[test]
 fn the_sites_text_is_kept_around_our_segment() {
-    let first = merge("reviewed by ops; ticket 42", "n1", &node(100.0)).unwrap();
+    let first = merge("reviewed by ops; ticket 42", "n1", &node(100.0)).expect("merged");
     assert!(first.starts_with("reviewed by ops; ticket 42 senergy={"));
-    assert_eq!(read(&first).unwrap().nodes["n1"], node(100.0));
+    assert_eq!(read(&first).expect("a record").nodes["n1"], node(100.0));
     // text the site added after ours stays after it
     let later = format!("{first} checked");
-    let second = merge(&later, "n2", &node(50.0)).unwrap();
+    let second = merge(&later, "n2", &node(50.0)).expect("merged");
     assert!(second.starts_with("reviewed by ops; ticket 42 senergy={"));
     assert!(second.ends_with("} checked"));
     assert_eq!(second.matches(SEGMENT).count(), 1);
@@ -28,19 +28,19 @@ fn the_sites_text_is_kept_around_our_segment() {
 
 #[test]
 fn two_nodes_are_merged_and_a_node_written_again_replaced() {
-    let one = merge("", "n1", &node(100.0)).unwrap();
-    let two = merge(&one, "n2", &node(50.5)).unwrap();
-    let again = merge(&two, "n1", &node(120.0)).unwrap();
-    let record = read(&again).unwrap();
+    let one = merge("", "n1", &node(100.0)).expect("merged");
+    let two = merge(&one, "n2", &node(50.5)).expect("merged");
+    let again = merge(&two, "n1", &node(120.0)).expect("merged");
+    let record = read(&again).expect("a record");
     assert_eq!(record.nodes.len(), 2);
     assert_eq!(record.nodes["n1"].joules, 120.0);
     assert_eq!(record.joules(), 170.5);
     assert_eq!(
-        record.summed(|n| n.parts.as_ref()).unwrap(),
+        record.summed(|n| n.parts.as_ref()).expect("a record"),
         BTreeMap::from([("dram".into(), 42.625), ("package".into(), 127.875)])
     );
     assert_eq!(
-        record.summed(|n| n.idle_held.as_ref()).unwrap()["cpu"],
+        record.summed(|n| n.idle_held.as_ref()).expect("a record")["cpu"],
         20.0
     );
     assert!(holds(&again, "n2", &node(50.5)));
@@ -53,10 +53,10 @@ fn a_node_without_parts_has_none_summed() {
         joules: 5.0,
         ..NodeRecord::default()
     };
-    let record = read(&merge("", "n1", &bare).unwrap()).unwrap();
+    let record = read(&merge("", "n1", &bare).expect("merged")).expect("a record");
     assert_eq!(record.summed(|n| n.parts.as_ref()), None);
     assert_eq!(
-        merge("", "n1", &bare).unwrap(),
+        merge("", "n1", &bare).expect("merged"),
         r#"senergy={"v":1,"nodes":{"n1":{"joules":5.0}}}"#
     );
 }
@@ -70,9 +70,9 @@ fn a_malformed_segment_is_left_as_the_sites_text() {
         "senergy={\"v\":1,\"nodes\":{\"n1\":{\"joules\":\"many\"}}}",
     ] {
         assert_eq!(read(broken), None, "{broken}");
-        let merged = merge(broken, "n2", &node(7.0)).unwrap();
+        let merged = merge(broken, "n2", &node(7.0)).expect("merged");
         assert!(merged.starts_with(broken), "{merged}");
-        let record = read(&merged).unwrap();
+        let record = read(&merged).expect("a record");
         assert_eq!(record.nodes.keys().collect::<Vec<_>>(), ["n2"]);
     }
 }
@@ -88,10 +88,10 @@ fn no_quote_or_backslash_reaches_slurmdbd() {
         source: "rapl \"pkg\" \\ 'x'\n".into(),
         ..node(1.0)
     };
-    let merged = merge("", "n'1", &odd).unwrap();
+    let merged = merge("", "n'1", &odd).expect("merged");
     assert!(!merged.contains(['\'', '\\', '\n']), "{merged}");
     assert_eq!(
-        read(&merged).unwrap().nodes["n_1"].source,
+        read(&merged).expect("a record").nodes["n_1"].source,
         "rapl _pkg_ _ _x__"
     );
 }
@@ -103,9 +103,9 @@ fn the_comment_stays_within_its_bound() {
         ..node(9.0)
     };
     // the parts do not fit: the node's energy alone is kept
-    let merged = merge("", "n1", &huge_parts).unwrap();
+    let merged = merge("", "n1", &huge_parts).expect("merged");
     assert!(merged.len() <= MAX_COMMENT);
-    let kept = &read(&merged).unwrap().nodes["n1"];
+    let kept = &read(&merged).expect("a record").nodes["n1"];
     assert_eq!(kept.joules, 9.0);
     assert!(kept.parts.is_none() && kept.idle_held.is_none());
     // nor does the energy: nothing is changed
@@ -136,9 +136,15 @@ fn a_figure_is_final_once_sampled_after_the_job_was_last_seen() {
 
 #[test]
 fn accounting_changed_after_the_job_is_told() {
-    let record =
-        read(&merge(&merge("", "n1", &node(1000.0)).unwrap(), "n2", &node(500.0)).unwrap())
-            .unwrap();
+    let record = read(
+        &merge(
+            &merge("", "n1", &node(1000.0)).expect("merged"),
+            "n2",
+            &node(500.0),
+        )
+        .expect("merged"),
+    )
+    .expect("a record");
     // whole joules per node, a moment earlier: the same figure
     assert_eq!(tampered(Some(1498), &record, 2, true), None);
     assert_eq!(tampered(Some(1501), &record, 2, true), None);
@@ -161,11 +167,11 @@ fn accounting_changed_after_the_job_is_told() {
 
 fn recorded_job(accounting_j: u64) -> JobRow {
     let comment = merge(
-        &merge("ops note", "n1", &node(1000.0)).unwrap(),
+        &merge("ops note", "n1", &node(1000.0)).expect("merged"),
         "n2",
         &node(500.0),
     )
-    .unwrap();
+    .expect("merged");
     JobRow {
         job_id: 9,
         alloc_nodes: 2,
