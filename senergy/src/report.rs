@@ -118,6 +118,8 @@ pub struct JobReport {
     /// How far `avg_watts` may be from the job's true average power, in percent of it
     /// ([`average_power`]).
     pub avg_watts_bound_pct: Option<f64>,
+    /// What the job's nodes kept with it at its end ([`crate::kept`]).
+    pub kept: crate::kept::Kept,
     pub steps: Vec<StepReport>,
 }
 
@@ -412,6 +414,7 @@ pub fn job_report(
         source: String::new(),
         method: String::new(),
         avg_watts_bound_pct,
+        kept: crate::kept::kept(job),
         steps,
     }
 }

@@ -166,7 +166,7 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
-fn short_host_name() -> String {
+pub fn short_host_name() -> String {
     host_name()
         .split('.')
         .next()

@@ -67,8 +67,13 @@ fn a_job_alone_gives_its_energy_each_scope_and_its_cost() {
         ],
         "{text}"
     );
-    assert!(lines[5].starts_with("factors: "), "{text}");
-    assert!(lines[5].contains("PUE 1.5"), "{text}");
+    // no node kept the job's parts or idle-held figures: not recorded, never 0
+    assert_eq!(
+        lines[5..7],
+        ["  parts: not recorded", "  idle-held: not recorded"]
+    );
+    assert!(lines[7].starts_with("factors: "), "{text}");
+    assert!(lines[7].contains("PUE 1.5"), "{text}");
 }
 
 /// No energy recorded: every figure says so; nothing reads as 0.
@@ -127,14 +132,14 @@ fn an_array_is_rolled_up_with_its_elements_listed() {
         "{text}"
     );
     assert_eq!(
-        lines[5],
+        lines[7],
         "  500_1: (sim) COMPLETED, 1 node n1, 01:00:00; energy 1.000000 kWh (3600000 J), \
          scope 2, location-based 300.00 gCO2e, scope 2, market-based 75.00 gCO2e, \
          cost 0.2500 EUR",
         "{text}"
     );
-    assert!(lines[6].starts_with("  500_2: ") && lines[6].contains("energy not recorded"));
-    assert!(lines[7].starts_with("  500_3: "), "{text}");
+    assert!(lines[8].starts_with("  500_2: ") && lines[8].contains("energy not recorded"));
+    assert!(lines[9].starts_with("  500_3: "), "{text}");
 }
 
 /// A heterogeneous job's components under their leader's id, summed.
@@ -156,10 +161,10 @@ fn a_heterogeneous_job_is_rolled_up_with_its_components() {
         "{text}"
     );
     assert_eq!(lines[1], "  energy: 2.000000 kWh (7200000 J)", "{text}");
-    assert!(lines[5].starts_with("  900+0: "), "{text}");
-    assert!(lines[6].starts_with("  900+1: "), "{text}");
+    assert!(lines[7].starts_with("  900+0: "), "{text}");
+    assert!(lines[8].starts_with("  900+1: "), "{text}");
     // another job named with it: a summary of its own
-    assert!(lines[7].starts_with("Job 950 (sim)"), "{text}");
+    assert!(lines[9].starts_with("Job 950 (sim)"), "{text}");
 }
 
 /// A job's name is its owner's text: shown escaped, never sent to the terminal.
