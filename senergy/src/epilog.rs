@@ -148,6 +148,9 @@ fn figures(
         if let (Ledgered::Final(joules), Some(ledger)) = (ledgered, ledger) {
             entry.joules += joules;
             sources.push(ledger.source().to_string());
+            if let Some(view) = ledger.jobs().find(|j| j.id == job) {
+                kept::add_breakdown(&mut entry, view.breakdown());
+            }
         }
     }
     if sources.is_empty() {

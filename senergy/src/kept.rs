@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use slurm_energy_logic::ledger::Breakdown;
+
 use crate::record::{EXTERN_STEP, JobRow};
 use crate::tres::{self, ENERGY};
 
@@ -37,6 +39,28 @@ pub struct NodeRecord {
     /// J of what the job held and did not use (gpu, cpu), where the ledger says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_held: Option<BTreeMap<String, f64>>,
+}
+
+/// Adds one ledger's breakdown of the job to the node's record: stacked plugins measure
+/// different parts (RAPL's domains, each GPU), so their parts and idle-held figures add up
+/// as their energies do. A figure no ledger knows stays absent, never 0.
+pub fn add_breakdown(entry: &mut NodeRecord, breakdown: &Breakdown) {
+    if !breakdown.parts.is_empty() {
+        let parts = entry.parts.get_or_insert_with(BTreeMap::new);
+        for (label, joules) in &breakdown.parts {
+            *parts.entry(label.clone()).or_insert(0.0) += joules;
+        }
+    }
+    let idle = breakdown.idle_held;
+    for (kind, figure) in [("gpu", idle.gpu), ("cpu", idle.cpu)] {
+        if let Some(joules) = figure {
+            *entry
+                .idle_held
+                .get_or_insert_with(BTreeMap::new)
+                .entry(kind.to_string())
+                .or_insert(0.0) += joules;
+        }
+    }
 }
 
 /// The whole record: every node's figures, by node name.

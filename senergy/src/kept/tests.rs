@@ -1,5 +1,6 @@
 use super::*;
 use crate::record::StepRow;
+use slurm_energy_logic::ledger::IdleHeld;
 
 fn node(joules: f64) -> NodeRecord {
     NodeRecord {
@@ -215,4 +216,37 @@ fn a_job_shows_its_record_or_says_it_has_none() {
     });
     assert!(!none.recorded && none.joules.is_none());
     assert_eq!(text(&none, 2), ["kept with the job: not recorded"]);
+}
+
+/// Two stacked plugins' breakdowns of one job add up on the node: RAPL's domains beside
+/// each GPU, the GPU's idle-held beside the CPUs'; a figure neither knows stays absent.
+#[test]
+fn stacked_ledgers_breakdowns_add_up_on_the_node() {
+    let mut entry = NodeRecord::default();
+    let rapl = Breakdown {
+        parts: BTreeMap::from([("package-0".into(), 300.0), ("dram-0".into(), 50.0)]),
+        idle_held: IdleHeld {
+            cpu: Some(40.0),
+            ..IdleHeld::default()
+        },
+    };
+    let gpu = Breakdown {
+        parts: BTreeMap::from([("gpu0".into(), 900.0), ("gpu1".into(), 210.0)]),
+        idle_held: IdleHeld {
+            gpu: Some(210.0),
+            ..IdleHeld::default()
+        },
+    };
+    add_breakdown(&mut entry, &rapl);
+    add_breakdown(&mut entry, &gpu);
+    let parts = entry.parts.expect("parts");
+    assert_eq!(parts.values().sum::<f64>(), 1460.0);
+    assert_eq!(parts["gpu1"], 210.0);
+    let idle = entry.idle_held.expect("idle-held");
+    assert_eq!((idle["gpu"], idle["cpu"]), (210.0, 40.0));
+
+    // a ledger without a breakdown (IPMI's whole node) leaves both absent
+    let mut bare = NodeRecord::default();
+    add_breakdown(&mut bare, &Breakdown::default());
+    assert_eq!((bare.parts, bare.idle_held), (None, None));
 }
