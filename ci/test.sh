@@ -121,7 +121,6 @@ RELEASE_TESTS=${RELEASE_TESTS:-"$LOADER_TESTS
     cluster_shared::shared_node_with_contain
     cluster_lifecycle::a_hetjob_overlapping_steps_array_elements_and_killed_jobs_get_their_shares
     cluster_senergy::job_report_names_the_right_nodes_and_matches_sacct
-    cluster_senergy::the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told
     cluster_check::senergy_check_tells_a_healthy_node_from_broken_ones
     package::"}
 
