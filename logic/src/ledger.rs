@@ -21,6 +21,7 @@ pub mod doorbell;
 mod file;
 mod floor;
 mod keeper;
+mod number;
 mod parts;
 mod reader;
 
@@ -120,13 +121,13 @@ pub enum LedgerError {
 /// One job's or one step's account, or the node's.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Account {
-    #[serde(deserialize_with = "file::finite")]
+    #[serde(deserialize_with = "number::finite")]
     pub joules: f64,
     /// Its share of the node's power over the last interval.
-    #[serde(deserialize_with = "file::finite")]
+    #[serde(deserialize_with = "number::finite")]
     pub watts: f64,
     /// Unix time its counting began.
-    #[serde(deserialize_with = "file::finite")]
+    #[serde(deserialize_with = "number::finite")]
     pub since: f64,
 }
 
@@ -251,7 +252,7 @@ impl JobView<'_> {
         self.job.steps.iter().map(|(&id, s)| (id, s.account))
     }
 
-    /// Its energy by part and what it held idle ([`parts`]).
+    /// Its energy by part and what it held idle (`ledger::parts`).
     pub fn breakdown(&self) -> &Breakdown {
         &self.job.breakdown
     }
@@ -327,9 +328,9 @@ pub struct Observation {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Part {
     pub label: String,
-    #[serde(deserialize_with = "file::finite")]
+    #[serde(deserialize_with = "number::finite")]
     pub joules: f64,
-    #[serde(deserialize_with = "file::optional_finite")]
+    #[serde(deserialize_with = "number::optional_finite")]
     pub watts: Option<f64>,
 }
 

@@ -11,7 +11,7 @@
 //!
 //! A slurmd of before (upgraded while jobs run, not yet restarted) does not listen there:
 //! the step knows at once and goes on as before, ringing the doorbell and reading the
-//! ledger file ([`super::reader`]).
+//! ledger file (`super::reader`).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd};

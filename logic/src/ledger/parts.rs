@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::file::optional_finite;
+use super::number::optional_finite;
 use super::{Ledger, Observation, Part};
 use crate::source::HardwareCount;
 
