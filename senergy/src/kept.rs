@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use slurm_energy_logic::ledger::Breakdown;
 
 use crate::record::{EXTERN_STEP, JobRow};
+use crate::scopes::Scopes;
 use crate::tres::{self, ENERGY};
 
 /// What begins our segment of the comment.
@@ -303,8 +304,28 @@ pub struct Kept {
     pub idle_held: Option<BTreeMap<String, f64>>,
     /// Where accounting's energy is no longer what the record says.
     pub tampered: Option<Tampered>,
+    /// What the idle-held energy emitted under each Scope 2 factor, gCO2e
+    /// ([`Kept::with_idle_emissions`]).
+    pub idle_held_scope2_location_g: Option<f64>,
+    pub idle_held_scope2_market_g: Option<f64>,
     /// Each node's figures as kept.
     pub nodes: BTreeMap<String, NodeRecord>,
+}
+
+impl Kept {
+    /// Sets what the idle-held energy emitted under each Scope 2 factor: the idle-held
+    /// share of the job's energy `energy_j` times the job's own figure for the scope (its
+    /// intensity over its run, as applied to the whole). Scope 3's embodied emissions follow
+    /// the node-hours a job held, used or not: they have no idle part of their own.
+    pub fn with_idle_emissions(mut self, energy_j: Option<u64>, scopes: &Scopes) -> Self {
+        let share = self.idle_held.as_ref().and_then(|idle| {
+            let energy = energy_j.filter(|&e| e > 0)? as f64;
+            Some(idle.values().sum::<f64>() / energy)
+        });
+        self.idle_held_scope2_location_g = share.zip(scopes.scope2_location_g).map(|(s, g)| s * g);
+        self.idle_held_scope2_market_g = share.zip(scopes.scope2_market_g).map(|(s, g)| s * g);
+        self
+    }
 }
 
 /// The record of the job of `row`, from its AdminComment.
@@ -322,6 +343,7 @@ pub fn kept(row: &JobRow) -> Kept {
         idle_held: record.summed(|n| n.idle_held.as_ref()),
         tampered: tampered(accounting_j, &record, row.alloc_nodes, with_extern),
         nodes: record.nodes,
+        ..Kept::default()
     }
 }
 

@@ -378,6 +378,7 @@ pub fn job_report(
         );
     }
     let shown_method = emissions_g.is_some() || job_scopes.scope2_market_g.is_some();
+    let kept = crate::kept::kept(job).with_idle_emissions(energy_j, &job_scopes);
     JobReport {
         job_id: job.job_id,
         id: match (job.array, job.het) {
@@ -414,7 +415,7 @@ pub fn job_report(
         source: String::new(),
         method: String::new(),
         avg_watts_bound_pct,
-        kept: crate::kept::kept(job),
+        kept,
         steps,
     }
 }

@@ -159,23 +159,20 @@ fn figures(t: &mut String, members: &[&JobReport], tariff: &Tariff) {
     idle_held_emissions(t, members, tariff);
 }
 
-/// What the idle-held energy emitted under each Scope 2 factor: each member's idle-held
-/// share of its energy times its own figure for the scope (its intensity over its run, as
-/// applied to the whole). Scope 3's embodied emissions follow the node-hours a job held,
-/// used or not, so they have no idle part of their own. Shown where a member kept its
-/// idle-held figures and the site sets a Scope 2 factor.
+/// What the idle-held energy emitted under each Scope 2 factor the site sets
+/// ([`crate::kept::Kept::with_idle_emissions`]), where a member kept its idle-held figures.
 fn idle_held_emissions(t: &mut String, members: &[&JobReport], tariff: &Tariff) {
-    let share = |j: &JobReport| {
-        let idle: f64 = j.kept.idle_held.as_ref()?.values().sum();
-        let energy = j.energy_j.filter(|&e| e > 0)? as f64;
-        Some(idle / energy)
-    };
     let mut scopes: Vec<String> = Vec::new();
-    for (name, figure) in scope_figures(tariff) {
-        if name.starts_with("scope 3") {
-            continue;
-        }
-        if let (Some(g), _) = total(members, |j| Some(share(j)? * figure(j)?)) {
+    let each: [(&str, bool, Figure); 2] = [
+        ("scope 2, location-based", tariff.location.is_set(), |j| {
+            j.kept.idle_held_scope2_location_g
+        }),
+        ("scope 2, market-based", tariff.market.is_set(), |j| {
+            j.kept.idle_held_scope2_market_g
+        }),
+    ];
+    for (name, set, figure) in each {
+        if let (true, (Some(g), _)) = (set, total(members, figure)) {
             scopes.push(format!("{name} {}", grams(g)));
         }
     }

@@ -31,6 +31,10 @@ pub struct UsageRow {
     pub jobs_idle_held_recorded: u64,
     /// This row's idle-held energy, % of the period's; `None` where none was recorded.
     pub idle_held_share_pct: Option<f64>,
+    /// What that energy emitted under each Scope 2 factor, gCO2e, over the jobs that have
+    /// the figure ([`crate::kept::Kept::with_idle_emissions`]).
+    pub idle_held_scope2_location_g: Option<f64>,
+    pub idle_held_scope2_market_g: Option<f64>,
 }
 
 impl UsageRow {
@@ -50,6 +54,19 @@ impl UsageRow {
                 *self.idle_held_j.entry(kind.clone()).or_default() += j;
             }
         }
+        let add = |total: &mut Option<f64>, part: Option<f64>| {
+            if let Some(g) = part {
+                *total = Some(total.unwrap_or(0.0) + g);
+            }
+        };
+        add(
+            &mut self.idle_held_scope2_location_g,
+            job.kept.idle_held_scope2_location_g,
+        );
+        add(
+            &mut self.idle_held_scope2_market_g,
+            job.kept.idle_held_scope2_market_g,
+        );
         let Some(energy) = job.energy_j else {
             return;
         };
@@ -235,5 +252,35 @@ mod tests {
         let none = usage(&jobs[3..], 1000, 2000, &Tariff::default());
         assert_eq!(none.rows[0].idle_held_share_pct, None);
         assert!(none.rows[0].idle_held_j.is_empty());
+    }
+
+    /// Each job's idle-held share of its energy times its Scope 2 figure: 1 kWh at
+    /// 200 gCO2e/kWh (PUE 1), 0.25 kWh of it held idle: 50 g; summed per user, absent
+    /// (not 0) where no job kept the figure.
+    #[test]
+    fn idle_held_emissions_are_each_jobs_share_of_its_scope_figure() {
+        let mut jobs = [
+            job(1, "a", "alice", 1000, "3=3600000"),
+            job(2, "a", "alice", 1500, "3=3600000"),
+            job(3, "b", "bob", 1999, "3=3600000"),
+        ];
+        let scopes = Scopes {
+            scope2_location_g: Some(200.0),
+            scope2_market_g: Some(0.0),
+            ..Scopes::default()
+        };
+        for (k, idle_j) in [(0, 900_000.0), (1, 1_800_000.0)] {
+            jobs[k].kept.idle_held = Some(BTreeMap::from([("gpu".to_string(), idle_j)]));
+            jobs[k].kept = jobs[k]
+                .kept
+                .clone()
+                .with_idle_emissions(jobs[k].energy_j, &scopes);
+        }
+        assert_eq!(jobs[0].kept.idle_held_scope2_location_g, Some(50.0));
+        assert_eq!(jobs[0].kept.idle_held_scope2_market_g, Some(0.0));
+        let u = usage(&jobs, 1000, 2000, &Tariff::default());
+        assert_eq!(u.rows[0].idle_held_scope2_location_g, Some(150.0));
+        assert_eq!(u.rows[1].idle_held_scope2_location_g, None);
+        assert_eq!(u.total.idle_held_scope2_location_g, Some(150.0));
     }
 }

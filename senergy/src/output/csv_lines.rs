@@ -131,6 +131,8 @@ struct JobLine<'a> {
     kept_parts: Text<String>,
     kept_idle_held: Text<String>,
     kept_tampered_accounting_j: Option<u64>,
+    kept_idle_held_scope2_location_g: Fixed<6>,
+    kept_idle_held_scope2_market_g: Fixed<6>,
 }
 
 /// `label:J` pairs separated by `;`, as `node_energy`.
@@ -191,6 +193,8 @@ impl<'a> JobLine<'a> {
             kept_parts: pairs(&j.kept.parts),
             kept_idle_held: pairs(&j.kept.idle_held),
             kept_tampered_accounting_j: j.kept.tampered.map(|t| t.accounting_j),
+            kept_idle_held_scope2_location_g: Fixed(j.kept.idle_held_scope2_location_g),
+            kept_idle_held_scope2_market_g: Fixed(j.kept.idle_held_scope2_market_g),
             ..JobLine::default()
         }
     }
@@ -288,6 +292,8 @@ struct UsageLine<'a> {
     idle_held: Text<String>,
     idle_held_share_pct: Fixed<3>,
     jobs_idle_held_recorded: u64,
+    idle_held_scope2_location_g: Fixed<6>,
+    idle_held_scope2_market_g: Fixed<6>,
 }
 
 impl<'a> UsageLine<'a> {
@@ -319,6 +325,8 @@ impl<'a> UsageLine<'a> {
             idle_held: pairs(&Some(r.idle_held_j.clone()).filter(|m| !m.is_empty())),
             idle_held_share_pct: Fixed(r.idle_held_share_pct),
             jobs_idle_held_recorded: r.jobs_idle_held_recorded,
+            idle_held_scope2_location_g: Fixed(r.idle_held_scope2_location_g),
+            idle_held_scope2_market_g: Fixed(r.idle_held_scope2_market_g),
         }
     }
 }

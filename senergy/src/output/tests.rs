@@ -156,12 +156,12 @@ fn jobs_csv_neutralises_formulas_not_numbers() {
                       currency,data,source,method,avg_watts_bound_pct,facility_energy_j,\
                       scope2_location_g,scope2_market_g,scope3_embodied_g,node_hours,\
                       node_class,factors,het_job_id,het_job_offset,kept,kept_j,kept_parts,\
-                      kept_idle_held,kept_tampered_accounting_j\n";
+                      kept_idle_held,kept_tampered_accounting_j,kept_idle_held_scope2_location_g,kept_idle_held_scope2_market_g\n";
     let job = "7,7,,,,\"'=HYPERLINK(\"\"http://example.com\"\",\"\"x\"\")\",'@evil,'-1+2,\
                    COMPLETED,false,100,160,60,1,'\tn1,600,0.000166667,-3.500,600.000,\
-                   ,,,,,,,,,,complete,,,1.695,,,,,0.016667,,,,,not recorded,,,,\n";
+                   ,,,,,,,,,,complete,,,1.695,,,,,0.016667,,,,,not recorded,,,,,,\n";
     let step = "7,7,0,,,'+sum,'@evil,'-1+2,COMPLETED,,,,60,1,\"'\rn1\",600,0.000166667,\
-                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,,1.695,,,,,0.016667,,,,,,,,,\n";
+                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,,1.695,,,,,0.016667,,,,,,,,,,,\n";
     assert_eq!(text, format!("{header}{job}{step}"));
 }
 
@@ -177,7 +177,7 @@ fn jobs_csv_without_jobs_is_its_header() {
              emissions_method,cost,currency,data,source,method,avg_watts_bound_pct,\
              facility_energy_j,scope2_location_g,scope2_market_g,scope3_embodied_g,\
              node_hours,node_class,factors,het_job_id,het_job_offset,kept,kept_j,kept_parts,\
-             kept_idle_held,kept_tampered_accounting_j\n"
+             kept_idle_held,kept_tampered_accounting_j,kept_idle_held_scope2_location_g,kept_idle_held_scope2_market_g\n"
     );
 }
 
@@ -209,10 +209,10 @@ fn usage_csv_neutralises_formulas_not_numbers() {
         "account,user,jobs,jobs_incomplete,energy_j,kwh,emissions_g,cost,currency,\
              facility_energy_j,scope2_location_g,scope2_market_g,scope3_embodied_g,\
              node_hours,node_class,factors,idle_held,idle_held_share_pct,\
-             jobs_idle_held_recorded\n\
-             '@evil,'\tbob,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0\n\
-             physics,alice,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0\n\
-             (all),(all),2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0\n"
+             jobs_idle_held_recorded,idle_held_scope2_location_g,idle_held_scope2_market_g\n\
+             '@evil,'\tbob,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,\n\
+             physics,alice,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,\n\
+             (all),(all),2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,\n"
     );
 }
 
