@@ -13,6 +13,7 @@ use object::{Object, ObjectSection, ObjectSymbol};
 use slurm_energy_logic::attribution::procs::Procs;
 use slurm_energy_logic::attribution::{Site, cgroup_mountpoint, spool_for_node};
 use slurm_energy_logic::config::file_value;
+use slurm_energy_logic::ledger::doorbell::{Ring, doorbell_path, freshen};
 use slurm_energy_logic::ledger::{Ledger, LedgerError, ledger_path, unix as unix_time};
 
 use super::readers::{self, NodeConf, PERF_POWER_PMU};
@@ -216,8 +217,11 @@ pub fn built_for(path: &Path) -> Result<u32, String> {
     })
 }
 
-/// The ledger's state, or why it cannot be read.
+/// The ledger's state, or why it cannot be read. slurmd writes the file every 5 s, and at
+/// once after the sample that answers a ring: the check rings first (as a slurmstepd of
+/// before does, waiting at most the doorbell's bound), so that its power is the node's now.
 fn ledger_state(path: &Path) -> Result<Option<LedgerState>, String> {
+    freshen(&doorbell_path(path), path, Ring::Fresh);
     match Ledger::load(path) {
         Ok(ledger) => Ok(ledger.map(|l| {
             let node = l.node();
