@@ -14,8 +14,8 @@ use serde_json::json;
 
 use rules::{Judgement, RULES, Rule, Scope};
 
-/// A ledger older than this is stale: slurmd writes it every 5 s while its source answers
-/// (and not at all while it does not), so twice that leaves one late write.
+/// A ledger older than this is stale: slurmd writes it at each update (about a second
+/// apart) while its source answers, and not at all while it does not.
 pub const STALE_AFTER_SECS: f64 = 10.0;
 /// What names the family's plugins in AcctGatherEnergyType.
 pub const FAMILY: &str = "acct_gather_energy/rust_";

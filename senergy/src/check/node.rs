@@ -217,9 +217,9 @@ pub fn built_for(path: &Path) -> Result<u32, String> {
     })
 }
 
-/// The ledger's state, or why it cannot be read. slurmd writes the file every 5 s, and at
-/// once after the sample that answers a ring: the check rings first (as a slurmstepd of
-/// before does, waiting at most the doorbell's bound), so that its power is the node's now.
+/// The ledger's state, or why it cannot be read. slurmd writes the file at each update
+/// (about a second apart); the check rings first (as a slurmstepd of before does, waiting
+/// at most the doorbell's bound) for one sampled now, so that its power is the node's now.
 fn ledger_state(path: &Path) -> Result<Option<LedgerState>, String> {
     freshen(&doorbell_path(path), path, Ring::Fresh);
     match Ledger::load(path) {

@@ -13,7 +13,7 @@ use super::verdict::{Average, Comparison, LedgerResult, ReaderResult, judge};
 use crate::check::readers::{Quantity, Reader, Slot, Unavailable};
 
 /// How long an end of the window waits for slurmd to write a new ledger: slurmd writes it
-/// every 5 s, and at once after the sample that answers a ring ([`RING_EVERY`]).
+/// at each update (about a second apart), and samples at once for a ring ([`RING_EVERY`]).
 const LEDGER_WAIT: Duration = Duration::from_secs(3);
 /// How often a wait rings slurmd's doorbell for a ledger written now (slurmd paces rings).
 const RING_EVERY: Duration = Duration::from_millis(500);
@@ -46,8 +46,8 @@ fn fresh_point(path: &Path, after: Option<f64>) -> Result<LedgerPoint, String> {
     let mut rung: Option<Instant> = None;
     let mut last = None;
     loop {
-        // the file is written every 5 s: a ring (as a slurmstepd of before rings) has slurmd
-        // write it after its next sample; without a doorbell the wait is the file's own
+        // a ring (as a slurmstepd of before rings) has slurmd sample and write the file now,
+        // not at its next periodic update; without a doorbell the wait is the file's own
         if after.is_some() && rung.is_none_or(|r| r.elapsed() >= RING_EVERY) {
             ring_without_waiting(&doorbell);
             rung = Some(Instant::now());
