@@ -135,6 +135,9 @@ RELEASE_TESTS=${RELEASE_TESTS:-"$LOADER_TESTS
 # layout (the spec and ci/rpm.sh; 2-3 minutes of build); and two attacks that run alone
 # (a process titled as a slurmstepd: /proc and the kernel's sockets, which no release
 # changes; CPU time moved out of a job: cgroups a job's owner owns, v1 before 23.02 only).
+# And the static power learned from counters that step (the ledger's floor) and a GPU held
+# idle (the ledger's split of the devices' energy): the ledger's logic, while which GPUs a
+# step holds, the part each release changes, every release's GPU tests hold.
 # No other tier runs them.
 ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_ledger_small
     cluster::a_counter_reading_a_wrong_constant_mid_job_costs_nothing
@@ -146,7 +149,9 @@ ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_led
     cluster_admin::the_readmes_configuration_boots_slurm_as_printed
     package::the_rpm_builds_against_slurm_devel_with_a_rustup_cargo
     cluster_trust::processes_titled_as_slurmstepds_change_no_jobs_figure
-    cluster_trust::cpu_time_moved_out_of_a_job_is_still_its_owners"}
+    cluster_trust::cpu_time_moved_out_of_a_job_is_still_its_owners
+    cluster_power::a_constant_node_is_learned_and_its_jobs_pay_alike_whatever_the_counters_step
+    cluster_gpu::a_job_holding_two_gpus_using_one_holds_the_other_idle"}
 first_full=$(for r in $sorted; do if is_full "$r"; then echo "$r"; fi; done | head -n 1)
 
 slurm_tarball() {
