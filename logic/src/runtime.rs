@@ -61,6 +61,12 @@ pub trait Host: Send + Sync + 'static {
         Err("not in a Slurm daemon".into())
     }
 
+    /// Where the kernel shows its processes (`/proc`): a step finds its tasks there, and
+    /// slurmd's keeper the processes using each device.
+    fn proc_root(&self) -> PathBuf {
+        PathBuf::from(attribution::procs::PROC_ROOT)
+    }
+
     /// This node's name.
     fn node_name(&self) -> String {
         String::new()
@@ -235,7 +241,7 @@ impl<P: Plugin> State<P> {
             Daemon::Slurmstepd => host.spool_dir().map(|spool| {
                 let figure = StepFigure::from_path(
                     &ledger_path(&spool, self.context_id),
-                    &Procs::from_path(Path::new(attribution::procs::PROC_ROOT)),
+                    &Procs::from_path(&host.proc_root()),
                     std::process::id(),
                     self.shared_site(host).is_some() || P::ALLOCATED_DEVICES,
                 );

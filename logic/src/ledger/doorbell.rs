@@ -134,7 +134,9 @@ pub struct Pace(Mutex<Paced>);
 #[derive(Debug, Default)]
 struct Paced {
     updated: Option<Instant>,
-    wanted: bool,
+    /// When a step last asked for an update not yet taken: an update answers it only if
+    /// its reading was taken after (one already under way when the ask came does not).
+    wanted: Option<Instant>,
     /// Updates rings caused that the bucket has not yet made up for (0: a full bucket).
     spent: f64,
     refilled: Option<Instant>,
@@ -169,7 +171,7 @@ impl Pace {
     /// be taken (zero: at once).
     pub fn ask(&self, now: Instant) -> Duration {
         let mut paced = self.lock();
-        paced.wanted = true;
+        paced.wanted = Some(now);
         paced.refill(now);
         let short = paced.spent - (RING_BURST - 1.0);
         Duration::from_secs_f64((short / RING_RATE).max(0.0))
@@ -195,22 +197,26 @@ impl Pace {
         std::mem::take(&mut self.lock().last_reads)
     }
 
-    /// Whether a sample at `now` updates the ledger: the first does, one a step asked for
-    /// does while the bucket allows, any does `interval` or more after the last update.
-    /// When it does, it answers every ask before it.
-    pub fn take(&self, now: Instant, interval: Duration) -> bool {
+    /// Whether a sample at `now`, of a reading taken at `read`, updates the ledger: the
+    /// first does, one a step asked for does while the bucket allows, any does `interval`
+    /// or more after the last update. When it does, it answers every ask before `read`;
+    /// an ask that came while the sample was under way is still wanted, and the next
+    /// sample (the ask woke the sampler) answers it.
+    pub fn take(&self, now: Instant, read: Instant, interval: Duration) -> bool {
         let mut paced = self.lock();
         paced.refill(now);
         let periodic = paced
             .updated
             .is_none_or(|t| now.saturating_duration_since(t) >= interval);
-        let rung = !periodic && paced.wanted && paced.may_ring();
+        let rung = !periodic && paced.wanted.is_some() && paced.may_ring();
         if rung {
             paced.spent += 1.0;
         }
         if periodic || rung {
             paced.updated = Some(now);
-            paced.wanted = false;
+            if paced.wanted.is_some_and(|asked| asked <= read) {
+                paced.wanted = None;
+            }
         }
         periodic || rung
     }
@@ -638,11 +644,14 @@ mod tests {
         let t0 = Instant::now();
         let interval = Duration::from_millis(500);
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        assert!(pace.take(at(0), interval), "the first sample updates");
+        assert!(
+            pace.take(at(0), at(0), interval),
+            "the first sample updates"
+        );
         let mut updates = vec![];
         for ms in (100..=3000).step_by(100) {
             let wait = pace.ask(at(ms));
-            let taken = pace.take(at(ms), interval);
+            let taken = pace.take(at(ms), at(ms), interval);
             if !taken {
                 assert!(!wait.is_zero(), "at {ms} ms");
             }
@@ -660,20 +669,46 @@ mod tests {
         let most = RING_BURST + RING_RATE * 3.0 + 3.0 / 0.5 + 1.0;
         assert!(updates.len() as f64 <= most, "{updates:?}");
         // then nobody asks: an update every interval
-        assert!(!pace.take(at(3200), interval) || !pace.take(at(3300), interval));
-        assert!(pace.take(at(4000), interval));
+        assert!(
+            !pace.take(at(3200), at(3200), interval) || !pace.take(at(3300), at(3300), interval)
+        );
+        assert!(pace.take(at(4000), at(4000), interval));
         // an empty bucket makes a ring wait at most a quarter of a second
         let (t1, pace) = (at(5000), Pace::default());
         for k in 0..20u32 {
             let now = t1 + Duration::from_micros(u64::from(k));
             pace.ask(now);
-            pace.take(now, interval);
+            pace.take(now, now, interval);
         }
         let wait = pace.ask(t1);
         assert!(
             !wait.is_zero() && wait <= Duration::from_millis(250),
             "{wait:?}"
         );
+    }
+
+    /// A step asks while a sample is under way (its reading taken before the ask): the
+    /// update that sample makes does not answer it, so the next sample is an update too,
+    /// at once rather than an interval later (two steps ending together: the second's
+    /// last read waited for the periodic update, past its wait, and was brought forward).
+    #[test]
+    fn an_ask_during_a_sample_is_answered_by_the_next() {
+        let pace = Pace::default();
+        let t0 = Instant::now();
+        let interval = Duration::from_millis(500);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(pace.take(at(0), at(0), interval));
+        // asked at 100 ms; the sample read at 90 ms and is taken at 110 ms
+        assert!(pace.ask(at(100)).is_zero());
+        assert!(
+            pace.take(at(110), at(90), interval),
+            "the ask makes it an update"
+        );
+        assert!(
+            pace.take(at(112), at(111), interval),
+            "its reading came before the ask: the next sample answers it"
+        );
+        assert!(!pace.take(at(114), at(113), interval), "answered: no more");
     }
 
     /// 1 000 rings in a burst (an `sstat` loop in every job) cause at most [`RING_BURST`] +
@@ -689,7 +724,7 @@ mod tests {
         // the sampler's part: a sample at each wake, an update when the pace allows
         let _doorbell = Doorbell::open(&bell, Arc::clone(&pace), Arc::default(), move || {
             let now = Instant::now();
-            if taker.take(now, Duration::from_secs(1)) {
+            if taker.take(now, now, Duration::from_secs(1)) {
                 taken.lock().expect("updates").push(now);
             }
         })

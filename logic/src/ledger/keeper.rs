@@ -248,7 +248,7 @@ impl Keeper {
             return;
         };
         let devices = &reading.devices[..];
-        if !self.pace.take(now, LEDGER_INTERVAL) {
+        if !self.pace.take(now, point.at, LEDGER_INTERVAL) {
             return;
         }
         // in every mode: node mode charges each job the node's energy since it began

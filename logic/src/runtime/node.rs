@@ -2,13 +2,12 @@
 //! goes to the ledger's keeper (attribution, the ledger, the metrics file, the answers to
 //! steps' questions), and the doorbell on which steps ask.
 
-use std::path::Path;
 use std::time::Instant;
 
 use super::{Host, Read};
 use crate::accounting::{Baseline, EnergyRecord};
+use crate::attribution::Site;
 use crate::attribution::gres::GresOrder;
-use crate::attribution::{self, Site};
 use crate::ledger::Keeper;
 use crate::ledger::doorbell::{self, Doorbell};
 use crate::meter::Meter;
@@ -117,8 +116,8 @@ fn keep_ledger<P: Plugin>(
                 );
                 GresOrder::Detected
             });
-            let procs = Path::new(attribution::procs::PROC_ROOT);
-            Keeper::devices(&spool, ledger.context_id, order, ledger.idle_watts, procs)
+            let procs = host.proc_root();
+            Keeper::devices(&spool, ledger.context_id, order, ledger.idle_watts, &procs)
         }),
         Some(site) => Keeper::shared(site, ledger.context_id, ledger.idle_watts),
         None => host

@@ -157,6 +157,14 @@ impl Host for TestHost {
     fn plugin_kind(&self) -> &'static str {
         "rust_fake"
     }
+
+    /// A process table without processes: this test binary's children (other tests')
+    /// are no step's tasks, and a step's reads are the same at each run.
+    fn proc_root(&self) -> PathBuf {
+        self.spool
+            .as_ref()
+            .map_or_else(|| PathBuf::from("/nonexistent"), |s| s.join("no-proc"))
+    }
 }
 
 fn runtime(daemon: Daemon) -> Runtime<Fake, TestHost> {
