@@ -116,22 +116,23 @@ pub struct StepKey {
     pub step: StepId,
 }
 
-impl From<(u32, StepId)> for StepKey {
-    fn from((job, step): (u32, StepId)) -> Self {
+impl StepKey {
+    /// Step `step` of job `job`.
+    pub const fn new(job: u32, step: StepId) -> Self {
         Self { job, step }
     }
 }
 
 /// `J.S` as in a step's name; a heterogeneous job's component (`J.S.C`) is not split.
-fn job_step(text: &str) -> Option<(u32, StepId)> {
+fn job_step(text: &str) -> Option<StepKey> {
     let (job, step) = text.split_once('.')?;
-    Some((job.parse().ok()?, StepId::parse(step)?))
+    Some(StepKey::new(job.parse().ok()?, StepId::parse(step)?))
 }
 
 /// The steps slurmd runs on this node, with their slurmstepd sockets `<node>_<job>.<step>`
 /// in SlurmdSpoolDir (a spool dir per node, so other nodes' jobs on the same host are not
 /// seen), in job order.
-pub fn present_steps(spool: &Path) -> BTreeMap<(u32, StepId), PathBuf> {
+pub fn present_steps(spool: &Path) -> BTreeMap<StepKey, PathBuf> {
     fs::read_dir(spool)
         .into_iter()
         .flatten()
@@ -146,7 +147,7 @@ pub fn present_steps(spool: &Path) -> BTreeMap<(u32, StepId), PathBuf> {
 
 /// A slurmstepd's step, from the title it gives itself (`slurmstepd: [J.S]`, 26.05's step
 /// manager `slurmstepd: [J.S stepmgr]`) as `/proc/<pid>/cmdline` shows it.
-pub fn own_step(cmdline: &str) -> Option<(u32, StepId)> {
+pub fn own_step(cmdline: &str) -> Option<StepKey> {
     let inside = cmdline.split_once("slurmstepd: [")?.1;
     job_step(inside.split([']', ' ']).next()?)
 }
@@ -250,13 +251,16 @@ mod tests {
     fn steps_are_named_as_slurm_names_them() {
         assert_eq!(
             own_step("slurmstepd: [1234.extern] "),
-            Some((1234, StepId::EXTERN))
+            Some(StepKey::new(1234, StepId::EXTERN))
         );
-        assert_eq!(own_step("slurmstepd: [7.0]"), Some((7, StepId(0))));
+        assert_eq!(
+            own_step("slurmstepd: [7.0]"),
+            Some(StepKey::new(7, StepId(0)))
+        );
         assert_eq!(own_step("/usr/sbin/slurmstepd"), None);
         assert_eq!(
             own_step("slurmstepd: [8.extern stepmgr]"),
-            Some((8, StepId::EXTERN))
+            Some(StepKey::new(8, StepId::EXTERN))
         );
         assert_eq!(StepId::BATCH.cgroup_name(), "step_batch");
         assert_eq!(StepId(3).cgroup_name(), "step_3");
@@ -273,9 +277,16 @@ mod tests {
         let present = present_steps(tmp.path());
         assert_eq!(
             present.keys().copied().collect::<Vec<_>>(),
-            vec![(3, StepId::BATCH), (12, StepId(0)), (12, StepId::EXTERN)]
+            vec![
+                StepKey::new(3, StepId::BATCH),
+                StepKey::new(12, StepId(0)),
+                StepKey::new(12, StepId::EXTERN)
+            ]
         );
-        assert_eq!(present[&(12, StepId(0))], tmp.path().join("n1_12.0"));
+        assert_eq!(
+            present[&StepKey::new(12, StepId(0))],
+            tmp.path().join("n1_12.0")
+        );
     }
 
     #[test]

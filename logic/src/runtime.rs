@@ -16,7 +16,7 @@ use crate::attribution::grant::Grant;
 use crate::attribution::gres::GresOrder;
 use crate::attribution::job_record::{LoadJob, StepRecordConfig};
 use crate::attribution::procs::Procs;
-use crate::attribution::{self, Attribution, Mode, Site, StepId};
+use crate::attribution::{self, Attribution, Mode, Site, StepKey};
 use crate::config::KeyValues;
 use crate::family;
 use crate::guard::guard;
@@ -89,7 +89,7 @@ pub trait Host: Send + Sync + 'static {
     }
 
     /// This slurmstepd's job and step (its title).
-    fn own_step(&self) -> Option<(u32, StepId)> {
+    fn own_step(&self) -> Option<StepKey> {
         None
     }
 

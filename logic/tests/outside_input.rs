@@ -28,7 +28,7 @@ use slurm_energy_logic::attribution::cgroup::{CgroupTree, JobDir, count_cpus};
 use slurm_energy_logic::attribution::gres::GresOrder;
 use slurm_energy_logic::attribution::job_record::{StepRecordConfig, gres_on_node};
 use slurm_energy_logic::attribution::procs::Procs;
-use slurm_energy_logic::attribution::{Attribution, StepId, own_step};
+use slurm_energy_logic::attribution::{Attribution, StepId, StepKey, own_step};
 use slurm_energy_logic::config::{ConfigError, KeyValues};
 use slurm_energy_logic::hostlist;
 use slurm_energy_logic::ledger::{Account, Ledger};
@@ -987,7 +987,7 @@ fn comm() -> impl Strategy<Value = String> {
 
 /// A title as `exec -a` or `setproctitle` sets it, claims of being a slurmstepd
 /// included, and the step it claims where it is one's title.
-fn title() -> impl Strategy<Value = (Vec<u8>, Option<(u32, StepId)>)> {
+fn title() -> impl Strategy<Value = (Vec<u8>, Option<StepKey>)> {
     prop_oneof![
         prop::collection::vec(any::<u8>(), 0..80).prop_map(|t| (t, None)),
         (
@@ -1000,13 +1000,13 @@ fn title() -> impl Strategy<Value = (Vec<u8>, Option<(u32, StepId)>)> {
                 let ends = post.is_empty() || post.starts_with([' ', ']']);
                 (
                     format!("{pre}slurmstepd: [{j}.{}{post}", s.name()).into_bytes(),
-                    ends.then_some((j, s)),
+                    ends.then_some(StepKey::new(j, s)),
                 )
             }),
         (1u32..100, 0u32..3).prop_map(|(j, s)| {
             (
                 format!("slurmstepd: [{j}.{s}]\0\0").into_bytes(),
-                Some((j, StepId(s))),
+                Some(StepKey::new(j, StepId(s))),
             )
         }),
         "slurmstepd: \\[[0-9.a-z \\]]{0,14}".prop_map(|t| (t.into_bytes(), None)),
@@ -1087,8 +1087,13 @@ proptest! {
             fs::write(root.join(format!("{pid}/cmdline")), title).expect("title");
             write(&root.join(format!("{pid}/status")), &format!("Uid:\t{uid}\t0\t0\t0\n"));
         }
-        let wanted: std::collections::HashSet<(u32, StepId)> =
-            [(1u32, StepId(0)), (7, StepId::BATCH), (12, StepId(1))].into();
+        let wanted: std::collections::HashSet<StepKey> =
+            [
+                StepKey::new(1, StepId(0)),
+                StepKey::new(7, StepId::BATCH),
+                StepKey::new(12, StepId(1)),
+            ]
+            .into();
         let found = Procs::from_path(root).stepds(&wanted, 0);
         for (step, pids) in &found {
             prop_assert!(wanted.contains(step));

@@ -6,7 +6,7 @@ use super::daemon;
 use crate::attribution::grant::Grant;
 use crate::attribution::gres::GresOrder;
 use crate::attribution::job_record::LoadJob;
-use crate::attribution::{Site, StepId};
+use crate::attribution::{Site, StepKey};
 use crate::metrics::PrivateData;
 use crate::runtime::{Daemon, Host, RecordRefused};
 
@@ -54,7 +54,7 @@ impl Host for SlurmHost {
         super::step_record::grant(address)
     }
 
-    fn own_step(&self) -> Option<(u32, StepId)> {
+    fn own_step(&self) -> Option<StepKey> {
         super::step_record::own_step()
     }
 

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::StepId;
 use super::gres::Allocation;
+use super::{StepId, StepKey};
 use crate::replace::{self, Access};
 use crate::trusted_dir::{self, DirError, NO_WRITE};
 
@@ -179,7 +179,7 @@ impl Grant {
     /// [`KEPT_AFTER_STEP`] ago, jobs' grants once no step of the job is present, and
     /// temporary files left by a slurmstepd that died writing one (their names are no
     /// step's).
-    pub fn remove_ended(spool: &Path, present: &HashSet<(u32, StepId)>) {
+    pub fn remove_ended(spool: &Path, present: &HashSet<StepKey>) {
         let Ok(dir) = grants_dir(spool, false) else {
             return;
         };
@@ -192,12 +192,12 @@ impl Grant {
             let live = match name.split_once('.') {
                 Some((job, JOB)) => job
                     .parse::<u32>()
-                    .is_ok_and(|job| present.iter().any(|(j, _)| *j == job)),
+                    .is_ok_and(|job| present.iter().any(|k| k.job == job)),
                 Some((job, step)) => job
                     .parse()
                     .ok()
                     .zip(StepId::parse(step))
-                    .is_some_and(|step| present.contains(&step)),
+                    .is_some_and(|(job, step)| present.contains(&StepKey { job, step })),
                 None => false,
             };
             let old = entry
@@ -335,7 +335,7 @@ pub(crate) mod tests {
                 .expect("publish");
         }
         assert_eq!(Grant::read(spool.path(), 6, StepId(0)), None);
-        let present: HashSet<(u32, StepId)> = [(5, StepId(0))].into_iter().collect();
+        let present: HashSet<StepKey> = [StepKey::new(5, StepId(0))].into_iter().collect();
         // young: kept even though step 1 is gone
         Grant::remove_ended(spool.path(), &present);
         assert!(Grant::read(spool.path(), 5, StepId(1)).is_some());

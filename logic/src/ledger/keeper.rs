@@ -17,7 +17,7 @@ use crate::attribution::gres::GresOrder;
 use crate::attribution::holders::{Holders, ObservedDevice};
 use crate::attribution::owner_time::{OwnerSample, OwnerTime};
 use crate::attribution::procs::{self, Procs};
-use crate::attribution::{Site, StepId, present_steps};
+use crate::attribution::{Site, StepId, StepKey, present_steps};
 use crate::source::{DeviceReading, Reading};
 
 /// The ledger is updated at the meter's samples (every second or faster), at most this
@@ -89,13 +89,13 @@ pub struct Keeper {
     holders: Option<Holders>,
     procs: Procs,
     /// Where each present step runs, dropped with the step.
-    places: HashMap<(u32, StepId), Place>,
+    places: HashMap<StepKey, Place>,
     /// The present steps whose slurmstepd made its last read:
     /// charged no more, nor their job once its extern step's is made (`Ring::Last`).
-    ended: HashSet<(u32, StepId)>,
+    ended: HashSet<StepKey>,
     /// When each present step's slurmstepd started (its process's start once found, its
     /// socket's time until then).
-    starts: HashMap<(u32, StepId), Option<SystemTime>>,
+    starts: HashMap<StepKey, Option<SystemTime>>,
     /// Samples taken, the clock of [`Place::Unseen`].
     samples: u64,
     /// The searches of /proc for slurmstepds, [`procs::SCAN_GAP`] apart at least.
@@ -337,7 +337,7 @@ impl Keeper {
         let stepds: HashMap<u32, u32> = self
             .places
             .iter()
-            .filter_map(|((job, _), place)| Some((place.stepd()?, *job)))
+            .filter_map(|(key, place)| Some((place.stepd()?, key.job)))
             .collect();
         holders.observe(&self.procs, &stepds, devices)
     }
@@ -359,21 +359,22 @@ impl Keeper {
         let done: HashSet<u32> = self
             .ended
             .iter()
-            .filter(|(_, step)| *step == StepId::EXTERN)
-            .map(|(job, _)| *job)
+            .filter(|key| key.step == StepId::EXTERN)
+            .map(|key| key.job)
             .collect();
         let mut jobs: Vec<ObservedJob> = Vec::new();
         // jobs whose owner owns their step directories, with their owner's CPU time
         let mut owned = Vec::new();
-        for &(job, step) in present.keys() {
-            if done.contains(&job) || self.ended.contains(&(job, step)) {
+        for &key in present.keys() {
+            let StepKey { job, step } = key;
+            if done.contains(&job) || self.ended.contains(&key) {
                 continue;
             }
             let holds = match self.holders.as_mut() {
-                Some(holders) => holders.holds(&self.procs, (job, step), devices),
+                Some(holders) => holders.holds(&self.procs, key, devices),
                 None => Vec::new(),
             };
-            let mut cgroup = match self.places.get_mut(&(job, step)) {
+            let mut cgroup = match self.places.get_mut(&key) {
                 Some(Place::Found(_, cgroup)) => Some(cgroup),
                 _ => None,
             };
@@ -409,7 +410,7 @@ impl Keeper {
                 j.steps.push(ObservedStep {
                     id: step,
                     usage_ns,
-                    started: self.starts.get(&(job, step)).copied().flatten(),
+                    started: self.starts.get(&key).copied().flatten(),
                     holds,
                 });
             }
@@ -446,13 +447,13 @@ impl Keeper {
 impl Keeper {
     /// Who runs each present job not yet known: the user Slurm launched one of its steps
     /// as ([`grant::Grant`]), never what its tasks say.
-    fn learn_owners(&mut self, present: &BTreeMap<(u32, StepId), PathBuf>) {
-        for (job, step) in present.keys() {
-            if self.owners.contains_key(job) {
+    fn learn_owners(&mut self, present: &BTreeMap<StepKey, PathBuf>) {
+        for &StepKey { job, step } in present.keys() {
+            if self.owners.contains_key(&job) {
                 continue;
             }
-            if let Some(grant) = grant::Grant::read(&self.spool, *job, *step) {
-                self.owners.insert(*job, Owner { user: grant.user });
+            if let Some(grant) = grant::Grant::read(&self.spool, job, step) {
+                self.owners.insert(job, Owner { user: grant.user });
             }
         }
     }
@@ -461,7 +462,7 @@ impl Keeper {
     /// /proc once for the slurmstepds of those not seen yet (where a search may be made:
     /// [`procs::Scans`]), and reads the cgroup of each slurmstepd found whose step has none
     /// yet.
-    fn locate(&mut self, present: &BTreeMap<(u32, StepId), PathBuf>) {
+    fn locate(&mut self, present: &BTreeMap<StepKey, PathBuf>) {
         let now = self.samples;
         self.places.retain(|step, _| present.contains_key(step));
         self.ended.retain(|step| present.contains_key(step));
@@ -471,7 +472,7 @@ impl Keeper {
                 .entry(*step)
                 .or_insert_with(|| fs::metadata(socket).and_then(|m| m.modified()).ok());
         }
-        let search: HashSet<(u32, StepId)> = present
+        let search: HashSet<StepKey> = present
             .keys()
             .filter(|step| match self.places.get(step) {
                 None => true,
@@ -482,7 +483,7 @@ impl Keeper {
             .collect();
         // at most one pass over /proc per SCAN_GAP, however many steps start: the steps
         // of a sample that may not search wait for the next that may
-        let wanted: HashMap<(u32, StepId), &Path> =
+        let wanted: HashMap<StepKey, &Path> =
             search.iter().map(|s| (*s, present[s].as_path())).collect();
         let found = match wanted.is_empty() {
             true => None,
@@ -521,9 +522,9 @@ impl Keeper {
         let Some(tree) = &self.tree else {
             return;
         };
-        for ((_, step), place) in &mut self.places {
+        for (key, place) in &mut self.places {
             if let Place::Stepd(pid) = *place {
-                match step_cgroup(tree, &self.procs, pid, *step) {
+                match step_cgroup(tree, &self.procs, pid, key.step) {
                     Some(Some(cgroup)) => *place = Place::Found(pid, Box::new(cgroup)),
                     Some(None) => {}
                     // the slurmstepd is gone while its socket is not: look again

@@ -44,7 +44,7 @@ pub struct StepFigure {
     said_mode: bool,
     /// Whether a figure is brought forward from the ledger's sample to the call.
     bring_forward: bool,
-    step: Option<(u32, StepId)>,
+    step: Option<StepKey>,
     /// When this process started (Unix time), once read: a step of its name in the ledger
     /// begun before it is a run before this one.
     started: Option<f64>,
@@ -150,7 +150,7 @@ impl StepFigure {
         self
     }
 
-    fn step(&mut self) -> Option<(u32, StepId)> {
+    fn step(&mut self) -> Option<StepKey> {
         if self.step.is_none() {
             let text = fs::read(self.procs.cmdline_path(self.pid)).ok()?;
             self.step = own_step(&String::from_utf8_lossy(&text).replace('\0', " "));
@@ -165,7 +165,11 @@ impl StepFigure {
     /// from other threads). A step is present while its slurmstepd's socket is in the
     /// spool dir, which only root writes.
     fn extern_left_alone(&mut self) -> bool {
-        let Some((job, StepId::EXTERN)) = self.step() else {
+        let Some(StepKey {
+            job,
+            step: StepId::EXTERN,
+        }) = self.step()
+        else {
             return false;
         };
         let Some(spool) = self.path.parent() else {
@@ -173,7 +177,7 @@ impl StepFigure {
         };
         let siblings = present_steps(spool)
             .keys()
-            .any(|&(j, s)| j == job && s != StepId::EXTERN);
+            .any(|k| k.job == job && k.step != StepId::EXTERN);
         self.saw_siblings |= siblings;
         self.saw_siblings && !siblings
     }
@@ -459,7 +463,7 @@ impl StepFigure {
                 )
             }
         };
-        let key = self.step().map(StepKey::from);
+        let key = self.step();
         let want = match (edge, last, asks) {
             (true, true, _) => Want::Last { stepd: self.pid },
             (true, false, _) => Want::Fresh,

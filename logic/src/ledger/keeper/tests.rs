@@ -31,7 +31,7 @@ fn attribution_cost_per_sample() {
                 sockets.push(procs::tests::stepd(
                     &proc_root,
                     pid,
-                    (job, step),
+                    StepKey::new(job, step),
                     &stepd,
                     &socket,
                 ));
@@ -141,7 +141,7 @@ fn gpu_attribution_cost_per_sample() {
             sockets.push(procs::tests::stepd(
                 &proc_root,
                 stepd,
-                (job, StepId(0)),
+                StepKey::new(job, StepId(0)),
                 &cgroup,
                 &socket,
             ));
@@ -223,7 +223,7 @@ fn sample(keeper: &mut Keeper) {
 }
 
 fn found(keeper: &mut Keeper, job: u32, step: StepId) -> Option<&mut StepCgroup> {
-    match keeper.places.get_mut(&(job, step)) {
+    match keeper.places.get_mut(&StepKey::new(job, step)) {
         Some(Place::Found(_, cgroup)) => Some(&mut **cgroup),
         _ => None,
     }
@@ -233,7 +233,7 @@ fn found(keeper: &mut Keeper, job: u32, step: StepId) -> Option<&mut StepCgroup>
 struct Node {
     tmp: tempfile::TempDir,
     site: Site,
-    sockets: HashMap<(u32, StepId), UnixListener>,
+    sockets: HashMap<StepKey, UnixListener>,
 }
 
 impl Node {
@@ -255,8 +255,14 @@ impl Node {
     /// slurmd starts a step: its socket, its slurmstepd at `pid` in `cgroup`.
     fn start(&mut self, job: u32, step: StepId, pid: u32, cgroup: &str) {
         let socket = self.site.spool.join(format!("n1_{job}.{}", step.0));
-        let socket = procs::tests::stepd(&self.site.proc_root, pid, (job, step), cgroup, &socket);
-        self.sockets.insert((job, step), socket);
+        let socket = procs::tests::stepd(
+            &self.site.proc_root,
+            pid,
+            StepKey::new(job, step),
+            cgroup,
+            &socket,
+        );
+        self.sockets.insert(StepKey::new(job, step), socket);
     }
 
     fn moves(&self, pid: u32, cgroup: &str) {
@@ -264,7 +270,7 @@ impl Node {
     }
 
     fn ends(&mut self, job: u32, step: StepId, pid: u32) {
-        self.sockets.remove(&(job, step));
+        self.sockets.remove(&StepKey::new(job, step));
         fs::remove_file(self.site.spool.join(format!("n1_{job}.{}", step.0))).expect("rm");
         fs::remove_dir_all(self.site.proc_root.join(pid.to_string())).expect("rm");
     }
@@ -307,7 +313,10 @@ fn v2_steps_are_found_where_their_slurmstepd_runs_in_every_release() {
         node.start(7, StepId(0), 300, &parked);
         let mut keeper = node.keeper();
         tick(&mut keeper);
-        assert_eq!(keeper.places.get(&(7, StepId(0))), Some(&Place::Stepd(300)));
+        assert_eq!(
+            keeper.places.get(&StepKey::new(7, StepId(0))),
+            Some(&Place::Stepd(300))
+        );
         node.moves(
             300,
             &format!(
@@ -455,9 +464,9 @@ fn an_unseen_step_is_searched_for_at_every_sample_while_young_then_less_often() 
             )
             .expect("age the socket");
         }
-        let before = keeper.places.get(&(3, StepId(0))).cloned();
+        let before = keeper.places.get(&StepKey::new(3, StepId(0))).cloned();
         tick(&mut keeper);
-        if keeper.places.get(&(3, StepId(0))) != before.as_ref() {
+        if keeper.places.get(&StepKey::new(3, StepId(0))) != before.as_ref() {
             searched.push(sample);
         }
     }
@@ -478,7 +487,10 @@ fn proc_is_searched_at_most_twice_a_second() {
     let mut keeper = node.keeper();
     tick(&mut keeper);
     let searched = Instant::now();
-    assert_eq!(keeper.places.get(&(3, StepId(0))), Some(&Place::Stepd(300)));
+    assert_eq!(
+        keeper.places.get(&StepKey::new(3, StepId(0))),
+        Some(&Place::Stepd(300))
+    );
     // new steps at every sample: none is searched for until SCAN_GAP has passed (a sample
     // that ended within it began within it; a loaded machine may get through fewer)
     let mut within = 0;
@@ -496,7 +508,7 @@ fn proc_is_searched_at_most_twice_a_second() {
     sample(&mut keeper);
     // the steps started so far, all found by one search
     for job in 4..4 + within.max(1) {
-        let place = keeper.places.get(&(job, StepId(0)));
+        let place = keeper.places.get(&StepKey::new(job, StepId(0)));
         assert_eq!(place, Some(&Place::Stepd(400 + job)), "{job}");
     }
 }
@@ -516,16 +528,19 @@ fn a_process_titled_as_a_slurmstepd_is_not_taken_for_one() {
     let mut keeper = node.keeper();
     tick(&mut keeper);
     assert!(matches!(
-        keeper.places.get(&(3, StepId(0))),
+        keeper.places.get(&StepKey::new(3, StepId(0))),
         Some(Place::Unseen { .. })
     ));
-    assert!(keeper.starts.contains_key(&(3, StepId(0))));
+    assert!(keeper.starts.contains_key(&StepKey::new(3, StepId(0))));
     // the step's own slurmstepd, holding its socket, is found
     procs::tests::process(root, 902, "slurmstepd: [3.0]", "0::/\n");
     procs::tests::holds(root, 902, &listener);
     tick(&mut keeper);
     assert_eq!(
-        keeper.places.get(&(3, StepId(0))).and_then(Place::stepd),
+        keeper
+            .places
+            .get(&StepKey::new(3, StepId(0)))
+            .and_then(Place::stepd),
         Some(902)
     );
 }
@@ -559,7 +574,13 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     let proc_root = tmp.path().join("proc");
     let stepd = cgroup::tests::v1_stepd(&job, "step_extern", true);
     let socket = spool.join("n1_5.4294967292");
-    let _sock = procs::tests::stepd(&proc_root, 40, (5, StepId::EXTERN), &stepd, &socket);
+    let _sock = procs::tests::stepd(
+        &proc_root,
+        40,
+        StepKey::new(5, StepId::EXTERN),
+        &stepd,
+        &socket,
+    );
     let procs = Procs::from_path(&proc_root);
     let site = Site {
         spool: spool.clone(),
