@@ -7,14 +7,14 @@
 //! energy; a source of devices Slurm allocates (GPUs) charges each job the devices it holds,
 //! in every mode.
 
-pub mod cgroup;
-pub mod grant;
-pub mod gres;
-pub mod holders;
-pub mod job_record;
-pub mod model;
-pub mod owner_time;
-pub mod procs;
+pub(crate) mod cgroup;
+pub(crate) mod grant;
+pub(crate) mod gres;
+pub(crate) mod holders;
+pub(crate) mod job_record;
+pub(crate) mod model;
+pub(crate) mod owner_time;
+pub(crate) mod procs;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -111,7 +111,7 @@ impl StepId {
 /// A step on this node: its job and its step, as slurmd's ledger and a step's question to
 /// slurmd name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct StepKey {
+pub(crate) struct StepKey {
     pub job: u32,
     pub step: StepId,
 }
@@ -131,7 +131,7 @@ fn job_step(text: &str) -> Option<(u32, StepId)> {
 /// The steps slurmd runs on this node, with their slurmstepd sockets `<node>_<job>.<step>`
 /// in SlurmdSpoolDir (a spool dir per node, so other nodes' jobs on the same host are not
 /// seen), in job order.
-pub fn present_steps(spool: &Path) -> BTreeMap<(u32, StepId), PathBuf> {
+pub(crate) fn present_steps(spool: &Path) -> BTreeMap<(u32, StepId), PathBuf> {
     fs::read_dir(spool)
         .into_iter()
         .flatten()
@@ -163,7 +163,7 @@ pub struct Site {
 }
 
 /// Slurm's cgroup mount point (cgroup.conf's CgroupMountpoint default).
-pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+pub(crate) const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// cgroup.conf's CgroupMountpoint, or its default.
 pub fn cgroup_mountpoint(cgroup_conf: &str) -> PathBuf {

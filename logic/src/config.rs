@@ -64,7 +64,7 @@ impl ConfigError {
 
 /// A sampling period in seconds, fractions accepted, from 0.1 to `max_secs`: energy between
 /// two samples is interpolated, and a power step costs up to half a period of that step.
-pub fn period_secs(key: &'static str, v: &str, max_secs: u64) -> Result<Duration, ConfigError> {
+pub(crate) fn period_secs(key: &'static str, v: &str, max_secs: u64) -> Result<Duration, ConfigError> {
     v.parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && (0.1..=max_secs as f64).contains(s))
@@ -94,7 +94,7 @@ impl fmt::Debug for Secret {
 
 /// An absolute path (`EnergyIPMIPasswordFile`, `EnergyRedfishPasswordFile`): slurmd's
 /// working directory is no place to resolve a relative one against.
-pub fn absolute_path(key: &'static str, v: &str) -> Result<Option<PathBuf>, ConfigError> {
+pub(crate) fn absolute_path(key: &'static str, v: &str) -> Result<Option<PathBuf>, ConfigError> {
     if !v.starts_with('/') {
         return Err(ConfigError::new(key, v, "expected an absolute path"));
     }
@@ -102,7 +102,7 @@ pub fn absolute_path(key: &'static str, v: &str) -> Result<Option<PathBuf>, Conf
 }
 
 /// How `scontrol show config` shows a password file: its path, never what it holds.
-pub fn shown_password_file(path: &Option<PathBuf>) -> String {
+pub(crate) fn shown_password_file(path: &Option<PathBuf>) -> String {
     path.as_ref()
         .map_or_else(|| "(not set)".into(), |p| p.display().to_string())
 }
@@ -116,7 +116,7 @@ const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
 /// that only its owner may write (anyone who can write it chooses the BMC login slurmd
 /// uses); readable by everyone it is a warning. The error names the key and the path, never
 /// the password.
-pub fn read_password_file(key: &'static str, path: &Path) -> Result<Secret, String> {
+pub(crate) fn read_password_file(key: &'static str, path: &Path) -> Result<Secret, String> {
     let refuse = |why: String| format!("{key}={}: {why}", path.display());
     // non-blocking, so a FIFO put there never holds slurmd in open(2); checked on the
     // opened file, so the file read is the file judged
@@ -158,7 +158,7 @@ pub fn read_password_file(key: &'static str, path: &Path) -> Result<Secret, Stri
 
 /// The password to log in with: the one `file` names (under `file_key`) where set, else
 /// the one acct_gather.conf gives.
-pub fn password(
+pub(crate) fn password(
     given: &Secret,
     file_key: &'static str,
     file: Option<&Path>,
@@ -171,7 +171,7 @@ pub fn password(
 
 /// The error for a password given both in acct_gather.conf and in a file: one would be
 /// ignored.
-pub fn both_passwords(
+pub(crate) fn both_passwords(
     key: &'static str,
     file_key: &'static str,
     values: &KeyValues,
@@ -187,7 +187,7 @@ pub fn both_passwords(
 }
 
 /// yes/no, true/false, on/off, 1/0.
-pub fn boolean(key: &'static str, v: &str) -> Result<bool, ConfigError> {
+pub(crate) fn boolean(key: &'static str, v: &str) -> Result<bool, ConfigError> {
     match v.to_ascii_lowercase().as_str() {
         "yes" | "true" | "1" | "on" => Ok(true),
         "no" | "false" | "0" | "off" => Ok(false),
@@ -196,7 +196,7 @@ pub fn boolean(key: &'static str, v: &str) -> Result<bool, ConfigError> {
 }
 
 /// `yes` or `no`, as [`boolean`] reads them back.
-pub fn yes_no(b: &bool) -> String {
+pub(crate) fn yes_no(b: &bool) -> String {
     if *b { "yes" } else { "no" }.into()
 }
 

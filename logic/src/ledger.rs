@@ -15,9 +15,9 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub mod ask;
+pub(crate) mod ask;
 mod charge;
-pub mod doorbell;
+pub(crate) mod doorbell;
 mod file;
 mod floor;
 mod keeper;
@@ -25,11 +25,11 @@ mod number;
 mod parts;
 mod reader;
 
-pub use file::Refused;
+pub(crate) use file::Refused;
 pub use floor::SUSTAIN as STATIC_POWER_SUSTAIN_SECS;
-pub use keeper::{Keeper, Publisher};
-pub use parts::{Breakdown, IdleHeld, REST as REST_PART};
-pub use reader::StepFigure;
+pub(crate) use keeper::Keeper;
+pub use parts::{Breakdown, IdleHeld};
+pub(crate) use reader::StepFigure;
 
 use crate::accounting::PowerWindow;
 use crate::attribution::StepId;
@@ -42,7 +42,7 @@ use floor::Floor;
 use parts::PartValues;
 
 /// How old the ledger may get while slurmd samples normally.
-pub const LEDGER_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const LEDGER_PERIOD: Duration = Duration::from_secs(1);
 
 /// Where the ledger of the plugin stacked at `context_id` lives.
 pub fn ledger_path(spool: &Path, context_id: u16) -> PathBuf {
@@ -58,7 +58,7 @@ fn spool_of(path: &Path) -> &Path {
 }
 
 /// The file format; a reader refuses any other.
-pub const VERSION: u64 = 2;
+pub(crate) const VERSION: u64 = 2;
 /// A job that left the node is kept this long, so its slurmstepds' last reads find it.
 const KEEP_GONE: Duration = Duration::from_secs(300);
 /// A step that ended while its job goes on is kept this long at most, and only the
@@ -80,14 +80,14 @@ const ENDED_STEPS_KEPT: usize = 32;
 /// After a slurmd restart, the time it was away is the meter's own where its counts tell
 /// it ([`crate::source::bridge`]); else it is estimated at the power each job had, up to this long; a
 /// longer absence is not guessed.
-pub const MAX_GAP: Duration = Duration::from_secs(300);
+pub(crate) const MAX_GAP: Duration = Duration::from_secs(300);
 /// A step seen begun this much later than the step of the same name the ledger holds is
 /// another run of its job (requeued, or its id come round again). More than the start of
 /// one slurmstepd as read from its socket and from its process can differ (a slurmd
 /// started again may first know a step by its socket), and less than any requeue takes:
 /// Slurm starts a requeued job no sooner than its credential's lifetime (AuthInfo's
 /// `cred_expire`, at least 5 s) and a second after its run before ended.
-pub const RUN_SLACK: f64 = 5.0;
+pub(crate) const RUN_SLACK: f64 = 5.0;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {

@@ -15,12 +15,12 @@ const MIN_MISSED: Duration = Duration::from_secs(2);
 /// How old the last sample of something sampled every `period` may be before the samples
 /// count as missing (a power poller's, read by the meter: the meter's own limit,
 /// [`stale_after`], then applies on top, so this one has a lower floor).
-pub fn missed_after(period: Duration) -> Duration {
+pub(crate) fn missed_after(period: Duration) -> Duration {
     (period * STALE_PERIODS).max(MIN_MISSED)
 }
 
 /// How old a reading of something sampled every `period` may be and still count as current.
-pub fn stale_after(period: Duration) -> Duration {
+pub(crate) fn stale_after(period: Duration) -> Duration {
     missed_after(period).max(MIN_STALE)
 }
 
@@ -65,7 +65,7 @@ pub trait Source: Send + 'static {
 }
 
 /// What a source that may block yields at each poll: a power sample, or why not.
-pub type Power = Result<Sample, Failure>;
+pub(crate) type Power = Result<Sample, Failure>;
 
 /// A power reading and when it was taken (which for a sensor read through a helper process
 /// is earlier than when the poller receives it).
@@ -108,13 +108,13 @@ pub enum Failure {
 /// `text` with `%n` as `node` (Slurm's NodeName) and `%h` as this host's name
 /// (`gethostname`), as slurm.conf(5) has them: a node may be named apart from its host
 /// (NodeHostname, several slurmds on one host).
-pub fn expand_node(text: &str, node: &str) -> String {
+pub(crate) fn expand_node(text: &str, node: &str) -> String {
     expand(text, node, &host_name())
 }
 
 /// This host's name as Slurm takes it for `%h` (`gethostname_short`): the kernel's, up to
 /// its first dot.
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     let name = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -181,7 +181,7 @@ pub struct HardwareCount {
 /// alone tell it: the same counters on both sides, none gone back (a reset) or risen
 /// beyond its maximum power, and none that could have wrapped more often than the rise
 /// says (at its maximum power, the gap is shorter than a whole wrap). `None` otherwise.
-pub fn bridge(before: &[HardwareCount], after: &[HardwareCount], secs: f64) -> Option<u64> {
+pub(crate) fn bridge(before: &[HardwareCount], after: &[HardwareCount], secs: f64) -> Option<u64> {
     if before.is_empty() || before.len() != after.len() || secs.is_nan() || secs <= 0.0 {
         return None;
     }

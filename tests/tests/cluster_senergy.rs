@@ -947,7 +947,7 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
         )
         .expect("the node's ledger");
         let ledger =
-            slurm_energy_logic::ledger::Ledger::parse(&text).expect("a ledger the plugin wrote");
+            slurm_energy_logic::Ledger::parse(&text).expect("a ledger the plugin wrote");
         let truth = ledger.job(job).expect("the ledger keeps the job").joules;
         let kept = f64_of(&record["nodes"][node]["joules"]);
         assert!(

@@ -39,7 +39,7 @@ const MAX_BYTES: u64 = 64 * 1024;
 
 /// A grant stays this long after its step is gone: slurmstepd writes it before its step's
 /// socket appears, and slurmd may meet the step late.
-pub const KEPT_AFTER_STEP: Duration = Duration::from_secs(60);
+pub(crate) const KEPT_AFTER_STEP: Duration = Duration::from_secs(60);
 
 /// One kind of GRES a step holds on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,7 +56,7 @@ pub struct GresHeld {
 /// environment says, which is the owner's to write. The record names no account or
 /// partition.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Owner {
+pub(crate) struct Owner {
     pub user: String,
 }
 

@@ -53,8 +53,8 @@ pub struct JobRecord {
 pub type LoadJob = fn(u32) -> Result<JobRecord, String>;
 
 /// How many times slurmctld is asked, and the pause after each failed try: about 10 s.
-pub const ATTEMPTS: u32 = 4;
-pub const RETRY_AFTER: Duration = Duration::from_millis(3_300);
+pub(crate) const ATTEMPTS: u32 = 4;
+pub(crate) const RETRY_AFTER: Duration = Duration::from_millis(3_300);
 
 impl JobRecord {
     /// The grant of `step` of this job on `node`: the job's GPU GRES there, its user the
@@ -173,7 +173,7 @@ fn shared_per_gpu(list: &str) -> Option<Vec<u32>> {
 /// `load`, [`ATTEMPTS`] times at most, `pause` between tries, and kept for the job's
 /// later steps. `user_of` names a uid (`None`: no such user here). Blocks: run it on a
 /// thread of its own.
-pub fn job_grant(
+pub(crate) fn job_grant(
     spool: &Path,
     job: u32,
     step: StepId,

@@ -43,7 +43,7 @@ pub(super) const IGNORED_KEYS: [&str; 20] = [
 
 /// Every key registered with Slurm: an acct_gather.conf key no plugin registers is fatal
 /// to the daemons, so Slurm's freeipmi keys are registered too.
-pub const KEYS: &[&str] = &{
+pub(crate) const KEYS: &[&str] = &{
     const USED: &[&str] = IpmiConfig::KEYS;
     let mut all = [""; USED.len() + 1 + IGNORED_KEYS.len()];
     let mut i = 0;

@@ -25,7 +25,7 @@ use super::{Ledger, Observation, Part};
 use crate::source::HardwareCount;
 
 /// The part of a whole-node meter that its parts do not cover.
-pub const REST: &str = "rest";
+pub(super) const REST: &str = "rest";
 
 /// What an account (a job's, a step's) holds beside its joules.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use config::{KEY_DOMAINS, KEY_MSR_DEVICE, KEY_SOURCE, RaplConfig, SourceChoice};
-pub use domain::Domain;
-pub use topology::{CpuModel, Package, parse_cpuinfo};
+pub use config::{KEY_DOMAINS, RaplConfig, SourceChoice};
+pub(crate) use domain::Domain;
+pub use topology::parse_cpuinfo;
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};

@@ -8,7 +8,7 @@ use crate::power::{parse_max_watts, show_max_watts};
 
 /// A node power reading above this is no node's: more than the largest 8-GPU servers draw
 /// (about 14 kW).
-pub const DEFAULT_MAX_WATTS: u32 = 20_000;
+pub(super) const DEFAULT_MAX_WATTS: u32 = 20_000;
 
 /// Variorum sets no SONAME version, so this is the name every install has; a bare name
 /// lets the dynamic loader search (`LD_LIBRARY_PATH`, ld.so.cache), as pyVariorum does.

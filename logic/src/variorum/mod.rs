@@ -16,7 +16,7 @@
 //! Intel models and IBM Power9 only, segfaults elsewhere (llnl/variorum#537), returns raw
 //! wrapping 32-bit counters on Intel and millijoules labelled joules on IBM.
 
-pub mod config;
+mod config;
 pub mod json;
 pub mod protocol;
 pub mod sampler;
