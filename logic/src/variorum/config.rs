@@ -12,9 +12,9 @@ pub(super) const DEFAULT_MAX_WATTS: u32 = 20_000;
 
 /// Variorum sets no SONAME version, so this is the name every install has; a bare name
 /// lets the dynamic loader search (`LD_LIBRARY_PATH`, ld.so.cache), as pyVariorum does.
-pub const DEFAULT_LIBRARY: &str = "libvariorum.so";
+pub(super) const DEFAULT_LIBRARY: &str = "libvariorum.so";
 /// The sampler executable's name; by default it is installed beside the plugin.
-pub const SAMPLER_FILE_NAME: &str = "acct_gather_energy_rust_variorum_sampler";
+pub(super) const SAMPLER_FILE_NAME: &str = "acct_gather_energy_rust_variorum_sampler";
 
 /// A power step costs up to half a period of that step (samples are interpolated): at the
 /// former 10 s a job whose power stepped from 150 to 350 W mid-job lost 10%. One library
@@ -26,7 +26,7 @@ const DEFAULT_TIMEOUT_SECS: u64 = 10;
 const MAX_SECS: u64 = 86_400;
 
 /// The sampler executable that goes with a plugin installed in `plugin_dir`.
-pub fn default_sampler_path(plugin_dir: &Path) -> PathBuf {
+pub(super) fn default_sampler_path(plugin_dir: &Path) -> PathBuf {
     plugin_dir.join(SAMPLER_FILE_NAME)
 }
 

@@ -25,12 +25,11 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
-pub use config::{
-    DEFAULT_LIBRARY, KEY_FREQUENCY, KEY_LIBRARY, KEY_MAX_WATTS, KEY_SAMPLER, KEY_TIMEOUT,
-    SAMPLER_FILE_NAME, VariorumConfig, default_sampler_path,
-};
-pub use json::{DevicePower, JsonError, NodePower, NodeSource, Schema, SocketPower};
-pub use sampler::SamplerError;
+use config::KEY_MAX_WATTS;
+pub use config::VariorumConfig;
+use json::JsonError;
+pub use json::{NodePower, NodeSource};
+use sampler::SamplerError;
 
 use crate::config::{ConfigError, KeyValues};
 use crate::plugin::Plugin;
@@ -43,7 +42,7 @@ static PLUGIN_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// Tells where the plugin's `.so` is (found with `dladdr` at load time), so that the
 /// sampler is looked for beside it when `EnergyVariorumSampler` is not set.
-pub fn set_plugin_dir(dir: PathBuf) {
+pub(crate) fn set_plugin_dir(dir: PathBuf) {
     *PLUGIN_DIR.lock().unwrap_or_else(PoisonError::into_inner) = Some(dir);
 }
 
