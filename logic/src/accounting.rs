@@ -98,9 +98,11 @@ pub struct EnergyRecord {
     pub consumed_j: Option<u64>,
     /// Joules since the previous record of the same view.
     pub base_consumed_j: u64,
+    /// `consumed_j` of the previous record of the same view.
     pub previous_consumed_j: u64,
     /// `None` when unknown (`NO_VAL`; scontrol shows `n/s`).
     pub current_watts: Option<u32>,
+    /// Average power since `start_time`, in watts.
     pub ave_watts: u32,
     /// Unix time of the hardware reading the record is built from.
     pub poll_time: i64,
@@ -123,6 +125,7 @@ impl EnergyRecord {
         }
     }
 
+    /// A record with every figure unavailable, for a process measuring since `start_time`.
     pub fn unavailable(start_time: i64) -> Self {
         Self {
             start_time,

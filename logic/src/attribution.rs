@@ -37,8 +37,10 @@ pub enum Mode {
 }
 
 config_keys! {
+    /// How a shared node's energy is split among its jobs (`EnergyAttribution` and its keys).
     #[derive(Debug, Clone, Copy, PartialEq)]
     pub struct Attribution {
+        /// Whether the node's energy is split among its jobs (`shared`) or not (`node`).
         pub mode: Mode = Mode::Node, {
             MODE_KEY = "EnergyAttribution": parse(|k, v| match v.to_ascii_lowercase().as_str() {
                 "node" => Ok(Mode::Node),
@@ -78,8 +80,11 @@ pub(crate) fn shown_idle_watts(w: &Option<f64>) -> String {
 pub struct StepId(pub u32);
 
 impl StepId {
+    /// Slurm's extern step (`SLURM_EXTERN_CONT`).
     pub const EXTERN: Self = Self(0xFFFF_FFFC);
+    /// Slurm's batch step (`SLURM_BATCH_SCRIPT`).
     pub const BATCH: Self = Self(0xFFFF_FFFB);
+    /// Slurm's interactive step (`SLURM_INTERACTIVE_STEP`).
     pub const INTERACTIVE: Self = Self(0xFFFF_FFFA);
 
     /// Its directory in the job's cgroup.

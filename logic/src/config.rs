@@ -13,14 +13,17 @@ use std::time::Duration;
 pub struct KeyValues(HashMap<&'static str, String>);
 
 impl KeyValues {
+    /// No key given.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Gives `key` the raw `value`, replacing any earlier one.
     pub fn set(&mut self, key: &'static str, value: impl Into<String>) {
         self.0.insert(key, value.into());
     }
 
+    /// The value given for `key`, trimmed; `None` where not given.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(|v| v.trim())
     }
@@ -44,15 +47,20 @@ pub fn file_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
         .rfind(|value| !value.is_empty())
 }
 
+/// A key of acct_gather.conf whose value is refused, and why.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("acct_gather.conf: invalid {key}={value}: {reason}")]
 pub struct ConfigError {
+    /// The key.
     pub key: &'static str,
+    /// The value given.
     pub value: String,
+    /// Why it is refused.
     pub reason: String,
 }
 
 impl ConfigError {
+    /// The error for `key`=`value`, refused for `reason`.
     pub fn new(key: &'static str, value: &str, reason: impl Into<String>) -> Self {
         Self {
             key,
@@ -226,7 +234,7 @@ macro_rules! config_keys {
         $(check: $check:expr;)?
     ) => {
         // the key names, public wherever the table's module is (a private module's stay inside)
-        $( $( #[allow(unreachable_pub)] pub const $konst: &str = $key; )+ )*
+        $( $( #[allow(unreachable_pub)] #[doc = concat!("The acct_gather.conf key `", $key, "`.")] pub const $konst: &str = $key; )+ )*
 
         $(#[$meta])*
         pub struct $name {

@@ -89,22 +89,39 @@ pub(crate) const MAX_GAP: Duration = Duration::from_secs(300);
 /// `cred_expire`, at least 5 s) and a second after its run before ended.
 pub(crate) const RUN_SLACK: f64 = 5.0;
 
+/// Why the energy ledger could not be read or published.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
+    /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The ledger's path.
         path: String,
+        /// The error reading it.
         source: std::io::Error,
     },
+    /// The file could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
+        /// The ledger's path.
         path: String,
+        /// The error writing it.
         source: std::io::Error,
     },
+    /// The file is not a ledger.
     #[error("{path} is not an energy ledger (not whole JSON of the expected fields)")]
-    Format { path: String },
+    Format {
+        /// The file's path.
+        path: String,
+    },
+    /// The ledger is of another version.
     #[error("{path} is an energy ledger of version {found}, not {VERSION}")]
-    Version { path: String, found: String },
+    Version {
+        /// The ledger's path.
+        path: String,
+        /// The version it says.
+        found: String,
+    },
     /// Whoever can write SlurmdSpoolDir can put a file of theirs in the ledger's place, or
     /// move root's away: no figure is taken from it, and none published there.
     #[error(
@@ -112,15 +129,20 @@ pub enum LedgerError {
          write it could put their own in its place)"
     )]
     Spool(#[from] DirError),
+    /// The file is a link, or not slurmd's own: not read.
     #[error(
         "{path} is a link, or not a regular file of slurmd's user: not read as the energy ledger"
     )]
-    Untrusted { path: String },
+    Untrusted {
+        /// The file's path.
+        path: String,
+    },
 }
 
 /// One job's or one step's account, or the node's.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Account {
+    /// Its energy, in joules.
     #[serde(deserialize_with = "number::finite")]
     pub joules: f64,
     /// Its share of the node's power over the last interval.
@@ -461,6 +483,7 @@ fn keep_recent(unassigned: &mut VecDeque<Piece>, now: f64) {
     }
 }
 
+/// `t` in seconds of Unix time, as the ledger writes times.
 pub fn unix(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -478,10 +501,12 @@ impl Ledger {
         self.epoch
     }
 
+    /// The node's account.
     pub fn node(&self) -> Account {
         self.node
     }
 
+    /// The parts of the node the source measures beside it.
     pub fn parts(&self) -> &[Part] {
         &self.parts
     }
@@ -491,10 +516,12 @@ impl Ledger {
         self.jobs.iter().map(|(&id, job)| JobView { id, job })
     }
 
+    /// Job `job`'s account, where kept.
     pub fn job(&self, job: u32) -> Option<Account> {
         self.jobs.get(&job).map(|j| j.account)
     }
 
+    /// Step `step` of job `job`'s account, where kept.
     pub fn step(&self, job: u32, step: StepId) -> Option<Account> {
         self.jobs.get(&job)?.steps.get(&step).map(|s| s.account)
     }
@@ -510,6 +537,7 @@ impl Ledger {
         self.source = source;
     }
 
+    /// Unix time of the last sample, in seconds.
     pub fn sampled_at(&self) -> f64 {
         self.sampled_at
     }

@@ -22,7 +22,7 @@
 //! family registers them all ([`family`]).
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod accounting;
 mod attribution;

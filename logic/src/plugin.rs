@@ -7,6 +7,7 @@ use crate::source::{Reading, Source};
 /// What a plugin of the family is: the keys it reads, and how its source opens. Every
 /// plugin names one type that implements this in its `energy_plugin!` call.
 pub trait Plugin: 'static {
+    /// Its acct_gather.conf keys, parsed.
     type Config: Default + Clone + PartialEq + Send + std::fmt::Debug + 'static;
     /// What it opens: a source of readings (counters directly, a source that may block
     /// through [`crate::power::Polled`]).

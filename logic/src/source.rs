@@ -71,7 +71,9 @@ pub(crate) type Power = Result<Sample, Failure>;
 /// is earlier than when the poller receives it).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
+    /// The power, in watts.
     pub watts: f64,
+    /// When it was taken.
     pub at: Instant,
     /// The sensor's own energy counter in joules, where it has one (a Redfish BMC's
     /// EnergyJoules): the energy between two samples is then the counter's rise, and the
@@ -80,6 +82,7 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// `watts` read now, without an energy counter.
     pub fn now(watts: f64) -> Self {
         Self {
             watts,
@@ -132,6 +135,7 @@ fn expand(text: &str, node: &str, host: &str) -> String {
 /// The node's energy since the source was opened.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Reading {
+    /// The energy, in microjoules.
     pub energy_uj: u64,
     /// Every counter was read. When not, `energy_uj` lags behind; the failed counters
     /// catch up when they can be read again.

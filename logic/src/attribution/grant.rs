@@ -63,11 +63,15 @@ pub(crate) struct Owner {
 /// What Slurm granted one step on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {
+    /// The job's id.
     pub job: u32,
+    /// The step's id within the job.
     pub step: u32,
     /// The step's user, as Slurm launched it.
     pub uid: u32,
+    /// The step's user's name.
     pub user: String,
+    /// The GPUs (gres) the step holds on this node.
     pub gres: Vec<GresHeld>,
 }
 
@@ -84,6 +88,7 @@ pub enum GrantError {
 }
 
 impl Grant {
+    /// The step's id, typed.
     pub fn step_id(&self) -> StepId {
         StepId(self.step)
     }

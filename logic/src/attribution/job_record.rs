@@ -17,6 +17,7 @@ use crate::config::{ConfigError, KeyValues, config_keys};
 use crate::hostlist;
 
 config_keys! {
+    /// Whether slurmstepd reads Slurm's step record, from acct_gather.conf.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct StepRecordConfig {
         /// Whether slurmstepd reads Slurm's internal step record (`stepd_step_rec_t`);
@@ -40,7 +41,9 @@ const GPU_GRES: [&str; 3] = ["gpu", "shard", "mps"];
 /// What core copies out of slurmctld's `job_info_t` (`slurm_load_job` with `SHOW_DETAIL`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRecord {
+    /// The job's id.
     pub job: u32,
+    /// The job's user.
     pub uid: u32,
     /// The job's nodes, a host list (`node[1-3]`).
     pub nodes: String,

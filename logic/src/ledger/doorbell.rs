@@ -84,7 +84,10 @@ pub enum Ring {
     /// Asks for a fresh ledger: a step's first read, or one outside Slurm's polls.
     Fresh,
     /// The last read of the step whose slurmstepd is `stepd`: its tasks are gone.
-    Last { stepd: u32 },
+    Last {
+        /// The pid of the step's slurmstepd.
+        stepd: u32,
+    },
 }
 
 impl Ring {

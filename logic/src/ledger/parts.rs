@@ -33,6 +33,7 @@ pub struct Breakdown {
     /// The joules of each part ([`REST`] included), adding up to the account's; empty
     /// where the source measures no parts.
     pub parts: BTreeMap<String, f64>,
+    /// The static power of the devices it held idle.
     pub idle_held: IdleHeld,
 }
 

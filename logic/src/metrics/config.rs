@@ -14,6 +14,7 @@ config_keys! {
     /// left out.
     #[derive(Debug, Clone, PartialEq)]
     pub struct MetricsConfig {
+        /// The file the metrics are written to; `None`: none.
         pub file: Option<PathBuf> = None, {
             FILE_KEY = "EnergyMetricsFile": parse(parse_file),
                 show(|f| f.as_ref().map_or("(none)".to_string(), |f| f.display().to_string()));

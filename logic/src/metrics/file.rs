@@ -20,8 +20,11 @@ const PRIVATE_GROUP_MODE: u32 = 0o640;
 /// jobs and their owners.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PrivateData {
+    /// `PrivateData=jobs`.
     pub jobs: bool,
+    /// `PrivateData=usage`.
     pub usage: bool,
+    /// `PrivateData=users`.
     pub users: bool,
 }
 

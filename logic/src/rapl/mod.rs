@@ -31,7 +31,9 @@ const MAX_PERIOD: Duration = Duration::from_secs(1);
 /// Where the kernel's files are; tests point these at temp trees.
 #[derive(Debug, Clone)]
 pub struct SystemPaths {
+    /// Where `/sys` is.
     pub sys: PathBuf,
+    /// Where `/proc/cpuinfo` is.
     pub cpuinfo: PathBuf,
 }
 

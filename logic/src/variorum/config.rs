@@ -31,6 +31,7 @@ pub(super) fn default_sampler_path(plugin_dir: &Path) -> PathBuf {
 }
 
 config_keys! {
+    /// rust_variorum's acct_gather.conf keys: the library, the sampler and its pace.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct VariorumConfig {
         /// An absolute path, or a bare file name for the dynamic loader to search.

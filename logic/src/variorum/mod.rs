@@ -131,10 +131,13 @@ impl Variorum {
     }
 }
 
+/// Why the sampler could not be started or read.
 #[derive(Debug, thiserror::Error)]
 pub enum VariorumError {
+    /// The configuration names no usable sampler (why).
     #[error("{0}")]
     Config(String),
+    /// The sampler failed.
     #[error(transparent)]
     Sampler(#[from] SamplerError),
 }
