@@ -163,7 +163,7 @@ pub struct Site {
     pub spool: PathBuf,
     /// Slurm's CgroupMountpoint.
     pub cgroup_root: PathBuf,
-    /// Where the processes are shown ([`procs::PROC_ROOT`]).
+    /// Where the processes are shown (`procs::PROC_ROOT`).
     pub proc_root: PathBuf,
 }
 

@@ -72,7 +72,11 @@ impl ConfigError {
 
 /// A sampling period in seconds, fractions accepted, from 0.1 to `max_secs`: energy between
 /// two samples is interpolated, and a power step costs up to half a period of that step.
-pub(crate) fn period_secs(key: &'static str, v: &str, max_secs: u64) -> Result<Duration, ConfigError> {
+pub(crate) fn period_secs(
+    key: &'static str,
+    v: &str,
+    max_secs: u64,
+) -> Result<Duration, ConfigError> {
     v.parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && (0.1..=max_secs as f64).contains(s))

@@ -542,8 +542,8 @@ impl Ledger {
         self.sampled_at
     }
 
-    /// Whether the slurmd that wrote it gives each step its own share ([`Split::Shared`],
-    /// [`Split::Devices`]) rather than the node's energy ([`Split::Node`]); `None` for a
+    /// Whether the slurmd that wrote it gives each step its own share (`Split::Shared`,
+    /// `Split::Devices`) rather than the node's energy (`Split::Node`); `None` for a
     /// ledger that does not say (written by a plugin of before).
     pub fn gives_shares(&self) -> Option<bool> {
         match self.split.as_str() {
@@ -678,7 +678,7 @@ impl Ledger {
     }
 
     /// The ledger in `path`, `None` when there is none. It is read only from a directory
-    /// no one else can write ([`trusted_dir`]), never through a link, and only when it is
+    /// no one else can write (`trusted_dir`), never through a link, and only when it is
     /// slurmd's user's own file (a planted file is none of slurmd's).
     pub fn load(path: &Path) -> Result<Option<Self>, LedgerError> {
         let read = |source| LedgerError::Read {
@@ -721,7 +721,7 @@ impl Ledger {
     }
 
     /// Replaces `path` with this ledger, readable by root only (`replace`), in a
-    /// directory no one else can write ([`trusted_dir`]): its readers refuse any other.
+    /// directory no one else can write (`trusted_dir`): its readers refuse any other.
     pub fn store(&self, path: &Path) -> Result<(), LedgerError> {
         trusted_dir::check(spool_of(path), NO_WRITE)?;
         let access = Access {

@@ -1,17 +1,20 @@
 //! The logic of the Rust `acct_gather_energy` plugins, in safe Rust that knows nothing of
 //! Slurm: it builds and unit-tests without Slurm's headers or libraries.
 //!
-//! The [`runtime`] is one plugin's behaviour in one process: it opens the [`plugin::Plugin`]'s
-//! [`source::Source`], keeps a `meter` polling it into [`accounting`], and splits a shared
-//! node's energy among its jobs ([`attribution`]). Sources (`rapl`, ...) are plain Rust over
-//! files, testable without Slurm or the hardware. The [`scheduler`] decides the threads:
-//! every background thread is a [`scheduler::worker::Worker`]; those that poll sources that
-//! may block run the one loop of `scheduler::Poller`; every call from Slurm runs behind
-//! the one panic [`guard`].
+//! The [`Runtime`] is one plugin's behaviour in one process: it opens the [`Plugin`]'s
+//! [`Source`], keeps a `meter` polling it into `accounting`, and splits a shared node's
+//! energy among its jobs ([`Attribution`]). Sources ([`Rapl`], ...) are plain Rust over
+//! files, testable without Slurm or the hardware. The module `scheduler` decides the
+//! threads: every background thread is a `scheduler::worker::Worker`; those that poll
+//! sources that may block run the one loop of `scheduler::Poller`; every call from Slurm
+//! runs behind the one panic [`guard()`].
 //!
 //! Slurm's side (exported symbols, raw pointers, logging into the daemon's log,
-//! acct_gather.conf) is the crate `slurm-energy`, which drives the [`runtime`] through its
-//! [`runtime::Host`] and re-exports these modules.
+//! acct_gather.conf) is the crate `slurm-energy`, which drives the [`Runtime`] through its
+//! [`Host`] and re-exports the plugins' source descriptors.
+//!
+//! The modules are private: what other crates use is the list of `pub use` below, grouped
+//! by the crate that uses it (docs/development.md says how to count it).
 //!
 //! `unsafe` is forbidden here. Hardware is reached through safe wrappers (nix's `pread`,
 //! ioctls of ipmi-rs); C libraries that need `unsafe` calls run in the sampler crate
@@ -19,7 +22,7 @@
 //! small crate `slurm-energy-gpu-libs` beside `gpu` (NVML and amd-smi, behind the safe
 //! `gpu::GpuLibrary`). A source that needs a vendor crate is a feature (`ipmi`, `redfish`,
 //! `gpu`); every source's acct_gather.conf keys build without it, since every plugin of the
-//! family registers them all ([`family`]).
+//! family registers them all ([`family_keys`]).
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 #![deny(missing_docs)]
@@ -102,8 +105,10 @@ pub use attribution::{Attribution, KEYS as ATTRIBUTION_KEYS};
 pub use config::ConfigError;
 pub use ledger::Account;
 pub use metrics::{KEYS as METRICS_KEYS, MetricsConfig};
-pub use rapl::{KEY_DOMAINS as RAPL_KEY_DOMAINS, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};
-pub use redfish::RedfishConfig;
+pub use rapl::{
+    KEY_DOMAINS as RAPL_KEY_DOMAINS, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo,
+};
 #[cfg(feature = "redfish")]
 pub use redfish::Method as RedfishMethod;
+pub use redfish::RedfishConfig;
 pub use source::Reading;

@@ -27,12 +27,12 @@ pub(crate) fn stale_after(period: Duration) -> Duration {
 /// What every source implements: it polls its hardware. A source polled in microseconds (a
 /// counter, a file, a cache) yields the node's energy so far, a [`Reading`], and the meter
 /// polls it from Slurm's calls as well as from its own thread; a source that may block (a
-/// BMC, a library) yields one power sample or why not, a [`Power`], and is polled only by a
-/// thread of its own, which [`crate::power::Polled`] runs and integrates into a source of
-/// readings. The scheduler ([`crate::scheduler`]) decides the threads; the meter keeps the
+/// BMC, a library) yields one power sample or why not, a `Power`, and is polled only by a
+/// thread of its own, which `crate::power::Polled` runs and integrates into a source of
+/// readings. The scheduler (`crate::scheduler`) decides the threads; the meter keeps the
 /// node's figure.
 pub trait Source: Send + 'static {
-    /// What one poll yields: [`Reading`] or [`Power`].
+    /// What one poll yields: [`Reading`] or `Power`.
     type Poll;
 
     /// One line for the log: what was found and how it is read.
@@ -44,7 +44,7 @@ pub trait Source: Send + 'static {
 
     /// How often the meter polls a source of [`Reading`]s, e.g. so that no counter wrap
     /// is ever missed; by default each second, which keeps CurrentWatts fresh. (A source
-    /// of [`Power`] is polled at its configuration's period, known before it connects.)
+    /// of `Power` is polled at its configuration's period, known before it connects.)
     fn sample_period(&self) -> Duration {
         Duration::from_secs(1)
     }
@@ -57,8 +57,8 @@ pub trait Source: Send + 'static {
     }
 
     /// The most the device says the node may draw, and what says so (a Redfish chassis'
-    /// `PowerCapacityWatts`, a DCMI power limit): asked of a source of [`Power`] once
-    /// connected, for the bound its samples are screened by ([`crate::power::Bound`]).
+    /// `PowerCapacityWatts`, a DCMI power limit): asked of a source of `Power` once
+    /// connected, for the bound its samples are screened by (`crate::power::Bound`).
     fn stated_max_watts(&self) -> Option<(f64, String)> {
         None
     }
@@ -158,7 +158,7 @@ pub struct Reading {
     pub devices: Vec<DeviceReading>,
     /// The hardware's own counts that `energy_uj` adds up, as any process reading the
     /// same hardware sees them (empty for a source of power only): a slurmd started again
-    /// bridges the time it was away with their rise ([`bridge`]).
+    /// bridges the time it was away with their rise (`bridge`).
     pub counts: Vec<HardwareCount>,
     /// When the hardware took `energy_uj`, where the source knows it (a node controller
     /// stamps each scan); `None`: as the poll began. A value that waited to be read (a

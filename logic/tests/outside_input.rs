@@ -24,19 +24,19 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{Value, json};
 
-use slurm_energy_logic::{CgroupTree, JobDir, count_cpus};
 use slurm_energy_logic::GresOrder;
-use slurm_energy_logic::{StepRecordConfig, gres_on_node};
-use slurm_energy_logic::Procs;
-use slurm_energy_logic::{Attribution, StepId, own_step};
-use slurm_energy_logic::{ConfigError, KeyValues};
-use slurm_energy_logic::hostlist;
-use slurm_energy_logic::{Account, Ledger};
 use slurm_energy_logic::MetricsConfig;
 use slurm_energy_logic::Plugin;
+use slurm_energy_logic::Procs;
+use slurm_energy_logic::hostlist;
+use slurm_energy_logic::{Account, Ledger};
+use slurm_energy_logic::{Attribution, StepId, own_step};
+use slurm_energy_logic::{CgroupTree, JobDir, count_cpus};
+use slurm_energy_logic::{ConfigError, KeyValues};
 use slurm_energy_logic::{PmCounters, PmCountersConfig, parse_pm_counters_value};
 use slurm_energy_logic::{Rapl, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};
 use slurm_energy_logic::{Reading, Source};
+use slurm_energy_logic::{StepRecordConfig, gres_on_node};
 
 /// Cases of a property whose case is a parse of a short text (microseconds).
 const CHEAP: u32 = 5000;

@@ -12,8 +12,8 @@ use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime};
 
 use slurm_energy_logic::spool_for_node;
-use slurm_energy_logic::{doorbell_path, ring_without_waiting};
 use slurm_energy_logic::{Ledger, ledger_path, unix_time};
+use slurm_energy_logic::{doorbell_path, ring_without_waiting};
 
 use crate::check::FAMILY;
 use crate::ffi::{self, Accounting, JobQuery};

@@ -6,9 +6,9 @@ use super::daemon;
 use slurm_energy_logic::Grant;
 use slurm_energy_logic::GresOrder;
 use slurm_energy_logic::LoadJob;
-use slurm_energy_logic::{Site, StepId};
 use slurm_energy_logic::PrivateData;
 use slurm_energy_logic::{Daemon, Host, RecordRefused};
+use slurm_energy_logic::{Site, StepId};
 
 /// `plugin_type`: the plugin's `acct_gather_energy/<kind>`.
 pub struct SlurmHost {

@@ -14,8 +14,8 @@ use super::log::SlurmLogger;
 use super::profile::Profile;
 use super::{conf, energy};
 use slurm_energy_logic::Plugin;
-use slurm_energy_logic::{Answer, Query, Runtime, Update};
 use slurm_energy_logic::guard;
+use slurm_energy_logic::{Answer, Query, Runtime, Update};
 
 /// One plugin as exported to Slurm: what its symbols call.
 pub struct Exported<P: Plugin> {

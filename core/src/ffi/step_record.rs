@@ -21,9 +21,9 @@ use slurm_sys::{
 };
 
 use super::own_memory::{self, Unreadable};
+use slurm_energy_logic::RecordRefused;
 use slurm_energy_logic::StepId;
 use slurm_energy_logic::{Grant, GresHeld};
-use slurm_energy_logic::RecordRefused;
 
 /// The GRES that say which GPUs a step holds.
 const GPU_GRES: [&str; 3] = ["gpu", "shard", "mps"];

@@ -128,7 +128,7 @@ impl Grant {
     }
 
     /// Keeps it as its job's grant on this node, for the job's later steps (a grant from
-    /// slurmctld's job record, [`super::job_record`]): slurmd never reads it as a step's.
+    /// slurmctld's job record, `super::job_record`): slurmd never reads it as a step's.
     pub fn publish_for_job(&self, spool: &Path) -> Result<(), GrantError> {
         self.write(spool, &Self::job_file_name(self.job))
     }
@@ -181,7 +181,7 @@ impl Grant {
     }
 
     /// Removes the grants of steps not in `present` that were written more than
-    /// [`KEPT_AFTER_STEP`] ago, jobs' grants once no step of the job is present, and
+    /// `KEPT_AFTER_STEP` ago, jobs' grants once no step of the job is present, and
     /// temporary files left by a slurmstepd that died writing one (their names are no
     /// step's).
     pub fn remove_ended(spool: &Path, present: &HashSet<(u32, StepId)>) {

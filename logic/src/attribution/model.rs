@@ -170,7 +170,12 @@ pub(crate) struct DeviceUse {
 /// use of all its users, holders or not (by shares when the vendor reports no use). A
 /// holder alone gets it all; a holder never pays for another's use. Where nobody holds
 /// the device, what no use explains is nobody's: the parts then sum to less.
-pub(crate) fn split_device(joules: f64, secs: f64, static_watts: f64, users: &[DeviceUse]) -> Vec<f64> {
+pub(crate) fn split_device(
+    joules: f64,
+    secs: f64,
+    static_watts: f64,
+    users: &[DeviceUse],
+) -> Vec<f64> {
     let holders = users.iter().filter(|u| u.shares.is_some()).count();
     let shares: Vec<f64> = users
         .iter()

@@ -139,7 +139,7 @@ config_keys! {
             });
         }
         /// A file holding the password, read by slurmd when it opens the BMC, so that
-        /// acct_gather.conf can stay readable by users ([`crate::config::read_password_file`]).
+        /// acct_gather.conf can stay readable by users (`crate::config::read_password_file`).
         pub password_file: Option<PathBuf> = None, {
             KEY_PASSWORD_FILE = "EnergyIPMIPasswordFile": parse(absolute_path),
                 show(shown_password_file);

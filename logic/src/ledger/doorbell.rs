@@ -461,7 +461,7 @@ pub(crate) fn written_within(ledger: &Path, age: Duration) -> bool {
 }
 
 /// slurmstepd's side: rings and waits until `ledger` is written anew (at most
-/// [`ANSWER_WAIT`]). A last read always rings, and takes a ledger written after it: the
+/// `ANSWER_WAIT`). A last read always rings, and takes a ledger written after it: the
 /// step is charged up to that update and no more.
 pub fn freshen(doorbell: &Path, ledger: &Path, how: Ring) -> Freshness {
     // a file's time is the kernel's coarse clock (a few milliseconds behind ours): a

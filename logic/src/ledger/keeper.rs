@@ -132,7 +132,11 @@ pub(crate) struct Keeper {
 impl Keeper {
     /// `EnergyAttribution=shared`: splits the node among the jobs of `site`, at the static
     /// power `idle_watts` (learned when `None`). An error says what is missing.
-    pub(crate) fn shared(site: &Site, context_id: u16, idle_watts: Option<f64>) -> Result<Self, String> {
+    pub(crate) fn shared(
+        site: &Site,
+        context_id: u16,
+        idle_watts: Option<f64>,
+    ) -> Result<Self, String> {
         let tree = CgroupTree::from_path(&site.cgroup_root).map_err(|e| e.to_string())?;
         let mut keeper = Self::node(&site.spool, context_id)?;
         keeper.split = Split::Shared { idle_watts };

@@ -60,7 +60,11 @@ impl Family {
 /// and step the ledger keeps that was on the node less than [`GRACE`] ago (a job's ended
 /// steps as long as the ledger keeps them: a minute at most, a few dozen per job), and who
 /// runs each job unless `owners` is `None` ([`OWNERS_KEY`](super::OWNERS_KEY)): then no series says it.
-pub(crate) fn render(ledger: &Ledger, owners: Option<&HashMap<u32, Owner>>, who: &Identity) -> String {
+pub(crate) fn render(
+    ledger: &Ledger,
+    owners: Option<&HashMap<u32, Owner>>,
+    who: &Identity,
+) -> String {
     const NODE_J: &str = "slurm_energy_node_joules_total";
     const NODE_W: &str = "slurm_energy_node_watts";
     const PART_J: &str = "slurm_energy_node_part_joules_total";

@@ -36,7 +36,7 @@ config_keys! {
             KEY_PASSWORD = "EnergyRedfishPassword": parse(|_, v| Ok(Secret::new(v)));
         }
         /// A file holding the password, read by slurmd when it opens the BMC, so that
-        /// acct_gather.conf can stay readable by users ([`crate::config::read_password_file`]).
+        /// acct_gather.conf can stay readable by users (`crate::config::read_password_file`).
         pub password_file: Option<PathBuf> = None, {
             KEY_PASSWORD_FILE = "EnergyRedfishPasswordFile": parse(absolute_path),
                 show(shown_password_file);

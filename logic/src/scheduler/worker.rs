@@ -39,7 +39,7 @@ pub(crate) const STOP_WAIT: Duration = Duration::from_millis(200);
 
 static ABANDON_HOOK: OnceLock<fn()> = OnceLock::new();
 
-/// Sets what runs when a worker is left running past [`STOP_WAIT`] (once per process; a
+/// Sets what runs when a worker is left running past `STOP_WAIT` (once per process; a
 /// later call changes nothing).
 pub fn on_abandon(hook: fn()) {
     let _ = ABANDON_HOOK.set(hook);

@@ -57,8 +57,8 @@ config_keys! {
             KEY_FREQUENCY = "EnergyVariorumFrequency": parse(|k, v| period_secs(k, v, MAX_SECS)),
                 show(|p| p.as_secs_f64().to_string());
         }
-        /// `None`: [`SAMPLER_FILE_NAME`] in the plugin's directory (see
-        /// [`super::set_plugin_dir`]).
+        /// `None`: `SAMPLER_FILE_NAME` in the plugin's directory (see
+        /// `super::set_plugin_dir`).
         pub sampler: Option<PathBuf> = None, {
             KEY_SAMPLER = "EnergyVariorumSampler": parse(|k, v| {
                 if !v.starts_with('/') || v.ends_with('/') || v.contains('\0') {
@@ -79,7 +79,7 @@ config_keys! {
         pub timeout: Duration = Duration::from_secs(DEFAULT_TIMEOUT_SECS), {
             KEY_TIMEOUT = "EnergyVariorumTimeout": parse(seconds), show(|t| t.as_secs().to_string());
         }
-        /// `None`: [`DEFAULT_MAX_WATTS`].
+        /// `None`: `DEFAULT_MAX_WATTS`.
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyVariorumMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));

@@ -5,7 +5,7 @@
 //! global state without locks. So the plugin starts `acct_gather_energy_rust_variorum_sampler`
 //! (crate `plugins/variorum-sampler`), which loads the library and writes one line per
 //! sample into a pipe (protocol in [`sampler`]). Here, [`Variorum`] is a source of
-//! [`Power`]: `connect` starts a fresh sampler, `poll` waits for its next
+//! `Power`: `connect` starts a fresh sampler, `poll` waits for its next
 //! sample up to `EnergyVariorumTimeout`, and anything wrong (timeout, exit, crash, garbage,
 //! a Variorum error) kills and reaps the sampler and returns an error, after which the
 //! poller reconnects with backoff. The sampler also dies with its parent thread

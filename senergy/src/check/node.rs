@@ -11,10 +11,10 @@ use std::time::{Duration, SystemTime};
 
 use object::{Object, ObjectSection, ObjectSymbol};
 use slurm_energy_logic::Procs;
-use slurm_energy_logic::{Site, cgroup_mountpoint, spool_for_node};
 use slurm_energy_logic::file_value;
-use slurm_energy_logic::{Ring, doorbell_path, freshen};
 use slurm_energy_logic::{Ledger, LedgerError, ledger_path, unix_time};
+use slurm_energy_logic::{Ring, doorbell_path, freshen};
+use slurm_energy_logic::{Site, cgroup_mountpoint, spool_for_node};
 
 use super::readers::{self, NodeConf, PERF_POWER_PMU};
 use super::{
