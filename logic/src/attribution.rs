@@ -7,14 +7,14 @@
 //! energy; a source of devices Slurm allocates (GPUs) charges each job the devices it holds,
 //! in every mode.
 
-pub mod cgroup;
-pub mod grant;
-pub mod gres;
-pub mod holders;
-pub mod job_record;
-pub mod model;
-pub mod owner_time;
-pub mod procs;
+pub(crate) mod cgroup;
+pub(crate) mod grant;
+pub(crate) mod gres;
+pub(crate) mod holders;
+pub(crate) mod job_record;
+pub(crate) mod model;
+pub(crate) mod owner_time;
+pub(crate) mod procs;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -37,8 +37,10 @@ pub enum Mode {
 }
 
 config_keys! {
+    /// How a shared node's energy is split among its jobs (`EnergyAttribution` and its keys).
     #[derive(Debug, Clone, Copy, PartialEq)]
     pub struct Attribution {
+        /// Whether the node's energy is split among its jobs (`shared`) or not (`node`).
         pub mode: Mode = Mode::Node, {
             MODE_KEY = "EnergyAttribution": parse(|k, v| match v.to_ascii_lowercase().as_str() {
                 "node" => Ok(Mode::Node),
@@ -78,8 +80,11 @@ pub(crate) fn shown_idle_watts(w: &Option<f64>) -> String {
 pub struct StepId(pub u32);
 
 impl StepId {
+    /// Slurm's extern step (`SLURM_EXTERN_CONT`).
     pub const EXTERN: Self = Self(0xFFFF_FFFC);
+    /// Slurm's batch step (`SLURM_BATCH_SCRIPT`).
     pub const BATCH: Self = Self(0xFFFF_FFFB);
+    /// Slurm's interactive step (`SLURM_INTERACTIVE_STEP`).
     pub const INTERACTIVE: Self = Self(0xFFFF_FFFA);
 
     /// Its directory in the job's cgroup.
@@ -112,7 +117,9 @@ impl StepId {
 /// slurmd name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StepKey {
+    /// The job's id.
     pub job: u32,
+    /// The step's id within its job.
     pub step: StepId,
 }
 
@@ -132,7 +139,7 @@ fn job_step(text: &str) -> Option<StepKey> {
 /// The steps slurmd runs on this node, with their slurmstepd sockets `<node>_<job>.<step>`
 /// in SlurmdSpoolDir (a spool dir per node, so other nodes' jobs on the same host are not
 /// seen), in job order.
-pub fn present_steps(spool: &Path) -> BTreeMap<StepKey, PathBuf> {
+pub(crate) fn present_steps(spool: &Path) -> BTreeMap<StepKey, PathBuf> {
     fs::read_dir(spool)
         .into_iter()
         .flatten()
@@ -159,12 +166,12 @@ pub struct Site {
     pub spool: PathBuf,
     /// Slurm's CgroupMountpoint.
     pub cgroup_root: PathBuf,
-    /// Where the processes are shown ([`procs::PROC_ROOT`]).
+    /// Where the processes are shown (`procs::PROC_ROOT`).
     pub proc_root: PathBuf,
 }
 
 /// Slurm's cgroup mount point (cgroup.conf's CgroupMountpoint default).
-pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+pub(crate) const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// cgroup.conf's CgroupMountpoint, or its default.
 pub fn cgroup_mountpoint(cgroup_conf: &str) -> PathBuf {

@@ -7,13 +7,14 @@ use crate::source::{Reading, Source};
 /// What a plugin of the family is: the keys it reads, and how its source opens. Every
 /// plugin names one type that implements this in its `energy_plugin!` call.
 pub trait Plugin: 'static {
+    /// Its acct_gather.conf keys, parsed.
     type Config: Default + Clone + PartialEq + Send + std::fmt::Debug + 'static;
     /// What it opens: a source of readings (counters directly, a source that may block
-    /// through [`crate::power::Polled`]).
+    /// through `crate::power::Polled`).
     type Source: Source<Poll = Reading>;
 
     /// The acct_gather.conf keys this plugin reads (all parsed as strings by Slurm); it
-    /// registers every plugin's ([`crate::family`]), so one file serves them all.
+    /// registers every plugin's (`crate::family`), so one file serves them all.
     const KEYS: &'static [&'static str];
 
     /// The source measures devices Slurm allocates to jobs (rust_gpu's GPUs, in

@@ -33,7 +33,7 @@ const BACKOFF_BOUNDS: (Duration, Duration) = (Duration::from_secs(2), Duration::
 /// raised by this much for the bound: a limit is enforced over a correction time, so a
 /// reading may pass it briefly, and what the bound must stop is far beyond it (an
 /// all-ones 65535 W, 1e12 W).
-pub const STATED_LIMIT_MARGIN: f64 = 1.5;
+pub(crate) const STATED_LIMIT_MARGIN: f64 = 1.5;
 /// The largest bound a key or a device may state (10 MW): more is a typing error, or a
 /// glitch itself.
 const MAX_BOUND_WATTS: u32 = 10_000_000;
@@ -98,7 +98,7 @@ impl Bound {
 }
 
 /// A bound in acct_gather.conf: whole watts, 1 to 10 000 000.
-pub fn parse_max_watts(key: &'static str, v: &str) -> Result<u32, ConfigError> {
+pub(crate) fn parse_max_watts(key: &'static str, v: &str) -> Result<u32, ConfigError> {
     v.parse::<u32>()
         .ok()
         .filter(|w| (1..=MAX_BOUND_WATTS).contains(w))
@@ -113,7 +113,7 @@ pub fn parse_max_watts(key: &'static str, v: &str) -> Result<u32, ConfigError> {
 
 /// A bound key for `scontrol show config`: the value set, else what applies (`stated`:
 /// the source's devices may state a limit).
-pub fn show_max_watts(configured: Option<u32>, default: u32, stated: bool) -> String {
+pub(crate) fn show_max_watts(configured: Option<u32>, default: u32, stated: bool) -> String {
     match (configured, stated) {
         (Some(watts), _) => watts.to_string(),
         (None, true) => {
@@ -148,7 +148,7 @@ struct Dropping {
 /// change of power under it is bridged as across a gap), and one in bound costs nothing
 /// when it lasts one reading; two readings in bound that agree are a step.
 #[derive(Debug, Clone)]
-pub struct Screen {
+pub(crate) struct Screen {
     bound: Bound,
     /// Names what is read, for the log ("power", "NVIDIA GPU 0 (...)").
     what: String,
@@ -160,7 +160,7 @@ pub struct Screen {
 }
 
 impl Screen {
-    pub fn new(bound: Bound, what: impl Into<String>) -> Self {
+    pub(crate) fn new(bound: Bound, what: impl Into<String>) -> Self {
         Self {
             bound,
             what: what.into(),
@@ -171,23 +171,24 @@ impl Screen {
         }
     }
 
-    pub fn bound(&self) -> &Bound {
+    pub(crate) fn bound(&self) -> &Bound {
         &self.bound
     }
 
     /// A new bound (a sensor connected again, stating another limit); what was accepted
     /// stays the reference.
-    pub fn set_bound(&mut self, bound: Bound) {
+    pub(crate) fn set_bound(&mut self, bound: Bound) {
         self.bound = bound;
     }
 
     /// The last reading accepted.
-    pub fn last(&self) -> Option<&Sample> {
+    #[cfg(test)]
+    pub(crate) fn last(&self) -> Option<&Sample> {
         self.last.as_ref()
     }
 
     /// The reading held until the next one decides.
-    pub fn held(&self) -> Option<&Sample> {
+    pub(crate) fn held(&self) -> Option<&Sample> {
         self.held.as_ref()
     }
 
@@ -195,12 +196,12 @@ impl Screen {
     /// last reading accepted, or the held one where it is lower. Until the next reading it
     /// is unknown which is the node's, and a figure brought forward at the higher stays
     /// counted (what is reported never goes back): a fall at a job's end, or a spike.
-    pub fn power(&self) -> Option<f64> {
+    pub(crate) fn power(&self) -> Option<f64> {
         lower(self.last.map(|s| s.watts), self.held.map(|s| s.watts))
     }
 
     /// The readings to count now, in order (none, the one given, or a held one and it).
-    pub fn judge(&mut self, sample: Sample) -> Vec<Sample> {
+    pub(crate) fn judge(&mut self, sample: Sample) -> Vec<Sample> {
         let watts = sample.watts;
         if !(watts.is_finite() && (0.0..=self.bound.watts).contains(&watts)) {
             let why = if watts.is_nan() {

@@ -29,7 +29,9 @@ use step::StepPipeline;
 /// The Slurm program the plugin runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Daemon {
+    /// slurmd: meters the node.
     Slurmd,
+    /// slurmstepd: reads its step's figure.
     Slurmstepd,
     /// slurmctld or a client: loads the plugin for its configuration only, never measures.
     Other,
@@ -37,6 +39,7 @@ pub enum Daemon {
 
 /// What the runtime needs from its surroundings.
 pub trait Host: Send + Sync + 'static {
+    /// The Slurm program the plugin runs in.
     fn daemon(&self) -> Daemon;
 
     /// SlurmdSpoolDir, expanded for this node: where slurmd keeps the node's energy ledger
@@ -102,27 +105,38 @@ pub trait Host: Send + Sync + 'static {
 /// What `get_data` asks for (Slurm's `ENERGY_DATA_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Query {
+    /// `ENERGY_DATA_JOULES_TASK`.
     JoulesTask,
+    /// `ENERGY_DATA_NODE_ENERGY`.
     NodeEnergy,
+    /// `ENERGY_DATA_NODE_ENERGY_UP`.
     NodeEnergyUp,
+    /// `ENERGY_DATA_STRUCT`.
     Struct,
+    /// `ENERGY_DATA_LAST_POLL`.
     LastPoll,
+    /// `ENERGY_DATA_SENSOR_CNT`.
     SensorCount,
 }
 
+/// What `get_data` answers, by [`Query`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
+    /// One energy record.
     Record(EnergyRecord),
     /// The node's record, then one per part of the node the source measures beside it
     /// (pm_counters' cpu, memory, accelN): as many as [`Answer::SensorCount`] says.
     Records(Vec<EnergyRecord>),
+    /// Unix time of the last poll.
     PollTime(i64),
+    /// How many records `Records` holds.
     SensorCount(u16),
 }
 
 /// What `set_data` tells (Slurm's `ENERGY_DATA_*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Update {
+    /// `ENERGY_DATA_RECONFIG`: acct_gather.conf was read again.
     Reconfig,
     /// `ENERGY_DATA_STEP_PTR`: the address of slurmstepd's step record, never dereferenced
     /// here ([`Host::step_record`]): what it says the step was granted is published for
@@ -425,6 +439,7 @@ pub struct Runtime<P: Plugin, H: Host> {
 }
 
 impl<P: Plugin, H: Host> Runtime<P, H> {
+    /// A runtime not yet opened, in the process `host` describes.
     pub const fn new(host: H) -> Self {
         Self {
             host,
@@ -473,6 +488,7 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
         })
     }
 
+    /// Answers Slurm's `get_data`.
     pub fn get(&self, query: Query) -> Result<Answer, CallFailed> {
         let (answer, for_a_step) = self.with_state("get_data", |state, host| {
             let answer = state.answer(host, query);

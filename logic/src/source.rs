@@ -15,24 +15,24 @@ const MIN_MISSED: Duration = Duration::from_secs(2);
 /// How old the last sample of something sampled every `period` may be before the samples
 /// count as missing (a power poller's, read by the meter: the meter's own limit,
 /// [`stale_after`], then applies on top, so this one has a lower floor).
-pub fn missed_after(period: Duration) -> Duration {
+pub(crate) fn missed_after(period: Duration) -> Duration {
     (period * STALE_PERIODS).max(MIN_MISSED)
 }
 
 /// How old a reading of something sampled every `period` may be and still count as current.
-pub fn stale_after(period: Duration) -> Duration {
+pub(crate) fn stale_after(period: Duration) -> Duration {
     missed_after(period).max(MIN_STALE)
 }
 
 /// What every source implements: it polls its hardware. A source polled in microseconds (a
 /// counter, a file, a cache) yields the node's energy so far, a [`Reading`], and the meter
 /// polls it from Slurm's calls as well as from its own thread; a source that may block (a
-/// BMC, a library) yields one power sample or why not, a [`Power`], and is polled only by a
-/// thread of its own, which [`crate::power::Polled`] runs and integrates into a source of
-/// readings. The scheduler ([`crate::scheduler`]) decides the threads; the meter keeps the
+/// BMC, a library) yields one power sample or why not, a `Power`, and is polled only by a
+/// thread of its own, which `crate::power::Polled` runs and integrates into a source of
+/// readings. The scheduler (`crate::scheduler`) decides the threads; the meter keeps the
 /// node's figure.
 pub trait Source: Send + 'static {
-    /// What one poll yields: [`Reading`] or [`Power`].
+    /// What one poll yields: [`Reading`] or `Power`.
     type Poll;
 
     /// One line for the log: what was found and how it is read.
@@ -44,7 +44,7 @@ pub trait Source: Send + 'static {
 
     /// How often the meter polls a source of [`Reading`]s, e.g. so that no counter wrap
     /// is ever missed; by default each second, which keeps CurrentWatts fresh. (A source
-    /// of [`Power`] is polled at its configuration's period, known before it connects.)
+    /// of `Power` is polled at its configuration's period, known before it connects.)
     fn sample_period(&self) -> Duration {
         Duration::from_secs(1)
     }
@@ -57,21 +57,23 @@ pub trait Source: Send + 'static {
     }
 
     /// The most the device says the node may draw, and what says so (a Redfish chassis'
-    /// `PowerCapacityWatts`, a DCMI power limit): asked of a source of [`Power`] once
-    /// connected, for the bound its samples are screened by ([`crate::power::Bound`]).
+    /// `PowerCapacityWatts`, a DCMI power limit): asked of a source of `Power` once
+    /// connected, for the bound its samples are screened by (`crate::power::Bound`).
     fn stated_max_watts(&self) -> Option<(f64, String)> {
         None
     }
 }
 
 /// What a source that may block yields at each poll: a power sample, or why not.
-pub type Power = Result<Sample, Failure>;
+pub(crate) type Power = Result<Sample, Failure>;
 
 /// A power reading and when it was taken (which for a sensor read through a helper process
 /// is earlier than when the poller receives it).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
+    /// The power, in watts.
     pub watts: f64,
+    /// When it was taken.
     pub at: Instant,
     /// The sensor's own energy counter in joules, where it has one (a Redfish BMC's
     /// EnergyJoules): the energy between two samples is then the counter's rise, and the
@@ -80,6 +82,7 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// `watts` read now, without an energy counter.
     pub fn now(watts: f64) -> Self {
         Self {
             watts,
@@ -108,13 +111,13 @@ pub enum Failure {
 /// `text` with `%n` as `node` (Slurm's NodeName) and `%h` as this host's name
 /// (`gethostname`), as slurm.conf(5) has them: a node may be named apart from its host
 /// (NodeHostname, several slurmds on one host).
-pub fn expand_node(text: &str, node: &str) -> String {
+pub(crate) fn expand_node(text: &str, node: &str) -> String {
     expand(text, node, &host_name())
 }
 
 /// This host's name as Slurm takes it for `%h` (`gethostname_short`): the kernel's, up to
 /// its first dot.
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     let name = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -132,6 +135,7 @@ fn expand(text: &str, node: &str, host: &str) -> String {
 /// The node's energy since the source was opened.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Reading {
+    /// The energy, in microjoules.
     pub energy_uj: u64,
     /// Every counter was read. When not, `energy_uj` lags behind; the failed counters
     /// catch up when they can be read again.
@@ -154,7 +158,7 @@ pub struct Reading {
     pub devices: Vec<DeviceReading>,
     /// The hardware's own counts that `energy_uj` adds up, as any process reading the
     /// same hardware sees them (empty for a source of power only): a slurmd started again
-    /// bridges the time it was away with their rise ([`bridge`]).
+    /// bridges the time it was away with their rise (`bridge`).
     pub counts: Vec<HardwareCount>,
     /// When the hardware took `energy_uj`, where the source knows it (a node controller
     /// stamps each scan); `None`: as the poll began. A value that waited to be read (a
@@ -181,7 +185,7 @@ pub struct HardwareCount {
 /// alone tell it: the same counters on both sides, none gone back (a reset) or risen
 /// beyond its maximum power, and none that could have wrapped more often than the rise
 /// says (at its maximum power, the gap is shorter than a whole wrap). `None` otherwise.
-pub fn bridge(before: &[HardwareCount], after: &[HardwareCount], secs: f64) -> Option<u64> {
+pub(crate) fn bridge(before: &[HardwareCount], after: &[HardwareCount], secs: f64) -> Option<u64> {
     if before.is_empty() || before.len() != after.len() || secs.is_nan() || secs <= 0.0 {
         return None;
     }

@@ -24,19 +24,19 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{Value, json};
 
-use slurm_energy_logic::attribution::cgroup::{CgroupTree, JobDir, count_cpus};
-use slurm_energy_logic::attribution::gres::GresOrder;
-use slurm_energy_logic::attribution::job_record::{StepRecordConfig, gres_on_node};
-use slurm_energy_logic::attribution::procs::Procs;
-use slurm_energy_logic::attribution::{Attribution, StepId, StepKey, own_step};
-use slurm_energy_logic::config::{ConfigError, KeyValues};
+use slurm_energy_logic::GresOrder;
+use slurm_energy_logic::MetricsConfig;
+use slurm_energy_logic::Plugin;
+use slurm_energy_logic::Procs;
 use slurm_energy_logic::hostlist;
-use slurm_energy_logic::ledger::{Account, Ledger};
-use slurm_energy_logic::metrics::MetricsConfig;
-use slurm_energy_logic::plugin::Plugin;
-use slurm_energy_logic::pm_counters::{PmCounters, PmCountersConfig, parse_value};
-use slurm_energy_logic::rapl::{Rapl, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};
-use slurm_energy_logic::source::{Reading, Source};
+use slurm_energy_logic::{Account, Ledger};
+use slurm_energy_logic::{Attribution, StepId, StepKey, own_step};
+use slurm_energy_logic::{CgroupTree, JobDir, count_cpus};
+use slurm_energy_logic::{ConfigError, KeyValues};
+use slurm_energy_logic::{PmCounters, PmCountersConfig, parse_pm_counters_value};
+use slurm_energy_logic::{Rapl, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};
+use slurm_energy_logic::{Reading, Source};
+use slurm_energy_logic::{StepRecordConfig, gres_on_node};
 
 /// Cases of a property whose case is a parse of a short text (microseconds).
 const CHEAP: u32 = 5000;
@@ -293,7 +293,7 @@ proptest! {
     }
 
     #[test]
-    fn attribution_keys(pairs in assignments(slurm_energy_logic::attribution::KEYS)) {
+    fn attribution_keys(pairs in assignments(slurm_energy_logic::ATTRIBUTION_KEYS)) {
         if let Some(a) = check_config(&pairs, Attribution::parse, Attribution::show)? {
             prop_assert!(a.idle_watts.is_none_or(|w| w.is_finite() && w >= 0.0), "{a:?}");
         }
@@ -305,7 +305,7 @@ proptest! {
     }
 
     #[test]
-    fn metrics_keys(pairs in assignments(slurm_energy_logic::metrics::KEYS)) {
+    fn metrics_keys(pairs in assignments(slurm_energy_logic::METRICS_KEYS)) {
         if let Some(m) = check_config(&pairs, MetricsConfig::parse, MetricsConfig::show)? {
             prop_assert!(m.mode.is_none_or(|m| m & !0o777 == 0 && m & 0o022 == 0), "{:?}", m.mode);
             prop_assert!(m.file.is_none_or(|f| f.is_absolute() && f.extension().is_some_and(|e| e == "prom")));
@@ -318,8 +318,8 @@ proptest! {
     #![proptest_config(cases(CHEAP))]
 
     #[test]
-    fn ipmi_keys(pairs in assignments(<slurm_energy_logic::ipmi::Ipmi as Plugin>::KEYS)) {
-        use slurm_energy_logic::ipmi::{Ipmi, IpmiConfig};
+    fn ipmi_keys(pairs in assignments(<slurm_energy_logic::Ipmi as Plugin>::KEYS)) {
+        use slurm_energy_logic::{Ipmi, IpmiConfig};
         if let Some(c) = check_config(&pairs, IpmiConfig::parse, IpmiConfig::show)? {
             prop_assert!(secs_within(c.frequency, 0.1, 3600.0) && c.timeout >= Duration::from_secs(1));
         }
@@ -332,8 +332,8 @@ proptest! {
     #![proptest_config(cases(CHEAP))]
 
     #[test]
-    fn redfish_keys(pairs in assignments(<slurm_energy_logic::redfish::Redfish as Plugin>::KEYS)) {
-        use slurm_energy_logic::redfish::{Redfish, RedfishConfig};
+    fn redfish_keys(pairs in assignments(<slurm_energy_logic::Redfish as Plugin>::KEYS)) {
+        use slurm_energy_logic::{Redfish, RedfishConfig};
         if let Some(c) = check_config(&pairs, RedfishConfig::parse, RedfishConfig::show)? {
             prop_assert!(secs_within(c.frequency, 0.1, 3600.0) && secs_within(c.timeout, 0.1, 60.0));
         }
@@ -346,7 +346,7 @@ proptest! {
 
     #[test]
     fn variorum_keys(pairs in assignments(<slurm_energy_logic::variorum::Variorum as Plugin>::KEYS)) {
-        use slurm_energy_logic::variorum::config::VariorumConfig;
+        use slurm_energy_logic::variorum::VariorumConfig;
         use slurm_energy_logic::variorum::Variorum;
         if let Some(c) = check_config(&pairs, VariorumConfig::parse, VariorumConfig::show)? {
             prop_assert!(secs_within(c.period, 0.1, 86_400.0) && secs_within(c.timeout, 1.0, 86_400.0));
@@ -360,8 +360,8 @@ proptest! {
     #![proptest_config(cases(CHEAP))]
 
     #[test]
-    fn gpu_keys(pairs in assignments(<slurm_energy_logic::gpu::Gpus as Plugin>::KEYS)) {
-        check_plugin::<slurm_energy_logic::gpu::Gpus>(&pairs)?;
+    fn gpu_keys(pairs in assignments(<slurm_energy_logic::Gpus as Plugin>::KEYS)) {
+        check_plugin::<slurm_energy_logic::Gpus>(&pairs)?;
     }
 }
 
@@ -1169,7 +1169,7 @@ proptest! {
         let mut config = RaplConfig { source: SourceChoice::Powercap, ..RaplConfig::default() };
         if let Some(d) = domains {
             let mut values = KeyValues::new();
-            values.set(slurm_energy_logic::rapl::KEY_DOMAINS, d);
+            values.set(slurm_energy_logic::RAPL_KEY_DOMAINS, d);
             config = RaplConfig { source: SourceChoice::Powercap, ..RaplConfig::parse(&values).expect("valid") };
         }
         let paths = SystemPaths { sys: sys.clone(), cpuinfo: dir.path().join("cpuinfo") };
@@ -1271,7 +1271,7 @@ proptest! {
 
     #[test]
     fn pm_counters_values(text in prop_oneof![pm_value("J"), pm_value("W")], unit in select(vec!["J", "W"])) {
-        if let Some(v) = parse_value(&text, unit) {
+        if let Some(v) = parse_pm_counters_value(&text, unit) {
             prop_assert!(text.contains(&v.value.to_string()) && text.contains(&v.at_us.to_string()));
         }
     }
@@ -1398,7 +1398,7 @@ mod variorum {
 #[cfg(feature = "redfish")]
 mod redfish {
     use super::*;
-    use slurm_energy_logic::redfish::Method;
+    use slurm_energy_logic::RedfishMethod;
 
     fn reading() -> impl Strategy<Value = Value> {
         prop_oneof![
@@ -1440,10 +1440,10 @@ mod redfish {
         fn redfish_readings(doc in resource(), method in 0..4usize) {
             let path = "/redfish/v1/Chassis/1/X".to_string();
             let method = match method {
-                0 => Method::MetricsEnergy { path },
-                1 => Method::SensorEnergy { path },
-                2 => Method::MetricsPower { path },
-                _ => Method::LegacyPower { path },
+                0 => RedfishMethod::MetricsEnergy { path },
+                1 => RedfishMethod::SensorEnergy { path },
+                2 => RedfishMethod::MetricsPower { path },
+                _ => RedfishMethod::LegacyPower { path },
             };
             match method.read(&doc) {
                 Ok(r) => {

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime};
 
-use slurm_energy_logic::attribution::spool_for_node;
-use slurm_energy_logic::ledger::doorbell::{doorbell_path, ring_without_waiting};
-use slurm_energy_logic::ledger::{Ledger, ledger_path, unix};
+use slurm_energy_logic::spool_for_node;
+use slurm_energy_logic::{Ledger, ledger_path, unix_time};
+use slurm_energy_logic::{doorbell_path, ring_without_waiting};
 
 use crate::check::FAMILY;
 use crate::ffi::{self, Accounting, JobQuery};
@@ -84,7 +84,7 @@ fn node_figures(job: u32, ledgers: &[PathBuf]) -> Result<NodeRecord, String> {
     if ledgers.is_empty() {
         return Err("no energy plugin of ours in AcctGatherEnergyType".into());
     }
-    let began = unix(SystemTime::now());
+    let began = unix_time(SystemTime::now());
     let deadline = Instant::now() + LEDGER_WAIT;
     let mut rung = None;
     loop {

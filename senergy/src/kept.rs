@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use slurm_energy_logic::ledger::Breakdown;
+use slurm_energy_logic::Breakdown;
 
 use crate::record::{EXTERN_STEP, JobRow};
 use crate::scopes::Scopes;

@@ -946,8 +946,7 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
                 .join(format!("spool/{node}/energy-ledger.0.json")),
         )
         .expect("the node's ledger");
-        let ledger =
-            slurm_energy_logic::ledger::Ledger::parse(&text).expect("a ledger the plugin wrote");
+        let ledger = slurm_energy_logic::Ledger::parse(&text).expect("a ledger the plugin wrote");
         let truth = ledger.job(job).expect("the ledger keeps the job").joules;
         let kept = f64_of(&record["nodes"][node]["joules"]);
         assert!(

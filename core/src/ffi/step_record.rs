@@ -21,9 +21,9 @@ use slurm_sys::{
 };
 
 use super::own_memory::{self, Unreadable};
-use crate::attribution::grant::{Grant, GresHeld};
-use crate::attribution::{StepId, StepKey};
-use crate::runtime::RecordRefused;
+use slurm_energy_logic::RecordRefused;
+use slurm_energy_logic::{Grant, GresHeld};
+use slurm_energy_logic::{StepId, StepKey};
 
 /// The GRES that say which GPUs a step holds.
 const GPU_GRES: [&str; 3] = ["gpu", "shard", "mps"];
@@ -77,7 +77,7 @@ fn unreadable(e: Unreadable) -> String {
 /// This slurmstepd's job and step, from the title Slurm gives it before it loads plugins.
 pub fn own_step() -> Option<StepKey> {
     let title = std::fs::read("/proc/self/cmdline").unwrap_or_default();
-    crate::attribution::own_step(&String::from_utf8_lossy(&title).replace('\0', " "))
+    slurm_energy_logic::own_step(&String::from_utf8_lossy(&title).replace('\0', " "))
 }
 
 /// What Slurm's step record at `step` grants this slurmstepd's step, or why it is not

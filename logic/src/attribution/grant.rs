@@ -39,7 +39,7 @@ const MAX_BYTES: u64 = 64 * 1024;
 
 /// A grant stays this long after its step is gone: slurmstepd writes it before its step's
 /// socket appears, and slurmd may meet the step late.
-pub const KEPT_AFTER_STEP: Duration = Duration::from_secs(60);
+pub(crate) const KEPT_AFTER_STEP: Duration = Duration::from_secs(60);
 
 /// One kind of GRES a step holds on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,18 +56,22 @@ pub struct GresHeld {
 /// environment says, which is the owner's to write. The record names no account or
 /// partition.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Owner {
+pub(crate) struct Owner {
     pub user: String,
 }
 
 /// What Slurm granted one step on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {
+    /// The job's id.
     pub job: u32,
+    /// The step's id within the job.
     pub step: u32,
     /// The step's user, as Slurm launched it.
     pub uid: u32,
+    /// The step's user's name.
     pub user: String,
+    /// The GPUs (gres) the step holds on this node.
     pub gres: Vec<GresHeld>,
 }
 
@@ -84,6 +88,7 @@ pub enum GrantError {
 }
 
 impl Grant {
+    /// The step's id, typed.
     pub fn step_id(&self) -> StepId {
         StepId(self.step)
     }
@@ -123,7 +128,7 @@ impl Grant {
     }
 
     /// Keeps it as its job's grant on this node, for the job's later steps (a grant from
-    /// slurmctld's job record, [`super::job_record`]): slurmd never reads it as a step's.
+    /// slurmctld's job record, `super::job_record`): slurmd never reads it as a step's.
     pub fn publish_for_job(&self, spool: &Path) -> Result<(), GrantError> {
         self.write(spool, &Self::job_file_name(self.job))
     }
@@ -176,7 +181,7 @@ impl Grant {
     }
 
     /// Removes the grants of steps not in `present` that were written more than
-    /// [`KEPT_AFTER_STEP`] ago, jobs' grants once no step of the job is present, and
+    /// `KEPT_AFTER_STEP` ago, jobs' grants once no step of the job is present, and
     /// temporary files left by a slurmstepd that died writing one (their names are no
     /// step's).
     pub fn remove_ended(spool: &Path, present: &HashSet<StepKey>) {

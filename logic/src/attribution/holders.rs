@@ -49,7 +49,7 @@ type Process = (u32, u64);
 /// places no process in a cgroup of its job.
 const MAX_DEPTH: usize = 64;
 
-pub struct Holders {
+pub(crate) struct Holders {
     order: GresOrder,
     /// SlurmdSpoolDir, where the steps' grants are.
     spool: PathBuf,
@@ -76,7 +76,7 @@ pub struct Holders {
 }
 
 impl Holders {
-    pub fn new(order: GresOrder, spool: &Path) -> Self {
+    pub(crate) fn new(order: GresOrder, spool: &Path) -> Self {
         if let GresOrder::Files(files) = &order {
             log::info!(
                 "GPUs by GRES index (gres.conf, AutoDetect off): {}",
@@ -108,7 +108,7 @@ impl Holders {
     }
 
     /// Forgets the steps that are gone.
-    pub fn retain(&mut self, present: &HashSet<StepKey>) {
+    pub(crate) fn retain(&mut self, present: &HashSet<StepKey>) {
         self.allocations.retain(|step, _| present.contains(step));
     }
 
@@ -181,7 +181,7 @@ impl Holders {
     /// What `step` holds: `(position, shares)`, from its grant ([`Grant`]), read when
     /// its slurmstepd has published it; until then nothing. The extern step is charged its
     /// job's devices ([`crate::ledger::Split::Devices`]).
-    pub fn holds(
+    pub(crate) fn holds(
         &mut self,
         procs: &Procs,
         step: StepKey,
@@ -219,7 +219,7 @@ impl Holders {
     /// Each device's energy, and its processes' use since the last sample per job (and of
     /// no job), the jobs known by their slurmstepds' pids (`stepds`: pid to job), each
     /// process's job by the job cgroup that holds it.
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         procs: &Procs,
         stepds: &HashMap<u32, u32>,

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant, SystemTime};
 use super::{StepKey, own_step};
 
 /// Where the kernel shows processes.
-pub const PROC_ROOT: &str = "/proc";
+pub(crate) const PROC_ROOT: &str = "/proc";
 
 /// What of a process's title is read: `slurmstepd: [<job>.<step> stepmgr]` is under 50 bytes
 /// (a u32 job, a step's number or name), and slurmstepd writes it at the title's start.

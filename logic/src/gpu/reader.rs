@@ -25,7 +25,7 @@ const POLL_PERIOD: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Opens (loads and initialises) one vendor's library; runs in the poller.
-pub type Opener = Box<dyn Fn() -> Result<Box<dyn GpuLibrary>, String> + Send>;
+pub(super) type Opener = Box<dyn Fn() -> Result<Box<dyn GpuLibrary>, String> + Send>;
 
 /// The rust_gpu source.
 pub struct Gpus;

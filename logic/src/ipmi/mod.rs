@@ -11,8 +11,9 @@ mod proptests;
 mod protocol;
 
 #[cfg(feature = "ipmi")]
-pub use bmc::Bmc;
-pub use config::{IpmiConfig, KEYS, PowerSensors, Target};
+pub(crate) use bmc::Bmc;
+pub(crate) use config::KEYS;
+pub use config::{IpmiConfig, Target};
 
 /// The rust_ipmi source: the BMC polled by a thread in slurmd; steps read its ledger.
 #[cfg(feature = "ipmi")]

@@ -64,14 +64,14 @@ use crate::trusted_dir::{self, NO_ACCESS};
 /// metrics file), and a job's owner decides how often their steps ring (an `sstat` loop in
 /// every job). With the periodic updates (two a second at most), slurmd samples six times
 /// a second at most.
-pub const RING_RATE: f64 = 4.0;
+pub(crate) const RING_RATE: f64 = 4.0;
 /// How many rings in a row are answered at once (steps starting or ending together).
-pub const RING_BURST: f64 = 8.0;
+pub(crate) const RING_BURST: f64 = 8.0;
 /// How long a step waits at an edge for slurmd to publish a fresh ledger, at most: an
 /// update may wait a quarter of a second for the bucket ([`RING_RATE`]), and a sample is
 /// microseconds of reads and a file written, so slurmd answers within that and
 /// milliseconds unless it is gone, when the step goes on with what it has.
-pub const ANSWER_WAIT: Duration = Duration::from_millis(250 + 150);
+pub(crate) const ANSWER_WAIT: Duration = Duration::from_millis(250 + 150);
 const POLL: Duration = Duration::from_millis(2);
 /// A ledger this young at a step's edge is its figure's end, to a few joules.
 const FRESH: Duration = Duration::from_millis(10);
@@ -84,7 +84,10 @@ pub enum Ring {
     /// Asks for a fresh ledger: a step's first read, or one outside Slurm's polls.
     Fresh,
     /// The last read of the step whose slurmstepd is `stepd`: its tasks are gone.
-    Last { stepd: u32 },
+    Last {
+        /// The pid of the step's slurmstepd.
+        stepd: u32,
+    },
 }
 
 impl Ring {
@@ -129,7 +132,7 @@ pub fn doorbell_path(ledger: &Path) -> PathBuf {
 /// doorbell, which wakes the sampler for an update no sooner than it may be taken
 /// ([`Pace::ask`]).
 #[derive(Debug, Default)]
-pub struct Pace(Mutex<Paced>);
+pub(crate) struct Pace(Mutex<Paced>);
 
 #[derive(Debug, Default)]
 struct Paced {
@@ -169,7 +172,7 @@ impl Pace {
 
     /// A step asks for an update at `now`: how long until the update that answers it may
     /// be taken (zero: at once).
-    pub fn ask(&self, now: Instant) -> Duration {
+    pub(crate) fn ask(&self, now: Instant) -> Duration {
         let mut paced = self.lock();
         paced.wanted = Some(now);
         paced.refill(now);
@@ -188,12 +191,12 @@ impl Pace {
     }
 
     /// Whether a step rang the way of before since this was last asked.
-    pub fn take_file_wanted(&self) -> bool {
+    pub(crate) fn take_file_wanted(&self) -> bool {
         std::mem::take(&mut self.lock().file_wanted)
     }
 
     /// The slurmstepds whose last read rang before now, each once.
-    pub fn take_last_reads(&self) -> Vec<u32> {
+    pub(crate) fn take_last_reads(&self) -> Vec<u32> {
         std::mem::take(&mut self.lock().last_reads)
     }
 
@@ -202,7 +205,7 @@ impl Pace {
     /// or more after the last update. When it does, it answers every ask before `read`;
     /// an ask that came while the sample was under way is still wanted, and the next
     /// sample (the ask woke the sampler) answers it.
-    pub fn take(&self, now: Instant, read: Instant, interval: Duration) -> bool {
+    pub(crate) fn take(&self, now: Instant, read: Instant, interval: Duration) -> bool {
         let mut paced = self.lock();
         paced.refill(now);
         let periodic = paced
@@ -224,7 +227,7 @@ impl Pace {
 
 /// slurmd's side: a thread that calls `answer` at each ring, or once for the rings that
 /// came until the update they ask for may be taken ([`Pace::ask`]).
-pub struct Doorbell {
+pub(crate) struct Doorbell {
     path: PathBuf,
     stopping: Arc<AtomicBool>,
     worker: Option<Worker>,
@@ -235,7 +238,7 @@ impl Doorbell {
     /// for steps' questions, answered from `book`, in their directory that only slurmd's
     /// user can enter (created or checked: see the module's comment), replacing an earlier
     /// slurmd's sockets; `pace` says when an update may answer.
-    pub fn open(
+    pub(crate) fn open(
         path: &Path,
         pace: Arc<Pace>,
         book: Arc<Book>,
@@ -450,7 +453,7 @@ impl Freshness {
 }
 
 /// Whether `ledger` was written within `age` before now (by the file's time).
-pub fn written_within(ledger: &Path, age: Duration) -> bool {
+pub(crate) fn written_within(ledger: &Path, age: Duration) -> bool {
     let since = SystemTime::now() - age;
     fs::metadata(ledger)
         .and_then(|m| m.modified())
@@ -458,7 +461,7 @@ pub fn written_within(ledger: &Path, age: Duration) -> bool {
 }
 
 /// slurmstepd's side: rings and waits until `ledger` is written anew (at most
-/// [`ANSWER_WAIT`]). A last read always rings, and takes a ledger written after it: the
+/// `ANSWER_WAIT`). A last read always rings, and takes a ledger written after it: the
 /// step is charged up to that update and no more.
 pub fn freshen(doorbell: &Path, ledger: &Path, how: Ring) -> Freshness {
     // a file's time is the kernel's coarse clock (a few milliseconds behind ours): a

@@ -76,10 +76,10 @@ impl Place {
 
 /// What is told the ledger at each update, and who runs each job when asked for (the
 /// metrics file's writer).
-pub type Publisher = Box<dyn FnMut(&Ledger, Option<&HashMap<u32, Owner>>) + Send>;
+pub(super) type Publisher = Box<dyn FnMut(&Ledger, Option<&HashMap<u32, Owner>>) + Send>;
 
 /// slurmd's side: updates and publishes the ledger at the meter's samples.
-pub struct Keeper {
+pub(crate) struct Keeper {
     ledger: Ledger,
     split: Split,
     /// The cgroup tree the jobs are read in, in shared mode; in node mode no cgroup is
@@ -132,7 +132,11 @@ pub struct Keeper {
 impl Keeper {
     /// `EnergyAttribution=shared`: splits the node among the jobs of `site`, at the static
     /// power `idle_watts` (learned when `None`). An error says what is missing.
-    pub fn shared(site: &Site, context_id: u16, idle_watts: Option<f64>) -> Result<Self, String> {
+    pub(crate) fn shared(
+        site: &Site,
+        context_id: u16,
+        idle_watts: Option<f64>,
+    ) -> Result<Self, String> {
         let tree = CgroupTree::from_path(&site.cgroup_root).map_err(|e| e.to_string())?;
         let mut keeper = Self::node(&site.spool, context_id)?;
         keeper.split = Split::Shared { idle_watts };
@@ -144,7 +148,7 @@ impl Keeper {
     /// A source of devices Slurm allocates (rust_gpu): each job is charged the devices
     /// it holds by `order` (shared ones split, `idle_watts` static power each, learned when
     /// `None`), whatever `EnergyAttribution` says. An error says what is missing.
-    pub fn devices(
+    pub(crate) fn devices(
         spool: &Path,
         context_id: u16,
         order: GresOrder,
@@ -161,7 +165,7 @@ impl Keeper {
     /// `EnergyAttribution=node`: the ledger keeps the node's account, from which each step
     /// takes the node's energy since it began. Continues the ledger in the spool dir, if
     /// any; an error says what is missing.
-    pub fn node(spool: &Path, context_id: u16) -> Result<Self, String> {
+    pub(crate) fn node(spool: &Path, context_id: u16) -> Result<Self, String> {
         if !spool.is_dir() {
             return Err(format!(
                 "SlurmdSpoolDir {} is not a directory",
@@ -208,41 +212,41 @@ impl Keeper {
     }
 
     /// How jobs are charged, as the metrics label it: `node`, `shared` or `devices`.
-    pub fn attribution(&self) -> &'static str {
+    pub(crate) fn attribution(&self) -> &'static str {
         self.split.name()
     }
 
     /// Also hands the ledger to `publish` at each update (the metrics file), with who runs
     /// each job if `owners`.
-    pub fn publishing(mut self, owners: bool, publish: Publisher) -> Self {
+    pub(crate) fn publishing(mut self, owners: bool, publish: Publisher) -> Self {
         self.publish = Some(publish);
         self.publish_owners = owners;
         self
     }
 
     /// Says in the ledger what the node's meter reads, for whoever inspects the node.
-    pub fn describe_source(&mut self, source: String) {
+    pub(crate) fn describe_source(&mut self, source: String) {
         self.ledger.describe_source(source);
     }
 
     /// The ledger file.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
     /// Told by the doorbell that a step asks for a fresh ledger; paces the updates.
-    pub fn pace(&self) -> Arc<Pace> {
+    pub(crate) fn pace(&self) -> Arc<Pace> {
         Arc::clone(&self.pace)
     }
 
     /// What steps' questions are answered from.
-    pub fn book(&self) -> Arc<Book> {
+    pub(crate) fn book(&self) -> Arc<Book> {
         Arc::clone(&self.book)
     }
 
     /// Takes the node's energy at a sample of its meter (`accounting`, of `reading`), and
     /// its devices'.
-    pub fn on_sample(&mut self, accounting: &Accounting, reading: &Reading) {
+    pub(crate) fn on_sample(&mut self, accounting: &Accounting, reading: &Reading) {
         let now = Instant::now();
         let Some(point) = accounting.fresh(now, Duration::MAX) else {
             return;

@@ -28,7 +28,7 @@ const CURRENT_WAIT: Duration = Duration::from_millis(100);
 /// When the ledger cannot be read, is stale (slurmd gone) or was begun anew (slurmd lost
 /// it), the step keeps the figure it had, says so once, and goes on from the new ledger's
 /// start with the time between estimated at its last power: never a bogus figure.
-pub struct StepFigure {
+pub(crate) struct StepFigure {
     path: PathBuf,
     /// This process: its title names its step, its tasks' end is the step's last edge.
     procs: Procs,
@@ -119,7 +119,7 @@ fn unix_now() -> f64 {
 impl StepFigure {
     /// `ledger`: the node's ledger file; `procs` shows this process, `pid`; `shared`: the
     /// step's share, else the node's energy since the step began.
-    pub fn from_path(ledger: &Path, procs: &Procs, pid: u32, shared: bool) -> Self {
+    pub(crate) fn from_path(ledger: &Path, procs: &Procs, pid: u32, shared: bool) -> Self {
         Self {
             path: ledger.to_path_buf(),
             procs: procs.clone(),
@@ -145,7 +145,7 @@ impl StepFigure {
     /// so a figure brought forward at a power that then fell would stay counted. The
     /// ledger's figure is taken as it is: at Slurm's periodic polls at most a sample period
     /// old; at a step's edges and other reads (sstat's) from a sample taken for it.
-    pub fn stacked(mut self) -> Self {
+    pub(crate) fn stacked(mut self) -> Self {
         self.bring_forward = false;
         self
     }
@@ -402,7 +402,7 @@ impl StepFigure {
 
 impl StepFigure {
     /// What it reads, in one line.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let what = if self.shared {
             "this step's share of the node's energy"
         } else {
@@ -413,7 +413,7 @@ impl StepFigure {
 
     /// The step's figure now, asked of slurmd at each of Slurm's calls (no thread, no
     /// counter to wrap): as a reading, the energy so far and its power.
-    pub fn read(&mut self) -> Reading {
+    pub(crate) fn read(&mut self) -> Reading {
         // the figure is as of this call: a sample slurmd takes for its ring comes after it,
         // and is not brought forward by the time slurmd then took to write it (at a power
         // over a window that may reach back before a fall, that would count energy after a

@@ -16,8 +16,10 @@ mod files;
 
 use std::time::{Duration, Instant};
 
-pub use config::{KEY_DIR, KEY_MAX_WATTS, PmCountersConfig};
-pub use files::{FileError, Value, parse_value};
+pub use config::PmCountersConfig;
+pub(crate) use config::{KEY_DIR, KEY_MAX_WATTS};
+pub(crate) use files::Value;
+pub use files::parse_value;
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use config::{KEY_DOMAINS, KEY_MSR_DEVICE, KEY_SOURCE, RaplConfig, SourceChoice};
-pub use domain::Domain;
-pub use topology::{CpuModel, Package, parse_cpuinfo};
+pub use config::{KEY_DOMAINS, RaplConfig, SourceChoice};
+pub(crate) use domain::Domain;
+pub use topology::parse_cpuinfo;
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
@@ -31,7 +31,9 @@ const MAX_PERIOD: Duration = Duration::from_secs(1);
 /// Where the kernel's files are; tests point these at temp trees.
 #[derive(Debug, Clone)]
 pub struct SystemPaths {
+    /// Where `/sys` is.
     pub sys: PathBuf,
+    /// Where `/proc/cpuinfo` is.
     pub cpuinfo: PathBuf,
 }
 

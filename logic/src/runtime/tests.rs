@@ -616,7 +616,8 @@ fn where_slurm_hides_jobs_the_metrics_file_is_roots_only() {
 #[cfg(feature = "gpu")]
 #[test]
 fn each_idle_key_means_one_thing_under_its_plugin() {
-    use crate::gpu::{GpuConfig, Gpus, KEY_IDLE_WATTS};
+    use crate::gpu::config::KEY_IDLE_WATTS;
+    use crate::gpu::{GpuConfig, Gpus};
     use crate::rapl::{Rapl, RaplConfig};
     let mut values = KeyValues::new();
     values.set(attribution::IDLE_KEY, "80");

@@ -5,7 +5,7 @@
 //! global state without locks. So the plugin starts `acct_gather_energy_rust_variorum_sampler`
 //! (crate `plugins/variorum-sampler`), which loads the library and writes one line per
 //! sample into a pipe (protocol in [`sampler`]). Here, [`Variorum`] is a source of
-//! [`Power`]: `connect` starts a fresh sampler, `poll` waits for its next
+//! `Power`: `connect` starts a fresh sampler, `poll` waits for its next
 //! sample up to `EnergyVariorumTimeout`, and anything wrong (timeout, exit, crash, garbage,
 //! a Variorum error) kills and reaps the sampler and returns an error, after which the
 //! poller reconnects with backoff. The sampler also dies with its parent thread
@@ -16,7 +16,7 @@
 //! Intel models and IBM Power9 only, segfaults elsewhere (llnl/variorum#537), returns raw
 //! wrapping 32-bit counters on Intel and millijoules labelled joules on IBM.
 
-pub mod config;
+mod config;
 pub mod json;
 pub mod protocol;
 pub mod sampler;
@@ -25,12 +25,11 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
-pub use config::{
-    DEFAULT_LIBRARY, KEY_FREQUENCY, KEY_LIBRARY, KEY_MAX_WATTS, KEY_SAMPLER, KEY_TIMEOUT,
-    SAMPLER_FILE_NAME, VariorumConfig, default_sampler_path,
-};
-pub use json::{DevicePower, JsonError, NodePower, NodeSource, Schema, SocketPower};
-pub use sampler::SamplerError;
+use config::KEY_MAX_WATTS;
+pub use config::VariorumConfig;
+use json::JsonError;
+pub use json::{NodePower, NodeSource};
+use sampler::SamplerError;
 
 use crate::config::{ConfigError, KeyValues};
 use crate::plugin::Plugin;
@@ -43,7 +42,7 @@ static PLUGIN_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// Tells where the plugin's `.so` is (found with `dladdr` at load time), so that the
 /// sampler is looked for beside it when `EnergyVariorumSampler` is not set.
-pub fn set_plugin_dir(dir: PathBuf) {
+pub(crate) fn set_plugin_dir(dir: PathBuf) {
     *PLUGIN_DIR.lock().unwrap_or_else(PoisonError::into_inner) = Some(dir);
 }
 
@@ -132,10 +131,13 @@ impl Variorum {
     }
 }
 
+/// Why the sampler could not be started or read.
 #[derive(Debug, thiserror::Error)]
 pub enum VariorumError {
+    /// The configuration names no usable sampler (why).
     #[error("{0}")]
     Config(String),
+    /// The sampler failed.
     #[error(transparent)]
     Sampler(#[from] SamplerError),
 }

@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fakevariorum::{FakeLib, Generation, open_fds, process_state, processes_with};
-use slurm_energy_logic::source::{Failure, Source};
 use slurm_energy_logic::variorum::protocol::Line;
 use slurm_energy_logic::variorum::sampler::Sampler;
 use slurm_energy_logic::variorum::{NodePower, NodeSource, Variorum, VariorumConfig, json};
+use slurm_energy_logic::{Failure, Source};
 
 const SAMPLER: &str = env!("CARGO_BIN_EXE_acct_gather_energy_rust_variorum_sampler");
 const PERIOD: Duration = Duration::from_millis(100);

@@ -10,11 +10,11 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use object::{Object, ObjectSection, ObjectSymbol};
-use slurm_energy_logic::attribution::procs::Procs;
-use slurm_energy_logic::attribution::{Site, cgroup_mountpoint, spool_for_node};
-use slurm_energy_logic::config::file_value;
-use slurm_energy_logic::ledger::doorbell::{Ring, doorbell_path, freshen};
-use slurm_energy_logic::ledger::{Ledger, LedgerError, ledger_path, unix as unix_time};
+use slurm_energy_logic::Procs;
+use slurm_energy_logic::file_value;
+use slurm_energy_logic::{Ledger, LedgerError, ledger_path, unix_time};
+use slurm_energy_logic::{Ring, doorbell_path, freshen};
+use slurm_energy_logic::{Site, cgroup_mountpoint, spool_for_node};
 
 use super::readers::{self, NodeConf, PERF_POWER_PMU};
 use super::{

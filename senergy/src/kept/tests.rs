@@ -1,6 +1,6 @@
 use super::*;
 use crate::record::StepRow;
-use slurm_energy_logic::ledger::IdleHeld;
+use slurm_energy_logic::IdleHeld;
 
 fn node(joules: f64) -> NodeRecord {
     NodeRecord {

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use slurm_energy_logic::ledger::Ledger;
-use slurm_energy_logic::ledger::doorbell::{doorbell_path, ring_without_waiting};
+use slurm_energy_logic::Ledger;
+use slurm_energy_logic::{doorbell_path, ring_without_waiting};
 
 use super::verdict::{Average, Comparison, LedgerResult, ReaderResult, judge};
 use crate::check::readers::{Quantity, Reader, Slot, Unavailable};

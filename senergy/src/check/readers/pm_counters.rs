@@ -6,7 +6,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use slurm_energy_logic::pm_counters::{PmCountersConfig, parse_value};
+use slurm_energy_logic::{PmCountersConfig, parse_pm_counters_value};
 
 use super::reader::{Quantity, Reader, Scope, Slot, Unavailable, boxed};
 use super::site::{NodeConf, configured};
@@ -24,7 +24,7 @@ pub(super) fn slot(site: &NodeConf) -> Slot {
 }
 
 /// The plugin's own source type, for its configuration keys.
-type PmCountersSource = slurm_energy_logic::pm_counters::PmCounters;
+type PmCountersSource = slurm_energy_logic::PmCounters;
 
 struct PmCounters {
     file: PathBuf,
@@ -70,7 +70,7 @@ impl Reader for PmCounters {
                 _ => Unavailable::Failed(what),
             }
         })?;
-        let value = parse_value(&text, "J");
+        let value = parse_pm_counters_value(&text, "J");
         self.scanned = value
             .as_ref()
             .and_then(|v| std::time::UNIX_EPOCH.checked_add(Duration::from_micros(v.at_us)));

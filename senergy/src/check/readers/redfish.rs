@@ -1,8 +1,8 @@
 //! A Redfish BMC by its own request, configured as rust_redfish is: its energy counter where
 //! the BMC keeps one, else its power now.
 
-use slurm_energy_logic::redfish::Bmc as RedfishBmc;
-use slurm_energy_logic::source::Source;
+use slurm_energy_logic::Redfish as RedfishBmc;
+use slurm_energy_logic::Source;
 use std::time::Instant;
 
 use super::reader::{Quantity, Reader, Scope, Slot, Unavailable, boxed};
@@ -43,7 +43,7 @@ impl Redfish {
         Ok(reader)
     }
 
-    fn sample(&mut self) -> Result<slurm_energy_logic::source::Sample, Unavailable> {
+    fn sample(&mut self) -> Result<slurm_energy_logic::Sample, Unavailable> {
         self.bmc
             .poll(Instant::now())
             .map_err(|e| Unavailable::Failed(format!("{}: {e}", self.url)))

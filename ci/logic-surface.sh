@@ -1,0 +1,14 @@
+#!/bin/sh
+# How many items crate slurm-energy-logic exports: one page of `cargo doc` per item (struct,
+# enum, fn, trait, type, constant, static, macro) and one per public module, leaving out the
+# redirect pages rustdoc writes at a re-exported item's private path. The surface is the
+# list of `pub use` in logic/src/lib.rs; it aims under 150.
+set -e
+cd "$(dirname "$0")/.."
+doc=${CARGO_TARGET_DIR:-target}/doc/slurm_energy_logic
+rm -rf "$doc"  # rustdoc leaves the pages of items gone since
+cargo doc --release --no-deps -p slurm-energy-logic --all-features --quiet
+items=$(find "$doc" -name '*.html' ! -name index.html ! -name all.html \
+    -exec grep -L 'http-equiv="refresh"' {} + | wc -l)
+modules=$(find "$doc" -mindepth 2 -name index.html -exec grep -L 'http-equiv="refresh"' {} + | wc -l)
+echo "slurm-energy-logic exports $((items + modules)) items ($items items, $modules modules)"
