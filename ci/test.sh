@@ -267,6 +267,8 @@ lint() {
     nice -n 19 cargo clippy --release --workspace --all-targets -- -D warnings
     echo "== Slurm $1: docs (broken intra-doc links and rustdoc warnings)"
     RUSTDOCFLAGS="-D warnings" nice -n 19 cargo doc --release --no-deps --workspace
+    echo "== Slurm $1: logic's surface (ci/logic-surface.sh)"
+    nice -n 19 sh ci/logic-surface.sh --check 150
 }
 
 # run_tests RELEASE [FILTER...]: the test lane's work for one release (run in a subshell)
