@@ -261,22 +261,29 @@ pub struct Tampered {
 }
 
 /// The most accounting's figure and the record's may differ by before it is said to have
-/// been changed: each node's figure reaches Slurm in whole joules, read a moment before the
-/// Epilog's (its extern step's last read), so a joule or two per node; and 0.5% of the
-/// whole for a sample's worth of rounding in the plugins' power window.
-fn tolerance(nodes: usize, recorded_j: f64) -> f64 {
-    2.0 * nodes as f64 + 0.005 * recorded_j
+/// been changed: each node's figure reaches Slurm in whole joules, so a joule or two per
+/// node; 0.5% of the whole for the rounding in the plugins' power window; and what the
+/// nodes draw in one sample (slurmd samples every second at most), at the job's mean power
+/// over its `elapsed_s` (a second at least): the job's ledger figure and its extern step's
+/// may begin a sample apart. A job that lived a fraction of a second (its step failed at
+/// once) thus differs by several joules at a few hundred watts, while a rewritten figure
+/// (1 J for a job of hours) is still far outside.
+fn tolerance(nodes: usize, recorded_j: f64, elapsed_s: u64) -> f64 {
+    let sample_s = 1.0;
+    let mean_watts = recorded_j / elapsed_s.max(1) as f64;
+    2.0 * nodes as f64 + 0.005 * recorded_j + mean_watts * sample_s
 }
 
 /// Accounting's job energy `accounting_j` against `record`, for a job of `alloc_nodes`
-/// nodes whose accounting figure is its extern step's (`with_extern`: each node's ledger
-/// figure, as the record holds): `Some` where they differ by more than [`tolerance`], the
-/// sign that accounting's figure was changed after the job (an owner may rewrite their
-/// job's energy TRES from 25.11). Only a record of every node is compared.
+/// nodes that ran `elapsed_s`, whose accounting figure is its extern step's (`with_extern`:
+/// each node's ledger figure, as the record holds): `Some` where they differ by more than
+/// [`tolerance`], the sign that accounting's figure was changed after the job (an owner may
+/// rewrite their job's energy TRES from 25.11). Only a record of every node is compared.
 pub fn tampered(
     accounting_j: Option<u64>,
     record: &Record,
     alloc_nodes: u32,
+    elapsed_s: u64,
     with_extern: bool,
 ) -> Option<Tampered> {
     let accounting_j = accounting_j?;
@@ -284,7 +291,8 @@ pub fn tampered(
     let recorded_j = record.joules();
     (whole
         && with_extern
-        && (accounting_j as f64 - recorded_j).abs() > tolerance(record.nodes.len(), recorded_j))
+        && (accounting_j as f64 - recorded_j).abs()
+            > tolerance(record.nodes.len(), recorded_j, elapsed_s))
     .then_some(Tampered {
         accounting_j,
         recorded_j,
@@ -341,7 +349,13 @@ pub fn kept(row: &JobRow) -> Kept {
         joules: Some(record.joules()),
         parts: record.summed(|n| n.parts.as_ref()),
         idle_held: record.summed(|n| n.idle_held.as_ref()),
-        tampered: tampered(accounting_j, &record, row.alloc_nodes, with_extern),
+        tampered: tampered(
+            accounting_j,
+            &record,
+            row.alloc_nodes,
+            row.elapsed_s,
+            with_extern,
+        ),
         nodes: record.nodes,
         ..Kept::default()
     }
