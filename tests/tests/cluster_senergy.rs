@@ -900,6 +900,9 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
         alice.name,
         &format!("account={}", alice.account),
     ]);
+    // the release's own srun in the job (the job's PATH is the caller's, where another
+    // release's srun may come first)
+    let srun = format!("{} -N2 sleep 4", real_client(&cluster, "srun").display());
     let out = cluster.client(
         Some((alice.uid, alice.uid)),
         &real_client(&cluster, "sbatch"),
@@ -911,7 +914,7 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
             "--chdir",
             "/tmp",
             "--wrap",
-            "srun -N2 sleep 4",
+            &srun,
         ],
     );
     let job: u32 = String::from_utf8_lossy(&out.stdout)
