@@ -135,17 +135,22 @@ fn a_figure_is_final_once_sampled_after_the_job_was_last_seen() {
     assert_eq!(ledgered(999.0, None, began), Ledgered::Wait);
 }
 
-#[test]
-fn accounting_changed_after_the_job_is_told() {
-    let record = read(
+/// The record of a job whose nodes n1 and n2 kept `n1` and `n2` joules.
+fn two_nodes(n1: f64, n2: f64) -> Record {
+    read(
         &merge(
-            &merge("", "n1", &node(1000.0)).expect("merged"),
+            &merge("", "n1", &node(n1)).expect("merged"),
             "n2",
-            &node(500.0),
+            &node(n2),
         )
         .expect("merged"),
     )
-    .expect("a record");
+    .expect("a record")
+}
+
+#[test]
+fn accounting_changed_after_the_job_is_told() {
+    let record = two_nodes(1000.0, 500.0);
     // an hour's job (1 500 J: 0.4 W): whole joules per node, a moment earlier, the same
     let hour = 3600;
     assert_eq!(tampered(Some(1498), &record, 2, hour, true), None);
@@ -174,15 +179,7 @@ fn accounting_changed_after_the_job_is_told() {
 /// its power is no sign of a change, a rewrite still is.
 #[test]
 fn a_job_of_a_fraction_of_a_second_differs_by_a_sample_not_a_change() {
-    let record = read(
-        &merge(
-            &merge("", "n1", &node(22.803)).expect("merged"),
-            "n2",
-            &node(11.621),
-        )
-        .expect("merged"),
-    )
-    .expect("a record");
+    let record = two_nodes(22.803, 11.621);
     assert_eq!(tampered(Some(29), &record, 2, 0, true), None);
     assert!(tampered(Some(80), &record, 2, 0, true).is_some());
 }
