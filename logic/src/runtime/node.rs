@@ -55,7 +55,9 @@ impl NodePipeline {
         }
         let meter = P::open(&mine).map(Meter::new)?;
         let keeper = keeper::<P>(host, &ledger, &meter);
-        let asked = keeper.as_ref().map(|k| (k.pace(), k.book(), k.path().to_owned()));
+        let asked = keeper
+            .as_ref()
+            .map(|k| (k.pace(), k.book(), k.path().to_owned()));
         let mut sampling = SampleLoop::new(meter, keeper);
         // a ring wakes the loop, whose sample the keeper takes as the update asked for
         let doorbell = asked.and_then(|(pace, book, ledger)| {

@@ -80,14 +80,14 @@ enum BmcTool {
     IpmiDcmi,
 }
 
-struct BmcReader {
+struct BmcToolReader {
     tool: BmcTool,
     args: Vec<String>,
     password: Option<String>,
 }
 
 impl BmcTool {
-    fn open(self, config: &IpmiConfig) -> Result<BmcReader, Unavailable> {
+    fn open(self, config: &IpmiConfig) -> Result<BmcToolReader, Unavailable> {
         let mut args: Vec<String> = Vec::new();
         let mut password = None;
         match (&config.target, self) {
@@ -117,7 +117,7 @@ impl BmcTool {
             BmcTool::Ipmitool => args.extend(["dcmi", "power", "reading"].map(String::from)),
             BmcTool::IpmiDcmi => args.push("--get-system-power-statistics".into()),
         }
-        let mut reader = BmcReader {
+        let mut reader = BmcToolReader {
             tool: self,
             args,
             password,
@@ -134,7 +134,7 @@ impl BmcTool {
     }
 }
 
-impl Reader for BmcReader {
+impl Reader for BmcToolReader {
     fn path(&self) -> String {
         match self.tool {
             BmcTool::Ipmitool => "ipmitool dcmi power reading (DCMI, the BMC's power)".into(),

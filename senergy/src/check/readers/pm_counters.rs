@@ -19,28 +19,28 @@ pub(super) fn slot(site: &NodeConf) -> Slot {
     Slot {
         name: "pm_counters",
         scope: Scope::WholeNode,
-        reader: PmCounters::open(dir).map(boxed),
+        reader: PmCountersReader::open(dir).map(boxed),
     }
 }
 
 /// The plugin's own source type, for its configuration keys.
 type PmCountersSource = slurm_energy_logic::PmCounters;
 
-struct PmCounters {
+struct PmCountersReader {
     file: PathBuf,
     /// The controller's scan time of the last value read.
     scanned: Option<std::time::SystemTime>,
 }
 
-impl PmCounters {
-    fn open(dir: PathBuf) -> Result<PmCounters, Unavailable> {
+impl PmCountersReader {
+    fn open(dir: PathBuf) -> Result<PmCountersReader, Unavailable> {
         if !dir.is_dir() {
             return Err(Unavailable::Absent(format!(
                 "no node controller files at {} (not a Cray EX/XC node)",
                 dir.display()
             )));
         }
-        let mut reader = PmCounters {
+        let mut reader = PmCountersReader {
             file: dir.join("energy"),
             scanned: None,
         };
@@ -49,7 +49,7 @@ impl PmCounters {
     }
 }
 
-impl Reader for PmCounters {
+impl Reader for PmCountersReader {
     fn path(&self) -> String {
         format!("{} (the node controller's counter)", self.file.display())
     }
@@ -91,12 +91,12 @@ mod tests {
     #[test]
     fn pm_counters_files_are_read() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let absent = PmCounters::open(tmp.path().join("none"))
+        let absent = PmCountersReader::open(tmp.path().join("none"))
             .err()
             .expect("absent");
         assert_eq!(absent.status(), "absent");
         std::fs::write(tmp.path().join("energy"), "123456 J 1700000000000000 us\n").expect("write");
-        let mut reader = PmCounters::open(tmp.path().to_path_buf()).expect("opened");
+        let mut reader = PmCountersReader::open(tmp.path().to_path_buf()).expect("opened");
         assert_eq!(reader.read(), Ok(123_456.0));
         std::fs::write(tmp.path().join("energy"), "garbage\n").expect("write");
         assert_eq!(reader.read().expect_err("garbage").status(), "failed");

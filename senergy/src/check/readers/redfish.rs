@@ -13,18 +13,18 @@ pub(super) fn slot(site: &NodeConf) -> Slot {
     Slot {
         name: "redfish",
         scope: Scope::WholeNode,
-        reader: Redfish::open(site).map(boxed),
+        reader: RedfishReader::open(site).map(boxed),
     }
 }
 
-struct Redfish {
+struct RedfishReader {
     bmc: RedfishBmc,
     url: String,
     counts: bool,
 }
 
-impl Redfish {
-    fn open(site: &NodeConf) -> Result<Redfish, Unavailable> {
+impl RedfishReader {
+    fn open(site: &NodeConf) -> Result<RedfishReader, Unavailable> {
         let config = configured::<RedfishBmc>(site).map_err(Unavailable::Failed)?;
         let url = config.url.clone().ok_or_else(|| {
             Unavailable::Absent("acct_gather.conf names no EnergyRedfishUrl".into())
@@ -33,7 +33,7 @@ impl Redfish {
         let config = config.with_password().map_err(Unavailable::Failed)?;
         let bmc =
             RedfishBmc::connect(&config).map_err(|e| Unavailable::Failed(format!("{url}: {e}")))?;
-        let mut reader = Redfish {
+        let mut reader = RedfishReader {
             bmc,
             url,
             counts: false,
@@ -50,7 +50,7 @@ impl Redfish {
     }
 }
 
-impl Reader for Redfish {
+impl Reader for RedfishReader {
     fn path(&self) -> String {
         format!("{} ({})", self.url, self.bmc.describe())
     }
