@@ -15,6 +15,7 @@ pub(crate) mod job_record;
 pub(crate) mod model;
 pub(crate) mod owner_time;
 pub(crate) mod procs;
+pub(crate) mod steps;
 
 use std::collections::BTreeMap;
 use std::fs;
