@@ -2,7 +2,8 @@
 //!
 //! Slurm may poll far less often than a counter wraps (AcctGatherNodeFreq=300 on an AMD node
 //! wraps in ~3 min; JobAcctGatherFrequency=0 polls a step only at its end), so every process
-//! that measures runs a sampler (a [`Worker`]) that polls the source at its `sample_period`.
+//! that measures runs a sampler (a [`Worker`]) that polls the source at the period its
+//! plugin opened it with ([`Opened::sample_period`]).
 //! Slurm's own calls also poll it, so each figure Slurm gets is current. All polls go
 //! through one mutex; a poll is a few `pread`s, so no Slurm call waits on anything slow.
 
@@ -10,11 +11,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::accounting::Accounting;
+use crate::plugin::Opened;
 use crate::scheduler::worker::{Control, Worker};
 use crate::source::{Reading, Source, stale_after};
 
 /// A source of readings, as the meter holds it.
-type Readings = Box<dyn Source<Poll = Reading>>;
+type Readings = Box<dyn Source>;
 
 /// A source, its accounting, and the sampler that polls it: the node's figure (a step's,
 /// in slurmstepd), as the plugin holds it.
@@ -26,8 +28,6 @@ pub(crate) struct Meter {
 struct Shared {
     kept: Mutex<Kept>,
     period: Duration,
-    /// Whether the source needs a sampling thread ([`Source::needs_sampling`]).
-    sampled: bool,
     /// Told each of the sampler's readings, in the sampler's thread, after the reading's
     /// lock is released: Slurm's calls never wait on it.
     observer: Mutex<Option<Observer>>,
@@ -52,10 +52,12 @@ struct Kept {
 impl Meter {
     /// Logs what will be measured and takes the first reading now; sampling starts with
     /// [`Meter::ensure_sampling`].
-    pub(crate) fn new(source: impl Source<Poll = Reading>) -> Self {
+    pub(crate) fn new(opened: Opened<impl Source>) -> Self {
+        let Opened {
+            source,
+            sample_period: period,
+        } = opened;
         log::info!("measuring {}", source.describe());
-        let period = source.sample_period();
-        let sampled = source.needs_sampling();
         let shared = Arc::new(Shared {
             kept: Mutex::new(Kept {
                 source: Box::new(source),
@@ -64,7 +66,6 @@ impl Meter {
                 failing: false,
             }),
             period,
-            sampled,
             observer: Mutex::new(None),
             sampler: Mutex::new(None),
         });
@@ -87,7 +88,7 @@ impl Meter {
 
     /// Starts the sampling thread unless it runs (again, if it ended or could not start).
     pub(crate) fn ensure_sampling(&mut self) {
-        if !self.shared.sampled || self.sampler.as_ref().is_some_and(|s| !s.has_ended()) {
+        if self.sampler.as_ref().is_some_and(|s| !s.has_ended()) {
             return;
         }
         let shared = Arc::clone(&self.shared);
@@ -233,12 +234,9 @@ mod tests {
 
     struct Counted {
         reads: Arc<AtomicU32>,
-        sampled: bool,
     }
 
     impl Source for Counted {
-        type Poll = Reading;
-
         fn describe(&self) -> String {
             "counted".into()
         }
@@ -250,14 +248,6 @@ mod tests {
                 ..Reading::default()
             }
         }
-
-        fn sample_period(&self) -> Duration {
-            Duration::from_millis(10)
-        }
-
-        fn needs_sampling(&self) -> bool {
-            self.sampled
-        }
     }
 
     /// A poll that stalls for 200 ms before it reads its counter, at 100 W, and 300 ms
@@ -267,8 +257,6 @@ mod tests {
     }
 
     impl Source for Stalling {
-        type Poll = Reading;
-
         fn describe(&self) -> String {
             "stalling".into()
         }
@@ -285,14 +273,6 @@ mod tests {
                 ..Reading::default()
             }
         }
-
-        fn sample_period(&self) -> Duration {
-            Duration::from_secs(1)
-        }
-
-        fn needs_sampling(&self) -> bool {
-            false
-        }
     }
 
     /// The point is dated when the counter was read, on both clocks: not when the stalled
@@ -300,7 +280,10 @@ mod tests {
     #[test]
     fn a_reading_is_dated_when_its_hardware_took_it_on_both_clocks() {
         let started = Instant::now();
-        let meter = Meter::new(Stalling { started });
+        let meter = Meter::new(Opened {
+            source: Stalling { started },
+            sample_period: Duration::from_secs(1),
+        });
         let (wall0, at0) = (SystemTime::now(), Instant::now());
         let point = meter.refresh().fresh(Instant::now(), Duration::MAX);
         let returned = Instant::now();
@@ -361,14 +344,21 @@ mod tests {
         }
     }
 
-    /// A source that needs no sampling gets no thread: it is read only at Slurm's calls.
+    /// The sampler polls a source at the period its plugin opened it with: every 10 ms,
+    /// or, at an hour, not again within 200 ms of the first reading.
     #[test]
-    fn only_sources_that_need_it_are_sampled() {
+    fn a_source_is_sampled_at_the_period_it_was_opened_with() {
         for sampled in [true, false] {
             let reads = Arc::new(AtomicU32::new(0));
-            let mut meter = Meter::new(Counted {
-                reads: Arc::clone(&reads),
-                sampled,
+            let mut meter = Meter::new(Opened {
+                source: Counted {
+                    reads: Arc::clone(&reads),
+                },
+                sample_period: if sampled {
+                    Duration::from_millis(10)
+                } else {
+                    Duration::from_secs(3600)
+                },
             });
             meter.ensure_sampling();
             std::thread::sleep(Duration::from_millis(200));
