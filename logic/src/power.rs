@@ -309,7 +309,7 @@ fn nearer(watts: f64, a: f64, b: f64) -> bool {
 
 /// How a source that may block is polled, from its plugin's configuration: known before it
 /// connects, since connecting happens in its poller. A sensor's [`Polled`] and the GPUs'
-/// reader start their pollers from it alike ([`Settings::timing`], [`Settings::bound`]).
+/// reader start their pollers from it alike ([`Settings::start_poller`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// How often the poller polls the source.
@@ -329,12 +329,18 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// How its poller runs its rounds and backs off.
-    pub(crate) fn timing(&self) -> Timing {
-        Timing {
+    /// Starts `polling` in a thread named `name`, at this period and backoff, and returns
+    /// at once: the one way a source that may block reaches the scheduler.
+    pub(crate) fn start_poller<P: Polling>(
+        &self,
+        name: &'static str,
+        polling: P,
+    ) -> Result<Poller<P::Published>, String> {
+        let timing = Timing {
             period: self.period,
             max_backoff: self.max_backoff,
-        }
+        };
+        Poller::start(name, polling, timing)
     }
 
     /// The bound its readings are screened by until a device states one.
@@ -469,14 +475,13 @@ impl<S: Sensor> Polled<S> {
         settings: &Settings,
         connect: impl FnMut() -> Result<Connected<S>, String> + Send + 'static,
     ) -> Result<Opened<Self>, String> {
-        let poller = Poller::start(
+        let poller = settings.start_poller(
             "power-poller",
             Sensing::<S> {
                 connect: Box::new(connect),
                 settings: settings.clone(),
                 screen: Screen::new(settings.bound(), "power"),
             },
-            settings.timing(),
         )?;
         Ok(Opened {
             source: Self {

@@ -91,8 +91,8 @@ pub struct GpuReader {
 
 impl GpuReader {
     /// Starts the poller and returns at once: libraries are opened in the poller, which
-    /// polls and backs off as a sensor's does ([`Settings::timing`]); the settings' bound
-    /// is the most one GPU may draw. A GPU's figure is never extrapolated
+    /// starts as a sensor's does ([`Settings::start_poller`]); the settings' bound is the
+    /// most one GPU may draw. A GPU's figure is never extrapolated
     /// (`settings.extrapolate` is for a sensor's [`crate::power::Polled`]).
     pub fn start(openers: Vec<Opener>, settings: &Settings) -> Result<Self, String> {
         let polling = GpuPolling {
@@ -101,7 +101,7 @@ impl GpuReader {
             failing: HashMap::new(),
         };
         Ok(Self {
-            poller: Poller::start("gpu-poller", polling, settings.timing())?,
+            poller: settings.start_poller("gpu-poller", polling)?,
             period: settings.period,
             seen_uj: HashMap::new(),
             total_uj: 0.0,
