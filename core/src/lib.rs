@@ -4,7 +4,7 @@
 //! into libslurmfull); [`energy_plugin!`] exports every symbol Slurm's loader looks up and
 //! turns Slurm's calls into calls on the safe [`Runtime`](slurm_energy_logic::Runtime), which
 //! opens the [`Plugin`](slurm_energy_logic::Plugin)'s source and keeps a meter polling it.
-//! Everything but [`ffi`] is the crate `slurm-energy-logic`, whose plugins' source descriptors
+//! Everything but [`ffi`] is the crate `slurm-energy-logic`, whose plugins' descriptors
 //! are re-exported here (`slurm_energy::Rapl`, ...): plain Rust over files, which builds and
 //! unit-tests without Slurm or the hardware, and forbids `unsafe`.
 //!
@@ -19,7 +19,7 @@
 #[allow(unsafe_code)]
 pub mod ffi;
 
-// The plugins' source descriptors, one per plugin crate (`slurm_energy::Rapl`, ...).
+// The plugins' descriptors, one per plugin crate (`slurm_energy::Rapl`, ...).
 #[cfg(feature = "gpu")]
 pub use slurm_energy_logic::Gpus;
 #[cfg(feature = "ipmi")]

@@ -2,16 +2,17 @@
 //! Slurm: it builds and unit-tests without Slurm's headers or libraries.
 //!
 //! The [`Runtime`] is one plugin's behaviour in one process: it opens the [`Plugin`]'s
-//! [`Source`], keeps a `meter` polling it into `accounting`, and splits a shared node's
-//! energy among its jobs ([`Attribution`]). Sources ([`Rapl`], ...) are plain Rust over
-//! files, testable without Slurm or the hardware. The module `scheduler` decides the
-//! threads: every background thread is a `scheduler::worker::Worker`; those that poll
-//! sources that may block run the one loop of `scheduler::Poller`; every call from Slurm
-//! runs behind the one panic [`guard()`].
+//! [`Source`], keeps a `meter` polling it into `accounting` at the period opening it
+//! returned ([`Opened`]), and splits a shared node's energy among its jobs
+//! ([`Attribution`]). Sources (the counters [`Rapl`] opens, ...) are plain Rust over files,
+//! testable without Slurm or the hardware. The module `scheduler` decides the threads: every
+//! background thread is a `scheduler::worker::Worker`; those that poll sensors that may
+//! block ([`Sensor`]) and the GPUs run the one loop of `scheduler::Poller`; every call from
+//! Slurm runs behind the one panic [`guard()`].
 //!
 //! Slurm's side (exported symbols, raw pointers, logging into the daemon's log,
 //! acct_gather.conf) is the crate `slurm-energy`, which drives the [`Runtime`] through its
-//! [`Host`] and re-exports the plugins' source descriptors.
+//! [`Host`] and re-exports the plugins' descriptors.
 //!
 //! The modules are private: what other crates use is the list of `pub use` below, grouped
 //! by the crate that uses it (docs/development.md says how to count it).
@@ -66,12 +67,12 @@ pub use config::KeyValues;
 pub use family::keys as family_keys;
 pub use guard::guard;
 pub use metrics::PrivateData;
-pub use plugin::Plugin;
+pub use plugin::{Opened, Plugin};
 pub use runtime::{Answer, Daemon, Host, Query, RecordRefused, Runtime, Update};
 pub use scheduler::worker::on_abandon;
 
-// plugins/*: each plugin's source descriptor, and the source trait the variorum sampler's
-// tests drive.
+// plugins/*: each plugin's descriptor, and the sensor trait the variorum sampler's tests
+// drive.
 #[cfg(feature = "gpu")]
 pub use gpu::Gpus;
 #[cfg(feature = "ipmi")]
@@ -80,11 +81,11 @@ pub use pm_counters::PmCounters;
 pub use rapl::Rapl;
 #[cfg(feature = "redfish")]
 pub use redfish::Redfish;
-pub use source::{Failure, Source};
+pub use source::{Failure, Sensor};
 pub use variorum::Variorum;
 
 // senergy: the ledger and doorbell it reads, the configuration it checks, and the sources
-// `senergy check` opens.
+// `senergy check` opens (the Redfish BMC by its own request).
 pub use attribution::procs::Procs;
 pub use config::file_value;
 pub use ipmi::{IpmiConfig, Target as IpmiTarget};
@@ -94,7 +95,9 @@ pub use ledger::{
     unix as unix_time,
 };
 pub use pm_counters::{PmCountersConfig, parse_value as parse_pm_counters_value};
-pub use source::Sample;
+#[cfg(feature = "redfish")]
+pub use redfish::RedfishBmc;
+pub use source::{Sample, Source};
 
 // tests (logic/tests, energy-tests' benchmarks): the parsers and configurations they drive
 // with outside input.

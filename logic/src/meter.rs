@@ -2,18 +2,20 @@
 //!
 //! Slurm may poll far less often than a counter wraps (AcctGatherNodeFreq=300 on an AMD node
 //! wraps in ~3 min; JobAcctGatherFrequency=0 polls a step only at its end), so slurmd's
-//! sample loop (`runtime::node`) polls the source at its `sample_period` besides Slurm's own
-//! calls, so each figure Slurm gets is current. All polls go through one mutex; a poll is a
-//! few `pread`s, so no Slurm call waits on anything slow.
+//! sample loop (`runtime::node`) polls the source at the period its plugin opened it with
+//! ([`Opened::sample_period`]) besides Slurm's own calls, so each figure Slurm gets is
+//! current. All polls go through one mutex; a poll is a few `pread`s, so no Slurm call
+//! waits on anything slow.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::accounting::Accounting;
+use crate::plugin::Opened;
 use crate::source::{Reading, Source, stale_after};
 
 /// A source of readings, as the meter holds it.
-type Readings = Box<dyn Source<Poll = Reading>>;
+type Readings = Box<dyn Source>;
 
 /// A source and its accounting: the node's figure, as the plugin holds it. A clone is the
 /// same meter (the sample loop's thread holds one).
@@ -39,9 +41,12 @@ struct Kept {
 
 impl Meter {
     /// Logs what will be measured and takes the first reading now.
-    pub(crate) fn new(source: impl Source<Poll = Reading>) -> Self {
+    pub(crate) fn new(opened: Opened<impl Source>) -> Self {
+        let Opened {
+            source,
+            sample_period: period,
+        } = opened;
         log::info!("measuring {}", source.describe());
-        let period = source.sample_period();
         let shared = Arc::new(Shared {
             kept: Mutex::new(Kept {
                 source: Box::new(source),
@@ -168,8 +173,6 @@ mod tests {
     }
 
     impl Source for Stalling {
-        type Poll = Reading;
-
         fn describe(&self) -> String {
             "stalling".into()
         }
@@ -186,14 +189,6 @@ mod tests {
                 ..Reading::default()
             }
         }
-
-        fn sample_period(&self) -> Duration {
-            Duration::from_secs(1)
-        }
-
-        fn needs_sampling(&self) -> bool {
-            false
-        }
     }
 
     /// The point is dated when the counter was read, on both clocks: not when the stalled
@@ -201,7 +196,10 @@ mod tests {
     #[test]
     fn a_reading_is_dated_when_its_hardware_took_it_on_both_clocks() {
         let started = Instant::now();
-        let meter = Meter::new(Stalling { started });
+        let meter = Meter::new(Opened {
+            source: Stalling { started },
+            sample_period: Duration::from_secs(1),
+        });
         let (wall0, at0) = (SystemTime::now(), Instant::now());
         let point = meter.refresh().fresh(Instant::now(), Duration::MAX);
         let returned = Instant::now();

@@ -1,5 +1,6 @@
-//! What a source is: the one trait every source implements, what it yields
-//! ([`Reading`], [`Power`]), why a poll fails ([`Failure`]), and the one staleness rule.
+//! What a source is: a [`Source`] of readings (polled in microseconds) or a [`Sensor`] that
+//! may block, what each yields ([`Reading`], [`Power`]), why a sensor's poll fails
+//! ([`Failure`]), and the one staleness rule.
 
 use std::time::{Duration, Instant};
 
@@ -24,47 +25,34 @@ pub(crate) fn stale_after(period: Duration) -> Duration {
     missed_after(period).max(MIN_STALE)
 }
 
-/// What every source implements: it polls its hardware. A source polled in microseconds (a
-/// counter, a file, a cache) yields the node's energy so far, a [`Reading`], and the meter
-/// polls it from Slurm's calls as well as from its own thread; a source that may block (a
-/// BMC, a library) yields one power sample or why not, a `Power`, and is polled only by a
-/// thread of its own, which `crate::power::Polled` runs and integrates into a source of
-/// readings. The scheduler (`crate::scheduler`) decides the threads; the meter keeps the
-/// node's figure.
+/// A source of readings: it polls its hardware in microseconds (a counter, a file, a cache)
+/// and yields the node's energy so far, a [`Reading`]. The meter polls it from Slurm's calls
+/// as well as from its own thread, at the period its plugin's
+/// [`crate::plugin::Plugin::open`] returned. The scheduler (`crate::scheduler`) decides the
+/// threads; the meter keeps the node's figure.
 pub trait Source: Send + 'static {
-    /// What one poll yields: [`Reading`] or `Power`.
-    type Poll;
-
     /// One line for the log: what was found and how it is read.
     fn describe(&self) -> String;
 
-    /// Polls the hardware once at `now`. A source of [`Reading`]s must return quickly (a
-    /// few `pread`s, a cache): the meter calls it from Slurm's calls too.
-    fn poll(&mut self, now: Instant) -> Self::Poll;
-
-    /// How often the meter polls a source of [`Reading`]s, e.g. so that no counter wrap
-    /// is ever missed; by default each second, which keeps CurrentWatts fresh. (A source
-    /// of `Power` is polled at its configuration's period, known before it connects.)
-    fn sample_period(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-
-    /// Whether the meter needs a thread to poll it between Slurm's calls at all: not for a
-    /// figure that is cumulative already and read whole at each of Slurm's calls (a step's
-    /// share in the node's ledger), so that a node's wakeups do not grow with its steps.
-    fn needs_sampling(&self) -> bool {
-        true
-    }
-
-    /// The most the device says the node may draw, and what says so (a Redfish chassis'
-    /// `PowerCapacityWatts`, a DCMI power limit): asked of a source of `Power` once
-    /// connected, for the bound its samples are screened by (`crate::power::Bound`).
-    fn stated_max_watts(&self) -> Option<(f64, String)> {
-        None
-    }
+    /// Polls the hardware once at `now`, and returns quickly (a few `pread`s, a cache): the
+    /// meter calls it from Slurm's calls too.
+    fn poll(&mut self, now: Instant) -> Reading;
 }
 
-/// What a source that may block yields at each poll: a power sample, or why not.
+/// A sensor that may block (a BMC, a library in a helper process): it yields one power
+/// sample or why not, a `Power`, and is polled only by a thread of its own, which
+/// `crate::power::Polled` runs and integrates into a [`Source`] of readings. What it states
+/// of itself (the most it may draw) comes with it from connecting
+/// (`crate::power::Connected`).
+pub trait Sensor: Send + 'static {
+    /// One line for the log: what was found and how it is read.
+    fn describe(&self) -> String;
+
+    /// Polls the hardware once at `now`; may block up to the hardware's own timeouts.
+    fn poll(&mut self, now: Instant) -> Power;
+}
+
+/// What a [`Sensor`] yields at each poll: a power sample, or why not.
 pub(crate) type Power = Result<Sample, Failure>;
 
 /// A power reading and when it was taken (which for a sensor read through a helper process
@@ -92,7 +80,7 @@ impl Sample {
     }
 }
 
-/// Why a poll of a source that may block gave nothing, and so what its poller does next.
+/// Why a poll of a [`Sensor`] gave nothing, and so what its poller does next.
 /// Both are retried: what is never retried is the plugin's [`crate::plugin::Plugin::open`]
 /// failing (the node reports no energy, and the log says why). A source of [`Reading`]s
 /// never fails whole: a counter it could not read leaves the reading incomplete

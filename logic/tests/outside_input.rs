@@ -33,9 +33,9 @@ use slurm_energy_logic::{Account, Ledger};
 use slurm_energy_logic::{Attribution, StepId, StepKey, own_step};
 use slurm_energy_logic::{CgroupTree, JobDir, count_cpus};
 use slurm_energy_logic::{ConfigError, KeyValues};
+use slurm_energy_logic::{Opened, Source};
 use slurm_energy_logic::{PmCounters, PmCountersConfig, parse_pm_counters_value};
 use slurm_energy_logic::{Rapl, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};
-use slurm_energy_logic::{Reading, Source};
 use slurm_energy_logic::{StepRecordConfig, gres_on_node};
 
 /// Cases of a property whose case is a parse of a short text (microseconds).
@@ -1120,10 +1120,13 @@ fn counter_text() -> impl Strategy<Value = String> {
 }
 
 fn energy_never_falls(
-    reader: &mut impl Source<Poll = Reading>,
+    opened: Opened<impl Source>,
     writes: &[impl Fn()],
 ) -> Result<(), TestCaseError> {
-    let period = reader.sample_period();
+    let Opened {
+        source: mut reader,
+        sample_period: period,
+    } = opened;
     prop_assert!(
         (Duration::from_millis(50)..=Duration::from_secs(1)).contains(&period),
         "{period:?}"
@@ -1173,14 +1176,14 @@ proptest! {
             config = RaplConfig { source: SourceChoice::Powercap, ..RaplConfig::parse(&values).expect("valid") };
         }
         let paths = SystemPaths { sys: sys.clone(), cpuinfo: dir.path().join("cpuinfo") };
-        if let Ok(mut rapl) = Rapl::open_at(&config, &paths) {
+        if let Ok(rapl) = Rapl::open_at(&config, &paths) {
             let writes: Vec<_> = reads.iter().map(|values| {
                 let (zone_dir, zones) = (&zone_dir, &zones);
                 move || for (i, _) in zones.iter().enumerate() {
                     fs::write(zone_dir(i).join("energy_uj"), &values[i]).expect("write");
                 }
             }).collect();
-            energy_never_falls(&mut rapl, &writes)?;
+            energy_never_falls(rapl, &writes)?;
         }
     }
 
@@ -1226,7 +1229,7 @@ proptest! {
         };
         let paths = SystemPaths { sys, cpuinfo: dir.path().join("cpuinfo") };
         let _ = parse_cpuinfo(&cpuinfo);
-        if let Ok(mut rapl) = Rapl::open_at(&config, &paths) {
+        if let Ok(rapl) = Rapl::open_at(&config, &paths) {
             let writes: Vec<_> = counters.iter().map(|c| {
                 let (msr, package_ids) = (&msr, &package_ids);
                 move || for cpu in 0..package_ids.len() {
@@ -1235,7 +1238,7 @@ proptest! {
                     }
                 }
             }).collect();
-            energy_never_falls(&mut rapl, &writes)?;
+            energy_never_falls(rapl, &writes)?;
         }
     }
 }
@@ -1293,7 +1296,7 @@ proptest! {
         };
         put(&scans[0]);
         let config = PmCountersConfig { dir: dir.path().to_path_buf(), max_watts: None };
-        if let Ok(mut pm) = PmCounters::open(&config) {
+        if let Ok(Opened { source: mut pm, .. }) = PmCounters::open(&config) {
             let writes: Vec<_> = scans.iter().map(|s| move || put(s)).collect();
             let t0 = Instant::now();
             let mut last = 0;

@@ -335,7 +335,7 @@ mod tests {
     fn the_host_names_each_nodes_own_bmc() {
         use crate::plugin::Plugin;
         let c = parse(&[(KEY_HOST, "%n-ipmi:6230")]).expect("valid");
-        let mine = super::super::bmc::Bmc::for_node(&c, "node17");
+        let mine = super::super::Ipmi::for_node(&c, "node17");
         assert_eq!(
             mine.target,
             Target::Lan {
@@ -345,7 +345,7 @@ mod tests {
         );
         // in band there is no host to name
         let local = parse(&[]).expect("defaults");
-        assert_eq!(super::super::bmc::Bmc::for_node(&local, "n1"), local);
+        assert_eq!(super::super::Ipmi::for_node(&local, "n1"), local);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub use files::parse_value;
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
-use crate::plugin::Plugin;
+use crate::plugin::{Opened, Plugin};
 use crate::power::{Bound, Screen};
 use crate::source::{HardwareCount, Reading, Sample, SensorReading, Source};
 use files::{Files, Pair, PairValues};
@@ -112,9 +112,9 @@ struct Part {
     failing: bool,
 }
 
-/// The rust_pm_counters source.
+/// An HPE Cray node controller's counters, read from its files.
 #[derive(Debug)]
-pub struct PmCounters {
+pub struct NodeController {
     files: Files,
     node: Joules,
     power: Screen,
@@ -126,7 +126,7 @@ pub struct PmCounters {
     anchor: Option<(u64, Instant)>,
 }
 
-impl PmCounters {
+impl NodeController {
     /// When the controller took `value`, read at `now`. A scan is read after it is taken,
     /// so a mapping that would put one after its read is moved to that read: the anchor
     /// settles on the freshest read seen, and a late first read does not date every later
@@ -160,9 +160,12 @@ impl PmCounters {
     }
 }
 
+/// The rust_pm_counters plugin: the node controller's counters.
+pub struct PmCounters;
+
 impl Plugin for PmCounters {
     type Config = PmCountersConfig;
-    type Source = Self;
+    type Source = NodeController;
     const KEYS: &'static [&'static str] = config::PmCountersConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<PmCountersConfig, ConfigError> {
@@ -173,6 +176,16 @@ impl Plugin for PmCounters {
         config.show()
     }
 
+    fn open(config: &PmCountersConfig) -> Result<Opened<NodeController>, String> {
+        NodeController::open(config).map(|source| Opened {
+            source,
+            sample_period: SAMPLE_PERIOD,
+        })
+    }
+}
+
+impl NodeController {
+    /// Finds the controller's files the configuration names, and what they count.
     fn open(config: &PmCountersConfig) -> Result<Self, String> {
         let files = Files {
             dir: config.dir.clone(),
@@ -216,9 +229,7 @@ impl Plugin for PmCounters {
     }
 }
 
-impl Source for PmCounters {
-    type Poll = Reading;
-
+impl Source for NodeController {
     fn describe(&self) -> String {
         let parts: Vec<&str> = self.parts.iter().map(|p| p.pair.prefix.as_str()).collect();
         format!(
@@ -314,10 +325,6 @@ impl Source for PmCounters {
         }
         reading
     }
-
-    fn sample_period(&self) -> Duration {
-        SAMPLE_PERIOD
-    }
 }
 
 /// The power to show after a reading of `watts` at `at`, as the screen says.
@@ -381,8 +388,8 @@ mod tests {
             self.write("freshness", &self.freshness.to_string());
         }
 
-        fn open(&self) -> PmCounters {
-            PmCounters::open(&PmCountersConfig {
+        fn open(&self) -> NodeController {
+            NodeController::open(&PmCountersConfig {
                 dir: self.path().into(),
                 ..PmCountersConfig::default()
             })
@@ -396,7 +403,7 @@ mod tests {
         }
 
         /// Polls `pm` 5 ms after the last scan.
-        fn read(&self, pm: &mut PmCounters) -> Reading {
+        fn read(&self, pm: &mut NodeController) -> Reading {
             pm.poll(self.scanned() + Duration::from_millis(5))
         }
     }
@@ -520,7 +527,7 @@ mod tests {
 
     #[test]
     fn a_missing_directory_says_why() {
-        let e = PmCounters::open(&PmCountersConfig {
+        let e = NodeController::open(&PmCountersConfig {
             dir: "/nonexistent/pm_counters".into(),
             ..PmCountersConfig::default()
         })

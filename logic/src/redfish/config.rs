@@ -161,13 +161,13 @@ mod tests {
         use crate::plugin::Plugin;
         let c = parse(&[(KEY_URL, "https://%n-bmc.example.org:8443")]).expect("valid");
         assert_eq!(c.show()[0].1, "https://%n-bmc.example.org:8443");
-        let mine = super::super::Bmc::for_node(&c, "node17");
+        let mine = super::super::Redfish::for_node(&c, "node17");
         assert_eq!(
             mine.url.as_deref(),
             Some("https://node17-bmc.example.org:8443")
         );
         let h = parse(&[(KEY_URL, "http://bmc-%h")]).expect("valid");
-        let mine = super::super::Bmc::for_node(&h, "n2");
+        let mine = super::super::Redfish::for_node(&h, "n2");
         // %h: the host's name, whatever the node's
         let host = format!("http://bmc-{}", crate::source::host_name());
         assert_eq!(mine.url.as_deref(), Some(host.as_str()));

@@ -14,11 +14,7 @@ mod config;
 mod resources;
 
 #[cfg(feature = "redfish")]
-pub(crate) use bmc::Bmc;
+pub use bmc::{Redfish, RedfishBmc};
 pub use config::RedfishConfig;
 #[cfg(feature = "redfish")]
 pub use resources::Method;
-
-/// The rust_redfish source: the BMC polled by a thread in slurmd; steps read its ledger.
-#[cfg(feature = "redfish")]
-pub type Redfish = Bmc;

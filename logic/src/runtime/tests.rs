@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::config::ConfigError;
+use crate::plugin::Opened;
 use crate::source::{Reading, Source};
 
 /// Hardware a test controls: energy so far, and whether reading it panics.
@@ -42,8 +43,6 @@ fn set_joules(hw: &FakeHardware, joules: u64) {
 struct FakeSource(Arc<FakeHardware>);
 
 impl Source for FakeSource {
-    type Poll = Reading;
-
     fn describe(&self) -> String {
         "fake".into()
     }
@@ -58,13 +57,6 @@ impl Source for FakeSource {
             complete: true,
             watts: Some(f64::from(self.0.watts.load(Ordering::SeqCst))),
             ..Reading::default()
-        }
-    }
-
-    fn sample_period(&self) -> Duration {
-        match self.0.period_ms.load(Ordering::SeqCst) {
-            0 => Duration::from_secs(3600),
-            ms => Duration::from_millis(ms),
         }
     }
 }
@@ -94,7 +86,7 @@ impl Plugin for Fake {
         vec![(KEY_ID, config.id.to_string())]
     }
 
-    fn open(config: &FakeConfig) -> Result<FakeSource, String> {
+    fn open(config: &FakeConfig) -> Result<Opened<FakeSource>, String> {
         let hw = HARDWARE
             .lock()
             .expect("lock")
@@ -102,7 +94,14 @@ impl Plugin for Fake {
             .cloned()
             .ok_or_else(|| format!("no fake hardware {}", config.id))?;
         hw.opened.fetch_add(1, Ordering::SeqCst);
-        Ok(FakeSource(hw))
+        let sample_period = match hw.period_ms.load(Ordering::SeqCst) {
+            0 => Duration::from_secs(3600),
+            ms => Duration::from_millis(ms),
+        };
+        Ok(Opened {
+            source: FakeSource(hw),
+            sample_period,
+        })
     }
 }
 
@@ -123,7 +122,7 @@ impl Plugin for DeviceFake {
         Fake::show_config(config)
     }
 
-    fn open(config: &FakeConfig) -> Result<FakeSource, String> {
+    fn open(config: &FakeConfig) -> Result<Opened<FakeSource>, String> {
         Fake::open(config)
     }
 }

@@ -42,7 +42,7 @@ pub fn probe(plugin_type: &str, site: &NodeConf) -> Result<String, String> {
     use slurm_energy_logic::Source;
     fn open<P: Plugin>(site: &NodeConf) -> Result<String, String> {
         let config = configured::<P>(site)?;
-        P::open(&config).map(|source| source.describe())
+        P::open(&config).map(|opened| opened.source.describe())
     }
     let name = plugin_type.rsplit('/').next().unwrap_or(plugin_type);
     match name {

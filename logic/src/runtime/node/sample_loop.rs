@@ -84,17 +84,15 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
+    use crate::plugin::Opened;
     use crate::source::{Reading, Source};
 
-    /// Counts its polls; sampled every `period`.
+    /// Counts its polls.
     struct Counted {
         polls: Arc<AtomicU32>,
-        period: Duration,
     }
 
     impl Source for Counted {
-        type Poll = Reading;
-
         fn describe(&self) -> String {
             "counted".into()
         }
@@ -106,17 +104,15 @@ mod tests {
                 ..Reading::default()
             }
         }
-
-        fn sample_period(&self) -> Duration {
-            self.period
-        }
     }
 
     fn counted(period: Duration) -> (SampleLoop, Arc<AtomicU32>) {
         let polls = Arc::new(AtomicU32::new(0));
-        let meter = Meter::new(Counted {
-            polls: Arc::clone(&polls),
-            period,
+        let meter = Meter::new(Opened {
+            source: Counted {
+                polls: Arc::clone(&polls),
+            },
+            sample_period: period,
         });
         (SampleLoop::new(meter, None), polls)
     }

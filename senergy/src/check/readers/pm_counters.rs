@@ -13,7 +13,7 @@ use super::site::{NodeConf, configured};
 
 /// The counter in the directory the plugin would read.
 pub(super) fn slot(site: &NodeConf) -> Slot {
-    let dir = configured::<PmCountersSource>(site)
+    let dir = configured::<PmCountersPlugin>(site)
         .map(|c| c.dir)
         .unwrap_or_else(|_| PmCountersConfig::default().dir);
     Slot {
@@ -23,8 +23,8 @@ pub(super) fn slot(site: &NodeConf) -> Slot {
     }
 }
 
-/// The plugin's own source type, for its configuration keys.
-type PmCountersSource = slurm_energy_logic::PmCounters;
+/// The plugin, for its configuration keys.
+type PmCountersPlugin = slurm_energy_logic::PmCounters;
 
 struct PmCountersReader {
     file: PathBuf,

@@ -1,8 +1,7 @@
 //! A Redfish BMC by its own request, configured as rust_redfish is: its energy counter where
 //! the BMC keeps one, else its power now.
 
-use slurm_energy_logic::Redfish as RedfishBmc;
-use slurm_energy_logic::Source;
+use slurm_energy_logic::{RedfishBmc, Sensor};
 use std::time::Instant;
 
 use super::reader::{Quantity, Reader, Scope, Slot, Unavailable, boxed};
@@ -25,14 +24,16 @@ struct RedfishReader {
 
 impl RedfishReader {
     fn open(site: &NodeConf) -> Result<RedfishReader, Unavailable> {
-        let config = configured::<RedfishBmc>(site).map_err(Unavailable::Failed)?;
+        let config =
+            configured::<slurm_energy_logic::Redfish>(site).map_err(Unavailable::Failed)?;
         let url = config.url.clone().ok_or_else(|| {
             Unavailable::Absent("acct_gather.conf names no EnergyRedfishUrl".into())
         })?;
         // the password from EnergyRedfishPasswordFile where set, which root alone may read
         let config = config.with_password().map_err(Unavailable::Failed)?;
-        let bmc =
-            RedfishBmc::connect(&config).map_err(|e| Unavailable::Failed(format!("{url}: {e}")))?;
+        let bmc = RedfishBmc::connect(&config)
+            .map_err(|e| Unavailable::Failed(format!("{url}: {e}")))?
+            .sensor;
         let mut reader = RedfishReader {
             bmc,
             url,
