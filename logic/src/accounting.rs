@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::source::{Reading, SensorReading};
+use crate::source::{PartReading, Reading};
 
 /// CurrentWatts is averaged over at least this long, so two reads microseconds apart do
 /// not produce a meaningless figure.
@@ -18,7 +18,7 @@ const WATTS_WINDOW: f64 = 1.0;
 /// over what was counted.
 const UNSETTLED_WINDOW: f64 = 10.0;
 /// Parts of a node reported beside it (pm_counters: cpu, memory, up to 8 accelerators).
-pub(crate) const MAX_SENSORS: usize = 10;
+pub(crate) const MAX_PARTS: usize = 10;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Point {
@@ -146,21 +146,21 @@ pub(crate) struct Accounting {
     started: Option<SystemTime>,
     /// The parts of the node its source measures beside it, fixed by the first reading
     /// (Slurm sizes its array by the count, then has it filled).
-    sensors: [Option<SensorTrack>; MAX_SENSORS],
-    sensors_fixed: bool,
+    parts: [Option<PartTrack>; MAX_PARTS],
+    parts_fixed: bool,
 }
 
 /// One part of the node: energy since its first reading, as the node's.
 #[derive(Debug, Clone, Copy)]
-struct SensorTrack {
+struct PartTrack {
     label: &'static str,
     first: Option<Point>,
     last: Option<Point>,
     watts: Option<f64>,
 }
 
-impl SensorTrack {
-    fn record(&mut self, reading: &SensorReading, at: Instant, wall: SystemTime) {
+impl PartTrack {
+    fn record(&mut self, reading: &PartReading, at: Instant, wall: SystemTime) {
         let Some(energy_uj) = reading.energy_uj else {
             return;
         };
@@ -208,7 +208,7 @@ impl Accounting {
             Some(last) if at < last.at => (last.at, last.wall),
             _ => (at, wall),
         };
-        self.record_sensors(&reading.sensors, at, wall);
+        self.record_parts(&reading.parts, at, wall);
         if !reading.complete {
             return;
         }
@@ -233,11 +233,11 @@ impl Accounting {
 
     /// The parts are recorded whether or not the node's reading is complete: each has its
     /// own files. Their list is fixed by the first reading; a part is found by its label.
-    fn record_sensors(&mut self, sensors: &[SensorReading], at: Instant, wall: SystemTime) {
-        if !self.sensors_fixed {
-            self.sensors_fixed = true;
-            for (slot, s) in self.sensors.iter_mut().zip(sensors) {
-                *slot = Some(SensorTrack {
+    fn record_parts(&mut self, parts: &[PartReading], at: Instant, wall: SystemTime) {
+        if !self.parts_fixed {
+            self.parts_fixed = true;
+            for (slot, s) in self.parts.iter_mut().zip(parts) {
+                *slot = Some(PartTrack {
                     label: s.label,
                     first: None,
                     last: None,
@@ -245,13 +245,8 @@ impl Accounting {
                 });
             }
         }
-        for s in sensors {
-            if let Some(track) = self
-                .sensors
-                .iter_mut()
-                .flatten()
-                .find(|t| t.label == s.label)
-            {
+        for s in parts {
+            if let Some(track) = self.parts.iter_mut().flatten().find(|t| t.label == s.label) {
                 track.record(s, at, wall);
             }
         }
@@ -259,17 +254,17 @@ impl Accounting {
 
     /// How many parts are reported beside the node.
     #[cfg(test)]
-    pub(crate) fn sensor_count(&self) -> usize {
-        self.sensors.iter().flatten().count()
+    pub(crate) fn part_count(&self) -> usize {
+        self.parts.iter().flatten().count()
     }
 
     /// Each part's label and record, in the order they are reported.
-    pub(crate) fn sensor_records(
+    pub(crate) fn part_records(
         &self,
         now: Instant,
         stale_after: Duration,
     ) -> Vec<(&'static str, EnergyRecord)> {
-        self.sensors
+        self.parts
             .iter()
             .flatten()
             .map(|t| (t.label, t.record_at(now, stale_after, self.start_time())))
@@ -537,33 +532,33 @@ mod tests {
     fn parts_are_fixed_by_the_first_reading_and_do_not_change_the_node() {
         let t0 = Instant::now();
         let wall = SystemTime::now();
-        let part = |label, energy_uj: Option<u64>| SensorReading {
+        let part = |label, energy_uj: Option<u64>| PartReading {
             label,
             energy_uj,
             watts: Some(50.0),
         };
         let mut acc = Accounting::new(wall);
         let mut r = reading(0);
-        r.sensors = vec![part("Cpu", Some(1_000_000)), part("Accel0", None)];
+        r.parts = vec![part("Cpu", Some(1_000_000)), part("Accel0", None)];
         acc.record(&r, t0, wall);
-        assert_eq!(acc.sensor_count(), 2);
+        assert_eq!(acc.part_count(), 2);
         let mut r = reading(300_000_000);
         // a part that appears later is not added; a part read later starts then
-        r.sensors = vec![
+        r.parts = vec![
             part("Cpu", Some(101_000_000)),
             part("Accel0", Some(5_000_000)),
             part("Memory", Some(1)),
         ];
         acc.record(&r, after(t0, 2.0), wall);
         let mut r = reading(600_000_000);
-        r.sensors = vec![
+        r.parts = vec![
             part("Cpu", Some(201_000_000)),
             part("Accel0", Some(45_000_000)),
         ];
         r.complete = false;
         acc.record(&r, after(t0, 4.0), wall);
-        assert_eq!(acc.sensor_count(), 2);
-        let parts = acc.sensor_records(after(t0, 4.0), STALE);
+        assert_eq!(acc.part_count(), 2);
+        let parts = acc.part_records(after(t0, 4.0), STALE);
         assert_eq!(parts[0].0, "Cpu");
         assert_eq!(parts[0].1.consumed_j, Some(200));
         assert_eq!(parts[0].1.ave_watts, 50);
@@ -571,7 +566,7 @@ mod tests {
         // the node keeps its own figure (the last complete reading)
         assert_eq!(acc.node_record(after(t0, 4.0), STALE).consumed_j, Some(300));
         assert_eq!(
-            acc.sensor_records(after(t0, 15.0), STALE)[0].1.consumed_j,
+            acc.part_records(after(t0, 15.0), STALE)[0].1.consumed_j,
             None
         );
     }

@@ -317,10 +317,6 @@ pub struct Settings {
     /// Reconnecting backs off, doubling from one period, up to this ([`sensor_backoff`]
     /// for a power sensor).
     pub max_backoff: Duration,
-    /// Bring the energy from the last sample up to the moment it is read, at the last
-    /// power (Slurm's `EnergyIPMICalcAdjustment`), so that a step's final figure is not a
-    /// period old.
-    pub extrapolate: bool,
     /// The acct_gather.conf key of the source's [`Bound`], the bound it sets if it is set,
     /// and the bound where neither the key nor the device says one.
     pub max_watts_key: &'static str,
@@ -470,9 +466,12 @@ pub struct Polled<S: Sensor> {
 impl<S: Sensor> Polled<S> {
     /// Starts the poller and returns at once: `connect` runs in the poller. The meter
     /// reads the cache each second, or each period where that is shorter: reading it costs
-    /// nothing and keeps CurrentWatts fresh.
+    /// nothing and keeps CurrentWatts fresh. `extrapolate`: bring the energy from the last
+    /// sample up to the moment it is read, at the last power (Slurm's
+    /// `EnergyIPMICalcAdjustment`), so that a step's final figure is not a period old.
     pub fn start(
         settings: &Settings,
+        extrapolate: bool,
         connect: impl FnMut() -> Result<Connected<S>, String> + Send + 'static,
     ) -> Result<Opened<Self>, String> {
         let poller = settings.start_poller(
@@ -487,7 +486,7 @@ impl<S: Sensor> Polled<S> {
             source: Self {
                 poller,
                 period: settings.period,
-                extrapolate: settings.extrapolate,
+                extrapolate,
                 _sensor: std::marker::PhantomData,
             },
             sample_period: Duration::from_secs(1).min(settings.period),

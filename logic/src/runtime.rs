@@ -316,10 +316,10 @@ impl<P: Plugin> State<P> {
     }
 
     /// The records of the node's parts.
-    fn sensor_records(&mut self, host: &dyn Host) -> Vec<(&'static str, EnergyRecord)> {
+    fn part_records(&mut self, host: &dyn Host) -> Vec<(&'static str, EnergyRecord)> {
         match self.pipeline(host) {
-            Pipeline::Node(node) => node.sensor_records(),
-            Pipeline::Step(step) => step.sensor_records(),
+            Pipeline::Node(node) => node.part_records(),
+            Pipeline::Step(step) => step.part_records(),
             Pipeline::NotOpened | Pipeline::Unavailable => Vec::new(),
         }
     }
@@ -344,7 +344,7 @@ impl<P: Plugin> State<P> {
             // parts follow the node's.
             Query::JoulesTask | Query::Struct => {
                 let node = self.node_record(host, Read::Now);
-                let parts = self.sensor_records(host).into_iter().map(|(_, r)| r);
+                let parts = self.part_records(host).into_iter().map(|(_, r)| r);
                 Answer::Records(std::iter::once(node).chain(parts).collect())
             }
             // in slurmstepd (--profile=energy) the step's current figure
@@ -353,7 +353,7 @@ impl<P: Plugin> State<P> {
             Query::LastPoll => Answer::PollTime(self.node_record(host, Read::Cached).poll_time),
             // the node's record, then its parts'
             Query::SensorCount => {
-                let count = 1 + self.sensor_records(host).len();
+                let count = 1 + self.part_records(host).len();
                 Answer::SensorCount(u16::try_from(count).unwrap_or(1))
             }
         }
@@ -517,7 +517,7 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
             }
             Update::Profile => {
                 let record = state.node_record(host, Read::Now);
-                let parts = state.sensor_records(host);
+                let parts = state.part_records(host);
                 record.current_watts.map(|watts| ProfileSample {
                     watts,
                     parts,

@@ -140,7 +140,7 @@ pub struct Reading {
     /// Parts of the node measured beside it (pm_counters' cpu, memory, accelN), always
     /// the same list from the same source: extra records after the node's, never added to
     /// it.
-    pub sensors: Vec<SensorReading>,
+    pub parts: Vec<PartReading>,
     /// The devices Slurm allocates to jobs that the source measures (rust_gpu's GPUs), for
     /// slurmd's ledger to charge each job the devices it holds.
     pub devices: Vec<DeviceReading>,
@@ -238,7 +238,7 @@ pub struct InstanceReading {
 
 /// One part of the node in a [`Reading`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct SensorReading {
+pub struct PartReading {
     /// Names the part in the log and the profile (`<label>Power`), e.g. `Cpu`, `Accel0`.
     pub label: &'static str,
     /// Energy since the source was opened; `None` when this part could not be read now.

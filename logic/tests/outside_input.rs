@@ -1142,7 +1142,7 @@ fn energy_never_falls(
             r.energy_uj
         );
         prop_assert!(r.watts.is_none_or(clean), "{:?}", r.watts);
-        for s in &r.sensors {
+        for s in &r.parts {
             prop_assert!(s.watts.is_none_or(clean), "{s:?}");
         }
         last = r.energy_uj;
@@ -1305,7 +1305,7 @@ proptest! {
                 let r = pm.poll(t0 + Duration::from_secs(k.into()));
                 prop_assert!(r.energy_uj >= last);
                 prop_assert!(r.watts.is_none_or(clean));
-                prop_assert!(r.sensors.iter().all(|s| s.watts.is_none_or(clean)));
+                prop_assert!(r.parts.iter().all(|s| s.watts.is_none_or(clean)));
                 last = r.energy_uj;
             }
         }

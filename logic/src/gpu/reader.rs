@@ -62,7 +62,6 @@ impl Plugin for Gpus {
         let settings = Settings {
             period: POLL_PERIOD,
             max_backoff: MAX_BACKOFF,
-            extrapolate: false,
             max_watts_key: KEY_MAX_WATTS,
             max_watts: config.max_watts,
             default_max_watts: config::DEFAULT_MAX_WATTS,
@@ -92,8 +91,7 @@ pub struct GpuReader {
 impl GpuReader {
     /// Starts the poller and returns at once: libraries are opened in the poller, which
     /// starts as a sensor's does ([`Settings::start_poller`]); the settings' bound is the
-    /// most one GPU may draw. A GPU's figure is never extrapolated
-    /// (`settings.extrapolate` is for a sensor's [`crate::power::Polled`]).
+    /// most one GPU may draw. A GPU's figure is never extrapolated (see [`POLL_PERIOD`]).
     pub fn start(openers: Vec<Opener>, settings: &Settings) -> Result<Self, String> {
         let polling = GpuPolling {
             openers,

@@ -304,12 +304,13 @@ impl Plugin for Ipmi {
         let settings = Settings {
             period: config.frequency,
             max_backoff: sensor_backoff(config.frequency),
-            extrapolate: config.calc_adjustment,
             max_watts_key: KEY_MAX_WATTS,
             max_watts: config.max_watts,
             default_max_watts: DEFAULT_MAX_WATTS,
         };
-        Polled::start(&settings, move || IpmiBmc::connect(&config))
+        Polled::start(&settings, config.calc_adjustment, move || {
+            IpmiBmc::connect(&config)
+        })
     }
 }
 

@@ -195,7 +195,7 @@ impl Keeper {
         // in every mode: node mode charges each job the node's energy since it began
         let (jobs, devices) = self.observe(devices);
         let parts = accounting
-            .sensor_records(now, Duration::MAX)
+            .part_records(now, Duration::MAX)
             .into_iter()
             .filter_map(|(label, record)| {
                 Some(Part {

@@ -8,10 +8,10 @@ use std::time::{Duration, SystemTime};
 use super::ask::{self, Answer, Request, Unanswered, Want};
 use super::doorbell::{self, ANSWER_WAIT, Ring};
 use super::{LEDGER_PERIOD, Ledger, LedgerError, MAX_GAP, RUN_SLACK, unix};
-use crate::accounting::MAX_SENSORS;
+use crate::accounting::MAX_PARTS;
 use crate::attribution::procs::Procs;
 use crate::attribution::{StepId, StepKey, own_step, present_steps};
-use crate::source::{Reading, SensorReading, stale_after};
+use crate::source::{PartReading, Reading, stale_after};
 
 /// How long a read at one of Slurm's periodic polls waits for slurmd's answer, which it
 /// gives from memory at once: longer only while its doorbell's thread is busy (or slurmd
@@ -62,7 +62,7 @@ pub(crate) struct StepFigure {
     /// The trouble with the ledger now, logged when it began.
     trouble: Option<String>,
     /// In node mode, the node's parts as the ledger last gave them, for the profile.
-    parts: Vec<SensorReading>,
+    parts: Vec<PartReading>,
     /// Whether slurmd answered its last read (else it read the file).
     answered: bool,
 }
@@ -76,7 +76,7 @@ fn static_label(label: &str) -> Option<&'static str> {
     if let Some(known) = labels.iter().find(|l| **l == label) {
         return Some(known);
     }
-    if labels.len() >= 4 * MAX_SENSORS {
+    if labels.len() >= 4 * MAX_PARTS {
         return None;
     }
     let kept: &'static str = Box::leak(label.to_owned().into_boxed_str());
@@ -331,7 +331,7 @@ impl StepFigure {
             .parts
             .iter()
             .filter_map(|p| {
-                Some(SensorReading {
+                Some(PartReading {
                     label: static_label(&p.label)?,
                     energy_uj: Some((p.joules * 1e6) as u64),
                     watts: p.watts,
@@ -532,7 +532,7 @@ impl StepFigure {
             problems: Vec::new(),
             watts,
             unsettled: false,
-            sensors: self.parts.clone(),
+            parts: self.parts.clone(),
             ..Reading::default()
         }
     }

@@ -25,7 +25,7 @@ use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
 use crate::plugin::{Opened, Plugin};
 use crate::power::{Bound, Screen};
-use crate::source::{HardwareCount, Reading, Sample, SensorReading, Source};
+use crate::source::{HardwareCount, PartReading, Reading, Sample, Source};
 use files::{Files, Pair, PairValues};
 
 /// The controller scans about ten times a second; a sample a second keeps CurrentWatts
@@ -317,7 +317,7 @@ impl Source for NodeController {
                 }
                 (Ok(_), None) => None,
             };
-            reading.sensors.push(SensorReading {
+            reading.parts.push(PartReading {
                 label: part.label,
                 energy_uj: watts.map(|_| part.joules.total_uj()),
                 watts,
@@ -417,13 +417,13 @@ mod tests {
         assert!(first.complete);
         assert_eq!(first.energy_uj, 0);
         assert_eq!(first.watts, Some(300.0));
-        let labels: Vec<&str> = first.sensors.iter().map(|s| s.label).collect();
+        let labels: Vec<&str> = first.parts.iter().map(|s| s.label).collect();
         assert_eq!(labels, ["Cpu", "Memory", "Accel0"]);
         c.scan(5030, 300, &[("cpu", 120), ("memory", 52), ("accel0", 9)]);
         let r = c.read(&mut pm);
         assert_eq!(r.energy_uj, 30_000_000);
-        assert_eq!(r.sensors[0].energy_uj, Some(20_000_000));
-        assert_eq!(r.sensors[2].watts, Some(10.0));
+        assert_eq!(r.parts[0].energy_uj, Some(20_000_000));
+        assert_eq!(r.parts[2].watts, Some(10.0));
         assert!(r.problems.is_empty(), "{:?}", r.problems);
     }
 
@@ -514,7 +514,7 @@ mod tests {
         let r = c.read(&mut pm);
         assert!(r.complete);
         assert_eq!(r.energy_uj, 100_000_000);
-        assert_eq!(r.sensors[0].energy_uj, None);
+        assert_eq!(r.parts[0].energy_uj, None);
         c.write("energy", "\u{1}\u{2} J");
         let r = c.read(&mut pm);
         assert!(!r.complete);
@@ -522,7 +522,7 @@ mod tests {
         c.scan(1200, 200, &[("cpu", 30)]);
         let r = c.read(&mut pm);
         assert_eq!(r.energy_uj, 200_000_000);
-        assert_eq!(r.sensors[0].energy_uj, Some(20_000_000));
+        assert_eq!(r.parts[0].energy_uj, Some(20_000_000));
     }
 
     #[test]

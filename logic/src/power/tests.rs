@@ -389,12 +389,11 @@ fn the_limit_a_sensor_states_on_connecting_bounds_its_readings() {
         let settings = Settings {
             period: Duration::from_millis(10),
             max_backoff: sensor_backoff(Duration::from_millis(10)),
-            extrapolate: false,
             max_watts_key: "EnergyTestMaxWatts",
             max_watts: None,
             default_max_watts: 1200,
         };
-        let mut opened = Polled::start(&settings, move || {
+        let mut opened = Polled::start(&settings, false, move || {
             Ok(Connected {
                 sensor: Stating,
                 stated_max_watts: stated.map(|w| (w, "its stated limit".to_string())),

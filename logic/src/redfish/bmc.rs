@@ -130,12 +130,11 @@ impl Plugin for Redfish {
         let settings = Settings {
             period: config.frequency,
             max_backoff: sensor_backoff(config.frequency),
-            extrapolate: true,
             max_watts_key: KEY_MAX_WATTS,
             max_watts: config.max_watts,
             default_max_watts: config::DEFAULT_MAX_WATTS,
         };
-        Polled::start(&settings, move || RedfishBmc::connect(&config))
+        Polled::start(&settings, true, move || RedfishBmc::connect(&config))
     }
 }
 

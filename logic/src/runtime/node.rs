@@ -98,11 +98,11 @@ impl NodePipeline {
 
     /// The records of the node's parts. Their number is fixed by the meter's first
     /// reading, taken when it opens, so SENSOR_CNT and the array it sizes agree.
-    pub(super) fn sensor_records(&mut self) -> Vec<(&'static str, EnergyRecord)> {
+    pub(super) fn part_records(&mut self) -> Vec<(&'static str, EnergyRecord)> {
         let meter = self.meter();
         meter
             .snapshot()
-            .sensor_records(Instant::now(), meter.stale_after())
+            .part_records(Instant::now(), meter.stale_after())
     }
 
     /// The node's energy since the meter's first reading, read now.

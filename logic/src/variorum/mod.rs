@@ -166,14 +166,13 @@ impl Plugin for Variorum {
         let settings = Settings {
             period: config.period,
             max_backoff: sensor_backoff(config.period),
-            extrapolate: true,
             max_watts_key: KEY_MAX_WATTS,
             max_watts: config.max_watts,
             default_max_watts: config::DEFAULT_MAX_WATTS,
         };
         let config = config.clone();
         // Variorum states no limit: the key's bound, or the default, applies
-        Polled::start(&settings, move || {
+        Polled::start(&settings, true, move || {
             VariorumSensor::connect(&config).map(|sensor| Connected {
                 sensor,
                 stated_max_watts: None,

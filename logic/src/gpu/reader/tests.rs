@@ -95,7 +95,6 @@ fn settings() -> Settings {
     Settings {
         period: Duration::from_millis(50),
         max_backoff: MAX_BACKOFF,
-        extrapolate: false,
         max_watts_key: KEY_MAX_WATTS,
         max_watts: None,
         default_max_watts: 5_000,
