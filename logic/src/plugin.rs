@@ -12,8 +12,8 @@ use crate::source::Source;
 pub trait Plugin: 'static {
     /// Its acct_gather.conf keys, parsed.
     type Config: Default + Clone + PartialEq + Send + std::fmt::Debug + 'static;
-    /// What it opens: a source of readings (counters directly, a sensor that may block
-    /// through `crate::power::Polled`).
+    /// What it opens: a source of readings (counters directly; a source that may block, a
+    /// sensor or the GPUs, through `crate::power::Polled`).
     type Source: Source;
 
     /// The acct_gather.conf keys this plugin reads (all parsed as strings by Slurm); it

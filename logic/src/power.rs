@@ -1,10 +1,11 @@
-//! Sensors (a BMC, Variorum), which yield `Power`: a poller thread polls them and
-//! integrates the power into energy ([`Polled`]); Slurm's calls only ever see the cached
-//! result.
+//! Sources that may block (a BMC, Variorum, the GPU libraries): a poller thread polls them,
+//! and [`Polled`], the one adapter, makes a [`Source`] of what it publishes; Slurm's calls
+//! only ever see that. Sensors yield `Power`, which their poller integrates into energy
+//! ([`SensorPolling`]).
 //!
 //! Polling such a source can block (a hung BMC, a stalled library), so it happens only in
 //! the poller thread (a `crate::scheduler::Poller`), which reconnects with backoff after
-//! failures. Energy is the trapezoid
+//! failures. A sensor's energy is the trapezoid
 //! of successive samples with sub-second timestamps; across a gap (a frozen BMC) the
 //! trapezoid between the last sample before and the first after is the estimate, as in
 //! Slurm's ipmi plugin. A cache whose last sample is older than [`missed_after`] the period
@@ -308,8 +309,8 @@ fn nearer(watts: f64, a: f64, b: f64) -> bool {
 }
 
 /// How a source that may block is polled, from its plugin's configuration: known before it
-/// connects, since connecting happens in its poller. A sensor's [`Polled`] and the GPUs'
-/// reader start their pollers from it alike ([`Settings::start_poller`]).
+/// connects, since connecting happens in its poller. Sensors and the GPUs alike start their
+/// pollers from it ([`Polled::start`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// How often the poller polls the source.
@@ -325,20 +326,6 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Starts `polling` in a thread named `name`, at this period and backoff, and returns
-    /// at once: the one way a source that may block reaches the scheduler.
-    pub(crate) fn start_poller<P: Polling>(
-        &self,
-        name: &'static str,
-        polling: P,
-    ) -> Result<Poller<P::Published>, String> {
-        let timing = Timing {
-            period: self.period,
-            max_backoff: self.max_backoff,
-        };
-        Poller::start(name, polling, timing)
-    }
-
     /// The bound its readings are screened by until a device states one.
     pub(crate) fn bound(&self) -> Bound {
         Bound::of(self.max_watts_key, self.max_watts, self.default_max_watts)
@@ -454,63 +441,124 @@ impl Integral {
     }
 }
 
-/// A [`Sensor`] polled by its own thread, as a source of [`Reading`]s: the provided adapter
-/// every sensor goes through.
-pub struct Polled<S: Sensor> {
-    poller: Poller<Integral>,
-    period: Duration,
-    extrapolate: bool,
-    _sensor: std::marker::PhantomData<fn() -> S>,
+/// A source that may block, as its poller runs it (its [`Polling`]) and as Slurm's calls
+/// read what the poller publishes (its [`Blocking::Readout`]): [`Polled`] joins the two,
+/// the one adapter from a blocking source to a [`Source`]. A power sensor's is
+/// [`SensorPolling`]; the GPUs' is `crate::gpu`'s.
+pub(crate) trait Blocking: Polling {
+    /// What Slurm's reads keep between reads (the period, how energy is brought forward).
+    type Readout: Send + 'static;
+    /// The poller thread's name.
+    const THREAD: &'static str;
+    /// A read waits at most this long for a fresh round ([`Poller::fresh`]); zero: it
+    /// takes the latest, without waking the poller.
+    const FRESH_WAIT: Duration;
+
+    /// One line for the log: what was found and how it is read.
+    fn describe(readout: &Self::Readout) -> String;
+
+    /// The reading at `now` of what the poller last published (under the poller's lock: no
+    /// hardware call here).
+    fn reading(
+        readout: &mut Self::Readout,
+        published: &mut Self::Published,
+        now: Instant,
+    ) -> Reading;
 }
 
-impl<S: Sensor> Polled<S> {
-    /// Starts the poller and returns at once: `connect` runs in the poller. The meter
-    /// reads the cache each second, or each period where that is shorter: reading it costs
-    /// nothing and keeps CurrentWatts fresh. `extrapolate`: bring the energy from the last
-    /// sample up to the moment it is read, at the last power (Slurm's
-    /// `EnergyIPMICalcAdjustment`), so that a step's final figure is not a period old.
-    pub fn start(
+/// A [`Blocking`] source polled by its own thread, as a source of [`Reading`]s: the one
+/// adapter every sensor and the GPUs go through.
+// `pub` as each blocking plugin's `Plugin::Source`, yet named outside the crate only through
+// it: how it polls (`Blocking`, `Polling`) stays the crate's.
+#[allow(private_bounds)]
+pub struct Polled<P: Blocking> {
+    /// The poller (the crate's tests ask it why nothing is published).
+    pub(crate) poller: Poller<P::Published>,
+    readout: P::Readout,
+}
+
+#[allow(private_bounds)] // as on `Polled`
+impl<P: Blocking> Polled<P> {
+    /// Starts `polling` in its thread, at the settings' period and backoff, and returns at
+    /// once: the one way a source that may block reaches the scheduler.
+    pub(crate) fn start(
         settings: &Settings,
-        extrapolate: bool,
-        connect: impl FnMut() -> Result<Connected<S>, String> + Send + 'static,
-    ) -> Result<Opened<Self>, String> {
-        let poller = settings.start_poller(
-            "power-poller",
-            Sensing::<S> {
-                connect: Box::new(connect),
-                settings: settings.clone(),
-                screen: Screen::new(settings.bound(), "power"),
-            },
-        )?;
-        Ok(Opened {
-            source: Self {
-                poller,
-                period: settings.period,
-                extrapolate,
-                _sensor: std::marker::PhantomData,
-            },
-            sample_period: Duration::from_secs(1).min(settings.period),
+        polling: P,
+        readout: P::Readout,
+    ) -> Result<Self, String> {
+        let timing = Timing {
+            period: settings.period,
+            max_backoff: settings.max_backoff,
+        };
+        Ok(Self {
+            poller: Poller::start(P::THREAD, polling, timing)?,
+            readout,
         })
+    }
+}
+
+impl<P: Blocking> Source for Polled<P> {
+    fn describe(&self) -> String {
+        P::describe(&self.readout)
+    }
+
+    fn poll(&mut self, now: Instant) -> Reading {
+        let mut published = self.poller.fresh(P::FRESH_WAIT);
+        P::reading(&mut self.readout, &mut published, now)
     }
 }
 
 /// What the poller does with a [`Sensor`]: connect it, poll a sample a round, and add what
 /// its [`Screen`] accepts to the [`Integral`].
-struct Sensing<S> {
+pub struct SensorPolling<S> {
     connect: Connect<S>,
     settings: Settings,
     screen: Screen,
 }
 
+impl<S: Sensor> SensorPolling<S> {
+    /// Starts polling the sensor `connect` connects (in the poller) and returns at once.
+    /// The meter reads the cache each second, or each period where that is shorter:
+    /// reading it costs nothing and keeps CurrentWatts fresh. `extrapolate`: bring the
+    /// energy from the last sample up to the moment it is read, at the last power (Slurm's
+    /// `EnergyIPMICalcAdjustment`), so that a step's final figure is not a period old.
+    pub fn polled(
+        settings: &Settings,
+        extrapolate: bool,
+        connect: impl FnMut() -> Result<Connected<S>, String> + Send + 'static,
+    ) -> Result<Opened<Polled<Self>>, String> {
+        let polling = Self {
+            connect: Box::new(connect),
+            settings: settings.clone(),
+            screen: Screen::new(settings.bound(), "power"),
+        };
+        let readout = SensorReadout {
+            period: settings.period,
+            extrapolate,
+        };
+        Ok(Opened {
+            source: Polled::start(settings, polling, readout)?,
+            sample_period: Duration::from_secs(1).min(settings.period),
+        })
+    }
+}
+
+/// How Slurm's reads make a reading of a sensor's [`Integral`].
+pub(crate) struct SensorReadout {
+    period: Duration,
+    /// Whether the energy is brought forward from the last sample at the last power.
+    extrapolate: bool,
+}
+
 /// What a round publishes: the samples the screen accepted, the bound, and the power of
 /// the reading it holds.
-struct Accepted {
+pub(crate) struct Accepted {
     samples: Vec<Sample>,
     max_watts: f64,
     held_watts: Option<f64>,
 }
 
-impl<S: Sensor> Polling for Sensing<S> {
+impl<S: Sensor> Polling for SensorPolling<S> {
     type Link = S;
     type Output = Accepted;
     type Published = Integral;
@@ -578,18 +626,21 @@ impl<S: Sensor> Polling for Sensing<S> {
     }
 }
 
-impl<S: Sensor> Source for Polled<S> {
-    fn describe(&self) -> String {
-        format!("power polled every {:.1} s", self.period.as_secs_f64())
+impl<S: Sensor> Blocking for SensorPolling<S> {
+    type Readout = SensorReadout;
+    const THREAD: &'static str = "power-poller";
+    const FRESH_WAIT: Duration = Duration::ZERO;
+
+    fn describe(readout: &SensorReadout) -> String {
+        format!("power polled every {:.1} s", readout.period.as_secs_f64())
     }
 
-    fn poll(&mut self, now: Instant) -> Reading {
-        let mut integral = self.poller.latest();
-        let missed = missed_after(self.period);
+    fn reading(readout: &mut SensorReadout, integral: &mut Integral, now: Instant) -> Reading {
+        let missed = missed_after(readout.period);
         let fresh = integral
             .last
             .is_some_and(|(at, _)| now.saturating_duration_since(at) <= missed);
-        let energy_uj = integral.energy_at(now, self.extrapolate, missed);
+        let energy_uj = integral.energy_at(now, readout.extrapolate, missed);
         Reading {
             energy_uj,
             complete: fresh,

@@ -173,7 +173,6 @@ impl<T> DerefMut for Latest<'_, T> {
 pub(crate) struct Poller<T> {
     shared: Arc<Shared<T>>,
     /// Held for its drop, which stops the thread; woken by [`Poller::fresh`].
-    #[cfg_attr(not(any(feature = "gpu", test)), allow(dead_code))]
     worker: Worker,
 }
 
@@ -211,8 +210,11 @@ impl<T: Default + Send + 'static> Poller<T> {
     /// The value after a round that started after this call, when the poller is well
     /// (publishing, not stuck in a call) and delivers within `within`; else the latest.
     /// Only a round that publishes counts: while rounds fail this waits all of `within`.
-    #[cfg(any(feature = "gpu", test))]
+    /// Within nothing: the latest, and the poller is not woken (it polls at its period).
     pub(crate) fn fresh(&self, within: Duration) -> Latest<'_, T> {
+        if within.is_zero() {
+            return self.latest();
+        }
         let called = Instant::now();
         let board = self.shared.lock();
         let wanted = match board.busy_since {

@@ -41,7 +41,8 @@ pub trait Source: Send + 'static {
 
 /// A sensor that may block (a BMC, a library in a helper process): it yields one power
 /// sample or why not, a `Power`, and is polled only by a thread of its own, which
-/// `crate::power::Polled` runs and integrates into a [`Source`] of readings. What it states
+/// integrates it (`crate::power::SensorPolling`) and which `crate::power::Polled` makes a
+/// [`Source`] of readings. What it states
 /// of itself (the most it may draw) comes with it from connecting
 /// (`crate::power::Connected`).
 pub trait Sensor: Send + 'static {

@@ -1,5 +1,6 @@
-//! The GPUs as a source: the poller that calls the vendor libraries, and the rust_gpu
-//! plugin over it.
+//! The GPUs as a source that may block: the poller that calls the vendor libraries, how
+//! Slurm's reads make a reading of its figures (through `crate::power::Polled`, as a
+//! sensor's), and the rust_gpu plugin over it.
 
 mod tracker;
 
@@ -11,9 +12,9 @@ use super::library::{self, GpuLibrary};
 
 use crate::config::{ConfigError, KeyValues};
 use crate::plugin::{Opened, Plugin};
-use crate::power::{Bound, Settings};
-use crate::scheduler::{Poller, Polling};
-use crate::source::{DeviceReading, Failure, Reading, Source, missed_after};
+use crate::power::{Blocking, Bound, Polled, Settings};
+use crate::scheduler::Polling;
+use crate::source::{DeviceReading, Failure, Reading, missed_after};
 use tracker::{Figure, Tracked};
 
 /// How often the poller reads every GPU, for a call per GPU that takes microseconds. A
@@ -27,12 +28,12 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Opens (loads and initialises) one vendor's library; runs in the poller.
 pub(super) type Opener = Box<dyn Fn() -> Result<Box<dyn GpuLibrary>, String> + Send>;
 
-/// The rust_gpu plugin: the node's GPUs, read by a poller thread (`GpuReader`).
+/// The rust_gpu plugin: the node's GPUs, read by a poller thread (`GpuPolling`).
 pub struct Gpus;
 
 impl Plugin for Gpus {
     type Config = GpuConfig;
-    type Source = GpuReader;
+    type Source = Polled<GpuPolling>;
     const KEYS: &'static [&'static str] = GpuConfig::KEYS;
     const ALLOCATED_DEVICES: bool = true;
 
@@ -48,7 +49,7 @@ impl Plugin for Gpus {
         config.idle_watts
     }
 
-    fn open(config: &GpuConfig) -> Result<Opened<GpuReader>, String> {
+    fn open(config: &GpuConfig) -> Result<Opened<Polled<GpuPolling>>, String> {
         let mut openers: Vec<Opener> = Vec::new();
         if let Some(path) = config.nvml.clone() {
             openers.push(Box::new(move || library::open_nvml(&path)));
@@ -67,7 +68,7 @@ impl Plugin for Gpus {
             default_max_watts: config::DEFAULT_MAX_WATTS,
         };
         // the poller polls the GPUs; the meter's own sampling only keeps CurrentWatts fresh
-        GpuReader::start(openers, &settings).map(|source| Opened {
+        GpuPolling::polled(openers, &settings).map(|source| Opened {
             source,
             sample_period: Duration::from_secs(1),
         })
@@ -79,32 +80,12 @@ impl Plugin for Gpus {
 /// a poll period old.
 const FRESH_WAIT: Duration = Duration::from_millis(10);
 
-/// Slurm's view of the GPUs: the poller's figures.
-pub struct GpuReader {
-    poller: Poller<Vec<Figure>>,
+/// How Slurm's reads make a reading of the GPUs' figures.
+pub(crate) struct GpuReadout {
     period: Duration,
     /// Per GPU (vendor, index): the figure last seen, so energy only ever grows.
     seen_uj: HashMap<(&'static str, u32), f64>,
     total_uj: f64,
-}
-
-impl GpuReader {
-    /// Starts the poller and returns at once: libraries are opened in the poller, which
-    /// starts as a sensor's does ([`Settings::start_poller`]); the settings' bound is the
-    /// most one GPU may draw. A GPU's figure is never extrapolated (see [`POLL_PERIOD`]).
-    pub fn start(openers: Vec<Opener>, settings: &Settings) -> Result<Self, String> {
-        let polling = GpuPolling {
-            openers,
-            bound: settings.bound(),
-            failing: HashMap::new(),
-        };
-        Ok(Self {
-            poller: settings.start_poller("gpu-poller", polling)?,
-            period: settings.period,
-            seen_uj: HashMap::new(),
-            total_uj: 0.0,
-        })
-    }
 }
 
 /// A library that opened, and its GPUs.
@@ -162,13 +143,32 @@ fn open(openers: &[Opener], bound: &Bound) -> (Vec<OpenLibrary>, Vec<String>) {
 }
 
 /// What the poller does with the GPUs: open the libraries, read every GPU a round.
-struct GpuPolling {
+pub struct GpuPolling {
     openers: Vec<Opener>,
     /// The most one GPU may draw.
     bound: Bound,
     /// Per GPU (vendor, index): whether its last read failed, so a failure is logged once
     /// and its end once.
     failing: HashMap<(&'static str, u32), bool>,
+}
+
+impl GpuPolling {
+    /// Starts the poller and returns at once: libraries are opened in the poller, which
+    /// starts as a sensor's does ([`Polled::start`]); the settings' bound is the most one
+    /// GPU may draw. A GPU's figure is never extrapolated (see [`POLL_PERIOD`]).
+    fn polled(openers: Vec<Opener>, settings: &Settings) -> Result<Polled<Self>, String> {
+        let polling = Self {
+            openers,
+            bound: settings.bound(),
+            failing: HashMap::new(),
+        };
+        let readout = GpuReadout {
+            period: settings.period,
+            seen_uj: HashMap::new(),
+            total_uj: 0.0,
+        };
+        Polled::start(settings, polling, readout)
+    }
 }
 
 impl Polling for GpuPolling {
@@ -231,38 +231,38 @@ impl Polling for GpuPolling {
 }
 
 /// The poller polls the GPUs; the meter's own sampling only keeps CurrentWatts fresh.
-impl Source for GpuReader {
-    fn describe(&self) -> String {
+impl Blocking for GpuPolling {
+    type Readout = GpuReadout;
+    const THREAD: &'static str = "gpu-poller";
+    const FRESH_WAIT: Duration = FRESH_WAIT;
+
+    fn describe(readout: &GpuReadout) -> String {
         format!(
             "GPU energy counters (or power) and each process's use of each GPU, read every \
              {:.2} s by a poller thread",
-            self.period.as_secs_f64()
+            readout.period.as_secs_f64()
         )
     }
 
-    fn poll(&mut self, now: Instant) -> Reading {
-        let figures = {
-            let figures = self.poller.fresh(FRESH_WAIT);
-            if figures.is_empty() {
-                return Reading::default();
-            }
-            figures.clone()
-        };
-        let missed = missed_after(self.period);
+    fn reading(readout: &mut GpuReadout, figures: &mut Vec<Figure>, now: Instant) -> Reading {
+        if figures.is_empty() {
+            return Reading::default();
+        }
+        let missed = missed_after(readout.period);
         let mut reading = Reading {
             complete: true,
             ..Reading::default()
         };
         let mut watts = None;
-        for f in &figures {
+        for f in figures.iter() {
             let fresh =
                 f.at.is_some_and(|at| now.saturating_duration_since(at) <= missed);
-            let seen = self
+            let seen = readout
                 .seen_uj
                 .entry((f.vendor, f.device.index))
                 .or_insert(0.0);
             let value = f.energy_uj.max(*seen);
-            self.total_uj += value - *seen;
+            readout.total_uj += value - *seen;
             *seen = value;
             reading.devices.push(DeviceReading {
                 position: f.position,
@@ -288,7 +288,7 @@ impl Source for GpuReader {
                 ));
             }
         }
-        reading.energy_uj = self.total_uj as u64;
+        reading.energy_uj = readout.total_uj as u64;
         reading.watts = watts;
         reading
     }

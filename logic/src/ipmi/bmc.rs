@@ -15,7 +15,7 @@ use super::protocol::{self as p, WattsSensor};
 use crate::config::{ConfigError, KeyValues};
 use crate::plugin::Opened;
 use crate::plugin::Plugin;
-use crate::power::{Connected, Polled, Settings, sensor_backoff};
+use crate::power::{Connected, Polled, SensorPolling, Settings, sensor_backoff};
 use crate::source::{Failure, Power, Sample, Sensor};
 
 /// Enough for any real SDR repository; bounds a BMC that links its records in a loop.
@@ -272,7 +272,7 @@ impl IpmiBmc {
 
 impl Plugin for Ipmi {
     type Config = IpmiConfig;
-    type Source = Polled<IpmiBmc>;
+    type Source = Polled<SensorPolling<IpmiBmc>>;
     const KEYS: &'static [&'static str] = super::config::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<IpmiConfig, ConfigError> {
@@ -297,7 +297,7 @@ impl Plugin for Ipmi {
         }
     }
 
-    fn open(config: &IpmiConfig) -> Result<Opened<Polled<IpmiBmc>>, String> {
+    fn open(config: &IpmiConfig) -> Result<Opened<Polled<SensorPolling<IpmiBmc>>>, String> {
         // read here, in slurmd only: slurmctld never opens the source, slurmstepd reads
         // slurmd's ledger
         let config = config.with_password()?;
@@ -308,7 +308,7 @@ impl Plugin for Ipmi {
             max_watts: config.max_watts,
             default_max_watts: DEFAULT_MAX_WATTS,
         };
-        Polled::start(&settings, config.calc_adjustment, move || {
+        SensorPolling::polled(&settings, config.calc_adjustment, move || {
             IpmiBmc::connect(&config)
         })
     }

@@ -393,7 +393,7 @@ fn the_limit_a_sensor_states_on_connecting_bounds_its_readings() {
             max_watts: None,
             default_max_watts: 1200,
         };
-        let mut opened = Polled::start(&settings, false, move || {
+        let mut opened = SensorPolling::polled(&settings, false, move || {
             Ok(Connected {
                 sensor: Stating,
                 stated_max_watts: stated.map(|w| (w, "its stated limit".to_string())),

@@ -8,7 +8,7 @@ use super::config::{self, KEY_MAX_WATTS, RedfishConfig};
 use super::resources::{self, Method};
 use crate::config::{ConfigError, KeyValues};
 use crate::plugin::{Opened, Plugin};
-use crate::power::{Connected, Polled, Settings, sensor_backoff};
+use crate::power::{Connected, Polled, SensorPolling, Settings, sensor_backoff};
 use crate::source::{Failure, Power, Sample, Sensor};
 
 /// Sensors members looked at for an energy reading, at most (a chassis lists dozens).
@@ -102,7 +102,7 @@ pub struct Redfish;
 
 impl Plugin for Redfish {
     type Config = RedfishConfig;
-    type Source = Polled<RedfishBmc>;
+    type Source = Polled<SensorPolling<RedfishBmc>>;
     const KEYS: &'static [&'static str] = RedfishConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<RedfishConfig, ConfigError> {
@@ -123,7 +123,7 @@ impl Plugin for Redfish {
         }
     }
 
-    fn open(config: &RedfishConfig) -> Result<Opened<Polled<RedfishBmc>>, String> {
+    fn open(config: &RedfishConfig) -> Result<Opened<Polled<SensorPolling<RedfishBmc>>>, String> {
         // read here, in slurmd only: slurmctld never opens the source, slurmstepd reads
         // slurmd's ledger
         let config = config.with_password()?;
@@ -134,7 +134,7 @@ impl Plugin for Redfish {
             max_watts: config.max_watts,
             default_max_watts: config::DEFAULT_MAX_WATTS,
         };
-        Polled::start(&settings, true, move || RedfishBmc::connect(&config))
+        SensorPolling::polled(&settings, true, move || RedfishBmc::connect(&config))
     }
 }
 

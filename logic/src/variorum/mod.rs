@@ -33,7 +33,7 @@ use sampler::SamplerError;
 
 use crate::config::{ConfigError, KeyValues};
 use crate::plugin::{Opened, Plugin};
-use crate::power::{Connected, Polled, Settings, sensor_backoff};
+use crate::power::{Connected, Polled, SensorPolling, Settings, sensor_backoff};
 use crate::source::{Failure, Power, Sample, Sensor};
 use protocol::Line;
 use sampler::Sampler;
@@ -147,7 +147,7 @@ pub struct Variorum;
 
 impl Plugin for Variorum {
     type Config = VariorumConfig;
-    type Source = Polled<VariorumSensor>;
+    type Source = Polled<SensorPolling<VariorumSensor>>;
     const KEYS: &'static [&'static str] = VariorumConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
@@ -162,7 +162,9 @@ impl Plugin for Variorum {
         config.show()
     }
 
-    fn open(config: &Self::Config) -> Result<Opened<Polled<VariorumSensor>>, String> {
+    fn open(
+        config: &Self::Config,
+    ) -> Result<Opened<Polled<SensorPolling<VariorumSensor>>>, String> {
         let settings = Settings {
             period: config.period,
             max_backoff: sensor_backoff(config.period),
@@ -172,7 +174,7 @@ impl Plugin for Variorum {
         };
         let config = config.clone();
         // Variorum states no limit: the key's bound, or the default, applies
-        Polled::start(&settings, true, move || {
+        SensorPolling::polled(&settings, true, move || {
             VariorumSensor::connect(&config).map(|sensor| Connected {
                 sensor,
                 stated_max_watts: None,

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::*;
 use crate::gpu::library::{Device, GpuError, NVIDIA_MAJOR};
+use crate::source::Source;
 
 /// A GPU whose counter rises at `watts` in real time, with switches the test flips.
 #[derive(Default)]
@@ -77,7 +78,7 @@ impl Node {
         Self { gpus }
     }
 
-    fn reader(&self) -> GpuReader {
+    fn reader(&self) -> Polled<GpuPolling> {
         let gpus = self.gpus.clone();
         let started = Instant::now();
         let opener: Opener = Box::new(move || {
@@ -86,7 +87,7 @@ impl Node {
                 started,
             }) as Box<dyn GpuLibrary>)
         });
-        GpuReader::start(vec![opener], &settings()).expect("start")
+        GpuPolling::polled(vec![opener], &settings()).expect("start")
     }
 }
 
@@ -101,7 +102,7 @@ fn settings() -> Settings {
     }
 }
 
-fn first_complete(reader: &mut GpuReader) -> Reading {
+fn first_complete(reader: &mut Polled<GpuPolling>) -> Reading {
     let t0 = Instant::now();
     loop {
         let r = reader.poll(Instant::now());
@@ -112,7 +113,7 @@ fn first_complete(reader: &mut GpuReader) -> Reading {
     }
 }
 
-fn joules_over(reader: &mut GpuReader, secs: f64) -> f64 {
+fn joules_over(reader: &mut Polled<GpuPolling>, secs: f64) -> f64 {
     let start = first_complete(reader).energy_uj;
     std::thread::sleep(Duration::from_secs_f64(secs));
     let end = reader.poll(Instant::now());
@@ -195,7 +196,7 @@ fn a_lost_gpu_stops_counting_while_the_others_go_on() {
 #[test]
 fn without_a_library_the_reading_is_unavailable() {
     let opener: Opener = Box::new(|| Err("cannot load libnvidia-ml.so.1: not found".into()));
-    let mut reader = GpuReader::start(vec![opener], &settings()).expect("start");
+    let mut reader = GpuPolling::polled(vec![opener], &settings()).expect("start");
     std::thread::sleep(Duration::from_millis(100));
     let r = reader.poll(Instant::now());
     assert!(!r.complete && r.energy_uj == 0, "{r:?}");

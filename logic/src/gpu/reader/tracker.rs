@@ -35,7 +35,7 @@ enum Mode {
 
 /// What one GPU has measured so far, as the poller publishes it.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Figure {
+pub(crate) struct Figure {
     pub vendor: &'static str,
     pub device: Device,
     /// Energy since the GPU was first read.
@@ -55,7 +55,7 @@ pub(super) struct Figure {
 }
 
 #[derive(Debug)]
-pub(super) struct Tracked {
+pub(crate) struct Tracked {
     figure: Figure,
     mode: Mode,
     counter: WrappingCounter,
