@@ -3,7 +3,7 @@ use crate::attribution::holders::ObservedInstance;
 
 const LEARNED: Split = Split::Shared { idle_watts: None };
 
-fn idle(watts: f64) -> Split {
+pub(super) fn idle(watts: f64) -> Split {
     Split::Shared {
         idle_watts: Some(watts),
     }
@@ -26,7 +26,7 @@ fn counters(cpus: u32, usage_s: f64) -> Option<JobCounters> {
     })
 }
 
-fn observation(
+pub(super) fn observation(
     t0: Instant,
     w0: SystemTime,
     secs: u64,
@@ -45,7 +45,7 @@ fn observation(
     }
 }
 
-fn job(job: u32, cpus: u32, usage_s: f64, steps: &[(StepId, f64)]) -> ObservedJob {
+pub(super) fn job(job: u32, cpus: u32, usage_s: f64, steps: &[(StepId, f64)]) -> ObservedJob {
     ObservedJob {
         job,
         counters: counters(cpus, usage_s),
