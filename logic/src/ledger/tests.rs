@@ -450,13 +450,38 @@ fn ledger_read_cost() {
         }
         let ask_us = asked.iter().sum::<f64>() / f64::from(ROUNDS);
         asked.sort_by(f64::total_cmp);
+        // the slots: slurmd's write at an update, a step's read of its slot
+        let mut table = super::slots::Table::new(&path);
+        table.write(&ledger).expect("slots");
+        let started = Instant::now();
+        for _ in 0..ROUNDS {
+            table.write(&ledger).expect("slots");
+        }
+        let slots_write_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
+        let reader = super::slots::Reader::open(&path).expect("slots");
+        let mut slotted = Vec::with_capacity(ROUNDS as usize);
+        for _ in 0..ROUNDS {
+            let started = Instant::now();
+            let read = reader.read(request.step);
+            slotted.push(started.elapsed().as_secs_f64() * 1e6);
+            let super::slots::Slot::Found(answer) = read else {
+                panic!("{read:?}");
+            };
+            assert_eq!(answer.step, ledger.step(jobs, StepId(0)));
+        }
+        let slot_us = slotted.iter().sum::<f64>() / f64::from(ROUNDS);
+        slotted.sort_by(f64::total_cmp);
         println!(
             "{jobs:>4} jobs: a step's read (asked) {ask_us:.1} us (median {:.1}, 99th {:.1}); \
+             (its slot) {slot_us:.2} us (median {:.2}, 99th {:.2}); \
              from the file ({} bytes) {file_us:.1} us; slurmd's answers kept {book_us:.1} us, \
-             its write {write_us:.1} us",
+             its write {write_us:.1} us, its slots' write {slots_write_us:.1} us ({} bytes)",
             asked[asked.len() / 2],
             asked[asked.len() * 99 / 100],
-            fs::metadata(&path).expect("meta").len()
+            slotted[slotted.len() / 2],
+            slotted[slotted.len() * 99 / 100],
+            fs::metadata(&path).expect("meta").len(),
+            fs::metadata(super::slots::slots_path(&path)).expect("meta").len(),
         );
     }
 }
