@@ -367,7 +367,7 @@ impl StepFigure {
         called: f64,
     ) -> (Result<Option<Answer>, LedgerError>, bool) {
         if want == Want::Current
-            && let Some(answer) = self.from_slot(key, called)
+            && let Some(answer) = self.read_slot(key, called)
         {
             self.answered = true;
             return (Ok(Some(answer)), false);
@@ -413,7 +413,7 @@ impl StepFigure {
     /// slurmd writes no slots, the step has none, its slot is stale (slurmd stopped, or
     /// another began a file of its own) or torn at every try, when it asks slurmd. A file
     /// gone or stale is opened again at the next read.
-    fn from_slot(&mut self, key: Option<StepKey>, called: f64) -> Option<Answer> {
+    fn read_slot(&mut self, key: Option<StepKey>, called: f64) -> Option<Answer> {
         if self.slots.is_none() {
             self.slots = slots::Reader::open(&self.path);
         }
@@ -458,7 +458,15 @@ impl StepFigure {
         // brought forward (slurmd is late): but it never waits, since slurmd holds an RPC
         // thread for an sstat until the step answers; its figure is the ledger's as it is
         // (said to be late when it is), and the next read finds the sample it asked for
-        let tasks = !self.procs.children(self.pid).is_empty();
+        let periodic = self.counted.is_some()
+            && self
+                .procs
+                .calling_thread()
+                .is_some_and(|t| periodic_poll(&t));
+        // a periodic poll of a step whose tasks were seen is no edge whatever its tasks are
+        // now (its main thread takes the last read): they are not looked for, a walk of its
+        // threads in /proc at each of Slurm's polls
+        let tasks = (periodic && self.had_tasks) || !self.procs.children(self.pid).is_empty();
         // its tasks were seen and are gone, or it is an extern step its job's other steps
         // have left and its main thread reads: the step ends, and this is its last read
         // (said once; Slurm's reads after it find the same figure). Only a step without
@@ -476,10 +484,6 @@ impl StepFigure {
         let (edge, asks) = match self.counted {
             None => (!tasks, false),
             Some(_) => {
-                let periodic = self
-                    .procs
-                    .calling_thread()
-                    .is_some_and(|t| periodic_poll(&t));
                 // slurmd's last update is older than a figure is brought forward: as its
                 // last answer said, or by the file's time where the step reads the file
                 let late = if self.answered {

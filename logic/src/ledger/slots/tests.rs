@@ -234,7 +234,9 @@ fn the_table_grows_and_its_readers_open_the_new_one() {
         (u64_at(&bytes, 32), u32_at(&bytes, 16) as usize, bytes.len())
     };
     let mut table = Table::new(&path);
-    table.write(&ledger_of(1..=3, Split::Node)).expect("written");
+    table
+        .write(&ledger_of(1..=3, Split::Node))
+        .expect("written");
     assert_eq!(generation().0, 1);
     let key = StepKey {
         job: 3,
@@ -245,7 +247,10 @@ fn the_table_grows_and_its_readers_open_the_new_one() {
     table.write(&small).expect("written");
     // in place: the same file, read by the same reader
     assert_eq!(generation().0, 1);
-    assert_eq!(reader.read(Some(key)), Slot::Found(answered(&small, Some(key))));
+    assert_eq!(
+        reader.read(Some(key)),
+        Slot::Found(answered(&small, Some(key)))
+    );
 
     let large = ledger_of(1..=200, Split::Node);
     table.write(&large).expect("written");
@@ -254,14 +259,20 @@ fn the_table_grows_and_its_readers_open_the_new_one() {
     assert_eq!(len, SLOTS_AT + (capacity + PROBES - 1) * SLOT_SIZE);
     assert_eq!(reader.read(Some(key)), Slot::Gone);
     let reader = Reader::open(&path).expect("opened");
-    assert_eq!(reader.read(Some(key)), Slot::Found(answered(&large, Some(key))));
+    assert_eq!(
+        reader.read(Some(key)),
+        Slot::Found(answered(&large, Some(key)))
+    );
 
     table.write(&small).expect("written");
     assert_eq!(generation().0, 3);
     assert_eq!(reader.read(Some(key)), Slot::Gone);
     let reader = Reader::open(&path).expect("opened");
     assert_eq!(reader.capacity, MIN_CAPACITY);
-    assert_eq!(reader.read(Some(key)), Slot::Found(answered(&small, Some(key))));
+    assert_eq!(
+        reader.read(Some(key)),
+        Slot::Found(answered(&small, Some(key)))
+    );
 
     // a slurmd started again builds its own file: the table of the one before is cut
     let mut again = Table::new(&path);
