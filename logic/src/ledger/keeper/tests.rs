@@ -729,7 +729,7 @@ fn a_step_is_charged_up_to_its_last_read_and_its_job_no_more_after_its_extern_st
 /// [`STORE_INTERVAL`] rather than at each update, at once for a step that rang the way of
 /// before (it waits for the file), and when slurmd stops. Every update is in the book.
 #[test]
-fn the_ledger_file_is_written_every_interval_for_rings_of_before_and_at_the_end() {
+fn the_ledger_file_is_written_every_interval_and_the_slots_at_every_update() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut keeper = Keeper::node(tmp.path(), 0).expect("keeper");
     let path = keeper.path().to_path_buf();
@@ -774,6 +774,12 @@ fn the_ledger_file_is_written_every_interval_for_rings_of_before_and_at_the_end(
     let answer = crate::ledger::ask::Answer::decode(&bytes).expect("an answer");
     let last = (STORE_INTERVAL.as_secs() - 1) as f64;
     assert!((answer.sampled_at - crate::ledger::unix(w0) - last).abs() < 1e-3);
+    // the slots, which Slurm's periodic polls read, are written at every update
+    let slots = crate::ledger::slots::Reader::open(&path).expect("the slots");
+    let crate::ledger::slots::Slot::Found(slotted) = slots.read(None) else {
+        panic!("the node's figures in the slots");
+    };
+    assert_eq!(slotted, answer);
     sample(&mut keeper, STORE_INTERVAL.as_secs());
     assert_eq!(written(), Some(STORE_INTERVAL.as_secs_f64()));
     // a step of before rang: the next update writes the file
