@@ -107,7 +107,7 @@ pub struct Keeper {
     pace: Arc<Pace>,
     /// What steps' questions are answered from, kept at each update ([`super::ask`]).
     book: Arc<Book>,
-    /// What Slurm's periodic polls in the steps read, written at each update
+    /// The slots file, for the steps' periodic polls, written at each update
     /// ([`super::slots`]), and whether its last write failed (said once per episode).
     slots: Table,
     slots_failing: bool,

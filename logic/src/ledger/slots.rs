@@ -1,6 +1,8 @@
 //! slurmd's answers to Slurm's periodic polls in a file of fixed slots, one per step: a
 //! step's read is one `pread` of its own slot, never a wake-up of slurmd, never a parse of
-//! the node's other jobs. One definition of the format for both ends.
+//! the node's other jobs. One definition of the format for both ends. (`StepFigure` does
+//! not read it yet: wired in, a cluster test's two side-by-side jobs came out 0.45% over
+//! their union; see BENCHMARKS.md, "The slots file".)
 //!
 //! The file (`energy-ledger.N.slots`, beside the ledger in SlurmdSpoolDir, root's 0600 like
 //! the ledger, opened only as [`super::open_trusted`] allows) is a header written once, the
