@@ -32,7 +32,9 @@
 # Time (2 cores): the work is in two lanes. The build lane builds each release in turn
 # (Slurm from source in the background at nice 19 from the start, then cargo, all at nice 19);
 # the test lane runs a release's tests as soon as its build is done, while the build lane
-# goes on with the next release: the tests mostly wait on Slurm jobs and simulators.
+# goes on with the next release: the tests mostly wait on Slurm jobs and simulators. The
+# build lane also runs the lints and docs of the every-test tier once its tests have
+# started, and the loader tier's tests (no cluster, a minute each) after each such build.
 # Within a release, ci/run-tests.py runs the tests side by side (TEST_JOBS, default 4: each
 # cluster claims its own ports and job ids). Each pass's time and the total are printed.
 #
@@ -135,6 +137,9 @@ RELEASE_TESTS=${RELEASE_TESTS:-"$LOADER_TESTS
 # layout (the spec and ci/rpm.sh; 2-3 minutes of build); and two attacks that run alone
 # (a process titled as a slurmstepd: /proc and the kernel's sockets, which no release
 # changes; CPU time moved out of a job: cgroups a job's owner owns, v1 before 23.02 only).
+# And the static power learned from counters that step (the ledger's floor) and a GPU held
+# idle (the ledger's split of the devices' energy): the ledger's logic, while which GPUs a
+# step holds, the part each release changes, every release's GPU tests hold.
 # No other tier runs them.
 ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_ledger_small
     cluster::a_counter_reading_a_wrong_constant_mid_job_costs_nothing
@@ -146,7 +151,9 @@ ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_led
     cluster_admin::the_readmes_configuration_boots_slurm_as_printed
     package::the_rpm_builds_against_slurm_devel_with_a_rustup_cargo
     cluster_trust::processes_titled_as_slurmstepds_change_no_jobs_figure
-    cluster_trust::cpu_time_moved_out_of_a_job_is_still_its_owners"}
+    cluster_trust::cpu_time_moved_out_of_a_job_is_still_its_owners
+    cluster_power::a_constant_node_is_learned_and_its_jobs_pay_alike_whatever_the_counters_step
+    cluster_gpu::a_job_holding_two_gpus_using_one_holds_the_other_idle"}
 first_full=$(for r in $sorted; do if is_full "$r"; then echo "$r"; fi; done | head -n 1)
 
 slurm_tarball() {
@@ -247,15 +254,21 @@ build() {
     echo "$ENERGY_TEST_DEB" >"$logs/deb-$release"
     # the RPM is built by package::the_rpm_builds_against_slurm_devel_with_a_rustup_cargo
     # (ONCE_TESTS): against a slurm-devel laid out as SchedMD's spec, its BuildRequires checked
-    if is_full "$release"; then
-        echo "== Slurm $release: lints"
-        nice -n 19 cargo clippy --release --workspace --all-targets -- -D warnings
-        echo "== Slurm $release: docs (broken intra-doc links and rustdoc warnings)"
-        RUSTDOCFLAGS="-D warnings" nice -n 19 cargo doc --release --no-deps --workspace
-    fi
     echo "== Slurm $release: test build"
     nice -n 19 cargo test --release --workspace --no-run --message-format=json \
         >"$logs/artifacts-$release.json"
+}
+
+# lint RELEASE: clippy and rustdoc over the every-test tier's releases, in the build lane
+# once that release's tests have started (they need the test build, not the lints)
+lint() {
+    slurm_env "$1"
+    echo "== Slurm $1: lints"
+    nice -n 19 cargo clippy --release --workspace --all-targets -- -D warnings
+    echo "== Slurm $1: docs (broken intra-doc links and rustdoc warnings)"
+    RUSTDOCFLAGS="-D warnings" nice -n 19 cargo doc --release --no-deps --workspace
+    echo "== Slurm $1: logic's surface (ci/logic-surface.sh)"
+    nice -n 19 sh ci/logic-surface.sh --check 150
 }
 
 # run_tests RELEASE [FILTER...]: the test lane's work for one release (run in a subshell)
@@ -297,8 +310,24 @@ run_tests() {
     python3 ci/run-tests.py "$@"
 }
 
+# test_pass RELEASE [FILTER...]: runs RELEASE's tests and records their result and time
+test_pass() {
+    local release=$1 t1 rc
+    t1=$(date +%s)
+    set +e
+    (set -e; run_tests "$@") >"$logs/tests-$release.log" 2>&1
+    rc=$?
+    set -e
+    echo "$(($(date +%s) - t1))" >"$logs/test-seconds-$release"
+    if [ "$rc" = 0 ]; then echo passed; else echo "FAILED (tests, status $rc)"; fi \
+        >"$logs/result-$release"
+    echo "== Slurm $release: tests $(cat "$logs/result-$release") in $(cat "$logs/test-seconds-$release")s (the output follows at the end)"
+}
+
 # the build lane in the foreground; each release's tests start when its build is done and
-# the previous release's tests have ended
+# the previous release's tests have ended (the test lane), except the loader tier's: they
+# start no cluster and take a minute, so the build lane runs them itself after each build
+# (beside the test lane, as the builds run), and the test lane ends that much sooner
 prev_tests=""
 for release in $order; do
     t0=$(date +%s)
@@ -312,18 +341,26 @@ for release in $order; do
         echo "== Slurm $release: build FAILED (status $rc); its tests do not run"
         continue
     fi
+    if [ "$(tier "$release")" = loader ]; then
+        test_pass "$release" "$@"
+        continue
+    fi
     (
         [ -z "$prev_tests" ] || while kill -0 "$prev_tests" 2>/dev/null; do sleep 1; done
-        t1=$(date +%s)
-        set +e
-        (set -e; run_tests "$release" "$@") >"$logs/tests-$release.log" 2>&1
-        rc=$?
-        echo "$(($(date +%s) - t1))" >"$logs/test-seconds-$release"
-        if [ "$rc" = 0 ]; then echo passed; else echo "FAILED (tests, status $rc)"; fi \
-            >"$logs/result-$release"
-        echo "== Slurm $release: tests $(cat "$logs/result-$release") in $(cat "$logs/test-seconds-$release")s (the output follows at the end)"
+        test_pass "$release" "$@"
     ) &
     prev_tests=$!
+    if is_full "$release"; then
+        t0=$(date +%s)
+        set +e
+        (set -e; lint "$release") >"$logs/lint-$release.log" 2>&1
+        rc=$?
+        set -e
+        if [ "$rc" = 0 ]; then echo passed; else echo "FAILED (lints or docs, status $rc)"; fi \
+            >"$logs/lint-result-$release"
+        echo "== Slurm $release: lints and docs $(cat "$logs/lint-result-$release") in $(($(date +%s) - t0))s"
+        [ "$rc" = 0 ] || tail -n 60 "$logs/lint-$release.log"
+    fi
 done
 echo "== build lane done after $(($(date +%s) - t_start))s; waiting for the tests"
 wait
@@ -349,6 +386,11 @@ summary=""
 for release in $order; do
     result=$(cat "$logs/result-$release" 2>/dev/null || echo "FAILED (no result)")
     case $result in passed) ;; *) failed=1 ;; esac
+    if is_full "$release"; then
+        lint=$(cat "$logs/lint-result-$release" 2>/dev/null || echo "FAILED (no result)")
+        case $lint in passed) ;; *) failed=1 ;; esac
+        result="$result; lints and docs $lint"
+    fi
     summary="$summary
    Slurm $release: $result; build $(seconds_of build "$release")s, tests $(seconds_of test "$release")s ($(tier "$release") tests)"
 done

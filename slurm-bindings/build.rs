@@ -75,15 +75,18 @@ fn main() {
         // slurmstepd's GPUs from slurmctld's job record where the step record is not read
         .allowlist_type("job_info_msg_t")
         .allowlist_function("slurm_(load_job|free_job_info_msg)")
-        // senergy reads accounting through libslurm's slurmdb API (the plugins never call
-        // these: an unused declaration binds no symbol)
+        // senergy reads accounting (and keeps its record in a job's AdminComment) through
+        // libslurm's slurmdb API (the plugins never call these: an unused declaration binds
+        // no symbol)
         .allowlist_type("slurmdb_(job_cond|job_rec|step_rec)_t")
         .allowlist_type("slurm_selected_step_t")
         .allowlist_type("slurm_conf_t")
         .allowlist_type("job_states")
         .allowlist_var("SLURM_(EXTERN_CONT|BATCH_SCRIPT|INTERACTIVE_STEP|PENDING_STEP)")
         .allowlist_var("JOB_STATE_BASE")
-        .allowlist_function("slurmdb_(connection_get|connection_close|jobs_get)")
+        .allowlist_function(
+            "slurmdb_(connection_get|connection_close|connection_commit|jobs_get|job_modify)",
+        )
         .allowlist_function("slurm_list_(create|destroy|iterator_create|iterator_destroy|next)")
         .allowlist_function("slurm_(init|strerror)")
         // the opaque list type and slurm_list_append are declared in internal.rs

@@ -2,11 +2,11 @@
 //!
 //! Layers: [`ffi`] is the only place that touches Slurm (raw pointers, `unsafe`, calls
 //! into libslurmfull); [`energy_plugin!`] exports every symbol Slurm's loader looks up and
-//! turns Slurm's calls into calls on the safe [`runtime`], which opens the
-//! [`plugin::Plugin`]'s source and keeps a meter polling it into [`accounting`]. Everything but [`ffi`] is the
-//! crate `slurm-energy-logic`, re-exported here under the same paths
-//! (`slurm_energy::rapl::Rapl`, ...): plain Rust over files, which builds and unit-tests
-//! without Slurm or the hardware, and forbids `unsafe`.
+//! turns Slurm's calls into calls on the safe [`Runtime`](slurm_energy_logic::Runtime), which
+//! opens the [`Plugin`](slurm_energy_logic::Plugin)'s source and keeps a meter polling it.
+//! Everything but [`ffi`] is the crate `slurm-energy-logic`, whose plugins' descriptors
+//! are re-exported here (`slurm_energy::Rapl`, ...): plain Rust over files, which builds and
+//! unit-tests without Slurm or the hardware, and forbids `unsafe`.
 //!
 //! `unsafe` is denied in this crate but in [`ffi`] (the only exception: a unit test fails
 //! on any other), so that the unsafe part stays small enough to review line by line. The
@@ -19,19 +19,16 @@
 #[allow(unsafe_code)]
 pub mod ffi;
 
+// The plugins' descriptors, one per plugin crate (`slurm_energy::Rapl`, ...).
 #[cfg(feature = "gpu")]
-pub use slurm_energy_logic::gpu;
+pub use slurm_energy_logic::Gpus;
 #[cfg(feature = "ipmi")]
-pub use slurm_energy_logic::ipmi;
+pub use slurm_energy_logic::Ipmi;
 #[cfg(feature = "redfish")]
-pub use slurm_energy_logic::redfish;
+pub use slurm_energy_logic::Redfish;
 #[cfg(feature = "variorum")]
-pub use slurm_energy_logic::variorum;
-pub use slurm_energy_logic::{pm_counters, rapl};
-// the glue's own uses (`crate::runtime`, ...): not part of this crate's surface
-use slurm_energy_logic::{
-    accounting, attribution, config, family, metrics, plugin, runtime, scheduler,
-};
+pub use slurm_energy_logic::Variorum;
+pub use slurm_energy_logic::{PmCounters, Rapl};
 
 #[cfg(test)]
 mod rules {

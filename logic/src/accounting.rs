@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::source::{Reading, SensorReading};
+use crate::source::{PartReading, Reading};
 
 /// CurrentWatts is averaged over at least this long, so two reads microseconds apart do
 /// not produce a meaningless figure.
@@ -18,10 +18,10 @@ const WATTS_WINDOW: f64 = 1.0;
 /// over what was counted.
 const UNSETTLED_WINDOW: f64 = 10.0;
 /// Parts of a node reported beside it (pm_counters: cpu, memory, up to 8 accelerators).
-pub const MAX_SENSORS: usize = 10;
+pub(crate) const MAX_PARTS: usize = 10;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Point {
+pub(crate) struct Point {
     pub at: Instant,
     pub wall: SystemTime,
     pub energy_uj: u64,
@@ -35,7 +35,7 @@ impl Point {
     }
 }
 
-pub fn unix_secs(t: SystemTime) -> i64 {
+pub(crate) fn unix_secs(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
@@ -51,7 +51,7 @@ pub fn unix_secs(t: SystemTime) -> i64 {
 /// a reader late by a second, read as 688 W); measured from before the held read to after
 /// it, the power is the true average.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct PowerWindow {
+pub(crate) struct PowerWindow {
     /// Where the current window began: (seconds on the caller's clock, joules then).
     from: Option<(f64, f64)>,
     watts: Option<f64>,
@@ -60,7 +60,7 @@ pub struct PowerWindow {
 impl PowerWindow {
     /// Takes the figure `joules` at `at` (seconds on any clock that does not go back);
     /// returns the power over the last closed window, if one has closed.
-    pub fn update(&mut self, at: f64, joules: f64, settled: bool) -> Option<f64> {
+    pub(crate) fn update(&mut self, at: f64, joules: f64, settled: bool) -> Option<f64> {
         let (began, before) = *self.from.get_or_insert((at, joules));
         let secs = at - began;
         if secs >= WATTS_WINDOW && (settled || secs >= UNSETTLED_WINDOW) {
@@ -72,7 +72,7 @@ impl PowerWindow {
 
     /// Begins the first window at the figure `joules` at `at`, unless one has begun: for a
     /// caller that knows where its figure started before its first update.
-    pub fn begin(&mut self, at: f64, joules: f64) {
+    pub(crate) fn begin(&mut self, at: f64, joules: f64) {
         self.from.get_or_insert((at, joules));
     }
 
@@ -80,13 +80,13 @@ impl PowerWindow {
     /// before the first window closes, once it spans `WATTS_WINDOW` (a window of a few
     /// milliseconds, a step's first sample just after its start, is mostly the counter's
     /// steps: 332 W reported for a step drawing 300 W over counters stepping every 10 ms).
-    pub fn so_far(&self, at: f64, joules: f64) -> Option<f64> {
+    pub(crate) fn so_far(&self, at: f64, joules: f64) -> Option<f64> {
         let (began, before) = self.from?;
         let secs = at - began;
         (secs >= WATTS_WINDOW).then(|| ((joules - before) / secs).max(0.0))
     }
 
-    pub fn watts(&self) -> Option<f64> {
+    pub(crate) fn watts(&self) -> Option<f64> {
         self.watts
     }
 }
@@ -98,9 +98,11 @@ pub struct EnergyRecord {
     pub consumed_j: Option<u64>,
     /// Joules since the previous record of the same view.
     pub base_consumed_j: u64,
+    /// `consumed_j` of the previous record of the same view.
     pub previous_consumed_j: u64,
     /// `None` when unknown (`NO_VAL`; scontrol shows `n/s`).
     pub current_watts: Option<u32>,
+    /// Average power since `start_time`, in watts.
     pub ave_watts: u32,
     /// Unix time of the hardware reading the record is built from.
     pub poll_time: i64,
@@ -123,6 +125,7 @@ impl EnergyRecord {
         }
     }
 
+    /// A record with every figure unavailable, for a process measuring since `start_time`.
     pub fn unavailable(start_time: i64) -> Self {
         Self {
             start_time,
@@ -132,7 +135,7 @@ impl EnergyRecord {
 }
 
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Accounting {
+pub(crate) struct Accounting {
     first: Option<Point>,
     /// The latest reading in which every counter was read.
     last: Option<Point>,
@@ -143,21 +146,21 @@ pub struct Accounting {
     started: Option<SystemTime>,
     /// The parts of the node its source measures beside it, fixed by the first reading
     /// (Slurm sizes its array by the count, then has it filled).
-    sensors: [Option<SensorTrack>; MAX_SENSORS],
-    sensors_fixed: bool,
+    parts: [Option<PartTrack>; MAX_PARTS],
+    parts_fixed: bool,
 }
 
 /// One part of the node: energy since its first reading, as the node's.
 #[derive(Debug, Clone, Copy)]
-struct SensorTrack {
+struct PartTrack {
     label: &'static str,
     first: Option<Point>,
     last: Option<Point>,
     watts: Option<f64>,
 }
 
-impl SensorTrack {
-    fn record(&mut self, reading: &SensorReading, at: Instant, wall: SystemTime) {
+impl PartTrack {
+    fn record(&mut self, reading: &PartReading, at: Instant, wall: SystemTime) {
         let Some(energy_uj) = reading.energy_uj else {
             return;
         };
@@ -192,20 +195,20 @@ impl SensorTrack {
 }
 
 impl Accounting {
-    pub fn new(started: SystemTime) -> Self {
+    pub(crate) fn new(started: SystemTime) -> Self {
         Self {
             started: Some(started),
             ..Self::default()
         }
     }
 
-    pub fn record(&mut self, reading: &Reading, at: Instant, wall: SystemTime) {
+    pub(crate) fn record(&mut self, reading: &Reading, at: Instant, wall: SystemTime) {
         // a reading is never dated before the one before (a hardware stamp that went back)
         let (at, wall) = match self.last {
             Some(last) if at < last.at => (last.at, last.wall),
             _ => (at, wall),
         };
-        self.record_sensors(&reading.sensors, at, wall);
+        self.record_parts(&reading.parts, at, wall);
         if !reading.complete {
             return;
         }
@@ -230,11 +233,11 @@ impl Accounting {
 
     /// The parts are recorded whether or not the node's reading is complete: each has its
     /// own files. Their list is fixed by the first reading; a part is found by its label.
-    fn record_sensors(&mut self, sensors: &[SensorReading], at: Instant, wall: SystemTime) {
-        if !self.sensors_fixed {
-            self.sensors_fixed = true;
-            for (slot, s) in self.sensors.iter_mut().zip(sensors) {
-                *slot = Some(SensorTrack {
+    fn record_parts(&mut self, parts: &[PartReading], at: Instant, wall: SystemTime) {
+        if !self.parts_fixed {
+            self.parts_fixed = true;
+            for (slot, s) in self.parts.iter_mut().zip(parts) {
+                *slot = Some(PartTrack {
                     label: s.label,
                     first: None,
                     last: None,
@@ -242,30 +245,26 @@ impl Accounting {
                 });
             }
         }
-        for s in sensors {
-            if let Some(track) = self
-                .sensors
-                .iter_mut()
-                .flatten()
-                .find(|t| t.label == s.label)
-            {
+        for s in parts {
+            if let Some(track) = self.parts.iter_mut().flatten().find(|t| t.label == s.label) {
                 track.record(s, at, wall);
             }
         }
     }
 
     /// How many parts are reported beside the node.
-    pub fn sensor_count(&self) -> usize {
-        self.sensors.iter().flatten().count()
+    #[cfg(test)]
+    pub(crate) fn part_count(&self) -> usize {
+        self.parts.iter().flatten().count()
     }
 
-    /// Each part's label and record, in the order of [`Self::sensor_count`].
-    pub fn sensor_records(
+    /// Each part's label and record, in the order they are reported.
+    pub(crate) fn part_records(
         &self,
         now: Instant,
         stale_after: Duration,
     ) -> Vec<(&'static str, EnergyRecord)> {
-        self.sensors
+        self.parts
             .iter()
             .flatten()
             .map(|t| (t.label, t.record_at(now, stale_after, self.start_time())))
@@ -273,7 +272,7 @@ impl Accounting {
     }
 
     /// The latest complete reading, unless it is older than `stale_after`.
-    pub fn fresh(&self, now: Instant, stale_after: Duration) -> Option<Point> {
+    pub(crate) fn fresh(&self, now: Instant, stale_after: Duration) -> Option<Point> {
         self.last
             .filter(|p| now.saturating_duration_since(p.at) <= stale_after)
     }
@@ -283,7 +282,7 @@ impl Accounting {
     }
 
     /// The node's record: energy since this process started measuring.
-    pub fn node_record(&self, now: Instant, stale_after: Duration) -> EnergyRecord {
+    pub(crate) fn node_record(&self, now: Instant, stale_after: Duration) -> EnergyRecord {
         match (self.first, self.fresh(now, stale_after)) {
             (Some(first), Some(last)) => {
                 let consumed = whole_joules(last.energy_uj - first.energy_uj);
@@ -320,14 +319,14 @@ fn whole_joules(uj: u64) -> u64 {
 /// the first poll would miss the step's first milliseconds. The origin is therefore the
 /// process's first reading.
 #[derive(Debug, Clone, Copy)]
-pub struct Baseline {
+pub(crate) struct Baseline {
     origin: Point,
     previous_j: u64,
 }
 
 impl Baseline {
     /// Starts at the process's first complete reading, if there is one.
-    pub fn start(accounting: &Accounting) -> Option<Self> {
+    pub(crate) fn start(accounting: &Accounting) -> Option<Self> {
         accounting.first.map(|origin| Self {
             origin,
             previous_j: 0,
@@ -336,7 +335,7 @@ impl Baseline {
 
     /// Starts at zero energy at the process's first complete reading: for a figure that
     /// counts the step from its start already.
-    pub fn from_zero(accounting: &Accounting) -> Option<Self> {
+    pub(crate) fn from_zero(accounting: &Accounting) -> Option<Self> {
         accounting.first.map(|first| Self {
             origin: Point {
                 energy_uj: 0,
@@ -346,7 +345,7 @@ impl Baseline {
         })
     }
 
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         accounting: &Accounting,
         now: Instant,
@@ -533,33 +532,33 @@ mod tests {
     fn parts_are_fixed_by_the_first_reading_and_do_not_change_the_node() {
         let t0 = Instant::now();
         let wall = SystemTime::now();
-        let part = |label, energy_uj: Option<u64>| SensorReading {
+        let part = |label, energy_uj: Option<u64>| PartReading {
             label,
             energy_uj,
             watts: Some(50.0),
         };
         let mut acc = Accounting::new(wall);
         let mut r = reading(0);
-        r.sensors = vec![part("Cpu", Some(1_000_000)), part("Accel0", None)];
+        r.parts = vec![part("Cpu", Some(1_000_000)), part("Accel0", None)];
         acc.record(&r, t0, wall);
-        assert_eq!(acc.sensor_count(), 2);
+        assert_eq!(acc.part_count(), 2);
         let mut r = reading(300_000_000);
         // a part that appears later is not added; a part read later starts then
-        r.sensors = vec![
+        r.parts = vec![
             part("Cpu", Some(101_000_000)),
             part("Accel0", Some(5_000_000)),
             part("Memory", Some(1)),
         ];
         acc.record(&r, after(t0, 2.0), wall);
         let mut r = reading(600_000_000);
-        r.sensors = vec![
+        r.parts = vec![
             part("Cpu", Some(201_000_000)),
             part("Accel0", Some(45_000_000)),
         ];
         r.complete = false;
         acc.record(&r, after(t0, 4.0), wall);
-        assert_eq!(acc.sensor_count(), 2);
-        let parts = acc.sensor_records(after(t0, 4.0), STALE);
+        assert_eq!(acc.part_count(), 2);
+        let parts = acc.part_records(after(t0, 4.0), STALE);
         assert_eq!(parts[0].0, "Cpu");
         assert_eq!(parts[0].1.consumed_j, Some(200));
         assert_eq!(parts[0].1.ave_watts, 50);
@@ -567,7 +566,7 @@ mod tests {
         // the node keeps its own figure (the last complete reading)
         assert_eq!(acc.node_record(after(t0, 4.0), STALE).consumed_j, Some(300));
         assert_eq!(
-            acc.sensor_records(after(t0, 15.0), STALE)[0].1.consumed_j,
+            acc.part_records(after(t0, 15.0), STALE)[0].1.consumed_j,
             None
         );
     }

@@ -7,14 +7,15 @@
 //! energy; a source of devices Slurm allocates (GPUs) charges each job the devices it holds,
 //! in every mode.
 
-pub mod cgroup;
-pub mod grant;
-pub mod gres;
-pub mod holders;
-pub mod job_record;
-pub mod model;
-pub mod owner_time;
-pub mod procs;
+pub(crate) mod cgroup;
+pub(crate) mod grant;
+pub(crate) mod gres;
+pub(crate) mod holders;
+pub(crate) mod job_record;
+pub(crate) mod model;
+pub(crate) mod owner_time;
+pub(crate) mod procs;
+pub(crate) mod steps;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -37,8 +38,10 @@ pub enum Mode {
 }
 
 config_keys! {
+    /// How a shared node's energy is split among its jobs (`EnergyAttribution` and its keys).
     #[derive(Debug, Clone, Copy, PartialEq)]
     pub struct Attribution {
+        /// Whether the node's energy is split among its jobs (`shared`) or not (`node`).
         pub mode: Mode = Mode::Node, {
             MODE_KEY = "EnergyAttribution": parse(|k, v| match v.to_ascii_lowercase().as_str() {
                 "node" => Ok(Mode::Node),
@@ -78,8 +81,11 @@ pub(crate) fn shown_idle_watts(w: &Option<f64>) -> String {
 pub struct StepId(pub u32);
 
 impl StepId {
+    /// Slurm's extern step (`SLURM_EXTERN_CONT`).
     pub const EXTERN: Self = Self(0xFFFF_FFFC);
+    /// Slurm's batch step (`SLURM_BATCH_SCRIPT`).
     pub const BATCH: Self = Self(0xFFFF_FFFB);
+    /// Slurm's interactive step (`SLURM_INTERACTIVE_STEP`).
     pub const INTERACTIVE: Self = Self(0xFFFF_FFFA);
 
     /// Its directory in the job's cgroup.
@@ -112,26 +118,29 @@ impl StepId {
 /// slurmd name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct StepKey {
+    /// The job's id.
     pub job: u32,
+    /// The step's id within its job.
     pub step: StepId,
 }
 
-impl From<(u32, StepId)> for StepKey {
-    fn from((job, step): (u32, StepId)) -> Self {
+impl StepKey {
+    /// Step `step` of job `job`.
+    pub const fn new(job: u32, step: StepId) -> Self {
         Self { job, step }
     }
 }
 
 /// `J.S` as in a step's name; a heterogeneous job's component (`J.S.C`) is not split.
-fn job_step(text: &str) -> Option<(u32, StepId)> {
+fn job_step(text: &str) -> Option<StepKey> {
     let (job, step) = text.split_once('.')?;
-    Some((job.parse().ok()?, StepId::parse(step)?))
+    Some(StepKey::new(job.parse().ok()?, StepId::parse(step)?))
 }
 
 /// The steps slurmd runs on this node, with their slurmstepd sockets `<node>_<job>.<step>`
 /// in SlurmdSpoolDir (a spool dir per node, so other nodes' jobs on the same host are not
 /// seen), in job order.
-pub fn present_steps(spool: &Path) -> BTreeMap<(u32, StepId), PathBuf> {
+pub(crate) fn present_steps(spool: &Path) -> BTreeMap<StepKey, PathBuf> {
     fs::read_dir(spool)
         .into_iter()
         .flatten()
@@ -146,7 +155,7 @@ pub fn present_steps(spool: &Path) -> BTreeMap<(u32, StepId), PathBuf> {
 
 /// A slurmstepd's step, from the title it gives itself (`slurmstepd: [J.S]`, 26.05's step
 /// manager `slurmstepd: [J.S stepmgr]`) as `/proc/<pid>/cmdline` shows it.
-pub fn own_step(cmdline: &str) -> Option<(u32, StepId)> {
+pub fn own_step(cmdline: &str) -> Option<StepKey> {
     let inside = cmdline.split_once("slurmstepd: [")?.1;
     job_step(inside.split([']', ' ']).next()?)
 }
@@ -158,12 +167,12 @@ pub struct Site {
     pub spool: PathBuf,
     /// Slurm's CgroupMountpoint.
     pub cgroup_root: PathBuf,
-    /// Where the processes are shown ([`procs::PROC_ROOT`]).
+    /// Where the processes are shown (`procs::PROC_ROOT`).
     pub proc_root: PathBuf,
 }
 
 /// Slurm's cgroup mount point (cgroup.conf's CgroupMountpoint default).
-pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+pub(crate) const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// cgroup.conf's CgroupMountpoint, or its default.
 pub fn cgroup_mountpoint(cgroup_conf: &str) -> PathBuf {
@@ -250,13 +259,16 @@ mod tests {
     fn steps_are_named_as_slurm_names_them() {
         assert_eq!(
             own_step("slurmstepd: [1234.extern] "),
-            Some((1234, StepId::EXTERN))
+            Some(StepKey::new(1234, StepId::EXTERN))
         );
-        assert_eq!(own_step("slurmstepd: [7.0]"), Some((7, StepId(0))));
+        assert_eq!(
+            own_step("slurmstepd: [7.0]"),
+            Some(StepKey::new(7, StepId(0)))
+        );
         assert_eq!(own_step("/usr/sbin/slurmstepd"), None);
         assert_eq!(
             own_step("slurmstepd: [8.extern stepmgr]"),
-            Some((8, StepId::EXTERN))
+            Some(StepKey::new(8, StepId::EXTERN))
         );
         assert_eq!(StepId::BATCH.cgroup_name(), "step_batch");
         assert_eq!(StepId(3).cgroup_name(), "step_3");
@@ -273,9 +285,16 @@ mod tests {
         let present = present_steps(tmp.path());
         assert_eq!(
             present.keys().copied().collect::<Vec<_>>(),
-            vec![(3, StepId::BATCH), (12, StepId(0)), (12, StepId::EXTERN)]
+            vec![
+                StepKey::new(3, StepId::BATCH),
+                StepKey::new(12, StepId(0)),
+                StepKey::new(12, StepId::EXTERN)
+            ]
         );
-        assert_eq!(present[&(12, StepId(0))], tmp.path().join("n1_12.0"));
+        assert_eq!(
+            present[&StepKey::new(12, StepId(0))],
+            tmp.path().join("n1_12.0")
+        );
     }
 
     #[test]

@@ -13,14 +13,17 @@ use std::time::Duration;
 pub struct KeyValues(HashMap<&'static str, String>);
 
 impl KeyValues {
+    /// No key given.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Gives `key` the raw `value`, replacing any earlier one.
     pub fn set(&mut self, key: &'static str, value: impl Into<String>) {
         self.0.insert(key, value.into());
     }
 
+    /// The value given for `key`, trimmed; `None` where not given.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(|v| v.trim())
     }
@@ -44,15 +47,20 @@ pub fn file_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
         .rfind(|value| !value.is_empty())
 }
 
+/// A key of acct_gather.conf whose value is refused, and why.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("acct_gather.conf: invalid {key}={value}: {reason}")]
 pub struct ConfigError {
+    /// The key.
     pub key: &'static str,
+    /// The value given.
     pub value: String,
+    /// Why it is refused.
     pub reason: String,
 }
 
 impl ConfigError {
+    /// The error for `key`=`value`, refused for `reason`.
     pub fn new(key: &'static str, value: &str, reason: impl Into<String>) -> Self {
         Self {
             key,
@@ -64,7 +72,11 @@ impl ConfigError {
 
 /// A sampling period in seconds, fractions accepted, from 0.1 to `max_secs`: energy between
 /// two samples is interpolated, and a power step costs up to half a period of that step.
-pub fn period_secs(key: &'static str, v: &str, max_secs: u64) -> Result<Duration, ConfigError> {
+pub(crate) fn period_secs(
+    key: &'static str,
+    v: &str,
+    max_secs: u64,
+) -> Result<Duration, ConfigError> {
     v.parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && (0.1..=max_secs as f64).contains(s))
@@ -94,7 +106,7 @@ impl fmt::Debug for Secret {
 
 /// An absolute path (`EnergyIPMIPasswordFile`, `EnergyRedfishPasswordFile`): slurmd's
 /// working directory is no place to resolve a relative one against.
-pub fn absolute_path(key: &'static str, v: &str) -> Result<Option<PathBuf>, ConfigError> {
+pub(crate) fn absolute_path(key: &'static str, v: &str) -> Result<Option<PathBuf>, ConfigError> {
     if !v.starts_with('/') {
         return Err(ConfigError::new(key, v, "expected an absolute path"));
     }
@@ -102,7 +114,7 @@ pub fn absolute_path(key: &'static str, v: &str) -> Result<Option<PathBuf>, Conf
 }
 
 /// How `scontrol show config` shows a password file: its path, never what it holds.
-pub fn shown_password_file(path: &Option<PathBuf>) -> String {
+pub(crate) fn shown_password_file(path: &Option<PathBuf>) -> String {
     path.as_ref()
         .map_or_else(|| "(not set)".into(), |p| p.display().to_string())
 }
@@ -116,7 +128,7 @@ const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
 /// that only its owner may write (anyone who can write it chooses the BMC login slurmd
 /// uses); readable by everyone it is a warning. The error names the key and the path, never
 /// the password.
-pub fn read_password_file(key: &'static str, path: &Path) -> Result<Secret, String> {
+pub(crate) fn read_password_file(key: &'static str, path: &Path) -> Result<Secret, String> {
     let refuse = |why: String| format!("{key}={}: {why}", path.display());
     // non-blocking, so a FIFO put there never holds slurmd in open(2); checked on the
     // opened file, so the file read is the file judged
@@ -158,7 +170,7 @@ pub fn read_password_file(key: &'static str, path: &Path) -> Result<Secret, Stri
 
 /// The password to log in with: the one `file` names (under `file_key`) where set, else
 /// the one acct_gather.conf gives.
-pub fn password(
+pub(crate) fn password(
     given: &Secret,
     file_key: &'static str,
     file: Option<&Path>,
@@ -171,7 +183,7 @@ pub fn password(
 
 /// The error for a password given both in acct_gather.conf and in a file: one would be
 /// ignored.
-pub fn both_passwords(
+pub(crate) fn both_passwords(
     key: &'static str,
     file_key: &'static str,
     values: &KeyValues,
@@ -187,7 +199,7 @@ pub fn both_passwords(
 }
 
 /// yes/no, true/false, on/off, 1/0.
-pub fn boolean(key: &'static str, v: &str) -> Result<bool, ConfigError> {
+pub(crate) fn boolean(key: &'static str, v: &str) -> Result<bool, ConfigError> {
     match v.to_ascii_lowercase().as_str() {
         "yes" | "true" | "1" | "on" => Ok(true),
         "no" | "false" | "0" | "off" => Ok(false),
@@ -196,7 +208,7 @@ pub fn boolean(key: &'static str, v: &str) -> Result<bool, ConfigError> {
 }
 
 /// `yes` or `no`, as [`boolean`] reads them back.
-pub fn yes_no(b: &bool) -> String {
+pub(crate) fn yes_no(b: &bool) -> String {
     if *b { "yes" } else { "no" }.into()
 }
 
@@ -226,7 +238,7 @@ macro_rules! config_keys {
         $(check: $check:expr;)?
     ) => {
         // the key names, public wherever the table's module is (a private module's stay inside)
-        $( $( #[allow(unreachable_pub)] pub const $konst: &str = $key; )+ )*
+        $( $( #[allow(unreachable_pub)] #[doc = concat!("The acct_gather.conf key `", $key, "`.")] pub const $konst: &str = $key; )+ )*
 
         $(#[$meta])*
         pub struct $name {

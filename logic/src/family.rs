@@ -20,7 +20,7 @@ use crate::variorum::VariorumConfig;
 
 /// Each plugin of the family, by its name after `acct_gather_energy/`, with the keys it
 /// reads (its `Plugin::KEYS`).
-pub const PLUGINS: [(&str, &[&str]); 6] = [
+pub(crate) const PLUGINS: [(&str, &[&str]); 6] = [
     ("rust_rapl", RaplConfig::KEYS),
     ("rust_ipmi", ipmi::KEYS),
     ("rust_variorum", VariorumConfig::KEYS),
@@ -31,7 +31,7 @@ pub const PLUGINS: [(&str, &[&str]); 6] = [
 
 /// The keys of the runtime every plugin reads beside its source's: attribution, Slurm's
 /// step record, the metrics file.
-pub const RUNTIME: [&[&str]; 3] = [attribution::KEYS, StepRecordConfig::KEYS, metrics::KEYS];
+pub(crate) const RUNTIME: [&[&str]; 3] = [attribution::KEYS, StepRecordConfig::KEYS, metrics::KEYS];
 
 /// Every key of the family, each once: the runtime's, then each plugin's. What every
 /// plugin registers with Slurm and reads from the parsed file.
@@ -50,7 +50,7 @@ pub fn keys() -> Vec<&'static str> {
 }
 
 /// The plugin of the family whose key `key` is, if any.
-pub fn owner(key: &str) -> Option<&'static str> {
+pub(crate) fn owner(key: &str) -> Option<&'static str> {
     PLUGINS
         .iter()
         .find(|(_, keys)| keys.iter().any(|k| k.eq_ignore_ascii_case(key)))
@@ -58,7 +58,7 @@ pub fn owner(key: &str) -> Option<&'static str> {
 }
 
 /// Whether a plugin reading `own` keys reads `key`: its own or the runtime's.
-pub fn reads(own: &[&str], key: &str) -> bool {
+pub(crate) fn reads(own: &[&str], key: &str) -> bool {
     own.iter()
         .chain(RUNTIME.iter().flat_map(|keys| keys.iter()))
         .any(|k| k.eq_ignore_ascii_case(key))

@@ -3,10 +3,12 @@
 
 use thiserror::Error;
 
+/// A host list that cannot be expanded (the list as given).
 #[derive(Debug, Error, PartialEq)]
 #[error("cannot expand the node list {0:?}")]
 pub struct BadHostList(pub String);
 
+/// Each host a Slurm host list (`node[1-3,5]`) names, in order.
 pub fn expand(list: &str) -> Result<Vec<String>, BadHostList> {
     let bad = || BadHostList(list.to_string());
     let mut names = Vec::new();

@@ -15,21 +15,22 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub mod ask;
+pub(crate) mod ask;
 mod charge;
-pub mod doorbell;
+pub(crate) mod doorbell;
 mod file;
 mod floor;
 mod keeper;
+mod number;
 mod parts;
 mod reader;
 pub mod slots;
 
-pub use file::Refused;
+pub(crate) use file::Refused;
 pub use floor::SUSTAIN as STATIC_POWER_SUSTAIN_SECS;
-pub use keeper::{Keeper, Publisher};
-pub use parts::{Breakdown, IdleHeld, REST as REST_PART};
-pub use reader::StepFigure;
+pub(crate) use keeper::Keeper;
+pub use parts::{Breakdown, IdleHeld};
+pub(crate) use reader::StepFigure;
 
 use crate::accounting::PowerWindow;
 use crate::attribution::StepId;
@@ -42,7 +43,7 @@ use floor::Floor;
 use parts::PartValues;
 
 /// How old the ledger may get while slurmd samples normally.
-pub const LEDGER_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const LEDGER_PERIOD: Duration = Duration::from_secs(1);
 
 /// Where the ledger of the plugin stacked at `context_id` lives.
 pub fn ledger_path(spool: &Path, context_id: u16) -> PathBuf {
@@ -58,7 +59,7 @@ fn spool_of(path: &Path) -> &Path {
 }
 
 /// The file format; a reader refuses any other.
-pub const VERSION: u64 = 2;
+pub(crate) const VERSION: u64 = 2;
 /// A job that left the node is kept this long, so its slurmstepds' last reads find it.
 const KEEP_GONE: Duration = Duration::from_secs(300);
 /// A step that ended while its job goes on is kept this long at most, and only the
@@ -80,31 +81,48 @@ const ENDED_STEPS_KEPT: usize = 32;
 /// After a slurmd restart, the time it was away is the meter's own where its counts tell
 /// it ([`crate::source::bridge`]); else it is estimated at the power each job had, up to this long; a
 /// longer absence is not guessed.
-pub const MAX_GAP: Duration = Duration::from_secs(300);
+pub(crate) const MAX_GAP: Duration = Duration::from_secs(300);
 /// A step seen begun this much later than the step of the same name the ledger holds is
 /// another run of its job (requeued, or its id come round again). More than the start of
 /// one slurmstepd as read from its socket and from its process can differ (a slurmd
 /// started again may first know a step by its socket), and less than any requeue takes:
 /// Slurm starts a requeued job no sooner than its credential's lifetime (AuthInfo's
 /// `cred_expire`, at least 5 s) and a second after its run before ended.
-pub const RUN_SLACK: f64 = 5.0;
+pub(crate) const RUN_SLACK: f64 = 5.0;
 
+/// Why the energy ledger could not be read or published.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
+    /// The file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The ledger's path.
         path: String,
+        /// The error reading it.
         source: std::io::Error,
     },
+    /// The file could not be written.
     #[error("cannot write {path}: {source}")]
     Write {
+        /// The ledger's path.
         path: String,
+        /// The error writing it.
         source: std::io::Error,
     },
+    /// The file is not a ledger.
     #[error("{path} is not an energy ledger (not whole JSON of the expected fields)")]
-    Format { path: String },
+    Format {
+        /// The file's path.
+        path: String,
+    },
+    /// The ledger is of another version.
     #[error("{path} is an energy ledger of version {found}, not {VERSION}")]
-    Version { path: String, found: String },
+    Version {
+        /// The ledger's path.
+        path: String,
+        /// The version it says.
+        found: String,
+    },
     /// Whoever can write SlurmdSpoolDir can put a file of theirs in the ledger's place, or
     /// move root's away: no figure is taken from it, and none published there.
     #[error(
@@ -112,22 +130,27 @@ pub enum LedgerError {
          write it could put their own in its place)"
     )]
     Spool(#[from] DirError),
+    /// The file is a link, or not slurmd's own: not read.
     #[error(
         "{path} is a link, or not a regular file of slurmd's user: not read as the energy ledger"
     )]
-    Untrusted { path: String },
+    Untrusted {
+        /// The file's path.
+        path: String,
+    },
 }
 
 /// One job's or one step's account, or the node's.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Account {
-    #[serde(deserialize_with = "file::finite")]
+    /// Its energy, in joules.
+    #[serde(deserialize_with = "number::finite")]
     pub joules: f64,
     /// Its share of the node's power over the last interval.
-    #[serde(deserialize_with = "file::finite")]
+    #[serde(deserialize_with = "number::finite")]
     pub watts: f64,
     /// Unix time its counting began.
-    #[serde(deserialize_with = "file::finite")]
+    #[serde(deserialize_with = "number::finite")]
     pub since: f64,
 }
 
@@ -252,7 +275,7 @@ impl JobView<'_> {
         self.job.steps.iter().map(|(&id, s)| (id, s.account))
     }
 
-    /// Its energy by part and what it held idle ([`parts`]).
+    /// Its energy by part and what it held idle (`ledger::parts`).
     pub fn breakdown(&self) -> &Breakdown {
         &self.job.breakdown
     }
@@ -328,9 +351,9 @@ pub struct Observation {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Part {
     pub label: String,
-    #[serde(deserialize_with = "file::finite")]
+    #[serde(deserialize_with = "number::finite")]
     pub joules: f64,
-    #[serde(deserialize_with = "file::optional_finite")]
+    #[serde(deserialize_with = "number::optional_finite")]
     pub watts: Option<f64>,
 }
 
@@ -461,6 +484,7 @@ fn keep_recent(unassigned: &mut VecDeque<Piece>, now: f64) {
     }
 }
 
+/// `t` in seconds of Unix time, as the ledger writes times.
 pub fn unix(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -478,10 +502,12 @@ impl Ledger {
         self.epoch
     }
 
+    /// The node's account.
     pub fn node(&self) -> Account {
         self.node
     }
 
+    /// The parts of the node the source measures beside it.
     pub fn parts(&self) -> &[Part] {
         &self.parts
     }
@@ -491,10 +517,12 @@ impl Ledger {
         self.jobs.iter().map(|(&id, job)| JobView { id, job })
     }
 
+    /// Job `job`'s account, where kept.
     pub fn job(&self, job: u32) -> Option<Account> {
         self.jobs.get(&job).map(|j| j.account)
     }
 
+    /// Step `step` of job `job`'s account, where kept.
     pub fn step(&self, job: u32, step: StepId) -> Option<Account> {
         self.jobs.get(&job)?.steps.get(&step).map(|s| s.account)
     }
@@ -510,12 +538,13 @@ impl Ledger {
         self.source = source;
     }
 
+    /// Unix time of the last sample, in seconds.
     pub fn sampled_at(&self) -> f64 {
         self.sampled_at
     }
 
-    /// Whether the slurmd that wrote it gives each step its own share ([`Split::Shared`],
-    /// [`Split::Devices`]) rather than the node's energy ([`Split::Node`]); `None` for a
+    /// Whether the slurmd that wrote it gives each step its own share (`Split::Shared`,
+    /// `Split::Devices`) rather than the node's energy (`Split::Node`); `None` for a
     /// ledger that does not say (written by a plugin of before).
     pub fn gives_shares(&self) -> Option<bool> {
         match self.split.as_str() {
@@ -650,7 +679,7 @@ impl Ledger {
     }
 
     /// The ledger in `path`, `None` when there is none. It is read only from a directory
-    /// no one else can write ([`trusted_dir`]), never through a link, and only when it is
+    /// no one else can write (`trusted_dir`), never through a link, and only when it is
     /// slurmd's user's own file (a planted file is none of slurmd's).
     pub fn load(path: &Path) -> Result<Option<Self>, LedgerError> {
         let Some(file) = open_trusted(path, false)? else {
@@ -672,7 +701,7 @@ impl Ledger {
     }
 
     /// Replaces `path` with this ledger, readable by root only (`replace`), in a
-    /// directory no one else can write ([`trusted_dir`]): its readers refuse any other.
+    /// directory no one else can write (`trusted_dir`): its readers refuse any other.
     pub fn store(&self, path: &Path) -> Result<(), LedgerError> {
         trusted_dir::check(spool_of(path), NO_WRITE)?;
         let access = Access {

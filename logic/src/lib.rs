@@ -1,17 +1,21 @@
 //! The logic of the Rust `acct_gather_energy` plugins, in safe Rust that knows nothing of
 //! Slurm: it builds and unit-tests without Slurm's headers or libraries.
 //!
-//! The [`runtime`] is one plugin's behaviour in one process: it opens the [`plugin::Plugin`]'s
-//! [`source::Source`], keeps a `meter` polling it into [`accounting`], and splits a shared
-//! node's energy among its jobs ([`attribution`]). Sources (`rapl`, ...) are plain Rust over
-//! files, testable without Slurm or the hardware. The [`scheduler`] decides the threads:
-//! every background thread is a [`scheduler::worker::Worker`]; those that poll sources that
-//! may block run the one loop of `scheduler::Poller`; every call from Slurm runs behind
-//! the one panic [`guard`].
+//! The [`Runtime`] is one plugin's behaviour in one process: it opens the [`Plugin`]'s
+//! [`Source`], keeps a `meter` polling it into `accounting` at the period opening it
+//! returned ([`Opened`]), and splits a shared node's energy among its jobs
+//! ([`Attribution`]). Sources (the counters [`Rapl`] opens, ...) are plain Rust over files,
+//! testable without Slurm or the hardware. The module `scheduler` decides the threads: every
+//! background thread is a `scheduler::worker::Worker`; those that poll sensors that may
+//! block ([`Sensor`]) and the GPUs run the one loop of `scheduler::Poller`; every call from
+//! Slurm runs behind the one panic [`guard()`].
 //!
 //! Slurm's side (exported symbols, raw pointers, logging into the daemon's log,
-//! acct_gather.conf) is the crate `slurm-energy`, which drives the [`runtime`] through its
-//! [`runtime::Host`] and re-exports these modules.
+//! acct_gather.conf) is the crate `slurm-energy`, which drives the [`Runtime`] through its
+//! [`Host`] and re-exports the plugins' descriptors.
+//!
+//! The modules are private: what other crates use is the list of `pub use` below, grouped
+//! by the crate that uses it (docs/development.md says how to count it).
 //!
 //! `unsafe` is forbidden here. Hardware is reached through safe wrappers (nix's `pread`,
 //! ioctls of ipmi-rs); C libraries that need `unsafe` calls run in the sampler crate
@@ -19,30 +23,95 @@
 //! small crate `slurm-energy-gpu-libs` beside `gpu` (NVML and amd-smi, behind the safe
 //! `gpu::GpuLibrary`). A source that needs a vendor crate is a feature (`ipmi`, `redfish`,
 //! `gpu`); every source's acct_gather.conf keys build without it, since every plugin of the
-//! family registers them all ([`family`]).
+//! family registers them all ([`family_keys`]).
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
+#![deny(missing_docs)]
 
-pub mod accounting;
-pub mod attribution;
-pub mod config;
+mod accounting;
+mod attribution;
+mod config;
 mod counter;
-pub mod family;
-pub mod gpu;
-pub mod guard;
+mod family;
+mod gpu;
+mod guard;
 pub mod hostlist;
-pub mod ipmi;
-pub mod ledger;
+mod ipmi;
+mod ledger;
 mod meter;
-pub mod metrics;
-pub mod plugin;
-pub mod pm_counters;
-pub mod power;
-pub mod rapl;
-pub mod redfish;
+mod metrics;
+mod plugin;
+mod pm_counters;
+mod power;
+mod rapl;
+mod redfish;
 mod replace;
-pub mod runtime;
-pub mod scheduler;
-pub mod source;
-pub mod trusted_dir;
+mod runtime;
+mod scheduler;
+mod source;
+mod trusted_dir;
 pub mod variorum;
+
+// The surface, by consumer: only what some crate outside uses. `hostlist` (senergy's scopes)
+// and `variorum` (the wire the rust_variorum plugin shares with its sampler process) stay
+// namespaces.
+
+// core (slurm-energy): the runtime it drives through its Host, a plugin's keys and symbols,
+// and what it reads from Slurm for attribution.
+pub use accounting::EnergyRecord;
+pub use attribution::grant::{Grant, GresHeld};
+pub use attribution::gres::GresOrder;
+pub use attribution::job_record::{JobRecord, LoadJob};
+pub use attribution::{Site, StepId, StepKey, cgroup_mountpoint, own_step, spool_for_node};
+pub use config::KeyValues;
+pub use family::keys as family_keys;
+pub use guard::guard;
+pub use metrics::PrivateData;
+pub use plugin::{Opened, Plugin};
+pub use runtime::{Answer, Daemon, Host, Query, RecordRefused, Runtime, Update};
+pub use scheduler::worker::on_abandon;
+
+// plugins/*: each plugin's descriptor, and the sensor trait the variorum sampler's tests
+// drive.
+#[cfg(feature = "gpu")]
+pub use gpu::Gpus;
+#[cfg(feature = "ipmi")]
+pub use ipmi::Ipmi;
+pub use pm_counters::PmCounters;
+pub use rapl::Rapl;
+#[cfg(feature = "redfish")]
+pub use redfish::Redfish;
+pub use source::{Failure, Sensor};
+pub use variorum::Variorum;
+
+// senergy: the ledger and doorbell it reads, the configuration it checks, and the sources
+// `senergy check` opens (the Redfish BMC by its own request).
+pub use attribution::procs::Procs;
+pub use config::file_value;
+pub use ipmi::{IpmiConfig, Target as IpmiTarget};
+pub use ledger::doorbell::{Ring, doorbell_path, freshen, ring_without_waiting};
+pub use ledger::{
+    Breakdown, IdleHeld, Ledger, LedgerError, STATIC_POWER_SUSTAIN_SECS, ledger_path,
+    unix as unix_time,
+};
+pub use pm_counters::{PmCountersConfig, parse_value as parse_pm_counters_value};
+#[cfg(feature = "redfish")]
+pub use redfish::RedfishBmc;
+pub use source::{Sample, Source};
+
+// tests (logic/tests, energy-tests' benchmarks): the parsers and configurations they drive
+// with outside input.
+pub use attribution::cgroup::{CgroupTree, JobDir, count_cpus};
+pub use attribution::job_record::{StepRecordConfig, gres_on_node};
+pub use attribution::procs::{SCAN_GAP, Scans, TITLE_BYTES};
+pub use attribution::{Attribution, KEYS as ATTRIBUTION_KEYS};
+pub use config::ConfigError;
+pub use ledger::Account;
+pub use metrics::{KEYS as METRICS_KEYS, MetricsConfig};
+pub use rapl::{
+    KEY_DOMAINS as RAPL_KEY_DOMAINS, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo,
+};
+#[cfg(feature = "redfish")]
+pub use redfish::Method as RedfishMethod;
+pub use redfish::RedfishConfig;
+pub use source::Reading;

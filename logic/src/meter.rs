@@ -1,43 +1,33 @@
 //! The meter: the node's figure, kept by polling its source often enough.
 //!
 //! Slurm may poll far less often than a counter wraps (AcctGatherNodeFreq=300 on an AMD node
-//! wraps in ~3 min; JobAcctGatherFrequency=0 polls a step only at its end), so every process
-//! that measures runs a sampler (a [`Worker`]) that polls the source at its `sample_period`.
-//! Slurm's own calls also poll it, so each figure Slurm gets is current. All polls go
-//! through one mutex; a poll is a few `pread`s, so no Slurm call waits on anything slow.
+//! wraps in ~3 min; JobAcctGatherFrequency=0 polls a step only at its end), so slurmd's
+//! sample loop (`runtime::node`) polls the source at the period its plugin opened it with
+//! ([`Opened::sample_period`]) besides Slurm's own calls, so each figure Slurm gets is
+//! current. All polls go through one mutex; a poll is a few `pread`s, so no Slurm call
+//! waits on anything slow.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::accounting::Accounting;
-use crate::scheduler::worker::{Control, Worker};
+use crate::plugin::Opened;
 use crate::source::{Reading, Source, stale_after};
 
 /// A source of readings, as the meter holds it.
-type Readings = Box<dyn Source<Poll = Reading>>;
+type Readings = Box<dyn Source>;
 
-/// A source, its accounting, and the sampler that polls it: the node's figure (a step's,
-/// in slurmstepd), as the plugin holds it.
+/// A source and its accounting: the node's figure, as the plugin holds it. A clone is the
+/// same meter (the sample loop's thread holds one).
+#[derive(Clone)]
 pub(crate) struct Meter {
     shared: Arc<Shared>,
-    sampler: Option<Worker>,
 }
 
 struct Shared {
     kept: Mutex<Kept>,
     period: Duration,
-    /// Whether the source needs a sampling thread ([`Source::needs_sampling`]).
-    sampled: bool,
-    /// Told each of the sampler's readings, in the sampler's thread, after the reading's
-    /// lock is released: Slurm's calls never wait on it.
-    observer: Mutex<Option<Observer>>,
-    /// The running sampler's control, to wake it for a reading now.
-    sampler: Mutex<Option<Arc<Control>>>,
 }
-
-/// What [`Meter::observe`] is given: told the accounting and the reading of each sample
-/// (its devices and hardware counts beside the energy the accounting took).
-pub(crate) type Observer = Box<dyn FnMut(&Accounting, &Reading) + Send>;
 
 /// What the meter keeps under its lock.
 struct Kept {
@@ -50,12 +40,13 @@ struct Kept {
 }
 
 impl Meter {
-    /// Logs what will be measured and takes the first reading now; sampling starts with
-    /// [`Meter::ensure_sampling`].
-    pub(crate) fn new(source: impl Source<Poll = Reading>) -> Self {
+    /// Logs what will be measured and takes the first reading now.
+    pub(crate) fn new(opened: Opened<impl Source>) -> Self {
+        let Opened {
+            source,
+            sample_period: period,
+        } = opened;
         log::info!("measuring {}", source.describe());
-        let period = source.sample_period();
-        let sampled = source.needs_sampling();
         let shared = Arc::new(Shared {
             kept: Mutex::new(Kept {
                 source: Box::new(source),
@@ -64,15 +55,9 @@ impl Meter {
                 failing: false,
             }),
             period,
-            sampled,
-            observer: Mutex::new(None),
-            sampler: Mutex::new(None),
         });
         shared.sample();
-        Self {
-            shared,
-            sampler: None,
-        }
+        Self { shared }
     }
 
     /// What it polls, in one line ([`Source::describe`]).
@@ -80,44 +65,14 @@ impl Meter {
         self.shared.lock().source.describe()
     }
 
+    /// How often the source is to be polled between Slurm's calls.
+    pub(crate) fn period(&self) -> Duration {
+        self.shared.period
+    }
+
     /// Readings older than this are unavailable.
     pub(crate) fn stale_after(&self) -> Duration {
         stale_after(self.shared.period)
-    }
-
-    /// Starts the sampling thread unless it runs (again, if it ended or could not start).
-    pub(crate) fn ensure_sampling(&mut self) {
-        if !self.shared.sampled || self.sampler.as_ref().is_some_and(|s| !s.has_ended()) {
-            return;
-        }
-        let shared = Arc::clone(&self.shared);
-        let period = self.shared.period;
-        match Worker::spawn("energy-sampler", move |control| {
-            while control.wait(Some(period)) {
-                let (accounting, reading) = shared.sample_reading();
-                if let Some(observer) = shared
-                    .observer
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .as_mut()
-                {
-                    observer(&accounting, &reading);
-                }
-            }
-        }) {
-            Ok(worker) => {
-                *self
-                    .shared
-                    .sampler
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(worker.control()));
-                self.sampler = Some(worker);
-            }
-            Err(e) => log::error!(
-                "{e}; energy is read only when Slurm polls, so counter wraps between polls \
-                 may be missed"
-            ),
-        }
     }
 
     /// Polls the source now and returns the accounting.
@@ -125,7 +80,13 @@ impl Meter {
         self.shared.sample()
     }
 
-    /// The accounting, polling the source only if the sampler has not within one period.
+    /// Polls the source now: the accounting, and this reading (its devices and hardware
+    /// counts beside the energy the accounting took), for the sample loop's keeper.
+    pub(crate) fn sample(&self) -> (Accounting, Reading) {
+        self.shared.sample_reading()
+    }
+
+    /// The accounting, polling the source only if it was not within one period.
     pub(crate) fn recent(&self) -> Accounting {
         let kept = self.shared.lock();
         if kept.sampled_at.elapsed() <= self.shared.period {
@@ -138,30 +99,6 @@ impl Meter {
     /// The accounting as of the latest reading.
     pub(crate) fn snapshot(&self) -> Accounting {
         self.shared.lock().accounting
-    }
-
-    /// What makes the sampling thread take a reading now (and tell the observer).
-    pub(crate) fn waker(&self) -> Box<dyn Fn() + Send + Sync> {
-        let shared = Arc::clone(&self.shared);
-        Box::new(move || {
-            if let Some(control) = shared
-                .sampler
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .as_ref()
-            {
-                control.wake();
-            }
-        })
-    }
-
-    /// Has `observer` told each reading the sampling thread takes.
-    pub(crate) fn observe(&mut self, observer: Observer) {
-        *self
-            .shared
-            .observer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(observer);
     }
 }
 
@@ -227,38 +164,7 @@ fn wall_at(wall: SystemTime, then: Instant, at: Instant) -> SystemTime {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicU32, Ordering};
-
     use super::*;
-
-    struct Counted {
-        reads: Arc<AtomicU32>,
-        sampled: bool,
-    }
-
-    impl Source for Counted {
-        type Poll = Reading;
-
-        fn describe(&self) -> String {
-            "counted".into()
-        }
-
-        fn poll(&mut self, _now: Instant) -> Reading {
-            self.reads.fetch_add(1, Ordering::SeqCst);
-            Reading {
-                complete: true,
-                ..Reading::default()
-            }
-        }
-
-        fn sample_period(&self) -> Duration {
-            Duration::from_millis(10)
-        }
-
-        fn needs_sampling(&self) -> bool {
-            self.sampled
-        }
-    }
 
     /// A poll that stalls for 200 ms before it reads its counter, at 100 W, and 300 ms
     /// after.
@@ -267,8 +173,6 @@ mod tests {
     }
 
     impl Source for Stalling {
-        type Poll = Reading;
-
         fn describe(&self) -> String {
             "stalling".into()
         }
@@ -285,14 +189,6 @@ mod tests {
                 ..Reading::default()
             }
         }
-
-        fn sample_period(&self) -> Duration {
-            Duration::from_secs(1)
-        }
-
-        fn needs_sampling(&self) -> bool {
-            false
-        }
     }
 
     /// The point is dated when the counter was read, on both clocks: not when the stalled
@@ -300,7 +196,10 @@ mod tests {
     #[test]
     fn a_reading_is_dated_when_its_hardware_took_it_on_both_clocks() {
         let started = Instant::now();
-        let meter = Meter::new(Stalling { started });
+        let meter = Meter::new(Opened {
+            source: Stalling { started },
+            sample_period: Duration::from_secs(1),
+        });
         let (wall0, at0) = (SystemTime::now(), Instant::now());
         let point = meter.refresh().fresh(Instant::now(), Duration::MAX);
         let returned = Instant::now();
@@ -358,27 +257,6 @@ mod tests {
                 wall_at(wall, polled, before),
                 wall - Duration::from_millis(300)
             );
-        }
-    }
-
-    /// A source that needs no sampling gets no thread: it is read only at Slurm's calls.
-    #[test]
-    fn only_sources_that_need_it_are_sampled() {
-        for sampled in [true, false] {
-            let reads = Arc::new(AtomicU32::new(0));
-            let mut meter = Meter::new(Counted {
-                reads: Arc::clone(&reads),
-                sampled,
-            });
-            meter.ensure_sampling();
-            std::thread::sleep(Duration::from_millis(200));
-            drop(meter);
-            let reads = reads.load(Ordering::SeqCst);
-            if sampled {
-                assert!(reads >= 5, "{reads} reads in 200 ms at 10 ms");
-            } else {
-                assert_eq!(reads, 1, "only the first reading, when the meter opened");
-            }
         }
     }
 }

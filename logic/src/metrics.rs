@@ -26,6 +26,7 @@ mod config;
 mod file;
 mod text;
 
-pub use config::{FILE_KEY, GROUP_KEY, GroupName, KEYS, MODE_KEY, MetricsConfig, OWNERS_KEY};
-pub use file::{InEffect, MetricsFile, PrivateData};
-pub use text::{GRACE, Identity, render};
+pub use config::{KEYS, MetricsConfig};
+pub(crate) use file::MetricsFile;
+pub use file::PrivateData;
+pub(crate) use text::{Identity, render};

@@ -1,23 +1,27 @@
 //! What a plugin of the family is ([`Plugin`]): its acct_gather.conf keys, its
 //! configuration for this node, and how its source opens.
 
+use std::time::Duration;
+
 use crate::config::{ConfigError, KeyValues};
-use crate::source::{Reading, Source};
+use crate::source::Source;
 
 /// What a plugin of the family is: the keys it reads, and how its source opens. Every
-/// plugin names one type that implements this in its `energy_plugin!` call.
+/// plugin names one type that implements this in its `energy_plugin!` call, a descriptor
+/// of its own, apart from the source it opens.
 pub trait Plugin: 'static {
+    /// Its acct_gather.conf keys, parsed.
     type Config: Default + Clone + PartialEq + Send + std::fmt::Debug + 'static;
-    /// What it opens: a source of readings (counters directly, a source that may block
-    /// through [`crate::power::Polled`]).
-    type Source: Source<Poll = Reading>;
+    /// What it opens: a source of readings (counters directly, a sensor that may block
+    /// through `crate::power::Polled`).
+    type Source: Source;
 
     /// The acct_gather.conf keys this plugin reads (all parsed as strings by Slurm); it
-    /// registers every plugin's ([`crate::family`]), so one file serves them all.
+    /// registers every plugin's (`crate::family`), so one file serves them all.
     const KEYS: &'static [&'static str];
 
     /// The source measures devices Slurm allocates to jobs (rust_gpu's GPUs, in
-    /// [`Reading::devices`]): slurmd's ledger charges each job the devices it holds (a
+    /// [`crate::source::Reading::devices`]): slurmd's ledger charges each job the devices it holds (a
     /// shared one split among its holders) in every `EnergyAttribution` mode, never by CPU
     /// time, which would give one job's GPU energy to another.
     const ALLOCATED_DEVICES: bool = false;
@@ -41,11 +45,22 @@ pub trait Plugin: 'static {
         config.clone()
     }
 
-    /// Finds the hardware. An error is fatal: it says, for the admin, why this node reports
-    /// no energy (a source's own failures once open are retried, see [`crate::source::Failure`]).
-    fn open(config: &Self::Config) -> Result<Self::Source, String>;
+    /// Finds the hardware, and says how often the meter polls what it found. An error is
+    /// fatal: it says, for the admin, why this node reports no energy (a sensor's own
+    /// failures once open are retried, see [`crate::source::Failure`]).
+    fn open(config: &Self::Config) -> Result<Opened<Self::Source>, String>;
 
     /// Told once, at load, the directory of the plugin's `.so` (where a source may keep
     /// helper programs).
     fn plugin_located(_dir: &std::path::Path) {}
+}
+
+/// What a plugin opened: its source, and how often the meter polls it.
+#[derive(Debug)]
+pub struct Opened<S> {
+    /// The source of readings.
+    pub source: S,
+    /// How often the meter polls it between Slurm's calls: often enough that no counter
+    /// wrap is ever missed, and CurrentWatts stays fresh.
+    pub sample_period: Duration,
 }

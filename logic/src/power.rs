@@ -1,5 +1,6 @@
-//! Sources of [`Power`] (a BMC, Variorum): a poller thread polls them and integrates the
-//! power into energy ([`Polled`]); Slurm's calls only ever see the cached result.
+//! Sensors (a BMC, Variorum), which yield `Power`: a poller thread polls them and
+//! integrates the power into energy ([`Polled`]); Slurm's calls only ever see the cached
+//! result.
 //!
 //! Polling such a source can block (a hung BMC, a stalled library), so it happens only in
 //! the poller thread (a `crate::scheduler::Poller`), which reconnects with backoff after
@@ -20,12 +21,13 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::config::ConfigError;
+use crate::plugin::Opened;
 use crate::scheduler::{Poller, Polling, Timing};
-use crate::source::{Failure, HardwareCount, Power, Reading, Sample, Source, missed_after};
+use crate::source::{Failure, HardwareCount, Reading, Sample, Sensor, Source, missed_after};
 
-/// Reconnecting backs off, doubling from one period up to this many periods (within
-/// `BACKOFF_BOUNDS`): a sensor that comes back is read again soon, so the energy of the
-/// gap is bridged before the steps that need it end.
+/// A power sensor's reconnecting backs off, doubling from one period up to this many
+/// periods (within `BACKOFF_BOUNDS`): a sensor that comes back is read again soon, so the
+/// energy of the gap is bridged before the steps that need it end ([`sensor_backoff`]).
 const BACKOFF_PERIODS: u32 = 4;
 const BACKOFF_BOUNDS: (Duration, Duration) = (Duration::from_secs(2), Duration::from_secs(60));
 
@@ -33,7 +35,7 @@ const BACKOFF_BOUNDS: (Duration, Duration) = (Duration::from_secs(2), Duration::
 /// raised by this much for the bound: a limit is enforced over a correction time, so a
 /// reading may pass it briefly, and what the bound must stop is far beyond it (an
 /// all-ones 65535 W, 1e12 W).
-pub const STATED_LIMIT_MARGIN: f64 = 1.5;
+pub(crate) const STATED_LIMIT_MARGIN: f64 = 1.5;
 /// The largest bound a key or a device may state (10 MW): more is a typing error, or a
 /// glitch itself.
 const MAX_BOUND_WATTS: u32 = 10_000_000;
@@ -55,17 +57,17 @@ const RECENT_READINGS: usize = 8;
 
 /// The most power a source's readings may show; a reading above it is no node's.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Bound {
-    pub watts: f64,
+pub(crate) struct Bound {
+    pub(crate) watts: f64,
     /// Where the figure comes from, for the log.
-    pub from: String,
+    pub(crate) from: String,
 }
 
 impl Bound {
     /// The admin's `key` when set (`configured`), else what the device states (raised by
     /// [`STATED_LIMIT_MARGIN`]; a statement of no power, or of more than 10 MW, is
     /// ignored), else the source's `default`.
-    pub fn resolve(
+    pub(crate) fn resolve(
         key: &'static str,
         configured: Option<u32>,
         stated: Option<(f64, String)>,
@@ -92,13 +94,13 @@ impl Bound {
     }
 
     /// The bound `key`'s default alone sets (a source whose devices state no limit).
-    pub fn of(key: &'static str, configured: Option<u32>, default: u32) -> Bound {
+    pub(crate) fn of(key: &'static str, configured: Option<u32>, default: u32) -> Bound {
         Self::resolve(key, configured, None, default)
     }
 }
 
 /// A bound in acct_gather.conf: whole watts, 1 to 10 000 000.
-pub fn parse_max_watts(key: &'static str, v: &str) -> Result<u32, ConfigError> {
+pub(crate) fn parse_max_watts(key: &'static str, v: &str) -> Result<u32, ConfigError> {
     v.parse::<u32>()
         .ok()
         .filter(|w| (1..=MAX_BOUND_WATTS).contains(w))
@@ -113,7 +115,7 @@ pub fn parse_max_watts(key: &'static str, v: &str) -> Result<u32, ConfigError> {
 
 /// A bound key for `scontrol show config`: the value set, else what applies (`stated`:
 /// the source's devices may state a limit).
-pub fn show_max_watts(configured: Option<u32>, default: u32, stated: bool) -> String {
+pub(crate) fn show_max_watts(configured: Option<u32>, default: u32, stated: bool) -> String {
     match (configured, stated) {
         (Some(watts), _) => watts.to_string(),
         (None, true) => {
@@ -148,7 +150,7 @@ struct Dropping {
 /// change of power under it is bridged as across a gap), and one in bound costs nothing
 /// when it lasts one reading; two readings in bound that agree are a step.
 #[derive(Debug, Clone)]
-pub struct Screen {
+pub(crate) struct Screen {
     bound: Bound,
     /// Names what is read, for the log ("power", "NVIDIA GPU 0 (...)").
     what: String,
@@ -160,7 +162,7 @@ pub struct Screen {
 }
 
 impl Screen {
-    pub fn new(bound: Bound, what: impl Into<String>) -> Self {
+    pub(crate) fn new(bound: Bound, what: impl Into<String>) -> Self {
         Self {
             bound,
             what: what.into(),
@@ -171,23 +173,24 @@ impl Screen {
         }
     }
 
-    pub fn bound(&self) -> &Bound {
+    pub(crate) fn bound(&self) -> &Bound {
         &self.bound
     }
 
     /// A new bound (a sensor connected again, stating another limit); what was accepted
     /// stays the reference.
-    pub fn set_bound(&mut self, bound: Bound) {
+    pub(crate) fn set_bound(&mut self, bound: Bound) {
         self.bound = bound;
     }
 
     /// The last reading accepted.
-    pub fn last(&self) -> Option<&Sample> {
+    #[cfg(test)]
+    pub(crate) fn last(&self) -> Option<&Sample> {
         self.last.as_ref()
     }
 
     /// The reading held until the next one decides.
-    pub fn held(&self) -> Option<&Sample> {
+    pub(crate) fn held(&self) -> Option<&Sample> {
         self.held.as_ref()
     }
 
@@ -195,12 +198,12 @@ impl Screen {
     /// last reading accepted, or the held one where it is lower. Until the next reading it
     /// is unknown which is the node's, and a figure brought forward at the higher stays
     /// counted (what is reported never goes back): a fall at a job's end, or a spike.
-    pub fn power(&self) -> Option<f64> {
+    pub(crate) fn power(&self) -> Option<f64> {
         lower(self.last.map(|s| s.watts), self.held.map(|s| s.watts))
     }
 
     /// The readings to count now, in order (none, the one given, or a held one and it).
-    pub fn judge(&mut self, sample: Sample) -> Vec<Sample> {
+    pub(crate) fn judge(&mut self, sample: Sample) -> Vec<Sample> {
         let watts = sample.watts;
         if !(watts.is_finite() && (0.0..=self.bound.watts).contains(&watts)) {
             let why = if watts.is_nan() {
@@ -304,16 +307,16 @@ fn nearer(watts: f64, a: f64, b: f64) -> bool {
     (watts - a).abs() < (watts - b).abs()
 }
 
-/// How a source of [`Power`] is polled, from its plugin's configuration: known before it
-/// connects, since connecting happens in its poller.
+/// How a source that may block is polled, from its plugin's configuration: known before it
+/// connects, since connecting happens in its poller. A sensor's [`Polled`] and the GPUs'
+/// reader start their pollers from it alike ([`Settings::start_poller`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// How often the poller polls the source.
     pub period: Duration,
-    /// Bring the energy from the last sample up to the moment it is read, at the last
-    /// power (Slurm's `EnergyIPMICalcAdjustment`), so that a step's final figure is not a
-    /// period old.
-    pub extrapolate: bool,
+    /// Reconnecting backs off, doubling from one period, up to this ([`sensor_backoff`]
+    /// for a power sensor).
+    pub max_backoff: Duration,
     /// The acct_gather.conf key of the source's [`Bound`], the bound it sets if it is set,
     /// and the bound where neither the key nor the device says one.
     pub max_watts_key: &'static str,
@@ -321,9 +324,46 @@ pub struct Settings {
     pub default_max_watts: u32,
 }
 
-/// Connects a source of [`Power`]: runs in its poller, and may block up to the source's
-/// own timeouts. An error is retried with backoff.
-type Connect<P> = Box<dyn FnMut() -> Result<P, String> + Send>;
+impl Settings {
+    /// Starts `polling` in a thread named `name`, at this period and backoff, and returns
+    /// at once: the one way a source that may block reaches the scheduler.
+    pub(crate) fn start_poller<P: Polling>(
+        &self,
+        name: &'static str,
+        polling: P,
+    ) -> Result<Poller<P::Published>, String> {
+        let timing = Timing {
+            period: self.period,
+            max_backoff: self.max_backoff,
+        };
+        Poller::start(name, polling, timing)
+    }
+
+    /// The bound its readings are screened by until a device states one.
+    pub(crate) fn bound(&self) -> Bound {
+        Bound::of(self.max_watts_key, self.max_watts, self.default_max_watts)
+    }
+}
+
+/// How far a power sensor polled every `period` backs off reconnecting: `BACKOFF_PERIODS`
+/// periods, within `BACKOFF_BOUNDS`.
+pub(crate) fn sensor_backoff(period: Duration) -> Duration {
+    (period * BACKOFF_PERIODS).clamp(BACKOFF_BOUNDS.0, BACKOFF_BOUNDS.1)
+}
+
+/// A sensor as connecting found it: the sensor, and the most the device says the node may
+/// draw and what says so (a Redfish chassis' `PowerCapacityWatts`, a DCMI power limit), for
+/// the bound its samples are screened by ([`Bound::resolve`]).
+pub struct Connected<S> {
+    /// The sensor, connected.
+    pub sensor: S,
+    /// The device's stated limit, where it states one.
+    pub stated_max_watts: Option<(f64, String)>,
+}
+
+/// Connects a [`Sensor`]: runs in its poller, and may block up to the sensor's own
+/// timeouts. An error is retried with backoff.
+type Connect<S> = Box<dyn FnMut() -> Result<Connected<S>, String> + Send>;
 
 /// Integrated power so far, shared between the poller and the readers.
 #[derive(Debug, Default, Clone, Copy)]
@@ -414,55 +454,50 @@ impl Integral {
     }
 }
 
-/// A source of [`Power`] polled by its own thread, as a source of [`Reading`]s: the
-/// provided adapter every source that may block goes through.
-pub struct Polled<P: Source<Poll = Power>> {
+/// A [`Sensor`] polled by its own thread, as a source of [`Reading`]s: the provided adapter
+/// every sensor goes through.
+pub struct Polled<S: Sensor> {
     poller: Poller<Integral>,
     period: Duration,
     extrapolate: bool,
-    _source: std::marker::PhantomData<fn() -> P>,
+    _sensor: std::marker::PhantomData<fn() -> S>,
 }
 
-impl<P: Source<Poll = Power>> Polled<P> {
-    /// Starts the poller and returns at once: `connect` runs in the poller.
+impl<S: Sensor> Polled<S> {
+    /// Starts the poller and returns at once: `connect` runs in the poller. The meter
+    /// reads the cache each second, or each period where that is shorter: reading it costs
+    /// nothing and keeps CurrentWatts fresh. `extrapolate`: bring the energy from the last
+    /// sample up to the moment it is read, at the last power (Slurm's
+    /// `EnergyIPMICalcAdjustment`), so that a step's final figure is not a period old.
     pub fn start(
         settings: &Settings,
-        connect: impl FnMut() -> Result<P, String> + Send + 'static,
-    ) -> Result<Self, String> {
-        let period = settings.period;
-        let timing = Timing {
-            period,
-            max_backoff: (period * BACKOFF_PERIODS).clamp(BACKOFF_BOUNDS.0, BACKOFF_BOUNDS.1),
-        };
-        let poller = Poller::start(
+        extrapolate: bool,
+        connect: impl FnMut() -> Result<Connected<S>, String> + Send + 'static,
+    ) -> Result<Opened<Self>, String> {
+        let poller = settings.start_poller(
             "power-poller",
-            Sensing::<P> {
+            Sensing::<S> {
                 connect: Box::new(connect),
                 settings: settings.clone(),
-                screen: Screen::new(
-                    Bound::of(
-                        settings.max_watts_key,
-                        settings.max_watts,
-                        settings.default_max_watts,
-                    ),
-                    "power",
-                ),
+                screen: Screen::new(settings.bound(), "power"),
             },
-            timing,
         )?;
-        Ok(Self {
-            poller,
-            period,
-            extrapolate: settings.extrapolate,
-            _source: std::marker::PhantomData,
+        Ok(Opened {
+            source: Self {
+                poller,
+                period: settings.period,
+                extrapolate,
+                _sensor: std::marker::PhantomData,
+            },
+            sample_period: Duration::from_secs(1).min(settings.period),
         })
     }
 }
 
-/// What the poller does with a source of [`Power`]: connect it, poll a sample a round, and
-/// add what its [`Screen`] accepts to the [`Integral`].
-struct Sensing<P> {
-    connect: Connect<P>,
+/// What the poller does with a [`Sensor`]: connect it, poll a sample a round, and add what
+/// its [`Screen`] accepts to the [`Integral`].
+struct Sensing<S> {
+    connect: Connect<S>,
     settings: Settings,
     screen: Screen,
 }
@@ -475,8 +510,8 @@ struct Accepted {
     held_watts: Option<f64>,
 }
 
-impl<P: Source<Poll = Power>> Polling for Sensing<P> {
-    type Link = P;
+impl<S: Sensor> Polling for Sensing<S> {
+    type Link = S;
     type Output = Accepted;
     type Published = Integral;
     const DOING: &'static str = "reading power";
@@ -484,12 +519,15 @@ impl<P: Source<Poll = Power>> Polling for Sensing<P> {
     // connection, and a fresh connection starts from nothing the panic could have left.
     const CONTAIN_PANICS: bool = true;
 
-    fn connect(&mut self) -> Result<P, String> {
-        let sensor = (self.connect)()?;
+    fn connect(&mut self) -> Result<S, String> {
+        let Connected {
+            sensor,
+            stated_max_watts,
+        } = (self.connect)()?;
         let bound = Bound::resolve(
             self.settings.max_watts_key,
             self.settings.max_watts,
-            sensor.stated_max_watts(),
+            stated_max_watts,
             self.settings.default_max_watts,
         );
         if bound != *self.screen.bound() {
@@ -505,7 +543,7 @@ impl<P: Source<Poll = Power>> Polling for Sensing<P> {
 
     /// A reading no node can draw is no broken link: the screen drops it (and the energy
     /// over it is bridged), the session is kept.
-    fn poll(&mut self, sensor: &mut P) -> Result<Accepted, Failure> {
+    fn poll(&mut self, sensor: &mut S) -> Result<Accepted, Failure> {
         let sample = sensor.poll(Instant::now())?;
         Ok(Accepted {
             samples: self.screen.judge(sample),
@@ -528,7 +566,7 @@ impl<P: Source<Poll = Power>> Polling for Sensing<P> {
         )
     }
 
-    fn connected(sensor: &P) -> Option<String> {
+    fn connected(sensor: &S) -> Option<String> {
         Some(format!("connected: {}", sensor.describe()))
     }
 
@@ -540,9 +578,7 @@ impl<P: Source<Poll = Power>> Polling for Sensing<P> {
     }
 }
 
-impl<P: Source<Poll = Power>> Source for Polled<P> {
-    type Poll = Reading;
-
+impl<S: Sensor> Source for Polled<S> {
     fn describe(&self) -> String {
         format!("power polled every {:.1} s", self.period.as_secs_f64())
     }
@@ -566,11 +602,6 @@ impl<P: Source<Poll = Power>> Source for Polled<P> {
             counts: integral.count().into_iter().collect(),
             ..Reading::default()
         }
-    }
-
-    /// The cache is in memory: reading it often costs nothing and keeps CurrentWatts fresh.
-    fn sample_period(&self) -> Duration {
-        Duration::from_secs(1).min(self.period)
     }
 }
 

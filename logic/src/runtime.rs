@@ -16,7 +16,7 @@ use crate::attribution::grant::Grant;
 use crate::attribution::gres::GresOrder;
 use crate::attribution::job_record::{LoadJob, StepRecordConfig};
 use crate::attribution::procs::Procs;
-use crate::attribution::{self, Attribution, Mode, Site, StepId};
+use crate::attribution::{self, Attribution, Mode, Site, StepKey};
 use crate::config::KeyValues;
 use crate::family;
 use crate::guard::guard;
@@ -29,7 +29,9 @@ use step::StepPipeline;
 /// The Slurm program the plugin runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Daemon {
+    /// slurmd: meters the node.
     Slurmd,
+    /// slurmstepd: reads its step's figure.
     Slurmstepd,
     /// slurmctld or a client: loads the plugin for its configuration only, never measures.
     Other,
@@ -37,6 +39,7 @@ pub enum Daemon {
 
 /// What the runtime needs from its surroundings.
 pub trait Host: Send + Sync + 'static {
+    /// The Slurm program the plugin runs in.
     fn daemon(&self) -> Daemon;
 
     /// SlurmdSpoolDir, expanded for this node: where slurmd keeps the node's energy ledger
@@ -61,6 +64,12 @@ pub trait Host: Send + Sync + 'static {
         Err("not in a Slurm daemon".into())
     }
 
+    /// Where the kernel shows its processes (`/proc`): a step finds its tasks there, and
+    /// slurmd's keeper the processes using each device.
+    fn proc_root(&self) -> PathBuf {
+        PathBuf::from(attribution::procs::PROC_ROOT)
+    }
+
     /// This node's name.
     fn node_name(&self) -> String {
         String::new()
@@ -83,7 +92,7 @@ pub trait Host: Send + Sync + 'static {
     }
 
     /// This slurmstepd's job and step (its title).
-    fn own_step(&self) -> Option<(u32, StepId)> {
+    fn own_step(&self) -> Option<StepKey> {
         None
     }
 
@@ -96,27 +105,38 @@ pub trait Host: Send + Sync + 'static {
 /// What `get_data` asks for (Slurm's `ENERGY_DATA_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Query {
+    /// `ENERGY_DATA_JOULES_TASK`.
     JoulesTask,
+    /// `ENERGY_DATA_NODE_ENERGY`.
     NodeEnergy,
+    /// `ENERGY_DATA_NODE_ENERGY_UP`.
     NodeEnergyUp,
+    /// `ENERGY_DATA_STRUCT`.
     Struct,
+    /// `ENERGY_DATA_LAST_POLL`.
     LastPoll,
+    /// `ENERGY_DATA_SENSOR_CNT`.
     SensorCount,
 }
 
+/// What `get_data` answers, by [`Query`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
+    /// One energy record.
     Record(EnergyRecord),
     /// The node's record, then one per part of the node the source measures beside it
     /// (pm_counters' cpu, memory, accelN): as many as [`Answer::SensorCount`] says.
     Records(Vec<EnergyRecord>),
+    /// Unix time of the last poll.
     PollTime(i64),
+    /// How many records `Records` holds.
     SensorCount(u16),
 }
 
 /// What `set_data` tells (Slurm's `ENERGY_DATA_*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Update {
+    /// `ENERGY_DATA_RECONFIG`: acct_gather.conf was read again.
     Reconfig,
     /// `ENERGY_DATA_STEP_PTR`: the address of slurmstepd's step record, never dereferenced
     /// here ([`Host::step_record`]): what it says the step was granted is published for
@@ -235,7 +255,7 @@ impl<P: Plugin> State<P> {
             Daemon::Slurmstepd => host.spool_dir().map(|spool| {
                 let figure = StepFigure::from_path(
                     &ledger_path(&spool, self.context_id),
-                    &Procs::from_path(Path::new(attribution::procs::PROC_ROOT)),
+                    &Procs::from_path(&host.proc_root()),
                     std::process::id(),
                     self.shared_site(host).is_some() || P::ALLOCATED_DEVICES,
                 );
@@ -296,10 +316,10 @@ impl<P: Plugin> State<P> {
     }
 
     /// The records of the node's parts.
-    fn sensor_records(&mut self, host: &dyn Host) -> Vec<(&'static str, EnergyRecord)> {
+    fn part_records(&mut self, host: &dyn Host) -> Vec<(&'static str, EnergyRecord)> {
         match self.pipeline(host) {
-            Pipeline::Node(node) => node.sensor_records(),
-            Pipeline::Step(step) => step.sensor_records(),
+            Pipeline::Node(node) => node.part_records(),
+            Pipeline::Step(step) => step.part_records(),
             Pipeline::NotOpened | Pipeline::Unavailable => Vec::new(),
         }
     }
@@ -324,7 +344,7 @@ impl<P: Plugin> State<P> {
             // parts follow the node's.
             Query::JoulesTask | Query::Struct => {
                 let node = self.node_record(host, Read::Now);
-                let parts = self.sensor_records(host).into_iter().map(|(_, r)| r);
+                let parts = self.part_records(host).into_iter().map(|(_, r)| r);
                 Answer::Records(std::iter::once(node).chain(parts).collect())
             }
             // in slurmstepd (--profile=energy) the step's current figure
@@ -333,7 +353,7 @@ impl<P: Plugin> State<P> {
             Query::LastPoll => Answer::PollTime(self.node_record(host, Read::Cached).poll_time),
             // the node's record, then its parts'
             Query::SensorCount => {
-                let count = 1 + self.sensor_records(host).len();
+                let count = 1 + self.part_records(host).len();
                 Answer::SensorCount(u16::try_from(count).unwrap_or(1))
             }
         }
@@ -419,6 +439,7 @@ pub struct Runtime<P: Plugin, H: Host> {
 }
 
 impl<P: Plugin, H: Host> Runtime<P, H> {
+    /// A runtime not yet opened, in the process `host` describes.
     pub const fn new(host: H) -> Self {
         Self {
             host,
@@ -467,6 +488,7 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
         })
     }
 
+    /// Answers Slurm's `get_data`.
     pub fn get(&self, query: Query) -> Result<Answer, CallFailed> {
         let (answer, for_a_step) = self.with_state("get_data", |state, host| {
             let answer = state.answer(host, query);
@@ -495,7 +517,7 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
             }
             Update::Profile => {
                 let record = state.node_record(host, Read::Now);
-                let parts = state.sensor_records(host);
+                let parts = state.part_records(host);
                 record.current_watts.map(|watts| ProfileSample {
                     watts,
                     parts,

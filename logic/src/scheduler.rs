@@ -12,7 +12,7 @@
 //! a mutex that no hardware call ever holds. What a failed poll means for the loop is the
 //! source's [`Failure`].
 
-pub mod worker;
+pub(crate) mod worker;
 
 use std::ops::{Deref, DerefMut};
 use std::panic::{AssertUnwindSafe, catch_unwind};

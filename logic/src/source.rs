@@ -1,5 +1,6 @@
-//! What a source is: the one trait every source implements, what it yields
-//! ([`Reading`], [`Power`]), why a poll fails ([`Failure`]), and the one staleness rule.
+//! What a source is: a [`Source`] of readings (polled in microseconds) or a [`Sensor`] that
+//! may block, what each yields ([`Reading`], [`Power`]), why a sensor's poll fails
+//! ([`Failure`]), and the one staleness rule.
 
 use std::time::{Duration, Instant};
 
@@ -15,63 +16,52 @@ const MIN_MISSED: Duration = Duration::from_secs(2);
 /// How old the last sample of something sampled every `period` may be before the samples
 /// count as missing (a power poller's, read by the meter: the meter's own limit,
 /// [`stale_after`], then applies on top, so this one has a lower floor).
-pub fn missed_after(period: Duration) -> Duration {
+pub(crate) fn missed_after(period: Duration) -> Duration {
     (period * STALE_PERIODS).max(MIN_MISSED)
 }
 
 /// How old a reading of something sampled every `period` may be and still count as current.
-pub fn stale_after(period: Duration) -> Duration {
+pub(crate) fn stale_after(period: Duration) -> Duration {
     missed_after(period).max(MIN_STALE)
 }
 
-/// What every source implements: it polls its hardware. A source polled in microseconds (a
-/// counter, a file, a cache) yields the node's energy so far, a [`Reading`], and the meter
-/// polls it from Slurm's calls as well as from its own thread; a source that may block (a
-/// BMC, a library) yields one power sample or why not, a [`Power`], and is polled only by a
-/// thread of its own, which [`crate::power::Polled`] runs and integrates into a source of
-/// readings. The scheduler ([`crate::scheduler`]) decides the threads; the meter keeps the
-/// node's figure.
+/// A source of readings: it polls its hardware in microseconds (a counter, a file, a cache)
+/// and yields the node's energy so far, a [`Reading`]. The meter polls it from Slurm's calls
+/// as well as from its own thread, at the period its plugin's
+/// [`crate::plugin::Plugin::open`] returned. The scheduler (`crate::scheduler`) decides the
+/// threads; the meter keeps the node's figure.
 pub trait Source: Send + 'static {
-    /// What one poll yields: [`Reading`] or [`Power`].
-    type Poll;
-
     /// One line for the log: what was found and how it is read.
     fn describe(&self) -> String;
 
-    /// Polls the hardware once at `now`. A source of [`Reading`]s must return quickly (a
-    /// few `pread`s, a cache): the meter calls it from Slurm's calls too.
-    fn poll(&mut self, now: Instant) -> Self::Poll;
-
-    /// How often the meter polls a source of [`Reading`]s, e.g. so that no counter wrap
-    /// is ever missed; by default each second, which keeps CurrentWatts fresh. (A source
-    /// of [`Power`] is polled at its configuration's period, known before it connects.)
-    fn sample_period(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-
-    /// Whether the meter needs a thread to poll it between Slurm's calls at all: not for a
-    /// figure that is cumulative already and read whole at each of Slurm's calls (a step's
-    /// share in the node's ledger), so that a node's wakeups do not grow with its steps.
-    fn needs_sampling(&self) -> bool {
-        true
-    }
-
-    /// The most the device says the node may draw, and what says so (a Redfish chassis'
-    /// `PowerCapacityWatts`, a DCMI power limit): asked of a source of [`Power`] once
-    /// connected, for the bound its samples are screened by ([`crate::power::Bound`]).
-    fn stated_max_watts(&self) -> Option<(f64, String)> {
-        None
-    }
+    /// Polls the hardware once at `now`, and returns quickly (a few `pread`s, a cache): the
+    /// meter calls it from Slurm's calls too.
+    fn poll(&mut self, now: Instant) -> Reading;
 }
 
-/// What a source that may block yields at each poll: a power sample, or why not.
-pub type Power = Result<Sample, Failure>;
+/// A sensor that may block (a BMC, a library in a helper process): it yields one power
+/// sample or why not, a `Power`, and is polled only by a thread of its own, which
+/// `crate::power::Polled` runs and integrates into a [`Source`] of readings. What it states
+/// of itself (the most it may draw) comes with it from connecting
+/// (`crate::power::Connected`).
+pub trait Sensor: Send + 'static {
+    /// One line for the log: what was found and how it is read.
+    fn describe(&self) -> String;
+
+    /// Polls the hardware once at `now`; may block up to the hardware's own timeouts.
+    fn poll(&mut self, now: Instant) -> Power;
+}
+
+/// What a [`Sensor`] yields at each poll: a power sample, or why not.
+pub(crate) type Power = Result<Sample, Failure>;
 
 /// A power reading and when it was taken (which for a sensor read through a helper process
 /// is earlier than when the poller receives it).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sample {
+    /// The power, in watts.
     pub watts: f64,
+    /// When it was taken.
     pub at: Instant,
     /// The sensor's own energy counter in joules, where it has one (a Redfish BMC's
     /// EnergyJoules): the energy between two samples is then the counter's rise, and the
@@ -80,6 +70,7 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// `watts` read now, without an energy counter.
     pub fn now(watts: f64) -> Self {
         Self {
             watts,
@@ -89,7 +80,7 @@ impl Sample {
     }
 }
 
-/// Why a poll of a source that may block gave nothing, and so what its poller does next.
+/// Why a poll of a [`Sensor`] gave nothing, and so what its poller does next.
 /// Both are retried: what is never retried is the plugin's [`crate::plugin::Plugin::open`]
 /// failing (the node reports no energy, and the log says why). A source of [`Reading`]s
 /// never fails whole: a counter it could not read leaves the reading incomplete
@@ -108,13 +99,13 @@ pub enum Failure {
 /// `text` with `%n` as `node` (Slurm's NodeName) and `%h` as this host's name
 /// (`gethostname`), as slurm.conf(5) has them: a node may be named apart from its host
 /// (NodeHostname, several slurmds on one host).
-pub fn expand_node(text: &str, node: &str) -> String {
+pub(crate) fn expand_node(text: &str, node: &str) -> String {
     expand(text, node, &host_name())
 }
 
 /// This host's name as Slurm takes it for `%h` (`gethostname_short`): the kernel's, up to
 /// its first dot.
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     let name = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -132,6 +123,7 @@ fn expand(text: &str, node: &str, host: &str) -> String {
 /// The node's energy since the source was opened.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Reading {
+    /// The energy, in microjoules.
     pub energy_uj: u64,
     /// Every counter was read. When not, `energy_uj` lags behind; the failed counters
     /// catch up when they can be read again.
@@ -148,13 +140,13 @@ pub struct Reading {
     /// Parts of the node measured beside it (pm_counters' cpu, memory, accelN), always
     /// the same list from the same source: extra records after the node's, never added to
     /// it.
-    pub sensors: Vec<SensorReading>,
+    pub parts: Vec<PartReading>,
     /// The devices Slurm allocates to jobs that the source measures (rust_gpu's GPUs), for
     /// slurmd's ledger to charge each job the devices it holds.
     pub devices: Vec<DeviceReading>,
     /// The hardware's own counts that `energy_uj` adds up, as any process reading the
     /// same hardware sees them (empty for a source of power only): a slurmd started again
-    /// bridges the time it was away with their rise ([`bridge`]).
+    /// bridges the time it was away with their rise (`bridge`).
     pub counts: Vec<HardwareCount>,
     /// When the hardware took `energy_uj`, where the source knows it (a node controller
     /// stamps each scan); `None`: as the poll began. A value that waited to be read (a
@@ -181,7 +173,7 @@ pub struct HardwareCount {
 /// alone tell it: the same counters on both sides, none gone back (a reset) or risen
 /// beyond its maximum power, and none that could have wrapped more often than the rise
 /// says (at its maximum power, the gap is shorter than a whole wrap). `None` otherwise.
-pub fn bridge(before: &[HardwareCount], after: &[HardwareCount], secs: f64) -> Option<u64> {
+pub(crate) fn bridge(before: &[HardwareCount], after: &[HardwareCount], secs: f64) -> Option<u64> {
     if before.is_empty() || before.len() != after.len() || secs.is_nan() || secs <= 0.0 {
         return None;
     }
@@ -246,7 +238,7 @@ pub struct InstanceReading {
 
 /// One part of the node in a [`Reading`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct SensorReading {
+pub struct PartReading {
     /// Names the part in the log and the profile (`<label>Power`), e.g. `Cpu`, `Accel0`.
     pub label: &'static str,
     /// Energy since the source was opened; `None` when this part could not be read now.

@@ -15,9 +15,9 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Nobody else may write the directory: it holds files that are read.
-pub const NO_WRITE: u32 = 0o022;
+pub(crate) const NO_WRITE: u32 = 0o022;
 /// Nobody else may enter the directory: it holds a socket only its owner may reach.
-pub const NO_ACCESS: u32 = 0o077;
+pub(crate) const NO_ACCESS: u32 = 0o077;
 
 /// Why a directory is not trusted.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +44,7 @@ pub enum DirError {
 
 /// Whether `path` is a directory (not followed if a link) of this process's user in which
 /// no one else holds any of the bits `refused` ([`NO_WRITE`], [`NO_ACCESS`]).
-pub fn check(path: &Path, refused: u32) -> Result<(), DirError> {
+pub(crate) fn check(path: &Path, refused: u32) -> Result<(), DirError> {
     let meta = fs::symlink_metadata(path).map_err(|source| DirError::Io {
         path: path.to_path_buf(),
         source,
@@ -65,7 +65,7 @@ pub fn check(path: &Path, refused: u32) -> Result<(), DirError> {
 
 /// Creates `path` with mode 0700 where missing (a mode the umask can only narrow), then
 /// [`check`]s it: one that was there already is trusted only as [`check`] says.
-pub fn create(path: &Path, refused: u32) -> Result<(), DirError> {
+pub(crate) fn create(path: &Path, refused: u32) -> Result<(), DirError> {
     match fs::DirBuilder::new().mode(0o700).create(path) {
         Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(DirError::Io {
             path: path.to_path_buf(),

@@ -24,19 +24,19 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::{Value, json};
 
-use slurm_energy_logic::attribution::cgroup::{CgroupTree, JobDir, count_cpus};
-use slurm_energy_logic::attribution::gres::GresOrder;
-use slurm_energy_logic::attribution::job_record::{StepRecordConfig, gres_on_node};
-use slurm_energy_logic::attribution::procs::Procs;
-use slurm_energy_logic::attribution::{Attribution, StepId, own_step};
-use slurm_energy_logic::config::{ConfigError, KeyValues};
+use slurm_energy_logic::GresOrder;
+use slurm_energy_logic::MetricsConfig;
+use slurm_energy_logic::Plugin;
+use slurm_energy_logic::Procs;
 use slurm_energy_logic::hostlist;
-use slurm_energy_logic::ledger::{Account, Ledger};
-use slurm_energy_logic::metrics::MetricsConfig;
-use slurm_energy_logic::plugin::Plugin;
-use slurm_energy_logic::pm_counters::{PmCounters, PmCountersConfig, parse_value};
-use slurm_energy_logic::rapl::{Rapl, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};
-use slurm_energy_logic::source::{Reading, Source};
+use slurm_energy_logic::{Account, Ledger};
+use slurm_energy_logic::{Attribution, StepId, StepKey, own_step};
+use slurm_energy_logic::{CgroupTree, JobDir, count_cpus};
+use slurm_energy_logic::{ConfigError, KeyValues};
+use slurm_energy_logic::{Opened, Source};
+use slurm_energy_logic::{PmCounters, PmCountersConfig, parse_pm_counters_value};
+use slurm_energy_logic::{Rapl, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};
+use slurm_energy_logic::{StepRecordConfig, gres_on_node};
 
 /// Cases of a property whose case is a parse of a short text (microseconds).
 const CHEAP: u32 = 5000;
@@ -293,7 +293,7 @@ proptest! {
     }
 
     #[test]
-    fn attribution_keys(pairs in assignments(slurm_energy_logic::attribution::KEYS)) {
+    fn attribution_keys(pairs in assignments(slurm_energy_logic::ATTRIBUTION_KEYS)) {
         if let Some(a) = check_config(&pairs, Attribution::parse, Attribution::show)? {
             prop_assert!(a.idle_watts.is_none_or(|w| w.is_finite() && w >= 0.0), "{a:?}");
         }
@@ -305,7 +305,7 @@ proptest! {
     }
 
     #[test]
-    fn metrics_keys(pairs in assignments(slurm_energy_logic::metrics::KEYS)) {
+    fn metrics_keys(pairs in assignments(slurm_energy_logic::METRICS_KEYS)) {
         if let Some(m) = check_config(&pairs, MetricsConfig::parse, MetricsConfig::show)? {
             prop_assert!(m.mode.is_none_or(|m| m & !0o777 == 0 && m & 0o022 == 0), "{:?}", m.mode);
             prop_assert!(m.file.is_none_or(|f| f.is_absolute() && f.extension().is_some_and(|e| e == "prom")));
@@ -318,8 +318,8 @@ proptest! {
     #![proptest_config(cases(CHEAP))]
 
     #[test]
-    fn ipmi_keys(pairs in assignments(<slurm_energy_logic::ipmi::Ipmi as Plugin>::KEYS)) {
-        use slurm_energy_logic::ipmi::{Ipmi, IpmiConfig};
+    fn ipmi_keys(pairs in assignments(<slurm_energy_logic::Ipmi as Plugin>::KEYS)) {
+        use slurm_energy_logic::{Ipmi, IpmiConfig};
         if let Some(c) = check_config(&pairs, IpmiConfig::parse, IpmiConfig::show)? {
             prop_assert!(secs_within(c.frequency, 0.1, 3600.0) && c.timeout >= Duration::from_secs(1));
         }
@@ -332,8 +332,8 @@ proptest! {
     #![proptest_config(cases(CHEAP))]
 
     #[test]
-    fn redfish_keys(pairs in assignments(<slurm_energy_logic::redfish::Redfish as Plugin>::KEYS)) {
-        use slurm_energy_logic::redfish::{Redfish, RedfishConfig};
+    fn redfish_keys(pairs in assignments(<slurm_energy_logic::Redfish as Plugin>::KEYS)) {
+        use slurm_energy_logic::{Redfish, RedfishConfig};
         if let Some(c) = check_config(&pairs, RedfishConfig::parse, RedfishConfig::show)? {
             prop_assert!(secs_within(c.frequency, 0.1, 3600.0) && secs_within(c.timeout, 0.1, 60.0));
         }
@@ -346,7 +346,7 @@ proptest! {
 
     #[test]
     fn variorum_keys(pairs in assignments(<slurm_energy_logic::variorum::Variorum as Plugin>::KEYS)) {
-        use slurm_energy_logic::variorum::config::VariorumConfig;
+        use slurm_energy_logic::variorum::VariorumConfig;
         use slurm_energy_logic::variorum::Variorum;
         if let Some(c) = check_config(&pairs, VariorumConfig::parse, VariorumConfig::show)? {
             prop_assert!(secs_within(c.period, 0.1, 86_400.0) && secs_within(c.timeout, 1.0, 86_400.0));
@@ -360,8 +360,8 @@ proptest! {
     #![proptest_config(cases(CHEAP))]
 
     #[test]
-    fn gpu_keys(pairs in assignments(<slurm_energy_logic::gpu::Gpus as Plugin>::KEYS)) {
-        check_plugin::<slurm_energy_logic::gpu::Gpus>(&pairs)?;
+    fn gpu_keys(pairs in assignments(<slurm_energy_logic::Gpus as Plugin>::KEYS)) {
+        check_plugin::<slurm_energy_logic::Gpus>(&pairs)?;
     }
 }
 
@@ -987,7 +987,7 @@ fn comm() -> impl Strategy<Value = String> {
 
 /// A title as `exec -a` or `setproctitle` sets it, claims of being a slurmstepd
 /// included, and the step it claims where it is one's title.
-fn title() -> impl Strategy<Value = (Vec<u8>, Option<(u32, StepId)>)> {
+fn title() -> impl Strategy<Value = (Vec<u8>, Option<StepKey>)> {
     prop_oneof![
         prop::collection::vec(any::<u8>(), 0..80).prop_map(|t| (t, None)),
         (
@@ -1000,13 +1000,13 @@ fn title() -> impl Strategy<Value = (Vec<u8>, Option<(u32, StepId)>)> {
                 let ends = post.is_empty() || post.starts_with([' ', ']']);
                 (
                     format!("{pre}slurmstepd: [{j}.{}{post}", s.name()).into_bytes(),
-                    ends.then_some((j, s)),
+                    ends.then_some(StepKey::new(j, s)),
                 )
             }),
         (1u32..100, 0u32..3).prop_map(|(j, s)| {
             (
                 format!("slurmstepd: [{j}.{s}]\0\0").into_bytes(),
-                Some((j, StepId(s))),
+                Some(StepKey::new(j, StepId(s))),
             )
         }),
         "slurmstepd: \\[[0-9.a-z \\]]{0,14}".prop_map(|t| (t.into_bytes(), None)),
@@ -1087,8 +1087,13 @@ proptest! {
             fs::write(root.join(format!("{pid}/cmdline")), title).expect("title");
             write(&root.join(format!("{pid}/status")), &format!("Uid:\t{uid}\t0\t0\t0\n"));
         }
-        let wanted: std::collections::HashSet<(u32, StepId)> =
-            [(1u32, StepId(0)), (7, StepId::BATCH), (12, StepId(1))].into();
+        let wanted: std::collections::HashSet<StepKey> =
+            [
+                StepKey::new(1, StepId(0)),
+                StepKey::new(7, StepId::BATCH),
+                StepKey::new(12, StepId(1)),
+            ]
+            .into();
         let found = Procs::from_path(root).stepds(&wanted, 0);
         for (step, pids) in &found {
             prop_assert!(wanted.contains(step));
@@ -1115,10 +1120,13 @@ fn counter_text() -> impl Strategy<Value = String> {
 }
 
 fn energy_never_falls(
-    reader: &mut impl Source<Poll = Reading>,
+    opened: Opened<impl Source>,
     writes: &[impl Fn()],
 ) -> Result<(), TestCaseError> {
-    let period = reader.sample_period();
+    let Opened {
+        source: mut reader,
+        sample_period: period,
+    } = opened;
     prop_assert!(
         (Duration::from_millis(50)..=Duration::from_secs(1)).contains(&period),
         "{period:?}"
@@ -1134,7 +1142,7 @@ fn energy_never_falls(
             r.energy_uj
         );
         prop_assert!(r.watts.is_none_or(clean), "{:?}", r.watts);
-        for s in &r.sensors {
+        for s in &r.parts {
             prop_assert!(s.watts.is_none_or(clean), "{s:?}");
         }
         last = r.energy_uj;
@@ -1164,18 +1172,18 @@ proptest! {
         let mut config = RaplConfig { source: SourceChoice::Powercap, ..RaplConfig::default() };
         if let Some(d) = domains {
             let mut values = KeyValues::new();
-            values.set(slurm_energy_logic::rapl::KEY_DOMAINS, d);
+            values.set(slurm_energy_logic::RAPL_KEY_DOMAINS, d);
             config = RaplConfig { source: SourceChoice::Powercap, ..RaplConfig::parse(&values).expect("valid") };
         }
         let paths = SystemPaths { sys: sys.clone(), cpuinfo: dir.path().join("cpuinfo") };
-        if let Ok(mut rapl) = Rapl::open_at(&config, &paths) {
+        if let Ok(rapl) = Rapl::open_at(&config, &paths) {
             let writes: Vec<_> = reads.iter().map(|values| {
                 let (zone_dir, zones) = (&zone_dir, &zones);
                 move || for (i, _) in zones.iter().enumerate() {
                     fs::write(zone_dir(i).join("energy_uj"), &values[i]).expect("write");
                 }
             }).collect();
-            energy_never_falls(&mut rapl, &writes)?;
+            energy_never_falls(rapl, &writes)?;
         }
     }
 
@@ -1221,7 +1229,7 @@ proptest! {
         };
         let paths = SystemPaths { sys, cpuinfo: dir.path().join("cpuinfo") };
         let _ = parse_cpuinfo(&cpuinfo);
-        if let Ok(mut rapl) = Rapl::open_at(&config, &paths) {
+        if let Ok(rapl) = Rapl::open_at(&config, &paths) {
             let writes: Vec<_> = counters.iter().map(|c| {
                 let (msr, package_ids) = (&msr, &package_ids);
                 move || for cpu in 0..package_ids.len() {
@@ -1230,7 +1238,7 @@ proptest! {
                     }
                 }
             }).collect();
-            energy_never_falls(&mut rapl, &writes)?;
+            energy_never_falls(rapl, &writes)?;
         }
     }
 }
@@ -1266,7 +1274,7 @@ proptest! {
 
     #[test]
     fn pm_counters_values(text in prop_oneof![pm_value("J"), pm_value("W")], unit in select(vec!["J", "W"])) {
-        if let Some(v) = parse_value(&text, unit) {
+        if let Some(v) = parse_pm_counters_value(&text, unit) {
             prop_assert!(text.contains(&v.value.to_string()) && text.contains(&v.at_us.to_string()));
         }
     }
@@ -1288,7 +1296,7 @@ proptest! {
         };
         put(&scans[0]);
         let config = PmCountersConfig { dir: dir.path().to_path_buf(), max_watts: None };
-        if let Ok(mut pm) = PmCounters::open(&config) {
+        if let Ok(Opened { source: mut pm, .. }) = PmCounters::open(&config) {
             let writes: Vec<_> = scans.iter().map(|s| move || put(s)).collect();
             let t0 = Instant::now();
             let mut last = 0;
@@ -1297,7 +1305,7 @@ proptest! {
                 let r = pm.poll(t0 + Duration::from_secs(k.into()));
                 prop_assert!(r.energy_uj >= last);
                 prop_assert!(r.watts.is_none_or(clean));
-                prop_assert!(r.sensors.iter().all(|s| s.watts.is_none_or(clean)));
+                prop_assert!(r.parts.iter().all(|s| s.watts.is_none_or(clean)));
                 last = r.energy_uj;
             }
         }
@@ -1393,7 +1401,7 @@ mod variorum {
 #[cfg(feature = "redfish")]
 mod redfish {
     use super::*;
-    use slurm_energy_logic::redfish::Method;
+    use slurm_energy_logic::RedfishMethod;
 
     fn reading() -> impl Strategy<Value = Value> {
         prop_oneof![
@@ -1435,10 +1443,10 @@ mod redfish {
         fn redfish_readings(doc in resource(), method in 0..4usize) {
             let path = "/redfish/v1/Chassis/1/X".to_string();
             let method = match method {
-                0 => Method::MetricsEnergy { path },
-                1 => Method::SensorEnergy { path },
-                2 => Method::MetricsPower { path },
-                _ => Method::LegacyPower { path },
+                0 => RedfishMethod::MetricsEnergy { path },
+                1 => RedfishMethod::SensorEnergy { path },
+                2 => RedfishMethod::MetricsPower { path },
+                _ => RedfishMethod::LegacyPower { path },
             };
             match method.read(&doc) {
                 Ok(r) => {

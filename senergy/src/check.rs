@@ -14,8 +14,8 @@ use serde_json::json;
 
 use rules::{Judgement, RULES, Rule, Scope};
 
-/// A ledger older than this is stale: slurmd writes it at least every second while its
-/// source answers (and not at all while it does not).
+/// A ledger older than this is stale: slurmd writes it at each update (about a second
+/// apart) while its source answers, and not at all while it does not.
 pub const STALE_AFTER_SECS: f64 = 10.0;
 /// What names the family's plugins in AcctGatherEnergyType.
 pub const FAMILY: &str = "acct_gather_energy/rust_";
@@ -74,7 +74,7 @@ pub struct LedgerState {
     /// What the meter reads, as slurmd described it (empty in a ledger of before).
     pub source: String,
     /// The lowest power the node held over
-    /// [`STATIC_POWER_SUSTAIN_SECS`](slurm_energy_logic::ledger::STATIC_POWER_SUSTAIN_SECS)
+    /// [`STATIC_POWER_SUSTAIN_SECS`](slurm_energy_logic::STATIC_POWER_SUSTAIN_SECS)
     /// (`Ledger::learned_idle_watts`); `None`: not learned yet.
     pub learned_idle_watts: Option<f64>,
 }
@@ -124,7 +124,7 @@ pub struct Facts {
     /// slurm.conf (`(pid, why)`).
     pub other_slurmds: Vec<(u32, String)>,
     /// With `EnergyAttribution=shared`: whether the node has what the split needs (the
-    /// plugin's own verdict, [`slurm_energy_logic::attribution::Site::from_conf`]).
+    /// plugin's own verdict, [`slurm_energy_logic::Site::from_conf`]).
     pub shared: Option<Result<(), String>>,
     /// Unix time now.
     pub now: f64,

@@ -43,6 +43,20 @@ pub enum Command {
     /// Slurm's MailProg: end-of-job mails get the job's summary, others pass unchanged
     /// (MailProg=/usr/bin/senergy: slurmctld's `-s SUBJECT USER` come here).
     Mail(MailArgs),
+    /// The node's Epilog: keeps this node's figures of the job in its AdminComment, for
+    /// `senergy job` to find whenever asked (run as root; always exits 0).
+    Record(RecordArgs),
+}
+
+#[derive(Args)]
+pub struct RecordArgs {
+    /// The job (default: the Epilog's SLURM_JOB_ID).
+    #[arg(value_name = "JOBID")]
+    pub job: Option<u32>,
+    /// The node whose ledgers are read (default: SLURMD_NODENAME, else this host's short
+    /// name).
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
 }
 
 #[derive(Args)]

@@ -1,6 +1,7 @@
 //! senergy's only unsafe code, every block with its `// SAFETY:`: libslurm's slurm.conf
 //! (`slurm_init`, `slurm_conf`) to [`SlurmSettings`], and its slurmdb API
 //! (`slurmdb_connection_get`, `slurmdb_jobs_get`) to the safe rows of [`crate::record`],
+//! and back (`slurmdb_job_modify`: a job's AdminComment, for [`crate::kept`]),
 //! with libslurm's stderr held meanwhile (descriptor calls of libc); and the kernel's perf
 //! counters ([`perf_event`]). Nothing here decides.
 
@@ -18,8 +19,8 @@ use slurm_sys::{
     JOB_STATE_BASE, NO_VAL, slurm_conf_t, slurm_init, slurm_list_append, slurm_list_create,
     slurm_list_destroy, slurm_list_iterator_create, slurm_list_iterator_destroy, slurm_list_next,
     slurm_selected_step_t, slurm_step_id_t, slurm_strerror, slurmdb_connection_close,
-    slurmdb_connection_get, slurmdb_job_cond_t, slurmdb_job_rec_t, slurmdb_jobs_get,
-    slurmdb_step_rec_t, xlist,
+    slurmdb_connection_commit, slurmdb_connection_get, slurmdb_job_cond_t, slurmdb_job_modify,
+    slurmdb_job_rec_t, slurmdb_jobs_get, slurmdb_step_rec_t, xlist,
 };
 use thiserror::Error;
 
@@ -28,6 +29,9 @@ use crate::record::{JobRow, StepRow, StepUsage, user_name};
 /// `JOBCOND_FLAG_NO_TRUNC` (`slurmdb.h`, `SLURM_BIT(2)`): report jobs' real start and end,
 /// not clipped to the query's window.
 const JOBCOND_FLAG_NO_TRUNC: u32 = 1 << 2;
+/// `JOBCOND_FLAG_NO_DEFAULT_USAGE` (`slurmdb.h`, `SLURM_BIT(7)`): the job named, whenever
+/// it ran (not only today's, the default window).
+const JOBCOND_FLAG_NO_DEFAULT_USAGE: u32 = 1 << 7;
 /// `SLURMDB_JOB_FLAG_NOTSET` (`slurmdb.h`, `SLURM_BIT(0)`): no filter on the jobs'
 /// scheduling flags (0 would select only jobs with none of them: none).
 const SLURMDB_JOB_FLAG_NOTSET: u32 = 1;
@@ -44,6 +48,8 @@ pub enum AccountingError {
     Connect(String, String, String),
     #[error("slurmdbd at {0} answered no job list: {1}")]
     Query(String, String),
+    #[error("job {0}: slurmdbd at {1} did not change its AdminComment: {2}")]
+    Modify(u32, String, String),
 }
 
 /// Where slurm.conf sends accounting: `host:port`, and the slurm.conf loaded.
@@ -331,6 +337,35 @@ pub fn slurm_settings() -> SlurmSettings {
     settings
 }
 
+/// A whole job, `job_id` or its array element `task`, as a job condition selects it.
+fn no_val_step(job_id: u32, task: Option<u32>) -> slurm_selected_step_t {
+    // 24.11 added fields (sluid, array_bitmap) that stay zero; 22.05 has none more
+    #[allow(clippy::needless_update)]
+    slurm_selected_step_t {
+        array_task_id: task.unwrap_or(NO_VAL),
+        het_job_offset: NO_VAL,
+        step_id: slurm_step_id_t {
+            job_id,
+            step_het_comp: NO_VAL,
+            step_id: NO_VAL,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// This cluster's name, where slurm.conf gives one: jobs are this cluster's, as sacct's
+/// and sacctmgr's default (slurmdbd may hold several clusters').
+fn this_cluster() -> Vec<CString> {
+    // SAFETY: slurm_init loaded slurm_conf; cluster_name is NULL or a string.
+    let cluster = unsafe { text(slurm_conf.cluster_name) };
+    CString::new(cluster)
+        .ok()
+        .filter(|c| !c.is_empty())
+        .into_iter()
+        .collect()
+}
+
 impl Accounting {
     /// Loads slurm.conf (`SLURM_CONF`, else the compiled-in path) and connects to
     /// slurmdbd as the calling user.
@@ -351,19 +386,6 @@ impl Accounting {
     }
 
     pub fn jobs(&self, query: &JobQuery) -> Result<Vec<JobRow>, AccountingError> {
-        // 24.11 added fields (sluid, array_bitmap) that stay zero; 22.05 has none more
-        #[allow(clippy::needless_update)]
-        let no_val_step = |job_id, task: Option<u32>| slurm_selected_step_t {
-            array_task_id: task.unwrap_or(NO_VAL),
-            het_job_offset: NO_VAL,
-            step_id: slurm_step_id_t {
-                job_id,
-                step_het_comp: NO_VAL,
-                step_id: NO_VAL,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
         let mut steps: Vec<_> = query
             .jobs
             .iter()
@@ -376,10 +398,7 @@ impl Accounting {
         };
         let accounts = cstrings(&query.accounts);
         let uids = cstrings(&query.uids.iter().map(u32::to_string).collect::<Vec<_>>());
-        // SAFETY: slurm_init loaded slurm_conf; cluster_name is NULL or a string.
-        let cluster = unsafe { text(slurm_conf.cluster_name) };
-        // this cluster's jobs, as sacct's default (slurmdbd may hold several clusters')
-        let clusters = cstrings(&Vec::from_iter(Some(cluster).filter(|c| !c.is_empty())));
+        let clusters = this_cluster();
         // the lists hold pointers to the strings' bytes, not to the CStrings
         let ptrs = |v: &[CString]| -> Vec<*mut c_void> {
             v.iter().map(|s| s.as_ptr().cast_mut().cast()).collect()
@@ -418,6 +437,70 @@ impl Accounting {
         unsafe { slurm_list_destroy(result) };
         Ok(rows)
     }
+
+    /// Sets the AdminComment of the job of `row` to `comment` and commits it, as `sacctmgr
+    /// modify job where jobid=J set AdminComment=...` does; slurmdbd allows it to its
+    /// operators and administrators only (root, SlurmUser). A comment with a NUL is
+    /// refused here.
+    pub fn set_admin_comment(&self, row: &JobRow, comment: &str) -> Result<(), AccountingError> {
+        let refused = |why: String| AccountingError::Modify(row.job_id, slurmdbd().0, why);
+        let comment = CString::new(comment).map_err(|_| refused("a NUL in the text".into()))?;
+        // slurmdbd takes a bare job id for the het job and the array it may lead too: an
+        // element or a component is named as one, to change its comment alone
+        let mut step = match (row.array, row.het) {
+            (Some((array, task)), _) => no_val_step(array, Some(task)),
+            (None, Some((het, offset))) => slurm_selected_step_t {
+                het_job_offset: offset,
+                ..no_val_step(het, None)
+            },
+            (None, None) => no_val_step(row.job_id, None),
+        };
+        let clusters = this_cluster();
+        let cluster_list = BorrowedList::new(
+            clusters
+                .iter()
+                .map(|c| c.as_ptr().cast_mut().cast())
+                .collect(),
+        );
+        let step_list = BorrowedList::new(vec![ptr::from_mut(&mut step).cast()]);
+        let mut cond = slurmdb_job_cond_t {
+            db_flags: SLURMDB_JOB_FLAG_NOTSET,
+            flags: JOBCOND_FLAG_NO_DEFAULT_USAGE,
+            cluster_list: list_ptr(&cluster_list),
+            step_list: list_ptr(&step_list),
+            ..Default::default()
+        };
+        // every field slurmdbd would set left unset (derived_ec's unset is NO_VAL, as
+        // slurmdb_create_job_rec makes it), but the comment
+        let mut record = slurmdb_job_rec_t {
+            derived_ec: NO_VAL,
+            admin_comment: comment.as_ptr().cast_mut(),
+            ..Default::default()
+        };
+        let held = Held::begin();
+        // SAFETY: conn is open; cond, its lists and what they point to, the record and its
+        // comment live until after the calls; the returned list (of strings) is ours.
+        let error = unsafe {
+            let modified = slurmdb_job_modify(self.conn, &mut cond, &mut record);
+            let error = if modified.is_null() {
+                Some(last_error())
+            } else {
+                let count = each(modified, |_: &c_char| ()).len();
+                slurm_list_destroy(modified);
+                (count == 0).then(|| "no such job in accounting (yet)".to_string())
+            };
+            if error.is_none() && slurmdb_connection_commit(self.conn, true) != 0 {
+                Some(last_error())
+            } else {
+                error
+            }
+        };
+        let said = held.map(Held::end).unwrap_or_default();
+        match error {
+            Some(e) => Err(refused(with_reason(e, &said))),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Drop for Accounting {
@@ -447,6 +530,7 @@ fn job_row(job: &slurmdb_job_rec_t) -> JobRow {
             alloc_nodes: job.alloc_nodes,
             nodes: text(job.nodes),
             tres_alloc: text(job.tres_alloc_str),
+            admin_comment: text(job.admin_comment),
             steps: each(job.steps, step_row),
         }
     }

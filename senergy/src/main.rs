@@ -9,9 +9,11 @@ mod carbon;
 mod check;
 mod cli;
 mod emissions;
+mod epilog;
 // The one exception: libslurm, the descriptor calls that hold its stderr, perf_event_open.
 #[allow(unsafe_code)]
 mod ffi;
+mod kept;
 mod mail;
 mod measured;
 mod output;
@@ -356,6 +358,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Job(args) => job(args.plan()?, now),
         Command::Usage(args) => usage(args.plan(now)?, now),
         Command::Mail(args) => Ok(mail::run(args.args.clone())),
+        Command::Record(args) => Ok(epilog::run(args.job, args.node.clone())),
     }
 }
 

@@ -31,7 +31,7 @@ impl Setup {
                 .map(String::from)
                 .collect(),
             shared: acct_gather.map(|text| {
-                slurm_energy_logic::config::file_value(text, "EnergyAttribution")
+                slurm_energy_logic::file_value(text, "EnergyAttribution")
                     .is_some_and(|v| v.eq_ignore_ascii_case("shared"))
             }),
         }

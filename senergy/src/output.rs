@@ -102,7 +102,7 @@ fn reorders(c: char) -> bool {
 /// that an escape shown is never the name's own text. Sent as they are, an escape
 /// sequence in a job's name would make the terminal of whoever reads the table move its
 /// cursor, rewrite lines above (another job's figure) or set its title, and a newline
-/// would forge a line of the table. CSV and JSON have rules of their own ([`text`],
+/// would forge a line of the table. CSV and JSON have rules of their own ([`csv_lines::text`],
 /// serde's escapes), and their readers want the text as it is.
 pub fn shown(text: &str) -> Cow<'_, str> {
     if !text
@@ -221,6 +221,9 @@ pub fn jobs_table(jobs: &[JobReport], tariff: &Tariff) -> String {
         }
         if !j.source.is_empty() {
             let _ = writeln!(t, "  measured: {}; {}", shown(&j.source), shown(&j.method));
+        }
+        for line in crate::kept::text(&j.kept, j.nodes) {
+            let _ = writeln!(t, "  {}", shown(&line));
         }
         let mut money = Vec::new();
         if let (Some(g), Some(how)) = (j.emissions_g, tariff.intensity_text()) {
@@ -375,6 +378,7 @@ pub fn usage_table(usage: &Usage, tariff: &Tariff) -> String {
         line(r, &r.account, &r.user);
     }
     line(&usage.total, "TOTAL", "");
+    idle_held_table(&mut t, usage);
     if tariff.has_scopes() {
         let _ = writeln!(t, "\nBy scope:");
         for r in &usage.rows {
@@ -398,6 +402,35 @@ pub fn usage_table(usage: &Usage, tariff: &Tariff) -> String {
         let _ = writeln!(t, "factors: {}", shown(&factors));
     }
     t
+}
+
+/// Each row's idle-held energy (what its jobs held and did not use, as their nodes kept
+/// it) and its share of the period's; "not recorded" where none of its jobs kept one.
+fn idle_held_table(t: &mut String, usage: &Usage) {
+    let _ = writeln!(t, "\nIdle-held (kept with the jobs):");
+    let mut line = |r: &UsageRow, account: &str, user: &str| {
+        let figures = match r.jobs_idle_held_recorded {
+            0 => "not recorded".to_string(),
+            recorded => {
+                let each: Vec<String> = r
+                    .idle_held_j
+                    .iter()
+                    .map(|(kind, j)| format!("{kind} {j:.0} J"))
+                    .collect();
+                format!(
+                    "{}  share {}%  ({recorded} of {} jobs recorded)",
+                    each.join(", "),
+                    fixed(r.idle_held_share_pct, 1),
+                    r.jobs
+                )
+            }
+        };
+        let _ = writeln!(t, "{:<16} {:<16} {figures}", shown(account), shown(user));
+    };
+    for r in &usage.rows {
+        line(r, &r.account, &r.user);
+    }
+    line(&usage.total, "TOTAL", "");
 }
 
 #[cfg(test)]

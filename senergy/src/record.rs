@@ -29,6 +29,8 @@ pub struct JobRow {
     /// `tres_alloc_str`: at the job's end slurmctld adds its energy (TRES 3) here, which
     /// is what sacct shows as the job's ConsumedEnergy.
     pub tres_alloc: String,
+    /// `admin_comment`: where `senergy record` keeps the job's figures ([`crate::kept`]).
+    pub admin_comment: String,
     pub steps: Vec<StepRow>,
 }
 

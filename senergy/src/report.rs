@@ -118,6 +118,8 @@ pub struct JobReport {
     /// How far `avg_watts` may be from the job's true average power, in percent of it
     /// ([`average_power`]).
     pub avg_watts_bound_pct: Option<f64>,
+    /// What the job's nodes kept with it at its end ([`crate::kept`]).
+    pub kept: crate::kept::Kept,
     pub steps: Vec<StepReport>,
 }
 
@@ -376,6 +378,7 @@ pub fn job_report(
         );
     }
     let shown_method = emissions_g.is_some() || job_scopes.scope2_market_g.is_some();
+    let kept = crate::kept::kept(job).with_idle_emissions(energy_j, &job_scopes);
     JobReport {
         job_id: job.job_id,
         id: match (job.array, job.het) {
@@ -412,6 +415,7 @@ pub fn job_report(
         source: String::new(),
         method: String::new(),
         avg_watts_bound_pct,
+        kept,
         steps,
     }
 }

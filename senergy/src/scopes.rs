@@ -379,4 +379,4 @@ pub fn check_pue(value: f64) -> Result<f64, TariffError> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

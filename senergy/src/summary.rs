@@ -4,6 +4,7 @@
 //! then a line per element or component. A figure accounting lacks is "not recorded",
 //! never 0: a summary that said 0 J would tell a user their job was free.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::carbon::JOULES_PER_KWH;
@@ -152,6 +153,75 @@ fn figures(t: &mut String, members: &[&JobReport], tariff: &Tariff) {
         }
         None => {
             let _ = writeln!(t, "  cost: no price configured");
+        }
+    }
+    kept_figures(t, members);
+    idle_held_emissions(t, members, tariff);
+}
+
+/// What the idle-held energy emitted under each Scope 2 factor the site sets
+/// ([`crate::kept::Kept::with_idle_emissions`]), where a member kept its idle-held figures.
+fn idle_held_emissions(t: &mut String, members: &[&JobReport], tariff: &Tariff) {
+    let mut scopes: Vec<String> = Vec::new();
+    let each: [(&str, bool, Figure); 2] = [
+        ("scope 2, location-based", tariff.location.is_set(), |j| {
+            j.kept.idle_held_scope2_location_g
+        }),
+        ("scope 2, market-based", tariff.market.is_set(), |j| {
+            j.kept.idle_held_scope2_market_g
+        }),
+    ];
+    for (name, set, figure) in each {
+        if let (true, (Some(g), _)) = (set, total(members, figure)) {
+            scopes.push(format!("{name} {}", grams(g)));
+        }
+    }
+    if !scopes.is_empty() {
+        let _ = writeln!(t, "  idle-held emissions: {}", scopes.join(", "));
+    }
+}
+
+/// The parts and idle-held figures the members' nodes kept ([`crate::kept`]), each label
+/// summed over the members that have it, and a warning for each member whose accounting
+/// figure was changed after its end.
+fn kept_figures(t: &mut String, members: &[&JobReport]) {
+    let labelled = |pick: fn(&JobReport) -> Option<&BTreeMap<String, f64>>| {
+        let mut sum: BTreeMap<&str, f64> = BTreeMap::new();
+        for figures in members.iter().filter_map(|m| pick(m)) {
+            for (label, j) in figures {
+                *sum.entry(label).or_default() += j;
+            }
+        }
+        let missing: Vec<&str> = members
+            .iter()
+            .filter(|m| pick(m).is_none())
+            .map(|m| m.id.as_str())
+            .collect();
+        let each: Vec<String> = sum.iter().map(|(l, j)| format!("{l} {j:.0} J")).collect();
+        match missing.len() {
+            _ if each.is_empty() => NOT_RECORDED.to_string(),
+            0 => each.join(", "),
+            _ => format!(
+                "{} ({NOT_RECORDED} for {})",
+                each.join(", "),
+                missing.join(", ")
+            ),
+        }
+    };
+    let _ = writeln!(t, "  parts: {}", labelled(|j| j.kept.parts.as_ref()));
+    let _ = writeln!(
+        t,
+        "  idle-held: {}",
+        labelled(|j| j.kept.idle_held.as_ref())
+    );
+    for m in members {
+        if let Some(tampered) = m.kept.tampered {
+            let _ = writeln!(
+                t,
+                "  WARNING: {}: accounting's energy ({} J) was changed after the job: its \
+                 nodes kept {:.0} J",
+                m.id, tampered.accounting_j, tampered.recorded_j
+            );
         }
     }
 }

@@ -24,6 +24,17 @@ pub struct UsageRow {
     pub cost: Option<f64>,
     /// The jobs' emissions by scope, summed (`node_class` `None`).
     pub emissions: Scopes,
+    /// What the jobs held and did not use (gpu, cpu), J, as their nodes kept it
+    /// ([`crate::kept`]), over the jobs whose record has it.
+    pub idle_held_j: BTreeMap<String, f64>,
+    /// The jobs whose record has idle-held figures: the others' are not recorded.
+    pub jobs_idle_held_recorded: u64,
+    /// This row's idle-held energy, % of the period's; `None` where none was recorded.
+    pub idle_held_share_pct: Option<f64>,
+    /// What that energy emitted under each Scope 2 factor, gCO2e, over the jobs that have
+    /// the figure ([`crate::kept::Kept::with_idle_emissions`]).
+    pub idle_held_scope2_location_g: Option<f64>,
+    pub idle_held_scope2_market_g: Option<f64>,
 }
 
 impl UsageRow {
@@ -37,6 +48,25 @@ impl UsageRow {
         let (e, part) = (&mut self.emissions, &job.emissions);
         e.node_hours = sum(e.node_hours, part.node_hours);
         e.scope3_embodied_g = sum(e.scope3_embodied_g, part.scope3_embodied_g);
+        if let Some(idle) = &job.kept.idle_held {
+            self.jobs_idle_held_recorded += 1;
+            for (kind, j) in idle {
+                *self.idle_held_j.entry(kind.clone()).or_default() += j;
+            }
+        }
+        let add = |total: &mut Option<f64>, part: Option<f64>| {
+            if let Some(g) = part {
+                *total = Some(total.unwrap_or(0.0) + g);
+            }
+        };
+        add(
+            &mut self.idle_held_scope2_location_g,
+            job.kept.idle_held_scope2_location_g,
+        );
+        add(
+            &mut self.idle_held_scope2_market_g,
+            job.kept.idle_held_scope2_market_g,
+        );
         let Some(energy) = job.energy_j else {
             return;
         };
@@ -91,6 +121,11 @@ pub fn usage(jobs: &[JobReport], start: i64, end: i64, tariff: &Tariff) -> Usage
         total.add(job);
     }
     let mut rows: Vec<UsageRow> = rows.into_values().collect();
+    let idle_total: f64 = total.idle_held_j.values().sum();
+    for row in rows.iter_mut().chain(std::iter::once(&mut total)) {
+        let idle: f64 = row.idle_held_j.values().sum();
+        row.idle_held_share_pct = (idle_total > 0.0).then(|| 100.0 * idle / idle_total);
+    }
     // without an intensity or a price there is no figure, not 0
     for row in rows.iter_mut().chain(std::iter::once(&mut total)) {
         let e = &mut row.emissions;
@@ -179,5 +214,73 @@ mod tests {
         assert!((u.total.cost.expect("valid in this test") - 3.5 * 0.2).abs() < 1e-12);
         let u = usage(&jobs, 1000, 2000, &Tariff::default());
         assert_eq!((u.total.emissions_g, u.total.cost), (None, None));
+    }
+
+    /// Idle-held energy as the jobs' nodes kept it, summed per account and user with
+    /// their share of the period's; a job whose nodes kept none is not counted as 0.
+    #[test]
+    fn idle_held_is_summed_with_its_share() {
+        let idle = |job: &mut JobReport, gpu: f64, cpu: f64| {
+            job.kept.idle_held = Some(BTreeMap::from([
+                ("cpu".to_string(), cpu),
+                ("gpu".to_string(), gpu),
+            ]));
+        };
+        let mut jobs = [
+            job(1, "a", "alice", 1000, "3=3600000"),
+            job(2, "a", "alice", 1500, "3=7200000"),
+            job(3, "b", "bob", 1999, "3=1800000"),
+            job(4, "b", "bob", 1200, "3=1800000"),
+        ];
+        idle(&mut jobs[0], 300.0, 20.0);
+        idle(&mut jobs[1], 100.0, 30.0);
+        idle(&mut jobs[2], 0.0, 50.0);
+        let u = usage(&jobs, 1000, 2000, &Tariff::default());
+        let alice = &u.rows[0];
+        assert_eq!(
+            alice.idle_held_j,
+            BTreeMap::from([("cpu".into(), 50.0), ("gpu".into(), 400.0)])
+        );
+        assert_eq!(alice.jobs_idle_held_recorded, 2);
+        // 450 of the 500 J held idle in the period
+        assert_eq!(alice.idle_held_share_pct, Some(90.0));
+        let bob = &u.rows[1];
+        assert_eq!((bob.jobs, bob.jobs_idle_held_recorded), (2, 1));
+        assert_eq!(bob.idle_held_share_pct, Some(10.0));
+        assert_eq!(u.total.idle_held_share_pct, Some(100.0));
+        // nothing recorded: no share, not 0 %
+        let none = usage(&jobs[3..], 1000, 2000, &Tariff::default());
+        assert_eq!(none.rows[0].idle_held_share_pct, None);
+        assert!(none.rows[0].idle_held_j.is_empty());
+    }
+
+    /// Each job's idle-held share of its energy times its Scope 2 figure: 1 kWh at
+    /// 200 gCO2e/kWh (PUE 1), 0.25 kWh of it held idle: 50 g; summed per user, absent
+    /// (not 0) where no job kept the figure.
+    #[test]
+    fn idle_held_emissions_are_each_jobs_share_of_its_scope_figure() {
+        let mut jobs = [
+            job(1, "a", "alice", 1000, "3=3600000"),
+            job(2, "a", "alice", 1500, "3=3600000"),
+            job(3, "b", "bob", 1999, "3=3600000"),
+        ];
+        let scopes = Scopes {
+            scope2_location_g: Some(200.0),
+            scope2_market_g: Some(0.0),
+            ..Scopes::default()
+        };
+        for (k, idle_j) in [(0, 900_000.0), (1, 1_800_000.0)] {
+            jobs[k].kept.idle_held = Some(BTreeMap::from([("gpu".to_string(), idle_j)]));
+            jobs[k].kept = jobs[k]
+                .kept
+                .clone()
+                .with_idle_emissions(jobs[k].energy_j, &scopes);
+        }
+        assert_eq!(jobs[0].kept.idle_held_scope2_location_g, Some(50.0));
+        assert_eq!(jobs[0].kept.idle_held_scope2_market_g, Some(0.0));
+        let u = usage(&jobs, 1000, 2000, &Tariff::default());
+        assert_eq!(u.rows[0].idle_held_scope2_location_g, Some(150.0));
+        assert_eq!(u.rows[1].idle_held_scope2_location_g, None);
+        assert_eq!(u.total.idle_held_scope2_location_g, Some(150.0));
     }
 }

@@ -4,7 +4,8 @@
 A single-node Slurm (its own daemons, from a bundle carried to the GPU machine; no munge,
 no slurmdbd, nothing installed) runs, after 12 s of the idle GPU (rust_gpu learns its
 static power),
-  1. one job holding the whole GPU (--gres=gpu:1) under a real CUDA load, then
+  1. one job holding the whole GPU (--gres=gpu:1) under a real CUDA load, then one that
+     holds it and never uses it (all of its energy is idle-held), then
   2. two jobs side by side on the GPU's shards (--gres=shard:N each): one busy, one idle,
 and compares each job's figure from rust_gpu (its final job counter in the plugin's
 EnergyMetricsFile, the figure Slurm's accounting would get; sstat mid-job as a check)
@@ -81,6 +82,7 @@ FAKEGPU = os.path.join(REPO, "tests", "fakegpu")
 DEFAULT_BUNDLE = os.path.join(REPO, "target", "slurm-gpu-bundle")
 SHARDS = 8          # shards configured on the GPU; each shard job holds half
 LOAD_SECS = 20      # seconds of load in each loaded job
+HELD_SECS = 8       # seconds a job holds the whole GPU and never uses it
 # idle seconds before the first job: without EnergyAttributionIdleWatts rust_gpu takes a
 # GPU's static power as the lowest it held over 10 s since slurmd started; with less, the
 # shard jobs' split went by a static power learned from loaded seconds (100-170 W for a 40 W
@@ -458,6 +460,7 @@ class Sampler(threading.Thread):
         self.rapl_node = {}          # rust_rapl's sample time -> its node counter (J)
         self.steps = {}              # "J.extern" -> [first seen t, last seen t]
         self.jobs = {}               # (source, jobid) -> J
+        self.idle_held = {}          # (source, jobid) -> J of GPU held and not used
         self.stop = threading.Event()
         self.lock = threading.Lock()
 
@@ -505,6 +508,15 @@ class Sampler(threading.Thread):
                 v = float(m.group(2))
                 with self.lock:
                     self.jobs[key] = max(self.jobs.get(key, 0.0), v)
+            # what each job held of a GPU in intervals where none of its processes used it
+            for m in re.finditer(r'^slurm_energy_job_idle_held_joules_total\{([^}]*)\}\s+(\S+)', text, re.M):
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+                if labels.get("kind") != "gpu":
+                    continue
+                key = (labels.get("source", "?"), labels.get("jobid"))
+                v = float(m.group(2))
+                with self.lock:
+                    self.idle_held[key] = max(self.idle_held.get(key, 0.0), v)
             # rust_rapl's node counter at the time of its sample: compared with RAPL's own
             node = re.search(r'^slurm_energy_node_joules_total\{[^}]*source="rust_rapl"[^}]*\}\s+(\S+)', text, re.M)
             at = re.search(r'^slurm_energy_sampled_timestamp_seconds\{[^}]*source="rust_rapl"[^}]*\}\s+(\S+)',
@@ -963,6 +975,9 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         whole = self.sbatch("gpu:1", "sleep 2\nsrun -n1 sh -c '%s'\nsleep 2" % load.replace("'", "'\\''"), "whole")
         self.mid_sstat(whole, LOAD_SECS / 2 + 4)
         self.wait_gone([whole], LOAD_SECS + 90)
+        # 1b: the whole GPU held and never used: all of its energy is idle-held
+        held = self.sbatch("gpu:1", "sleep %d" % HELD_SECS, "held")
+        self.wait_gone([held], HELD_SECS + 90)
         # 2: two shard jobs side by side: the idle one holds its shards until the busy one is done.
         # gpu_probe (rust_gpu's NVML binding, at its poller's pace) shows each process's use
         # as rust_gpu reads it: the busy job's process must be there for the split by use.
@@ -980,7 +995,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         if getattr(self, "probe", None):
             for l in self.probe.communicate(timeout=30)[0].splitlines():
                 say("gpu_probe during the shard jobs: " + l)
-        self.jobs = [("whole", whole), ("busy", busy), ("idle", idle)]
+        self.jobs = [("whole", whole), ("held", held), ("busy", busy), ("idle", idle)]
 
     def mid_sstat(self, job, after):
         # sstat of the running job's step 0 mid-load: Slurm's live figure (the node's sum
@@ -1091,8 +1106,8 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 g = next((v for (src, j), v in s.jobs.items() if j == job and src != "rust_rapl"), None)
             fig[what], win[what] = g, s.window(job) or self.slurm_window(job)
         model = self.shard_model(win, p0) if win.get("busy") and win.get("idle") else {}
-        head = "%-9s %-6s %-8s %7s %11s %11s %9s %8s %10s" % (
-            "job", "what", "gres", "window", "rust_gpu J", "NVML J", "error", "of GPU", "model J")
+        head = "%-9s %-6s %-8s %7s %11s %11s %9s %8s %10s %11s" % (
+            "job", "what", "gres", "window", "rust_gpu J", "NVML J", "error", "of GPU", "model J", "idle-held J")
         if self.dry:
             head += " %11s" % "stand-in J"
         if self.rapl:
@@ -1102,13 +1117,16 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         for what, job in self.jobs:
             w, g = win[what], fig[what]
             nv = s.energy_at(self.gpu, w[1]) - s.energy_at(self.gpu, w[0]) if w else None
-            whole = what == "whole"
-            line = "%-9s %-6s %-8s %6.1fs %11s %11s %9s %8s %10s" % (
+            whole = what in ("whole", "held")
+            ih = s.idle_held.get(("rust_gpu", job))
+            if ih is None:
+                ih = next((v for (src, j), v in s.idle_held.items() if j == job and src != "rust_rapl"), None)
+            line = "%-9s %-6s %-8s %6.1fs %11s %11s %9s %8s %10s %11s" % (
                 job, what, "gpu:1" if whole else "shard:%d" % (SHARDS // 2), (w[1] - w[0]) if w else float("nan"),
                 "%.1f" % g if g is not None else "none", "%.1f" % nv if nv is not None else "-",
                 "%+.3f%%" % (100 * (g - nv) / nv) if whole and g is not None and nv else "",
                 "%.1f%%" % (100 * g / nv) if g is not None and nv else "-",
-                "%.1f" % model[what] if what in model else "")
+                "%.1f" % model[what] if what in model else "", "%.1f" % ih if ih is not None else "none")
             if self.dry:
                 line += " %11s" % ("%.1f" % self.truth_between(*w) if w else "-")
             if self.rapl:
@@ -1116,14 +1134,14 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 ref = s.rapl_at(w[1]) - s.rapl_at(w[0]) if w and s.rapl_samples else None
                 line += " %11s %11s" % ("%.1f" % r if r is not None else "-", "%.1f" % ref if ref is not None else "-")
             lines.append(line)
-            rows.append(dict(job=job, what=what, window=w, rust_gpu=g, nvml=nv, model=model.get(what)))
+            rows.append(dict(job=job, what=what, window=w, rust_gpu=g, nvml=nv, model=model.get(what), idle_held=ih))
         if model and fig.get("busy") is not None and fig.get("idle") is not None:
             u = (min(win["busy"][0], win["idle"][0]), max(win["busy"][1], win["idle"][1]))
             nv = s.energy_at(self.gpu, u[1]) - s.energy_at(self.gpu, u[0])
             tot = fig["busy"] + fig["idle"]
-            line = "%-9s %-6s %-8s %6.1fs %11.1f %11.1f %9s %8s %10.1f" % (
+            line = "%-9s %-6s %-8s %6.1fs %11.1f %11.1f %9s %8s %10.1f %11s" % (
                 "both", "sum", "shard:%d" % SHARDS, u[1] - u[0], tot, nv, "%+.3f%%" % (100 * (tot - nv) / nv),
-                "%.1f%%" % (100 * tot / nv), model["busy"] + model["idle"])
+                "%.1f%%" % (100 * tot / nv), model["busy"] + model["idle"], "")
             if self.dry:
                 line += " %11.1f" % self.truth_between(*u)
             lines.append(line)

@@ -6,6 +6,7 @@ pub mod cgroups;
 pub mod config;
 pub mod layout;
 mod ledger;
+mod logs;
 pub mod netns;
 pub mod nodesup;
 pub mod ops;
@@ -584,22 +585,6 @@ impl Cluster {
         slowest
     }
 
-    pub fn logs(&self) -> String {
-        let mut text = String::new();
-        if let Ok(entries) = fs::read_dir(self.dir.join("log")) {
-            for e in entries.flatten() {
-                let body = fs::read_to_string(e.path()).unwrap_or_default();
-                let tail: Vec<&str> = body.lines().rev().take(30).collect();
-                text.push_str(&format!("==> {}\n", e.path().display()));
-                for l in tail.iter().rev() {
-                    text.push_str(l);
-                    text.push('\n');
-                }
-            }
-        }
-        text
-    }
-
     /// Stops node `node`'s slurmd with SIGTERM, as an admin's `systemctl stop slurmd`
     /// does, and returns how long it took to exit.
     pub fn stop_slurmd(&self, node: &str) -> Duration {
@@ -641,10 +626,6 @@ impl Cluster {
             "slurmd ended cleanly:\n{out}\n{log}"
         );
     }
-
-    pub fn log(&self, name: &str) -> String {
-        fs::read_to_string(self.dir.join("log").join(name)).unwrap_or_default()
-    }
 }
 
 impl Drop for Cluster {
@@ -663,6 +644,11 @@ impl Drop for Cluster {
                     .status()
             });
             eprintln!("the cluster's logs: {} ({copied:?})", to.display());
+        }
+        // what the energy plugins warned of, in the failure's output (a CI log keeps no
+        // cluster directory)
+        if std::thread::panicking() {
+            eprint!("{}", self.energy_warnings());
         }
         let _ = self
             .command(&bin("cluster"))

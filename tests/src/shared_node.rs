@@ -140,7 +140,7 @@ fn live(cluster: &Cluster, step: &str) -> f64 {
 }
 
 /// Waits until slurmd charges `jobs` (its ledger lists them) and each of `steps` answers
-/// `sstat` with a figure: what a window of [`snapshot`]s needs of them, and the final sum
+/// `sstat` with a figure: what a window of snapshots needs of them, and the final sum
 /// of their power from then on.
 pub fn wait_until_charged(cluster: &Cluster, steps: &[Vec<String>], jobs: &[u32]) {
     cluster.wait_for_jobs_in_ledger(1, jobs);

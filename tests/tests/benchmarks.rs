@@ -613,8 +613,8 @@ fn scan_arg_bytes(procs: usize) -> usize {
 /// what the search did before (every process's whole title read first, the socket table
 /// read as text).
 fn proc_scan_section() -> String {
-    use slurm_energy_logic::attribution::StepId;
-    use slurm_energy_logic::attribution::procs::{Procs, SCAN_GAP, Scans};
+    use slurm_energy_logic::{Procs, SCAN_GAP, Scans};
+    use slurm_energy_logic::{StepId, StepKey};
     use std::collections::HashMap;
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixListener;
@@ -654,7 +654,7 @@ fn proc_scan_section() -> String {
     let stepd_pid = stepd.id();
     spawned.0.push(stepd);
     drop(listener);
-    let step = (999_999, StepId(0));
+    let step = StepKey::new(999_999, StepId(0));
     let wanted: HashMap<_, &Path> = [(step, socket.as_path())].into();
     let proc_root = Procs::from_path(Path::new("/proc"));
     let rounds = 20;
@@ -728,7 +728,7 @@ fn proc_scan_section() -> String {
          | before: every whole title, then owners; /proc/net/unix as text | {old_ms:.0} ms (mean of {old_rounds}) | {read_mb:.0} MB |\n\n\
          At most {cap:.0} searches a second: now at most {:.1} ms of the sampler's second, before {:.0} ms \
          (and /proc/net/unix once per searched step).\n",
-        slurm_energy_logic::attribution::procs::TITLE_BYTES,
+        slurm_energy_logic::TITLE_BYTES,
         cap * new_ms,
         cap * old_ms,
     )

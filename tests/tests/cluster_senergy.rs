@@ -816,3 +816,219 @@ fn end_of_job_mail_gets_the_summary_and_other_mails_pass_unchanged() {
     let table = report(&[&["usage"][..], &window[..]].concat());
     assert!(String::from_utf8_lossy(&table.stdout).contains("factors: site file "));
 }
+
+/// The Slurm client `name` itself, for [`Cluster::client`] (which runs in the cluster's
+/// network namespace already): its `DIR/bin` wrapper enters that namespace, which a user
+/// may not.
+fn real_client(cluster: &Cluster, name: &str) -> std::path::PathBuf {
+    let wrapper = fs::read_to_string(cluster.dir.join("bin").join(name)).expect("wrapper");
+    let exec = wrapper
+        .lines()
+        .find_map(|l| l.strip_prefix("exec "))
+        .and_then(|l| l.strip_suffix(" \"$@\""))
+        .expect("the wrapper's exec line");
+    let program = exec.rsplit(" -- ").next().unwrap_or(exec);
+    program.trim_matches('\'').into()
+}
+
+/// The job's AdminComment as accounting holds it (what `sacct -o AdminComment` shows).
+fn admin_comment(cluster: &Cluster, job: u32) -> String {
+    cluster
+        .run(&[
+            "sacct",
+            "-n",
+            "-P",
+            "-X",
+            "-j",
+            &job.to_string(),
+            "-o",
+            "AdminComment",
+        ])
+        .trim()
+        .to_string()
+}
+
+/// `senergy record` as the nodes' Epilog: each node's figure of an ordinary user's 2-node
+/// job is kept in the job's AdminComment, equal to its ledger's, beside the site's text;
+/// `senergy job` shows it to the owner; the owner cannot write AdminComment; and where
+/// Slurm lets the owner rewrite their job's energy (25.11+), senergy says the figure was
+/// changed after the job.
+#[test]
+fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() {
+    let test = "the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told";
+    let Some(tmp) = root_test_dir(test) else {
+        return;
+    };
+    let etc = tmp.path().join("etc-users");
+    etc_with_users(&etc);
+    // the shipped Epilog, calling the senergy built here
+    let epilog = tmp.path().join("epilog.sh");
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/epilog.senergy");
+    fs::write(
+        &epilog,
+        format!(
+            "#!/bin/sh\nSENERGY={} exec {}\n",
+            senergy().display(),
+            shipped.display()
+        ),
+    )
+    .expect("epilog");
+    fs::set_permissions(&epilog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("epilog mode");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            nodes: 2,
+            energy_type: RAPL,
+            node_freq: 1,
+            jobacct_freq: 1,
+            sim_args: vec![Some(INTEL_SERVER); 2],
+            extra_conf: &format!("Epilog={}\n", epilog.display()),
+            etc_users: Some(&etc),
+            ..ClusterSpec::default()
+        },
+    );
+    cluster.sim(1).set(&["package0=120", "package1=30"]);
+    cluster.sim(2).set(&["package0=60", "package1=20"]);
+    let alice = &USERS[0];
+    cluster.run(&["sacctmgr", "-i", "add", "account", alice.account]);
+    cluster.run(&[
+        "sacctmgr",
+        "-i",
+        "add",
+        "user",
+        alice.name,
+        &format!("account={}", alice.account),
+    ]);
+    // the release's own srun in the job (the job's PATH is the caller's, where another
+    // release's srun may come first)
+    let srun = format!("{} -N2 sleep 4", real_client(&cluster, "srun").display());
+    let out = cluster.client(
+        Some((alice.uid, alice.uid)),
+        &real_client(&cluster, "sbatch"),
+        &[
+            "--parsable",
+            "-N2",
+            "-o",
+            "/dev/null",
+            "--chdir",
+            "/tmp",
+            "--wrap",
+            &srun,
+        ],
+    );
+    let job: u32 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("sbatch: {}", String::from_utf8_lossy(&out.stderr)));
+    cluster.wait_job(job, Duration::from_secs(120));
+    // the Epilogs write within their bound (10 s for the ledger, 15 s for slurmdbd)
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    let comment = loop {
+        let comment = admin_comment(&cluster, job);
+        let both = comment.contains("\"n1\"") && comment.contains("\"n2\"");
+        if both || std::time::Instant::now() > deadline {
+            break comment;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    println!("AdminComment: {comment}");
+    let record: Value = serde_json::from_str(
+        comment
+            .strip_prefix("senergy=")
+            .unwrap_or_else(|| panic!("no record: {comment}\n{}", cluster.logs())),
+    )
+    .expect("the record is JSON");
+    assert_eq!(record["v"], 1);
+    // each node's figure is its ledger's figure of the job, to the millijoule
+    let mut sum = 0.0;
+    for node in ["n1", "n2"] {
+        let text = fs::read(
+            cluster
+                .dir
+                .join(format!("spool/{node}/energy-ledger.0.json")),
+        )
+        .expect("the node's ledger");
+        let ledger = slurm_energy_logic::Ledger::parse(&text).expect("a ledger the plugin wrote");
+        let truth = ledger.job(job).expect("the ledger keeps the job").joules;
+        let kept = f64_of(&record["nodes"][node]["joules"]);
+        assert!(
+            (kept - truth).abs() <= 0.0005 && truth > 0.0,
+            "{node}: kept {kept} J, ledger {truth} J"
+        );
+        // what the node's meter read, as its ledger says
+        assert_eq!(
+            record["nodes"][node]["source"],
+            ledger.source(),
+            "{record:#}"
+        );
+        sum += kept;
+    }
+    // the owner sees it, and accounting's figure agrees with it
+    let senergy = senergy();
+    let shown = json(&cluster.client(
+        Some((alice.uid, alice.uid)),
+        &senergy,
+        &["job", &job.to_string(), "--json"],
+    ));
+    let kept = &shown["jobs"][0]["kept"];
+    assert_eq!(kept["recorded"], true, "{kept:#}");
+    assert_eq!(u64_of(&kept["nodes_recorded"]), 2);
+    assert!((f64_of(&kept["joules"]) - sum).abs() < 1e-6, "{kept:#}");
+    assert!(kept["tampered"].is_null(), "{shown:#}");
+
+    // the owner cannot write AdminComment: slurmdbd refuses, the record stays
+    let sacctmgr = real_client(&cluster, "sacctmgr");
+    let id = format!("jobid={job}");
+    let refused = cluster.client(
+        Some((alice.uid, alice.uid)),
+        &sacctmgr,
+        &[
+            "-i",
+            "modify",
+            "job",
+            "where",
+            &id,
+            "set",
+            "AdminComment=forged",
+        ],
+    );
+    assert!(
+        !refused.status.success(),
+        "the owner wrote AdminComment: {}",
+        String::from_utf8_lossy(&refused.stdout)
+    );
+    assert_eq!(admin_comment(&cluster, job), comment);
+
+    // 25.11 lets the owner rewrite their job's energy TRES (sacct's ConsumedEnergy)
+    if slurm_sys::SLURM_VERSION_NUMBER >= 0x19_0b_00 {
+        let edit = cluster.client(
+            Some((alice.uid, alice.uid)),
+            &sacctmgr,
+            &["-i", "modify", "job", "where", &id, "set", "tres=energy=1"],
+        );
+        assert!(
+            edit.status.success(),
+            "{}",
+            String::from_utf8_lossy(&edit.stderr)
+        );
+        let after = json(&cluster.client(
+            Some((alice.uid, alice.uid)),
+            &senergy,
+            &["job", &job.to_string(), "--json"],
+        ));
+        let tampered = &after["jobs"][0]["kept"]["tampered"];
+        assert_eq!(u64_of(&tampered["accounting_j"]), 1, "{after:#}");
+        assert!((f64_of(&tampered["recorded_j"]) - sum).abs() < 1e-6);
+        let text = cluster.client(
+            Some((alice.uid, alice.uid)),
+            &senergy,
+            &["job", &job.to_string()],
+        );
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(
+            text.contains("WARNING: accounting's energy (1 J)"),
+            "{text}"
+        );
+    }
+}

@@ -4,8 +4,8 @@
 //!
 //! The sampler is taken from the same target directory as the energy-driver, so build
 //! the workspace first: `cargo build --release --workspace` (ci/test.sh does) or, for a
-//! debug run, `cargo build --workspace`. The plugin-side tests (`Variorum::connect`,
-//! `Variorum`'s `poll`, every misbehaviour) are in plugins/variorum-sampler/tests/.
+//! debug run, `cargo build --workspace`. The plugin-side tests (`VariorumSensor::connect`,
+//! `VariorumSensor`'s `poll`, every misbehaviour) are in plugins/variorum-sampler/tests/.
 
 #[path = "../fakevariorum/harness.rs"]
 mod fakevariorum;

@@ -13,7 +13,7 @@ use slurm_sys::{
 };
 
 use super::c_string;
-use crate::config::KeyValues;
+use slurm_energy_logic::KeyValues;
 
 /// Appends `keys` to Slurm's option table (`transfer_s_p_options` copies the entries and
 /// duplicates the key strings, so ours only need to live for the call).

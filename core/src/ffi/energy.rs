@@ -2,7 +2,7 @@
 
 use slurm_sys::{EnergyFieldsExt, NO_VAL, NO_VAL64, acct_gather_energy_t};
 
-use crate::accounting::EnergyRecord;
+use slurm_energy_logic::EnergyRecord;
 
 pub fn write(dst: &mut acct_gather_energy_t, record: &EnergyRecord) {
     dst.consumed_energy = record.consumed_j.unwrap_or(NO_VAL64);

@@ -3,12 +3,12 @@
 use std::path::PathBuf;
 
 use super::daemon;
-use crate::attribution::grant::Grant;
-use crate::attribution::gres::GresOrder;
-use crate::attribution::job_record::LoadJob;
-use crate::attribution::{Site, StepId};
-use crate::metrics::PrivateData;
-use crate::runtime::{Daemon, Host, RecordRefused};
+use slurm_energy_logic::Grant;
+use slurm_energy_logic::GresOrder;
+use slurm_energy_logic::LoadJob;
+use slurm_energy_logic::PrivateData;
+use slurm_energy_logic::{Daemon, Host, RecordRefused};
+use slurm_energy_logic::{Site, StepKey};
 
 /// `plugin_type`: the plugin's `acct_gather_energy/<kind>`.
 pub struct SlurmHost {
@@ -54,7 +54,7 @@ impl Host for SlurmHost {
         super::step_record::grant(address)
     }
 
-    fn own_step(&self) -> Option<(u32, StepId)> {
+    fn own_step(&self) -> Option<StepKey> {
         super::step_record::own_step()
     }
 

@@ -8,7 +8,7 @@ use std::ptr;
 
 use slurm_sys::{SHOW_DETAIL, SLURM_SUCCESS, job_info_msg_t, slurm_free_job_info_msg};
 
-use crate::attribution::job_record::JobRecord;
+use slurm_energy_logic::JobRecord;
 
 /// More per-node strings than this is no job's node list.
 const MAX_NODES: u32 = 1 << 20;

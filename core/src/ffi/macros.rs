@@ -8,7 +8,7 @@
 /// slurm_energy::energy_plugin! {
 ///     name: "AcctGatherEnergy RAPL plugin (Rust)",
 ///     kind: "rust_rapl",                 // plugin_type "acct_gather_energy/rust_rapl"
-///     plugin: slurm_energy::rapl::Rapl,  // its slurm_energy_logic::plugin::Plugin
+///     plugin: slurm_energy::Rapl,  // its slurm_energy_logic::Plugin
 /// }
 /// ```
 #[macro_export]

@@ -13,9 +13,9 @@ use super::host::SlurmHost;
 use super::log::SlurmLogger;
 use super::profile::Profile;
 use super::{conf, energy};
-use crate::plugin::Plugin;
-use crate::runtime::{Answer, Query, Runtime, Update};
-use slurm_energy_logic::guard::guard;
+use slurm_energy_logic::Plugin;
+use slurm_energy_logic::guard;
+use slurm_energy_logic::{Answer, Query, Runtime, Update};
 
 /// One plugin as exported to Slurm: what its symbols call.
 pub struct Exported<P: Plugin> {
@@ -70,7 +70,7 @@ impl<P: Plugin> Exported<P> {
 
     pub fn init(&'static self) -> c_int {
         self.logger.install();
-        crate::scheduler::worker::on_abandon(super::location::keep_mapped);
+        slurm_energy_logic::on_abandon(super::location::keep_mapped);
         status(
             self.runtime
                 .init(super::location::plugin_directory().as_deref()),
@@ -149,7 +149,7 @@ impl<P: Plugin> Exported<P> {
     pub unsafe fn conf_options(&self, full: *mut *mut s_p_options_t, count: *mut c_int) {
         // SAFETY: forwarded from Slurm.
         guard("conf_options", (), || unsafe {
-            conf::register(&crate::family::keys(), full, count)
+            conf::register(&slurm_energy_logic::family_keys(), full, count)
         });
     }
 
@@ -158,7 +158,7 @@ impl<P: Plugin> Exported<P> {
     pub unsafe fn conf_set(&self, context_id: c_int, tbl: *const s_p_hashtbl_t) {
         let values = guard("conf_set", None, || {
             // SAFETY: forwarded from Slurm.
-            Some(unsafe { conf::values(&crate::family::keys(), tbl) })
+            Some(unsafe { conf::values(&slurm_energy_logic::family_keys(), tbl) })
         });
         if let Some(values) = values {
             let _ = self

@@ -12,7 +12,7 @@ use slurm_sys::{
     acct_gather_profile_g_get,
 };
 
-use crate::accounting::EnergyRecord;
+use slurm_energy_logic::EnergyRecord;
 
 #[derive(Debug, Default)]
 pub struct Profile {

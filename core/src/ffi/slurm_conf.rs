@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use slurm_sys::slurm_conf_t;
 
-use crate::attribution::gres::GresOrder;
-use crate::attribution::{Site, cgroup_mountpoint, spool_for_node};
-use crate::metrics::PrivateData;
+use slurm_energy_logic::GresOrder;
+use slurm_energy_logic::PrivateData;
+use slurm_energy_logic::{Site, cgroup_mountpoint, spool_for_node};
 
 fn text(p: *const c_char) -> String {
     if p.is_null() {

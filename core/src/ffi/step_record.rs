@@ -21,9 +21,9 @@ use slurm_sys::{
 };
 
 use super::own_memory::{self, Unreadable};
-use crate::attribution::StepId;
-use crate::attribution::grant::{Grant, GresHeld};
-use crate::runtime::RecordRefused;
+use slurm_energy_logic::RecordRefused;
+use slurm_energy_logic::{Grant, GresHeld};
+use slurm_energy_logic::{StepId, StepKey};
 
 /// The GRES that say which GPUs a step holds.
 const GPU_GRES: [&str; 3] = ["gpu", "shard", "mps"];
@@ -75,9 +75,9 @@ fn unreadable(e: Unreadable) -> String {
 }
 
 /// This slurmstepd's job and step, from the title Slurm gives it before it loads plugins.
-pub fn own_step() -> Option<(u32, StepId)> {
+pub fn own_step() -> Option<StepKey> {
     let title = std::fs::read("/proc/self/cmdline").unwrap_or_default();
-    crate::attribution::own_step(&String::from_utf8_lossy(&title).replace('\0', " "))
+    slurm_energy_logic::own_step(&String::from_utf8_lossy(&title).replace('\0', " "))
 }
 
 /// What Slurm's step record at `step` grants this slurmstepd's step, or why it is not
@@ -93,7 +93,7 @@ pub fn grant(step: usize) -> Result<Grant, RecordRefused> {
 fn grant_in(
     step: usize,
     layout: Option<&StepRecordLayout>,
-    own: Option<(u32, StepId)>,
+    own: Option<StepKey>,
     user_of: impl Fn(u32) -> Result<Option<String>, Errno>,
 ) -> Result<Grant, RecordRefused> {
     match layout {
@@ -118,7 +118,7 @@ fn not_measured() -> String {
 fn read_grant(
     step: usize,
     layout: &StepRecordLayout,
-    own: Option<(u32, StepId)>,
+    own: Option<StepKey>,
     user_of: impl Fn(u32) -> Result<Option<String>, Errno>,
 ) -> Result<Grant, String> {
     if step == 0 {
@@ -135,7 +135,7 @@ fn read_grant(
         at(layout.step_id + layout.step_id_step),
     )
     .map_err(unreadable)?;
-    if own != Some((job, StepId(step_id))) {
+    if own != Some(StepKey::new(job, StepId(step_id))) {
         return Err(format!(
             "Slurm's step record names step {job}.{step_id}, this slurmstepd is {own:?}: the \
              record is not laid out as in Slurm {} (the release built for)",
@@ -439,7 +439,12 @@ mod tests {
         }
 
         fn read(&self, record: usize) -> Result<Grant, String> {
-            read_grant(record, &self.layout, Some((7, StepId(0))), alice)
+            read_grant(
+                record,
+                &self.layout,
+                Some(StepKey::new(7, StepId(0))),
+                alice,
+            )
         }
     }
 
@@ -521,11 +526,16 @@ mod tests {
             "{err}"
         );
         let nobody = |_| Ok(None);
-        let err = read_grant(record, &fake.layout, Some((7, StepId(0))), nobody)
-            .expect_err("no such uid");
+        let err = read_grant(
+            record,
+            &fake.layout,
+            Some(StepKey::new(7, StepId(0))),
+            nobody,
+        )
+        .expect_err("no such uid");
         assert!(err.contains("uid 1000 is no user of this node"), "{err}");
         let down = |_| Err(Errno::EIO);
-        let err = read_grant(record, &fake.layout, Some((7, StepId(0))), down)
+        let err = read_grant(record, &fake.layout, Some(StepKey::new(7, StepId(0))), down)
             .expect_err("no user database");
         assert!(err.contains("cannot say who uid 1000 is"), "{err}");
         // the same record with its user's own name is accepted
@@ -539,7 +549,7 @@ mod tests {
     fn an_unmeasured_layout_refuses_the_record() {
         let mut fake = Fake::new();
         let record = fake.record(name(c"alice"), 0);
-        let err = grant_in(record, None, Some((7, StepId(0))), alice)
+        let err = grant_in(record, None, Some(StepKey::new(7, StepId(0))), alice)
             .expect_err("unmeasured")
             .to_string();
         assert!(

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::StepId;
 use super::gres::Allocation;
+use super::{StepId, StepKey};
 use crate::replace::{self, Access};
 use crate::trusted_dir::{self, DirError, NO_WRITE};
 
@@ -39,7 +39,7 @@ const MAX_BYTES: u64 = 64 * 1024;
 
 /// A grant stays this long after its step is gone: slurmstepd writes it before its step's
 /// socket appears, and slurmd may meet the step late.
-pub const KEPT_AFTER_STEP: Duration = Duration::from_secs(60);
+pub(crate) const KEPT_AFTER_STEP: Duration = Duration::from_secs(60);
 
 /// One kind of GRES a step holds on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,18 +56,22 @@ pub struct GresHeld {
 /// environment says, which is the owner's to write. The record names no account or
 /// partition.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Owner {
+pub(crate) struct Owner {
     pub user: String,
 }
 
 /// What Slurm granted one step on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {
+    /// The job's id.
     pub job: u32,
+    /// The step's id within the job.
     pub step: u32,
     /// The step's user, as Slurm launched it.
     pub uid: u32,
+    /// The step's user's name.
     pub user: String,
+    /// The GPUs (gres) the step holds on this node.
     pub gres: Vec<GresHeld>,
 }
 
@@ -84,6 +88,7 @@ pub enum GrantError {
 }
 
 impl Grant {
+    /// The step's id, typed.
     pub fn step_id(&self) -> StepId {
         StepId(self.step)
     }
@@ -123,7 +128,7 @@ impl Grant {
     }
 
     /// Keeps it as its job's grant on this node, for the job's later steps (a grant from
-    /// slurmctld's job record, [`super::job_record`]): slurmd never reads it as a step's.
+    /// slurmctld's job record, `super::job_record`): slurmd never reads it as a step's.
     pub fn publish_for_job(&self, spool: &Path) -> Result<(), GrantError> {
         self.write(spool, &Self::job_file_name(self.job))
     }
@@ -176,10 +181,10 @@ impl Grant {
     }
 
     /// Removes the grants of steps not in `present` that were written more than
-    /// [`KEPT_AFTER_STEP`] ago, jobs' grants once no step of the job is present, and
+    /// `KEPT_AFTER_STEP` ago, jobs' grants once no step of the job is present, and
     /// temporary files left by a slurmstepd that died writing one (their names are no
     /// step's).
-    pub fn remove_ended(spool: &Path, present: &HashSet<(u32, StepId)>) {
+    pub fn remove_ended(spool: &Path, present: &HashSet<StepKey>) {
         let Ok(dir) = grants_dir(spool, false) else {
             return;
         };
@@ -192,12 +197,12 @@ impl Grant {
             let live = match name.split_once('.') {
                 Some((job, JOB)) => job
                     .parse::<u32>()
-                    .is_ok_and(|job| present.iter().any(|(j, _)| *j == job)),
+                    .is_ok_and(|job| present.iter().any(|k| k.job == job)),
                 Some((job, step)) => job
                     .parse()
                     .ok()
                     .zip(StepId::parse(step))
-                    .is_some_and(|step| present.contains(&step)),
+                    .is_some_and(|(job, step)| present.contains(&StepKey { job, step })),
                 None => false,
             };
             let old = entry
@@ -335,7 +340,7 @@ pub(crate) mod tests {
                 .expect("publish");
         }
         assert_eq!(Grant::read(spool.path(), 6, StepId(0)), None);
-        let present: HashSet<(u32, StepId)> = [(5, StepId(0))].into_iter().collect();
+        let present: HashSet<StepKey> = [StepKey::new(5, StepId(0))].into_iter().collect();
         // young: kept even though step 1 is gone
         Grant::remove_ended(spool.path(), &present);
         assert!(Grant::read(spool.path(), 5, StepId(1)).is_some());

@@ -9,11 +9,11 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use super::StepId;
 use super::cgroup::JobDir;
 use super::grant::Grant;
 use super::gres::{Allocation, GresOrder};
 use super::procs::Procs;
+use super::{StepId, StepKey};
 use crate::source::DeviceReading;
 
 /// A device Slurm allocates (a GPU) at one sample.
@@ -49,7 +49,7 @@ type Process = (u32, u64);
 /// places no process in a cgroup of its job.
 const MAX_DEPTH: usize = 64;
 
-pub struct Holders {
+pub(crate) struct Holders {
     order: GresOrder,
     /// SlurmdSpoolDir, where the steps' grants are.
     spool: PathBuf,
@@ -58,7 +58,7 @@ pub struct Holders {
     /// The driver's MIG capability minors, read when a MIG record is first matched.
     mig_minors: OnceCell<HashMap<String, u32>>,
     /// Each present step's allocation, once its grant is read.
-    allocations: HashMap<(u32, StepId), Allocation>,
+    allocations: HashMap<StepKey, Allocation>,
     /// Each process using a device whose job is known: its job, while it uses one. A
     /// process is its pid and its start ([`Process`]): a pid given again is another
     /// process, which never inherits the job of the one it replaces. A process of no job
@@ -76,7 +76,7 @@ pub struct Holders {
 }
 
 impl Holders {
-    pub fn new(order: GresOrder, spool: &Path) -> Self {
+    pub(crate) fn new(order: GresOrder, spool: &Path) -> Self {
         if let GresOrder::Files(files) = &order {
             log::info!(
                 "GPUs by GRES index (gres.conf, AutoDetect off): {}",
@@ -108,7 +108,7 @@ impl Holders {
     }
 
     /// Forgets the steps that are gone.
-    pub fn retain(&mut self, present: &HashSet<(u32, StepId)>) {
+    pub(crate) fn retain(&mut self, present: &HashSet<StepKey>) {
         self.allocations.retain(|step, _| present.contains(step));
     }
 
@@ -181,25 +181,25 @@ impl Holders {
     /// What `step` holds: `(position, shares)`, from its grant ([`Grant`]), read when
     /// its slurmstepd has published it; until then nothing. The extern step is charged its
     /// job's devices ([`crate::ledger::Split::Devices`]).
-    pub fn holds(
+    pub(crate) fn holds(
         &mut self,
         procs: &Procs,
-        step: (u32, StepId),
+        step: StepKey,
         devices: &[DeviceReading],
     ) -> Vec<(u32, f64)> {
-        if step.1 == StepId::EXTERN {
+        if step.step == StepId::EXTERN {
             return Vec::new();
         }
         if let Entry::Vacant(unknown) = self.allocations.entry(step) {
-            let Some(grant) = Grant::read(&self.spool, step.0, step.1) else {
+            let Some(grant) = Grant::read(&self.spool, step.job, step.step) else {
                 return Vec::new();
             };
             let a = grant.allocation();
             if !a.gpus.is_empty() {
                 log::info!(
                     "step {}.{} holds GPUs {:?} (GRES indexes, from Slurm's step record){}",
-                    step.0,
-                    step.1.cgroup_name(),
+                    step.job,
+                    step.step.cgroup_name(),
                     a.gpus,
                     a.shares.map_or(String::new(), |s| format!(", {s} shares"))
                 );
@@ -219,7 +219,7 @@ impl Holders {
     /// Each device's energy, and its processes' use since the last sample per job (and of
     /// no job), the jobs known by their slurmstepds' pids (`stepds`: pid to job), each
     /// process's job by the job cgroup that holds it.
-    pub fn observe(
+    pub(crate) fn observe(
         &mut self,
         procs: &Procs,
         stepds: &HashMap<u32, u32>,
@@ -442,22 +442,26 @@ mod tests {
             60,
             "0::/user.slice/user-1000.slice/session-3.scope",
         );
-        assert!(holders.holds(&procs, (7, StepId(0)), &devices).is_empty());
+        assert!(
+            holders
+                .holds(&procs, StepKey::new(7, StepId(0)), &devices)
+                .is_empty()
+        );
         shards(7, StepId(0), 2, 1).publish(&spool).expect("grant");
         shards(8, StepId::BATCH, 2, 1)
             .publish(&spool)
             .expect("grant");
         assert_eq!(
-            holders.holds(&procs, (7, StepId(0)), &devices),
+            holders.holds(&procs, StepKey::new(7, StepId(0)), &devices),
             vec![(0, 2.0)]
         );
         assert!(
             holders
-                .holds(&procs, (7, StepId::EXTERN), &devices)
+                .holds(&procs, StepKey::new(7, StepId::EXTERN), &devices)
                 .is_empty()
         );
         assert_eq!(
-            holders.holds(&procs, (8, StepId::BATCH), &devices),
+            holders.holds(&procs, StepKey::new(8, StepId::BATCH), &devices),
             vec![(0, 2.0)]
         );
         let stepds: HashMap<u32, u32> = [(100, 7), (200, 8)].into_iter().collect();
@@ -530,7 +534,9 @@ mod tests {
         }
         let mut by_file = Holders::new(GresOrder::DetectedByFile, &spool);
         let mut by_library = Holders::new(GresOrder::Detected, &spool);
-        let held = |holders: &mut Holders, job| holders.holds(&procs, (job, StepId(0)), &devices);
+        let held = |holders: &mut Holders, job| {
+            holders.holds(&procs, StepKey::new(job, StepId(0)), &devices)
+        };
         assert_eq!(held(&mut by_file, 7), vec![(2, 1.0)], "GRES 0: nvidia3");
         assert_eq!(held(&mut by_file, 8), vec![(1, 1.0)], "GRES 1: nvidia5");
         assert_eq!(held(&mut by_file, 9), vec![(0, 1.0)], "GRES 2: nvidia10");
@@ -568,11 +574,11 @@ mod tests {
         whole(8, StepId(0), 2).publish(&spool).expect("grant");
         let mut detected = Holders::new(GresOrder::Detected, &spool);
         assert_eq!(
-            detected.holds(&procs, (7, StepId(0)), &devices),
+            detected.holds(&procs, StepKey::new(7, StepId(0)), &devices),
             vec![(100, 1.0)]
         );
         assert_eq!(
-            detected.holds(&procs, (8, StepId(0)), &devices),
+            detected.holds(&procs, StepKey::new(8, StepId(0)), &devices),
             vec![(101, 1.0)]
         );
         let mut files = Holders::new(GresOrder::Files(vec![]), &spool);
@@ -583,11 +589,11 @@ mod tests {
             vec![Some((195, 3)), Some((235, 21)), Some((235, 22))],
         ];
         assert_eq!(
-            files.holds(&procs, (7, StepId(0)), &devices),
+            files.holds(&procs, StepKey::new(7, StepId(0)), &devices),
             vec![(101, 1.0)]
         );
         assert_eq!(
-            files.holds(&procs, (8, StepId(0)), &devices),
+            files.holds(&procs, StepKey::new(8, StepId(0)), &devices),
             vec![(100, 1.0)]
         );
         let seen = files.observe(&procs, &HashMap::new(), &devices);

@@ -17,6 +17,7 @@ use crate::config::{ConfigError, KeyValues, config_keys};
 use crate::hostlist;
 
 config_keys! {
+    /// Whether slurmstepd reads Slurm's step record, from acct_gather.conf.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct StepRecordConfig {
         /// Whether slurmstepd reads Slurm's internal step record (`stepd_step_rec_t`);
@@ -40,7 +41,9 @@ const GPU_GRES: [&str; 3] = ["gpu", "shard", "mps"];
 /// What core copies out of slurmctld's `job_info_t` (`slurm_load_job` with `SHOW_DETAIL`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRecord {
+    /// The job's id.
     pub job: u32,
+    /// The job's user.
     pub uid: u32,
     /// The job's nodes, a host list (`node[1-3]`).
     pub nodes: String,
@@ -53,8 +56,8 @@ pub struct JobRecord {
 pub type LoadJob = fn(u32) -> Result<JobRecord, String>;
 
 /// How many times slurmctld is asked, and the pause after each failed try: about 10 s.
-pub const ATTEMPTS: u32 = 4;
-pub const RETRY_AFTER: Duration = Duration::from_millis(3_300);
+pub(crate) const ATTEMPTS: u32 = 4;
+pub(crate) const RETRY_AFTER: Duration = Duration::from_millis(3_300);
 
 impl JobRecord {
     /// The grant of `step` of this job on `node`: the job's GPU GRES there, its user the
@@ -173,7 +176,7 @@ fn shared_per_gpu(list: &str) -> Option<Vec<u32>> {
 /// `load`, [`ATTEMPTS`] times at most, `pause` between tries, and kept for the job's
 /// later steps. `user_of` names a uid (`None`: no such user here). Blocks: run it on a
 /// thread of its own.
-pub fn job_grant(
+pub(crate) fn job_grant(
     spool: &Path,
     job: u32,
     step: StepId,

@@ -13,7 +13,7 @@
 
 /// What one job held and used over one interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct JobUse {
+pub(crate) struct JobUse {
     pub cpus: u32,
     /// Its memory limit in bytes; `None` when unlimited.
     pub memory: Option<u64>,
@@ -26,7 +26,7 @@ pub struct JobUse {
 
 /// One sample interval of the node.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Interval {
+pub(crate) struct Interval {
     pub joules: f64,
     pub secs: f64,
     pub static_watts: f64,
@@ -37,7 +37,7 @@ pub struct Interval {
 /// Each job's joules of the interval: the interval is cut at the jobs' arrivals and each
 /// piece split by [`split_node`] among the jobs present in it; a piece with no job in it is
 /// nobody's. A job's CPU time is spread evenly over its part of the interval.
-pub fn split_interval(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
+pub(crate) fn split_interval(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
     split_pieces(interval, jobs, split_node)
 }
 
@@ -45,7 +45,7 @@ pub fn split_interval(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
 /// the same arrivals, each piece's static part (`min(dE, P_static * dt)`) by what the jobs
 /// present in it hold. What a job was charged for holding, used or not (the ledger's
 /// idle-held CPUs).
-pub fn static_shares(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
+pub(crate) fn static_shares(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
     split_pieces(interval, jobs, |joules, secs, static_watts, jobs| {
         let static_j = static_part(joules, secs, static_watts);
         holdings(jobs).iter().map(|h| h * static_j).collect()
@@ -113,14 +113,14 @@ fn split_pieces(
 
 /// One part of a step in its job's share.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepUse {
+pub(crate) struct StepUse {
     /// The extern step is the job's container: it gets the job's whole share.
     pub is_extern: bool,
     pub cpu_secs: f64,
 }
 
 /// Each job's joules of `joules` spent over `secs` at a static power of `static_watts`.
-pub fn split_node(joules: f64, secs: f64, static_watts: f64, jobs: &[JobUse]) -> Vec<f64> {
+pub(crate) fn split_node(joules: f64, secs: f64, static_watts: f64, jobs: &[JobUse]) -> Vec<f64> {
     if jobs.is_empty() {
         return Vec::new();
     }
@@ -156,7 +156,7 @@ fn static_part(joules: f64, secs: f64, static_watts: f64) -> f64 {
 
 /// What one user of a shared device (a GPU) holds of it and used of it over one interval.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct DeviceUse {
+pub(crate) struct DeviceUse {
     /// The shares it holds of the device (shards, an MPS percentage; 1 for the whole);
     /// `None`: it holds none and used it all the same (a job Slurm did not give it to,
     /// where devices are not constrained, or processes of no job).
@@ -170,7 +170,12 @@ pub struct DeviceUse {
 /// use of all its users, holders or not (by shares when the vendor reports no use). A
 /// holder alone gets it all; a holder never pays for another's use. Where nobody holds
 /// the device, what no use explains is nobody's: the parts then sum to less.
-pub fn split_device(joules: f64, secs: f64, static_watts: f64, users: &[DeviceUse]) -> Vec<f64> {
+pub(crate) fn split_device(
+    joules: f64,
+    secs: f64,
+    static_watts: f64,
+    users: &[DeviceUse],
+) -> Vec<f64> {
     let holders = users.iter().filter(|u| u.shares.is_some()).count();
     let shares: Vec<f64> = users
         .iter()
@@ -214,7 +219,7 @@ fn normalized(values: &[f64]) -> Option<Vec<f64>> {
 /// Each step's joules of its job's `joules`: the extern step gets them all; the others
 /// (batch, srun steps, which run inside it) split them by their CPU time, equally when none
 /// used any, so that they too add up to the job's share.
-pub fn split_job(joules: f64, steps: &[StepUse]) -> Vec<f64> {
+pub(crate) fn split_job(joules: f64, steps: &[StepUse]) -> Vec<f64> {
     let inner: Vec<f64> = steps
         .iter()
         .map(|s| {

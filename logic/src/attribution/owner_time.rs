@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// One job's CPU time at a sample, and its owner's directory's.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OwnerSample<'a> {
+pub(crate) struct OwnerSample<'a> {
     pub job: u32,
     pub cpus: u32,
     /// The job's directory's CPU time so far (ns).
@@ -34,14 +34,14 @@ struct Last {
 
 /// The CPU time given back to each owner's jobs, per owner's directory.
 #[derive(Debug, Default)]
-pub struct OwnerTime {
+pub(crate) struct OwnerTime {
     owners: HashMap<PathBuf, Last>,
 }
 
 impl OwnerTime {
     /// Each sampled job's CPU time given back so far (ns, to add to its directory's);
     /// owners with no job in `samples` are forgotten.
-    pub fn credit(&mut self, samples: &[OwnerSample]) -> HashMap<u32, u64> {
+    pub(crate) fn credit(&mut self, samples: &[OwnerSample]) -> HashMap<u32, u64> {
         let mut by_owner: HashMap<&Path, Vec<&OwnerSample>> = HashMap::new();
         for s in samples {
             by_owner.entry(s.owner.0).or_default().push(s);

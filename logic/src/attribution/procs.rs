@@ -24,10 +24,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::{StepId, own_step};
+use super::{StepKey, own_step};
 
 /// Where the kernel shows processes.
-pub const PROC_ROOT: &str = "/proc";
+pub(crate) const PROC_ROOT: &str = "/proc";
 
 /// What of a process's title is read: `slurmstepd: [<job>.<step> stepmgr]` is under 50 bytes
 /// (a u32 job, a step's number or name), and slurmstepd writes it at the title's start.
@@ -61,9 +61,9 @@ impl Scans {
     pub fn stepds(
         &mut self,
         procs: &Procs,
-        wanted: &HashMap<(u32, StepId), &Path>,
+        wanted: &HashMap<StepKey, &Path>,
         uid: u32,
-    ) -> Option<HashMap<(u32, StepId), u32>> {
+    ) -> Option<HashMap<StepKey, u32>> {
         let now = Instant::now();
         if self
             .last
@@ -72,7 +72,7 @@ impl Scans {
             return None;
         }
         self.last = Some(now);
-        let steps: HashSet<(u32, StepId)> = wanted.keys().copied().collect();
+        let steps: HashSet<StepKey> = wanted.keys().copied().collect();
         let candidates = procs.stepds(&steps, uid);
         let sockets: Vec<&Path> = candidates
             .keys()
@@ -122,12 +122,8 @@ impl Procs {
     /// The processes of real uid `uid` titled as the slurmstepd of one of the `wanted`
     /// steps, in one pass over all processes; of another user's process only its owner is
     /// read, of slurmd's user's the start of its title.
-    pub fn stepds(
-        &self,
-        wanted: &HashSet<(u32, StepId)>,
-        uid: u32,
-    ) -> HashMap<(u32, StepId), Vec<u32>> {
-        let mut found: HashMap<(u32, StepId), Vec<u32>> = HashMap::new();
+    pub fn stepds(&self, wanted: &HashSet<StepKey>, uid: u32) -> HashMap<StepKey, Vec<u32>> {
+        let mut found: HashMap<StepKey, Vec<u32>> = HashMap::new();
         let pids = fs::read_dir(&self.root)
             .into_iter()
             .flatten()
@@ -301,6 +297,7 @@ impl Procs {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::attribution::StepId;
     use crate::attribution::cgroup::tests::write;
     use std::os::unix::fs::symlink;
     use std::os::unix::net::UnixListener;
@@ -333,11 +330,11 @@ pub(crate) mod tests {
     pub(crate) fn stepd(
         proc_root: &Path,
         pid: u32,
-        step: (u32, StepId),
+        step: StepKey,
         cgroup: &str,
         socket: &Path,
     ) -> UnixListener {
-        let title = format!("slurmstepd: [{}.{}]", step.0, step.1.name());
+        let title = format!("slurmstepd: [{}.{}]", step.job, step.step.name());
         process(proc_root, pid, &title, cgroup);
         holds_socket(proc_root, pid, socket)
     }
@@ -422,10 +419,10 @@ pub(crate) mod tests {
         write(&root.join("15/cgroup"), "0::/\n");
         fs::create_dir_all(root.join("self")).expect("self");
         let wanted: HashSet<_> = [
-            (5, StepId(0)),
-            (5, StepId::EXTERN),
-            (7, StepId::EXTERN),
-            (8, StepId(0)),
+            StepKey::new(5, StepId(0)),
+            StepKey::new(5, StepId::EXTERN),
+            StepKey::new(7, StepId::EXTERN),
+            StepKey::new(8, StepId(0)),
         ]
         .into_iter()
         .collect();
@@ -435,9 +432,9 @@ pub(crate) mod tests {
         assert_ne!(me, 4242);
         let found = procs(root).stepds(&wanted, me);
         assert_eq!(procs(root).uid(16), Some(4242));
-        assert_eq!(found.get(&(5, StepId(0))), Some(&vec![11]));
-        assert_eq!(found.get(&(5, StepId::EXTERN)), Some(&vec![10]));
-        assert_eq!(found.get(&(7, StepId::EXTERN)), Some(&vec![14]));
+        assert_eq!(found.get(&StepKey::new(5, StepId(0))), Some(&vec![11]));
+        assert_eq!(found.get(&StepKey::new(5, StepId::EXTERN)), Some(&vec![10]));
+        assert_eq!(found.get(&StepKey::new(7, StepId::EXTERN)), Some(&vec![14]));
         assert_eq!(found.len(), 3);
     }
 
@@ -445,8 +442,8 @@ pub(crate) mod tests {
         Procs::from_path(root)
     }
 
-    fn scan(root: &Path, wanted: &[((u32, StepId), &Path)]) -> Option<HashMap<(u32, StepId), u32>> {
-        let wanted: HashMap<(u32, StepId), &Path> = wanted.iter().copied().collect();
+    fn scan(root: &Path, wanted: &[(StepKey, &Path)]) -> Option<HashMap<StepKey, u32>> {
+        let wanted: HashMap<StepKey, &Path> = wanted.iter().copied().collect();
         Scans::default().stepds(&procs(root), &wanted, nix::unistd::getuid().as_raw())
     }
 
@@ -460,7 +457,7 @@ pub(crate) mod tests {
         assert!(procs(root).children(99).is_empty());
         // two slurmd on one host, each with its spool dir, run step 5.0
         let spool = |n: &str| tmp.path().join(format!("spool/{n}/{n}_5.0"));
-        let step = (5, StepId(0));
+        let step = StepKey::new(5, StepId(0));
         let _n1 = stepd(root, 31, step, "0::/", &spool("n1"));
         let _n2 = stepd(root, 32, step, "0::/", &spool("n2"));
         // by components: a SlurmdSpoolDir written with a trailing `/`
@@ -483,7 +480,7 @@ pub(crate) mod tests {
     fn a_forged_line_of_the_socket_table_names_no_slurmstepd() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = &tmp.path().join("proc");
-        let step = (5, StepId(0));
+        let step = StepKey::new(5, StepId(0));
         let ours = tmp.path().join("n1/n1_5.0");
         let theirs = tmp.path().join("n2/n2_5.0");
         // this node's slurmstepd is not titled yet; the other node's holds its socket
@@ -519,12 +516,15 @@ pub(crate) mod tests {
         process(&root, 41, "slurmstepd: [5.0]", "0::/");
         let done = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let wanted: HashSet<_> = [(5, StepId(0))].into();
+            let wanted: HashSet<_> = [StepKey::new(5, StepId(0))].into();
             let me = nix::unistd::getuid().as_raw();
             let _ = done.0.send(procs(&root).stepds(&wanted, me));
         });
         let found = done.1.recv_timeout(Duration::from_secs(10));
-        assert_eq!(found.ok(), Some([((5, StepId(0)), vec![41])].into()));
+        assert_eq!(
+            found.ok(),
+            Some([(StepKey::new(5, StepId(0)), vec![41])].into())
+        );
     }
 
     /// Of slurmd's user's processes, only the start of the title is read: a title longer
@@ -553,12 +553,20 @@ pub(crate) mod tests {
         });
         let done = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let wanted: HashSet<_> = [(5, StepId(0)), (7, StepId(12)), (7, StepId(123))].into();
+            let wanted: HashSet<_> = [
+                StepKey::new(5, StepId(0)),
+                StepKey::new(7, StepId(12)),
+                StepKey::new(7, StepId(123)),
+            ]
+            .into();
             let me = nix::unistd::getuid().as_raw();
             let _ = done.0.send(procs(&root).stepds(&wanted, me));
         });
         let found = done.1.recv_timeout(Duration::from_secs(10));
-        assert_eq!(found.ok(), Some([((5, StepId(0)), vec![50])].into()));
+        assert_eq!(
+            found.ok(),
+            Some([(StepKey::new(5, StepId(0)), vec![50])].into())
+        );
         drop(writer);
     }
 }

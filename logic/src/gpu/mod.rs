@@ -17,15 +17,13 @@
 //! at all once a round is stuck.
 
 // the keys, in every build: each plugin of the family registers them (crate::family)
-mod config;
+pub(crate) mod config;
 /// The vendor libraries in safe terms: the crate `slurm-energy-gpu-libs`.
 #[cfg(feature = "gpu")]
-pub use slurm_energy_gpu_libs as library;
+pub(crate) use slurm_energy_gpu_libs as library;
 #[cfg(feature = "gpu")]
 mod reader;
 
-pub use config::{GpuConfig, KEY_AMD, KEY_IDLE_WATTS, KEY_MAX_WATTS, KEY_NVML};
+pub(crate) use config::GpuConfig;
 #[cfg(feature = "gpu")]
-pub use library::{DRM_MAJOR, Device, GpuError, GpuLibrary, NVIDIA_MAJOR};
-#[cfg(feature = "gpu")]
-pub use reader::{GpuReader, Gpus, Opener};
+pub use reader::Gpus;

@@ -10,9 +10,9 @@ use super::config::{self, GpuConfig, KEY_AMD, KEY_MAX_WATTS, KEY_NVML};
 use super::library::{self, GpuLibrary};
 
 use crate::config::{ConfigError, KeyValues};
-use crate::plugin::Plugin;
-use crate::power::Bound;
-use crate::scheduler::{Poller, Polling, Timing};
+use crate::plugin::{Opened, Plugin};
+use crate::power::{Bound, Settings};
+use crate::scheduler::{Poller, Polling};
 use crate::source::{DeviceReading, Failure, Reading, Source, missed_after};
 use tracker::{Figure, Tracked};
 
@@ -25,9 +25,9 @@ const POLL_PERIOD: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Opens (loads and initialises) one vendor's library; runs in the poller.
-pub type Opener = Box<dyn Fn() -> Result<Box<dyn GpuLibrary>, String> + Send>;
+pub(super) type Opener = Box<dyn Fn() -> Result<Box<dyn GpuLibrary>, String> + Send>;
 
-/// The rust_gpu source.
+/// The rust_gpu plugin: the node's GPUs, read by a poller thread (`GpuReader`).
 pub struct Gpus;
 
 impl Plugin for Gpus {
@@ -48,7 +48,7 @@ impl Plugin for Gpus {
         config.idle_watts
     }
 
-    fn open(config: &GpuConfig) -> Result<GpuReader, String> {
+    fn open(config: &GpuConfig) -> Result<Opened<GpuReader>, String> {
         let mut openers: Vec<Opener> = Vec::new();
         if let Some(path) = config.nvml.clone() {
             openers.push(Box::new(move || library::open_nvml(&path)));
@@ -59,8 +59,18 @@ impl Plugin for Gpus {
         if openers.is_empty() {
             return Err(format!("{KEY_NVML} and {KEY_AMD} are both none"));
         }
-        let bound = Bound::of(KEY_MAX_WATTS, config.max_watts, config::DEFAULT_MAX_WATTS);
-        GpuReader::start(openers, POLL_PERIOD, bound)
+        let settings = Settings {
+            period: POLL_PERIOD,
+            max_backoff: MAX_BACKOFF,
+            max_watts_key: KEY_MAX_WATTS,
+            max_watts: config.max_watts,
+            default_max_watts: config::DEFAULT_MAX_WATTS,
+        };
+        // the poller polls the GPUs; the meter's own sampling only keeps CurrentWatts fresh
+        GpuReader::start(openers, &settings).map(|source| Opened {
+            source,
+            sample_period: Duration::from_secs(1),
+        })
     }
 }
 
@@ -79,21 +89,18 @@ pub struct GpuReader {
 }
 
 impl GpuReader {
-    /// Starts the poller and returns at once: libraries are opened in the poller.
-    /// `bound`: the most one GPU may draw.
-    pub fn start(openers: Vec<Opener>, period: Duration, bound: Bound) -> Result<Self, String> {
+    /// Starts the poller and returns at once: libraries are opened in the poller, which
+    /// starts as a sensor's does ([`Settings::start_poller`]); the settings' bound is the
+    /// most one GPU may draw. A GPU's figure is never extrapolated (see [`POLL_PERIOD`]).
+    pub fn start(openers: Vec<Opener>, settings: &Settings) -> Result<Self, String> {
         let polling = GpuPolling {
             openers,
-            bound,
+            bound: settings.bound(),
             failing: HashMap::new(),
         };
-        let timing = Timing {
-            period,
-            max_backoff: MAX_BACKOFF,
-        };
         Ok(Self {
-            poller: Poller::start("gpu-poller", polling, timing)?,
-            period,
+            poller: settings.start_poller("gpu-poller", polling)?,
+            period: settings.period,
             seen_uj: HashMap::new(),
             total_uj: 0.0,
         })
@@ -223,11 +230,8 @@ impl Polling for GpuPolling {
     }
 }
 
-/// The poller polls the GPUs; the meter's own sampling, at the default period, only keeps
-/// CurrentWatts fresh.
+/// The poller polls the GPUs; the meter's own sampling only keeps CurrentWatts fresh.
 impl Source for GpuReader {
-    type Poll = Reading;
-
     fn describe(&self) -> String {
         format!(
             "GPU energy counters (or power) and each process's use of each GPU, read every \

@@ -1,4 +1,5 @@
-//! A BMC as a source of power: one session, opened by the poller and kept while it works.
+//! A BMC as a sensor of power ([`IpmiBmc`]): one session, opened by the poller and kept while
+//! it works; and the rust_ipmi plugin over it ([`Ipmi`]).
 
 use std::time::Instant;
 
@@ -12,9 +13,10 @@ use super::config::{
 };
 use super::protocol::{self as p, WattsSensor};
 use crate::config::{ConfigError, KeyValues};
+use crate::plugin::Opened;
 use crate::plugin::Plugin;
-use crate::power::{Polled, Settings};
-use crate::source::{Failure, Power, Sample, Source};
+use crate::power::{Connected, Polled, Settings, sensor_backoff};
+use crate::source::{Failure, Power, Sample, Sensor};
 
 /// Enough for any real SDR repository; bounds a BMC that links its records in a loop.
 const MAX_SDR_RECORDS: usize = 1024;
@@ -72,15 +74,17 @@ enum Method {
     Sensors(Vec<WattsSensor>),
 }
 
-pub struct Bmc {
+/// A BMC reached over IPMI, in-band or out of band, and how its power is read.
+pub struct IpmiBmc {
     link: Link,
     method: Method,
     target: String,
-    /// The active DCMI power limit, read on connecting.
-    limit_w: Option<u16>,
 }
 
-impl Bmc {
+/// The rust_ipmi plugin: the BMC polled by a thread in slurmd; steps read its ledger.
+pub struct Ipmi;
+
+impl IpmiBmc {
     fn open_link(config: &IpmiConfig) -> Result<(Link, String), String> {
         match &config.target {
             Target::Device(path) => ipmi_rs::File::new(path, config.timeout)
@@ -266,9 +270,9 @@ impl Bmc {
     }
 }
 
-impl Plugin for Bmc {
+impl Plugin for Ipmi {
     type Config = IpmiConfig;
-    type Source = Polled<Bmc>;
+    type Source = Polled<IpmiBmc>;
     const KEYS: &'static [&'static str] = super::config::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<IpmiConfig, ConfigError> {
@@ -293,25 +297,27 @@ impl Plugin for Bmc {
         }
     }
 
-    fn open(config: &IpmiConfig) -> Result<Polled<Bmc>, String> {
+    fn open(config: &IpmiConfig) -> Result<Opened<Polled<IpmiBmc>>, String> {
         // read here, in slurmd only: slurmctld never opens the source, slurmstepd reads
         // slurmd's ledger
         let config = config.with_password()?;
         let settings = Settings {
             period: config.frequency,
-            extrapolate: config.calc_adjustment,
+            max_backoff: sensor_backoff(config.frequency),
             max_watts_key: KEY_MAX_WATTS,
             max_watts: config.max_watts,
             default_max_watts: DEFAULT_MAX_WATTS,
         };
-        Polled::start(&settings, move || Bmc::connect(&config))
+        Polled::start(&settings, config.calc_adjustment, move || {
+            IpmiBmc::connect(&config)
+        })
     }
 }
 
-impl Bmc {
-    /// Connects to the BMC and chooses how to read its power. Runs in the poller thread;
-    /// may block up to the BMC's own timeouts.
-    pub fn connect(config: &IpmiConfig) -> Result<Self, String> {
+impl IpmiBmc {
+    /// Connects to the BMC, chooses how to read its power, and reads the power limit it
+    /// enforces. Runs in the poller thread; may block up to the BMC's own timeouts.
+    pub fn connect(config: &IpmiConfig) -> Result<Connected<Self>, String> {
         let (mut link, target) = Self::open_link(config)?;
         if matches!(link, Link::Lan(_)) {
             // Sessions start at USER; some BMCs (ipmi_sim) want ADMIN for DCMI. A BMC that
@@ -323,21 +329,23 @@ impl Bmc {
                 vec![p::PRIVILEGE_ADMIN],
             );
         }
-        let mut bmc = Bmc {
+        let mut bmc = IpmiBmc {
             link,
             method: Method::Dcmi { enhanced: false },
             target,
-            limit_w: None,
         };
         bmc.method = bmc.choose_method(&config.sensors)?;
-        bmc.limit_w = bmc.dcmi_power_limit();
-        Ok(bmc)
+        let stated_max_watts = bmc
+            .dcmi_power_limit()
+            .map(|w| (f64::from(w), "the BMC's active DCMI power limit".into()));
+        Ok(Connected {
+            sensor: bmc,
+            stated_max_watts,
+        })
     }
 }
 
-impl Source for Bmc {
-    type Poll = Power;
-
+impl Sensor for IpmiBmc {
     fn describe(&self) -> String {
         match &self.method {
             Method::Dcmi { enhanced: false } => format!("{}: DCMI power reading", self.target),
@@ -365,10 +373,5 @@ impl Source for Bmc {
         }
         .map(Sample::now)
         .map_err(Failure::Reconnect)
-    }
-
-    fn stated_max_watts(&self) -> Option<(f64, String)> {
-        self.limit_w
-            .map(|w| (f64::from(w), "the BMC's active DCMI power limit".into()))
     }
 }

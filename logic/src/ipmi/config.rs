@@ -43,7 +43,7 @@ pub(super) const IGNORED_KEYS: [&str; 20] = [
 
 /// Every key registered with Slurm: an acct_gather.conf key no plugin registers is fatal
 /// to the daemons, so Slurm's freeipmi keys are registered too.
-pub const KEYS: &[&str] = &{
+pub(crate) const KEYS: &[&str] = &{
     const USED: &[&str] = IpmiConfig::KEYS;
     let mut all = [""; USED.len() + 1 + IGNORED_KEYS.len()];
     let mut i = 0;
@@ -88,15 +88,22 @@ pub enum PowerSensors {
     Records(Vec<u16>),
 }
 
+/// Where the BMC is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     /// In-band through the local IPMI device.
     Device(PathBuf),
     /// Out of band, RMCP+.
-    Lan { host: String, port: u16 },
+    Lan {
+        /// The BMC's host name or address.
+        host: String,
+        /// Its RMCP+ UDP port.
+        port: u16,
+    },
 }
 
 config_keys! {
+    /// rust_ipmi's acct_gather.conf keys: which BMC, how reached, which sensors.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct IpmiConfig {
         /// The host, out of band, wins over the device.
@@ -116,10 +123,12 @@ config_keys! {
                 Target::Lan { .. } => "(out-of-band)".into(),
             });
         }
+        /// The user to log in as, out of band.
         pub username: Option<String> = None, {
             KEY_USERNAME = "EnergyIPMIUsername": parse(|_, v| Ok(Some(v.to_string()))),
                 show(|u| u.clone().unwrap_or_default());
         }
+        /// The password to log in with, out of band.
         pub password: Secret = Secret::default(), {
             KEY_PASSWORD = "EnergyIPMIPassword": parse(|k, v| {
                 if v.len() > 20 {
@@ -130,24 +139,28 @@ config_keys! {
             });
         }
         /// A file holding the password, read by slurmd when it opens the BMC, so that
-        /// acct_gather.conf can stay readable by users ([`crate::config::read_password_file`]).
+        /// acct_gather.conf can stay readable by users (`crate::config::read_password_file`).
         pub password_file: Option<PathBuf> = None, {
             KEY_PASSWORD_FILE = "EnergyIPMIPasswordFile": parse(absolute_path),
                 show(shown_password_file);
         }
+        /// How often the BMC is polled.
         pub frequency: Duration = Duration::from_secs(DEFAULT_FREQUENCY.into()), {
             // Slurm takes whole seconds; fractions are accepted too
             KEY_FREQUENCY = "EnergyIPMIFrequency": parse(|k, v| period_secs(k, v, 3600)),
                 show(|f| f.as_secs_f64().to_string());
         }
+        /// How long one poll of the BMC may take.
         pub timeout: Duration = Duration::from_secs(DEFAULT_TIMEOUT.into()), {
             KEY_TIMEOUT = "EnergyIPMITimeout":
                 parse(|k, v| positive(k, v).map(|s| Duration::from_secs(s.into()))),
                 show(|t| t.as_secs().to_string());
         }
+        /// Whether energy between polls is extrapolated from the last power (`EnergyIPMICalcAdjustment`).
         pub calc_adjustment: bool = DEFAULT_CALC_ADJUSTMENT, {
             KEY_CALC_ADJUSTMENT = "EnergyIPMICalcAdjustment": parse(boolean), show(yes_no);
         }
+        /// Which power sensors are read.
         pub sensors: PowerSensors = PowerSensors::Auto, {
             KEY_POWER_SENSORS = "EnergyIPMIPowerSensors": parse(|_, v| parse_power_sensors(v)),
                 show(|s| match s {
@@ -322,7 +335,7 @@ mod tests {
     fn the_host_names_each_nodes_own_bmc() {
         use crate::plugin::Plugin;
         let c = parse(&[(KEY_HOST, "%n-ipmi:6230")]).expect("valid");
-        let mine = super::super::bmc::Bmc::for_node(&c, "node17");
+        let mine = super::super::Ipmi::for_node(&c, "node17");
         assert_eq!(
             mine.target,
             Target::Lan {
@@ -332,7 +345,7 @@ mod tests {
         );
         // in band there is no host to name
         let local = parse(&[]).expect("defaults");
-        assert_eq!(super::super::bmc::Bmc::for_node(&local, "n1"), local);
+        assert_eq!(super::super::Ipmi::for_node(&local, "n1"), local);
     }
 
     #[test]

@@ -11,9 +11,6 @@ mod proptests;
 mod protocol;
 
 #[cfg(feature = "ipmi")]
-pub use bmc::Bmc;
-pub use config::{IpmiConfig, KEYS, PowerSensors, Target};
-
-/// The rust_ipmi source: the BMC polled by a thread in slurmd; steps read its ledger.
-#[cfg(feature = "ipmi")]
-pub type Ipmi = Bmc;
+pub use bmc::Ipmi;
+pub(crate) use config::KEYS;
+pub use config::{IpmiConfig, Target};

@@ -11,7 +11,7 @@
 //!
 //! A slurmd of before (upgraded while jobs run, not yet restarted) does not listen there:
 //! the step knows at once and goes on as before, ringing the doorbell and reading the
-//! ledger file ([`super::reader`]).
+//! ledger file (`super::reader`).
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
@@ -31,13 +31,13 @@ use crate::attribution::{StepId, StepKey};
 /// What a step asks: its step's figure (`None` while its slurmstepd has no title yet, when
 /// it learns the node's figures only), and how fresh it must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request {
+pub(crate) struct Request {
     pub step: Option<StepKey>,
     pub want: Want,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Want {
+pub(crate) enum Want {
     /// The figure as of slurmd's last update (Slurm's periodic polls).
     Current,
     /// The figure now, and an update soon: the next read finds it (an `sstat` while tasks
@@ -52,7 +52,7 @@ pub enum Want {
 
 impl Want {
     /// Whether the answer waits for an update taken after the question.
-    pub fn waits(self) -> bool {
+    pub(crate) fn waits(self) -> bool {
         matches!(self, Self::Fresh | Self::Last { .. })
     }
 }
@@ -62,7 +62,7 @@ const ASK: &str = "ask ";
 
 impl Request {
     /// `ask <job>.<step>|- current|refresh|fresh|last <pid>`: a few dozen bytes of ASCII.
-    pub fn encode(self) -> String {
+    pub(crate) fn encode(self) -> String {
         let step = self
             .step
             .map_or("-".to_string(), |k| format!("{}.{}", k.job, k.step.0));
@@ -76,7 +76,7 @@ impl Request {
     }
 
     /// A question, or `None` for anything else (a ring of before, garbage).
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
         let text = std::str::from_utf8(bytes).ok()?.strip_prefix(ASK)?;
         let mut words = text.split(' ');
         let step = match words.next()? {
@@ -104,7 +104,7 @@ impl Request {
 
 /// slurmd's answer: what a step's figure needs of the ledger, its own step's account only.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The ledger's epoch ([`Ledger::epoch`]): another means slurmd began a new ledger.
     pub epoch: u64,
     /// Unix time of the update it comes from.
@@ -119,7 +119,7 @@ pub struct Answer {
 
 impl Answer {
     /// The answer `ledger` gives the step `step`.
-    pub fn from_ledger(ledger: &Ledger, step: Option<StepKey>) -> Self {
+    pub(crate) fn from_ledger(ledger: &Ledger, step: Option<StepKey>) -> Self {
         Self {
             epoch: ledger.epoch(),
             sampled_at: ledger.sampled_at(),
@@ -130,18 +130,18 @@ impl Answer {
         }
     }
 
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    pub fn decode(bytes: &[u8]) -> Option<Self> {
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
         serde_json::from_slice(bytes).ok()
     }
 }
 
 /// Why a question got no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unanswered {
+pub(crate) enum Unanswered {
     /// Nobody listens, or the listener dropped the question unanswered (a slurmd of
     /// before): known at once.
     Refused,
@@ -154,16 +154,16 @@ const MAX_ANSWER: usize = 16 * 1024;
 
 /// Where slurmd listens for questions, beside the doorbell of the ledger at `ledger`, in
 /// the doorbell's directory that only slurmd's user may enter.
-pub fn ask_path(ledger: &Path) -> PathBuf {
+pub(crate) fn ask_path(ledger: &Path) -> PathBuf {
     ledger.with_extension("door").join(SOCKET_NAME)
 }
 
 /// The name of the socket steps ask on, in the doorbell's directory.
-pub const SOCKET_NAME: &str = "ask";
+pub(crate) const SOCKET_NAME: &str = "ask";
 
 /// slurmstepd's side: asks slurmd at `socket` ([`ask_path`]) and waits for the answer at
 /// most `wait`. Never waits to connect: a listener whose queue is full is as good as none.
-pub fn ask(socket: &Path, request: Request, wait: Duration) -> Result<Answer, Unanswered> {
+pub(crate) fn ask(socket: &Path, request: Request, wait: Duration) -> Result<Answer, Unanswered> {
     let refused = |_| Unanswered::Refused;
     let fd = nix::sys::socket::socket(
         AddressFamily::Unix,
@@ -218,7 +218,7 @@ fn readable_within(stream: &UnixStream, wait: Duration) -> bool {
 /// user `slurmd` (by the kernel's credentials) and says one in time. A slurmstepd writes
 /// it whole as it connects, so the wait is short: a peer that says nothing in time is
 /// dropped rather than holding the doorbell's thread.
-pub fn question(stream: &UnixStream, slurmd: u32) -> Option<Request> {
+pub(crate) fn question(stream: &UnixStream, slurmd: u32) -> Option<Request> {
     let peer = getsockopt(stream, sockopt::PeerCredentials).ok()?;
     if peer.uid() != slurmd {
         return None;
@@ -257,7 +257,7 @@ const KEPT_WAITING: Duration = Duration::from_secs(2);
 /// slurmd's side: what it answers from, kept by the ledger's keeper at each update, and
 /// the questions that wait for the next one.
 #[derive(Debug, Default)]
-pub struct Book(Mutex<Booked>);
+pub(crate) struct Book(Mutex<Booked>);
 
 #[derive(Debug, Default)]
 struct Booked {
@@ -293,7 +293,7 @@ impl Book {
     /// at once unless it waits for an update ([`Want::waits`]), when [`Book::update`]
     /// answers it. Before slurmd's first update there is nothing to answer at once: the
     /// connection is closed, and the step reads the file as it did before the questions.
-    pub fn take(&self, request: Request, reply: UnixStream, now: Instant) {
+    pub(crate) fn take(&self, request: Request, reply: UnixStream, now: Instant) {
         let mut booked = self.lock();
         // a slurmd whose meter stopped keeps no question longer than its asker waits
         booked
@@ -308,7 +308,7 @@ impl Book {
 
     /// slurmd's keeper updated `ledger` from a reading taken at `taken`: the book is this
     /// update's, and the questions that came before the reading are answered.
-    pub fn update(&self, ledger: &Ledger, taken: Instant) {
+    pub(crate) fn update(&self, ledger: &Ledger, taken: Instant) {
         let mut steps = Vec::new();
         for job in ledger.jobs() {
             steps.extend(
@@ -333,7 +333,8 @@ impl Book {
     }
 
     /// How many questions wait for an update.
-    pub fn waiting(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
         self.lock().waiting.len()
     }
 }

@@ -64,14 +64,14 @@ use crate::trusted_dir::{self, NO_ACCESS};
 /// metrics file), and a job's owner decides how often their steps ring (an `sstat` loop in
 /// every job). With the periodic updates (two a second at most), slurmd samples six times
 /// a second at most.
-pub const RING_RATE: f64 = 4.0;
+pub(crate) const RING_RATE: f64 = 4.0;
 /// How many rings in a row are answered at once (steps starting or ending together).
-pub const RING_BURST: f64 = 8.0;
+pub(crate) const RING_BURST: f64 = 8.0;
 /// How long a step waits at an edge for slurmd to publish a fresh ledger, at most: an
 /// update may wait a quarter of a second for the bucket ([`RING_RATE`]), and a sample is
 /// microseconds of reads and a file written, so slurmd answers within that and
 /// milliseconds unless it is gone, when the step goes on with what it has.
-pub const ANSWER_WAIT: Duration = Duration::from_millis(250 + 150);
+pub(crate) const ANSWER_WAIT: Duration = Duration::from_millis(250 + 150);
 const POLL: Duration = Duration::from_millis(2);
 /// A ledger this young at a step's edge is its figure's end, to a few joules.
 const FRESH: Duration = Duration::from_millis(10);
@@ -84,7 +84,10 @@ pub enum Ring {
     /// Asks for a fresh ledger: a step's first read, or one outside Slurm's polls.
     Fresh,
     /// The last read of the step whose slurmstepd is `stepd`: its tasks are gone.
-    Last { stepd: u32 },
+    Last {
+        /// The pid of the step's slurmstepd.
+        stepd: u32,
+    },
 }
 
 impl Ring {
@@ -129,12 +132,14 @@ pub fn doorbell_path(ledger: &Path) -> PathBuf {
 /// doorbell, which wakes the sampler for an update no sooner than it may be taken
 /// ([`Pace::ask`]).
 #[derive(Debug, Default)]
-pub struct Pace(Mutex<Paced>);
+pub(crate) struct Pace(Mutex<Paced>);
 
 #[derive(Debug, Default)]
 struct Paced {
     updated: Option<Instant>,
-    wanted: bool,
+    /// When a step last asked for an update not yet taken: an update answers it only if
+    /// its reading was taken after (one already under way when the ask came does not).
+    wanted: Option<Instant>,
     /// Updates rings caused that the bucket has not yet made up for (0: a full bucket).
     spent: f64,
     refilled: Option<Instant>,
@@ -167,9 +172,9 @@ impl Pace {
 
     /// A step asks for an update at `now`: how long until the update that answers it may
     /// be taken (zero: at once).
-    pub fn ask(&self, now: Instant) -> Duration {
+    pub(crate) fn ask(&self, now: Instant) -> Duration {
         let mut paced = self.lock();
-        paced.wanted = true;
+        paced.wanted = Some(now);
         paced.refill(now);
         let short = paced.spent - (RING_BURST - 1.0);
         Duration::from_secs_f64((short / RING_RATE).max(0.0))
@@ -186,31 +191,35 @@ impl Pace {
     }
 
     /// Whether a step rang the way of before since this was last asked.
-    pub fn take_file_wanted(&self) -> bool {
+    pub(crate) fn take_file_wanted(&self) -> bool {
         std::mem::take(&mut self.lock().file_wanted)
     }
 
     /// The slurmstepds whose last read rang before now, each once.
-    pub fn take_last_reads(&self) -> Vec<u32> {
+    pub(crate) fn take_last_reads(&self) -> Vec<u32> {
         std::mem::take(&mut self.lock().last_reads)
     }
 
-    /// Whether a sample at `now` updates the ledger: the first does, one a step asked for
-    /// does while the bucket allows, any does `interval` or more after the last update.
-    /// When it does, it answers every ask before it.
-    pub fn take(&self, now: Instant, interval: Duration) -> bool {
+    /// Whether a sample at `now`, of a reading taken at `read`, updates the ledger: the
+    /// first does, one a step asked for does while the bucket allows, any does `interval`
+    /// or more after the last update. When it does, it answers every ask before `read`;
+    /// an ask that came while the sample was under way is still wanted, and the next
+    /// sample (the ask woke the sampler) answers it.
+    pub(crate) fn take(&self, now: Instant, read: Instant, interval: Duration) -> bool {
         let mut paced = self.lock();
         paced.refill(now);
         let periodic = paced
             .updated
             .is_none_or(|t| now.saturating_duration_since(t) >= interval);
-        let rung = !periodic && paced.wanted && paced.may_ring();
+        let rung = !periodic && paced.wanted.is_some() && paced.may_ring();
         if rung {
             paced.spent += 1.0;
         }
         if periodic || rung {
             paced.updated = Some(now);
-            paced.wanted = false;
+            if paced.wanted.is_some_and(|asked| asked <= read) {
+                paced.wanted = None;
+            }
         }
         periodic || rung
     }
@@ -218,7 +227,7 @@ impl Pace {
 
 /// slurmd's side: a thread that calls `answer` at each ring, or once for the rings that
 /// came until the update they ask for may be taken ([`Pace::ask`]).
-pub struct Doorbell {
+pub(crate) struct Doorbell {
     path: PathBuf,
     stopping: Arc<AtomicBool>,
     worker: Option<Worker>,
@@ -229,7 +238,7 @@ impl Doorbell {
     /// for steps' questions, answered from `book`, in their directory that only slurmd's
     /// user can enter (created or checked: see the module's comment), replacing an earlier
     /// slurmd's sockets; `pace` says when an update may answer.
-    pub fn open(
+    pub(crate) fn open(
         path: &Path,
         pace: Arc<Pace>,
         book: Arc<Book>,
@@ -444,7 +453,7 @@ impl Freshness {
 }
 
 /// Whether `ledger` was written within `age` before now (by the file's time).
-pub fn written_within(ledger: &Path, age: Duration) -> bool {
+pub(crate) fn written_within(ledger: &Path, age: Duration) -> bool {
     let since = SystemTime::now() - age;
     fs::metadata(ledger)
         .and_then(|m| m.modified())
@@ -452,7 +461,7 @@ pub fn written_within(ledger: &Path, age: Duration) -> bool {
 }
 
 /// slurmstepd's side: rings and waits until `ledger` is written anew (at most
-/// [`ANSWER_WAIT`]). A last read always rings, and takes a ledger written after it: the
+/// `ANSWER_WAIT`). A last read always rings, and takes a ledger written after it: the
 /// step is charged up to that update and no more.
 pub fn freshen(doorbell: &Path, ledger: &Path, how: Ring) -> Freshness {
     // a file's time is the kernel's coarse clock (a few milliseconds behind ours): a
@@ -638,11 +647,14 @@ mod tests {
         let t0 = Instant::now();
         let interval = Duration::from_millis(500);
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        assert!(pace.take(at(0), interval), "the first sample updates");
+        assert!(
+            pace.take(at(0), at(0), interval),
+            "the first sample updates"
+        );
         let mut updates = vec![];
         for ms in (100..=3000).step_by(100) {
             let wait = pace.ask(at(ms));
-            let taken = pace.take(at(ms), interval);
+            let taken = pace.take(at(ms), at(ms), interval);
             if !taken {
                 assert!(!wait.is_zero(), "at {ms} ms");
             }
@@ -660,20 +672,46 @@ mod tests {
         let most = RING_BURST + RING_RATE * 3.0 + 3.0 / 0.5 + 1.0;
         assert!(updates.len() as f64 <= most, "{updates:?}");
         // then nobody asks: an update every interval
-        assert!(!pace.take(at(3200), interval) || !pace.take(at(3300), interval));
-        assert!(pace.take(at(4000), interval));
+        assert!(
+            !pace.take(at(3200), at(3200), interval) || !pace.take(at(3300), at(3300), interval)
+        );
+        assert!(pace.take(at(4000), at(4000), interval));
         // an empty bucket makes a ring wait at most a quarter of a second
         let (t1, pace) = (at(5000), Pace::default());
         for k in 0..20u32 {
             let now = t1 + Duration::from_micros(u64::from(k));
             pace.ask(now);
-            pace.take(now, interval);
+            pace.take(now, now, interval);
         }
         let wait = pace.ask(t1);
         assert!(
             !wait.is_zero() && wait <= Duration::from_millis(250),
             "{wait:?}"
         );
+    }
+
+    /// A step asks while a sample is under way (its reading taken before the ask): the
+    /// update that sample makes does not answer it, so the next sample is an update too,
+    /// at once rather than an interval later (two steps ending together: the second's
+    /// last read waited for the periodic update, past its wait, and was brought forward).
+    #[test]
+    fn an_ask_during_a_sample_is_answered_by_the_next() {
+        let pace = Pace::default();
+        let t0 = Instant::now();
+        let interval = Duration::from_millis(500);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(pace.take(at(0), at(0), interval));
+        // asked at 100 ms; the sample read at 90 ms and is taken at 110 ms
+        assert!(pace.ask(at(100)).is_zero());
+        assert!(
+            pace.take(at(110), at(90), interval),
+            "the ask makes it an update"
+        );
+        assert!(
+            pace.take(at(112), at(111), interval),
+            "its reading came before the ask: the next sample answers it"
+        );
+        assert!(!pace.take(at(114), at(113), interval), "answered: no more");
     }
 
     /// 1 000 rings in a burst (an `sstat` loop in every job) cause at most [`RING_BURST`] +
@@ -689,7 +727,7 @@ mod tests {
         // the sampler's part: a sample at each wake, an update when the pace allows
         let _doorbell = Doorbell::open(&bell, Arc::clone(&pace), Arc::default(), move || {
             let now = Instant::now();
-            if taker.take(now, Duration::from_secs(1)) {
+            if taker.take(now, now, Duration::from_secs(1)) {
                 taken.lock().expect("updates").push(now);
             }
         })

@@ -20,19 +20,20 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::file::optional_finite;
+use super::number::optional_finite;
 use super::{Ledger, Observation, Part};
 use crate::source::HardwareCount;
 
 /// The part of a whole-node meter that its parts do not cover.
-pub const REST: &str = "rest";
+pub(super) const REST: &str = "rest";
 
 /// What an account (a job's, a step's) holds beside its joules.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Breakdown {
-    /// The joules of each part ([`REST`] included), adding up to the account's; empty
+    /// The joules of each part (`REST` included), adding up to the account's; empty
     /// where the source measures no parts.
     pub parts: BTreeMap<String, f64>,
+    /// The static power of the devices it held idle.
     pub idle_held: IdleHeld,
 }
 
@@ -40,7 +41,7 @@ pub struct Breakdown {
 /// tell (never 0 for unknown).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct IdleHeld {
-    /// [`Split::Devices`](super::Split::Devices): its part of each whole GPU it held in
+    /// `Split::Devices`: its part of each whole GPU it held in
     /// intervals where none of its processes used it (the vendor's per-process use). A MIG
     /// instance is not counted: NVML reports no per-process use on a MIG GPU.
     #[serde(
@@ -49,8 +50,8 @@ pub struct IdleHeld {
         skip_serializing_if = "Option::is_none"
     )]
     pub gpu: Option<f64>,
-    /// [`Split::Shared`](super::Split::Shared): the static energy it was charged for what it
-    /// held ([`crate::attribution::model::static_shares`]) times the fraction of its CPUs'
+    /// `Split::Shared`: the static energy it was charged for what it
+    /// held (`crate::attribution::model::static_shares`) times the fraction of its CPUs'
     /// time it did not use. Node mode gives every job the whole node, static power and all,
     /// so an idle share of it would be counted once per job: none; the devices' meters do
     /// not measure CPUs: none.

@@ -8,10 +8,10 @@ use std::time::{Duration, SystemTime};
 use super::ask::{self, Answer, Request, Unanswered, Want};
 use super::doorbell::{self, ANSWER_WAIT, Ring};
 use super::{LEDGER_PERIOD, Ledger, LedgerError, MAX_GAP, RUN_SLACK, unix};
-use crate::accounting::MAX_SENSORS;
+use crate::accounting::MAX_PARTS;
 use crate::attribution::procs::Procs;
 use crate::attribution::{StepId, StepKey, own_step, present_steps};
-use crate::source::{Reading, SensorReading, stale_after};
+use crate::source::{PartReading, Reading, stale_after};
 
 /// How long a read at one of Slurm's periodic polls waits for slurmd's answer, which it
 /// gives from memory at once: longer only while its doorbell's thread is busy (or slurmd
@@ -28,7 +28,7 @@ const CURRENT_WAIT: Duration = Duration::from_millis(100);
 /// When the ledger cannot be read, is stale (slurmd gone) or was begun anew (slurmd lost
 /// it), the step keeps the figure it had, says so once, and goes on from the new ledger's
 /// start with the time between estimated at its last power: never a bogus figure.
-pub struct StepFigure {
+pub(crate) struct StepFigure {
     path: PathBuf,
     /// This process: its title names its step, its tasks' end is the step's last edge.
     procs: Procs,
@@ -44,7 +44,7 @@ pub struct StepFigure {
     said_mode: bool,
     /// Whether a figure is brought forward from the ledger's sample to the call.
     bring_forward: bool,
-    step: Option<(u32, StepId)>,
+    step: Option<StepKey>,
     /// When this process started (Unix time), once read: a step of its name in the ledger
     /// begun before it is a run before this one.
     started: Option<f64>,
@@ -62,7 +62,7 @@ pub struct StepFigure {
     /// The trouble with the ledger now, logged when it began.
     trouble: Option<String>,
     /// In node mode, the node's parts as the ledger last gave them, for the profile.
-    parts: Vec<SensorReading>,
+    parts: Vec<PartReading>,
     /// Whether slurmd answered its last read (else it read the file).
     answered: bool,
 }
@@ -76,7 +76,7 @@ fn static_label(label: &str) -> Option<&'static str> {
     if let Some(known) = labels.iter().find(|l| **l == label) {
         return Some(known);
     }
-    if labels.len() >= 4 * MAX_SENSORS {
+    if labels.len() >= 4 * MAX_PARTS {
         return None;
     }
     let kept: &'static str = Box::leak(label.to_owned().into_boxed_str());
@@ -119,7 +119,7 @@ fn unix_now() -> f64 {
 impl StepFigure {
     /// `ledger`: the node's ledger file; `procs` shows this process, `pid`; `shared`: the
     /// step's share, else the node's energy since the step began.
-    pub fn from_path(ledger: &Path, procs: &Procs, pid: u32, shared: bool) -> Self {
+    pub(crate) fn from_path(ledger: &Path, procs: &Procs, pid: u32, shared: bool) -> Self {
         Self {
             path: ledger.to_path_buf(),
             procs: procs.clone(),
@@ -145,12 +145,12 @@ impl StepFigure {
     /// so a figure brought forward at a power that then fell would stay counted. The
     /// ledger's figure is taken as it is: at Slurm's periodic polls at most a sample period
     /// old; at a step's edges and other reads (sstat's) from a sample taken for it.
-    pub fn stacked(mut self) -> Self {
+    pub(crate) fn stacked(mut self) -> Self {
         self.bring_forward = false;
         self
     }
 
-    fn step(&mut self) -> Option<(u32, StepId)> {
+    fn step(&mut self) -> Option<StepKey> {
         if self.step.is_none() {
             let text = fs::read(self.procs.cmdline_path(self.pid)).ok()?;
             self.step = own_step(&String::from_utf8_lossy(&text).replace('\0', " "));
@@ -165,7 +165,11 @@ impl StepFigure {
     /// from other threads). A step is present while its slurmstepd's socket is in the
     /// spool dir, which only root writes.
     fn extern_left_alone(&mut self) -> bool {
-        let Some((job, StepId::EXTERN)) = self.step() else {
+        let Some(StepKey {
+            job,
+            step: StepId::EXTERN,
+        }) = self.step()
+        else {
             return false;
         };
         let Some(spool) = self.path.parent() else {
@@ -173,7 +177,7 @@ impl StepFigure {
         };
         let siblings = present_steps(spool)
             .keys()
-            .any(|&(j, s)| j == job && s != StepId::EXTERN);
+            .any(|k| k.job == job && k.step != StepId::EXTERN);
         self.saw_siblings |= siblings;
         self.saw_siblings && !siblings
     }
@@ -327,7 +331,7 @@ impl StepFigure {
             .parts
             .iter()
             .filter_map(|p| {
-                Some(SensorReading {
+                Some(PartReading {
                     label: static_label(&p.label)?,
                     energy_uj: Some((p.joules * 1e6) as u64),
                     watts: p.watts,
@@ -398,7 +402,7 @@ impl StepFigure {
 
 impl StepFigure {
     /// What it reads, in one line.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let what = if self.shared {
             "this step's share of the node's energy"
         } else {
@@ -409,7 +413,7 @@ impl StepFigure {
 
     /// The step's figure now, asked of slurmd at each of Slurm's calls (no thread, no
     /// counter to wrap): as a reading, the energy so far and its power.
-    pub fn read(&mut self) -> Reading {
+    pub(crate) fn read(&mut self) -> Reading {
         // the figure is as of this call: a sample slurmd takes for its ring comes after it,
         // and is not brought forward by the time slurmd then took to write it (at a power
         // over a window that may reach back before a fall, that would count energy after a
@@ -463,7 +467,7 @@ impl StepFigure {
                 )
             }
         };
-        let key = self.step().map(StepKey::from);
+        let key = self.step();
         let want = match (edge, last, asks) {
             (true, true, _) => Want::Last { stepd: self.pid },
             (true, false, _) => Want::Fresh,
@@ -532,7 +536,7 @@ impl StepFigure {
             problems: Vec::new(),
             watts,
             unsettled: false,
-            sensors: self.parts.clone(),
+            parts: self.parts.clone(),
             ..Reading::default()
         }
     }

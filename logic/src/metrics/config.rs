@@ -14,25 +14,26 @@ config_keys! {
     /// left out.
     #[derive(Debug, Clone, PartialEq)]
     pub struct MetricsConfig {
+        /// The file the metrics are written to; `None`: none.
         pub file: Option<PathBuf> = None, {
             FILE_KEY = "EnergyMetricsFile": parse(parse_file),
                 show(|f| f.as_ref().map_or("(none)".to_string(), |f| f.display().to_string()));
         }
-        /// The file's permission bits ([`MODE_KEY`]); `None` where the admin left them to
-        /// the default, which `PrivateData` decides ([`InEffect`](super::InEffect)).
+        /// The file's permission bits (`MODE_KEY`); `None` where the admin left them to
+        /// the default, which `PrivateData` decides (`InEffect`).
         pub mode: Option<u32> = None, {
             MODE_KEY = "EnergyMetricsFileMode": parse(parse_mode),
                 show(|m| m.map_or("(default)".to_string(), |m| format!("{m:04o}")));
         }
-        /// The file's group ([`GROUP_KEY`]), when not slurmd's: node_exporter's, where the file
+        /// The file's group (`GROUP_KEY`), when not slurmd's: node_exporter's, where the file
         /// is not readable by all.
         pub group: Option<GroupName> = None, {
             GROUP_KEY = "EnergyMetricsFileGroup":
                 parse(|_, v| if v.is_empty() { Ok(None) } else { parse_group(v).map(Some) }),
                 show(|g| g.as_ref().map_or("(slurmd's)".to_string(), GroupName::to_string));
         }
-        /// Whether the file says who runs each job ([`OWNERS_KEY`]); `None` where the admin
-        /// left it to the default, which `PrivateData` decides ([`InEffect`](super::InEffect)).
+        /// Whether the file says who runs each job (`OWNERS_KEY`); `None` where the admin
+        /// left it to the default, which `PrivateData` decides (`InEffect`).
         pub owners: Option<bool> = None, {
             OWNERS_KEY = "EnergyMetricsOwners": parse(|k, v| match v.to_ascii_lowercase().as_str() {
                 "yes" => Ok(Some(true)),

@@ -20,8 +20,11 @@ const PRIVATE_GROUP_MODE: u32 = 0o640;
 /// jobs and their owners.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PrivateData {
+    /// `PrivateData=jobs`.
     pub jobs: bool,
+    /// `PrivateData=usage`.
     pub usage: bool,
+    /// `PrivateData=users`.
     pub users: bool,
 }
 
@@ -162,7 +165,7 @@ impl MetricsConfig {
 
 /// The file the metrics are written to, in the directory opened once when slurmd started
 /// (`Directory`); a failure is logged once per episode.
-pub struct MetricsFile {
+pub(crate) struct MetricsFile {
     dir: Directory,
     name: String,
     access: Access,
@@ -183,7 +186,7 @@ impl MetricsFile {
     /// slurmd left beside it are gone. Its
     /// directory is opened now, for good: a link in its path is refused (an error naming
     /// [`FILE_KEY`]), and a directory on the way that others can write is logged.
-    pub fn open(path: &Path, access: Access) -> Result<Self, ConfigError> {
+    pub(crate) fn open(path: &Path, access: Access) -> Result<Self, ConfigError> {
         let refused = |why: String| ConfigError::new(FILE_KEY, &path.display().to_string(), why);
         let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
         else {
@@ -209,7 +212,7 @@ impl MetricsFile {
 
     /// Replaces the file with `text`, readable by node_exporter's user as configured,
     /// through a temporary file beside it that the collector skips (`Directory::replace`).
-    pub fn write(&mut self, text: &str) {
+    pub(crate) fn write(&mut self, text: &str) {
         let written = self.dir.replace(&self.name, text.as_bytes(), self.access);
         match written {
             Ok(()) if self.failing => {

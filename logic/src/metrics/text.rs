@@ -10,11 +10,11 @@ use crate::ledger::Ledger;
 
 /// How long a job's series stay after it left the node: two scrapes at Prometheus's
 /// default interval of a minute.
-pub const GRACE: Duration = Duration::from_secs(120);
+pub(super) const GRACE: Duration = Duration::from_secs(120);
 
 /// The labels of every series of one plugin on one node.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// The node's name.
     pub node: String,
     /// The plugin (`rust_rapl`).
@@ -60,7 +60,11 @@ impl Family {
 /// and step the ledger keeps that was on the node less than [`GRACE`] ago (a job's ended
 /// steps as long as the ledger keeps them: a minute at most, a few dozen per job), and who
 /// runs each job unless `owners` is `None` ([`OWNERS_KEY`](super::OWNERS_KEY)): then no series says it.
-pub fn render(ledger: &Ledger, owners: Option<&HashMap<u32, Owner>>, who: &Identity) -> String {
+pub(crate) fn render(
+    ledger: &Ledger,
+    owners: Option<&HashMap<u32, Owner>>,
+    who: &Identity,
+) -> String {
     const NODE_J: &str = "slurm_energy_node_joules_total";
     const NODE_W: &str = "slurm_energy_node_watts";
     const PART_J: &str = "slurm_energy_node_part_joules_total";

@@ -12,6 +12,7 @@ pub(super) const DEFAULT_MAX_WATTS: u32 = 50_000;
 const DEFAULT_DIR: &str = "/sys/cray/pm_counters";
 
 config_keys! {
+    /// rust_pm_counters' acct_gather.conf keys: where the counters are.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct PmCountersConfig {
         /// Where the node controller's files are.

@@ -21,7 +21,7 @@ pub struct Value {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FileError {
+pub(super) enum FileError {
     #[error("{file}: {error}")]
     Io { file: String, error: String },
     #[error("{file}: cannot read {text:?} as \"VALUE {unit} TIMESTAMP us\"")]

@@ -16,14 +16,16 @@ mod files;
 
 use std::time::{Duration, Instant};
 
-pub use config::{KEY_DIR, KEY_MAX_WATTS, PmCountersConfig};
-pub use files::{FileError, Value, parse_value};
+pub use config::PmCountersConfig;
+pub(crate) use config::{KEY_DIR, KEY_MAX_WATTS};
+pub(crate) use files::Value;
+pub use files::parse_value;
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
-use crate::plugin::Plugin;
+use crate::plugin::{Opened, Plugin};
 use crate::power::{Bound, Screen};
-use crate::source::{HardwareCount, Reading, Sample, SensorReading, Source};
+use crate::source::{HardwareCount, PartReading, Reading, Sample, Source};
 use files::{Files, Pair, PairValues};
 
 /// The controller scans about ten times a second; a sample a second keeps CurrentWatts
@@ -110,9 +112,9 @@ struct Part {
     failing: bool,
 }
 
-/// The rust_pm_counters source.
+/// An HPE Cray node controller's counters, read from its files.
 #[derive(Debug)]
-pub struct PmCounters {
+pub struct NodeController {
     files: Files,
     node: Joules,
     power: Screen,
@@ -124,7 +126,7 @@ pub struct PmCounters {
     anchor: Option<(u64, Instant)>,
 }
 
-impl PmCounters {
+impl NodeController {
     /// When the controller took `value`, read at `now`. A scan is read after it is taken,
     /// so a mapping that would put one after its read is moved to that read: the anchor
     /// settles on the freshest read seen, and a late first read does not date every later
@@ -158,9 +160,12 @@ impl PmCounters {
     }
 }
 
+/// The rust_pm_counters plugin: the node controller's counters.
+pub struct PmCounters;
+
 impl Plugin for PmCounters {
     type Config = PmCountersConfig;
-    type Source = Self;
+    type Source = NodeController;
     const KEYS: &'static [&'static str] = config::PmCountersConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<PmCountersConfig, ConfigError> {
@@ -171,6 +176,16 @@ impl Plugin for PmCounters {
         config.show()
     }
 
+    fn open(config: &PmCountersConfig) -> Result<Opened<NodeController>, String> {
+        NodeController::open(config).map(|source| Opened {
+            source,
+            sample_period: SAMPLE_PERIOD,
+        })
+    }
+}
+
+impl NodeController {
+    /// Finds the controller's files the configuration names, and what they count.
     fn open(config: &PmCountersConfig) -> Result<Self, String> {
         let files = Files {
             dir: config.dir.clone(),
@@ -214,9 +229,7 @@ impl Plugin for PmCounters {
     }
 }
 
-impl Source for PmCounters {
-    type Poll = Reading;
-
+impl Source for NodeController {
     fn describe(&self) -> String {
         let parts: Vec<&str> = self.parts.iter().map(|p| p.pair.prefix.as_str()).collect();
         format!(
@@ -304,17 +317,13 @@ impl Source for PmCounters {
                 }
                 (Ok(_), None) => None,
             };
-            reading.sensors.push(SensorReading {
+            reading.parts.push(PartReading {
                 label: part.label,
                 energy_uj: watts.map(|_| part.joules.total_uj()),
                 watts,
             });
         }
         reading
-    }
-
-    fn sample_period(&self) -> Duration {
-        SAMPLE_PERIOD
     }
 }
 
@@ -379,8 +388,8 @@ mod tests {
             self.write("freshness", &self.freshness.to_string());
         }
 
-        fn open(&self) -> PmCounters {
-            PmCounters::open(&PmCountersConfig {
+        fn open(&self) -> NodeController {
+            NodeController::open(&PmCountersConfig {
                 dir: self.path().into(),
                 ..PmCountersConfig::default()
             })
@@ -394,7 +403,7 @@ mod tests {
         }
 
         /// Polls `pm` 5 ms after the last scan.
-        fn read(&self, pm: &mut PmCounters) -> Reading {
+        fn read(&self, pm: &mut NodeController) -> Reading {
             pm.poll(self.scanned() + Duration::from_millis(5))
         }
     }
@@ -408,13 +417,13 @@ mod tests {
         assert!(first.complete);
         assert_eq!(first.energy_uj, 0);
         assert_eq!(first.watts, Some(300.0));
-        let labels: Vec<&str> = first.sensors.iter().map(|s| s.label).collect();
+        let labels: Vec<&str> = first.parts.iter().map(|s| s.label).collect();
         assert_eq!(labels, ["Cpu", "Memory", "Accel0"]);
         c.scan(5030, 300, &[("cpu", 120), ("memory", 52), ("accel0", 9)]);
         let r = c.read(&mut pm);
         assert_eq!(r.energy_uj, 30_000_000);
-        assert_eq!(r.sensors[0].energy_uj, Some(20_000_000));
-        assert_eq!(r.sensors[2].watts, Some(10.0));
+        assert_eq!(r.parts[0].energy_uj, Some(20_000_000));
+        assert_eq!(r.parts[2].watts, Some(10.0));
         assert!(r.problems.is_empty(), "{:?}", r.problems);
     }
 
@@ -505,7 +514,7 @@ mod tests {
         let r = c.read(&mut pm);
         assert!(r.complete);
         assert_eq!(r.energy_uj, 100_000_000);
-        assert_eq!(r.sensors[0].energy_uj, None);
+        assert_eq!(r.parts[0].energy_uj, None);
         c.write("energy", "\u{1}\u{2} J");
         let r = c.read(&mut pm);
         assert!(!r.complete);
@@ -513,12 +522,12 @@ mod tests {
         c.scan(1200, 200, &[("cpu", 30)]);
         let r = c.read(&mut pm);
         assert_eq!(r.energy_uj, 200_000_000);
-        assert_eq!(r.sensors[0].energy_uj, Some(20_000_000));
+        assert_eq!(r.parts[0].energy_uj, Some(20_000_000));
     }
 
     #[test]
     fn a_missing_directory_says_why() {
-        let e = PmCounters::open(&PmCountersConfig {
+        let e = NodeController::open(&PmCountersConfig {
             dir: "/nonexistent/pm_counters".into(),
             ..PmCountersConfig::default()
         })

@@ -1,4 +1,5 @@
 use super::*;
+use crate::source::Power;
 
 /// A bound far above every power of these tests.
 const MAX: f64 = 1e6;
@@ -365,4 +366,54 @@ fn a_glitch_beside_an_energy_counter_is_bridged_by_the_counter() {
         }
     }
     assert!((i.energy_uj - 3100e6).abs() < 1.0, "{}", i.energy_uj);
+}
+
+/// A sensor that reads 1400 W.
+struct Stating;
+
+impl Sensor for Stating {
+    fn describe(&self) -> String {
+        "a sensor at 1400 W".into()
+    }
+
+    fn poll(&mut self, _now: Instant) -> Power {
+        Ok(Sample::now(1400.0))
+    }
+}
+
+/// What a sensor states on connecting is the bound its readings pass: 1400 W is power
+/// under a stated 1000 W (a bound of 1500 W), and no power under the 1200 W default.
+#[test]
+fn the_limit_a_sensor_states_on_connecting_bounds_its_readings() {
+    for (stated, passes) in [(Some(1000.0), true), (None, false)] {
+        let settings = Settings {
+            period: Duration::from_millis(10),
+            max_backoff: sensor_backoff(Duration::from_millis(10)),
+            max_watts_key: "EnergyTestMaxWatts",
+            max_watts: None,
+            default_max_watts: 1200,
+        };
+        let mut opened = Polled::start(&settings, false, move || {
+            Ok(Connected {
+                sensor: Stating,
+                stated_max_watts: stated.map(|w| (w, "its stated limit".to_string())),
+            })
+        })
+        .expect("started");
+        assert_eq!(opened.sample_period, Duration::from_millis(10));
+        // 20 periods, and (on a busy machine) until a second sample has been integrated
+        std::thread::sleep(Duration::from_millis(200));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut reading = opened.source.poll(Instant::now());
+        while passes && reading.energy_uj == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            reading = opened.source.poll(Instant::now());
+        }
+        if passes {
+            assert_eq!(reading.watts, Some(1400.0), "{reading:?}");
+            assert!(reading.energy_uj > 0, "{reading:?}");
+        } else {
+            assert_eq!((reading.watts, reading.energy_uj), (None, 0), "{reading:?}");
+        }
+    }
 }

@@ -7,12 +7,15 @@ use crate::config::{ConfigError, KeyValues, config_keys};
 
 const DEFAULT_MSR_DEVICE: &str = "/dev/cpu/%d/msr";
 
+/// Which counters rust_rapl reads (`EnergyRAPLSource`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SourceChoice {
     /// powercap when its counters are readable, else MSRs.
     #[default]
     Auto,
+    /// The kernel's powercap files (`intel-rapl`).
     Powercap,
+    /// The MSRs, through `/dev/cpu/N/msr`.
     Msr,
 }
 
@@ -27,8 +30,10 @@ impl SourceChoice {
 }
 
 config_keys! {
+    /// rust_rapl's acct_gather.conf keys: which counters it reads, and where.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct RaplConfig {
+        /// Which counters are read.
         pub source: SourceChoice = SourceChoice::Auto, {
             KEY_SOURCE = "EnergyRaplSource": parse(|k, v| {
                 [SourceChoice::Auto, SourceChoice::Powercap, SourceChoice::Msr]
@@ -65,6 +70,7 @@ config_keys! {
 }
 
 impl RaplConfig {
+    /// The MSR device file of `cpu`.
     pub fn msr_path(&self, cpu: u32) -> PathBuf {
         PathBuf::from(self.msr_device.replacen("%d", &cpu.to_string(), 1))
     }

@@ -10,13 +10,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use config::{KEY_DOMAINS, KEY_MSR_DEVICE, KEY_SOURCE, RaplConfig, SourceChoice};
-pub use domain::Domain;
-pub use topology::{CpuModel, Package, parse_cpuinfo};
+pub use config::{KEY_DOMAINS, RaplConfig, SourceChoice};
+pub(crate) use domain::Domain;
+pub use topology::parse_cpuinfo;
 
 use crate::config::{ConfigError, KeyValues};
 use crate::counter::{Advance, WrappingCounter};
-use crate::plugin::Plugin;
+use crate::plugin::{Opened, Plugin};
 use crate::source::{HardwareCount, Reading, Source};
 
 /// Sample at least this many times per shortest wrap at maximum power.
@@ -31,7 +31,9 @@ const MAX_PERIOD: Duration = Duration::from_secs(1);
 /// Where the kernel's files are; tests point these at temp trees.
 #[derive(Debug, Clone)]
 pub struct SystemPaths {
+    /// Where `/sys` is.
     pub sys: PathBuf,
+    /// Where `/proc/cpuinfo` is.
     pub cpuinfo: PathBuf,
 }
 
@@ -157,16 +159,34 @@ impl DomainCounter {
     }
 }
 
-/// The RAPL energy source.
+/// The RAPL counters a node's energy is read from.
 #[derive(Debug)]
-pub struct Rapl {
+pub struct RaplCounters {
     counters: Vec<DomainCounter>,
     how: String,
 }
 
+/// The rust_rapl plugin: the node's RAPL counters.
+pub struct Rapl;
+
+impl Rapl {
+    /// Opens the counters the configuration asks for, under the given system paths, to be
+    /// sampled often enough that none wraps unseen.
+    pub fn open_at(
+        config: &RaplConfig,
+        paths: &SystemPaths,
+    ) -> Result<Opened<RaplCounters>, String> {
+        let counters = RaplCounters::open_at(config, paths)?;
+        Ok(Opened {
+            sample_period: counters.sample_period(),
+            source: counters,
+        })
+    }
+}
+
 impl Plugin for Rapl {
     type Config = RaplConfig;
-    type Source = Self;
+    type Source = RaplCounters;
     const KEYS: &'static [&'static str] = RaplConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<RaplConfig, ConfigError> {
@@ -177,14 +197,12 @@ impl Plugin for Rapl {
         config.show()
     }
 
-    fn open(config: &RaplConfig) -> Result<Self, String> {
+    fn open(config: &RaplConfig) -> Result<Opened<RaplCounters>, String> {
         Self::open_at(config, &SystemPaths::default())
     }
 }
 
-impl Source for Rapl {
-    type Poll = Reading;
-
+impl Source for RaplCounters {
     fn describe(&self) -> String {
         let labels: Vec<&str> = self.counters.iter().map(|c| c.label.as_str()).collect();
         format!(
@@ -232,7 +250,11 @@ impl Source for Rapl {
         }
         reading
     }
+}
 
+impl RaplCounters {
+    /// How often to read the counters: `SAMPLES_PER_WRAP` times in the shortest wrap at
+    /// maximum power, within `MIN_PERIOD` and `MAX_PERIOD`.
     fn sample_period(&self) -> Duration {
         self.counters
             .iter()
@@ -241,11 +263,9 @@ impl Source for Rapl {
             .unwrap_or(MAX_PERIOD)
             .clamp(MIN_PERIOD, MAX_PERIOD)
     }
-}
 
-impl Rapl {
     /// Opens the counters the configuration asks for, under the given system paths.
-    pub fn open_at(config: &RaplConfig, paths: &SystemPaths) -> Result<Self, String> {
+    fn open_at(config: &RaplConfig, paths: &SystemPaths) -> Result<Self, String> {
         let rapl = match config.source {
             SourceChoice::Powercap => Self::open_powercap(config, paths)?,
             SourceChoice::Msr => Self::open_msr(config, paths)?,
@@ -291,7 +311,7 @@ impl Rapl {
                     .collect::<Vec<_>>()
                     .join("; ")
             })
-            .map(|counters| Rapl { counters, how })
+            .map(|counters| RaplCounters { counters, how })
     }
 
     fn open_msr(config: &RaplConfig, paths: &SystemPaths) -> Result<Self, String> {
@@ -364,7 +384,7 @@ impl Rapl {
             cpu.model,
             packages.len()
         );
-        Self::checked(counters, config, &how).map(|counters| Rapl { counters, how })
+        Self::checked(counters, config, &how).map(|counters| RaplCounters { counters, how })
     }
 
     /// Every explicitly requested domain must exist; without a request, a package must.
@@ -463,7 +483,7 @@ mod tests {
             fake::msr(root, cpu, AMD_UNIT, 0x0004_1003);
             fake::msr(root, cpu, AMD_PKG, 0xFFFF_0000);
         }
-        let mut rapl = Rapl::open_at(&msr_config(root), &paths).expect("open");
+        let mut rapl = RaplCounters::open_at(&msr_config(root), &paths).expect("open");
         assert!(
             rapl.describe().contains("package-0, package-1"),
             "{}",
@@ -489,7 +509,7 @@ mod tests {
         fake::msr(root, 0, 0x606, 0x000A_0E03); // ESU 14
         fake::msr(root, 0, 0x611, 0);
         fake::msr(root, 0, 0x619, 0);
-        let mut rapl = Rapl::open_at(&msr_config(root), &paths).expect("open");
+        let mut rapl = RaplCounters::open_at(&msr_config(root), &paths).expect("open");
         let t0 = Instant::now();
         rapl.poll(t0);
         fake::msr(root, 0, 0x611, 1 << 14); // 1 J in package units
@@ -506,7 +526,7 @@ mod tests {
         let paths = fake::cpus(root, &[0], "AuthenticAMD", 0x17, 1);
         fake::msr(root, 0, AMD_UNIT, 0x0004_1003);
         fake::msr(root, 0, AMD_PKG, 100);
-        let mut rapl = Rapl::open_at(&msr_config(root), &paths).expect("open");
+        let mut rapl = RaplCounters::open_at(&msr_config(root), &paths).expect("open");
         let t0 = Instant::now();
         rapl.poll(t0);
         // the register vanishes: the file shrinks below it
@@ -525,7 +545,7 @@ mod tests {
 
     /// A counter at 200 W read every 0.5 s shows a wrong constant, 1000 J behind, for
     /// 1.5 s (the cluster case that cost a job 17%): `write(raw_units)` sets what it reads.
-    fn bogus_constant_run(rapl: &mut Rapl, units_per_j: u64, write: impl Fn(u64)) {
+    fn bogus_constant_run(rapl: &mut RaplCounters, units_per_j: u64, write: impl Fn(u64)) {
         let start = 5_000 * units_per_j;
         let truth = |s: f64| start + (200.0 * s) as u64 * units_per_j;
         let bogus = truth(5.0) - 1000 * units_per_j;
@@ -561,7 +581,7 @@ mod tests {
         let paths = fake::cpus(root, &[0], "AuthenticAMD", 0x19, 1);
         fake::msr(root, 0, AMD_UNIT, 0x0004_1003); // ESU 16
         fake::msr(root, 0, AMD_PKG, 0);
-        let mut rapl = Rapl::open_at(&msr_config(root), &paths).expect("open");
+        let mut rapl = RaplCounters::open_at(&msr_config(root), &paths).expect("open");
         bogus_constant_run(&mut rapl, 1 << 16, |raw| fake::msr(root, 0, AMD_PKG, raw));
     }
 
@@ -578,7 +598,7 @@ mod tests {
             sys,
             cpuinfo: tmp.path().join("none"),
         };
-        let mut rapl = Rapl::open_at(&RaplConfig::default(), &paths).expect("powercap");
+        let mut rapl = RaplCounters::open_at(&RaplConfig::default(), &paths).expect("powercap");
         bogus_constant_run(&mut rapl, 1_000_000, |uj| {
             fs::write(dir.join("energy_uj"), format!("{uj}\n")).expect("w")
         });
@@ -601,7 +621,8 @@ mod tests {
             sys: sys.clone(),
             cpuinfo: tmp.path().join("none"),
         };
-        let mut rapl = Rapl::open_at(&RaplConfig::default(), &paths).expect("auto -> powercap");
+        let mut rapl =
+            RaplCounters::open_at(&RaplConfig::default(), &paths).expect("auto -> powercap");
         let t0 = Instant::now();
         rapl.poll(t0);
         // package wraps at 999_999 -> 0: 1_000 uJ to the top, +500 after
@@ -622,14 +643,14 @@ mod tests {
             source: SourceChoice::Auto,
             ..msr_config(root)
         };
-        let err = Rapl::open_at(&auto, &paths).expect_err("no hardware");
+        let err = RaplCounters::open_at(&auto, &paths).expect_err("no hardware");
         assert!(err.contains("powercap") && err.contains("msr0"), "{err}");
 
         fake::msr(root, 0, AMD_UNIT, 0x0004_1003);
         fake::msr(root, 0, AMD_PKG, 1);
         let mut config = msr_config(root);
         config.domains = Some(vec![Domain::Package, Domain::Dram]);
-        let err = Rapl::open_at(&config, &paths).expect_err("AMD has no DRAM domain");
+        let err = RaplCounters::open_at(&config, &paths).expect_err("AMD has no DRAM domain");
         assert!(err.contains("dram"), "{err}");
     }
 }

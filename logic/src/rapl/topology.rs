@@ -4,7 +4,7 @@ use std::fs;
 use std::path::Path;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Package {
+pub(super) struct Package {
     pub id: u32,
     /// The first online CPU of the package.
     pub first_cpu: u32,

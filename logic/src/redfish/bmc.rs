@@ -1,5 +1,5 @@
-//! The Redfish BMC as a source: which reading each chassis offers, and the rust_redfish
-//! plugin over it.
+//! The Redfish BMC as a sensor ([`RedfishBmc`]): which reading each chassis offers; and the
+//! rust_redfish plugin over it ([`Redfish`]).
 
 use std::time::Instant;
 
@@ -7,9 +7,9 @@ use super::client::Client;
 use super::config::{self, KEY_MAX_WATTS, RedfishConfig};
 use super::resources::{self, Method};
 use crate::config::{ConfigError, KeyValues};
-use crate::plugin::Plugin;
-use crate::power::{Polled, Settings};
-use crate::source::{Failure, Power, Sample, Source};
+use crate::plugin::{Opened, Plugin};
+use crate::power::{Connected, Polled, Settings, sensor_backoff};
+use crate::source::{Failure, Power, Sample, Sensor};
 
 /// Sensors members looked at for an energy reading, at most (a chassis lists dozens).
 const MAX_SENSORS_PROBED: usize = 64;
@@ -24,12 +24,13 @@ struct Chassis {
     capacity_w: Option<f64>,
 }
 
-pub struct Bmc {
+/// A BMC reached over Redfish, and what is read of each of its chassis.
+pub struct RedfishBmc {
     client: Client,
     chassis: Vec<Chassis>,
 }
 
-impl Bmc {
+impl RedfishBmc {
     /// The best reading a chassis offers.
     fn choose(client: &Client, path: &str) -> Result<Option<Method>, String> {
         let doc = client.get(path)?;
@@ -96,9 +97,12 @@ impl Bmc {
     }
 }
 
-impl Plugin for Bmc {
+/// The rust_redfish plugin: the BMC polled by a thread in slurmd; steps read its ledger.
+pub struct Redfish;
+
+impl Plugin for Redfish {
     type Config = RedfishConfig;
-    type Source = Polled<Bmc>;
+    type Source = Polled<RedfishBmc>;
     const KEYS: &'static [&'static str] = RedfishConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<RedfishConfig, ConfigError> {
@@ -119,36 +123,22 @@ impl Plugin for Bmc {
         }
     }
 
-    fn open(config: &RedfishConfig) -> Result<Polled<Bmc>, String> {
+    fn open(config: &RedfishConfig) -> Result<Opened<Polled<RedfishBmc>>, String> {
         // read here, in slurmd only: slurmctld never opens the source, slurmstepd reads
         // slurmd's ledger
         let config = config.with_password()?;
         let settings = Settings {
             period: config.frequency,
-            extrapolate: true,
+            max_backoff: sensor_backoff(config.frequency),
             max_watts_key: KEY_MAX_WATTS,
             max_watts: config.max_watts,
             default_max_watts: config::DEFAULT_MAX_WATTS,
         };
-        Polled::start(&settings, move || Bmc::connect(&config))
+        Polled::start(&settings, true, move || RedfishBmc::connect(&config))
     }
 }
 
-impl Source for Bmc {
-    type Poll = Power;
-
-    /// The chassis' stated capacities, summed as their power is, when every chassis read
-    /// states one.
-    fn stated_max_watts(&self) -> Option<(f64, String)> {
-        let capacities: Option<Vec<f64>> = self.chassis.iter().map(|c| c.capacity_w).collect();
-        capacities.map(|c| {
-            (
-                c.iter().sum(),
-                "the chassis' stated PowerCapacityWatts (or PowerLimitWatts.AllowableMax)".into(),
-            )
-        })
-    }
-
+impl Sensor for RedfishBmc {
     fn describe(&self) -> String {
         let how: Vec<String> = self
             .chassis
@@ -168,10 +158,11 @@ impl Source for Bmc {
     }
 }
 
-impl Bmc {
-    /// Connects to the BMC and chooses what to read of each chassis. Runs in the poller
-    /// thread; may block up to the client's timeouts.
-    pub fn connect(config: &RedfishConfig) -> Result<Self, String> {
+impl RedfishBmc {
+    /// Connects to the BMC, chooses what to read of each chassis, and reads each once (with
+    /// what each states it may draw). Runs in the poller thread; may block up to the
+    /// client's timeouts.
+    pub fn connect(config: &RedfishConfig) -> Result<Connected<Self>, String> {
         let client = Client::connect(config)?;
         let collection = client.get("/redfish/v1/Chassis")?;
         let mut chassis = Vec::new();
@@ -192,9 +183,24 @@ impl Bmc {
         if chassis.is_empty() {
             return Err("no chassis has an energy or power reading".into());
         }
-        let mut bmc = Bmc { client, chassis };
+        let mut bmc = RedfishBmc { client, chassis };
         // a first reading: the baseline of counters that come without a power reading
         bmc.read_all()?;
-        Ok(bmc)
+        Ok(Connected {
+            stated_max_watts: bmc.stated_max_watts(),
+            sensor: bmc,
+        })
+    }
+
+    /// The chassis' stated capacities, summed as their power is, when every chassis read
+    /// states one.
+    fn stated_max_watts(&self) -> Option<(f64, String)> {
+        let capacities: Option<Vec<f64>> = self.chassis.iter().map(|c| c.capacity_w).collect();
+        capacities.map(|c| {
+            (
+                c.iter().sum(),
+                "the chassis' stated PowerCapacityWatts (or PowerLimitWatts.AllowableMax)".into(),
+            )
+        })
     }
 }

@@ -17,6 +17,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(super) const DEFAULT_MAX_WATTS: u32 = 20_000;
 
 config_keys! {
+    /// rust_redfish's acct_gather.conf keys: which BMC, its credentials and chassis.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct RedfishConfig {
         /// `http://host[:port]` or `https://host[:port]`, no path.
@@ -24,20 +25,23 @@ config_keys! {
             KEY_URL = "EnergyRedfishUrl": parse(|_, v| parse_url(v).map(Some)),
                 show(|u| u.clone().unwrap_or_else(|| "(not set)".into()));
         }
+        /// The user to log in as.
         pub username: Option<String> = None, {
             KEY_USERNAME = "EnergyRedfishUsername":
                 parse(|_, v| Ok(Some(v).filter(|u| !u.is_empty()).map(str::to_string))),
                 show(|u| u.clone().unwrap_or_default());
         }
+        /// The password to log in with.
         pub password: Secret = Secret::default(), {
             KEY_PASSWORD = "EnergyRedfishPassword": parse(|_, v| Ok(Secret::new(v)));
         }
         /// A file holding the password, read by slurmd when it opens the BMC, so that
-        /// acct_gather.conf can stay readable by users ([`crate::config::read_password_file`]).
+        /// acct_gather.conf can stay readable by users (`crate::config::read_password_file`).
         pub password_file: Option<PathBuf> = None, {
             KEY_PASSWORD_FILE = "EnergyRedfishPasswordFile": parse(absolute_path),
                 show(shown_password_file);
         }
+        /// The CA certificate the BMC's certificate must chain to.
         pub ca_file: Option<PathBuf> = None, {
             KEY_CA_FILE = "EnergyRedfishCaFile": parse(|k, v| {
                 if !v.starts_with('/') {
@@ -50,13 +54,16 @@ config_keys! {
                 |p| p.display().to_string(),
             ));
         }
+        /// Whether the BMC's certificate goes unchecked.
         pub insecure: bool = false, {
             KEY_INSECURE = "EnergyRedfishInsecure": parse(boolean), show(yes_no);
         }
+        /// How often the BMC is polled.
         pub frequency: Duration = DEFAULT_FREQUENCY, {
             KEY_FREQUENCY = "EnergyRedfishFrequency": parse(|k, v| period_secs(k, v, 3600)),
                 show(|d| d.as_secs_f64().to_string());
         }
+        /// How long one request to the BMC may take.
         pub timeout: Duration = DEFAULT_TIMEOUT, {
             KEY_TIMEOUT = "EnergyRedfishTimeout": parse(|k, v| period_secs(k, v, 60)),
                 show(|d| d.as_secs_f64().to_string());
@@ -154,13 +161,13 @@ mod tests {
         use crate::plugin::Plugin;
         let c = parse(&[(KEY_URL, "https://%n-bmc.example.org:8443")]).expect("valid");
         assert_eq!(c.show()[0].1, "https://%n-bmc.example.org:8443");
-        let mine = super::super::Bmc::for_node(&c, "node17");
+        let mine = super::super::Redfish::for_node(&c, "node17");
         assert_eq!(
             mine.url.as_deref(),
             Some("https://node17-bmc.example.org:8443")
         );
         let h = parse(&[(KEY_URL, "http://bmc-%h")]).expect("valid");
-        let mine = super::super::Bmc::for_node(&h, "n2");
+        let mine = super::super::Redfish::for_node(&h, "n2");
         // %h: the host's name, whatever the node's
         let host = format!("http://bmc-{}", crate::source::host_name());
         assert_eq!(mine.url.as_deref(), Some(host.as_str()));

@@ -14,14 +14,7 @@ mod config;
 mod resources;
 
 #[cfg(feature = "redfish")]
-pub use bmc::Bmc;
-pub use config::{
-    KEY_CA_FILE, KEY_CHASSIS, KEY_FREQUENCY, KEY_INSECURE, KEY_MAX_WATTS, KEY_PASSWORD,
-    KEY_PASSWORD_FILE, KEY_TIMEOUT, KEY_URL, KEY_USERNAME, RedfishConfig,
-};
+pub use bmc::{Redfish, RedfishBmc};
+pub use config::RedfishConfig;
 #[cfg(feature = "redfish")]
-pub use resources::{ChassisReading, Method};
-
-/// The rust_redfish source: the BMC polled by a thread in slurmd; steps read its ledger.
-#[cfg(feature = "redfish")]
-pub type Redfish = Bmc;
+pub use resources::Method;

@@ -17,16 +17,29 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Method {
     /// `EnvironmentMetrics` with an energy counter (and `PowerWatts` where present).
-    MetricsEnergy { path: String },
+    MetricsEnergy {
+        /// The resource's path on the BMC.
+        path: String,
+    },
     /// A `Sensors` member of an energy reading type.
-    SensorEnergy { path: String },
+    SensorEnergy {
+        /// The resource's path on the BMC.
+        path: String,
+    },
     /// `EnvironmentMetrics` `PowerWatts`.
-    MetricsPower { path: String },
+    MetricsPower {
+        /// The resource's path on the BMC.
+        path: String,
+    },
     /// The deprecated `Power` resource.
-    LegacyPower { path: String },
+    LegacyPower {
+        /// The resource's path on the BMC.
+        path: String,
+    },
 }
 
 impl Method {
+    /// The resource's path on the BMC.
     pub fn path(&self) -> &str {
         match self {
             Method::MetricsEnergy { path }
@@ -36,6 +49,7 @@ impl Method {
         }
     }
 
+    /// Whether it reads an energy counter (else power, which is integrated).
     pub fn counts_energy(&self) -> bool {
         matches!(
             self,

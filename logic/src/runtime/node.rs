@@ -1,19 +1,21 @@
-//! slurmd's pipeline: the node's source, read by its meter's sampler, whose every sample
+//! slurmd's pipeline: the node's source and its meter, one sample loop whose every sample
 //! goes to the ledger's keeper (attribution, the ledger, the metrics file, the answers to
 //! steps' questions), and the doorbell on which steps ask.
 
-use std::path::Path;
+mod sample_loop;
+
 use std::time::Instant;
 
 use super::{Host, Read};
 use crate::accounting::{Baseline, EnergyRecord};
+use crate::attribution::Site;
 use crate::attribution::gres::GresOrder;
-use crate::attribution::{self, Site};
 use crate::ledger::Keeper;
 use crate::ledger::doorbell::{self, Doorbell};
 use crate::meter::Meter;
 use crate::metrics::{self, MetricsConfig};
 use crate::plugin::Plugin;
+use sample_loop::SampleLoop;
 
 /// What the node's ledger needs to know from acct_gather.conf.
 pub(super) struct LedgerConfig<'a> {
@@ -26,7 +28,7 @@ pub(super) struct LedgerConfig<'a> {
 }
 
 pub(super) struct NodePipeline {
-    meter: Meter,
+    sampling: SampleLoop,
     /// Where the node's steps ask for their figures; `None` where it could not open (said).
     _doorbell: Option<Doorbell>,
     /// slurmd's own `NODE_ENERGY_UP` (Slurm never asks it there but a tool may): the node's
@@ -51,20 +53,36 @@ impl NodePipeline {
                 crate::source::host_name()
             );
         }
-        let mut meter = P::open(&mine).map(Meter::new)?;
-        let doorbell = keep_ledger::<P>(host, &ledger, &mut meter);
-        meter.ensure_sampling();
+        let meter = P::open(&mine).map(Meter::new)?;
+        let keeper = keeper::<P>(host, &ledger, &meter);
+        let asked = keeper
+            .as_ref()
+            .map(|k| (k.pace(), k.book(), k.path().to_owned()));
+        let mut sampling = SampleLoop::new(meter, keeper);
+        // a ring wakes the loop, whose sample the keeper takes as the update asked for
+        let doorbell = asked.and_then(|(pace, book, ledger)| {
+            let bell = doorbell::doorbell_path(&ledger);
+            Doorbell::open(&bell, pace, book, sampling.waker())
+                .inspect_err(|e| {
+                    log::error!(
+                        "{e}; steps' figures are brought forward from the last ledger at \
+                         their ends"
+                    )
+                })
+                .ok()
+        });
+        sampling.ensure_running();
         Ok(Self {
-            meter,
+            sampling,
             _doorbell: doorbell,
             baseline: None,
         })
     }
 
-    /// The meter, its sampler running (started again if it ended).
-    fn meter(&mut self) -> &mut Meter {
-        self.meter.ensure_sampling();
-        &mut self.meter
+    /// The meter, its sample loop running (started again if it ended).
+    fn meter(&mut self) -> &Meter {
+        self.sampling.ensure_running();
+        self.sampling.meter()
     }
 
     /// The node's record, from a reading as fresh as `read` asks.
@@ -80,11 +98,11 @@ impl NodePipeline {
 
     /// The records of the node's parts. Their number is fixed by the meter's first
     /// reading, taken when it opens, so SENSOR_CNT and the array it sizes agree.
-    pub(super) fn sensor_records(&mut self) -> Vec<(&'static str, EnergyRecord)> {
+    pub(super) fn part_records(&mut self) -> Vec<(&'static str, EnergyRecord)> {
         let meter = self.meter();
         meter
             .snapshot()
-            .sensor_records(Instant::now(), meter.stale_after())
+            .part_records(Instant::now(), meter.stale_after())
     }
 
     /// The node's energy since the meter's first reading, read now.
@@ -102,13 +120,9 @@ impl NodePipeline {
     }
 }
 
-/// The keeper of the node's ledger, told each of the meter's samples, and the doorbell by
-/// which steps ask for their figures. Errors are logged.
-fn keep_ledger<P: Plugin>(
-    host: &dyn Host,
-    ledger: &LedgerConfig<'_>,
-    meter: &mut Meter,
-) -> Option<Doorbell> {
+/// The keeper of the node's ledger, publishing to the metrics file where one is set; `None`
+/// where it cannot open (logged).
+fn keeper<P: Plugin>(host: &dyn Host, ledger: &LedgerConfig<'_>, meter: &Meter) -> Option<Keeper> {
     let keeper = match ledger.site {
         _ if P::ALLOCATED_DEVICES => host.spool_dir().and_then(|spool| {
             let order = host.gres_order().unwrap_or_else(|why| {
@@ -117,8 +131,8 @@ fn keep_ledger<P: Plugin>(
                 );
                 GresOrder::Detected
             });
-            let procs = Path::new(attribution::procs::PROC_ROOT);
-            Keeper::devices(&spool, ledger.context_id, order, ledger.idle_watts, procs)
+            let procs = host.proc_root();
+            Keeper::devices(&spool, ledger.context_id, order, ledger.idle_watts, &procs)
         }),
         Some(site) => Keeper::shared(site, ledger.context_id, ledger.idle_watts),
         None => host
@@ -159,15 +173,5 @@ fn keep_ledger<P: Plugin>(
             Err(e) => log::error!("{e}; no metrics file is written"),
         }
     }
-    let (pace, book, wake) = (keeper.pace(), keeper.book(), meter.waker());
-    let bell = doorbell::doorbell_path(keeper.path());
-    meter.observe(Box::new(move |a, reading| keeper.on_sample(a, reading)));
-    // a ring wakes the sampler, whose sample the keeper takes as the update asked for
-    Doorbell::open(&bell, pace, book, wake)
-        .inspect_err(|e| {
-            log::error!(
-                "{e}; steps' figures are brought forward from the last ledger at their ends"
-            )
-        })
-        .ok()
+    Some(keeper)
 }

@@ -55,8 +55,8 @@ impl StepPipeline {
     }
 
     /// The node's parts as slurmd's ledger last gave them (node mode), for the profile.
-    pub(super) fn sensor_records(&self) -> Vec<(&'static str, EnergyRecord)> {
-        self.accounting.sensor_records(Instant::now(), KEPT_FOR)
+    pub(super) fn part_records(&self) -> Vec<(&'static str, EnergyRecord)> {
+        self.accounting.part_records(Instant::now(), KEPT_FOR)
     }
 
     /// The step's record (`ENERGY_DATA_NODE_ENERGY_UP`), as Slurm must get it.

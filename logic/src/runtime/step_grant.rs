@@ -9,6 +9,7 @@ use std::path::Path;
 use nix::unistd::{Uid, User};
 
 use super::Host;
+use crate::attribution::StepKey;
 use crate::attribution::grant::Grant;
 use crate::attribution::job_record::{self, RETRY_AFTER, STEP_RECORD_KEY, StepRecordConfig};
 use crate::guard::guard;
@@ -47,7 +48,7 @@ pub(super) fn publish(host: &dyn Host, config: StepRecordConfig, address: usize)
         },
         false => format!("{STEP_RECORD_KEY}=no: Slurm's step record is not read"),
     };
-    let Some((job, step)) = host.own_step() else {
+    let Some(StepKey { job, step }) = host.own_step() else {
         log::error!(
             "{refused}, and this slurmstepd's title names no step: slurmd charges it no GPU"
         );
@@ -126,9 +127,9 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::attribution::StepId;
     use crate::attribution::grant::GresHeld;
     use crate::attribution::job_record::{JobRecord, LoadJob};
+    use crate::attribution::{StepId, StepKey};
     use crate::runtime::Daemon;
 
     /// slurmstepd of step 7.0 on node n1, whose step record says `record`.
@@ -156,8 +157,8 @@ mod tests {
             self.record.clone()
         }
 
-        fn own_step(&self) -> Option<(u32, StepId)> {
-            Some((7, StepId(0)))
+        fn own_step(&self) -> Option<StepKey> {
+            Some(StepKey::new(7, StepId(0)))
         }
 
         fn job_records(&self) -> Option<LoadJob> {

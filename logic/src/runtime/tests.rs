@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::config::ConfigError;
+use crate::plugin::Opened;
 use crate::source::{Reading, Source};
 
 /// Hardware a test controls: energy so far, and whether reading it panics.
@@ -42,8 +43,6 @@ fn set_joules(hw: &FakeHardware, joules: u64) {
 struct FakeSource(Arc<FakeHardware>);
 
 impl Source for FakeSource {
-    type Poll = Reading;
-
     fn describe(&self) -> String {
         "fake".into()
     }
@@ -58,13 +57,6 @@ impl Source for FakeSource {
             complete: true,
             watts: Some(f64::from(self.0.watts.load(Ordering::SeqCst))),
             ..Reading::default()
-        }
-    }
-
-    fn sample_period(&self) -> Duration {
-        match self.0.period_ms.load(Ordering::SeqCst) {
-            0 => Duration::from_secs(3600),
-            ms => Duration::from_millis(ms),
         }
     }
 }
@@ -94,7 +86,7 @@ impl Plugin for Fake {
         vec![(KEY_ID, config.id.to_string())]
     }
 
-    fn open(config: &FakeConfig) -> Result<FakeSource, String> {
+    fn open(config: &FakeConfig) -> Result<Opened<FakeSource>, String> {
         let hw = HARDWARE
             .lock()
             .expect("lock")
@@ -102,7 +94,14 @@ impl Plugin for Fake {
             .cloned()
             .ok_or_else(|| format!("no fake hardware {}", config.id))?;
         hw.opened.fetch_add(1, Ordering::SeqCst);
-        Ok(FakeSource(hw))
+        let sample_period = match hw.period_ms.load(Ordering::SeqCst) {
+            0 => Duration::from_secs(3600),
+            ms => Duration::from_millis(ms),
+        };
+        Ok(Opened {
+            source: FakeSource(hw),
+            sample_period,
+        })
     }
 }
 
@@ -123,7 +122,7 @@ impl Plugin for DeviceFake {
         Fake::show_config(config)
     }
 
-    fn open(config: &FakeConfig) -> Result<FakeSource, String> {
+    fn open(config: &FakeConfig) -> Result<Opened<FakeSource>, String> {
         Fake::open(config)
     }
 }
@@ -156,6 +155,14 @@ impl Host for TestHost {
 
     fn plugin_kind(&self) -> &'static str {
         "rust_fake"
+    }
+
+    /// A process table without processes: this test binary's children (other tests')
+    /// are no step's tasks, and a step's reads are the same at each run.
+    fn proc_root(&self) -> PathBuf {
+        self.spool
+            .as_ref()
+            .map_or_else(|| PathBuf::from("/nonexistent"), |s| s.join("no-proc"))
     }
 }
 
@@ -608,7 +615,8 @@ fn where_slurm_hides_jobs_the_metrics_file_is_roots_only() {
 #[cfg(feature = "gpu")]
 #[test]
 fn each_idle_key_means_one_thing_under_its_plugin() {
-    use crate::gpu::{GpuConfig, Gpus, KEY_IDLE_WATTS};
+    use crate::gpu::config::KEY_IDLE_WATTS;
+    use crate::gpu::{GpuConfig, Gpus};
     use crate::rapl::{Rapl, RaplConfig};
     let mut values = KeyValues::new();
     values.set(attribution::IDLE_KEY, "80");

@@ -19,7 +19,7 @@ use crate::guard::guard;
 
 /// How a worker's body waits, and learns that it must stop.
 #[derive(Default)]
-pub struct Control {
+pub(crate) struct Control {
     flags: Mutex<Flags>,
     changed: Condvar,
 }
@@ -35,11 +35,11 @@ struct Flags {
 
 /// How long stopping a worker waits for its body to return. A plugin has at most four
 /// workers, so `fini` returns within a second however many of them hang.
-pub const STOP_WAIT: Duration = Duration::from_millis(200);
+pub(crate) const STOP_WAIT: Duration = Duration::from_millis(200);
 
 static ABANDON_HOOK: OnceLock<fn()> = OnceLock::new();
 
-/// Sets what runs when a worker is left running past [`STOP_WAIT`] (once per process; a
+/// Sets what runs when a worker is left running past `STOP_WAIT` (once per process; a
 /// later call changes nothing).
 pub fn on_abandon(hook: fn()) {
     let _ = ABANDON_HOOK.set(hook);
@@ -52,7 +52,7 @@ impl Control {
 
     /// Sleeps until `timeout` passes (`None`: no timeout) or [`Control::wake`] is called;
     /// returns at once if that already happened. `false` means: stop now.
-    pub fn wait(&self, timeout: Option<Duration>) -> bool {
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> bool {
         let mut flags = self.lock();
         if !flags.stop && !flags.woken {
             flags = match timeout {
@@ -73,7 +73,7 @@ impl Control {
     }
 
     /// Ends the worker's current or next `wait` early.
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         self.lock().woken = true;
         self.changed.notify_all();
     }
@@ -99,7 +99,7 @@ impl Control {
 }
 
 /// A running background thread; dropping it stops and joins it.
-pub struct Worker {
+pub(crate) struct Worker {
     name: &'static str,
     control: Arc<Control>,
     handle: Option<JoinHandle<()>>,
@@ -108,7 +108,7 @@ pub struct Worker {
 impl Worker {
     /// Starts `body` in a thread named `name`. The body loops on [`Control::wait`] and
     /// returns when it says stop.
-    pub fn spawn(
+    pub(crate) fn spawn(
         name: &'static str,
         body: impl FnOnce(&Control) + Send + 'static,
     ) -> Result<Self, String> {
@@ -128,12 +128,12 @@ impl Worker {
         })
     }
 
-    pub fn control(&self) -> &Arc<Control> {
+    pub(crate) fn control(&self) -> &Arc<Control> {
         &self.control
     }
 
     /// The body returned (after a panic, which was logged): the owner may start a new one.
-    pub fn has_ended(&self) -> bool {
+    pub(crate) fn has_ended(&self) -> bool {
         self.handle.as_ref().is_none_or(JoinHandle::is_finished)
     }
 }

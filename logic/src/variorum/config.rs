@@ -8,13 +8,13 @@ use crate::power::{parse_max_watts, show_max_watts};
 
 /// A node power reading above this is no node's: more than the largest 8-GPU servers draw
 /// (about 14 kW).
-pub const DEFAULT_MAX_WATTS: u32 = 20_000;
+pub(super) const DEFAULT_MAX_WATTS: u32 = 20_000;
 
 /// Variorum sets no SONAME version, so this is the name every install has; a bare name
 /// lets the dynamic loader search (`LD_LIBRARY_PATH`, ld.so.cache), as pyVariorum does.
-pub const DEFAULT_LIBRARY: &str = "libvariorum.so";
+pub(super) const DEFAULT_LIBRARY: &str = "libvariorum.so";
 /// The sampler executable's name; by default it is installed beside the plugin.
-pub const SAMPLER_FILE_NAME: &str = "acct_gather_energy_rust_variorum_sampler";
+pub(super) const SAMPLER_FILE_NAME: &str = "acct_gather_energy_rust_variorum_sampler";
 
 /// A power step costs up to half a period of that step (samples are interpolated): at the
 /// former 10 s a job whose power stepped from 150 to 350 W mid-job lost 10%. One library
@@ -26,11 +26,12 @@ const DEFAULT_TIMEOUT_SECS: u64 = 10;
 const MAX_SECS: u64 = 86_400;
 
 /// The sampler executable that goes with a plugin installed in `plugin_dir`.
-pub fn default_sampler_path(plugin_dir: &Path) -> PathBuf {
+pub(super) fn default_sampler_path(plugin_dir: &Path) -> PathBuf {
     plugin_dir.join(SAMPLER_FILE_NAME)
 }
 
 config_keys! {
+    /// rust_variorum's acct_gather.conf keys: the library, the sampler and its pace.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct VariorumConfig {
         /// An absolute path, or a bare file name for the dynamic loader to search.
@@ -56,8 +57,8 @@ config_keys! {
             KEY_FREQUENCY = "EnergyVariorumFrequency": parse(|k, v| period_secs(k, v, MAX_SECS)),
                 show(|p| p.as_secs_f64().to_string());
         }
-        /// `None`: [`SAMPLER_FILE_NAME`] in the plugin's directory (see
-        /// [`super::set_plugin_dir`]).
+        /// `None`: `SAMPLER_FILE_NAME` in the plugin's directory (see
+        /// `super::set_plugin_dir`).
         pub sampler: Option<PathBuf> = None, {
             KEY_SAMPLER = "EnergyVariorumSampler": parse(|k, v| {
                 if !v.starts_with('/') || v.ends_with('/') || v.contains('\0') {
@@ -78,7 +79,7 @@ config_keys! {
         pub timeout: Duration = Duration::from_secs(DEFAULT_TIMEOUT_SECS), {
             KEY_TIMEOUT = "EnergyVariorumTimeout": parse(seconds), show(|t| t.as_secs().to_string());
         }
-        /// `None`: [`DEFAULT_MAX_WATTS`].
+        /// `None`: `DEFAULT_MAX_WATTS`.
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyVariorumMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));

@@ -28,16 +28,22 @@ use serde_json::{Map, Value};
 /// would otherwise make the breakdown allocate gigabytes.
 pub const MAX_SOCKETS: usize = 1024;
 
+/// Why Variorum's JSON gives no node power.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum JsonError {
+    /// Not JSON (the parser's message).
     #[error("not JSON: {0}")]
     Syntax(String),
+    /// A value that should be an object is not (what it is).
     #[error("expected a JSON object, found {0}")]
     NotAnObject(&'static str),
+    /// More than one host in one sample (their names).
     #[error("the sample has several hosts ({0}); expected one")]
     SeveralHosts(String),
+    /// No power value at all.
     #[error("no power values in the sample (Variorum may have no power support for this platform)")]
     NoPower,
+    /// Every power value is 0 W.
     #[error("every power value in the sample is 0 W")]
     ZeroPower,
 }
@@ -65,14 +71,18 @@ pub enum NodeSource {
 /// One GPU (or APU) of a per-device object, e.g. `"GPU_3": 41.5`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DevicePower {
+    /// The device as Variorum names it.
     pub name: String,
+    /// Its power, in watts.
     pub watts: f64,
 }
 
 /// What one socket reported; `None` is "absent or not measurable here".
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SocketPower {
+    /// The CPU's power, in watts.
     pub cpu_watts: Option<f64>,
+    /// The memory's power, in watts.
     pub mem_watts: Option<f64>,
     /// Total over the socket's GPUs when Variorum gave a per-GPU object.
     pub gpu_watts: Option<f64>,
@@ -108,14 +118,17 @@ impl SocketPower {
 pub struct NodePower {
     /// The node's power: > 0 and finite.
     pub node_watts: f64,
+    /// Where `node_watts` comes from.
     pub source: NodeSource,
     /// Variorum's node figure as given, when it was a number (also when unusable, e.g. 0).
     pub reported_node_watts: Option<f64>,
     /// Indexed by socket number; sockets Variorum did not mention are all `None`.
     pub sockets: Vec<SocketPower>,
+    /// The host Variorum names, if it does.
     pub host: Option<String>,
     /// Microseconds since the epoch, as Variorum stamped the sample.
     pub timestamp_us: Option<u64>,
+    /// The JSON layout the sample came in.
     pub schema: Schema,
 }
 

@@ -4,8 +4,8 @@
 //! segfaults on some paths, prints to stdout, can hang in vendor libraries, and keeps
 //! global state without locks. So the plugin starts `acct_gather_energy_rust_variorum_sampler`
 //! (crate `plugins/variorum-sampler`), which loads the library and writes one line per
-//! sample into a pipe (protocol in [`sampler`]). Here, [`Variorum`] is a source of
-//! [`Power`]: `connect` starts a fresh sampler, `poll` waits for its next
+//! sample into a pipe (protocol in [`sampler`]). Here, [`VariorumSensor`] is a sensor of
+//! `Power` (and [`Variorum`] the plugin over it): `connect` starts a fresh sampler, `poll` waits for its next
 //! sample up to `EnergyVariorumTimeout`, and anything wrong (timeout, exit, crash, garbage,
 //! a Variorum error) kills and reaps the sampler and returns an error, after which the
 //! poller reconnects with backoff. The sampler also dies with its parent thread
@@ -16,7 +16,7 @@
 //! Intel models and IBM Power9 only, segfaults elsewhere (llnl/variorum#537), returns raw
 //! wrapping 32-bit counters on Intel and millijoules labelled joules on IBM.
 
-pub mod config;
+mod config;
 pub mod json;
 pub mod protocol;
 pub mod sampler;
@@ -25,17 +25,16 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
-pub use config::{
-    DEFAULT_LIBRARY, KEY_FREQUENCY, KEY_LIBRARY, KEY_MAX_WATTS, KEY_SAMPLER, KEY_TIMEOUT,
-    SAMPLER_FILE_NAME, VariorumConfig, default_sampler_path,
-};
-pub use json::{DevicePower, JsonError, NodePower, NodeSource, Schema, SocketPower};
-pub use sampler::SamplerError;
+use config::KEY_MAX_WATTS;
+pub use config::VariorumConfig;
+use json::JsonError;
+pub use json::{NodePower, NodeSource};
+use sampler::SamplerError;
 
 use crate::config::{ConfigError, KeyValues};
-use crate::plugin::Plugin;
-use crate::power::{Polled, Settings};
-use crate::source::{Failure, Power, Sample, Source};
+use crate::plugin::{Opened, Plugin};
+use crate::power::{Connected, Polled, Settings, sensor_backoff};
+use crate::source::{Failure, Power, Sample, Sensor};
 use protocol::Line;
 use sampler::Sampler;
 
@@ -43,7 +42,7 @@ static PLUGIN_DIR: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// Tells where the plugin's `.so` is (found with `dladdr` at load time), so that the
 /// sampler is looked for beside it when `EnergyVariorumSampler` is not set.
-pub fn set_plugin_dir(dir: PathBuf) {
+pub(crate) fn set_plugin_dir(dir: PathBuf) {
     *PLUGIN_DIR.lock().unwrap_or_else(PoisonError::into_inner) = Some(dir);
 }
 
@@ -54,9 +53,8 @@ fn plugin_dir() -> Option<PathBuf> {
         .clone()
 }
 
-/// A connected sampler; the rust_variorum plugin, polled by a thread in slurmd (steps read
-/// its ledger).
-pub struct Variorum {
+/// A connected sampler: Variorum's node power, read in a helper process.
+pub struct VariorumSensor {
     sampler: Sampler,
     config: VariorumConfig,
     program: PathBuf,
@@ -65,7 +63,7 @@ pub struct Variorum {
     first_read: bool,
 }
 
-impl Variorum {
+impl VariorumSensor {
     /// Starts a sampler and waits (up to the timeout) until it has loaded Variorum and
     /// made one successful call.
     pub fn start(config: &VariorumConfig) -> Result<Self, VariorumError> {
@@ -132,17 +130,24 @@ impl Variorum {
     }
 }
 
+/// Why the sampler could not be started or read.
 #[derive(Debug, thiserror::Error)]
 pub enum VariorumError {
+    /// The configuration names no usable sampler (why).
     #[error("{0}")]
     Config(String),
+    /// The sampler failed.
     #[error(transparent)]
     Sampler(#[from] SamplerError),
 }
 
+/// The rust_variorum plugin: the sampler polled by a thread in slurmd; steps read its
+/// ledger.
+pub struct Variorum;
+
 impl Plugin for Variorum {
     type Config = VariorumConfig;
-    type Source = Polled<Variorum>;
+    type Source = Polled<VariorumSensor>;
     const KEYS: &'static [&'static str] = VariorumConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<Self::Config, ConfigError> {
@@ -157,20 +162,26 @@ impl Plugin for Variorum {
         config.show()
     }
 
-    fn open(config: &Self::Config) -> Result<Polled<Variorum>, String> {
+    fn open(config: &Self::Config) -> Result<Opened<Polled<VariorumSensor>>, String> {
         let settings = Settings {
             period: config.period,
-            extrapolate: true,
+            max_backoff: sensor_backoff(config.period),
             max_watts_key: KEY_MAX_WATTS,
             max_watts: config.max_watts,
             default_max_watts: config::DEFAULT_MAX_WATTS,
         };
         let config = config.clone();
-        Polled::start(&settings, move || Variorum::connect(&config))
+        // Variorum states no limit: the key's bound, or the default, applies
+        Polled::start(&settings, true, move || {
+            VariorumSensor::connect(&config).map(|sensor| Connected {
+                sensor,
+                stated_max_watts: None,
+            })
+        })
     }
 }
 
-impl Variorum {
+impl VariorumSensor {
     /// Starts a fresh sampler. Runs in the poller thread; waits for the sampler's start-up
     /// report up to its timeout.
     pub fn connect(config: &VariorumConfig) -> Result<Self, String> {
@@ -178,9 +189,7 @@ impl Variorum {
     }
 }
 
-impl Source for Variorum {
-    type Poll = Power;
-
+impl Sensor for VariorumSensor {
     fn describe(&self) -> String {
         let version = self
             .version

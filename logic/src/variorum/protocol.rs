@@ -50,6 +50,7 @@ pub struct Invocation {
     pub parent: Option<u32>,
 }
 
+/// A sampler command line that cannot be parsed (why).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(String);
@@ -132,12 +133,19 @@ pub enum Line {
     /// Variorum is loaded and answers: the power function it calls, and what the library
     /// says its version is.
     Ready {
+        /// The Variorum function it calls for power.
         api: String,
+        /// The library's version, where it says.
         version: Option<String>,
     },
     /// Variorum's JSON, and when the sampler called for it (CLOCK_MONOTONIC, which is
     /// system-wide, in nanoseconds), if it said.
-    Sample { json: String, t_ns: Option<u64> },
+    Sample {
+        /// Variorum's JSON.
+        json: String,
+        /// When the sampler called for it, CLOCK_MONOTONIC nanoseconds.
+        t_ns: Option<u64>,
+    },
     /// Why a call (or the start) failed.
     Failed(String),
 }

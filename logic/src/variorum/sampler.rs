@@ -16,24 +16,47 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use super::json::JsonError;
 use super::protocol::{Invocation, Line, MAX_LINE};
 
+/// Why the sampler gave no sample.
 #[derive(Debug, thiserror::Error)]
 pub enum SamplerError {
+    /// The program could not be started.
     #[error("cannot start the sampler {path}: {source}")]
-    Spawn { path: PathBuf, source: io::Error },
+    Spawn {
+        /// The sampler's path.
+        path: PathBuf,
+        /// The error starting it.
+        source: io::Error,
+    },
+    /// The pipe could not be set up (why).
     #[error("cannot set up the pipe from the sampler: {0}")]
     Pipe(String),
+    /// Nothing came in time; the sampler was killed.
     #[error("no {what} from the sampler within {secs:.1} s (Variorum hung?); killed it")]
-    Timeout { what: &'static str, secs: f64 },
+    Timeout {
+        /// What was awaited.
+        what: &'static str,
+        /// How long, in seconds.
+        secs: f64,
+    },
+    /// The sampler ended.
     #[error("the sampler {status} (Variorum exited or crashed?)")]
-    Exited { status: String },
+    Exited {
+        /// How it ended.
+        status: String,
+    },
+    /// The pipe could not be read.
     #[error("reading from the sampler: {0}")]
     Read(io::Error),
+    /// A line longer than the protocol allows.
     #[error("the sampler sent more than {MAX_LINE} bytes without a newline")]
     LineTooLong,
+    /// A line the protocol does not know (why).
     #[error("the sampler sent an unreadable line: {0}")]
     Protocol(String),
+    /// Variorum reported a failure (its message).
     #[error("{0}")]
     Variorum(String),
+    /// Variorum's JSON gives no node power.
     #[error("Variorum's JSON: {0}")]
     Json(#[from] JsonError),
 }
@@ -92,6 +115,7 @@ impl Sampler {
         Ok(sampler)
     }
 
+    /// The sampler's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -222,7 +246,8 @@ impl Drop for Sampler {
     }
 }
 
-pub fn describe_status(status: ExitStatus) -> String {
+/// How a process ended, in words (its exit code or signal).
+pub(crate) fn describe_status(status: ExitStatus) -> String {
     if let Some(code) = status.code() {
         return format!("exited with status {code}");
     }

@@ -1,4 +1,4 @@
-//! `slurm_energy_logic::variorum::Variorum` (the source of power of rust_variorum) against this
+//! `slurm_energy_logic::variorum::VariorumSensor` (the sensor of power of rust_variorum) against this
 //! package's sampler and a fake libvariorum.so of each Variorum generation
 //! (tests/fakevariorum): the watts of every JSON shape, and every way the library can
 //! misbehave (error, garbage, exit, crash, hang, noise).
@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use fakevariorum::{FakeLib, Generation, open_fds, process_state, processes_with};
-use slurm_energy_logic::source::{Failure, Source};
 use slurm_energy_logic::variorum::protocol::Line;
 use slurm_energy_logic::variorum::sampler::Sampler;
-use slurm_energy_logic::variorum::{NodePower, NodeSource, Variorum, VariorumConfig, json};
+use slurm_energy_logic::variorum::{NodePower, NodeSource, VariorumConfig, VariorumSensor, json};
+use slurm_energy_logic::{Failure, Sensor};
 
 const SAMPLER: &str = env!("CARGO_BIN_EXE_acct_gather_energy_rust_variorum_sampler");
 const PERIOD: Duration = Duration::from_millis(100);
@@ -69,8 +69,8 @@ fn breakdown(fake: &FakeLib) -> NodePower {
     }
 }
 
-fn connect(fake: &FakeLib) -> Variorum {
-    match Variorum::connect(&config(fake)) {
+fn connect(fake: &FakeLib) -> VariorumSensor {
+    match VariorumSensor::connect(&config(fake)) {
         Ok(v) => v,
         Err(e) => panic!("connect to {:?}: {e}", fake.generation),
     }
@@ -243,7 +243,7 @@ fn misbehaviour(test: &str, mode: &str, connect_fails: bool, expect: &str) {
         );
 
         let start = Instant::now();
-        let again = Variorum::connect(&config(&fake));
+        let again = VariorumSensor::connect(&config(&fake));
         assert!(
             start.elapsed() < TIMEOUT + MARGIN,
             "{generation:?} {mode}: connect"
@@ -381,7 +381,7 @@ fn connect_errors_say_why() {
     };
     let mut missing = config(&fake);
     missing.library = format!("{}/nonexistent/libvariorum.so", fake.dir.path().display());
-    let err = Variorum::connect(&missing).err().expect("no library");
+    let err = VariorumSensor::connect(&missing).err().expect("no library");
     assert!(
         err.contains("cannot load") && err.contains("nonexistent"),
         "{err}"
@@ -389,13 +389,15 @@ fn connect_errors_say_why() {
 
     let mut not_variorum = config(&fake);
     not_variorum.library = "libc.so.6".into();
-    let err = Variorum::connect(&not_variorum)
+    let err = VariorumSensor::connect(&not_variorum)
         .err()
         .expect("not variorum");
     assert!(err.contains("neither variorum_get_power_json"), "{err}");
 
     let mut no_sampler = config(&fake);
     no_sampler.sampler = Some(fake.dir.path().join("no-sampler"));
-    let err = Variorum::connect(&no_sampler).err().expect("no sampler");
+    let err = VariorumSensor::connect(&no_sampler)
+        .err()
+        .expect("no sampler");
     assert!(err.contains("cannot start the sampler"), "{err}");
 }

@@ -10,10 +10,11 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use object::{Object, ObjectSection, ObjectSymbol};
-use slurm_energy_logic::attribution::procs::Procs;
-use slurm_energy_logic::attribution::{Site, cgroup_mountpoint, spool_for_node};
-use slurm_energy_logic::config::file_value;
-use slurm_energy_logic::ledger::{Ledger, LedgerError, ledger_path, unix as unix_time};
+use slurm_energy_logic::Procs;
+use slurm_energy_logic::file_value;
+use slurm_energy_logic::{Ledger, LedgerError, ledger_path, unix_time};
+use slurm_energy_logic::{Ring, doorbell_path, freshen};
+use slurm_energy_logic::{Site, cgroup_mountpoint, spool_for_node};
 
 use super::readers::{self, NodeConf, PERF_POWER_PMU};
 use super::{
@@ -166,7 +167,7 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
-fn short_host_name() -> String {
+pub fn short_host_name() -> String {
     host_name()
         .split('.')
         .next()
@@ -216,8 +217,11 @@ pub fn built_for(path: &Path) -> Result<u32, String> {
     })
 }
 
-/// The ledger's state, or why it cannot be read.
+/// The ledger's state, or why it cannot be read. slurmd writes the file at each update
+/// (about a second apart); the check rings first (as a slurmstepd of before does, waiting
+/// at most the doorbell's bound) for one sampled now, so that its power is the node's now.
 fn ledger_state(path: &Path) -> Result<Option<LedgerState>, String> {
+    freshen(&doorbell_path(path), path, Ring::Fresh);
     match Ledger::load(path) {
         Ok(ledger) => Ok(ledger.map(|l| {
             let node = l.node();

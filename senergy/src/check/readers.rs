@@ -17,7 +17,7 @@ mod redfish;
 mod site;
 mod tool;
 
-use slurm_energy_logic::plugin::Plugin;
+use slurm_energy_logic::Plugin;
 
 pub use rapl_perf::PERF_POWER_PMU;
 pub use reader::{Quantity, Reader, Scope, Slot, Unavailable};
@@ -39,15 +39,15 @@ pub fn open_all(site: &NodeConf) -> Vec<Slot> {
 /// plugin opens it (RAPL, pm_counters) or through the independent readers of its hardware
 /// (BMC, Redfish, GPUs); what was found, or why nothing.
 pub fn probe(plugin_type: &str, site: &NodeConf) -> Result<String, String> {
-    use slurm_energy_logic::source::Source;
+    use slurm_energy_logic::Source;
     fn open<P: Plugin>(site: &NodeConf) -> Result<String, String> {
         let config = configured::<P>(site)?;
-        P::open(&config).map(|source| source.describe())
+        P::open(&config).map(|opened| opened.source.describe())
     }
     let name = plugin_type.rsplit('/').next().unwrap_or(plugin_type);
     match name {
-        "rust_rapl" => open::<slurm_energy_logic::rapl::Rapl>(site),
-        "rust_pm_counters" => open::<slurm_energy_logic::pm_counters::PmCounters>(site),
+        "rust_rapl" => open::<slurm_energy_logic::Rapl>(site),
+        "rust_pm_counters" => open::<slurm_energy_logic::PmCounters>(site),
         _ => {
             let slots = match name {
                 "rust_ipmi" => vec![ipmi::slot(site)],

@@ -246,7 +246,7 @@ fn static_power(facts: &Facts, ledger: &LedgerFact) -> Option<Judgement> {
     let state = fresh(facts, ledger)?;
     let held = format!(
         "lowest power held over {:.0} s",
-        slurm_energy_logic::ledger::STATIC_POWER_SUSTAIN_SECS
+        slurm_energy_logic::STATIC_POWER_SUSTAIN_SECS
     );
     Some(ok(match state.learned_idle_watts {
         Some(watts) => format!(

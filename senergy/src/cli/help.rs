@@ -9,7 +9,8 @@ The manual, with the JSON schemas: docs/senergy.md (installed with the packages 
 /usr/share/doc/slurm-energy-rust/docs/senergy.md).
 
 EXIT STATUS
-    0  success
+    0  success; record: always (an Epilog that fails drains its node: what it could not
+       keep is one line on stderr)
     2  bad command line
     3  job: a job you named is unknown or not visible to you (the others are reported)
     4  bad site file, intensity series or figure

@@ -256,6 +256,7 @@ fn plan_of(args: &[&str]) -> String {
         Command::Usage(a) => a.plan(NOW).map(|p| format!("{p:?}")),
         Command::Check(a) => a.plan().map(|p| format!("{p:?}")),
         Command::Mail(a) => Ok(format!("{:?}", a.args)),
+        Command::Record(a) => Ok(format!("{:?} {:?}", a.job, a.node)),
     };
     plan.unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
@@ -286,14 +287,16 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         ("accounts", vec!["--accounts", "physics,chem"]),
         ("users", vec!["--users", "alice"]),
         ("node", vec!["--node", "n7"]),
+        ("job", vec!["12"]),
         ("compare", vec!["--compare", "60"]),
     ]
     .into_iter()
     .collect();
-    let bases: [(&str, Vec<&str>); 3] = [
+    let bases: [(&str, Vec<&str>); 4] = [
         ("job", vec!["job", "1", "--config", &f.empty]),
         ("usage", vec!["usage", "--config", &f.empty]),
         ("check", vec!["check"]),
+        ("record", vec!["record"]),
     ];
     let mut tried = 0;
     for (name, base) in &bases {
@@ -323,8 +326,8 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         }
     }
     // job 16 (jobs, plot, json, csv, summary, wait, config, eight figures, prometheus),
-    // usage 15, check 3
-    assert_eq!(tried, 34);
+    // usage 15, check 3, record 2
+    assert_eq!(tried, 36);
 }
 
 #[test]

@@ -125,6 +125,24 @@ struct JobLine<'a> {
     // added after them: a heterogeneous job's component
     het_job_id: Option<u32>,
     het_job_offset: Option<u32>,
+    // added after them: what the job's nodes kept with it ("not recorded" where none)
+    kept: Text<&'a str>,
+    kept_j: Fixed<3>,
+    kept_parts: Text<String>,
+    kept_idle_held: Text<String>,
+    kept_tampered_accounting_j: Option<u64>,
+    kept_idle_held_scope2_location_g: Fixed<6>,
+    kept_idle_held_scope2_market_g: Fixed<6>,
+}
+
+/// `label:J` pairs separated by `;`, as `node_energy`.
+fn pairs(figures: &Option<std::collections::BTreeMap<String, f64>>) -> Text<String> {
+    let each: Vec<String> = figures
+        .iter()
+        .flatten()
+        .map(|(label, j)| format!("{label}:{j}"))
+        .collect();
+    Text(each.join(";"))
 }
 
 impl<'a> JobLine<'a> {
@@ -166,6 +184,17 @@ impl<'a> JobLine<'a> {
             node_hours: Fixed(j.emissions.node_hours),
             node_class: Text(j.emissions.node_class.clone().unwrap_or_default()),
             factors: Text(factors.to_string()),
+            kept: Text(if j.kept.recorded {
+                "recorded"
+            } else {
+                "not recorded"
+            }),
+            kept_j: Fixed(j.kept.joules),
+            kept_parts: pairs(&j.kept.parts),
+            kept_idle_held: pairs(&j.kept.idle_held),
+            kept_tampered_accounting_j: j.kept.tampered.map(|t| t.accounting_j),
+            kept_idle_held_scope2_location_g: Fixed(j.kept.idle_held_scope2_location_g),
+            kept_idle_held_scope2_market_g: Fixed(j.kept.idle_held_scope2_market_g),
             ..JobLine::default()
         }
     }
@@ -259,6 +288,12 @@ struct UsageLine<'a> {
     node_hours: Fixed<6>,
     node_class: Text<String>,
     factors: Text<String>,
+    // added after them: idle-held energy as the jobs' nodes kept it
+    idle_held: Text<String>,
+    idle_held_share_pct: Fixed<3>,
+    jobs_idle_held_recorded: u64,
+    idle_held_scope2_location_g: Fixed<6>,
+    idle_held_scope2_market_g: Fixed<6>,
 }
 
 impl<'a> UsageLine<'a> {
@@ -287,6 +322,11 @@ impl<'a> UsageLine<'a> {
             node_hours: Fixed(r.emissions.node_hours),
             node_class: Text(r.emissions.node_class.clone().unwrap_or_default()),
             factors: Text(factors.to_string()),
+            idle_held: pairs(&Some(r.idle_held_j.clone()).filter(|m| !m.is_empty())),
+            idle_held_share_pct: Fixed(r.idle_held_share_pct),
+            jobs_idle_held_recorded: r.jobs_idle_held_recorded,
+            idle_held_scope2_location_g: Fixed(r.idle_held_scope2_location_g),
+            idle_held_scope2_market_g: Fixed(r.idle_held_scope2_market_g),
         }
     }
 }

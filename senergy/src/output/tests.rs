@@ -32,6 +32,7 @@ fn the_csv_carries_the_jsons_fields() {
         nodes: "n[1-2]".into(),
         tres_alloc: "1=2,3=1200".into(),
         steps: vec![step(BATCH_STEP), step(0)],
+        ..JobRow::default()
     };
     let tariff = Tariff::new(Some(300.0), None, Some(0.2), Some("EUR".into())).expect("t");
     let reports = vec![crate::report::job_report(&row, &tariff, 200, None)];
@@ -60,7 +61,8 @@ fn the_csv_carries_the_jsons_fields() {
     let by_scope = job["emissions"].as_object().expect("emissions").clone();
     assert_eq!(by_scope.len(), 6, "{by_scope:?}");
     for (name, value) in job.as_object().expect("job").iter().chain(&by_scope) {
-        if name == "steps" || name == "emissions" {
+        // the record kept with the job: columns of its own, below
+        if name == "steps" || name == "emissions" || name == "kept" {
             continue;
         }
         let want = match value {
@@ -74,6 +76,9 @@ fn the_csv_carries_the_jsons_fields() {
             _ => assert_eq!(got, want, "{name}"),
         }
     }
+    assert_eq!(job["kept"]["recorded"], false);
+    assert_eq!(field(&records[0], "kept"), "not recorded");
+    assert_eq!(field(&records[0], "kept_j"), "");
     assert_eq!(field(&records[0], "id"), "5_2");
     assert_eq!(field(&records[0], "job_id"), "7");
     assert_eq!(field(&records[2], "step"), "0");
@@ -150,12 +155,13 @@ fn jobs_csv_neutralises_formulas_not_numbers() {
                       max_node_energy_j,node_energy,emissions_g,emissions_method,cost,\
                       currency,data,source,method,avg_watts_bound_pct,facility_energy_j,\
                       scope2_location_g,scope2_market_g,scope3_embodied_g,node_hours,\
-                      node_class,factors,het_job_id,het_job_offset\n";
+                      node_class,factors,het_job_id,het_job_offset,kept,kept_j,kept_parts,\
+                      kept_idle_held,kept_tampered_accounting_j,kept_idle_held_scope2_location_g,kept_idle_held_scope2_market_g\n";
     let job = "7,7,,,,\"'=HYPERLINK(\"\"http://example.com\"\",\"\"x\"\")\",'@evil,'-1+2,\
                    COMPLETED,false,100,160,60,1,'\tn1,600,0.000166667,-3.500,600.000,\
-                   ,,,,,,,,,,complete,,,1.695,,,,,0.016667,,,,\n";
+                   ,,,,,,,,,,complete,,,1.695,,,,,0.016667,,,,,not recorded,,,,,,\n";
     let step = "7,7,0,,,'+sum,'@evil,'-1+2,COMPLETED,,,,60,1,\"'\rn1\",600,0.000166667,\
-                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,,1.695,,,,,0.016667,,,,\n";
+                    10.000,600.000,,'-n1,600,'-n1,600,'-n1:600,,,,,complete,,,1.695,,,,,0.016667,,,,,,,,,,,\n";
     assert_eq!(text, format!("{header}{job}{step}"));
 }
 
@@ -170,7 +176,8 @@ fn jobs_csv_without_jobs_is_its_header() {
              min_node,min_node_energy_j,max_node,max_node_energy_j,node_energy,emissions_g,\
              emissions_method,cost,currency,data,source,method,avg_watts_bound_pct,\
              facility_energy_j,scope2_location_g,scope2_market_g,scope3_embodied_g,\
-             node_hours,node_class,factors,het_job_id,het_job_offset\n"
+             node_hours,node_class,factors,het_job_id,het_job_offset,kept,kept_j,kept_parts,\
+             kept_idle_held,kept_tampered_accounting_j,kept_idle_held_scope2_location_g,kept_idle_held_scope2_market_g\n"
     );
 }
 
@@ -188,6 +195,7 @@ fn usage_csv_neutralises_formulas_not_numbers() {
         emissions_g: Some(-3.5),
         cost: Some(-0.5),
         emissions: Scopes::default(),
+        ..UsageRow::default()
     };
     let usage = Usage {
         start: 0,
@@ -200,10 +208,11 @@ fn usage_csv_neutralises_formulas_not_numbers() {
         usage_csv(&usage, &tariff),
         "account,user,jobs,jobs_incomplete,energy_j,kwh,emissions_g,cost,currency,\
              facility_energy_j,scope2_location_g,scope2_market_g,scope3_embodied_g,\
-             node_hours,node_class,factors\n\
-             '@evil,'\tbob,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,\n\
-             physics,alice,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,\n\
-             (all),(all),2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,\n"
+             node_hours,node_class,factors,idle_held,idle_held_share_pct,\
+             jobs_idle_held_recorded,idle_held_scope2_location_g,idle_held_scope2_market_g\n\
+             '@evil,'\tbob,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,\n\
+             physics,alice,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,\n\
+             (all),(all),2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,\n"
     );
 }
 
@@ -357,6 +366,7 @@ fn the_tables_send_no_control_character() {
             emissions_g: None,
             cost: None,
             emissions: Scopes::default(),
+            ..UsageRow::default()
         }],
         total: UsageRow::default(),
     };
@@ -366,7 +376,8 @@ fn the_tables_send_no_control_character() {
         "{table}"
     );
     assert!(table.contains("\\x1b[31mphysics  bob\\n "), "{table}");
-    assert_eq!(table.lines().count(), 4, "{table}");
+    // the header, the row, the total; idle-held: its title, the row, the total
+    assert_eq!(table.lines().count(), 8, "{table}");
 }
 
 /// A small figure keeps three significant digits; a large one its usual decimals.

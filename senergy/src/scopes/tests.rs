@@ -339,7 +339,7 @@ fn usage_sums_each_scope_per_user_and_account() {
 }
 
 /// A fenced block of docs/senergy.md: the one after the line `marker`.
-fn block_after<'a>(doc: &'a str, marker: &str) -> &'a str {
+pub(crate) fn block_after<'a>(doc: &'a str, marker: &str) -> &'a str {
     let (_, after) = doc
         .split_once(marker)
         .unwrap_or_else(|| panic!("docs/senergy.md has no {marker}"));

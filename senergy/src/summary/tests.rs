@@ -67,8 +67,13 @@ fn a_job_alone_gives_its_energy_each_scope_and_its_cost() {
         ],
         "{text}"
     );
-    assert!(lines[5].starts_with("factors: "), "{text}");
-    assert!(lines[5].contains("PUE 1.5"), "{text}");
+    // no node kept the job's parts or idle-held figures: not recorded, never 0
+    assert_eq!(
+        lines[5..7],
+        ["  parts: not recorded", "  idle-held: not recorded"]
+    );
+    assert!(lines[7].starts_with("factors: "), "{text}");
+    assert!(lines[7].contains("PUE 1.5"), "{text}");
 }
 
 /// No energy recorded: every figure says so; nothing reads as 0.
@@ -127,14 +132,14 @@ fn an_array_is_rolled_up_with_its_elements_listed() {
         "{text}"
     );
     assert_eq!(
-        lines[5],
+        lines[7],
         "  500_1: (sim) COMPLETED, 1 node n1, 01:00:00; energy 1.000000 kWh (3600000 J), \
          scope 2, location-based 300.00 gCO2e, scope 2, market-based 75.00 gCO2e, \
          cost 0.2500 EUR",
         "{text}"
     );
-    assert!(lines[6].starts_with("  500_2: ") && lines[6].contains("energy not recorded"));
-    assert!(lines[7].starts_with("  500_3: "), "{text}");
+    assert!(lines[8].starts_with("  500_2: ") && lines[8].contains("energy not recorded"));
+    assert!(lines[9].starts_with("  500_3: "), "{text}");
 }
 
 /// A heterogeneous job's components under their leader's id, summed.
@@ -156,10 +161,10 @@ fn a_heterogeneous_job_is_rolled_up_with_its_components() {
         "{text}"
     );
     assert_eq!(lines[1], "  energy: 2.000000 kWh (7200000 J)", "{text}");
-    assert!(lines[5].starts_with("  900+0: "), "{text}");
-    assert!(lines[6].starts_with("  900+1: "), "{text}");
+    assert!(lines[7].starts_with("  900+0: "), "{text}");
+    assert!(lines[8].starts_with("  900+1: "), "{text}");
     // another job named with it: a summary of its own
-    assert!(lines[7].starts_with("Job 950 (sim)"), "{text}");
+    assert!(lines[9].starts_with("Job 950 (sim)"), "{text}");
 }
 
 /// A job's name is its owner's text: shown escaped, never sent to the terminal.
@@ -172,4 +177,23 @@ fn a_name_with_escapes_cannot_forge_lines() {
     let text = text(&reports(&rows), &tariff());
     assert!(!text.contains('\x1b'), "{text}");
     assert!(!text.contains("\n  energy: 0 J"), "{text}");
+}
+
+/// docs/senergy.md's worked example of a job's parts and idle-held figures: its
+/// AdminComment, as the nodes' Epilog kept it, gives the summary the manual shows, line for
+/// line (but the factors' stamp): 2 kWh, its second GPU idle for 0.4 kWh (20%), so 20% of
+/// each Scope 2 figure: 120 g of 600 location-based, 30 g of 150 market-based.
+#[test]
+fn the_manuals_parts_and_idle_held_example() {
+    let doc = include_str!("../../../docs/senergy.md");
+    let comment = crate::scopes::tests::block_after(doc, "<!-- summary example: admincomment -->");
+    let shown = crate::scopes::tests::block_after(doc, "<!-- summary example: summary -->");
+    let mut job = row(77, Some(7_200_000));
+    job.admin_comment = comment.trim().to_string();
+    let text = text(&reports(&[job]), &tariff());
+    let without_stamp: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("factors: "))
+        .collect();
+    assert_eq!(without_stamp, shown.lines().collect::<Vec<_>>(), "{text}");
 }

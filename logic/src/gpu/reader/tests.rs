@@ -86,12 +86,18 @@ impl Node {
                 started,
             }) as Box<dyn GpuLibrary>)
         });
-        GpuReader::start(
-            vec![opener],
-            Duration::from_millis(50),
-            Bound::of(KEY_MAX_WATTS, None, 5_000),
-        )
-        .expect("start")
+        GpuReader::start(vec![opener], &settings()).expect("start")
+    }
+}
+
+/// A poller at 50 ms, as the GPUs' but faster, and a bound of 5 kW a GPU.
+fn settings() -> Settings {
+    Settings {
+        period: Duration::from_millis(50),
+        max_backoff: MAX_BACKOFF,
+        max_watts_key: KEY_MAX_WATTS,
+        max_watts: None,
+        default_max_watts: 5_000,
     }
 }
 
@@ -189,12 +195,7 @@ fn a_lost_gpu_stops_counting_while_the_others_go_on() {
 #[test]
 fn without_a_library_the_reading_is_unavailable() {
     let opener: Opener = Box::new(|| Err("cannot load libnvidia-ml.so.1: not found".into()));
-    let mut reader = GpuReader::start(
-        vec![opener],
-        Duration::from_millis(50),
-        Bound::of(KEY_MAX_WATTS, None, 5_000),
-    )
-    .expect("start");
+    let mut reader = GpuReader::start(vec![opener], &settings()).expect("start");
     std::thread::sleep(Duration::from_millis(100));
     let r = reader.poll(Instant::now());
     assert!(!r.complete && r.energy_uj == 0, "{r:?}");

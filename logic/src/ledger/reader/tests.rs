@@ -255,8 +255,8 @@ fn a_step_reads_the_node_since_it_began_and_keeps_its_figure_through_trouble() {
     assert!((figure - 800.0).abs() < 1.0, "{figure}");
     // the node's parts, for the profile
     assert_eq!(
-        reading.sensors,
-        vec![SensorReading {
+        reading.parts,
+        vec![PartReading {
             label: "Accel0",
             energy_uj: Some(950_000_000),
             watts: None

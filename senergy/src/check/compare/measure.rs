@@ -6,14 +6,17 @@ use std::path::{Path, PathBuf};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use slurm_energy_logic::ledger::Ledger;
+use slurm_energy_logic::Ledger;
+use slurm_energy_logic::{doorbell_path, ring_without_waiting};
 
 use super::verdict::{Average, Comparison, LedgerResult, ReaderResult, judge};
 use crate::check::readers::{Quantity, Reader, Slot, Unavailable};
 
-/// How long an end of the window waits for slurmd to write a new ledger (it writes one a
-/// second while its source answers).
+/// How long an end of the window waits for slurmd to write a new ledger: slurmd writes it
+/// at each update (about a second apart), and samples at once for a ring ([`RING_EVERY`]).
 const LEDGER_WAIT: Duration = Duration::from_secs(3);
+/// How often a wait rings slurmd's doorbell for a ledger written now (slurmd paces rings).
+const RING_EVERY: Duration = Duration::from_millis(500);
 /// How often power-only readers are sampled.
 const POWER_PERIOD: Duration = Duration::from_secs(1);
 
@@ -39,8 +42,16 @@ fn ledger_point(path: &Path) -> Result<Option<LedgerPoint>, String> {
 /// write it.
 fn fresh_point(path: &Path, after: Option<f64>) -> Result<LedgerPoint, String> {
     let until = Instant::now() + LEDGER_WAIT;
+    let doorbell = doorbell_path(path);
+    let mut rung: Option<Instant> = None;
     let mut last = None;
     loop {
+        // a ring (as a slurmstepd of before rings) has slurmd sample and write the file now,
+        // not at its next periodic update; without a doorbell the wait is the file's own
+        if after.is_some() && rung.is_none_or(|r| r.elapsed() >= RING_EVERY) {
+            ring_without_waiting(&doorbell);
+            rung = Some(Instant::now());
+        }
         let point = ledger_point(path)?;
         if point.is_none() && last.is_none() {
             // no ledger at all: nothing to wait for

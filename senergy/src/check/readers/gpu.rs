@@ -97,7 +97,7 @@ enum GpuTool {
     Amd,
 }
 
-struct GpuReader {
+struct GpuToolReader {
     tool: GpuTool,
     gpus: usize,
 }
@@ -129,13 +129,13 @@ impl GpuTool {
         .map_err(|why| Unavailable::Failed(format!("{}: {why}", self.name())))
     }
 
-    fn open(self) -> Result<GpuReader, Unavailable> {
+    fn open(self) -> Result<GpuToolReader, Unavailable> {
         let (gpus, _) = self.read()?;
-        Ok(GpuReader { tool: self, gpus })
+        Ok(GpuToolReader { tool: self, gpus })
     }
 }
 
-impl Reader for GpuReader {
+impl Reader for GpuToolReader {
     fn path(&self) -> String {
         format!(
             "{} {} ({} GPU(s), the driver's energy counter)",

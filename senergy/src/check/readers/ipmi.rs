@@ -2,7 +2,7 @@
 //! now (DCMI Get Power Reading), in band or, with ipmitool, over the LAN as acct_gather.conf
 //! configures rust_ipmi.
 
-use slurm_energy_logic::ipmi::{IpmiConfig, Target};
+use slurm_energy_logic::{IpmiConfig, IpmiTarget};
 
 use super::reader::{Quantity, Reader, Scope, Slot, Unavailable, boxed};
 use super::site::{NodeConf, configured};
@@ -10,7 +10,7 @@ use super::tool::run_tool;
 
 /// The BMC through ipmitool, else FreeIPMI's ipmi-dcmi; one slot, the BMC is one.
 pub(super) fn slot(site: &NodeConf) -> Slot {
-    let ipmi = configured::<slurm_energy_logic::ipmi::Bmc>(site).unwrap_or_default();
+    let ipmi = configured::<slurm_energy_logic::Ipmi>(site).unwrap_or_default();
     let first = BmcTool::open(BmcTool::Ipmitool, &ipmi);
     let reader = match first {
         Ok(r) => Ok(boxed(r)),
@@ -80,18 +80,18 @@ enum BmcTool {
     IpmiDcmi,
 }
 
-struct BmcReader {
+struct BmcToolReader {
     tool: BmcTool,
     args: Vec<String>,
     password: Option<String>,
 }
 
 impl BmcTool {
-    fn open(self, config: &IpmiConfig) -> Result<BmcReader, Unavailable> {
+    fn open(self, config: &IpmiConfig) -> Result<BmcToolReader, Unavailable> {
         let mut args: Vec<String> = Vec::new();
         let mut password = None;
         match (&config.target, self) {
-            (Target::Lan { host, port }, BmcTool::Ipmitool) => {
+            (IpmiTarget::Lan { host, port }, BmcTool::Ipmitool) => {
                 args.extend(["-I", "lanplus", "-C", "3", "-H"].map(String::from));
                 args.extend([host.clone(), "-p".into(), port.to_string()]);
                 if let Some(user) = &config.username {
@@ -103,7 +103,7 @@ impl BmcTool {
                 let config = config.with_password().map_err(Unavailable::Failed)?;
                 password = Some(config.password.expose().to_string());
             }
-            (Target::Lan { .. }, BmcTool::IpmiDcmi) => {
+            (IpmiTarget::Lan { .. }, BmcTool::IpmiDcmi) => {
                 // FreeIPMI takes a password only on its command line or in its own
                 // configuration: not passed here
                 return Err(Unavailable::Absent(
@@ -111,13 +111,13 @@ impl BmcTool {
                         .into(),
                 ));
             }
-            (Target::Device(_), _) => {}
+            (IpmiTarget::Device(_), _) => {}
         }
         match self {
             BmcTool::Ipmitool => args.extend(["dcmi", "power", "reading"].map(String::from)),
             BmcTool::IpmiDcmi => args.push("--get-system-power-statistics".into()),
         }
-        let mut reader = BmcReader {
+        let mut reader = BmcToolReader {
             tool: self,
             args,
             password,
@@ -134,7 +134,7 @@ impl BmcTool {
     }
 }
 
-impl Reader for BmcReader {
+impl Reader for BmcToolReader {
     fn path(&self) -> String {
         match self.tool {
             BmcTool::Ipmitool => "ipmitool dcmi power reading (DCMI, the BMC's power)".into(),

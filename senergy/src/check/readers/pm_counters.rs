@@ -6,41 +6,41 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use slurm_energy_logic::pm_counters::{PmCountersConfig, parse_value};
+use slurm_energy_logic::{PmCountersConfig, parse_pm_counters_value};
 
 use super::reader::{Quantity, Reader, Scope, Slot, Unavailable, boxed};
 use super::site::{NodeConf, configured};
 
 /// The counter in the directory the plugin would read.
 pub(super) fn slot(site: &NodeConf) -> Slot {
-    let dir = configured::<PmCountersSource>(site)
+    let dir = configured::<PmCountersPlugin>(site)
         .map(|c| c.dir)
         .unwrap_or_else(|_| PmCountersConfig::default().dir);
     Slot {
         name: "pm_counters",
         scope: Scope::WholeNode,
-        reader: PmCounters::open(dir).map(boxed),
+        reader: PmCountersReader::open(dir).map(boxed),
     }
 }
 
-/// The plugin's own source type, for its configuration keys.
-type PmCountersSource = slurm_energy_logic::pm_counters::PmCounters;
+/// The plugin, for its configuration keys.
+type PmCountersPlugin = slurm_energy_logic::PmCounters;
 
-struct PmCounters {
+struct PmCountersReader {
     file: PathBuf,
     /// The controller's scan time of the last value read.
     scanned: Option<std::time::SystemTime>,
 }
 
-impl PmCounters {
-    fn open(dir: PathBuf) -> Result<PmCounters, Unavailable> {
+impl PmCountersReader {
+    fn open(dir: PathBuf) -> Result<PmCountersReader, Unavailable> {
         if !dir.is_dir() {
             return Err(Unavailable::Absent(format!(
                 "no node controller files at {} (not a Cray EX/XC node)",
                 dir.display()
             )));
         }
-        let mut reader = PmCounters {
+        let mut reader = PmCountersReader {
             file: dir.join("energy"),
             scanned: None,
         };
@@ -49,7 +49,7 @@ impl PmCounters {
     }
 }
 
-impl Reader for PmCounters {
+impl Reader for PmCountersReader {
     fn path(&self) -> String {
         format!("{} (the node controller's counter)", self.file.display())
     }
@@ -70,7 +70,7 @@ impl Reader for PmCounters {
                 _ => Unavailable::Failed(what),
             }
         })?;
-        let value = parse_value(&text, "J");
+        let value = parse_pm_counters_value(&text, "J");
         self.scanned = value
             .as_ref()
             .and_then(|v| std::time::UNIX_EPOCH.checked_add(Duration::from_micros(v.at_us)));
@@ -91,12 +91,12 @@ mod tests {
     #[test]
     fn pm_counters_files_are_read() {
         let tmp = tempfile::tempdir().expect("tempdir");
-        let absent = PmCounters::open(tmp.path().join("none"))
+        let absent = PmCountersReader::open(tmp.path().join("none"))
             .err()
             .expect("absent");
         assert_eq!(absent.status(), "absent");
         std::fs::write(tmp.path().join("energy"), "123456 J 1700000000000000 us\n").expect("write");
-        let mut reader = PmCounters::open(tmp.path().to_path_buf()).expect("opened");
+        let mut reader = PmCountersReader::open(tmp.path().to_path_buf()).expect("opened");
         assert_eq!(reader.read(), Ok(123_456.0));
         std::fs::write(tmp.path().join("energy"), "garbage\n").expect("write");
         assert_eq!(reader.read().expect_err("garbage").status(), "failed");

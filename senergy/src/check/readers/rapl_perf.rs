@@ -16,7 +16,7 @@ pub(super) fn slot(site: &NodeConf) -> Slot {
     Slot {
         name: "rapl-perf",
         scope: Scope::Packages,
-        reader: RaplPerf::open(site.perf_pmu, site.rapl_dram).map(boxed),
+        reader: RaplPerfReader::open(site.perf_pmu, site.rapl_dram).map(boxed),
     }
 }
 
@@ -125,13 +125,13 @@ fn cpu_list(text: &str) -> Option<Vec<u32>> {
     (!cpus.is_empty()).then_some(cpus)
 }
 
-struct RaplPerf {
+struct RaplPerfReader {
     counters: Vec<(Counter, f64)>,
     events: String,
 }
 
-impl RaplPerf {
-    fn open(dir: &Path, dram: bool) -> Result<RaplPerf, Unavailable> {
+impl RaplPerfReader {
+    fn open(dir: &Path, dram: bool) -> Result<RaplPerfReader, Unavailable> {
         let pmu = perf_pmu(dir, dram)?;
         let mut counters = Vec::new();
         for event in &pmu.events {
@@ -158,7 +158,7 @@ impl RaplPerf {
             .map(|e| e.name)
             .collect::<Vec<_>>()
             .join(", ");
-        let mut reader = RaplPerf {
+        let mut reader = RaplPerfReader {
             counters,
             events: format!("{events} on CPUs {:?}", pmu.cpus),
         };
@@ -167,7 +167,7 @@ impl RaplPerf {
     }
 }
 
-impl Reader for RaplPerf {
+impl Reader for RaplPerfReader {
     fn path(&self) -> String {
         format!("perf events power/{}", self.events)
     }

@@ -1,8 +1,7 @@
 //! A Redfish BMC by its own request, configured as rust_redfish is: its energy counter where
 //! the BMC keeps one, else its power now.
 
-use slurm_energy_logic::redfish::Bmc as RedfishBmc;
-use slurm_energy_logic::source::Source;
+use slurm_energy_logic::{RedfishBmc, Sensor};
 use std::time::Instant;
 
 use super::reader::{Quantity, Reader, Scope, Slot, Unavailable, boxed};
@@ -13,27 +12,29 @@ pub(super) fn slot(site: &NodeConf) -> Slot {
     Slot {
         name: "redfish",
         scope: Scope::WholeNode,
-        reader: Redfish::open(site).map(boxed),
+        reader: RedfishReader::open(site).map(boxed),
     }
 }
 
-struct Redfish {
+struct RedfishReader {
     bmc: RedfishBmc,
     url: String,
     counts: bool,
 }
 
-impl Redfish {
-    fn open(site: &NodeConf) -> Result<Redfish, Unavailable> {
-        let config = configured::<RedfishBmc>(site).map_err(Unavailable::Failed)?;
+impl RedfishReader {
+    fn open(site: &NodeConf) -> Result<RedfishReader, Unavailable> {
+        let config =
+            configured::<slurm_energy_logic::Redfish>(site).map_err(Unavailable::Failed)?;
         let url = config.url.clone().ok_or_else(|| {
             Unavailable::Absent("acct_gather.conf names no EnergyRedfishUrl".into())
         })?;
         // the password from EnergyRedfishPasswordFile where set, which root alone may read
         let config = config.with_password().map_err(Unavailable::Failed)?;
-        let bmc =
-            RedfishBmc::connect(&config).map_err(|e| Unavailable::Failed(format!("{url}: {e}")))?;
-        let mut reader = Redfish {
+        let bmc = RedfishBmc::connect(&config)
+            .map_err(|e| Unavailable::Failed(format!("{url}: {e}")))?
+            .sensor;
+        let mut reader = RedfishReader {
             bmc,
             url,
             counts: false,
@@ -43,14 +44,14 @@ impl Redfish {
         Ok(reader)
     }
 
-    fn sample(&mut self) -> Result<slurm_energy_logic::source::Sample, Unavailable> {
+    fn sample(&mut self) -> Result<slurm_energy_logic::Sample, Unavailable> {
         self.bmc
             .poll(Instant::now())
             .map_err(|e| Unavailable::Failed(format!("{}: {e}", self.url)))
     }
 }
 
-impl Reader for Redfish {
+impl Reader for RedfishReader {
     fn path(&self) -> String {
         format!("{} ({})", self.url, self.bmc.describe())
     }

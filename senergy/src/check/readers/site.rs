@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use slurm_energy_logic::config::{KeyValues, file_value};
-use slurm_energy_logic::plugin::Plugin;
+use slurm_energy_logic::Plugin;
+use slurm_energy_logic::{KeyValues, file_value};
 
 /// What the readers are opened from.
 pub struct NodeConf<'a> {

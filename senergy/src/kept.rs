@@ -1,0 +1,403 @@
+//! A job's figures kept with it in Slurm's accounting: each node's record of the job,
+//! merged into the job's AdminComment by `senergy record` (the node's Epilog), read back
+//! by `senergy job` for a job of last year. AdminComment, because only Slurm's operators
+//! and administrators (root, SlurmUser) may write it on every release we support, and
+//! slurmdbd gives it to whoever may see the job (its PrivateData): the job's owner can
+//! read it and cannot change it (docs/senergy.md, "Kept with the job").
+//!
+//! Our part of the comment is one segment, `senergy={json}`, anywhere in it: whatever else
+//! the site keeps there is kept as it is. Pure: no Slurm, no files.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use slurm_energy_logic::Breakdown;
+
+use crate::record::{EXTERN_STEP, JobRow};
+use crate::scopes::Scopes;
+use crate::tres::{self, ENERGY};
+
+/// What begins our segment of the comment.
+pub const SEGMENT: &str = "senergy=";
+/// The record's format; a reader takes no other.
+pub const VERSION: u64 = 1;
+/// The most the whole comment may hold: slurmdbd keeps AdminComment in a MySQL `text`
+/// column (65 535 bytes), and a longer one would be cut, our JSON with it.
+pub const MAX_COMMENT: usize = 60_000;
+
+/// One node's figures of the job, from its ledgers (every energy plugin's, summed).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// The job's energy on the node, J.
+    pub joules: f64,
+    /// What the node's meters read (the plugins and their sources).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    /// J by part label (package, dram, gpu0, rest...), where the ledger splits them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<BTreeMap<String, f64>>,
+    /// J of what the job held and did not use (gpu, cpu), where the ledger says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_held: Option<BTreeMap<String, f64>>,
+}
+
+/// Adds one ledger's breakdown of the job to the node's record: stacked plugins measure
+/// different parts (RAPL's domains, each GPU), so their parts and idle-held figures add up
+/// as their energies do. A figure no ledger knows stays absent, never 0.
+pub fn add_breakdown(entry: &mut NodeRecord, breakdown: &Breakdown) {
+    if !breakdown.parts.is_empty() {
+        let parts = entry.parts.get_or_insert_with(BTreeMap::new);
+        for (label, joules) in &breakdown.parts {
+            *parts.entry(label.clone()).or_insert(0.0) += joules;
+        }
+    }
+    let idle = breakdown.idle_held;
+    for (kind, figure) in [("gpu", idle.gpu), ("cpu", idle.cpu)] {
+        if let Some(joules) = figure {
+            *entry
+                .idle_held
+                .get_or_insert_with(BTreeMap::new)
+                .entry(kind.to_string())
+                .or_insert(0.0) += joules;
+        }
+    }
+}
+
+/// The whole record: every node's figures, by node name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub v: u64,
+    pub nodes: BTreeMap<String, NodeRecord>,
+}
+
+impl Record {
+    /// The job's energy over the nodes recorded, J.
+    pub fn joules(&self) -> f64 {
+        self.nodes.values().map(|n| n.joules).sum()
+    }
+
+    /// `pick`'s figures summed over the nodes, by label; `None` where no node has them.
+    pub fn summed(
+        &self,
+        pick: impl Fn(&NodeRecord) -> Option<&BTreeMap<String, f64>>,
+    ) -> Option<BTreeMap<String, f64>> {
+        let mut sum: Option<BTreeMap<String, f64>> = None;
+        for figures in self.nodes.values().filter_map(&pick) {
+            let sum = sum.get_or_insert_with(BTreeMap::new);
+            for (label, j) in figures {
+                *sum.entry(label.clone()).or_default() += j;
+            }
+        }
+        sum
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MergeError {
+    #[error(
+        "the job's AdminComment would grow to {0} bytes, over the {MAX_COMMENT} slurmdbd keeps \
+         whole"
+    )]
+    TooLarge(usize),
+    /// slurmdbd before 23.02 puts the text between single quotes in its SQL unescaped: a
+    /// quote or backslash in it would break the statement (or change it).
+    #[error(
+        "the job's AdminComment holds a quote or backslash, which slurmdbd would not store \
+         as written: left as it is"
+    )]
+    Unquotable,
+}
+
+/// Our segment in `comment`: where it begins and ends, and the record it holds. The
+/// first `senergy=` followed by a record of our version; text that only looks like one
+/// is the site's.
+fn find(comment: &str) -> Option<(usize, usize, Record)> {
+    let mut from = 0;
+    while let Some(at) = comment[from..].find(SEGMENT).map(|i| from + i) {
+        let json = at + SEGMENT.len();
+        let mut stream = serde_json::Deserializer::from_str(&comment[json..]).into_iter::<Record>();
+        if let Some(Ok(record)) = stream.next()
+            && record.v == VERSION
+        {
+            return Some((at, json + stream.byte_offset(), record));
+        }
+        from = json;
+    }
+    None
+}
+
+/// The record kept in `comment`, if any.
+pub fn read(comment: &str) -> Option<Record> {
+    find(comment).map(|(_, _, record)| record)
+}
+
+/// A label or text of ours as the comment may hold it: no quote, backslash or control
+/// character (slurmdbd's SQL, and JSON that needs no escapes).
+fn plain(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\'' | '"' | '\\' => '_',
+            c if c.is_control() => '_',
+            c => c,
+        })
+        .collect()
+}
+
+/// Joules to the millijoule: the ledger's figures carry no more, and the comment is
+/// bounded.
+fn rounded(j: f64) -> f64 {
+    (j * 1000.0).round() / 1000.0
+}
+
+fn plain_figures(figures: &Option<BTreeMap<String, f64>>) -> Option<BTreeMap<String, f64>> {
+    figures.as_ref().map(|f| {
+        f.iter()
+            .map(|(label, j)| (plain(label), rounded(*j)))
+            .collect()
+    })
+}
+
+/// `comment` with node `node`'s figures in our segment (added, or replacing the node's
+/// earlier ones), the rest of the comment as it was. Where the whole would not fit in
+/// [`MAX_COMMENT`], the node's parts and idle-held figures are left out; where even its
+/// energy would not, nothing is changed.
+pub fn merge(comment: &str, node: &str, entry: &NodeRecord) -> Result<String, MergeError> {
+    if comment.contains(['\'', '\\']) {
+        return Err(MergeError::Unquotable);
+    }
+    let full = NodeRecord {
+        joules: rounded(entry.joules),
+        source: plain(&entry.source),
+        parts: plain_figures(&entry.parts),
+        idle_held: plain_figures(&entry.idle_held),
+    };
+    let bare = NodeRecord {
+        parts: None,
+        idle_held: None,
+        ..full.clone()
+    };
+    let mut last = 0;
+    for entry in [full, bare] {
+        let merged = with_entry(comment, &plain(node), entry);
+        if merged.len() <= MAX_COMMENT {
+            return Ok(merged);
+        }
+        last = merged.len();
+    }
+    Err(MergeError::TooLarge(last))
+}
+
+fn with_entry(comment: &str, node: &str, entry: NodeRecord) -> String {
+    let segment = |record: &Record| {
+        format!(
+            "{SEGMENT}{}",
+            serde_json::to_string(record).unwrap_or_default()
+        )
+    };
+    match find(comment) {
+        Some((start, end, mut record)) => {
+            record.nodes.insert(node.to_string(), entry);
+            format!(
+                "{}{}{}",
+                &comment[..start],
+                segment(&record),
+                &comment[end..]
+            )
+        }
+        None => {
+            let record = Record {
+                v: VERSION,
+                nodes: BTreeMap::from([(node.to_string(), entry)]),
+            };
+            match comment.trim_end() {
+                "" => segment(&record),
+                site => format!("{site} {}", segment(&record)),
+            }
+        }
+    }
+}
+
+/// Whether `comment` holds node `node`'s figures as `merge` wrote them: the check after a
+/// write, which another node's write made at the same time may have undone.
+pub fn holds(comment: &str, node: &str, entry: &NodeRecord) -> bool {
+    read(comment)
+        .and_then(|r| r.nodes.get(&plain(node)).cloned())
+        .is_some_and(|kept| kept.joules == rounded(entry.joules))
+}
+
+/// What one ledger says of a job at the node's Epilog.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Ledgered {
+    /// Sampled since the job's steps were gone: its figure is final.
+    Final(f64),
+    /// Not sampled since the Epilog began, or the job's steps were still seen at its last
+    /// sample: wait for the next one.
+    Wait,
+    /// Sampled since the Epilog began, and holds no such job: it never ran here as this
+    /// ledger knows (or left too long ago).
+    Absent,
+}
+
+/// What a ledger last sampled at `sampled_at`, holding the job as last seen at
+/// `last_seen` with `joules` (`None`: it holds no such job), says at an Epilog that began
+/// at `began` (Unix seconds, the node's clock as the ledger's).
+pub fn ledgered(sampled_at: f64, job: Option<(f64, f64)>, began: f64) -> Ledgered {
+    if sampled_at < began {
+        return Ledgered::Wait;
+    }
+    match job {
+        None => Ledgered::Absent,
+        Some((last_seen, joules)) if last_seen < sampled_at => Ledgered::Final(joules),
+        Some(_) => Ledgered::Wait,
+    }
+}
+
+/// Accounting's energy for the job next to its record, where they disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Tampered {
+    pub accounting_j: u64,
+    pub recorded_j: f64,
+}
+
+/// The most accounting's figure and the record's may differ by before it is said to have
+/// been changed: each node's figure reaches Slurm in whole joules, so a joule or two per
+/// node; 0.5% of the whole for the rounding in the plugins' power window; and what the
+/// nodes draw in one sample (slurmd samples every second at most), at the job's mean power
+/// over its `elapsed_s` (a second at least): the job's ledger figure and its extern step's
+/// may begin a sample apart. A job that lived a fraction of a second (its step failed at
+/// once) thus differs by several joules at a few hundred watts, while a rewritten figure
+/// (1 J for a job of hours) is still far outside.
+fn tolerance(nodes: usize, recorded_j: f64, elapsed_s: u64) -> f64 {
+    let sample_s = 1.0;
+    let mean_watts = recorded_j / elapsed_s.max(1) as f64;
+    2.0 * nodes as f64 + 0.005 * recorded_j + mean_watts * sample_s
+}
+
+/// Accounting's job energy `accounting_j` against `record`, for a job of `alloc_nodes`
+/// nodes that ran `elapsed_s`, whose accounting figure is its extern step's (`with_extern`:
+/// each node's ledger figure, as the record holds): `Some` where they differ by more than
+/// [`tolerance`], the sign that accounting's figure was changed after the job (an owner may
+/// rewrite their job's energy TRES from 25.11). Only a record of every node is compared.
+pub fn tampered(
+    accounting_j: Option<u64>,
+    record: &Record,
+    alloc_nodes: u32,
+    elapsed_s: u64,
+    with_extern: bool,
+) -> Option<Tampered> {
+    let accounting_j = accounting_j?;
+    let whole = record.nodes.len() == alloc_nodes as usize && alloc_nodes > 0;
+    let recorded_j = record.joules();
+    (whole
+        && with_extern
+        && (accounting_j as f64 - recorded_j).abs()
+            > tolerance(record.nodes.len(), recorded_j, elapsed_s))
+    .then_some(Tampered {
+        accounting_j,
+        recorded_j,
+    })
+}
+
+/// What a report shows of the job's record: "not recorded" (never 0) where no node kept
+/// one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Kept {
+    pub recorded: bool,
+    /// The nodes that kept their figures, of `nodes` the job had.
+    pub nodes_recorded: usize,
+    /// Over the nodes recorded, J.
+    pub joules: Option<f64>,
+    pub parts: Option<BTreeMap<String, f64>>,
+    pub idle_held: Option<BTreeMap<String, f64>>,
+    /// Where accounting's energy is no longer what the record says.
+    pub tampered: Option<Tampered>,
+    /// What the idle-held energy emitted under each Scope 2 factor, gCO2e
+    /// ([`Kept::with_idle_emissions`]).
+    pub idle_held_scope2_location_g: Option<f64>,
+    pub idle_held_scope2_market_g: Option<f64>,
+    /// Each node's figures as kept.
+    pub nodes: BTreeMap<String, NodeRecord>,
+}
+
+impl Kept {
+    /// Sets what the idle-held energy emitted under each Scope 2 factor: the idle-held
+    /// share of the job's energy `energy_j` times the job's own figure for the scope (its
+    /// intensity over its run, as applied to the whole). Scope 3's embodied emissions follow
+    /// the node-hours a job held, used or not: they have no idle part of their own.
+    pub fn with_idle_emissions(mut self, energy_j: Option<u64>, scopes: &Scopes) -> Self {
+        let share = self.idle_held.as_ref().and_then(|idle| {
+            let energy = energy_j.filter(|&e| e > 0)? as f64;
+            Some(idle.values().sum::<f64>() / energy)
+        });
+        self.idle_held_scope2_location_g = share.zip(scopes.scope2_location_g).map(|(s, g)| s * g);
+        self.idle_held_scope2_market_g = share.zip(scopes.scope2_market_g).map(|(s, g)| s * g);
+        self
+    }
+}
+
+/// The record of the job of `row`, from its AdminComment.
+pub fn kept(row: &JobRow) -> Kept {
+    let Some(record) = read(&row.admin_comment) else {
+        return Kept::default();
+    };
+    let accounting_j = tres::count(&row.tres_alloc, ENERGY).and_then(tres::joules);
+    let with_extern = row.steps.iter().any(|s| s.step_id == EXTERN_STEP);
+    Kept {
+        recorded: true,
+        nodes_recorded: record.nodes.len(),
+        joules: Some(record.joules()),
+        parts: record.summed(|n| n.parts.as_ref()),
+        idle_held: record.summed(|n| n.idle_held.as_ref()),
+        tampered: tampered(
+            accounting_j,
+            &record,
+            row.alloc_nodes,
+            row.elapsed_s,
+            with_extern,
+        ),
+        nodes: record.nodes,
+        ..Kept::default()
+    }
+}
+
+/// `label J, ...` of some figures.
+fn listed(figures: &BTreeMap<String, f64>) -> String {
+    let each: Vec<String> = figures
+        .iter()
+        .map(|(label, j)| format!("{label} {j:.1} J"))
+        .collect();
+    each.join(", ")
+}
+
+/// The record in words, for a job of `nodes` nodes: a line, and a warning where
+/// accounting's figure was changed after the job.
+pub fn text(kept: &Kept, nodes: u32) -> Vec<String> {
+    let Some(joules) = kept.joules.filter(|_| kept.recorded) else {
+        return vec!["kept with the job: not recorded".into()];
+    };
+    let mut line = format!(
+        "kept with the job: {joules:.1} J on {} of {nodes} node(s)",
+        kept.nodes_recorded
+    );
+    line += &match &kept.parts {
+        Some(parts) => format!("; parts {}", listed(parts)),
+        None => "; parts not recorded".into(),
+    };
+    line += &match &kept.idle_held {
+        Some(idle) => format!("; idle-held {}", listed(idle)),
+        None => "; idle-held not recorded".into(),
+    };
+    let mut lines = vec![line];
+    if let Some(t) = kept.tampered {
+        lines.push(format!(
+            "WARNING: accounting's energy ({} J) is not what the job's nodes kept at its end \
+             ({:.1} J): accounting's figure was changed after the job",
+            t.accounting_j, t.recorded_j
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,271 @@
+use super::*;
+use crate::record::StepRow;
+use slurm_energy_logic::IdleHeld;
+
+fn node(joules: f64) -> NodeRecord {
+    NodeRecord {
+        joules,
+        source: "rust_rapl".into(),
+        parts: Some(BTreeMap::from([
+            ("package".to_string(), joules * 0.75),
+            ("dram".to_string(), joules * 0.25),
+        ])),
+        idle_held: Some(BTreeMap::from([("cpu".to_string(), 10.0)])),
+    }
+}
+
+#[test]
+fn the_sites_text_is_kept_around_our_segment() {
+    let first = merge("reviewed by ops; ticket 42", "n1", &node(100.0)).expect("merged");
+    assert!(first.starts_with("reviewed by ops; ticket 42 senergy={"));
+    assert_eq!(read(&first).expect("a record").nodes["n1"], node(100.0));
+    // text the site added after ours stays after it
+    let later = format!("{first} checked");
+    let second = merge(&later, "n2", &node(50.0)).expect("merged");
+    assert!(second.starts_with("reviewed by ops; ticket 42 senergy={"));
+    assert!(second.ends_with("} checked"));
+    assert_eq!(second.matches(SEGMENT).count(), 1);
+}
+
+#[test]
+fn two_nodes_are_merged_and_a_node_written_again_replaced() {
+    let one = merge("", "n1", &node(100.0)).expect("merged");
+    let two = merge(&one, "n2", &node(50.5)).expect("merged");
+    let again = merge(&two, "n1", &node(120.0)).expect("merged");
+    let record = read(&again).expect("a record");
+    assert_eq!(record.nodes.len(), 2);
+    assert_eq!(record.nodes["n1"].joules, 120.0);
+    assert_eq!(record.joules(), 170.5);
+    assert_eq!(
+        record.summed(|n| n.parts.as_ref()).expect("a record"),
+        BTreeMap::from([("dram".into(), 42.625), ("package".into(), 127.875)])
+    );
+    assert_eq!(
+        record.summed(|n| n.idle_held.as_ref()).expect("a record")["cpu"],
+        20.0
+    );
+    assert!(holds(&again, "n2", &node(50.5)));
+    assert!(!holds(&one, "n2", &node(50.5)));
+}
+
+#[test]
+fn a_node_without_parts_has_none_summed() {
+    let bare = NodeRecord {
+        joules: 5.0,
+        ..NodeRecord::default()
+    };
+    let record = read(&merge("", "n1", &bare).expect("merged")).expect("a record");
+    assert_eq!(record.summed(|n| n.parts.as_ref()), None);
+    assert_eq!(
+        merge("", "n1", &bare).expect("merged"),
+        r#"senergy={"v":1,"nodes":{"n1":{"joules":5.0}}}"#
+    );
+}
+
+#[test]
+fn a_malformed_segment_is_left_as_the_sites_text() {
+    for broken in [
+        "senergy={\"v\":1,\"nodes\":{\"n1\":",
+        "senergy=not json",
+        "senergy={\"v\":9,\"nodes\":{}}",
+        "senergy={\"v\":1,\"nodes\":{\"n1\":{\"joules\":\"many\"}}}",
+    ] {
+        assert_eq!(read(broken), None, "{broken}");
+        let merged = merge(broken, "n2", &node(7.0)).expect("merged");
+        assert!(merged.starts_with(broken), "{merged}");
+        let record = read(&merged).expect("a record");
+        assert_eq!(record.nodes.keys().collect::<Vec<_>>(), ["n2"]);
+    }
+}
+
+#[test]
+fn no_quote_or_backslash_reaches_slurmdbd() {
+    assert_eq!(
+        merge("it's ours", "n1", &node(1.0)),
+        Err(MergeError::Unquotable)
+    );
+    assert_eq!(merge("a\\b", "n1", &node(1.0)), Err(MergeError::Unquotable));
+    let odd = NodeRecord {
+        source: "rapl \"pkg\" \\ 'x'\n".into(),
+        ..node(1.0)
+    };
+    let merged = merge("", "n'1", &odd).expect("merged");
+    assert!(!merged.contains(['\'', '\\', '\n']), "{merged}");
+    assert_eq!(
+        read(&merged).expect("a record").nodes["n_1"].source,
+        "rapl _pkg_ _ _x__"
+    );
+}
+
+#[test]
+fn the_comment_stays_within_its_bound() {
+    let huge_parts = NodeRecord {
+        parts: Some((0..5000).map(|i| (format!("gpu{i}"), 1.5)).collect()),
+        ..node(9.0)
+    };
+    // the parts do not fit: the node's energy alone is kept
+    let merged = merge("", "n1", &huge_parts).expect("merged");
+    assert!(merged.len() <= MAX_COMMENT);
+    let kept = &read(&merged).expect("a record").nodes["n1"];
+    assert_eq!(kept.joules, 9.0);
+    assert!(kept.parts.is_none() && kept.idle_held.is_none());
+    // nor does the energy: nothing is changed
+    let full = "x".repeat(MAX_COMMENT - 10);
+    assert!(matches!(
+        merge(&full, "n1", &node(1.0)),
+        Err(MergeError::TooLarge(n)) if n > MAX_COMMENT
+    ));
+}
+
+#[test]
+fn a_figure_is_final_once_sampled_after_the_job_was_last_seen() {
+    let began = 1000.0;
+    // no sample since the Epilog began: wait
+    assert_eq!(ledgered(999.0, Some((990.0, 5.0)), began), Ledgered::Wait);
+    // sampled since, the job still seen then: wait
+    assert_eq!(ledgered(1001.0, Some((1001.0, 5.0)), began), Ledgered::Wait);
+    // sampled since, the job not seen then: final
+    assert_eq!(
+        ledgered(1001.0, Some((1000.5, 5.0)), began),
+        Ledgered::Final(5.0)
+    );
+    // sampled since, and no such job
+    assert_eq!(ledgered(1001.0, None, began), Ledgered::Absent);
+    // not sampled since: an absent job may yet be the ledger's lag
+    assert_eq!(ledgered(999.0, None, began), Ledgered::Wait);
+}
+
+/// The record of a job whose nodes n1 and n2 kept `n1` and `n2` joules.
+fn two_nodes(n1: f64, n2: f64) -> Record {
+    read(
+        &merge(
+            &merge("", "n1", &node(n1)).expect("merged"),
+            "n2",
+            &node(n2),
+        )
+        .expect("merged"),
+    )
+    .expect("a record")
+}
+
+#[test]
+fn accounting_changed_after_the_job_is_told() {
+    let record = two_nodes(1000.0, 500.0);
+    // an hour's job (1 500 J: 0.4 W): whole joules per node, a moment earlier, the same
+    let hour = 3600;
+    assert_eq!(tampered(Some(1498), &record, 2, hour, true), None);
+    assert_eq!(tampered(Some(1501), &record, 2, hour, true), None);
+    // rewritten to 1 J
+    assert_eq!(
+        tampered(Some(1), &record, 2, hour, true),
+        Some(Tampered {
+            accounting_j: 1,
+            recorded_j: 1500.0
+        })
+    );
+    // raised, or lowered by more than the rounding and a sample's worth
+    assert!(tampered(Some(3000), &record, 2, hour, true).is_some());
+    assert!(tampered(Some(1480), &record, 2, hour, true).is_some());
+    // a record of some nodes only, a figure without the extern step's, no figure: not
+    // compared
+    assert_eq!(tampered(Some(1), &record, 3, hour, true), None);
+    assert_eq!(tampered(Some(1), &record, 2, hour, false), None);
+    assert_eq!(tampered(None, &record, 2, hour, true), None);
+}
+
+/// A job whose step failed at once lived a fraction of a second at 150 W and 80 W: its
+/// ledger figure and its extern step's begin up to a sample apart, so they differ by
+/// several joules (29 J in accounting for 34.4 J recorded on 26.05.3); a sample's worth at
+/// its power is no sign of a change, a rewrite still is.
+#[test]
+fn a_job_of_a_fraction_of_a_second_differs_by_a_sample_not_a_change() {
+    let record = two_nodes(22.803, 11.621);
+    assert_eq!(tampered(Some(29), &record, 2, 0, true), None);
+    assert!(tampered(Some(80), &record, 2, 0, true).is_some());
+}
+
+fn recorded_job(accounting_j: u64) -> JobRow {
+    let comment = merge(
+        &merge("ops note", "n1", &node(1000.0)).expect("merged"),
+        "n2",
+        &node(500.0),
+    )
+    .expect("merged");
+    JobRow {
+        job_id: 9,
+        alloc_nodes: 2,
+        elapsed_s: 3600,
+        tres_alloc: format!("1=2,3={accounting_j}"),
+        admin_comment: comment,
+        steps: vec![StepRow {
+            step_id: EXTERN_STEP,
+            ..StepRow::default()
+        }],
+        ..JobRow::default()
+    }
+}
+
+#[test]
+fn a_job_shows_its_record_or_says_it_has_none() {
+    let kept_now = kept(&recorded_job(1500));
+    assert!(kept_now.recorded);
+    assert_eq!(
+        (kept_now.nodes_recorded, kept_now.joules),
+        (2, Some(1500.0))
+    );
+    assert_eq!(kept_now.tampered, None);
+    assert_eq!(
+        text(&kept_now, 2),
+        [
+            "kept with the job: 1500.0 J on 2 of 2 node(s); parts dram 375.0 J, package \
+             1125.0 J; idle-held cpu 20.0 J"
+        ]
+    );
+    // accounting's figure rewritten after the job (an owner's TRES edit, 25.11+)
+    let edited = kept(&recorded_job(1));
+    assert_eq!(
+        text(&edited, 2)[1],
+        "WARNING: accounting's energy (1 J) is not what the job's nodes kept at its end \
+         (1500.0 J): accounting's figure was changed after the job"
+    );
+    // no record: said, never 0
+    let none = kept(&JobRow {
+        admin_comment: "ops note".into(),
+        ..recorded_job(1500)
+    });
+    assert!(!none.recorded && none.joules.is_none());
+    assert_eq!(text(&none, 2), ["kept with the job: not recorded"]);
+}
+
+/// Two stacked plugins' breakdowns of one job add up on the node: RAPL's domains beside
+/// each GPU, the GPU's idle-held beside the CPUs'; a figure neither knows stays absent.
+#[test]
+fn stacked_ledgers_breakdowns_add_up_on_the_node() {
+    let mut entry = NodeRecord::default();
+    let rapl = Breakdown {
+        parts: BTreeMap::from([("package-0".into(), 300.0), ("dram-0".into(), 50.0)]),
+        idle_held: IdleHeld {
+            cpu: Some(40.0),
+            ..IdleHeld::default()
+        },
+    };
+    let gpu = Breakdown {
+        parts: BTreeMap::from([("gpu0".into(), 900.0), ("gpu1".into(), 210.0)]),
+        idle_held: IdleHeld {
+            gpu: Some(210.0),
+            ..IdleHeld::default()
+        },
+    };
+    add_breakdown(&mut entry, &rapl);
+    add_breakdown(&mut entry, &gpu);
+    let parts = entry.parts.expect("parts");
+    assert_eq!(parts.values().sum::<f64>(), 1460.0);
+    assert_eq!(parts["gpu1"], 210.0);
+    let idle = entry.idle_held.expect("idle-held");
+    assert_eq!((idle["gpu"], idle["cpu"]), (210.0, 40.0));
+
+    // a ledger without a breakdown (IPMI's whole node) leaves both absent
+    let mut bare = NodeRecord::default();
+    add_breakdown(&mut bare, &Breakdown::default());
+    assert_eq!((bare.parts, bare.idle_held), (None, None));
+}
