@@ -24,7 +24,7 @@ mod keeper;
 mod number;
 mod parts;
 mod reader;
-pub mod slots;
+mod slots;
 
 pub(crate) use file::Refused;
 pub use floor::SUSTAIN as STATIC_POWER_SUSTAIN_SECS;

@@ -43,7 +43,7 @@ use crate::replace::{Access, replace};
 use crate::trusted_dir::{self, NO_WRITE};
 
 /// `energy-ledger.N.slots` beside the ledger `energy-ledger.N.json`.
-pub fn slots_path(ledger: &Path) -> PathBuf {
+pub(crate) fn slots_path(ledger: &Path) -> PathBuf {
     ledger.with_extension("slots")
 }
 
@@ -54,7 +54,7 @@ const HEADER: usize = 64;
 const NODE_SIZE: usize = 1024;
 const SLOT_SIZE: usize = 128;
 /// How many slots a key's probe covers: the table grows before a key would need more.
-pub const PROBES: usize = 8;
+pub(crate) const PROBES: usize = 8;
 /// The smallest table: a node's few jobs fit without a rebuild.
 const MIN_CAPACITY: usize = 64;
 /// How many times a torn read is read again before the step asks slurmd.
@@ -286,7 +286,7 @@ fn capacity_for(steps: usize) -> usize {
 
 /// slurmd's side: the slots file, written at each update.
 #[derive(Debug)]
-pub struct Table {
+pub(crate) struct Table {
     path: PathBuf,
     /// The file written now, with its table's capacity.
     file: Option<(File, usize)>,
@@ -299,7 +299,7 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn new(ledger: &Path) -> Self {
+    pub(crate) fn new(ledger: &Path) -> Self {
         Self {
             path: slots_path(ledger),
             file: None,
@@ -311,7 +311,7 @@ impl Table {
 
     /// Writes `ledger`'s update: one `pwrite` of the node's block and every slot, or a new
     /// file where the table must grow or may shrink (or none is open yet).
-    pub fn write(&mut self, ledger: &Ledger) -> Result<(), LedgerError> {
+    pub(crate) fn write(&mut self, ledger: &Ledger) -> Result<(), LedgerError> {
         let mut steps: Vec<(StepKey, Account)> = Vec::new();
         for job in ledger.jobs() {
             steps.extend(
@@ -411,7 +411,7 @@ impl Table {
 
 /// What a step's read of its slot found.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Slot {
+pub(crate) enum Slot {
     /// Its figures as of slurmd's last update (the node's parts where it needs them).
     Found(Answer),
     /// The table has no slot of its step, or the node's parts do not fit the file: the
@@ -425,14 +425,14 @@ pub enum Slot {
 
 /// slurmstepd's side: the slots file held open, read at Slurm's periodic polls.
 #[derive(Debug)]
-pub struct Reader {
+pub(crate) struct Reader {
     file: File,
     capacity: usize,
 }
 
 impl Reader {
     /// The slots file beside the ledger `ledger`, if slurmd writes one of this format.
-    pub fn open(ledger: &Path) -> Option<Self> {
+    pub(crate) fn open(ledger: &Path) -> Option<Self> {
         let file = open_trusted(&slots_path(ledger), false).ok()??;
         let mut header = [0u8; HEADER];
         file.read_exact_at(&mut header, 0).ok()?;
@@ -449,7 +449,7 @@ impl Reader {
     /// The figures of `step` (the node's alone while it has no name yet) as of slurmd's
     /// last update. The node's parts are read where the step may need them: unless slurmd
     /// splits by shares, where a step's figure is its own account.
-    pub fn read(&self, step: Option<StepKey>) -> Slot {
+    pub(crate) fn read(&self, step: Option<StepKey>) -> Slot {
         let mut window = [0u8; PROBES * SLOT_SIZE];
         let mut block = [0u8; NODE_SIZE];
         for _ in 0..TRIES {
