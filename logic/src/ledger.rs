@@ -24,6 +24,7 @@ mod keeper;
 mod number;
 mod parts;
 mod reader;
+mod slots;
 
 pub(crate) use file::Refused;
 pub use floor::SUSTAIN as STATIC_POWER_SUSTAIN_SECS;
@@ -681,37 +682,16 @@ impl Ledger {
     /// no one else can write (`trusted_dir`), never through a link, and only when it is
     /// slurmd's user's own file (a planted file is none of slurmd's).
     pub fn load(path: &Path) -> Result<Option<Self>, LedgerError> {
-        let read = |source| LedgerError::Read {
-            path: path.display().to_string(),
-            source,
+        let Some(file) = open_trusted(path, false)? else {
+            return Ok(None);
         };
-        // never through a link; a FIFO in its place does not hold the open (its reader
-        // would wait for a writer): it is opened at once, and refused as no regular file
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path);
-        let file = match file {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                return Err(LedgerError::Untrusted {
-                    path: path.display().to_string(),
-                });
-            }
-            Err(e) => return Err(read(e)),
-        };
-        // checked once open: a reader that may not open it (`senergy check` run by a user)
-        // is told that, not that the directory is not its own
-        trusted_dir::check(spool_of(path), NO_WRITE)?;
-        let meta = file.metadata().map_err(read)?;
-        if !meta.is_file() || meta.uid() != nix::unistd::geteuid().as_raw() {
-            return Err(LedgerError::Untrusted {
-                path: path.display().to_string(),
-            });
-        }
         let mut text = Vec::new();
-        (&file).read_to_end(&mut text).map_err(read)?;
+        (&file)
+            .read_to_end(&mut text)
+            .map_err(|source| LedgerError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
         let path = path.display().to_string();
         match Self::parse(&text) {
             Ok(ledger) => Ok(Some(ledger)),
@@ -733,6 +713,44 @@ impl Ledger {
             source,
         })
     }
+}
+
+/// Opens slurmd's file `path` in SlurmdSpoolDir (the ledger, its slots) to read, or to
+/// read and write if `write`; `None` when there is none. Only from a directory no one else
+/// can write ([`trusted_dir`]), never through a link, and only slurmd's user's own regular
+/// file (a planted file is none of slurmd's).
+pub(crate) fn open_trusted(path: &Path, write: bool) -> Result<Option<fs::File>, LedgerError> {
+    let read = |source| LedgerError::Read {
+        path: path.display().to_string(),
+        source,
+    };
+    // never through a link; a FIFO in its place does not hold the open (its reader
+    // would wait for a writer): it is opened at once, and refused as no regular file
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    let file = match file {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(LedgerError::Untrusted {
+                path: path.display().to_string(),
+            });
+        }
+        Err(e) => return Err(read(e)),
+    };
+    // checked once open: a reader that may not open it (`senergy check` run by a user)
+    // is told that, not that the directory is not its own
+    trusted_dir::check(spool_of(path), NO_WRITE)?;
+    let meta = file.metadata().map_err(read)?;
+    if !meta.is_file() || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(LedgerError::Untrusted {
+            path: path.display().to_string(),
+        });
+    }
+    Ok(Some(file))
 }
 
 #[cfg(test)]

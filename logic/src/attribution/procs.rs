@@ -233,9 +233,15 @@ impl Procs {
     }
 
     /// The name of the thread that calls (`/proc/thread-self/comm`): Slurm names its own.
+    /// Read at each of Slurm's polls in a slurmstepd: one `read` into a buffer larger than
+    /// any name (the kernel's are 15 bytes), no `stat` for the file's size.
     pub fn calling_thread(&self) -> Option<String> {
-        let name = fs::read_to_string(self.root.join("thread-self/comm")).ok()?;
-        Some(name.trim_end().to_string())
+        let mut buf = [0u8; 64];
+        let n = File::open(self.root.join("thread-self/comm"))
+            .ok()?
+            .read(&mut buf)
+            .ok()?;
+        Some(String::from_utf8_lossy(&buf[..n]).trim_end().to_string())
     }
 
     /// The id of the thread that calls (`/proc/thread-self/stat`'s first field): a

@@ -13,7 +13,6 @@
 //! the step knows at once and goes on as before, ringing the doorbell and reading the
 //! ledger file (`super::reader`).
 
-use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -266,7 +265,9 @@ struct Booked {
     header: Answer,
     /// Whether an update was ever booked: until then a question waits for one.
     booked: bool,
-    steps: HashMap<StepKey, Account>,
+    /// Each step's account, in key order (a search, not a hash map: kept at every update,
+    /// it is built from the ledger's own order in a few µs at 256 jobs).
+    steps: Vec<(StepKey, Account)>,
     /// Questions that wait for an update taken after they came, with when they came.
     waiting: Vec<(Request, UnixStream, Instant)>,
 }
@@ -274,7 +275,10 @@ struct Booked {
 impl Booked {
     fn answer(&self, request: Request) -> Answer {
         Answer {
-            step: request.step.and_then(|k| self.steps.get(&k).copied()),
+            step: request.step.and_then(|k| {
+                let found = self.steps.binary_search_by_key(&k, |(key, _)| *key);
+                found.ok().map(|at| self.steps[at].1)
+            }),
             ..self.header.clone()
         }
     }
@@ -305,12 +309,15 @@ impl Book {
     /// slurmd's keeper updated `ledger` from a reading taken at `taken`: the book is this
     /// update's, and the questions that came before the reading are answered.
     pub(crate) fn update(&self, ledger: &Ledger, taken: Instant) {
-        let mut steps = HashMap::new();
+        let mut steps = Vec::new();
         for job in ledger.jobs() {
-            for (step, account) in job.steps() {
-                steps.insert(StepKey { job: job.id, step }, account);
-            }
+            steps.extend(
+                job.steps()
+                    .map(|(step, a)| (StepKey { job: job.id, step }, a)),
+            );
         }
+        // in order already (the ledger's maps are); a sorted run is checked in one pass
+        steps.sort_unstable_by_key(|(key, _)| *key);
         let mut booked = self.lock();
         booked.header = Answer::from_ledger(ledger, None);
         booked.booked = true;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::ask::Book;
 use super::doorbell::Pace;
+use super::slots::Table;
 use super::{Ledger, Observation, ObservedJob, ObservedStep, Part, Split, ledger_path};
 use crate::accounting::Accounting;
 use crate::attribution::cgroup::CgroupTree;
@@ -55,6 +56,10 @@ pub(crate) struct Keeper {
     pace: Arc<Pace>,
     /// What steps' questions are answered from, kept at each update ([`super::ask`]).
     book: Arc<Book>,
+    /// The slots file, for the steps' periodic polls, written at each update
+    /// ([`super::slots`]), and whether its last write failed (said once per episode).
+    slots: Table,
+    slots_failing: bool,
     /// When the ledger file was last written (the sample's time): it is what a slurmd
     /// started again continues from, and what a step reads when slurmd does not answer,
     /// so it is written every [`STORE_INTERVAL`].
@@ -138,6 +143,8 @@ impl Keeper {
             path,
             pace: Arc::default(),
             book: Arc::default(),
+            slots: Table::new(&ledger_path(spool, context_id)),
+            slots_failing: false,
             stored: None,
             file_wanted: false,
             failing: false,
@@ -244,6 +251,14 @@ impl Keeper {
         }
         // the questions asked before this sample's reading are answered by it
         self.book.update(&self.ledger, point.at);
+        match self.slots.write(&self.ledger) {
+            Ok(()) => self.slots_failing = false,
+            Err(e) if !self.slots_failing => {
+                log::error!("{e}; steps ask slurmd for their figures at every poll");
+                self.slots_failing = true;
+            }
+            Err(_) => {}
+        }
     }
 
     /// Writes the ledger file; a failure is logged once per episode.

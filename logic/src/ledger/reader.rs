@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use super::ask::{self, Answer, Request, Unanswered, Want};
 use super::doorbell::{self, ANSWER_WAIT, Ring};
+use super::slots::{self, Slot};
 use super::{LEDGER_PERIOD, Ledger, LedgerError, MAX_GAP, RUN_SLACK, unix};
 use crate::accounting::MAX_PARTS;
 use crate::attribution::procs::Procs;
@@ -65,6 +66,9 @@ pub(crate) struct StepFigure {
     parts: Vec<PartReading>,
     /// Whether slurmd answered its last read (else it read the file).
     answered: bool,
+    /// slurmd's slots file, held open once found ([`slots`]): Slurm's periodic polls read
+    /// their figure there.
+    slots: Option<slots::Reader>,
 }
 
 /// A part's label as a reading carries it (`&'static`, as a source's own): each distinct
@@ -138,6 +142,7 @@ impl StepFigure {
             trouble: None,
             parts: Vec::new(),
             answered: false,
+            slots: None,
         }
     }
 
@@ -363,7 +368,14 @@ impl StepFigure {
         &mut self,
         key: Option<StepKey>,
         want: Want,
+        called: f64,
     ) -> (Result<Option<Answer>, LedgerError>, bool) {
+        if want == Want::Current
+            && let Some(answer) = self.read_slot(key, called)
+        {
+            self.answered = true;
+            return (Ok(Some(answer)), false);
+        }
         let wait = if want.waits() {
             ANSWER_WAIT
         } else {
@@ -401,6 +413,29 @@ impl StepFigure {
 }
 
 impl StepFigure {
+    /// Its figures as of slurmd's last update, from its slot ([`slots`]): `None` where
+    /// slurmd writes no slots, the step has none, its slot is stale (slurmd stopped, or
+    /// another began a file of its own) or torn at every try, when it asks slurmd. A file
+    /// gone or stale is opened again at the next read.
+    fn read_slot(&mut self, key: Option<StepKey>, called: f64) -> Option<Answer> {
+        if self.slots.is_none() {
+            self.slots = slots::Reader::open(&self.path);
+        }
+        let read = self.slots.as_ref()?.read(key);
+        match read {
+            Slot::Found(answer)
+                if called - answer.sampled_at <= stale_after(LEDGER_PERIOD).as_secs_f64() =>
+            {
+                Some(answer)
+            }
+            Slot::Found(_) | Slot::Gone => {
+                self.slots = None;
+                None
+            }
+            Slot::Missing | Slot::Torn => None,
+        }
+    }
+
     /// What it reads, in one line.
     pub(crate) fn describe(&self) -> String {
         let what = if self.shared {
@@ -427,7 +462,15 @@ impl StepFigure {
         // brought forward (slurmd is late): but it never waits, since slurmd holds an RPC
         // thread for an sstat until the step answers; its figure is the ledger's as it is
         // (said to be late when it is), and the next read finds the sample it asked for
-        let tasks = !self.procs.children(self.pid).is_empty();
+        let periodic = self.counted.is_some()
+            && self
+                .procs
+                .calling_thread()
+                .is_some_and(|t| periodic_poll(&t));
+        // a periodic poll of a step whose tasks were seen is no edge whatever its tasks are
+        // now (its main thread takes the last read): they are not looked for, a walk of its
+        // threads in /proc at each of Slurm's polls
+        let tasks = (periodic && self.had_tasks) || !self.procs.children(self.pid).is_empty();
         // its tasks were seen and are gone, or it is an extern step its job's other steps
         // have left and its main thread reads: the step ends, and this is its last read
         // (said once; Slurm's reads after it find the same figure). Only a step without
@@ -445,10 +488,6 @@ impl StepFigure {
         let (edge, asks) = match self.counted {
             None => (!tasks, false),
             Some(_) => {
-                let periodic = self
-                    .procs
-                    .calling_thread()
-                    .is_some_and(|t| periodic_poll(&t));
                 // slurmd's last update is older than a figure is brought forward: as its
                 // last answer said, or by the file's time where the step reads the file
                 let late = if self.answered {
@@ -470,7 +509,7 @@ impl StepFigure {
             (false, _, true) => Want::Refresh,
             (false, _, false) => Want::Current,
         };
-        let (loaded, unanswered) = self.figures(key, want);
+        let (loaded, unanswered) = self.figures(key, want, called);
         self.said_last |= edge && last;
         let counted = match loaded {
             Ok(Some(view)) => {

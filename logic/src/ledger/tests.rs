@@ -3,7 +3,7 @@ use crate::attribution::holders::ObservedInstance;
 
 const LEARNED: Split = Split::Shared { idle_watts: None };
 
-fn idle(watts: f64) -> Split {
+pub(super) fn idle(watts: f64) -> Split {
     Split::Shared {
         idle_watts: Some(watts),
     }
@@ -26,7 +26,7 @@ fn counters(cpus: u32, usage_s: f64) -> Option<JobCounters> {
     })
 }
 
-fn observation(
+pub(super) fn observation(
     t0: Instant,
     w0: SystemTime,
     secs: u64,
@@ -45,7 +45,7 @@ fn observation(
     }
 }
 
-fn job(job: u32, cpus: u32, usage_s: f64, steps: &[(StepId, f64)]) -> ObservedJob {
+pub(super) fn job(job: u32, cpus: u32, usage_s: f64, steps: &[(StepId, f64)]) -> ObservedJob {
     ObservedJob {
         job,
         counters: counters(cpus, usage_s),
@@ -416,10 +416,12 @@ fn ledger_read_cost() {
         }
         const ROUNDS: u32 = 2_000;
         let started = Instant::now();
+        let cpu = thread_cpu();
         for _ in 0..ROUNDS {
             ledger.store(&path).expect("store");
         }
         let write_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
+        let write_cpu_us = (thread_cpu() - cpu).as_secs_f64() * 1e6 / f64::from(ROUNDS);
         let started = Instant::now();
         for _ in 0..ROUNDS {
             book.update(&ledger, Instant::now());
@@ -450,15 +452,50 @@ fn ledger_read_cost() {
         }
         let ask_us = asked.iter().sum::<f64>() / f64::from(ROUNDS);
         asked.sort_by(f64::total_cmp);
+        // the slots: slurmd's write at an update, a step's read of its slot
+        let mut table = super::slots::Table::new(&path);
+        table.write(&ledger).expect("slots");
+        let started = Instant::now();
+        for _ in 0..ROUNDS {
+            table.write(&ledger).expect("slots");
+        }
+        let slots_write_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
+        let reader = super::slots::Reader::open(&path).expect("slots");
+        let mut slotted = Vec::with_capacity(ROUNDS as usize);
+        for _ in 0..ROUNDS {
+            let started = Instant::now();
+            let read = reader.read(request.step);
+            slotted.push(started.elapsed().as_secs_f64() * 1e6);
+            let super::slots::Slot::Found(answer) = read else {
+                panic!("{read:?}");
+            };
+            assert_eq!(answer.step, ledger.step(jobs, StepId(0)));
+        }
+        let slot_us = slotted.iter().sum::<f64>() / f64::from(ROUNDS);
+        slotted.sort_by(f64::total_cmp);
         println!(
             "{jobs:>4} jobs: a step's read (asked) {ask_us:.1} us (median {:.1}, 99th {:.1}); \
+             (its slot) {slot_us:.2} us (median {:.2}, 99th {:.2}); \
              from the file ({} bytes) {file_us:.1} us; slurmd's answers kept {book_us:.1} us, \
-             its write {write_us:.1} us",
+             its write {write_us:.1} us ({write_cpu_us:.1} us CPU), its slots' write {slots_write_us:.1} us ({} bytes)",
             asked[asked.len() / 2],
             asked[asked.len() * 99 / 100],
-            fs::metadata(&path).expect("meta").len()
+            slotted[slotted.len() / 2],
+            slotted[slotted.len() * 99 / 100],
+            fs::metadata(&path).expect("meta").len(),
+            fs::metadata(super::slots::slots_path(&path))
+                .expect("meta")
+                .len(),
         );
     }
+}
+
+/// This thread's CPU time so far (a benchmark's: what a sample costs the node, whatever it
+/// waits for).
+pub(crate) fn thread_cpu() -> Duration {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .expect("the thread's CPU time");
+    Duration::from(now)
 }
 
 /// A requeued job runs again under its id while the ledger still holds its first run:

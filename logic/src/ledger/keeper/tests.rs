@@ -50,11 +50,13 @@ fn attribution_cost_per_sample() {
         let mut accounting = Accounting::new(w0);
         let rounds = 200u32;
         let mut started = Instant::now();
+        let mut cpu = crate::ledger::tests::thread_cpu();
         for k in 0..=rounds {
             if k == 1 {
                 let (observed, _) = keeper.observe(&[]);
                 assert!(observed.iter().all(|j| j.counters.is_some()));
                 started = Instant::now();
+                cpu = crate::ledger::tests::thread_cpu();
             }
             let at = Duration::from_secs(u64::from(k));
             let reading = Reading {
@@ -67,6 +69,26 @@ fn attribution_cost_per_sample() {
             keeper.on_sample(&accounting, &Reading::default());
         }
         let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
+        let cpu_us =
+            (crate::ledger::tests::thread_cpu() - cpu).as_secs_f64() * 1e6 / f64::from(rounds);
+        // the same without the ledger file's write (every fifth sample above): what the
+        // sample costs apart from the file system's creating and renaming of a file
+        keeper.stored = Some(t0 + Duration::from_secs(1_000_000));
+        let (started, cpu) = (Instant::now(), crate::ledger::tests::thread_cpu());
+        for k in rounds + 1..=2 * rounds {
+            let at = Duration::from_secs(u64::from(k));
+            let reading = Reading {
+                energy_uj: u64::from(k) * 300_000_000,
+                complete: true,
+                ..Reading::default()
+            };
+            accounting.record(&reading, t0 + at, w0 + at);
+            keeper.pace = Arc::default();
+            keeper.on_sample(&accounting, &Reading::default());
+        }
+        let unstored = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
+        let unstored_cpu =
+            (crate::ledger::tests::thread_cpu() - cpu).as_secs_f64() * 1e6 / f64::from(rounds);
         // the part of it that finds the jobs and reads their cgroups
         let started = Instant::now();
         for _ in 0..rounds {
@@ -74,6 +96,7 @@ fn attribution_cost_per_sample() {
         }
         let observe = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         // the same with the Prometheus metrics file written at each sample
+        keeper.stored = None;
         let file = tmp.path().join("slurm_energy.prom");
         let readable = crate::replace::Access {
             mode: 0o644,
@@ -92,7 +115,7 @@ fn attribution_cost_per_sample() {
             }),
         );
         let started = Instant::now();
-        for k in rounds + 1..=2 * rounds {
+        for k in 2 * rounds + 1..=3 * rounds {
             let at = Duration::from_secs(u64::from(k));
             let reading = Reading {
                 energy_uj: u64::from(k) * 300_000_000,
@@ -106,8 +129,9 @@ fn attribution_cost_per_sample() {
         let with_metrics = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         let bytes = fs::metadata(&file).map_or(0, |m| m.len());
         println!(
-            "{jobs} jobs: {us:.0} us per sample ({:.1} us per job), of which steps and \
-             cgroups read {observe:.0} us ({:.1} us per job); with the metrics file \
+            "{jobs} jobs: {us:.0} us per sample ({:.1} us per job; {cpu_us:.0} us CPU), of which steps and \
+             cgroups read {observe:.0} us ({:.1} us per job); without the ledger file's write \
+             {unstored:.0} us ({unstored_cpu:.0} us CPU); with the metrics file \
              ({bytes} bytes) {with_metrics:.0} us",
             us / f64::from(jobs),
             observe / f64::from(jobs)
@@ -381,7 +405,7 @@ fn a_step_is_charged_up_to_its_last_read_and_its_job_no_more_after_its_extern_st
 /// written at every update ([`STORE_INTERVAL`]), and when slurmd stops; every update is
 /// also in the book that answers the questions.
 #[test]
-fn the_ledger_file_is_written_at_each_update_and_at_the_end() {
+fn the_ledger_file_and_the_slots_are_written_at_each_update_and_at_the_end() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut keeper = Keeper::node(tmp.path(), 0).expect("keeper");
     let path = keeper.path().to_path_buf();
@@ -427,6 +451,12 @@ fn the_ledger_file_is_written_at_each_update_and_at_the_end() {
     std::io::Read::read_to_end(&mut &mine, &mut bytes).expect("answer");
     let answer = crate::ledger::ask::Answer::decode(&bytes).expect("an answer");
     assert!((answer.sampled_at - crate::ledger::unix(w0) - 3.0).abs() < 1e-3);
+    // the slots, which Slurm's periodic polls read, hold the same update's figures
+    let slots = crate::ledger::slots::Reader::open(&path).expect("the slots");
+    let crate::ledger::slots::Slot::Found(slotted) = slots.read(None) else {
+        panic!("the node's figures in the slots");
+    };
+    assert_eq!(slotted, answer);
     drop(keeper);
     assert!(
         near(written(), 3.0),

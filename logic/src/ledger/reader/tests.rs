@@ -589,3 +589,81 @@ fn a_step_slurmd_does_not_answer_reads_the_file_within_the_wait() {
     assert!(first.complete);
     assert_eq!(first.energy_uj, 300_000_000);
 }
+
+/// Slurm's periodic polls read the step's slot, which slurmd wrote at its last update,
+/// without asking slurmd: its answer on the socket (kept from the update before) is not
+/// what the step counts. The step's first read, an edge, asks; and once the slots file is
+/// stale (slurmd stopped updating it) the step asks again.
+#[test]
+fn a_periodic_poll_reads_its_slot_without_asking_slurmd() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = batch_stepd(tmp.path());
+    let path = tmp.path().join("energy-ledger.0.json");
+    let now = unix_now();
+    publish_split(&path, now, "shared", 5_000.0, 300.0, 30.0);
+    let asked = Ledger::load(&path).expect("ledger").expect("a ledger");
+    let book: Arc<ask::Book> = Arc::default();
+    let booked = Arc::clone(&book);
+    let _bell = doorbell::Doorbell::open(
+        &doorbell::doorbell_path(&path),
+        Arc::default(),
+        Arc::clone(&book),
+        move || booked.update(&asked, Instant::now()),
+    )
+    .expect("doorbell");
+    // slurmd's next update, in the slots alone
+    publish_split(&path, now, "shared", 5_100.0, 340.0, 40.0);
+    let slotted = Ledger::load(&path).expect("ledger").expect("a ledger");
+    fs::remove_file(&path).expect("no file");
+    let mut table = slots::Table::new(&path);
+    table.write(&slotted).expect("slots");
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
+    let first = step.read();
+    assert_eq!(first.energy_uj, 300_000_000, "its first read asks slurmd");
+    procs::tests::write_thread_name(&proc_root, "acctg");
+    let polled = step.read();
+    assert_eq!(
+        polled.energy_uj, 340_000_000,
+        "a periodic poll reads its slot"
+    );
+    assert_eq!(polled.watts, Some(40.0));
+    // a stale slot (slurmd stopped writing it) is not taken: the step asks slurmd
+    let mut stale = slotted.clone();
+    stale.sampled_at = now - 600.0;
+    table.write(&stale).expect("slots");
+    assert_eq!(
+        step.read().energy_uj,
+        340_000_000,
+        "nothing counted from it"
+    );
+    assert!(step.slots.is_none(), "opened again at the next read");
+}
+
+/// The cost of a slurmstepd's read at one of Slurm's periodic polls (its step's slot read,
+/// the calling thread's name, the figure counted), its tasks running, in a temp dir's
+/// /proc and spool: `cargo test --release -p slurm-energy-logic --lib step_poll_cost --
+/// --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn step_poll_cost() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proc_root = batch_stepd(tmp.path());
+    procs::tests::child(&proc_root, 40, 41);
+    let path = tmp.path().join("energy-ledger.0.json");
+    let now = unix_now();
+    publish_split(&path, now, "shared", 5_000.0, 300.0, 30.0);
+    let ledger = Ledger::load(&path).expect("ledger").expect("a ledger");
+    let mut table = slots::Table::new(&path);
+    table.write(&ledger).expect("slots");
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true);
+    assert!(step.read().complete, "its first read, from the file");
+    procs::tests::write_thread_name(&proc_root, "acctg");
+    const ROUNDS: u32 = 20_000;
+    let started = Instant::now();
+    for _ in 0..ROUNDS {
+        assert!(step.read().watts == Some(30.0));
+    }
+    let ns = started.elapsed().as_secs_f64() * 1e9 / f64::from(ROUNDS);
+    assert!(step.slots.is_some());
+    println!("a step's periodic poll: {ns:.0} ns");
+}
