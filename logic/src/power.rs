@@ -472,13 +472,19 @@ pub(crate) trait Blocking: Polling {
 // it: how it polls (`Blocking`, `Polling`) stays the crate's.
 #[allow(private_bounds)]
 pub struct Polled<P: Blocking> {
-    /// The poller (the crate's tests ask it why nothing is published).
-    pub(crate) poller: Poller<P::Published>,
+    poller: Poller<P::Published>,
     readout: P::Readout,
 }
 
 #[allow(private_bounds)] // as on `Polled`
 impl<P: Blocking> Polled<P> {
+    /// Why the poller publishes nothing, while connecting or rounds fail (the log says it
+    /// in production; the tests ask).
+    #[cfg(test)]
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.poller.latest().failure().map(str::to_string)
+    }
+
     /// Starts `polling` in its thread, at the settings' period and backoff, and returns at
     /// once: the one way a source that may block reaches the scheduler.
     pub(crate) fn start(
