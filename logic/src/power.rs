@@ -479,8 +479,8 @@ pub struct Polled<P: Blocking> {
 #[allow(private_bounds)] // as on `Polled`
 impl<P: Blocking> Polled<P> {
     /// Why the poller publishes nothing, while connecting or rounds fail (the log says it
-    /// in production; the tests ask).
-    #[cfg(test)]
+    /// in production; the GPUs' tests ask).
+    #[cfg(all(test, feature = "gpu"))]
     pub(crate) fn failure(&self) -> Option<String> {
         self.poller.latest().failure().map(str::to_string)
     }

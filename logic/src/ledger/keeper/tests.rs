@@ -71,9 +71,15 @@ fn attribution_cost_per_sample() {
         let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         let cpu_us =
             (crate::ledger::tests::thread_cpu() - cpu).as_secs_f64() * 1e6 / f64::from(rounds);
-        // the same without the ledger file's write (every fifth sample above): what the
-        // sample costs apart from the file system's creating and renaming of a file
-        keeper.stored = Some(t0 + Duration::from_secs(1_000_000));
+        // the same without the ledger file's write (at every update above): what the
+        // sample costs apart from the file system's creating and renaming of a file. The
+        // file's place is a directory others may write, where the write is refused at once
+        // (a `stat`)
+        let untrusted = tmp.path().join("untrusted");
+        fs::create_dir(&untrusted).expect("dir");
+        fs::set_permissions(&untrusted, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .expect("chmod");
+        let ledger_file = std::mem::replace(&mut keeper.path, untrusted.join("ledger.json"));
         let (started, cpu) = (Instant::now(), crate::ledger::tests::thread_cpu());
         for k in rounds + 1..=2 * rounds {
             let at = Duration::from_secs(u64::from(k));
@@ -89,6 +95,7 @@ fn attribution_cost_per_sample() {
         let unstored = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         let unstored_cpu =
             (crate::ledger::tests::thread_cpu() - cpu).as_secs_f64() * 1e6 / f64::from(rounds);
+        keeper.path = ledger_file;
         // the part of it that finds the jobs and reads their cgroups
         let started = Instant::now();
         for _ in 0..rounds {
