@@ -302,3 +302,32 @@ fn parts_that_do_not_fit_are_asked_for() {
     let reader = Reader::open(&path).expect("opened");
     assert_eq!(reader.read(None), Slot::Missing);
 }
+
+/// A slots file is read only as slurmd's ledger is: never through a link, nor in a spool
+/// directory others may write (where slurmd writes none either): the step asks slurmd.
+#[test]
+fn a_planted_or_linked_slots_file_is_never_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let real = tmp.path().join("real");
+    std::fs::create_dir(&real).expect("dir");
+    let path = real.join("energy-ledger.0.json");
+    Table::new(&path)
+        .write(&ledger_of(1..=2, Split::Node))
+        .expect("written");
+    assert!(Reader::open(&path).is_some(), "slurmd's own");
+    // a link at the slots' name, to a good file
+    let linked = tmp.path().join("linked");
+    std::fs::create_dir(&linked).expect("dir");
+    let link_path = linked.join("energy-ledger.0.json");
+    std::os::unix::fs::symlink(slots_path(&path), slots_path(&link_path)).expect("link");
+    assert!(Reader::open(&link_path).is_none(), "read through a link");
+    // a directory others may write: slurmd writes no slots there, and none is read
+    let open = tmp.path().join("open");
+    std::fs::create_dir(&open).expect("dir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let planted = open.join("energy-ledger.0.json");
+    assert!(Table::new(&planted).write(&ledger_of(1..=2, Split::Node)).is_err());
+    std::fs::copy(slots_path(&path), slots_path(&planted)).expect("copy");
+    assert!(Reader::open(&planted).is_none(), "read in a directory others write");
+}
