@@ -77,8 +77,11 @@ fn attribution_cost_per_sample() {
         // (a `stat`)
         let untrusted = tmp.path().join("untrusted");
         fs::create_dir(&untrusted).expect("dir");
-        fs::set_permissions(&untrusted, std::os::unix::fs::PermissionsExt::from_mode(0o777))
-            .expect("chmod");
+        fs::set_permissions(
+            &untrusted,
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .expect("chmod");
         let ledger_file = std::mem::replace(&mut keeper.path, untrusted.join("ledger.json"));
         let (started, cpu) = (Instant::now(), crate::ledger::tests::thread_cpu());
         for k in rounds + 1..=2 * rounds {

@@ -327,7 +327,14 @@ fn a_planted_or_linked_slots_file_is_never_read() {
     std::fs::create_dir(&open).expect("dir");
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
     let planted = open.join("energy-ledger.0.json");
-    assert!(Table::new(&planted).write(&ledger_of(1..=2, Split::Node)).is_err());
+    assert!(
+        Table::new(&planted)
+            .write(&ledger_of(1..=2, Split::Node))
+            .is_err()
+    );
     std::fs::copy(slots_path(&path), slots_path(&planted)).expect("copy");
-    assert!(Reader::open(&planted).is_none(), "read in a directory others write");
+    assert!(
+        Reader::open(&planted).is_none(),
+        "read in a directory others write"
+    );
 }
