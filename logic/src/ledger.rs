@@ -25,6 +25,7 @@ mod number;
 mod parts;
 mod reader;
 mod slots;
+mod writer;
 
 pub(crate) use file::Refused;
 pub use floor::SUSTAIN as STATIC_POWER_SUSTAIN_SECS;

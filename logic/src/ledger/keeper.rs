@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::ask::Book;
 use super::doorbell::Pace;
 use super::slots::Table;
+use super::writer::Writer;
 use super::{Ledger, Observation, ObservedJob, ObservedStep, Part, Split, ledger_path};
 use crate::accounting::Accounting;
 use crate::attribution::cgroup::CgroupTree;
@@ -67,8 +68,8 @@ pub(crate) struct Keeper {
     /// Whether a step rang the doorbell the way of before since the file was written: it
     /// waits for the file ([`super::doorbell::freshen`]), which the next update writes.
     file_wanted: bool,
-    /// A failure to publish is logged once per episode.
-    failing: bool,
+    /// Writes the ledger file ([`super::writer`]).
+    writer: Writer,
     /// Where the ledger is also written for Prometheus, and the series' labels.
     publish: Option<Publisher>,
     /// Whether the publisher is told who runs each job ([`Self::owners`]).
@@ -140,6 +141,7 @@ impl Keeper {
             steps: Steps::new(spool, None, Path::new(procs::PROC_ROOT)),
             holders: None,
             ended: HashSet::new(),
+            writer: Writer::inline(&path),
             path,
             pace: Arc::default(),
             book: Arc::default(),
@@ -147,7 +149,6 @@ impl Keeper {
             slots_failing: false,
             stored: None,
             file_wanted: false,
-            failing: false,
             publish: None,
             publish_owners: false,
             owners: HashMap::new(),
@@ -165,6 +166,14 @@ impl Keeper {
     pub(crate) fn publishing(mut self, owners: bool, publish: Publisher) -> Self {
         self.publish = Some(publish);
         self.publish_owners = owners;
+        self
+    }
+
+    /// Writes the ledger file in a thread of its own, off slurmd's samples (slurmd's
+    /// pipeline; without it each update writes the file before it returns).
+    pub(crate) fn writing_off_the_sample(mut self) -> Self {
+        self.writer =
+            std::mem::replace(&mut self.writer, Writer::inline(&self.path)).off_the_sample();
         self
     }
 
@@ -261,22 +270,11 @@ impl Keeper {
         }
     }
 
-    /// Writes the ledger file; a failure is logged once per episode.
+    /// Has the ledger file written ([`Writer`]).
     fn store(&mut self, at: Instant) {
         self.stored = Some(at);
         self.file_wanted = false;
-        match self.ledger.store(&self.path) {
-            Ok(()) if self.failing => {
-                log::info!("the energy ledger is published again");
-                self.failing = false;
-            }
-            Ok(()) => {}
-            Err(e) if !self.failing => {
-                log::error!("{e}; steps see their energy as of the last ledger written");
-                self.failing = true;
-            }
-            Err(_) => {}
-        }
+        self.writer.write(&self.ledger);
     }
 
     /// The present jobs and steps with their counters and the devices they hold, and the
@@ -394,8 +392,8 @@ fn give_back_owner_time(owner_time: &mut OwnerTime, jobs: &mut [ObservedJob], ow
 impl Drop for Keeper {
     /// slurmd stops: the file is what it continues from when it starts again.
     fn drop(&mut self) {
-        if let Some(at) = self.stored {
-            self.store(at);
+        if self.stored.is_some() {
+            self.writer.finish(&self.ledger);
         }
     }
 }

@@ -140,6 +140,7 @@ fn keeper<P: Plugin>(host: &dyn Host, ledger: &LedgerConfig<'_>, meter: &Meter) 
             .and_then(|spool| Keeper::node(&spool, ledger.context_id)),
     };
     let mut keeper = keeper
+        .map(|k| k.writing_off_the_sample())
         .inspect_err(|why| {
             log::error!("no energy ledger: {why}; this node's steps report no energy")
         })

@@ -45,7 +45,10 @@ fn attribution_cost_per_sample() {
             cgroup_root: cgroups,
             proc_root,
         };
-        let mut keeper = Keeper::shared(&site, 0, None).expect("keeper");
+        // as slurmd keeps it: the file written by a thread of its own
+        let mut keeper = Keeper::shared(&site, 0, None)
+            .expect("keeper")
+            .writing_off_the_sample();
         let (t0, w0) = (Instant::now(), SystemTime::now());
         let mut accounting = Accounting::new(w0);
         let rounds = 200u32;
@@ -71,10 +74,9 @@ fn attribution_cost_per_sample() {
         let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         let cpu_us =
             (crate::ledger::tests::thread_cpu() - cpu).as_secs_f64() * 1e6 / f64::from(rounds);
-        // the same without the ledger file's write (at every update above): what the
-        // sample costs apart from the file system's creating and renaming of a file. The
-        // file's place is a directory others may write, where the write is refused at once
-        // (a `stat`)
+        // the same with no file written at all, by any thread (above, the writer's thread
+        // shares the machine's cores with the sample): its place is a directory others may
+        // write, where the write is refused at once (a `stat`)
         let untrusted = tmp.path().join("untrusted");
         fs::create_dir(&untrusted).expect("dir");
         fs::set_permissions(
@@ -82,7 +84,8 @@ fn attribution_cost_per_sample() {
             std::os::unix::fs::PermissionsExt::from_mode(0o777),
         )
         .expect("chmod");
-        let ledger_file = std::mem::replace(&mut keeper.path, untrusted.join("ledger.json"));
+        let untrusted = super::Writer::inline(&untrusted.join("ledger.json"));
+        let writer = std::mem::replace(&mut keeper.writer, untrusted);
         let (started, cpu) = (Instant::now(), crate::ledger::tests::thread_cpu());
         for k in rounds + 1..=2 * rounds {
             let at = Duration::from_secs(u64::from(k));
@@ -98,7 +101,7 @@ fn attribution_cost_per_sample() {
         let unstored = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         let unstored_cpu =
             (crate::ledger::tests::thread_cpu() - cpu).as_secs_f64() * 1e6 / f64::from(rounds);
-        keeper.path = ledger_file;
+        keeper.writer = writer;
         // the part of it that finds the jobs and reads their cgroups
         let started = Instant::now();
         for _ in 0..rounds {
@@ -140,7 +143,7 @@ fn attribution_cost_per_sample() {
         let bytes = fs::metadata(&file).map_or(0, |m| m.len());
         println!(
             "{jobs} jobs: {us:.0} us per sample ({:.1} us per job; {cpu_us:.0} us CPU), of which steps and \
-             cgroups read {observe:.0} us ({:.1} us per job); without the ledger file's write \
+             cgroups read {observe:.0} us ({:.1} us per job); with no ledger file written \
              {unstored:.0} us ({unstored_cpu:.0} us CPU); with the metrics file \
              ({bytes} bytes) {with_metrics:.0} us",
             us / f64::from(jobs),
@@ -184,8 +187,10 @@ fn gpu_attribution_cost_per_sample() {
                 .publish(&spool)
                 .expect("grant");
         }
+        // as slurmd keeps it: the file written by a thread of its own
         let mut keeper = Keeper::devices(&spool, 0, GresOrder::Detected, Some(60.0), &proc_root)
-            .expect("keeper");
+            .expect("keeper")
+            .writing_off_the_sample();
         let (t0, w0) = (Instant::now(), SystemTime::now());
         let mut accounting = Accounting::new(w0);
         let rounds = 200u32;
