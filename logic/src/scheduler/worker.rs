@@ -34,7 +34,8 @@ struct Flags {
 }
 
 /// How long stopping a worker waits for its body to return. A plugin has at most four
-/// workers, so `fini` returns within a second however many of them hang.
+/// workers (slurmd's sample loop, its doorbell, its ledger's writer, a poller), so `fini`
+/// returns within a second however many of them hang.
 pub(crate) const STOP_WAIT: Duration = Duration::from_millis(200);
 
 static ABANDON_HOOK: OnceLock<fn()> = OnceLock::new();
