@@ -232,16 +232,12 @@ impl Procs {
             .collect()
     }
 
-    /// The name of the thread that calls (`/proc/thread-self/comm`): Slurm names its own.
-    /// Read at each of Slurm's polls in a slurmstepd: one `read` into a buffer larger than
-    /// any name (the kernel's are 15 bytes), no `stat` for the file's size.
+    /// The name of the thread that calls: Slurm names its own. Asked of the kernel for the
+    /// calling thread itself (`prctl(PR_GET_NAME)`: one system call, no file to open), at
+    /// each of Slurm's polls in a slurmstepd.
     pub fn calling_thread(&self) -> Option<String> {
-        let mut buf = [0u8; 64];
-        let n = File::open(self.root.join("thread-self/comm"))
-            .ok()?
-            .read(&mut buf)
-            .ok()?;
-        Some(String::from_utf8_lossy(&buf[..n]).trim_end().to_string())
+        let name = nix::sys::prctl::get_name().ok()?;
+        Some(name.to_string_lossy().into_owned())
     }
 
     /// The id of the thread that calls (`/proc/thread-self/stat`'s first field): a
@@ -339,9 +335,10 @@ pub(crate) mod tests {
         holds_socket(proc_root, pid, socket)
     }
 
-    /// The thread that reads `proc_root/thread-self` is named `name`.
-    pub(crate) fn write_thread_name(proc_root: &Path, name: &str) {
-        write(&proc_root.join("thread-self/comm"), &format!("{name}\n"));
+    /// The calling thread (this test's) is named `name`, as Slurm names its own.
+    pub(crate) fn name_calling_thread(name: &str) {
+        let name = std::ffi::CString::new(name).expect("a name");
+        nix::sys::prctl::set_name(&name).expect("prctl");
     }
 
     /// The calling thread is thread `tid`.

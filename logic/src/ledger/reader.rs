@@ -99,10 +99,13 @@ struct Counted {
     /// the ledger's sample, keeping it would count the old power into the step's final
     /// figure.
     published_j: f64,
-    /// The step's figure at its last read, its power, and when.
+    /// The step's figure at its last read, its power, and the unix time the figure reaches
+    /// (the ledger's sample, brought forward as far as it was: not the read's time where
+    /// the ledger was older than a figure is brought forward, so the time after it is
+    /// estimated when slurmd begins a new ledger, not lost).
     figure_uj: u64,
     watts: f64,
-    read_at: f64,
+    counted_to: f64,
     /// When the ledger it last counted in was sampled.
     sampled_at: f64,
 }
@@ -259,7 +262,7 @@ impl StepFigure {
                 published_j: 0.0,
                 figure_uj: (figure_j * 1e6) as u64,
                 watts,
-                read_at: now,
+                counted_to: ledger.sampled_at + ahead,
                 sampled_at: ledger.sampled_at,
             });
         }
@@ -275,6 +278,7 @@ impl StepFigure {
                 let figure_j = (c.published_j - c.base_j).max(0.0);
                 c.figure_uj = (figure_j * 1e6) as u64;
                 c.sampled_at = ledger.sampled_at;
+                c.counted_to = ledger.sampled_at;
             }
             return Err(format!(
                 "the energy ledger {} is {age:.0} s old (slurmd is not sampling)",
@@ -286,7 +290,7 @@ impl StepFigure {
             previous => {
                 if let Some(c) = previous {
                     let begun = epoch as f64 / 1e6;
-                    let gap = (begun - c.read_at).clamp(0.0, MAX_GAP.as_secs_f64());
+                    let gap = (begun - c.counted_to).clamp(0.0, MAX_GAP.as_secs_f64());
                     let estimated_uj = (c.watts * gap * 1e6) as u64;
                     self.carried_uj += c.figure_uj + estimated_uj;
                     log::warn!(
@@ -309,14 +313,14 @@ impl StepFigure {
                     published_j: 0.0,
                     figure_uj: 0,
                     watts,
-                    read_at: now,
+                    counted_to: ledger.sampled_at + ahead,
                     sampled_at: ledger.sampled_at,
                 });
             }
         }
         if let Some(c) = &mut self.counted {
             c.advance(joules, watts, ahead);
-            c.read_at = now;
+            c.counted_to = ledger.sampled_at + ahead;
             c.sampled_at = ledger.sampled_at;
         }
         Ok(watts)

@@ -126,7 +126,7 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
     // a read from `thread` makes the rings counted `expected`, once they arrived (an sstat
     // read does not wait for its own: it reaches slurmd's thread a moment later)
     let read_from = |step: &mut StepFigure, thread: &str, expected: u32, why: &str| {
-        procs::tests::write_thread_name(&proc_root, thread);
+        procs::tests::name_calling_thread(thread);
         // the ledger written just now would need no ring
         std::thread::sleep(Duration::from_millis(30));
         assert!(step.read().complete);
@@ -284,6 +284,36 @@ fn a_step_reads_the_node_since_it_began_and_keeps_its_figure_through_trouble() {
     );
 }
 
+/// slurmd killed: a read of its last ledger while it is away (older than a figure is
+/// brought forward, not yet stale: the slots file it left, or its file) counts the figure
+/// to the ledger's sample and a second after, not to the read; when slurmd begins a new
+/// ledger, the time from there to the new ledger's start is estimated at the step's last
+/// power, none of it lost (counted from the read, the 4 s between were).
+#[test]
+fn a_read_while_slurmd_is_away_loses_no_time_to_the_new_ledger() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("energy-ledger.0.json");
+    let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
+    let epoch = unix_now() - 100.0;
+    let t = unix_now();
+    // its first read: the node at 1000 J 6 s ago, brought forward a second at 300 W
+    publish(&path, epoch, t - 6.0, 1000.0, 300.0);
+    assert!(step.read().complete);
+    // slurmd's last sample before it was killed, 5 s ago: 300 J since, and a second more
+    publish(&path, epoch, t - 5.0, 1300.0, 300.0);
+    let figure = step.read().energy_uj as f64 / 1e6;
+    assert!((figure - 300.0).abs() < 1.0, "{figure}");
+    // slurmd back with a new ledger begun a second from now, 30 J into it: the 5 s from
+    // the figure's end (4 s ago) to the new start at 300 W are estimated
+    publish(&path, t + 1.0, t + 1.0, 30.0, 300.0);
+    let after = step.read().energy_uj as f64 / 1e6;
+    let expected = figure + 5.0 * 300.0 + 30.0;
+    assert!(
+        (after - expected).abs() < 1.0,
+        "{after} J against {expected} J"
+    );
+}
+
 /// A ledger at `path` and a slurmd that answers each ring with a fresh sample of it; what
 /// the rings said is in the pace.
 fn answered_ledger(path: &Path) -> (Arc<doorbell::Pace>, doorbell::Doorbell) {
@@ -316,7 +346,7 @@ fn a_step_whose_tasks_are_gone_says_its_read_is_its_last_once() {
     let path = tmp.path().join("energy-ledger.0.json");
     let (pace, _bell) = answered_ledger(&path);
     procs::tests::process(&proc_root, 40, "slurmstepd: [5.batch]", "0::/");
-    procs::tests::write_thread_name(&proc_root, "slurmstepd");
+    procs::tests::name_calling_thread("slurmstepd");
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
     let mut read = || {
         assert!(step.read().complete);
@@ -343,7 +373,7 @@ fn an_extern_step_left_alone_by_its_jobs_steps_says_its_main_threads_read_is_its
     procs::tests::process(&proc_root, 50, "slurmstepd: [7.extern]", "0::/");
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 50, true);
     let mut read = |thread: &str, tid: u32| {
-        procs::tests::write_thread_name(&proc_root, thread);
+        procs::tests::name_calling_thread(thread);
         procs::tests::write_calling_tid(&proc_root, tid);
         assert!(step.read().complete);
         pace.take_last_reads()
@@ -457,12 +487,12 @@ fn an_sstat_read_never_waits_for_slurmd() {
     for stacked in [true, false] {
         let step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, false);
         let mut step = if stacked { step.stacked() } else { step };
-        procs::tests::write_thread_name(&proc_root, "acctg");
+        procs::tests::name_calling_thread("acctg");
         assert!(step.read().complete);
         // the ledger older than a figure is brought forward: late, in both cases
         make_late(&path);
         let before = rings.load(Ordering::SeqCst);
-        procs::tests::write_thread_name(&proc_root, "slurmstepd");
+        procs::tests::name_calling_thread("slurmstepd");
         let t0 = Instant::now();
         assert!(step.read().complete);
         let took = t0.elapsed();
@@ -620,7 +650,7 @@ fn a_periodic_poll_reads_its_slot_without_asking_slurmd() {
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
     let first = step.read();
     assert_eq!(first.energy_uj, 300_000_000, "its first read asks slurmd");
-    procs::tests::write_thread_name(&proc_root, "acctg");
+    procs::tests::name_calling_thread("acctg");
     let polled = step.read();
     assert_eq!(
         polled.energy_uj, 340_000_000,
@@ -657,7 +687,7 @@ fn step_poll_cost() {
     table.write(&ledger).expect("slots");
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true);
     assert!(step.read().complete, "its first read, from the file");
-    procs::tests::write_thread_name(&proc_root, "acctg");
+    procs::tests::name_calling_thread("acctg");
     const ROUNDS: u32 = 20_000;
     let started = Instant::now();
     for _ in 0..ROUNDS {
