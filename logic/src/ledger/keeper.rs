@@ -172,8 +172,7 @@ impl Keeper {
     /// Writes the ledger file in a thread of its own, off slurmd's samples (slurmd's
     /// pipeline; without it each update writes the file before it returns).
     pub(crate) fn writing_off_the_sample(mut self) -> Self {
-        self.writer =
-            std::mem::replace(&mut self.writer, Writer::inline(&self.path)).off_the_sample();
+        self.writer.off_the_sample();
         self
     }
 

@@ -45,7 +45,7 @@ impl Writer {
 
     /// Writes in a thread of its own from now on; where it cannot start (said), in the
     /// caller's still.
-    pub(super) fn off_the_sample(mut self) -> Self {
+    pub(super) fn off_the_sample(&mut self) {
         let shared = Arc::clone(&self.shared);
         match Worker::spawn("energy-ledger", move |control| {
             while control.wait(None) {
@@ -55,7 +55,6 @@ impl Writer {
             Ok(worker) => self.worker = Some(worker),
             Err(e) => log::warn!("{e}; slurmd's samples write the energy ledger themselves"),
         }
-        self
     }
 
     /// Has `ledger` written: at once in the caller's thread, else by the thread, which
@@ -129,7 +128,8 @@ mod tests {
     fn the_thread_writes_the_latest_update_and_the_stop_the_last() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("energy-ledger.0.json");
-        let mut writer = Writer::inline(&path).off_the_sample();
+        let mut writer = Writer::inline(&path);
+        writer.off_the_sample();
         assert!(writer.worker.is_some());
         for at in [10.0, 11.0, 12.0] {
             writer.write(&ledger_at(at));

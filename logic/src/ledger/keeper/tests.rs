@@ -7,6 +7,25 @@ use crate::ledger::StepFigure;
 use std::fs;
 use std::time::SystemTime;
 
+/// A benchmark's sample `k`: the node at 300 W, a second after sample `k - 1`, told the
+/// keeper as an update (its pace cleared, as a step's question would).
+fn node_sample(
+    keeper: &mut Keeper,
+    accounting: &mut Accounting,
+    (t0, w0): (Instant, SystemTime),
+    k: u32,
+) {
+    let at = Duration::from_secs(u64::from(k));
+    let reading = Reading {
+        energy_uj: u64::from(k) * 300_000_000,
+        complete: true,
+        ..Reading::default()
+    };
+    accounting.record(&reading, t0 + at, w0 + at);
+    keeper.pace = Arc::default();
+    keeper.on_sample(accounting, &Reading::default());
+}
+
 /// The attribution cost per sample in steady state (counters read, model, ledger
 /// written) with 1, 16, 64 and 256 one-CPU jobs of two steps each over a faithful v1 tree,
 /// their slurmstepds among 500 other processes (found at the first sample only):
@@ -61,15 +80,7 @@ fn attribution_cost_per_sample() {
                 started = Instant::now();
                 cpu = crate::ledger::tests::thread_cpu();
             }
-            let at = Duration::from_secs(u64::from(k));
-            let reading = Reading {
-                energy_uj: u64::from(k) * 300_000_000,
-                complete: true,
-                ..Reading::default()
-            };
-            accounting.record(&reading, t0 + at, w0 + at);
-            keeper.pace = Arc::default();
-            keeper.on_sample(&accounting, &Reading::default());
+            node_sample(&mut keeper, &mut accounting, (t0, w0), k);
         }
         let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         let cpu_us =
@@ -88,15 +99,7 @@ fn attribution_cost_per_sample() {
         let writer = std::mem::replace(&mut keeper.writer, untrusted);
         let (started, cpu) = (Instant::now(), crate::ledger::tests::thread_cpu());
         for k in rounds + 1..=2 * rounds {
-            let at = Duration::from_secs(u64::from(k));
-            let reading = Reading {
-                energy_uj: u64::from(k) * 300_000_000,
-                complete: true,
-                ..Reading::default()
-            };
-            accounting.record(&reading, t0 + at, w0 + at);
-            keeper.pace = Arc::default();
-            keeper.on_sample(&accounting, &Reading::default());
+            node_sample(&mut keeper, &mut accounting, (t0, w0), k);
         }
         let unstored = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         let unstored_cpu =
@@ -129,15 +132,7 @@ fn attribution_cost_per_sample() {
         );
         let started = Instant::now();
         for k in 2 * rounds + 1..=3 * rounds {
-            let at = Duration::from_secs(u64::from(k));
-            let reading = Reading {
-                energy_uj: u64::from(k) * 300_000_000,
-                complete: true,
-                ..Reading::default()
-            };
-            accounting.record(&reading, t0 + at, w0 + at);
-            keeper.pace = Arc::default();
-            keeper.on_sample(&accounting, &Reading::default());
+            node_sample(&mut keeper, &mut accounting, (t0, w0), k);
         }
         let with_metrics = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         let bytes = fs::metadata(&file).map_or(0, |m| m.len());

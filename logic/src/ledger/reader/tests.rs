@@ -577,21 +577,27 @@ fn a_step_takes_its_figure_from_slurmds_answer_without_the_file() {
     publish_split(&path, now, "shared", 5_000.0, 300.0, 30.0);
     let ledger = Ledger::load(&path).expect("ledger").expect("a ledger");
     fs::remove_file(&path).expect("no file");
-    let book: Arc<ask::Book> = Arc::default();
-    let booked = Arc::clone(&book);
-    let _bell = doorbell::Doorbell::open(
-        &doorbell::doorbell_path(&path),
-        Arc::default(),
-        Arc::clone(&book),
-        move || booked.update(&ledger, Instant::now()),
-    )
-    .expect("doorbell");
+    let _bell = answering(&path, ledger);
     let mut step = StepFigure::from_path(&path, &Procs::from_path(&proc_root), 40, true).stacked();
     let first = step.read();
     assert!(first.complete, "answered");
     assert_eq!(first.energy_uj, 300_000_000, "its own step's share");
     assert_eq!(first.watts, Some(30.0));
     assert!(!path.exists());
+}
+
+/// A slurmd whose doorbell answers every question about the ledger at `path` from
+/// `ledger`, as of a sample it takes when asked.
+fn answering(path: &Path, ledger: Ledger) -> doorbell::Doorbell {
+    let book: Arc<ask::Book> = Arc::default();
+    let booked = Arc::clone(&book);
+    doorbell::Doorbell::open(
+        &doorbell::doorbell_path(path),
+        Arc::default(),
+        book,
+        move || booked.update(&ledger, Instant::now()),
+    )
+    .expect("doorbell")
 }
 
 /// A slurmd that listens but does not answer (starved): the step's first read waits no
@@ -632,15 +638,7 @@ fn a_periodic_poll_reads_its_slot_without_asking_slurmd() {
     let now = unix_now();
     publish_split(&path, now, "shared", 5_000.0, 300.0, 30.0);
     let asked = Ledger::load(&path).expect("ledger").expect("a ledger");
-    let book: Arc<ask::Book> = Arc::default();
-    let booked = Arc::clone(&book);
-    let _bell = doorbell::Doorbell::open(
-        &doorbell::doorbell_path(&path),
-        Arc::default(),
-        Arc::clone(&book),
-        move || booked.update(&asked, Instant::now()),
-    )
-    .expect("doorbell");
+    let _bell = answering(&path, asked);
     // slurmd's next update, in the slots alone
     publish_split(&path, now, "shared", 5_100.0, 340.0, 40.0);
     let slotted = Ledger::load(&path).expect("ledger").expect("a ledger");
