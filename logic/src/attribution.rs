@@ -15,6 +15,7 @@ pub(crate) mod job_record;
 pub(crate) mod model;
 pub(crate) mod owner_time;
 pub(crate) mod procs;
+pub(crate) mod sockets;
 pub(crate) mod steps;
 
 use std::collections::BTreeMap;
@@ -148,9 +149,14 @@ pub(crate) fn present_steps(spool: &Path) -> BTreeMap<StepKey, PathBuf> {
         .filter(|e| e.file_type().is_ok_and(|t| t.is_socket()))
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            Some((job_step(name.rsplit_once('_')?.1)?, e.path()))
+            Some((socket_step(&name)?, e.path()))
         })
         .collect()
+}
+
+/// The step whose slurmstepd's socket is named `name` (`<node>_<job>.<step>`).
+pub(crate) fn socket_step(name: &str) -> Option<StepKey> {
+    job_step(name.rsplit_once('_')?.1)
 }
 
 /// A slurmstepd's step, from the title it gives itself (`slurmstepd: [J.S]`, 26.05's step

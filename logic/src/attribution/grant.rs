@@ -247,7 +247,8 @@ pub(crate) mod tests {
         grant(job, step, vec![held("shard", count, &[index])])
     }
 
-    fn grant(job: u32, step: StepId, gres: Vec<GresHeld>) -> Grant {
+    /// A grant of `gres` to alice's step.
+    pub(crate) fn grant(job: u32, step: StepId, gres: Vec<GresHeld>) -> Grant {
         Grant {
             job,
             step: step.0,

@@ -12,7 +12,8 @@ use std::time::{Duration, SystemTime};
 use super::cgroup::{CgroupTree, StepCgroup};
 use super::grant::{Grant, Owner};
 use super::procs::{self, Procs};
-use super::{StepId, StepKey, present_steps};
+use super::sockets::StepSockets;
+use super::{StepId, StepKey};
 
 /// Ended steps' grants are swept at every this many samples (about a minute of ledger
 /// updates).
@@ -61,6 +62,8 @@ impl Place {
 /// Finds the node's steps at each sample, remembering where each runs while it is present.
 pub(crate) struct Steps {
     spool: PathBuf,
+    /// The steps' sockets, which say which steps are present.
+    sockets: StepSockets,
     /// The cgroup tree the steps' cgroups are read in, in shared mode; without it no
     /// cgroup is read.
     tree: Option<CgroupTree>,
@@ -123,6 +126,7 @@ impl Steps {
     pub(crate) fn new(spool: &Path, tree: Option<CgroupTree>, proc_root: &Path) -> Self {
         Self {
             spool: spool.to_path_buf(),
+            sockets: StepSockets::new(spool),
             tree,
             procs: Procs::from_path(proc_root),
             places: BTreeMap::new(),
@@ -137,21 +141,22 @@ impl Steps {
     /// [`GRANT_SWEEP_SAMPLES`] the grants of ended steps are swept, and when `owners` is
     /// given it learns who runs each present job not in it yet.
     pub(crate) fn find(&mut self, owners: Option<&mut HashMap<u32, Owner>>) -> Present<'_> {
-        let present = present_steps(&self.spool);
-        self.locate(&present);
+        self.sockets.refresh();
+        self.locate();
+        let present = self.sockets.current();
         if self.samples.is_multiple_of(GRANT_SWEEP_SAMPLES) {
             Grant::remove_ended(&self.spool, &present.keys().copied().collect());
         }
         // a job's owner is looked up only where it is shown
         if let Some(owners) = owners {
-            self.learn_owners(&present, owners);
+            learn_owners(&self.spool, present, owners);
         }
         self.samples += 1;
         // the places are the present steps' (or fewer), in the same order
         let mut places = self.places.iter_mut().peekable();
         let steps = present
-            .into_keys()
-            .map(|key| {
+            .keys()
+            .map(|&key| {
                 let place = places.next_if(|(k, _)| **k == key).map(|(_, p)| p);
                 Step {
                     key,
@@ -178,24 +183,12 @@ impl Steps {
             .map(|(step, _)| *step)
     }
 
-    /// Who runs each present job not yet in `owners`: the user Slurm launched one of its
-    /// steps as ([`Grant`]), never what its tasks say.
-    fn learn_owners(&self, present: &BTreeMap<StepKey, PathBuf>, owners: &mut HashMap<u32, Owner>) {
-        for &StepKey { job, step } in present.keys() {
-            if owners.contains_key(&job) {
-                continue;
-            }
-            if let Some(grant) = Grant::read(&self.spool, job, step) {
-                owners.insert(job, Owner { user: grant.user });
-            }
-        }
-    }
-
     /// Brings [`Self::places`] up to the present steps: forgets the ended ones, searches
     /// /proc once for the slurmstepds of those not seen yet (where a search may be made:
     /// [`procs::Scans`]), and reads the cgroup of each slurmstepd found whose step has none
     /// yet.
-    fn locate(&mut self, present: &BTreeMap<StepKey, PathBuf>) {
+    fn locate(&mut self) {
+        let present = self.sockets.current();
         let now = self.samples;
         self.places.retain(|step, _| present.contains_key(step));
         self.starts.retain(|step, _| present.contains_key(step));
@@ -268,6 +261,23 @@ impl Steps {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Who runs each job of the `present` steps not yet in `owners`: the user Slurm launched
+/// one of its steps as ([`Grant`] in `spool`), never what its tasks say.
+fn learn_owners(
+    spool: &Path,
+    present: &BTreeMap<StepKey, PathBuf>,
+    owners: &mut HashMap<u32, Owner>,
+) {
+    for &StepKey { job, step } in present.keys() {
+        if owners.contains_key(&job) {
+            continue;
+        }
+        if let Some(grant) = Grant::read(spool, job, step) {
+            owners.insert(job, Owner { user: grant.user });
         }
     }
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use super::ask::Book;
 use super::doorbell::Pace;
 use super::slots::Table;
-use super::writer::Writer;
-use super::{Ledger, Observation, ObservedJob, ObservedStep, Part, Split, ledger_path};
+use super::writer::{Publisher, Writer};
+use super::{Ledger, Observation, ObservedJob, ObservedStep, Part, Split, StepCpu, ledger_path};
 use crate::accounting::Accounting;
 use crate::attribution::cgroup::CgroupTree;
 use crate::attribution::grant::Owner;
@@ -19,7 +19,7 @@ use crate::attribution::gres::GresOrder;
 use crate::attribution::holders::{Holders, ObservedDevice};
 use crate::attribution::owner_time::{OwnerSample, OwnerTime};
 use crate::attribution::procs;
-use crate::attribution::steps::{Present, Steps};
+use crate::attribution::steps::{Present, Step, Steps};
 use crate::attribution::{Site, StepId, StepKey};
 use crate::source::{DeviceReading, Reading};
 
@@ -34,13 +34,12 @@ const LEDGER_INTERVAL: Duration = Duration::from_millis(500);
 /// `cluster::a_slurmd_killed_mid_job_loses_nothing...`), and sstat and the BMC tests read
 /// figures seconds old.
 const STORE_INTERVAL: Duration = Duration::ZERO;
-/// What is told the ledger at each update, and who runs each job when asked for (the
-/// metrics file's writer).
-pub(super) type Publisher = Box<dyn FnMut(&Ledger, Option<&HashMap<u32, Owner>>) + Send>;
 
 /// slurmd's side: updates and publishes the ledger at the meter's samples.
 pub(crate) struct Keeper {
-    ledger: Ledger,
+    /// Shared with the writer's thread until it has written it: the next update copies it
+    /// only if the thread is still at it (`Arc::make_mut`), so a sample seldom does.
+    ledger: Arc<Ledger>,
     split: Split,
     /// The node's steps and where they run; their cgroups are read in shared mode only
     /// (in node mode the ledger keeps the node's account).
@@ -70,8 +69,8 @@ pub(crate) struct Keeper {
     file_wanted: bool,
     /// Writes the ledger file ([`super::writer`]).
     writer: Writer,
-    /// Where the ledger is also written for Prometheus, and the series' labels.
-    publish: Option<Publisher>,
+    /// Whether the writer publishes the ledger (the metrics file: [`Self::publishing`]).
+    publishes: bool,
     /// Whether the publisher is told who runs each job ([`Self::owners`]).
     publish_owners: bool,
     /// Who runs each job, learned from Slurm's step records for the publisher.
@@ -136,7 +135,7 @@ impl Keeper {
             }
         };
         Ok(Self {
-            ledger,
+            ledger: Arc::new(ledger),
             split: Split::Node,
             steps: Steps::new(spool, None, Path::new(procs::PROC_ROOT)),
             holders: None,
@@ -149,7 +148,7 @@ impl Keeper {
             slots_failing: false,
             stored: None,
             file_wanted: false,
-            publish: None,
+            publishes: false,
             publish_owners: false,
             owners: HashMap::new(),
             owner_time: OwnerTime::default(),
@@ -164,7 +163,8 @@ impl Keeper {
     /// Also hands the ledger to `publish` at each update (the metrics file), with who runs
     /// each job if `owners`.
     pub(crate) fn publishing(mut self, owners: bool, publish: Publisher) -> Self {
-        self.publish = Some(publish);
+        self.writer.publishing(publish);
+        self.publishes = true;
         self.publish_owners = owners;
         self
     }
@@ -178,7 +178,7 @@ impl Keeper {
 
     /// Says in the ledger what the node's meter reads, for whoever inspects the node.
     pub(crate) fn describe_source(&mut self, source: String) {
-        self.ledger.describe_source(source);
+        Arc::make_mut(&mut self.ledger).describe_source(source);
     }
 
     /// The ledger file.
@@ -236,7 +236,7 @@ impl Keeper {
             parts,
             devices,
         };
-        self.ledger.update(&observation, self.split);
+        Arc::make_mut(&mut self.ledger).update(&observation, self.split);
         // charged up to this update, which answers their last read
         let last_reads = self.pace.take_last_reads();
         if !last_reads.is_empty() {
@@ -245,17 +245,21 @@ impl Keeper {
         if self.pace.take_file_wanted() {
             self.file_wanted = true;
         }
-        if self.file_wanted
+        let store = self.file_wanted
             || self
                 .stored
-                .is_none_or(|t| point.at.saturating_duration_since(t) >= STORE_INTERVAL)
-        {
-            self.store(point.at);
+                .is_none_or(|t| point.at.saturating_duration_since(t) >= STORE_INTERVAL);
+        if store {
+            self.stored = Some(point.at);
+            self.file_wanted = false;
         }
-        if let Some(publish) = &mut self.publish {
-            let kept: HashSet<u32> = self.ledger.jobs().map(|j| j.id).collect();
-            self.owners.retain(|job, _| kept.contains(job));
-            publish(&self.ledger, self.publish_owners.then_some(&self.owners));
+        if store || self.publishes {
+            let owners = self.publish_owners.then(|| {
+                let kept: HashSet<u32> = self.ledger.jobs().map(|j| j.id).collect();
+                self.owners.retain(|job, _| kept.contains(job));
+                self.owners.clone()
+            });
+            self.writer.write(&self.ledger, store, owners);
         }
         // the questions asked before this sample's reading are answered by it
         self.book.update(&self.ledger, point.at);
@@ -269,18 +273,11 @@ impl Keeper {
         }
     }
 
-    /// Has the ledger file written ([`Writer`]).
-    fn store(&mut self, at: Instant) {
-        self.stored = Some(at);
-        self.file_wanted = false;
-        self.writer.write(&self.ledger);
-    }
-
     /// The present jobs and steps with their counters and the devices they hold, and the
     /// devices' energy and their use per job since the last sample.
     fn observe(&mut self, devices: &[DeviceReading]) -> (Vec<ObservedJob>, Vec<ObservedDevice>) {
         // a job's owner is looked up only where the publisher shows owners
-        let owners = (self.publish.is_some() && self.publish_owners).then_some(&mut self.owners);
+        let owners = self.publish_owners.then_some(&mut self.owners);
         let mut present = self.steps.find(owners);
         self.ended.retain(|step| present.contains(step));
         if let Some(holders) = self.holders.as_mut() {
@@ -317,30 +314,34 @@ fn observe_jobs(
     let mut jobs: Vec<ObservedJob> = Vec::new();
     // jobs whose owner owns their step directories, with their owner's CPU time
     let mut owned = Vec::new();
-    for found in &mut present.steps {
-        let key = found.key;
-        let StepKey { job, step } = key;
-        if done.contains(&job) || ended.contains(&key) {
+    for of_job in present.steps.chunk_by_mut(|a, b| a.key.job == b.key.job) {
+        let job = of_job[0].key.job;
+        if done.contains(&job) {
             continue;
         }
-        let holds = match holders.as_mut() {
-            Some(holders) => holders.holds(present.procs, key, devices),
-            None => Vec::new(),
+        let charged = |s: &&mut Step| !ended.contains(&s.key);
+        let inner = of_job
+            .iter_mut()
+            .filter(charged)
+            .filter(|s| s.key.step != StepId::EXTERN)
+            .count();
+        let mut observed = ObservedJob {
+            job,
+            counters: None,
+            steps: Vec::with_capacity(of_job.len()),
         };
-        let mut cgroup = found.cgroup.as_deref_mut();
-        if jobs.last().is_none_or(|j| j.job != job) {
-            jobs.push(ObservedJob {
-                job,
-                counters: None,
-                steps: Vec::new(),
-            });
-        }
-        if let Some(j) = jobs.last_mut() {
+        for found in of_job.iter_mut().filter(charged) {
+            let key = found.key;
+            let holds = match holders.as_mut() {
+                Some(holders) => holders.holds(present.procs, key, devices),
+                None => Vec::new(),
+            };
+            let mut cgroup = found.cgroup.as_deref_mut();
             // the job's directory is the parent of any of its steps': read it once
-            if j.counters.is_none() {
-                j.counters = cgroup.as_mut().and_then(|c| c.job_counters());
+            if observed.counters.is_none() {
+                observed.counters = cgroup.as_mut().and_then(|c| c.job_counters());
                 // its owner's directory after it: see owner_time
-                if let (Some(counters), Some(c)) = (j.counters, cgroup.as_mut())
+                if let (Some(counters), Some(c)) = (observed.counters, cgroup.as_mut())
                     && let Some((dir, owner_ns)) = c.user_usage_ns()
                 {
                     owned.push((
@@ -352,17 +353,23 @@ fn observe_jobs(
                     ));
                 }
             }
-            // the extern step is charged its job's share whatever its own CPU time
-            let usage_ns = match step {
-                StepId::EXTERN => None,
-                _ => cgroup.and_then(|c| c.step_usage_ns()),
+            // the extern step is charged its job's share whatever its own CPU time, and
+            // a job's only other step the rest of it
+            let cpu = match cgroup {
+                _ if key.step == StepId::EXTERN => StepCpu::Unknown,
+                Some(_) if inner == 1 => StepCpu::Alone,
+                Some(c) => c.step_usage_ns().map_or(StepCpu::Unknown, StepCpu::Read),
+                None => StepCpu::Unknown,
             };
-            j.steps.push(ObservedStep {
-                id: step,
-                usage_ns,
+            observed.steps.push(ObservedStep {
+                id: key.step,
+                cpu,
                 started: found.started,
                 holds,
             });
+        }
+        if !observed.steps.is_empty() {
+            jobs.push(observed);
         }
     }
     (jobs, owned)

@@ -1,26 +1,46 @@
-//! The ledger file written off slurmd's sample: the keeper hands each update's ledger to a
-//! thread of its own, which replaces the file (a temporary file written and renamed: a
-//! file system's work, hundreds of microseconds on a busy disk, that no sample waits for).
-//! Only the latest update waits: one the thread has not reached yet is replaced by the next.
+//! The ledger file and the metrics file written off slurmd's sample: the keeper hands each
+//! update's ledger to a thread of its own, which replaces the ledger file (a temporary file
+//! written and renamed: a file system's work, hundreds of microseconds on a busy disk, that
+//! no sample waits for) and hands it to the publisher (the Prometheus file, where set:
+//! rendered and replaced, 0.4 ms at one job and 4 ms at 256 when the sample did it). Only
+//! the latest update waits: one the thread has not reached yet is replaced by the next.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::Ledger;
+use crate::attribution::grant::Owner;
 use crate::scheduler::worker::Worker;
+
+/// What is told the ledger at each update, and who runs each job when asked for (the
+/// metrics file's writer).
+pub(super) type Publisher = Box<dyn FnMut(&Ledger, Option<&HashMap<u32, Owner>>) + Send>;
 
 /// Where the file goes, and what its thread has to write.
 struct Shared {
     path: PathBuf,
     state: Mutex<State>,
+    /// Locked by the writing thread only: the keeper never waits for a render.
+    publish: Mutex<Option<Publisher>>,
 }
 
 #[derive(Default)]
 struct State {
     /// The latest update not yet written.
-    pending: Option<Ledger>,
+    pending: Option<Update>,
     /// A failure to write is logged once per episode.
     failing: bool,
+}
+
+/// An update handed to the writer.
+struct Update {
+    /// The keeper's, dropped once written: the keeper copies it only while this holds it.
+    ledger: Arc<Ledger>,
+    /// Whether the ledger file is written (else the update is only published).
+    store: bool,
+    /// Who runs each job, for a publisher that shows owners.
+    owners: Option<HashMap<u32, Owner>>,
 }
 
 /// Writes the ledger file, in a thread of its own where one was started.
@@ -38,9 +58,15 @@ impl Writer {
             shared: Arc::new(Shared {
                 path: path.to_path_buf(),
                 state: Mutex::new(State::default()),
+                publish: Mutex::new(None),
             }),
             worker: None,
         }
+    }
+
+    /// Also hands each update to `publish`, after the file.
+    pub(super) fn publishing(&mut self, publish: Publisher) {
+        *self.shared.publisher() = Some(publish);
     }
 
     /// Writes in a thread of its own from now on; where it cannot start (said), in the
@@ -57,10 +83,24 @@ impl Writer {
         }
     }
 
-    /// Has `ledger` written: at once in the caller's thread, else by the thread, which
-    /// this wakes.
-    pub(super) fn write(&mut self, ledger: &Ledger) {
-        self.shared.lock().pending = Some(ledger.clone());
+    /// Has `ledger` written where `store`, and published (with `owners`, for a publisher
+    /// that shows them): at once in the caller's thread, else by the thread, which this
+    /// wakes. An update not reached yet is replaced, its file written with this one's.
+    pub(super) fn write(
+        &mut self,
+        ledger: &Arc<Ledger>,
+        store: bool,
+        owners: Option<HashMap<u32, Owner>>,
+    ) {
+        {
+            let mut state = self.shared.lock();
+            let store = store || state.pending.as_ref().is_some_and(|p| p.store);
+            state.pending = Some(Update {
+                ledger: Arc::clone(ledger),
+                store,
+                owners,
+            });
+        }
         match &self.worker {
             Some(worker) if !worker.has_ended() => worker.control().wake(),
             _ => self.shared.write_pending(),
@@ -70,9 +110,13 @@ impl Writer {
     /// Writes `ledger` in the caller's thread, after stopping the thread: slurmd stops,
     /// and the file is what it continues from (an update the thread had not reached is
     /// older than this one).
-    pub(super) fn finish(&mut self, ledger: &Ledger) {
+    pub(super) fn finish(&mut self, ledger: &Arc<Ledger>) {
         self.worker = None;
-        self.shared.lock().pending = Some(ledger.clone());
+        self.shared.lock().pending = Some(Update {
+            ledger: Arc::clone(ledger),
+            store: true,
+            owners: None,
+        });
         self.shared.write_pending();
     }
 }
@@ -82,12 +126,26 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Writes the pending update, if any: outside the lock, so the keeper never waits for
-    /// the file system.
+    fn publisher(&self) -> MutexGuard<'_, Option<Publisher>> {
+        self.publish.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes the pending update, if any, and publishes it: outside the update's lock, so
+    /// the keeper never waits for the file system.
     fn write_pending(&self) {
-        let Some(ledger) = self.lock().pending.take() else {
+        let Some(update) = self.lock().pending.take() else {
             return;
         };
+        if update.store {
+            self.store(&update.ledger);
+        }
+        if let Some(publish) = self.publisher().as_mut() {
+            publish(&update.ledger, update.owners.as_ref());
+        }
+    }
+
+    /// Replaces the ledger file with `ledger`; a failure is said once per episode.
+    fn store(&self, ledger: &Ledger) {
         let written = ledger.store(&self.path);
         let mut state = self.lock();
         match written {
@@ -115,11 +173,11 @@ mod tests {
         Ledger::load(path).ok().flatten().map(|l| l.sampled_at())
     }
 
-    fn ledger_at(at: f64) -> Ledger {
-        Ledger {
+    fn ledger_at(at: f64) -> Arc<Ledger> {
+        Arc::new(Ledger {
             sampled_at: at,
             ..Ledger::default()
-        }
+        })
     }
 
     /// The thread writes each update handed to it; slurmd's stop writes the last in the
@@ -132,7 +190,7 @@ mod tests {
         writer.off_the_sample();
         assert!(writer.worker.is_some());
         for at in [10.0, 11.0, 12.0] {
-            writer.write(&ledger_at(at));
+            writer.write(&ledger_at(at), true, None);
             let until = Instant::now() + Duration::from_secs(2);
             while sampled_at(&path) != Some(at) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(2));
@@ -144,13 +202,46 @@ mod tests {
         assert_eq!(sampled_at(&path), Some(13.0), "written as slurmd stops");
     }
 
+    /// The publisher is handed each update with its owners, in the writer's thread, and
+    /// an update only published leaves the file as it was.
+    #[test]
+    fn each_update_is_published_in_the_writers_thread() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("energy-ledger.0.json");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut writer = Writer::inline(&path);
+        writer.publishing(Box::new(move |ledger, owners| {
+            let thread = std::thread::current().name().map(String::from);
+            let users = owners.map(|o| o.values().map(|o| o.user.clone()).collect::<Vec<_>>());
+            let _ = tx.send((ledger.sampled_at(), users, thread));
+        }));
+        writer.off_the_sample();
+        let owners = HashMap::from([(7, Owner { user: "ada".into() })]);
+        writer.write(&ledger_at(20.0), true, Some(owners));
+        let published = rx.recv_timeout(Duration::from_secs(2)).expect("published");
+        assert_eq!(
+            published,
+            (
+                20.0,
+                Some(vec!["ada".to_string()]),
+                Some("energy-ledger".to_string())
+            )
+        );
+        assert_eq!(sampled_at(&path), Some(20.0));
+        writer.write(&ledger_at(21.0), false, None);
+        let published = rx.recv_timeout(Duration::from_secs(2)).expect("published");
+        assert_eq!(published.0, 21.0);
+        assert_eq!(published.1, None);
+        assert_eq!(sampled_at(&path), Some(20.0), "not stored");
+    }
+
     /// Without a thread, each update is written before `write` returns.
     #[test]
     fn inline_each_update_is_written_at_once() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("energy-ledger.0.json");
         let mut writer = Writer::inline(&path);
-        writer.write(&ledger_at(5.0));
+        writer.write(&ledger_at(5.0), true, None);
         assert_eq!(sampled_at(&path), Some(5.0));
     }
 }

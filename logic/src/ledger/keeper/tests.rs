@@ -47,6 +47,10 @@ fn attribution_cost_per_sample() {
             let steps = [("step_extern", 0), ("step_batch", 1000)];
             let dir = cgroup::tests::v1_tree(&cgroups, "slurm", job, &cpu, u64::MAX, 1000, &steps);
             for (k, step) in [StepId::EXTERN, StepId::BATCH].into_iter().enumerate() {
+                // who runs it, as its slurmstepd says (for the metrics' owners)
+                grant::tests::grant(job, step, vec![])
+                    .publish(&spool)
+                    .expect("grant");
                 let pid = 1000 + 2 * job + k as u32;
                 let stepd = cgroup::tests::v1_stepd(&dir, &step.cgroup_name(), true);
                 let socket = spool.join(format!("n1_{job}.{}", step.0));
@@ -130,17 +134,20 @@ fn attribution_cost_per_sample() {
                 metrics.write(&crate::metrics::render(ledger, owners, &who));
             }),
         );
-        let started = Instant::now();
+        let (started, cpu) = (Instant::now(), crate::ledger::tests::thread_cpu());
         for k in 2 * rounds + 1..=3 * rounds {
             node_sample(&mut keeper, &mut accounting, (t0, w0), k);
         }
         let with_metrics = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
+        let with_metrics_cpu =
+            (crate::ledger::tests::thread_cpu() - cpu).as_secs_f64() * 1e6 / f64::from(rounds);
         let bytes = fs::metadata(&file).map_or(0, |m| m.len());
         println!(
             "{jobs} jobs: {us:.0} us per sample ({:.1} us per job; {cpu_us:.0} us CPU), of which steps and \
              cgroups read {observe:.0} us ({:.1} us per job); with no ledger file written \
              {unstored:.0} us ({unstored_cpu:.0} us CPU); with the metrics file \
-             ({bytes} bytes) {with_metrics:.0} us",
+             ({bytes} bytes, by the writer's thread) {with_metrics:.0} us ({with_metrics_cpu:.0} us \
+             CPU)",
             us / f64::from(jobs),
             observe / f64::from(jobs)
         );
@@ -472,5 +479,56 @@ fn the_ledger_file_and_the_slots_are_written_at_each_update_and_at_the_end() {
         near(written(), 3.0),
         "written as slurmd stops: {:?}",
         written()
+    );
+}
+
+/// A job's only step besides the extern step is not read (its job's share is its own
+/// whatever its CPU time); once its job has another, both are, each from its own cgroup.
+#[test]
+fn a_jobs_only_step_goes_unread_and_with_another_each_is_read() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (spool, cgroups) = (tmp.path().join("spool"), tmp.path().join("cgroup"));
+    let proc_root = tmp.path().join("proc");
+    fs::create_dir_all(&spool).expect("spool");
+    let steps = [("step_extern", 0), ("step_batch", 4_000), ("step_0", 9_000)];
+    let dir = cgroup::tests::v1_tree(&cgroups, "slurm", 5, "0-1", u64::MAX, 13_000, &steps);
+    let mut sockets = Vec::new();
+    let mut start = |pid: u32, step: StepId| {
+        let stepd = cgroup::tests::v1_stepd(&dir, &step.cgroup_name(), true);
+        let socket = spool.join(format!("n1_5.{}", step.0));
+        let key = StepKey::new(5, step);
+        sockets.push(procs::tests::stepd(&proc_root, pid, key, &stepd, &socket));
+    };
+    start(100, StepId::EXTERN);
+    start(101, StepId::BATCH);
+    let site = Site {
+        spool: spool.clone(),
+        cgroup_root: cgroups,
+        proc_root: proc_root.clone(),
+    };
+    let mut keeper = Keeper::shared(&site, 0, None).expect("keeper");
+    let cpu_of = |keeper: &mut Keeper| -> Vec<(StepId, StepCpu)> {
+        let (jobs, _) = keeper.observe(&[]);
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].counters.map(|c| c.usage_ns), Some(13_000));
+        jobs[0].steps.iter().map(|s| (s.id, s.cpu)).collect()
+    };
+    assert_eq!(
+        cpu_of(&mut keeper),
+        [
+            (StepId::BATCH, StepCpu::Alone),
+            (StepId::EXTERN, StepCpu::Unknown)
+        ]
+    );
+    start(102, StepId(0));
+    // the new slurmstepd is searched for once a search may be made again
+    std::thread::sleep(procs::SCAN_GAP);
+    assert_eq!(
+        cpu_of(&mut keeper),
+        [
+            (StepId(0), StepCpu::Read(9_000)),
+            (StepId::BATCH, StepCpu::Read(4_000)),
+            (StepId::EXTERN, StepCpu::Unknown)
+        ]
     );
 }
