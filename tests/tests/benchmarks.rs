@@ -427,7 +427,31 @@ fn benchmarks() {
     }
     md.push_str(&wakeups_section());
     md.push_str(&proc_scan_section());
-    fs::write(workspace().join("BENCHMARKS.md"), md).expect("write BENCHMARKS.md");
+    let path = workspace().join("BENCHMARKS.md");
+    let before = fs::read_to_string(&path).unwrap_or_default();
+    md.push_str(&sections_not_in(&before, &md));
+    fs::write(path, md).expect("write BENCHMARKS.md");
+}
+
+/// The `## ` sections of `old` whose heading `generated` has not: the figures measured by
+/// other benchmarks, which a regeneration keeps.
+fn sections_not_in(old: &str, generated: &str) -> String {
+    let headings: Vec<&str> = generated.lines().filter(|l| l.starts_with("## ")).collect();
+    let mut kept = String::new();
+    let mut keep = false;
+    for line in old.lines() {
+        if line.starts_with("## ") {
+            keep = !headings.contains(&line);
+            if keep {
+                kept.push('\n');
+            }
+        }
+        if keep {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
 }
 
 /// The threads the plugins start (named by `logic/src/worker.rs`).

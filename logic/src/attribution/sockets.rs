@@ -57,7 +57,7 @@ impl StepSockets {
         let watch = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .and_then(|watch| watch.add_watch(spool, CHANGES).map(|_| watch));
         if let Err(e) = &watch {
-            log::debug!(
+            log::info!(
                 "{}: no notice of new steps ({e}); the directory is read at every sample",
                 spool.display()
             );
@@ -100,7 +100,7 @@ impl StepSockets {
                 Ok(events) => {
                     for event in events {
                         if event.mask.intersects(WATCH_LOST) {
-                            log::debug!(
+                            log::info!(
                                 "{}: notice of new steps lost ({:?}); the directory is read \
                                  at every sample",
                                 self.spool.display(),
@@ -119,7 +119,7 @@ impl StepSockets {
                 Err(Errno::EAGAIN) => return changed,
                 Err(Errno::EINTR) => {}
                 Err(e) => {
-                    log::debug!(
+                    log::info!(
                         "{}: notice of new steps failed ({e}); the directory is read at \
                          every sample",
                         self.spool.display()

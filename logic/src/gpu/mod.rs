@@ -16,7 +16,9 @@
 //! (NO_VAL), never 0 J; a Slurm call waits for the poller at most `FRESH_WAIT`, and not
 //! at all once a round is stuck.
 
-// the keys, in every build: each plugin of the family registers them (crate::family)
+// the keys, in every build: each plugin of the family registers them (crate::family); their
+// parsing is rust_gpu's only, built with the feature
+#[cfg_attr(not(feature = "gpu"), allow(dead_code, unreachable_pub))]
 pub(crate) mod config;
 /// The vendor libraries in safe terms: the crate `slurm-energy-gpu-libs`.
 #[cfg(feature = "gpu")]
