@@ -27,9 +27,10 @@ const CHANGES: AddWatchFlags = AddWatchFlags::IN_CREATE
     .union(AddWatchFlags::IN_MOVE_SELF)
     .union(AddWatchFlags::IN_ONLYDIR);
 
-/// Events after which the watch says nothing more of the directory's names.
-const WATCH_LOST: AddWatchFlags = AddWatchFlags::IN_Q_OVERFLOW
-    .union(AddWatchFlags::IN_IGNORED)
+/// Events after which the watch says nothing more of the directory's names. (An overflow
+/// of the queue, which steps started by the thousand could cause, only lost events: it
+/// names nothing, so the directory is read, and the watch goes on.)
+const WATCH_LOST: AddWatchFlags = AddWatchFlags::IN_IGNORED
     .union(AddWatchFlags::IN_DELETE_SELF)
     .union(AddWatchFlags::IN_MOVE_SELF)
     .union(AddWatchFlags::IN_UNMOUNT);
@@ -38,6 +39,10 @@ const WATCH_LOST: AddWatchFlags = AddWatchFlags::IN_Q_OVERFLOW
 /// updates) whatever the kernel says: a change no event told (a file system that does not
 /// say them all) is then a minute late, not forever.
 const READ_AT_LEAST_EVERY: u32 = 64;
+
+/// The most reads of the kernel's events at one sample: it has told all it had by then or
+/// the directory is read anyway (a sample never loops on a watch that keeps answering).
+const MOST_READS: u32 = 64;
 
 /// The present steps' sockets, kept between samples.
 pub(crate) struct StepSockets {
@@ -95,7 +100,7 @@ impl StepSockets {
             return true;
         };
         let mut changed = false;
-        loop {
+        for _ in 0..MOST_READS {
             match watch.read_events() {
                 Ok(events) => {
                     for event in events {
@@ -129,6 +134,7 @@ impl StepSockets {
                 }
             }
         }
+        true
     }
 }
 
@@ -193,6 +199,29 @@ mod tests {
         assert!(sockets.changed(), "told, and the notice taken away here");
         let seen_after = (1..=READ_AT_LEAST_EVERY).find(|_| !keys(&mut sockets).is_empty());
         assert_eq!(seen_after, Some(READ_AT_LEAST_EVERY));
+    }
+
+    /// A queue overflowed by thousands of names at once (steps started by the thousand)
+    /// has the directory read, and the watch goes on.
+    #[test]
+    fn an_overflowed_queue_reads_the_directory_and_keeps_the_watch() {
+        let most: usize = fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(16_384);
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut sockets = StepSockets::new(tmp.path());
+        assert!(keys(&mut sockets).is_empty());
+        for k in 0..=most.min(100_000) {
+            fs::write(tmp.path().join(format!("f{k}")), "").expect("file");
+        }
+        let _a = UnixListener::bind(tmp.path().join("n1_6.0")).expect("socket");
+        assert_eq!(keys(&mut sockets), vec![StepKey::new(6, StepId(0))]);
+        assert!(sockets.watch.is_some(), "kept");
+        // what is left of the burst is drained over the next samples, a bounded read each
+        let quiet = (0..8).find(|_| !sockets.changed());
+        assert!(quiet.is_some(), "the burst drained");
+        assert!(sockets.watch.is_some(), "still kept");
     }
 
     /// Without a watch (no inotify instance left), every sample reads the directory.
