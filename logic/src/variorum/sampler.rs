@@ -273,6 +273,25 @@ mod tests {
         }
     }
 
+    /// The sampler `script`, spawned once no other thread's fork holds it open for
+    /// writing: a test thread that forks while another writes its script copies the
+    /// written file's descriptor until its child execs, and exec refuses a file open for
+    /// writing (`ETXTBSY`).
+    fn spawned(script: &Path) -> Sampler {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match Sampler::spawn(script, "lib", Duration::from_secs(1)) {
+                Err(SamplerError::Spawn { source, .. })
+                    if source.kind() == std::io::ErrorKind::ExecutableFileBusy
+                        && Instant::now() < until =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                spawned => return spawned.expect("spawn"),
+            }
+        }
+    }
+
     #[test]
     fn lines_are_assembled_across_reads_and_the_newest_wins() {
         let dir = tempfile::tempdir().expect("tmp");
@@ -286,7 +305,7 @@ mod tests {
         .expect("script");
         std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod");
-        let mut s = Sampler::spawn(&script, "lib", Duration::from_secs(1)).expect("spawn");
+        let mut s = spawned(&script);
         let deadline = Instant::now() + Duration::from_secs(5);
         assert_eq!(
             s.oldest(deadline, "line").expect("one"),
@@ -324,7 +343,7 @@ mod tests {
         std::fs::write(&script, "#!/bin/sh\nexec ls -l /proc/self/fd/\n").expect("script");
         std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .expect("chmod");
-        let mut s = Sampler::spawn(&script, "lib", Duration::from_secs(1)).expect("spawn");
+        let mut s = spawned(&script);
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut fds = Vec::new();
         while s.wait_for_lines(deadline, "listing").is_ok() {
