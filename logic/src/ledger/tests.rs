@@ -229,6 +229,53 @@ fn a_step_alone_goes_unread_and_joined_takes_what_its_job_used_besides() {
     assert_eq!(ledger.job(7).map(|a| a.joules), Some(1200.0));
 }
 
+/// Two srun steps whose slurmstepds started just before the last update and made their
+/// sockets after it, first seen beside a batch script that was alone: all their counters say
+/// is this interval's, and the batch script, not read before, gets what is left of its job's
+/// CPU time (the srun commands' start), not the part of their spinning that their lives'
+/// average would spread before the interval (24.11's hetjob test saw 52 J that way).
+#[test]
+fn steps_first_seen_beside_an_unread_step_used_all_their_counters_say() {
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let at = |secs: f64| Some(w0 + Duration::from_secs_f64(secs));
+    let observed = |job_s: f64, steps: Vec<(StepId, StepCpu, f64)>| ObservedJob {
+        job: 8,
+        counters: counters(1, job_s),
+        steps: steps
+            .into_iter()
+            .map(|(id, cpu, started)| ObservedStep {
+                id,
+                cpu,
+                started: at(started),
+                holds: vec![],
+            })
+            .collect(),
+    };
+    let ext = (StepId::EXTERN, StepCpu::Unknown, 0.0);
+    let mut ledger = Ledger::default();
+    for secs in 0..=10 {
+        let o = observed(0.0, vec![ext, (StepId::BATCH, StepCpu::Alone, 0.0)]);
+        ledger.update(&observation(t0, w0, secs, 100 * secs, vec![o]), idle(0.0));
+    }
+    // both stepds started at 9.8 s; from 10 s each spun 0.4 s, the srun commands took 0.02 s
+    let spun = |id| (id, StepCpu::Read(400_000_000), 9.8);
+    let o = observed(
+        0.82,
+        vec![
+            ext,
+            (StepId::BATCH, StepCpu::Read(20_000_000), 0.0),
+            spun(StepId(0)),
+            spun(StepId(1)),
+        ],
+    );
+    ledger.update(&observation(t0, w0, 11, 1100, vec![o]), idle(0.0));
+    let joules = |id| ledger.step(8, id).map(|a| a.joules).expect("charged");
+    assert!((joules(StepId::BATCH) - 1000.0 - 100.0 * 0.02 / 0.82).abs() < 1e-9);
+    for id in [StepId(0), StepId(1)] {
+        assert!((joules(id) - 100.0 * 0.4 / 0.82).abs() < 1e-9, "{}", joules(id));
+    }
+}
+
 /// The ledger is written and read only in a SlurmdSpoolDir nobody else can write (the
 /// error names it), and read never through a link planted in its place.
 #[test]
