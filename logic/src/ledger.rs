@@ -368,36 +368,12 @@ pub struct ObservedJob {
 #[derive(Debug, Clone)]
 pub struct ObservedStep {
     pub id: StepId,
-    /// What is known of its CPU time.
-    pub cpu: StepCpu,
+    /// Its CPU time so far, `None` when unknown.
+    pub usage_ns: Option<u64>,
     /// When its slurmstepd started, when known: it is charged from then.
     pub started: Option<SystemTime>,
     /// The devices it holds, `(position, shares)` ([`Split::Devices`]).
     pub holds: Vec<(u32, f64)>,
-}
-
-/// What a sample knows of a step's CPU time, which splits its job's share among its steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepCpu {
-    /// Its CPU time so far, in ns.
-    Read(u64),
-    /// Not read: the only step of its job besides the extern step gets its job's whole
-    /// share whatever its CPU time, so its counter is read once its job has another (a
-    /// `pread` a job saved at each sample of a node of single-step jobs).
-    Alone,
-    /// Not known (its cgroup not found yet or unreadable): not charged this interval. The
-    /// extern step needs none: it gets its job's whole share.
-    Unknown,
-}
-
-impl StepCpu {
-    /// The CPU time read, if any.
-    pub(crate) fn read(self) -> Option<u64> {
-        match self {
-            Self::Read(ns) => Some(ns),
-            Self::Alone | Self::Unknown => None,
-        }
-    }
 }
 
 impl ObservedJob {
@@ -638,7 +614,7 @@ impl Ledger {
                     account: Account::since(s.started.map_or(now, unix).min(now)),
                     ..Step::default()
                 });
-                step.usage_ns = s.cpu.read();
+                step.usage_ns = s.usage_ns;
                 step.last_seen = now;
             }
         }

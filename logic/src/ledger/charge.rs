@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use super::parts::{Composition, IdleHeld, device_part};
 use super::{
-    Job, Ledger, MAX_GAP, Observation, ObservedJob, ObservedStep, Piece, RUN_SLACK, Split, StepCpu,
-    floor, keep_recent, unix,
+    Job, Ledger, MAX_GAP, Observation, ObservedJob, Piece, RUN_SLACK, Split, floor, keep_recent,
+    unix,
 };
 use crate::attribution::StepId;
 use crate::attribution::holders::ObservedDevice;
@@ -175,7 +175,30 @@ impl Ledger {
                 let unused = (1.0 - used.cpu_secs / held_secs).clamp(0.0, 1.0);
                 IdleHeld::add(&mut job.breakdown.idle_held.cpu, static_j * unused);
             }
-            let (ids, steps) = step_uses(job, o, used.cpu_secs, (began, secs));
+            let mut ids = Vec::new();
+            let mut steps = Vec::new();
+            for s in &o.steps {
+                let before = job.steps.get(&s.id).and_then(|step| step.usage_ns);
+                let started = s.started.map(unix);
+                // the extern step needs no CPU time of its own (26.05's cgroup v1 gives it
+                // no cpuacct directory): it gets the job's share
+                let cpu_secs = if s.id == StepId::EXTERN {
+                    0.0
+                } else {
+                    match s
+                        .usage_ns
+                        .and_then(|u| since(u, before, started, began, secs))
+                    {
+                        Some((cpu_secs, _)) => cpu_secs,
+                        None => continue,
+                    }
+                };
+                ids.push(s.id);
+                steps.push(StepUse {
+                    is_extern: s.id == StepId::EXTERN,
+                    cpu_secs,
+                });
+            }
             for (id, joules) in ids.into_iter().zip(split_job(share, &steps)) {
                 job.charge_step(o, id, joules, (began, now), obs.settled)
                     .breakdown
@@ -520,67 +543,6 @@ fn charge_devices_parts(
         }
     }
     IdleHeld::add(&mut breakdown.idle_held.gpu, idle);
-}
-
-/// The steps of `o` charged this interval, and what each used of the CPU time `job_secs`
-/// its job used in the interval that `began` `secs` ago. The extern step needs no CPU time
-/// of its own (26.05's cgroup v1 gives it no cpuacct directory): it gets the job's share.
-///
-/// A step charged before whose counter was not read at the interval's start (it was its
-/// job's only step, [`StepCpu::Alone`], or unreadable) used what its job used that the
-/// others did not: its own counter says nothing of the interval alone. In that interval a
-/// step first seen used all its counter says: it was not there at the last update (every
-/// present step is in the ledger), and a slurmstepd makes its socket before it starts a
-/// task, so its tasks' time is all since then. (Its time spread over its life instead, as
-/// for a step seen late, would leave the rest to the unread step: a batch script got 52 J
-/// of its two srun steps' spinning that way in a CI-style run on 24.11.)
-fn step_uses(
-    job: &Job,
-    o: &ObservedJob,
-    job_secs: f64,
-    (began, secs): (f64, f64),
-) -> (Vec<StepId>, Vec<StepUse>) {
-    let unread_before = |s: &ObservedStep| {
-        s.id != StepId::EXTERN
-            && matches!(s.cpu, StepCpu::Read(_))
-            && job.steps.get(&s.id).is_some_and(|k| k.usage_ns.is_none())
-    };
-    let transition = o.steps.iter().any(unread_before);
-    let (mut ids, mut steps) = (Vec::new(), Vec::new());
-    let mut unread = Vec::new();
-    for s in &o.steps {
-        let known = job.steps.get(&s.id);
-        let cpu_secs = match s.cpu {
-            _ if s.id == StepId::EXTERN => 0.0,
-            StepCpu::Alone => 0.0,
-            StepCpu::Unknown => continue,
-            StepCpu::Read(_) if unread_before(s) => {
-                unread.push(steps.len());
-                0.0
-            }
-            StepCpu::Read(ns) if transition && known.is_none() => ns as f64 / 1e9,
-            StepCpu::Read(ns) => {
-                let before = known.and_then(|step| step.usage_ns);
-                match since(ns, before, s.started.map(unix), began, secs) {
-                    Some((cpu_secs, _)) => cpu_secs,
-                    None => continue,
-                }
-            }
-        };
-        ids.push(s.id);
-        steps.push(StepUse {
-            is_extern: s.id == StepId::EXTERN,
-            cpu_secs,
-        });
-    }
-    if !unread.is_empty() {
-        let others: f64 = steps.iter().map(|s| s.cpu_secs).sum();
-        let each = (job_secs - others).max(0.0) / unread.len() as f64;
-        for k in unread {
-            steps[k].cpu_secs = each;
-        }
-    }
-    (ids, steps)
 }
 
 /// A job's or step's CPU seconds in the interval that `began` (unix time) `secs` ago, and

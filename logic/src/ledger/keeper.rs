@@ -11,7 +11,7 @@ use super::ask::Book;
 use super::doorbell::Pace;
 use super::slots::Table;
 use super::writer::{Publisher, Writer};
-use super::{Ledger, Observation, ObservedJob, ObservedStep, Part, Split, StepCpu, ledger_path};
+use super::{Ledger, Observation, ObservedJob, ObservedStep, Part, Split, ledger_path};
 use crate::accounting::Accounting;
 use crate::attribution::cgroup::CgroupTree;
 use crate::attribution::grant::Owner;
@@ -320,11 +320,6 @@ fn observe_jobs(
             continue;
         }
         let charged = |s: &&mut Step| !ended.contains(&s.key);
-        let inner = of_job
-            .iter_mut()
-            .filter(charged)
-            .filter(|s| s.key.step != StepId::EXTERN)
-            .count();
         let mut observed = ObservedJob {
             job,
             counters: None,
@@ -353,17 +348,14 @@ fn observe_jobs(
                     ));
                 }
             }
-            // the extern step is charged its job's share whatever its own CPU time, and
-            // a job's only other step the rest of it
-            let cpu = match cgroup {
-                _ if key.step == StepId::EXTERN => StepCpu::Unknown,
-                Some(_) if inner == 1 => StepCpu::Alone,
-                Some(c) => c.step_usage_ns().map_or(StepCpu::Unknown, StepCpu::Read),
-                None => StepCpu::Unknown,
+            // the extern step is charged its job's share whatever its own CPU time
+            let usage_ns = match key.step {
+                StepId::EXTERN => None,
+                _ => cgroup.and_then(|c| c.step_usage_ns()),
             };
             observed.steps.push(ObservedStep {
                 id: key.step,
-                cpu,
+                usage_ns,
                 started: found.started,
                 holds,
             });

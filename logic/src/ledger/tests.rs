@@ -12,7 +12,7 @@ pub(super) fn idle(watts: f64) -> Split {
 fn step(id: StepId, usage_ns: Option<u64>) -> ObservedStep {
     ObservedStep {
         id,
-        cpu: usage_ns.map_or(StepCpu::Unknown, StepCpu::Read),
+        usage_ns,
         started: None,
         holds: vec![],
     }
@@ -160,120 +160,6 @@ fn an_extern_step_without_cpu_time_of_its_own_gets_the_job() {
     ledger.update(&observation(t0, w0, 1, 90, vec![observed(0.5)]), idle(10.0));
     assert_eq!(ledger.step(4, StepId::EXTERN).map(|a| a.joules), Some(90.0));
     assert_eq!(ledger.step(4, StepId::BATCH).map(|a| a.joules), Some(90.0));
-}
-
-/// A job's only step besides the extern step gets its job's share unread
-/// ([`StepCpu::Alone`]); joined by another, it is read, and over the interval where it was
-/// not read before it used what its job used that the newcomer did not: a batch script that
-/// slept 10 s and then spun beside its first srun step is not taken to have spun all along.
-#[test]
-fn a_step_alone_goes_unread_and_joined_takes_what_its_job_used_besides() {
-    let (t0, w0) = (Instant::now(), SystemTime::now());
-    let at = |secs: f64| Some(w0 + Duration::from_secs_f64(secs));
-    let observed = |job_s: f64, steps: Vec<(StepId, StepCpu, f64)>| ObservedJob {
-        job: 7,
-        counters: counters(2, job_s),
-        steps: steps
-            .into_iter()
-            .map(|(id, cpu, started)| ObservedStep {
-                id,
-                cpu,
-                started: at(started),
-                holds: vec![],
-            })
-            .collect(),
-    };
-    let ext = (StepId::EXTERN, StepCpu::Unknown, 0.0);
-    let batch = |cpu| (StepId::BATCH, cpu, 0.0);
-    let step0 = |s: f64| (StepId(0), StepCpu::Read((s * 1e9) as u64), 10.5);
-    let mut ledger = Ledger::default();
-    // the batch script sleeps 10 s at 100 W: its share whole, its counter not read
-    for secs in 0..=10 {
-        let o = observed(0.0, vec![ext, batch(StepCpu::Alone)]);
-        ledger.update(&observation(t0, w0, secs, 100 * secs, vec![o]), idle(0.0));
-    }
-    assert_eq!(
-        ledger.step(7, StepId::BATCH).map(|a| a.joules),
-        Some(1000.0)
-    );
-    // step 0 starts at 10.5 s and spins 0.3 s; the batch script spins 1 s beside it
-    let o = observed(
-        1.3,
-        vec![ext, batch(StepCpu::Read(1_000_000_000)), step0(0.3)],
-    );
-    ledger.update(&observation(t0, w0, 11, 1100, vec![o]), idle(0.0));
-    let batch_j = ledger
-        .step(7, StepId::BATCH)
-        .map(|a| a.joules)
-        .expect("batch");
-    let step0_j = ledger.step(7, StepId(0)).map(|a| a.joules).expect("step 0");
-    assert!(
-        (batch_j - 1000.0 - 100.0 / 1.3).abs() < 1e-9,
-        "batch {batch_j}"
-    );
-    assert!((step0_j - 30.0 / 1.3).abs() < 1e-9, "step 0 {step0_j}");
-    // both read from now: 1 s each
-    let o = observed(
-        3.3,
-        vec![ext, batch(StepCpu::Read(2_000_000_000)), step0(1.3)],
-    );
-    ledger.update(&observation(t0, w0, 12, 1200, vec![o]), idle(0.0));
-    let batch_more = ledger
-        .step(7, StepId::BATCH)
-        .map(|a| a.joules)
-        .expect("batch")
-        - batch_j;
-    let step0_more = ledger.step(7, StepId(0)).map(|a| a.joules).expect("step 0") - step0_j;
-    assert!((batch_more - 50.0).abs() < 1e-9, "batch {batch_more}");
-    assert!((step0_more - 50.0).abs() < 1e-9, "step 0 {step0_more}");
-    assert_eq!(ledger.job(7).map(|a| a.joules), Some(1200.0));
-}
-
-/// Two srun steps whose slurmstepds started just before the last update and made their
-/// sockets after it, first seen beside a batch script that was alone: all their counters say
-/// is this interval's, and the batch script, not read before, gets what is left of its job's
-/// CPU time (the srun commands' start), not the part of their spinning that their lives'
-/// average would spread before the interval (24.11's hetjob test saw 52 J that way).
-#[test]
-fn steps_first_seen_beside_an_unread_step_used_all_their_counters_say() {
-    let (t0, w0) = (Instant::now(), SystemTime::now());
-    let at = |secs: f64| Some(w0 + Duration::from_secs_f64(secs));
-    let observed = |job_s: f64, steps: Vec<(StepId, StepCpu, f64)>| ObservedJob {
-        job: 8,
-        counters: counters(1, job_s),
-        steps: steps
-            .into_iter()
-            .map(|(id, cpu, started)| ObservedStep {
-                id,
-                cpu,
-                started: at(started),
-                holds: vec![],
-            })
-            .collect(),
-    };
-    let ext = (StepId::EXTERN, StepCpu::Unknown, 0.0);
-    let mut ledger = Ledger::default();
-    for secs in 0..=10 {
-        let o = observed(0.0, vec![ext, (StepId::BATCH, StepCpu::Alone, 0.0)]);
-        ledger.update(&observation(t0, w0, secs, 100 * secs, vec![o]), idle(0.0));
-    }
-    // both stepds started at 9.8 s; from 10 s each spun 0.4 s, the srun commands took 0.02 s
-    let spun = |id| (id, StepCpu::Read(400_000_000), 9.8);
-    let o = observed(
-        0.82,
-        vec![
-            ext,
-            (StepId::BATCH, StepCpu::Read(20_000_000), 0.0),
-            spun(StepId(0)),
-            spun(StepId(1)),
-        ],
-    );
-    ledger.update(&observation(t0, w0, 11, 1100, vec![o]), idle(0.0));
-    let joules = |id| ledger.step(8, id).map(|a| a.joules).expect("charged");
-    assert!((joules(StepId::BATCH) - 1000.0 - 100.0 * 0.02 / 0.82).abs() < 1e-9);
-    for id in [StepId(0), StepId(1)] {
-        assert!((joules(id) - 100.0 * 0.4 / 0.82).abs() < 1e-9, "{}", joules(id));
-    }
 }
 
 /// The ledger is written and read only in a SlurmdSpoolDir nobody else can write (the
@@ -627,7 +513,7 @@ fn a_requeued_job_begins_anew() {
                 .into_iter()
                 .map(|id| ObservedStep {
                     id,
-                    cpu: StepCpu::Read((usage * 1e9) as u64),
+                    usage_ns: Some((usage * 1e9) as u64),
                     started: Some(w0 + Duration::from_secs(started)),
                     holds: vec![],
                 })
@@ -678,7 +564,7 @@ fn a_new_job_is_charged_from_its_start() {
         counters: counters(1, usage_s),
         steps: vec![ObservedStep {
             id: ext,
-            cpu: StepCpu::Unknown,
+            usage_ns: None,
             started: Some(w0 + Duration::from_millis(1250)),
             holds: vec![],
         }],
@@ -756,7 +642,7 @@ fn a_job_found_late_gets_what_nobody_got_since_its_start() {
         counters: counters(1, usage_s),
         steps: vec![ObservedStep {
             id: ext,
-            cpu: StepCpu::Unknown,
+            usage_ns: None,
             started: Some(w0 + Duration::from_millis(1500)),
             holds: vec![],
         }],

@@ -27,7 +27,7 @@ fn ledger(gone_for: u64) -> Ledger {
             .iter()
             .map(|&id| ObservedStep {
                 id,
-                cpu: crate::ledger::StepCpu::Unknown,
+                usage_ns: None,
                 started: Some(w0),
                 holds: vec![],
             })
@@ -64,7 +64,7 @@ fn gpu_ledger(secs: u64) -> Ledger {
         counters: None,
         steps: vec![ObservedStep {
             id: StepId(0),
-            cpu: crate::ledger::StepCpu::Unknown,
+            usage_ns: None,
             started: Some(w0),
             holds: vec![(0, 1.0), (1, 1.0)],
         }],
