@@ -69,8 +69,6 @@ pub(crate) struct Keeper {
     file_wanted: bool,
     /// Writes the ledger file ([`super::writer`]).
     writer: Writer,
-    /// Whether the writer publishes the ledger (the metrics file: [`Self::publishing`]).
-    publishes: bool,
     /// Whether the publisher is told who runs each job ([`Self::owners`]).
     publish_owners: bool,
     /// Who runs each job, learned from Slurm's step records for the publisher.
@@ -148,7 +146,6 @@ impl Keeper {
             slots_failing: false,
             stored: None,
             file_wanted: false,
-            publishes: false,
             publish_owners: false,
             owners: HashMap::new(),
             owner_time: OwnerTime::default(),
@@ -164,7 +161,6 @@ impl Keeper {
     /// each job if `owners`.
     pub(crate) fn publishing(mut self, owners: bool, publish: Publisher) -> Self {
         self.writer.publishing(publish);
-        self.publishes = true;
         self.publish_owners = owners;
         self
     }
@@ -253,14 +249,13 @@ impl Keeper {
             self.stored = Some(point.at);
             self.file_wanted = false;
         }
-        if store || self.publishes {
-            let owners = self.publish_owners.then(|| {
-                let kept: HashSet<u32> = self.ledger.jobs().map(|j| j.id).collect();
-                self.owners.retain(|job, _| kept.contains(job));
-                self.owners.clone()
-            });
-            self.writer.write(&self.ledger, store, owners);
-        }
+        // handed over at every update: the publisher, where set, shows each
+        let owners = self.publish_owners.then(|| {
+            let kept: HashSet<u32> = self.ledger.jobs().map(|j| j.id).collect();
+            self.owners.retain(|job, _| kept.contains(job));
+            self.owners.clone()
+        });
+        self.writer.write(&self.ledger, store, owners);
         // the questions asked before this sample's reading are answered by it
         self.book.update(&self.ledger, point.at);
         match self.slots.write(&self.ledger) {
