@@ -98,6 +98,7 @@ pub use pm_counters::{PmCountersConfig, parse_value as parse_pm_counters_value};
 #[cfg(feature = "redfish")]
 pub use redfish::RedfishBmc;
 pub use source::{Sample, Source};
+pub use trusted_dir::trust_slurm_user;
 
 // tests (logic/tests, energy-tests' benchmarks): the parsers and configurations they drive
 // with outside input.

@@ -23,6 +23,7 @@ use crate::guard::guard;
 use crate::ledger::{StepFigure, ledger_path};
 use crate::metrics::{MetricsConfig, PrivateData};
 use crate::plugin::Plugin;
+use crate::trusted_dir;
 use node::{LedgerConfig, NodePipeline};
 use step::StepPipeline;
 
@@ -46,6 +47,12 @@ pub trait Host: Send + Sync + 'static {
     /// and its slurmstepds read it.
     fn spool_dir(&self) -> Result<PathBuf, String> {
         Err("not in a Slurm daemon".into())
+    }
+
+    /// SlurmUser's uid: its directories are trusted as root's (`trusted_dir`); `None`
+    /// where slurm.conf is not known.
+    fn slurm_user(&self) -> Option<u32> {
+        None
     }
 
     /// How many energy plugins `AcctGatherEnergyType` stacks (Slurm sums them).
@@ -465,9 +472,12 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
 
     /// `init`: `plugin_dir` is where the plugin's `.so` was loaded from.
     pub fn init(&self, plugin_dir: Option<&Path>) -> Result<(), CallFailed> {
-        self.with_state("init", |_, _| {
+        self.with_state("init", |_, host| {
             if let Some(dir) = plugin_dir {
                 P::plugin_located(dir);
+            }
+            if let Some(uid) = host.slurm_user() {
+                trusted_dir::trust_slurm_user(uid);
             }
         })
     }

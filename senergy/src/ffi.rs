@@ -316,7 +316,9 @@ pub struct SlurmSettings {
     pub task_plugin: String,
 }
 
-/// Loads slurm.conf and returns what `senergy check` reads of it.
+/// Loads slurm.conf and returns what `senergy check` reads of it. SlurmUser's directories
+/// are trusted from then on as root's (Debian makes SlurmdSpoolDir SlurmUser's), as the
+/// plugins trust them in slurmd.
 pub fn slurm_settings() -> SlurmSettings {
     let held = load_slurm_conf();
     // SAFETY: slurm_init has filled slurm_conf; its strings are NULL or NUL-terminated
@@ -333,6 +335,8 @@ pub fn slurm_settings() -> SlurmSettings {
             task_plugin: text(conf.task_plugin),
         }
     };
+    // SAFETY: as above: slurm_init filled it.
+    slurm_energy_logic::trust_slurm_user(unsafe { (*ptr::addr_of!(slurm_conf)).slurm_user_id });
     drop(held.map(Held::end));
     settings
 }

@@ -30,6 +30,10 @@ impl Host for SlurmHost {
         super::slurm_conf::spool_dir()
     }
 
+    fn slurm_user(&self) -> Option<u32> {
+        super::slurm_conf::slurm_user()
+    }
+
     fn energy_plugins(&self) -> usize {
         super::slurm_conf::energy_plugin_count().unwrap_or(1)
     }

@@ -58,6 +58,11 @@ pub fn private_data() -> PrivateData {
     }
 }
 
+/// SlurmUser's uid (slurmd and slurmstepd trust its directories as root's).
+pub fn slurm_user() -> Option<u32> {
+    slurm_conf().map(|conf| conf.slurm_user_id)
+}
+
 /// This node's name: its hostname (as slurmd's `-N` in the test cluster, and `%n` where
 /// NodeName is the hostname).
 pub(super) fn node_name() -> String {

@@ -208,6 +208,53 @@ fn the_ledger_is_kept_only_in_a_spool_dir_nobody_else_writes() {
     assert_eq!(loaded(&path).expect("load"), Some("root's".to_string()));
 }
 
+/// A SlurmdSpoolDir as Debian's slurmd package makes it (`/var/lib/slurm/slurmd`,
+/// `slurm:slurm` 0755, slurmd running as root): the ledger is published and read there
+/// once SlurmUser is known; a spool dir of a job's owner is still refused, and the refusal
+/// names the rule. Needs root (the directory is given away).
+#[test]
+fn the_ledger_is_kept_in_a_spool_dir_of_slurm_user() {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("ENERGY_TESTS_ALLOW_SKIP").is_some(),
+            "needs root to chown a directory (ENERGY_TESTS_ALLOW_SKIP=1 to skip)"
+        );
+        return;
+    }
+    // uids no account of a test machine has (the same SlurmUser as trusted_dir's test)
+    let (slurm, job_owner) = (64_123, 64_124);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let spool = tmp.path().join("slurmd");
+    fs::create_dir(&spool).expect("spool");
+    fs::set_permissions(&spool, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let chown = |uid| {
+        nix::unistd::chown(&spool, Some(nix::unistd::Uid::from_raw(uid)), None).expect("chown")
+    };
+    let path = ledger_path(&spool, 0);
+    let mut ledger = Ledger::default();
+    ledger.describe_source("slurmd's".into());
+    crate::trust_slurm_user(slurm);
+    chown(slurm);
+    ledger
+        .store(&path)
+        .expect("published in SlurmUser's spool dir");
+    let loaded = Ledger::load(&path).expect("read").map(|l| l.source);
+    assert_eq!(loaded, Some("slurmd's".to_string()));
+    chown(job_owner);
+    let why = Ledger::load(&path)
+        .expect_err("a job owner's dir")
+        .to_string();
+    assert!(
+        why.contains(&format!(
+            "(owner uid {job_owner}, mode 755): the rule is a directory, not a link, owned by \
+             root or SlurmUser (uid {slurm}), that no other user or group can write"
+        )),
+        "{why}"
+    );
+    assert!(ledger.store(&path).is_err());
+}
+
 #[test]
 fn a_stored_ledger_loads_and_charges_the_time_slurmd_was_away() {
     let (t0, w0) = (Instant::now(), SystemTime::now());

@@ -14,7 +14,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -80,9 +80,10 @@ struct Bound {
 pub(super) fn sockets_bound_at(
     paths: &[&Path],
 ) -> Result<HashMap<PathBuf, HashSet<u32>>, SocketTableError> {
-    let files: Vec<(&Path, (u32, u32))> = paths
+    let mut mounts = MountDevices::default();
+    let files: Vec<(&Path, SocketFile)> = paths
         .iter()
-        .filter_map(|path| Some((*path, socket_file(path)?)))
+        .filter_map(|path| Some((*path, socket_file(path, &mut mounts)?)))
         .collect();
     if files.is_empty() {
         return Ok(HashMap::new());
@@ -90,7 +91,7 @@ pub(super) fn sockets_bound_at(
     let mut found: HashMap<PathBuf, HashSet<u32>> = HashMap::new();
     for bound in bound_sockets()? {
         for (path, file) in &files {
-            if bound.file == *file && bound.path == *path {
+            if file.is(bound.file) && bound.path == *path {
                 found
                     .entry(path.to_path_buf())
                     .or_default()
@@ -101,17 +102,91 @@ pub(super) fn sockets_bound_at(
     Ok(found)
 }
 
-/// The socket file at `path` (not followed if a link): its inode and device as the kernel
-/// tells a bound file's. The kernel's table keeps 32 bits of an inode: so is it compared.
-fn socket_file(path: &Path) -> Option<(u32, u32)> {
+/// A socket file as the kernel's table may show its bound file: its inode, and its device
+/// as either of the two numbers a file system can give it. The table gives the device of
+/// the file system's superblock (`s_dev`); `stat` gives the same on ext4 or xfs, but btrfs
+/// gives each subvolume a device of its own (SLES's `/` and `/var` are btrfs subvolumes),
+/// and overlayfs gives a file's upper layer's: there the superblock's is read from the
+/// mount the file is on (`/proc/thread-self/mountinfo`, by the mount's id in `fdinfo`),
+/// this process's own view, where a file of another mount namespace is on another mount.
+#[derive(Debug)]
+struct SocketFile {
+    inode: u32,
+    stat_device: u32,
+    mount_device: Option<u32>,
+}
+
+impl SocketFile {
+    fn is(&self, (inode, device): (u32, u32)) -> bool {
+        inode == self.inode && (device == self.stat_device || Some(device) == self.mount_device)
+    }
+}
+
+/// The socket file at `path` (not followed if a link), in the kernel's encoding of a
+/// bound file. The kernel's table keeps 32 bits of an inode: so is it compared.
+fn socket_file(path: &Path, mounts: &mut MountDevices) -> Option<SocketFile> {
     let meta = fs::symlink_metadata(path).ok()?;
     if !meta.file_type().is_socket() {
         return None;
     }
-    let dev = meta.dev();
+    Some(SocketFile {
+        inode: low_32(meta.ino()),
+        stat_device: kernel_device(meta.dev()),
+        mount_device: mounts.of(path),
+    })
+}
+
+/// The kernel's `dev_t` (`MAJOR << 20 | MINOR`) of a device `stat` gives.
+fn kernel_device(dev: u64) -> u32 {
     let (major, minor) = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
-    let kernel_dev = (major << 20) | (minor & 0xf_ffff);
-    Some((low_32(meta.ino()), low_32(kernel_dev)))
+    low_32((major << 20) | (minor & 0xf_ffff))
+}
+
+/// The superblock device of each mount, by the mount's id: read once per question, and
+/// only where some socket file is asked about.
+#[derive(Debug, Default)]
+struct MountDevices {
+    by_id: Option<HashMap<u64, u32>>,
+}
+
+impl MountDevices {
+    /// The superblock device of the mount that `path` (not followed if a link) is on.
+    fn of(&mut self, path: &Path) -> Option<u32> {
+        // O_PATH opens a socket file (a plain open gives ENXIO) without reading it
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .ok()?;
+        let fdinfo =
+            fs::read_to_string(format!("/proc/thread-self/fdinfo/{}", file.as_raw_fd())).ok()?;
+        let mount: u64 = fdinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("mnt_id:"))?
+            .trim()
+            .parse()
+            .ok()?;
+        let by_id = self.by_id.get_or_insert_with(|| {
+            fs::read_to_string("/proc/thread-self/mountinfo")
+                .map(|text| parse_mountinfo(&text))
+                .unwrap_or_default()
+        });
+        by_id.get(&mount).copied()
+    }
+}
+
+/// Each mount's id and its superblock's device (`MAJOR:MINOR`, the third field of a
+/// `mountinfo` line), in the kernel's encoding; a line that does not parse is left out.
+fn parse_mountinfo(text: &str) -> HashMap<u64, u32> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let id = fields.next()?.parse().ok()?;
+            let (major, minor) = fields.nth(1)?.split_once(':')?;
+            let (major, minor): (u64, u64) = (major.parse().ok()?, minor.parse().ok()?);
+            Some((id, kernel_device(nix::sys::stat::makedev(major, minor))))
+        })
+        .collect()
 }
 
 fn low_32(n: u64) -> u32 {
@@ -302,6 +377,92 @@ mod tests {
         let found = sockets_bound_at(&[&path]).expect("sock_diag");
         assert_eq!(found[&path], [inode(&second)].into());
         assert_ne!(inode(&first), inode(&second));
+    }
+
+    /// Runs `program` with `args`, in this test thread's mount namespace.
+    fn run(program: &str, args: &[&str]) {
+        let status = std::process::Command::new(program)
+            .args(args)
+            .status()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(status.success(), "{program} {args:?}: {status}");
+    }
+
+    /// A spool dir on btrfs (SLES's `/`, a subvolume) or overlayfs: `stat` gives a device
+    /// other than the one the kernel's socket table gives, and the socket is found all the
+    /// same. In a mount namespace of this test's thread (needs root, `btrfs-progs`).
+    #[test]
+    fn a_socket_on_btrfs_or_overlayfs_is_found() {
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var_os("ENERGY_TESTS_ALLOW_SKIP").is_some(),
+                "mounting file systems needs root (ENERGY_TESTS_ALLOW_SKIP=1 skips)"
+            );
+            return;
+        }
+        // only this thread's mounts change, and they go with it
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare");
+        run("mount", &["--make-rprivate", "/"]);
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = |name: &str| {
+            let d = tmp.path().join(name);
+            fs::create_dir_all(&d).expect("mkdir");
+            d
+        };
+        let text = |p: &Path| p.to_str().expect("utf-8").to_string();
+        let found_at = |spool: &Path, name: &str| {
+            let path = spool.join(name);
+            let listener = UnixListener::bind(&path).expect("bind");
+            let file = socket_file(&path, &mut MountDevices::default()).expect("a socket");
+            let found = sockets_bound_at(&[&path]).expect("sock_diag");
+            assert_eq!(
+                found.get(&path),
+                Some(&[inode(&listener)].into()),
+                "{} ({file:?})",
+                path.display()
+            );
+            file
+        };
+
+        let image = tmp.path().join("btrfs.img");
+        fs::File::create(&image)
+            .and_then(|f| f.set_len(256 << 20))
+            .expect("image");
+        run("mkfs.btrfs", &["-q", &text(&image)]);
+        let btrfs = dir("btrfs");
+        run("mount", &["-o", "loop", &text(&image), &text(&btrfs)]);
+        let subvolume = btrfs.join("slurmd");
+        run("btrfs", &["-q", "subvolume", "create", &text(&subvolume)]);
+        found_at(&btrfs, "n1_5.0");
+        let on_subvolume = found_at(&subvolume, "n1_6.0");
+        // what made the match fail before: a subvolume's `stat` device is its own
+        assert_ne!(Some(on_subvolume.stat_device), on_subvolume.mount_device);
+
+        let layers = dir("layers");
+        run("mount", &["-t", "tmpfs", "tmpfs", &text(&layers)]);
+        let layer = |name: &str| {
+            let d = layers.join(name);
+            fs::create_dir(&d).expect("mkdir");
+            text(&d)
+        };
+        // the lower layer on another file system than the upper (an image's layers and a
+        // writable tmpfs): `stat` then gives a file the upper layer's device
+        let options = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            text(&dir("lower")),
+            layer("upper"),
+            layer("work")
+        );
+        let merged = dir("merged");
+        run(
+            "mount",
+            &["-t", "overlay", "overlay", "-o", &options, &text(&merged)],
+        );
+        let on_overlay = found_at(&merged, "n1_7.0");
+        assert_ne!(Some(on_overlay.stat_device), on_overlay.mount_device);
+        for mounted in [&merged, &layers, &btrfs] {
+            run("umount", &[&text(mounted)]);
+        }
     }
 
     fn message(kind: u16, seq: u32, body: &[u8]) -> Vec<u8> {
