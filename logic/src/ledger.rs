@@ -734,7 +734,12 @@ pub(crate) fn open_trusted(path: &Path, write: bool) -> Result<Option<fs::File>,
         .open(path);
     let file = match file {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // none there: where slurmd would refuse the directory, that is why (`senergy
+        // check` says the rule, not only that there is no ledger)
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            trusted_dir::check(spool_of(path), NO_WRITE)?;
+            return Ok(None);
+        }
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(LedgerError::Untrusted {
                 path: path.display().to_string(),

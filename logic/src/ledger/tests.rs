@@ -253,6 +253,12 @@ fn the_ledger_is_kept_in_a_spool_dir_of_slurm_user() {
         "{why}"
     );
     assert!(ledger.store(&path).is_err());
+    // where slurmd refused to publish one, the reader is told why, not only "none"
+    fs::remove_file(&path).expect("unlink");
+    let why = Ledger::load(&path)
+        .expect_err("no ledger, and why")
+        .to_string();
+    assert!(why.contains("the rule is a directory"), "{why}");
 }
 
 #[test]
