@@ -79,6 +79,17 @@ impl std::fmt::Display for TrustedUsers {
     }
 }
 
+/// Whether `owner` is one of the users Slurm trusts (this process's, root, SlurmUser):
+/// the owner a file slurmd takes a secret from must be (`config::read_password_file`).
+pub(crate) fn trusted_owner(owner: u32) -> Result<(), TrustedUsers> {
+    let users = TrustedUsers::of_this_process();
+    if users.trust(owner) {
+        Ok(())
+    } else {
+        Err(users)
+    }
+}
+
 /// Whether a directory of `owner` with permission bits `mode` is trusted by `users` where
 /// no one else may hold any of the bits `refused`.
 fn trusted(users: TrustedUsers, owner: u32, mode: u32, refused: u32) -> bool {

@@ -62,6 +62,21 @@ fn subject(args: &[String]) -> Option<&str> {
     args.get(at + 1).map(String::as_str)
 }
 
+/// A recipient the mailer would take for an option: slurmctld passes the job's
+/// `--mail-user`, the owner's text, as MailProg's last arguments (after `-s SUBJECT`), and
+/// `-S...` is an s-nail setting, `--exec=...` a mailutils command. A `--` before it is no
+/// cure: s-nail passes what follows `--` to sendmail as options.
+pub fn option_like_recipient(args: &[String]) -> Option<&str> {
+    let recipients = match args.iter().position(|a| a == "-s") {
+        Some(at) => args.get(at + 2..).unwrap_or_default(),
+        None => args,
+    };
+    recipients
+        .iter()
+        .map(String::as_str)
+        .find(|r| r.starts_with('-'))
+}
+
 /// The job id slurmctld wrote before the job's name: digits, `digits_digits`, or an
 /// array's `digits_*` (its whole array).
 pub fn job_of_subject(subject: &str) -> Option<String> {
@@ -164,6 +179,13 @@ fn summary_of(job: &str) -> Result<String, String> {
 /// Exits as the mailer does (slurmctld logs a failure).
 pub fn run(args: Vec<String>) -> u8 {
     let mail_type = std::env::var("SLURM_JOB_MAIL_TYPE").ok();
+    if let Some(recipient) = option_like_recipient(&args) {
+        eprintln!(
+            "senergy mail: recipient {recipient:?} refused: it begins with '-', which a \
+             mailer takes for an option (s-nail's -S, mailutils' --exec); no mail sent"
+        );
+        return 1;
+    }
     let request = Request::new(args, mail_type.as_deref());
     let mut body = Vec::new();
     // a closed stdin is an empty body
