@@ -831,9 +831,9 @@ fn real_client(cluster: &Cluster, name: &str) -> std::path::PathBuf {
     program.trim_matches('\'').into()
 }
 
-/// The job's `field` (AdminComment, SystemComment) as accounting holds it (what `sacct -o
-/// FIELD` shows).
-fn comment(cluster: &Cluster, job: u32, field: &str) -> String {
+/// The job's `field` (AdminComment, SystemComment, State) as accounting holds it (what `sacct
+/// -X -o FIELD` shows).
+fn sacct_field(cluster: &Cluster, job: u32, field: &str) -> String {
     cluster
         .run(&[
             "sacct",
@@ -850,12 +850,12 @@ fn comment(cluster: &Cluster, job: u32, field: &str) -> String {
 }
 
 fn admin_comment(cluster: &Cluster, job: u32) -> String {
-    comment(cluster, job, "AdminComment")
+    sacct_field(cluster, job, "AdminComment")
 }
 
 /// Where `senergy record` keeps the job's figures.
 fn system_comment(cluster: &Cluster, job: u32) -> String {
-    comment(cluster, job, "SystemComment")
+    sacct_field(cluster, job, "SystemComment")
 }
 
 /// The Epilog that runs the shipped `conf/epilog.senergy` with the senergy built here.
@@ -1166,7 +1166,7 @@ fn held_job(cluster: &Cluster, go: &std::path::Path) -> u32 {
         go.display()
     ));
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while comment(cluster, job, "State") != "RUNNING" {
+    while sacct_field(cluster, job, "State") != "RUNNING" {
         assert!(
             std::time::Instant::now() < deadline,
             "job {job} not running in accounting\n{}",
