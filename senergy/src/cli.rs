@@ -43,7 +43,7 @@ pub enum Command {
     /// Slurm's MailProg: end-of-job mails get the job's summary, others pass unchanged
     /// (MailProg=/usr/bin/senergy: slurmctld's `-s SUBJECT USER` come here).
     Mail(MailArgs),
-    /// The node's Epilog: keeps this node's figures of the job in its AdminComment, for
+    /// The node's Epilog: keeps this node's figures of the job in its SystemComment, for
     /// `senergy job` to find whenever asked (run as root; always exits 0).
     Record(RecordArgs),
 }

@@ -831,8 +831,9 @@ fn real_client(cluster: &Cluster, name: &str) -> std::path::PathBuf {
     program.trim_matches('\'').into()
 }
 
-/// The job's AdminComment as accounting holds it (what `sacct -o AdminComment` shows).
-fn admin_comment(cluster: &Cluster, job: u32) -> String {
+/// The job's `field` (AdminComment, SystemComment, State) as accounting holds it (what `sacct
+/// -X -o FIELD` shows).
+fn sacct_field(cluster: &Cluster, job: u32, field: &str) -> String {
     cluster
         .run(&[
             "sacct",
@@ -842,27 +843,24 @@ fn admin_comment(cluster: &Cluster, job: u32) -> String {
             "-j",
             &job.to_string(),
             "-o",
-            "AdminComment",
+            field,
         ])
         .trim()
         .to_string()
 }
 
-/// `senergy record` as the nodes' Epilog: each node's figure of an ordinary user's 2-node
-/// job is kept in the job's AdminComment, equal to its ledger's, beside the site's text;
-/// `senergy job` shows it to the owner; the owner cannot write AdminComment; and where
-/// Slurm lets the owner rewrite their job's energy (25.11+), senergy says the figure was
-/// changed after the job.
-#[test]
-fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() {
-    let test = "the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told";
-    let Some(tmp) = root_test_dir(test) else {
-        return;
-    };
-    let etc = tmp.path().join("etc-users");
-    etc_with_users(&etc);
-    // the shipped Epilog, calling the senergy built here
-    let epilog = tmp.path().join("epilog.sh");
+fn admin_comment(cluster: &Cluster, job: u32) -> String {
+    sacct_field(cluster, job, "AdminComment")
+}
+
+/// Where `senergy record` keeps the job's figures.
+fn system_comment(cluster: &Cluster, job: u32) -> String {
+    sacct_field(cluster, job, "SystemComment")
+}
+
+/// The Epilog that runs the shipped `conf/epilog.senergy` with the senergy built here.
+fn shipped_epilog(dir: &std::path::Path) -> std::path::PathBuf {
+    let epilog = dir.join("epilog.sh");
     let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/epilog.senergy");
     fs::write(
         &epilog,
@@ -875,6 +873,23 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
     .expect("epilog");
     fs::set_permissions(&epilog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("epilog mode");
+    epilog
+}
+
+/// `senergy record` as the nodes' Epilog: each node's figure of an ordinary user's 2-node
+/// job is kept in the job's SystemComment, equal to its ledger's; `senergy job` shows it
+/// to the owner; the owner cannot write SystemComment; and where
+/// Slurm lets the owner rewrite their job's energy (25.11+), senergy says the figure was
+/// changed after the job.
+#[test]
+fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() {
+    let test = "the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told";
+    let Some(tmp) = root_test_dir(test) else {
+        return;
+    };
+    let etc = tmp.path().join("etc-users");
+    etc_with_users(&etc);
+    let epilog = shipped_epilog(tmp.path());
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
@@ -925,14 +940,14 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
     // the Epilogs write within their bound (10 s for the ledger, 15 s for slurmdbd)
     let deadline = std::time::Instant::now() + Duration::from_secs(40);
     let comment = loop {
-        let comment = admin_comment(&cluster, job);
+        let comment = system_comment(&cluster, job);
         let both = comment.contains("\"n1\"") && comment.contains("\"n2\"");
         if both || std::time::Instant::now() > deadline {
             break comment;
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    println!("AdminComment: {comment}");
+    println!("SystemComment: {comment}");
     let record: Value = serde_json::from_str(
         comment
             .strip_prefix("senergy=")
@@ -977,7 +992,7 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
     assert!((f64_of(&kept["joules"]) - sum).abs() < 1e-6, "{kept:#}");
     assert!(kept["tampered"].is_null(), "{shown:#}");
 
-    // the owner cannot write AdminComment: slurmdbd refuses, the record stays
+    // the owner cannot write SystemComment: slurmdbd refuses, the record stays
     let sacctmgr = real_client(&cluster, "sacctmgr");
     let id = format!("jobid={job}");
     let refused = cluster.client(
@@ -990,15 +1005,15 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
             "where",
             &id,
             "set",
-            "AdminComment=forged",
+            "SystemComment=forged",
         ],
     );
     assert!(
         !refused.status.success(),
-        "the owner wrote AdminComment: {}",
+        "the owner wrote SystemComment: {}",
         String::from_utf8_lossy(&refused.stdout)
     );
-    assert_eq!(admin_comment(&cluster, job), comment);
+    assert_eq!(system_comment(&cluster, job), comment);
 
     // 25.11 lets the owner rewrite their job's energy TRES (sacct's ConsumedEnergy)
     if slurm_sys::SLURM_VERSION_NUMBER >= 0x19_0b_00 {
@@ -1031,4 +1046,233 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
             "{text}"
         );
     }
+}
+
+/// Python's own base64, gzip and json, as Princeton's jobstats uses them: `make JSON`
+/// prints the AdminComment its slurmctld epilog writes for a job's summary JSON (`JS1:`
+/// and the base64 of its gzip, `jobstats -f -b`); `read COMMENT` prints what its `jobstats`
+/// reads from an AdminComment (one that starts with `JS1:`, all that follows decoded).
+const JOBSTATS_PY: &str = r#"
+import base64, gzip, json, sys
+if sys.argv[1] == "make":
+    print("JS1:" + base64.b64encode(gzip.compress(sys.argv[2].encode("ascii"))).decode("ascii"))
+else:
+    data = sys.argv[2]
+    assert data.startswith("JS1:") and len(data) > 10, "not a JS1 record: " + data
+    print(json.dumps(json.loads(gzip.decompress(base64.b64decode(data[4:])))))
+"#;
+
+fn jobstats_py(args: &[&str]) -> String {
+    let out = std::process::Command::new("python3")
+        .args(["-c", JOBSTATS_PY])
+        .args(args)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "jobstats' decoding failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A job summary as jobstats makes it (compact JSON), and its `JS1:` AdminComment: one
+/// whose base64 ends without `=` (a third of its records do), which jobstats' lenient
+/// base64 decoder reads on past into any text after it, so that text breaks the gunzip.
+fn jobstats_record(job: u32) -> (Value, String) {
+    (100..200)
+        .map(|total_time| {
+            let summary = format!(
+                r#"{{"nodes":{{"n1":{{"cpus":1,"total_memory":4294967296,"total_time":{total_time},"used_memory":1073741824}}}},"total_time":{job},"gpus":false}}"#
+            );
+            let comment = jobstats_py(&["make", &summary]);
+            (summary, comment)
+        })
+        .find(|(_, comment)| !comment.ends_with('='))
+        .map(|(summary, comment)| (serde_json::from_str(&summary).expect("JSON"), comment))
+        .expect("an unpadded record")
+}
+
+/// What jobstats' `jobstats` reads from the job's AdminComment.
+fn jobstats_reads(cluster: &Cluster, job: u32) -> Value {
+    let read = jobstats_py(&["read", &admin_comment(cluster, job)]);
+    serde_json::from_str(&read).expect("JSON")
+}
+
+/// Sets the job's whole AdminComment to `value` as jobstats' slurmctld epilog does
+/// (`sacctmgr -i update job where jobid=J set AdminComment=...`). 22.05's sacctmgr
+/// lowercases the value (`strip_quotes(..., make_lower)`; 23.02 keeps it), which breaks
+/// jobstats' own base64 there: that is asserted, then the value is stored as 23.02's
+/// sacctmgr stores it, in slurmdbd's job table.
+fn set_admin_comment(cluster: &Cluster, job: u32, value: &str) {
+    cluster.run(&[
+        "sacctmgr",
+        "-i",
+        "update",
+        "job",
+        "where",
+        &format!("jobid={job}"),
+        "set",
+        &format!("AdminComment={value}"),
+    ]);
+    if slurm_sys::SLURM_VERSION_NUMBER >= 0x17_02_00 {
+        assert_eq!(admin_comment(cluster, job), value);
+        return;
+    }
+    assert_eq!(
+        admin_comment(cluster, job),
+        value.to_lowercase(),
+        "22.05's sacctmgr lowercases AdminComment"
+    );
+    let setting = |file: &str, key: &str| {
+        let text = fs::read_to_string(cluster.dir.join("etc").join(file)).expect("config");
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {file}"))
+            .trim()
+            .to_string()
+    };
+    let port = setting("slurmdbd.conf", "StoragePort=");
+    let name = setting("slurm.conf", "ClusterName=");
+    let sql = format!("UPDATE `{name}_job_table` SET admin_comment='{value}' WHERE id_job={job}");
+    let out = cluster.client(
+        None,
+        std::path::Path::new("/usr/bin/mysql"),
+        &[
+            "-h",
+            "127.0.0.1",
+            "-P",
+            &port,
+            "-u",
+            "root",
+            "slurm_acct_db",
+            "-e",
+            &sql,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(admin_comment(cluster, job), value);
+}
+
+/// Submits a job that runs until the test lets it end, and waits until accounting holds it
+/// running: what is written then is in its row before the node's Epilog runs.
+fn held_job(cluster: &Cluster, go: &std::path::Path) -> u32 {
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.2; done\n",
+        go.display()
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while sacct_field(cluster, job, "State") != "RUNNING" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {job} not running in accounting\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    job
+}
+
+/// Lets the job end, and waits for the Epilog's record (within its 25 s bound): the
+/// SystemComment, once it holds one.
+fn ended_with_record(cluster: &Cluster, job: u32, go: &std::path::Path) -> String {
+    fs::write(go, "").expect("go");
+    cluster.wait_job(job, Duration::from_secs(60));
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let kept = system_comment(cluster, job);
+        if kept.contains("senergy=") {
+            return kept;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {job}: no record in SystemComment ({kept:?}); AdminComment {:?}\n{}",
+            admin_comment(cluster, job),
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The node's ledger figure of the job, and that the record `senergy job` reads holds it:
+/// in the SystemComment, and as `senergy job` shows it.
+fn assert_record_is_the_ledgers(cluster: &Cluster, job: u32) {
+    let text = fs::read(cluster.dir.join("spool/n1/energy-ledger.0.json")).expect("ledger");
+    let ledger = slurm_energy_logic::Ledger::parse(&text).expect("a ledger the plugin wrote");
+    let truth = ledger.job(job).expect("the ledger keeps the job").joules;
+    let kept = system_comment(cluster, job);
+    let record: Value = serde_json::from_str(
+        kept.strip_prefix("senergy=")
+            .unwrap_or_else(|| panic!("SystemComment is not our record alone: {kept}")),
+    )
+    .expect("the record is JSON");
+    let recorded = f64_of(&record["nodes"]["n1"]["joules"]);
+    assert!(
+        (recorded - truth).abs() <= 0.0005 && truth > 0.0,
+        "kept {recorded} J, ledger {truth} J"
+    );
+    let shown = json(&cluster.client(None, &senergy(), &["job", &job.to_string(), "--json"]));
+    let shown = &shown["jobs"][0]["kept"];
+    assert_eq!(shown["recorded"], true, "{shown:#}");
+    assert!(
+        (f64_of(&shown["joules"]) - recorded).abs() < 1e-9,
+        "{shown:#}"
+    );
+}
+
+/// Princeton's jobstats beside `senergy record`: jobstats sets the whole AdminComment to
+/// `JS1:<base64 of gzipped JSON>` from slurmctld's epilog, before the nodes' Epilogs or
+/// after them. In both orders both records survive and each decodes as its own tool reads
+/// it (jobstats' with Python's base64/gzip/json as its `jobstats` does; ours with its
+/// node's ledger figure), and a site's own AdminComment text is left as it was.
+#[test]
+fn jobstats_record_and_ours_both_survive_in_either_order() {
+    let test = "jobstats_record_and_ours_both_survive_in_either_order";
+    let Some(tmp) = root_test_dir(test) else {
+        return;
+    };
+    let epilog = shipped_epilog(tmp.path());
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            nodes: 1,
+            energy_type: RAPL,
+            node_freq: 1,
+            jobacct_freq: 1,
+            sim_args: vec![Some(INTEL_SERVER)],
+            extra_conf: &format!("Epilog={}\n", epilog.display()),
+            ..ClusterSpec::default()
+        },
+    );
+    cluster.sim(1).set(&["package0=120", "package1=30"]);
+
+    // jobstats first (its epilog ended before the node's): its record stays byte for byte
+    let go = tmp.path().join("go-before");
+    let job = held_job(&cluster, &go);
+    let (summary, js1) = jobstats_record(job);
+    set_admin_comment(&cluster, job, &js1);
+    let kept = ended_with_record(&cluster, job, &go);
+    println!("jobstats before: AdminComment {js1}\nSystemComment {kept}");
+    assert_eq!(admin_comment(&cluster, job), js1);
+    assert_eq!(jobstats_reads(&cluster, job), summary);
+    assert_record_is_the_ledgers(&cluster, job);
+
+    // the site's text first, jobstats after the node's Epilog: the site's text is as it
+    // was until jobstats sets the whole field, and our record outlives that
+    let go = tmp.path().join("go-after");
+    let job = held_job(&cluster, &go);
+    let site = "reviewed by ops; ticket 42";
+    set_admin_comment(&cluster, job, site);
+    let kept = ended_with_record(&cluster, job, &go);
+    assert_eq!(admin_comment(&cluster, job), site);
+    let (summary, js1) = jobstats_record(job);
+    set_admin_comment(&cluster, job, &js1);
+    println!("jobstats after: AdminComment {js1}\nSystemComment {kept}");
+    assert_eq!(jobstats_reads(&cluster, job), summary);
+    assert_eq!(system_comment(&cluster, job), kept);
+    assert_record_is_the_ledgers(&cluster, job);
 }
