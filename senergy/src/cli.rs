@@ -137,6 +137,25 @@ pub struct CheckArgs {
     /// JSON (schema_version 1; its fields: docs/senergy.md, "senergy check").
     #[arg(long)]
     json: bool,
+    /// Check this acct_gather.conf instead of the node, before it is pushed to the nodes:
+    /// every key known, every value as the plugins parse it, one node's values in a file
+    /// for many; exits 6 on an error. Needs no Slurm and no root.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["node", "compare"])]
+    conf: Option<PathBuf>,
+    /// With --conf: the slurm.conf whose AcctGatherEnergyType names the plugins the file is
+    /// for (and whose cgroup lines EnergyAttribution=shared needs).
+    #[arg(long, value_name = "FILE", requires = "conf")]
+    slurm_conf: Option<PathBuf>,
+    /// With --conf: the plugins the file is for (rust_rapl,rust_gpu), where no
+    /// --slurm-conf names them [default: those whose keys the file sets].
+    #[arg(
+        long,
+        value_name = "PLUGINS",
+        value_delimiter = ',',
+        requires = "conf",
+        conflicts_with = "slurm_conf"
+    )]
+    plugins: Vec<String>,
 }
 
 /// The reports' forms: a table for people, JSON or CSV for programs.
@@ -229,6 +248,8 @@ pub struct CheckPlan {
     pub node: Option<String>,
     pub compare: Option<Duration>,
     pub json: bool,
+    /// `--conf`: a file to check instead of the node.
+    pub conf: Option<crate::check::conf::ConfPlan>,
 }
 
 impl JobArgs {
@@ -305,10 +326,32 @@ impl CheckArgs {
                     })
             })
             .transpose()?;
+        let plugins = self
+            .plugins
+            .iter()
+            .map(|p| {
+                let kind = p.trim().trim_start_matches("acct_gather_energy/");
+                slurm_energy_logic::family_plugins()
+                    .contains(&kind)
+                    .then(|| kind.to_string())
+                    .ok_or_else(|| {
+                        Failure::Input(format!(
+                            "--plugins {p}: not a plugin of this family ({})",
+                            slurm_energy_logic::family_plugins().join(", ")
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(CheckPlan {
             node: self.node.clone(),
             compare,
             json: self.json,
+            conf: self.conf.clone().map(|file| crate::check::conf::ConfPlan {
+                file,
+                slurm_conf: self.slurm_conf.clone(),
+                plugins,
+                json: self.json,
+            }),
         })
     }
 }

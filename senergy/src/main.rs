@@ -155,6 +155,9 @@ fn read_node_features(tariff: &mut site::Tariff) {
 /// `senergy check`: the node's verdict, in text or JSON; exits 6 on any failure. The
 /// node's health owes nothing to the site file.
 fn check_node(plan: CheckPlan) -> u8 {
+    if let Some(conf) = &plan.conf {
+        return check::conf::run(conf, exit::UNHEALTHY, exit::NOT_FOUND);
+    }
     let settings = ffi::slurm_settings();
     let facts = check::node::gather(&settings, plan.node);
     let findings = check::judge(&facts);
