@@ -289,6 +289,15 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         ("node", vec!["--node", "n7"]),
         ("job", vec!["12"]),
         ("compare", vec!["--compare", "60"]),
+        ("conf", vec!["--conf", "acct_gather.conf"]),
+        (
+            "slurm_conf",
+            vec!["--conf", "acct_gather.conf", "--slurm-conf", "slurm.conf"],
+        ),
+        (
+            "plugins",
+            vec!["--conf", "acct_gather.conf", "--plugins", "rust_rapl"],
+        ),
     ]
     .into_iter()
     .collect();
@@ -326,8 +335,8 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         }
     }
     // job 16 (jobs, plot, json, csv, summary, wait, config, eight figures, prometheus),
-    // usage 15, check 3, record 2
-    assert_eq!(tried, 36);
+    // usage 15, check 6, record 2
+    assert_eq!(tried, 39);
 }
 
 #[test]
