@@ -85,6 +85,9 @@ struct Group {
     name: &'static str,
     keys: &'static [&'static str],
     parse: fn(&KeyValues) -> Result<(), ConfigError>,
+    /// Its keys' text and defaults, for the key reference.
+    #[cfg(test)]
+    reference: fn() -> Vec<crate::config::KeyDoc>,
 }
 
 fn groups() -> [Group; 9] {
@@ -96,46 +99,64 @@ fn groups() -> [Group; 9] {
             name: "rust_rapl",
             keys: RaplConfig::KEYS,
             parse: |v| ok(RaplConfig::parse(v)),
+            #[cfg(test)]
+            reference: RaplConfig::reference,
         },
         Group {
             name: "rust_ipmi",
             keys: IpmiConfig::KEYS,
             parse: |v| ok(IpmiConfig::parse(v)),
+            #[cfg(test)]
+            reference: IpmiConfig::reference,
         },
         Group {
             name: "rust_variorum",
             keys: VariorumConfig::KEYS,
             parse: |v| ok(VariorumConfig::parse(v)),
+            #[cfg(test)]
+            reference: VariorumConfig::reference,
         },
         Group {
             name: "rust_gpu",
             keys: GpuConfig::KEYS,
             parse: |v| ok(GpuConfig::parse(v)),
+            #[cfg(test)]
+            reference: GpuConfig::reference,
         },
         Group {
             name: "rust_pm_counters",
             keys: PmCountersConfig::KEYS,
             parse: |v| ok(PmCountersConfig::parse(v)),
+            #[cfg(test)]
+            reference: PmCountersConfig::reference,
         },
         Group {
             name: "rust_redfish",
             keys: RedfishConfig::KEYS,
             parse: |v| ok(RedfishConfig::parse(v)),
+            #[cfg(test)]
+            reference: RedfishConfig::reference,
         },
         Group {
             name: "",
             keys: attribution::KEYS,
             parse: |v| ok(attribution::Attribution::parse(v)),
+            #[cfg(test)]
+            reference: attribution::Attribution::reference,
         },
         Group {
             name: "",
             keys: StepRecordConfig::KEYS,
             parse: |v| ok(StepRecordConfig::parse(v)),
+            #[cfg(test)]
+            reference: StepRecordConfig::reference,
         },
         Group {
             name: "",
             keys: MetricsConfig::KEYS,
             parse: |v| ok(MetricsConfig::parse(v)),
+            #[cfg(test)]
+            reference: MetricsConfig::reference,
         },
     ]
 }
@@ -378,5 +399,7 @@ pub fn check_slurm_conf(conf: &str, shared: bool) -> (Vec<&'static str>, Vec<Fin
     (named, findings)
 }
 
+#[cfg(test)]
+mod reference;
 #[cfg(test)]
 mod tests;

@@ -222,6 +222,18 @@ pub(crate) fn yes_no(b: &bool) -> String {
     if *b { "yes" } else { "no" }.into()
 }
 
+/// A key of acct_gather.conf as the key reference gives it.
+#[cfg(test)]
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyDoc {
+    /// The key.
+    pub key: &'static str,
+    /// Its field's doc text, a line each.
+    pub text: &'static str,
+    /// Its default as `scontrol show config` shows it; `None` for a password.
+    pub default: Option<String>,
+}
+
 /// A configuration's keys, declared once: from one table it makes the struct, its
 /// `Default`, each key's `pub const`, the key list (`KEYS`, in table order) registered
 /// with Slurm, `parse` from acct_gather.conf's pairs and `show` for `scontrol show
@@ -239,7 +251,7 @@ macro_rules! config_keys {
         $(#[$meta:meta])*
         pub struct $name:ident {
             $(
-                $(#[$fmeta:meta])*
+                $(#[doc = $fdoc:literal])*
                 pub $field:ident: $ty:ty = $default:expr, {
                     $( $konst:ident = $key:literal: parse($parse:expr) $(, show($show:expr))?; )+
                 }
@@ -252,7 +264,7 @@ macro_rules! config_keys {
 
         $(#[$meta])*
         pub struct $name {
-            $( $(#[$fmeta])* pub $field: $ty, )*
+            $( $(#[doc = $fdoc])* pub $field: $ty, )*
         }
 
         impl Default for $name {
@@ -288,6 +300,25 @@ macro_rules! config_keys {
                 $( let check: fn(&Self, &KeyValues) -> Result<(), ConfigError> = $check;
                    check(&config, values)?; )?
                 Ok(config)
+            }
+
+            /// Each key with its field's text and its default as `scontrol show config`
+            /// shows it: the key reference (`docs/keys.md`, made and checked by a test).
+            #[cfg(test)]
+            pub fn reference() -> Vec<$crate::config::KeyDoc> {
+                let defaults = Self::default();
+                let mut docs = Vec::new();
+                $(
+                    let text: &'static str = concat!($($fdoc, "\n",)* "");
+                    $(
+                        let default = None::<String> $( .or_else(|| {
+                            let show: fn(&$ty) -> String = $show;
+                            Some(show(&defaults.$field))
+                        }) )?;
+                        docs.push($crate::config::KeyDoc { key: $key, text, default });
+                    )+
+                )*
+                docs
             }
 
             /// `(key, value)` for `scontrol show config`, defaults included.
