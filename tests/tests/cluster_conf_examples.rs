@@ -27,6 +27,8 @@ use std::time::Duration;
 
 use support::bmc::BmcSim;
 use support::cluster::{Cluster, ClusterSpec, cgroup_v1_conf, energy_of};
+use support::fakegpu::{FakeGpus, Vendor, now_ns};
+use support::gpu_cluster::{MINORS, device_files, minor_set_to};
 use support::pmsim::PmSim;
 use support::redfish::{PASSWORD, RedfishSim};
 use support::shared_node::{SIM, cpu_secs};
@@ -110,17 +112,12 @@ fn truth(meter: &dyn Meter, from_ns: f64, to_ns: f64) -> f64 {
     joules_between(&power_schedule(&meter.power_log()), from_ns, to_ns)
 }
 
-fn now_ns() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as f64
-}
-
 /// raplsim (one AMD package: the node's power is package0's), which the harness starts as
 /// node n1's MSRs; the power log is the test's, written as each power is set.
 struct Rapl {
     dir: PathBuf,
+    /// More acct_gather.conf lines, each with why (a stacked plugin's).
+    more: Vec<(String, &'static str)>,
 }
 
 impl Meter for Rapl {
@@ -135,13 +132,36 @@ impl Meter for Rapl {
         self.dir.join("power.log")
     }
     fn location(&self) -> Vec<(String, &'static str)> {
-        vec![(
+        let mut lines = vec![(
             "EnergyRaplSource=msr".into(),
             "the simulator's counters are MSR files; powercap would be this machine's",
-        )]
+        )];
+        lines.extend(self.more.iter().cloned());
+        lines
     }
     fn period(&self) -> (f64, bool) {
         (1.0, false)
+    }
+}
+
+/// rust_gpu's stand-in GPUs (NVML), stacked on rust_rapl: two whole GPUs as GRES, each at
+/// 0 W but while a job sets its own.
+struct Gpus {
+    fake: FakeGpus,
+    /// gres.conf's order of the minors: GRES index k is minor `gres[k]`.
+    gres: [u32; 2],
+}
+
+impl Gpus {
+    /// Shell text: the GPU Slurm gave the caller draws `watts`.
+    fn set_command(&self, watts: f64) -> String {
+        self.fake.set_gres_power_command(&self.gres, watts)
+    }
+
+    /// The true joules of the GPU a job set to `watts`, from `from_ns` to `to_ns`.
+    fn truth_of(&self, watts: f64, from_ns: f64, to_ns: f64) -> f64 {
+        let minor = minor_set_to(&self.fake, watts);
+        self.fake.truth(minor, to_ns) - self.fake.truth(minor, from_ns)
     }
 }
 
@@ -342,7 +362,9 @@ fn example(set: &str, meter: &dyn Meter, subs: &mut Substitutions) -> Example {
 }
 
 impl Example {
-    fn up(&self, root: &Path, sim_args: Option<&str>) -> Cluster {
+    /// `gres`: the node's `Gres=` and gres.conf, for a GPU node.
+    fn up(&self, root: &Path, sim_args: Option<&str>, gres: Option<(&str, &str)>) -> Cluster {
+        let (gres, gres_conf) = gres.unwrap_or_default();
         let cluster = Cluster::up(
             root,
             &ClusterSpec {
@@ -353,6 +375,8 @@ impl Example {
                 sim_args: vec![sim_args],
                 extra_conf: &self.extra_conf,
                 cgroup_conf: &self.cgroup_conf,
+                gres,
+                gres_conf,
                 ..ClusterSpec::default()
             },
         );
@@ -394,7 +418,7 @@ impl Example {
 /// marks) within 2% (the moments of the step the marks miss), plus, where the plugin
 /// integrates power, half a period of each power step (docs/plugins.md: a power step costs
 /// up to half a period of that step).
-fn node_mode_job(cluster: &Cluster, meter: &dyn Meter, marks: &Path) {
+fn node_mode_job(cluster: &Cluster, meter: &dyn Meter, marks: &Path, gpus: Option<&Gpus>) {
     let (period, integrates) = meter.period();
     // Between readings a figure is brought forward at the last power, and what is reported
     // never goes back: after the drop to the idle power the node's figure runs ahead by up
@@ -403,9 +427,18 @@ fn node_mode_job(cluster: &Cluster, meter: &dyn Meter, marks: &Path) {
     // 5 s, it kept 870 J too many (+22.9%; conf/acct_gather.conf.rust_redfish says so).
     let after = (period * f64::from(ON) / f64::from(IDLE)).ceil() as u32 + 1;
     let m = marks.display();
+    // a GPU job: its GPU at 150 W while its step runs
+    let (gres, gpu_on, gpu_off) = match gpus {
+        Some(g) => (
+            " --gres=gpu:1",
+            format!("{}; ", g.set_command(150.0)),
+            format!("; {}", g.set_command(0.0)),
+        ),
+        None => ("", String::new(), String::new()),
+    };
     let job = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH -n1 -c1\nsrun -n1 sh -c 'date +%s%N > {m}/start; sleep 2; {}; \
-         sleep 10; {}; sleep {after}; date +%s%N > {m}/end'\n",
+        "#!/bin/sh\n#SBATCH -n1 -c1{gres}\nsrun -n1 sh -c 'date +%s%N > {m}/start; {gpu_on}\
+         sleep 2; {}; sleep 10; {}; sleep {after}{gpu_off}; date +%s%N > {m}/end'\n",
         meter.set_command(ON),
         meter.set_command(IDLE)
     ));
@@ -417,7 +450,12 @@ fn node_mode_job(cluster: &Cluster, meter: &dyn Meter, marks: &Path) {
             .parse()
             .expect("a unix time in ns")
     };
-    let truth = truth(meter, mark("start"), mark("end"));
+    let node = truth(meter, mark("start"), mark("end"));
+    let gpu = gpus.map_or(0.0, |g| g.truth_of(150.0, mark("start"), mark("end")));
+    if gpus.is_some() {
+        println!("node mode: the node {node:.0} J and the job's GPU {gpu:.0} J");
+    }
+    let truth = node + gpu;
     let edges = if integrates {
         2.0 * f64::from(ON - IDLE) * period / 2.0 / truth
     } else {
@@ -470,20 +508,32 @@ fn point(cluster: &Cluster, jobs: &[u32]) -> Point {
 /// job's figure is its extern step's (PrologFlags=Contain), the busy job pays more, and the
 /// two together no more than the node drew while they ran (1%): with the node's whole
 /// energy charged to each, they would be twice that.
-fn shared_pair(cluster: &Cluster, meter: &dyn Meter, marks: &Path) {
+fn shared_pair(cluster: &Cluster, meter: &dyn Meter, marks: &Path, gpus: Option<&Gpus>) {
     let (period, _) = meter.period();
     let m = marks.display();
     let from = now_ns();
     // both end when the test says so (a cancelled job's line has no energy in sacct)
     let stop = marks.join("stop");
     let s = stop.display();
+    // GPU jobs: the busy job's GPU at 200 W, the idle job's at 50 W, while they run
+    let gpu = |watts: f64| {
+        gpus.map_or((String::new(), String::new(), String::new()), |g| {
+            (
+                " --gres=gpu:1".into(),
+                format!("{}\n", g.set_command(watts)),
+                format!("{}\n", g.set_command(0.0)),
+            )
+        })
+    };
+    let (gres, on, off) = gpu(200.0);
     let busy = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH -n1 -c1\ntouch {m}/busy_in\n\
-         srun -n1 timeout 120 sh -c 'while [ ! -e {s} ]; do :; done'\n"
+        "#!/bin/sh\n#SBATCH -n1 -c1{gres}\n{on}touch {m}/busy_in\n\
+         srun -n1 timeout 120 sh -c 'while [ ! -e {s} ]; do :; done'\n{off}"
     ));
+    let (gres, on, off) = gpu(50.0);
     let idle = cluster.sbatch(&format!(
-        "#!/bin/sh\n#SBATCH -n1 -c1\ntouch {m}/idle_in\n\
-         timeout 120 sh -c 'while [ ! -e {s} ]; do sleep 0.2; done'\n"
+        "#!/bin/sh\n#SBATCH -n1 -c1{gres}\n{on}touch {m}/idle_in\n\
+         timeout 120 sh -c 'while [ ! -e {s} ]; do sleep 0.2; done'\n{off}"
     ));
     let jobs = [busy, idle];
     let end_jobs = || {
@@ -536,9 +586,34 @@ fn shared_pair(cluster: &Cluster, meter: &dyn Meter, marks: &Path) {
     // the second reading at the new power, at a sample over it alone
     sleep(Duration::from_secs_f64(2.0 * period + 1.0));
     cluster.wait_past_power_step(1);
+    // The model interval by interval, each between two of the ledger's samples with the
+    // jobs' CPU time read as each is seen (within 50 ms): on a loaded machine the spinning
+    // job's CPU time varies from one second to the next, and an interval where neither
+    // job ran splits the dynamic part by what they hold, which a whole window's CPU time
+    // would not tell.
     let a = point(cluster, &jobs);
-    sleep(Duration::from_secs(10));
-    let b = point(cluster, &jobs);
+    let mut last = point(cluster, &jobs);
+    let mut predicted = [0.0; 2];
+    let mut used = [0.0; 2];
+    while last.at - a.at < 10.0 {
+        cluster.wait_for_samples(1, 1);
+        let now = point(cluster, &jobs);
+        let node_i = now.node - last.node;
+        let static_i = (floor * (now.at - last.at)).min(node_i);
+        let used_i = [now.cpu[0] - last.cpu[0], now.cpu[1] - last.cpu[1]];
+        let total_i = used_i[0] + used_i[1];
+        for k in 0..2 {
+            let part = if total_i > 0.0 {
+                used_i[k] / total_i
+            } else {
+                0.5
+            };
+            predicted[k] += static_i / 2.0 + (node_i - static_i) * part;
+            used[k] += used_i[k];
+        }
+        last = now;
+    }
+    let b = last;
     set(meter, IDLE);
     let secs = b.at - a.at;
     let node = b.node - a.node;
@@ -548,21 +623,21 @@ fn shared_pair(cluster: &Cluster, meter: &dyn Meter, marks: &Path) {
         f64::from(ON),
         0.02 + period / secs / 10.0,
     );
-    let used: Vec<f64> = (0..2).map(|k| b.cpu[k] - a.cpu[k]).collect();
     let paid: Vec<f64> = (0..2).map(|k| b.jobs[k] - a.jobs[k]).collect();
-    let static_j = (floor * secs).min(node);
-    let total_used: f64 = used.iter().sum();
     for (k, name) in ["busy", "idle"].iter().enumerate() {
-        let predicted = static_j / 2.0 + (node - static_j) * used[k] / total_used;
         println!(
-            "shared mode: {name} job {}: {:.0} J, the model {predicted:.0} J ({:.2} s CPU of \
-             {total_used:.2} s; static {floor:.1} W)",
-            jobs[k], paid[k], used[k]
+            "shared mode: {name} job {}: {:.0} J, the model {:.0} J ({:.2} s CPU of {:.2} s; \
+             static {floor:.1} W)",
+            jobs[k],
+            paid[k],
+            predicted[k],
+            used[k],
+            used[0] + used[1]
         );
         assert_close(
             &format!("shared mode: the {name} job's share"),
             paid[k],
-            predicted,
+            predicted[k],
             MODEL_TOLERANCE,
         );
     }
@@ -576,10 +651,16 @@ fn shared_pair(cluster: &Cluster, meter: &dyn Meter, marks: &Path) {
     end_jobs();
     let drawn = truth(meter, from, now_ns());
     let rows: Vec<_> = jobs.iter().map(|&j| cluster.energy(j)).collect();
+    // a GPU job's figure is its share of the node meter's and its own GPU's energy
+    let own_gpu: Vec<f64> = [200.0, 50.0]
+        .iter()
+        .map(|&w| gpus.map_or(0.0, |g| g.truth_of(w, from, now_ns())))
+        .collect();
     let figures: Vec<f64> = jobs
         .iter()
         .zip(&rows)
-        .map(|(&j, r)| {
+        .zip(&own_gpu)
+        .map(|((&j, r), gpu)| {
             let job = energy_of(r, &j.to_string());
             assert_close(
                 &format!("job {j}: its extern step"),
@@ -587,7 +668,14 @@ fn shared_pair(cluster: &Cluster, meter: &dyn Meter, marks: &Path) {
                 energy_of(r, &format!("{j}.extern")),
                 0.0,
             );
-            job
+            if gpus.is_some() {
+                println!("job {j}: {job:.0} J, its GPU's {gpu:.0} J");
+                assert!(
+                    job >= gpu * 0.99,
+                    "job {j}: {job} J, less than its GPU's {gpu} J"
+                );
+            }
+            job - gpu
         })
         .collect();
     println!(
@@ -603,17 +691,38 @@ fn shared_pair(cluster: &Cluster, meter: &dyn Meter, marks: &Path) {
     );
 }
 
-/// Boots `set`'s example over `meter` (at [`IDLE`] from the start, so the static power
-/// learned is its), then node mode's job and shared mode's pair. `sim_args`: raplsim's, for
-/// the harness to start as node n1's MSRs; `None`: the meter runs already.
-fn both_modes(root: &Path, set_name: &str, meter: &dyn Meter, sim_args: Option<&str>) {
+/// Where the example set runs: its simulator, and for a GPU node its GPUs.
+struct Node<'a> {
+    meter: &'a dyn Meter,
+    /// raplsim's options, for the harness to start as node n1's MSRs; `None`: the meter
+    /// runs already.
+    sim_args: Option<&'a str>,
+    /// The GPUs, the node's `Gres=` and its gres.conf.
+    gpus: Option<(&'a Gpus, &'a str, &'a str)>,
+}
+
+/// Boots `set`'s example on `node` (at [`IDLE`] from the start, so the static power
+/// learned is its), then shared mode's pair and node mode's job.
+fn both_modes(root: &Path, set_name: &str, node: &Node) {
+    let Node {
+        meter,
+        sim_args,
+        gpus,
+    } = *node;
     let mut subs = Substitutions::default();
     let example = example(set_name, meter, &mut subs);
+    if let Some((_, gres, gres_conf)) = gpus {
+        subs.note(format!(
+            "slurm.conf: node n1 has Gres={gres} and gres.conf {gres_conf:?}: two stand-in \
+             GPUs (the example's NodeName line is commented: a site's own)"
+        ));
+    }
     subs.print(set_name);
     if sim_args.is_none() {
         set(meter, IDLE);
     }
-    let cluster = example.up(root, sim_args);
+    let cluster = example.up(root, sim_args, gpus.map(|(_, g, c)| (g, c)));
+    let gpus = gpus.map(|(g, _, _)| g);
     // the power log's first line, where the harness started the meter
     set(meter, IDLE);
     // the static power is learned from spans of 10 s (docs/shared-nodes.md), at the idle
@@ -639,9 +748,9 @@ fn both_modes(root: &Path, set_name: &str, meter: &dyn Meter, sim_args: Option<&
     // job's drop from 300 to 100 W: 39.1 W learned for a node that never drew less than
     // 100 W). That is the ledger's to fix, not the examples'.
     example.reconfigure(&cluster, true);
-    shared_pair(&cluster, meter, &marks);
+    shared_pair(&cluster, meter, &marks, gpus);
     example.reconfigure(&cluster, false);
-    node_mode_job(&cluster, meter, &marks);
+    node_mode_job(&cluster, meter, &marks, gpus);
 }
 
 #[test]
@@ -652,9 +761,58 @@ fn the_rust_rapl_example_gives_each_mode_its_figure() {
     // the harness starts raplsim for node n1 in root/sim/n1 (ClusterSpec::settings)
     let meter = Rapl {
         dir: tmp.path().join("sim/n1"),
+        more: Vec::new(),
     };
     let args = format!("{SIM} --watts {IDLE}");
-    both_modes(tmp.path(), "rust_rapl", &meter, Some(&args));
+    both_modes(
+        tmp.path(),
+        "rust_rapl",
+        &Node {
+            meter: &meter,
+            sim_args: Some(&args),
+            gpus: None,
+        },
+    );
+}
+
+/// rust_rapl and rust_gpu stacked, as the example has them: two whole GPUs (stand-in
+/// NVML), one to each job. A job's figure is its share of the CPUs' energy and its own
+/// GPU's.
+#[test]
+fn the_rust_gpu_example_gives_each_mode_its_figure() {
+    let Some(tmp) = root_test_dir("the_rust_gpu_example_gives_each_mode_its_figure") else {
+        return;
+    };
+    let devices = tmp.path().join("dev");
+    device_files(&devices, &MINORS);
+    let gpus = Gpus {
+        fake: FakeGpus::new(Vendor::Nvidia, &MINORS),
+        gres: [3, 5],
+    };
+    let gres_conf = format!(
+        "AutoDetect=off\nName=gpu File={}\nName=gpu File={}\n",
+        devices.join("nvidia3").display(),
+        devices.join("nvidia5").display()
+    );
+    let meter = Rapl {
+        dir: tmp.path().join("sim/n1"),
+        more: gpus
+            .fake
+            .acct_gather()
+            .lines()
+            .map(|l| (l.to_string(), "the stand-in NVML library; no AMD library"))
+            .collect(),
+    };
+    let args = format!("{SIM} --watts {IDLE}");
+    both_modes(
+        tmp.path(),
+        "rust_gpu",
+        &Node {
+            meter: &meter,
+            sim_args: Some(&args),
+            gpus: Some((&gpus, "gpu:2", &gres_conf)),
+        },
+    );
 }
 
 #[test]
@@ -663,7 +821,15 @@ fn the_rust_ipmi_example_gives_each_mode_its_figure() {
         return;
     };
     let bmc = BmcSim::start(&tmp.path().join("bmc"), IDLE);
-    both_modes(tmp.path(), "rust_ipmi", &bmc, None);
+    both_modes(
+        tmp.path(),
+        "rust_ipmi",
+        &Node {
+            meter: &bmc,
+            sim_args: None,
+            gpus: None,
+        },
+    );
 }
 
 #[test]
@@ -672,7 +838,15 @@ fn the_rust_pm_counters_example_gives_each_mode_its_figure() {
         return;
     };
     let pm = PmSim::start(&tmp.path().join("pm"), &format!("--watts {IDLE}"));
-    both_modes(tmp.path(), "rust_pm_counters", &pm, None);
+    both_modes(
+        tmp.path(),
+        "rust_pm_counters",
+        &Node {
+            meter: &pm,
+            sim_args: None,
+            gpus: None,
+        },
+    );
 }
 
 /// Redfish over the mockup with an energy counter (EnvironmentMetrics' `EnergyJoules`),
@@ -683,7 +857,15 @@ fn the_rust_redfish_example_gives_each_mode_its_figure() {
         return;
     };
     let bmc = RedfishSim::start(&tmp.path().join("bmc"), "metrics", false);
-    both_modes(tmp.path(), "rust_redfish", &bmc, None);
+    both_modes(
+        tmp.path(),
+        "rust_redfish",
+        &Node {
+            meter: &bmc,
+            sim_args: None,
+            gpus: None,
+        },
+    );
 }
 
 #[test]
@@ -697,7 +879,15 @@ fn the_rust_variorum_example_gives_each_mode_its_figure() {
     ) else {
         return;
     };
-    both_modes(tmp.path(), "rust_variorum", &lib, None);
+    both_modes(
+        tmp.path(),
+        "rust_variorum",
+        &Node {
+            meter: &lib,
+            sim_args: None,
+            gpus: None,
+        },
+    );
 }
 
 /// README.md's Configure blocks are the examples': its slurm.conf block's lines are
