@@ -7,7 +7,13 @@
 //!   says, then `scontrol reconfigure`): a busy and an idle one-CPU job side by side each
 //!   get the model's share (docs/shared-nodes.md: what they hold pays the learned static
 //!   power, their CPU time the rest), the two add up to the node, and neither is charged
-//!   the whole node in accounting.
+//!   the whole node in accounting;
+//! - rust_gpu's set (stacked on rust_rapl): in both modes each job also gets its own GPU.
+//!
+//! One cluster per set: shared mode's pair first, then the example as shipped again and
+//! node mode's job (why that order: [`both_modes`]). On the examples before the cgroup
+//! lines, shared mode charged each job of the pair about the whole node (2831 J and
+//! 2835 J of the node's 2997 J, rust_rapl), and this test failed there for every set.
 //!
 //! The test changes only what must differ in a test cluster, and prints each change
 //! ([`Substitutions`]): the node's name, ports and paths are the harness's (its slurm.conf
