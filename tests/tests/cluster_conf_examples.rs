@@ -505,6 +505,25 @@ fn point(cluster: &Cluster, jobs: &[u32]) -> Point {
     }
 }
 
+/// Each job's joules in rust_gpu's ledger (the stack's second plugin's, beside rust_rapl's)
+/// and when it was sampled (unix ns).
+fn gpu_point(cluster: &Cluster, jobs: &[u32]) -> (f64, Vec<f64>) {
+    let path = cluster.dir.join("spool/n1/energy-ledger.1.json");
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let ledger: serde_json::Value = serde_json::from_str(&text).expect("rust_gpu's ledger");
+    let of = |j: u32| {
+        ledger["jobs"]
+            .as_array()
+            .and_then(|all| all.iter().find(|x| x["job"].as_u64() == Some(u64::from(j))))
+            .and_then(|x| x["account"]["joules"].as_f64())
+            .unwrap_or_else(|| panic!("job {j} in rust_gpu's ledger: {text}"))
+    };
+    (
+        ledger["sampled_at"].as_f64().expect("sampled_at") * 1e9,
+        jobs.iter().map(|&j| of(j)).collect(),
+    )
+}
+
 /// Shared mode: a one-CPU job spinning in an srun step beside a one-CPU job that sleeps.
 /// The static power is learned (the examples leave `EnergyAttributionIdleWatts` commented):
 /// the node drew [`IDLE`] since it started, which the ledger must have learned (3%). Over a
@@ -513,7 +532,9 @@ fn point(cluster: &Cluster, jobs: &[u32]) -> Point {
 /// cgroup CPU time; 3%), and the two add up to the node's (0.5%). In accounting, each
 /// job's figure is its extern step's (PrologFlags=Contain), the busy job pays more, and the
 /// two together no more than the node drew while they ran (1%): with the node's whole
-/// energy charged to each, they would be twice that.
+/// energy charged to each, they would be twice that. With `gpus`, each job holds a GPU
+/// (200 W for the busy one, 50 W for the idle one): over rust_gpu's window each job's GPU
+/// figure is its own GPU's truth (2%), and in accounting that comes on top of its share.
 fn shared_pair(cluster: &Cluster, meter: &dyn Meter, marks: &Path, gpus: Option<&Gpus>) {
     let (period, _) = meter.period();
     let m = marks.display();
@@ -598,6 +619,7 @@ fn shared_pair(cluster: &Cluster, meter: &dyn Meter, marks: &Path, gpus: Option<
     // job ran splits the dynamic part by what they hold, which a whole window's CPU time
     // would not tell.
     let a = point(cluster, &jobs);
+    let gpu_a = gpus.map(|_| gpu_point(cluster, &jobs));
     let mut last = point(cluster, &jobs);
     let mut predicted = [0.0; 2];
     let mut used = [0.0; 2];
@@ -620,7 +642,20 @@ fn shared_pair(cluster: &Cluster, meter: &dyn Meter, marks: &Path, gpus: Option<
         last = now;
     }
     let b = last;
+    let gpu_b = gpus.map(|_| gpu_point(cluster, &jobs));
     set(meter, IDLE);
+    // each job's own GPU, over rust_gpu's window
+    if let (Some(g), Some((t0, e0)), Some((t1, e1))) = (gpus, &gpu_a, &gpu_b) {
+        for (k, watts) in [200.0, 50.0].into_iter().enumerate() {
+            let minor = minor_set_to(&g.fake, watts);
+            assert_close(
+                &format!("shared mode: job {}'s GPU ({watts} W)", jobs[k]),
+                e1[k] - e0[k],
+                g.fake.truth(minor, *t1) - g.fake.truth(minor, *t0),
+                0.02,
+            );
+        }
+    }
     let secs = b.at - a.at;
     let node = b.node - a.node;
     assert_watts(
