@@ -20,7 +20,8 @@
 //! lines come first, the example's after them: Slurm takes the latest of a key given
 //! twice), the energy keys the harness writes take the example's values, cgroup.conf names
 //! this machine's cgroup v1 hierarchies, and acct_gather.conf gains the simulator's
-//! location (after the example's lines: the plugins take the latest).
+//! location after the example's lines (an example's live line of the same key, such as
+//! rust_redfish's `EnergyRedfishUrl`, left out).
 
 #[path = "../fakevariorum/harness.rs"]
 mod fakevariorum;
