@@ -311,9 +311,9 @@ fn example(set: &str, meter: &dyn Meter, subs: &mut Substitutions) -> Example {
         }
     }
     subs.note(
-        "slurm.conf: the harness's lines first (ClusterName, ports, paths, node n1, its \
-         partition, proctrack/linuxproc, task/none, jobacct_gather/linux), then every line of \
-         the example verbatim (Slurm takes the latest of a key given twice); \
+        "slurm.conf: the harness's lines first (ClusterName, ports, paths, node n1 and its \
+         partition, proctrack/linuxproc, task/none, jobacct_gather/linux, PrologFlags=Contain, \
+         GresTypes for a GPU node), then every line of the example verbatim (Slurm takes the latest of a key given twice); \
          AcctGatherEnergyType, AcctGatherNodeFreq and JobAcctGatherFrequency are lines the \
          harness writes, with the example's values"
             .into(),
