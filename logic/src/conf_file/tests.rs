@@ -164,3 +164,33 @@ fn slurm_conf_names_the_plugins_and_the_cgroups_shared_mode_needs() {
     assert!(named.is_empty());
     assert_eq!(errors(&found).len(), 2, "{found:?}");
 }
+
+/// The examples the package installs are files an admin pushes as they are: every one
+/// checks clean (no error, no warning) for the plugin it is for, with its slurm.conf, and
+/// with shared mode switched on as its comment says.
+#[test]
+fn every_shipped_example_checks_clean() {
+    let conf = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../conf"));
+    let mut checked = 0;
+    for (plugin, _) in family::PLUGINS {
+        let read = |name: String| {
+            std::fs::read_to_string(conf.join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+        };
+        let acct_gather = read(format!("acct_gather.conf.{plugin}"));
+        let slurm = read(format!("slurm.conf.{plugin}"));
+        let shared = acct_gather.replace("#EnergyAttribution=shared", "EnergyAttribution=shared");
+        for text in [&acct_gather, &shared] {
+            let asks_shared = crate::config::file_value(text, "EnergyAttribution")
+                .is_some_and(|v| v.eq_ignore_ascii_case("shared"));
+            let (named, found) = check_slurm_conf(&slurm, asks_shared);
+            assert_eq!(found, vec![], "slurm.conf.{plugin}");
+            assert!(
+                named.contains(&plugin),
+                "slurm.conf.{plugin} names {named:?}"
+            );
+            assert_eq!(check(text, &named), vec![], "acct_gather.conf.{plugin}");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 6);
+}
