@@ -5,15 +5,16 @@
 # what a minimal controller or login host has, plus what apt needs to run offline later:
 # its package lists (bookworm, -updates, -security, as `apt-get update` fetched them the day
 # it was built, every package upgraded to them) and, downloaded but not installed, Debian's
-# Slurm packages and what they and the package need (fonts-dejavu-core, its Recommends;
-# the tests install --no-install-recommends, as a minimal host does), so that apt in the
-# package tests resolves from those lists and installs without the network. The tests never write into
-# it: they mount it as the lower layer of an overlay (tests/package/in-root.sh).
+# Slurm packages and what they and the package need (libslurm38, which senergy links;
+# fonts-dejavu-core, its Recommends, which the tests leave out with --no-install-recommends
+# as a minimal host does), so that apt in the package tests resolves from those lists and
+# installs without the network. The tests never write into it: they mount it as the lower
+# layer of an overlay (tests/package/in-root.sh).
 #
 # Rebuilt when KEY below changes or the directory is removed; two tests that want it at once
 # wait for one build (flock). Needs debootstrap, unshare and flock; runs as root.
 set -eu
-key=v2
+key=v3
 cache=${ENERGY_CHROOT_CACHE:-/var/cache/rust-energy-slurm}
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 dir=$cache/bookworm-minbase-$key
@@ -30,6 +31,10 @@ if [ -f "$dir/ready" ]; then
     exit 0
 fi
 build=$dir.build
+# what an earlier KEY built is no use to this one
+for old in "$cache"/bookworm-minbase-*; do
+    case $old in "$dir" | "$dir".*) ;; *) rm -rf "$old" ;; esac
+done
 rm -rf "$dir" "$build"
 mkdir -p "$build"
 echo "bookworm-root.sh: debootstrap --variant=minbase bookworm into $build (once)" >&2
@@ -52,7 +57,7 @@ sh "$here/in-root.sh" "$root" "" sh -c '
     apt-get update -q &&
     apt-get full-upgrade -q -y -o Dpkg::Options::=--force-unsafe-io &&
     apt-get install -q -y --no-install-recommends --download-only slurmd slurmctld slurm-client \
-        slurm-wlm-basic-plugins fonts-dejavu-core &&
+        slurm-wlm-basic-plugins libslurm38 fonts-dejavu-core &&
     ! dpkg -s binutils >/dev/null 2>&1 && ! dpkg -s slurmd >/dev/null 2>&1 &&
     ! command -v readelf' >"$build/apt.log" 2>&1 || {
     tail -n 30 "$build/apt.log" >&2
