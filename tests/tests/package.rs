@@ -1563,3 +1563,67 @@ fn apt_keeps_the_plugins_through_a_slurm_revision_and_removes_them_as_documented
         started.elapsed().as_secs_f64()
     );
 }
+
+#[test]
+fn the_packages_prerm_names_each_slurm_conf_line_that_loads_a_rust_plugin_and_never_fails() {
+    let test =
+        "the_packages_prerm_names_each_slurm_conf_line_that_loads_a_rust_plugin_and_never_fails";
+    let Some(deb) = deb_or_skip(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let control = tmp.path().join("control");
+    let extracted = Command::new("dpkg-deb")
+        .arg("-e")
+        .arg(&deb)
+        .arg(&control)
+        .status()
+        .expect("run dpkg-deb -e");
+    assert!(extracted.success(), "dpkg-deb -e {}", deb.display());
+    let path = tool_path(&tmp.path().join("path"), ESSENTIAL_TOOLS);
+    let root = tmp.path().join("root");
+    let etc = root.join("etc/slurm");
+    fs::create_dir_all(etc.join("conf.d")).expect("mkdir");
+    let prerm = |action: &str| {
+        let out = Command::new("/bin/sh")
+            .arg(control.join("prerm"))
+            .arg(action)
+            .env_clear()
+            .env("PATH", &path)
+            .env("DPKG_ROOT", &root)
+            .output()
+            .expect("run the prerm");
+        assert_eq!(out.status.code(), Some(0), "prerm {action}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // the plugin only in comments, or after a value's #: nothing to say
+    fs::write(
+        etc.join("slurm.conf"),
+        "ClusterName=c\n#AcctGatherEnergyType=acct_gather_energy/rust_rapl\n\
+         AcctGatherEnergyType=acct_gather_energy/ipmi # was rust_ipmi\n",
+    )
+    .expect("slurm.conf");
+    assert_eq!(prerm("remove"), "");
+    // the key in any case, and in a file slurm.conf includes (relative to its directory)
+    fs::write(
+        etc.join("slurm.conf"),
+        "ClusterName=c\ninclude conf.d/energy.conf\n",
+    )
+    .expect("slurm.conf");
+    fs::write(
+        etc.join("conf.d/energy.conf"),
+        "\n  acctgatherenergytype = acct_gather_energy/rust_gpu\n",
+    )
+    .expect("energy.conf");
+    let said = prerm("remove");
+    for says in [
+        "slurm-energy-rust: WARNING: slurm.conf names a plugin that this removal deletes:\n",
+        "  /etc/slurm/conf.d/energy.conf line 2: acctgatherenergytype = acct_gather_energy/rust_gpu\n",
+        "they will fail to\n",
+    ] {
+        assert!(said.contains(says), "{says:?} not in: {said}");
+    }
+    assert_eq!(said.matches(" line ").count(), 1, "{said}");
+    // an upgrade of the package itself removes nothing that slurm.conf names
+    assert_eq!(prerm("upgrade"), "");
+}
