@@ -906,6 +906,36 @@ fn the_rpm_builds_against_slurm_devel_with_a_rustup_cargo() {
     }
     assert!(files.contains(&"/usr/lib64/slurm/acct_gather_energy_rust_variorum_sampler"));
     assert!(files.contains(&"/usr/bin/senergy"), "{files:?}");
+    // %pre and %preun carry the shell the .deb's preinst and prerm carry, verbatim (rpm
+    // expands no macro in it: its %% stay): the tests of those hold for the RPM's, which
+    // read the release with sh and od on a host without binutils, and warn on an erase
+    for (tag, file, call) in [
+        (
+            "%{PREIN}",
+            "ci/slurm-release.sh",
+            format!("check_slurm_release slurm-energy-rust {release} /usr/lib64/slurm"),
+        ),
+        (
+            "%{PREUN}",
+            "packaging/slurm-conf-warning.sh",
+            "warn_if_slurm_conf_names_rust slurm-energy-rust /usr/lib64/slurm".to_string(),
+        ),
+    ] {
+        let script = query(&format!("--queryformat={tag}"));
+        let shared = fs::read_to_string(workspace().join(file)).expect("read the shared script");
+        assert!(
+            script.contains(&shared),
+            "{file} not verbatim in {tag}: {script}"
+        );
+        assert!(script.contains(&call), "{call:?} not in {tag}: {script}");
+    }
+    let requires_pre = query("--requires");
+    for needed in ["coreutils", "sed", "grep"] {
+        assert!(
+            requires_pre.lines().any(|r| r.trim() == needed),
+            "{needed} not required: {requires_pre}"
+        );
+    }
     // every example where the conf files say (examples/), as the .deb has them
     let doc = "/usr/share/doc/slurm-energy-rust";
     for entry in fs::read_dir(workspace().join("conf")).expect("conf/") {
