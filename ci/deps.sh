@@ -14,7 +14,7 @@ set -eu
 sh "$(dirname "$0")/apt-install.sh" slurmd slurmctld slurmdbd slurm-client libslurm-dev \
     slurm-wlm-basic-plugins git equivs \
     slurm-wlm-influxdb-plugin munge mariadb-server libclang-dev clang gcc libc6-dev iproute2 \
-    util-linux procps btrfs-progs python3 python3-venv ca-certificates curl openssl openipmi libopenipmi-dev \
+    util-linux procps btrfs-progs debootstrap python3 python3-venv ca-certificates curl openssl openipmi libopenipmi-dev \
     ipmitool libjansson4 dpkg-dev rpm prometheus prometheus-node-exporter fonts-dejavu-core
 
 sushy=/var/cache/rust-energy-slurm/sushy-tools
