@@ -3,7 +3,8 @@
 //! (`config_keys!`), so that the page cannot say other than the code. The test fails when
 //! the page differs; `REGENERATE_KEY_REFERENCE=1` writes it anew.
 
-use super::groups;
+use super::{Group, groups};
+use crate::config::KeyValues;
 use crate::ipmi::{IGNORED_KEYS, KEY_VARIABLE};
 
 /// A table cell: one line, no `|` to end it early.
@@ -12,6 +13,24 @@ fn cell(text: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
         .replace('|', "\\|")
+}
+
+/// A value no key takes.
+const PROBE: &str = "\u{1}";
+
+/// What `key` takes, as its parser says when given a value nothing takes (the parse slurmd
+/// runs, so the page cannot promise more or less): "expected seconds from 0.1 to 3600".
+fn takes(group: &Group, key: &'static str) -> String {
+    let mut values = KeyValues::new();
+    values.set(key, PROBE);
+    match (group.parse)(&values) {
+        Err(e) if e.key == key => match e.reason.rfind("expected ") {
+            Some(at) => e.reason[at + "expected ".len()..].to_string(),
+            // "\"\u{1}\" is not LABEL=ids": what it is not is the probe
+            None => e.reason.replace(&format!("{PROBE:?} is not "), ""),
+        },
+        _ => "any text".to_string(),
+    }
 }
 
 /// The page.
@@ -31,25 +50,32 @@ fn render() -> String {
     );
     let groups = groups();
     let runtime: Vec<_> = groups.iter().filter(|g| g.name.is_empty()).collect();
-    let mut section = |title: &str, docs: Vec<crate::config::KeyDoc>| {
+    let mut section = |title: &str, groups: &[&Group]| {
         page.push_str(&format!(
-            "\n## {title}\n\n| key | default | what it does |\n|---|---|---|\n"
+            "\n## {title}\n\n| key | takes | default | what it does |\n|---|---|---|---|\n"
         ));
-        for d in docs {
-            let default = match &d.default {
-                Some(shown) if shown.is_empty() => "(not set)".to_string(),
-                Some(shown) => format!("`{}`", shown.replace('|', "\\|")),
-                None => "(never shown: a password)".to_string(),
-            };
-            page.push_str(&format!("| `{}` | {default} | {} |\n", d.key, cell(d.text)));
+        for group in groups {
+            for d in (group.reference)() {
+                let default = match &d.default {
+                    Some(shown) if shown.is_empty() => "(not set)".to_string(),
+                    Some(shown) => format!("`{}`", shown.replace('|', "\\|")),
+                    None => "(never shown: a password)".to_string(),
+                };
+                page.push_str(&format!(
+                    "| `{}` | {} | {default} | {} |\n",
+                    d.key,
+                    cell(&takes(group, d.key)),
+                    cell(d.text)
+                ));
+            }
         }
     };
     section(
         "Read by every plugin: attribution, Slurm's step record, the metrics file",
-        runtime.iter().flat_map(|g| (g.reference)()).collect(),
+        &runtime,
     );
     for group in groups.iter().filter(|g| !g.name.is_empty()) {
-        section(group.name, (group.reference)());
+        section(group.name, &[group]);
     }
     page.push_str(&format!(
         "\nrust_ipmi also registers, and ignores, Slurm's own ipmi plugin's keys, so that a \
