@@ -388,6 +388,16 @@ fn usage_ns(layout: Layout, counter: &mut Counter) -> Option<u64> {
     }
 }
 
+/// The CPU time so far of the cgroup at `dir` (absolute): v1's `cpuacct.usage`, else v2's
+/// `cpu.stat`; `None` when neither can be read (the directory removed).
+pub(crate) fn usage_ns_at(dir: &Path) -> Option<u64> {
+    let v1 = dir.join("cpuacct.usage");
+    match v1.exists() {
+        true => usage_ns(Layout::V1, &mut Counter::at(v1)),
+        false => usage_ns(Layout::V2, &mut Counter::at(dir.join("cpu.stat"))),
+    }
+}
+
 impl StepCgroup {
     /// The job's CPUs, memory limit and CPU time; `None` when its CPU time cannot be read.
     pub fn job_counters(&mut self) -> Option<JobCounters> {
