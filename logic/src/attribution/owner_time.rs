@@ -81,7 +81,7 @@ impl OwnerTime {
                 return false;
             };
             // a directory made anew (its counter went back) sets the base
-            let used = owner_ns.checked_sub(last.owner_ns).unwrap_or(0);
+            let used = owner_ns.saturating_sub(last.owner_ns);
             if !last.jobs.is_empty() {
                 last.jobs.clear();
                 last.credit.clear();

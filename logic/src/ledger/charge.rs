@@ -451,7 +451,8 @@ impl Ledger {
             {
                 log::warn!(
                     "job {} uses GPU {position}, which Slurm did not give it (devices are not \
-                     constrained): it pays for its use of it",
+                     constrained, or a process of its owner left its job): it pays for its use \
+                     of it",
                     o.job
                 );
             }
