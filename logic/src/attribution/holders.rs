@@ -305,8 +305,12 @@ impl Holders {
                                 "GPU {}: process {pid} is in no job's cgroup but below user \
                                  {uid}'s (moved into a leftover directory of an ended job, \
                                  which cgroup v1 before Slurm 23.02 or RootOwnedCgroups=no \
-                                 allows): its use is charged to the user's jobs {jobs:?}",
-                                d.position
+                                 allows): its use is charged to {}",
+                                d.position,
+                                match jobs.is_empty() {
+                                    true => "no job (the user has none on this node)".to_string(),
+                                    false => format!("the user's jobs {jobs:?}"),
+                                }
                             );
                         }
                         jobs
