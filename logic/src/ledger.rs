@@ -339,6 +339,10 @@ pub struct Observation {
     pub settled: bool,
     /// The jobs on the node, with their counters (`None`: no cgroup found) and their steps.
     pub jobs: Vec<ObservedJob>,
+    /// CPU time since the last observation (ns) that no job present used, of owners with
+    /// no job left on the node ([`crate::attribution::owner_time`]): in the shared split,
+    /// its part of the dynamic energy is charged to no job.
+    pub unowned_cpu_ns: u64,
     /// The parts of the node its source measures beside it, as they are now.
     pub parts: Vec<Part>,
     /// The devices Slurm allocates (GPUs), in [`Split::Devices`].

@@ -153,13 +153,16 @@ impl Ledger {
                 arrived,
             });
         }
-        let mut shares = split_interval(&interval, &uses);
+        // the dynamic part of CPU time no job used is no job's: never waiting for a job
+        // found late
+        let unowned_secs = obs.unowned_cpu_ns as f64 / 1e9;
+        let (mut shares, unowned_j) = split_interval(&interval, &uses, unowned_secs);
         let statics = static_shares(&interval, &uses);
         self.charge_late_arrivals(&uses, &mut shares, began);
         self.unassigned.push_back(Piece {
             from: began,
             to: now,
-            joules: (joules - shares.iter().sum::<f64>()).max(0.0),
+            joules: (joules - shares.iter().sum::<f64>() - unowned_j).max(0.0),
         });
         keep_recent(&mut self.unassigned, now);
         for (((o, share), static_j), used) in
@@ -448,7 +451,8 @@ impl Ledger {
             {
                 log::warn!(
                     "job {} uses GPU {position}, which Slurm did not give it (devices are not \
-                     constrained): it pays for its use of it",
+                     constrained, or a process of its owner left its job): it pays for its use \
+                     of it",
                     o.job
                 );
             }

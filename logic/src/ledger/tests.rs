@@ -34,6 +34,7 @@ pub(super) fn observation(
     jobs: Vec<ObservedJob>,
 ) -> Observation {
     Observation {
+        unowned_cpu_ns: 0,
         at: t0 + Duration::from_secs(secs),
         wall: w0 + Duration::from_secs(secs),
         node_uj: joules * 1_000_000,
@@ -345,6 +346,7 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
         ]
     };
     let at = |secs: u64, joules: u64, value_uj: u64, usage: f64| Observation {
+        unowned_cpu_ns: 0,
         counts: vec![count(value_uj)],
         ..observation(t0, w0, secs, joules, jobs(usage))
     };
@@ -368,6 +370,7 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
     let mut again = Ledger::load(&path).expect("load").expect("a ledger");
     again.update(
         &Observation {
+            unowned_cpu_ns: 0,
             counts: vec![count(start + 4_200_000_000 - wrap)],
             ..observation(t1, w0 + Duration::from_secs(20), 0, 300, jobs(20.0))
         },
@@ -393,6 +396,7 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
     let mut long = Ledger::load(&path).expect("load").expect("a ledger");
     long.update(
         &Observation {
+            unowned_cpu_ns: 0,
             counts: vec![count(start + 4_200_000_000 - wrap)],
             ..observation(t1, w0 + Duration::from_secs(312), 0, 300, jobs(20.0))
         },
@@ -408,6 +412,7 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
     powered.counts.clear();
     powered.update(
         &Observation {
+            unowned_cpu_ns: 0,
             counts: vec![count(start + 4_200_000_000 - wrap)],
             ..observation(t1, w0 + Duration::from_secs(20), 0, 300, jobs(20.0))
         },
@@ -722,6 +727,7 @@ fn the_power_is_taken_over_a_second_or_more() {
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let mut ledger = Ledger::default();
     let at = |ms: u64, joules: f64| Observation {
+        unowned_cpu_ns: 0,
         at: t0 + Duration::from_millis(ms),
         wall: w0 + Duration::from_millis(ms),
         node_uj: (joules * 1e6) as u64,
@@ -750,6 +756,7 @@ fn a_jobs_power_is_taken_over_a_second_or_more() {
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let mut ledger = Ledger::default();
     let at = |ms: u64, joules: f64, usage_s: f64| Observation {
+        unowned_cpu_ns: 0,
         at: t0 + Duration::from_millis(ms),
         wall: w0 + Duration::from_millis(ms),
         node_uj: (joules * 1e6) as u64,
@@ -805,6 +812,7 @@ fn devices_are_charged_to_the_jobs_holding_them() {
         let (at, wall) = at(secs);
         let late = if late_holds { vec![(1, 1.0)] } else { vec![] };
         Observation {
+            unowned_cpu_ns: 0,
             at,
             wall,
             node_uj: secs * 340_000_000,
@@ -876,6 +884,7 @@ fn a_gpu_is_charged_to_everyone_who_used_it() {
         ],
     };
     let sample = |secs: u64| Observation {
+        unowned_cpu_ns: 0,
         at: t0 + Duration::from_secs(secs),
         wall: w0 + Duration::from_secs(secs),
         node_uj: secs * 240_000_000,
@@ -921,6 +930,7 @@ fn a_gpu_learning_its_idle_power_names_the_key_that_sets_it() {
     let mut ledger = Ledger::default();
     let split = Split::Devices { idle_watts: None };
     let sample = |secs: u64| Observation {
+        unowned_cpu_ns: 0,
         at: t0 + Duration::from_secs(secs),
         wall: w0 + Duration::from_secs(secs),
         node_uj: secs * 77_000_000,
@@ -966,6 +976,7 @@ fn a_partitioned_gpu_is_split_among_its_instances() {
         }],
     };
     let sample = |secs: u64| Observation {
+        unowned_cpu_ns: 0,
         at: t0 + Duration::from_secs(secs),
         wall: w0 + Duration::from_secs(secs),
         node_uj: secs * 240_000_000,
@@ -1031,6 +1042,7 @@ fn a_job_of_a_thousand_steps_keeps_a_bounded_ledger_and_its_whole_energy() {
     let mut largest = 0;
     for secs in 0..=STEPS + 1 {
         let obs = Observation {
+            unowned_cpu_ns: 0,
             jobs: observed(secs),
             ..observation(t0, w0, u64::from(secs), u64::from(secs) * 250, vec![])
         };
@@ -1158,6 +1170,7 @@ fn a_steps_power_is_a_power_the_node_drew() {
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let mut ledger = Ledger::default();
     let at_ms = |ms: u64, joules: f64, jobs: Vec<ObservedJob>| Observation {
+        unowned_cpu_ns: 0,
         at: t0 + Duration::from_millis(ms),
         wall: w0 + Duration::from_millis(ms),
         node_uj: (joules * 1e6) as u64,
@@ -1236,6 +1249,7 @@ fn a_held_gpu_none_of_its_processes_used_is_idle_held() {
     let mut ledger = Ledger::default();
     for secs in 0..=3 {
         let obs = Observation {
+            unowned_cpu_ns: 0,
             devices: vec![
                 device(0, 300, secs, vec![(Some(1), 50.0)]),
                 device(1, 70, secs, vec![]),
@@ -1292,6 +1306,7 @@ fn a_jobs_parts_add_up_to_its_energy() {
                 job(2, 2, 0.5 * secs as f64, &[(ext, 0.0)]),
             ];
             let obs = Observation {
+                unowned_cpu_ns: 0,
                 parts: vec![part("cpu", 250 * secs), part("memory", 50 * secs)],
                 ..observation(t0, w0, secs, 500 * secs, jobs)
             };
@@ -1345,6 +1360,7 @@ fn rapls_domains_are_the_parts_across_a_wrap() {
     let mut ledger = Ledger::default();
     for secs in 0..=8u64 {
         let obs = Observation {
+            unowned_cpu_ns: 0,
             counts: vec![
                 count("package-0", (600 + 200 * secs) * 1_000_000 % 1_000_000_000),
                 count("dram-0", 20 * secs * 1_000_000),

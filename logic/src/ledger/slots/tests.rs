@@ -26,6 +26,7 @@ fn ledger_of(jobs: impl Iterator<Item = u32> + Clone, split: Split) -> Ledger {
             })
             .collect();
         let obs = super::super::Observation {
+            unowned_cpu_ns: 0,
             parts: vec![
                 Part {
                     label: "package-0".into(),
@@ -355,6 +356,7 @@ fn parts_that_do_not_fit_are_asked_for() {
     let mut ledger = ledger_of(1..=2, Split::Node);
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let obs = super::super::Observation {
+        unowned_cpu_ns: 0,
         parts: vec![Part {
             label: "x".repeat(MAX_LABEL + 1),
             joules: 1.0,
