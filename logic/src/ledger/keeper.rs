@@ -237,6 +237,7 @@ impl Keeper {
             jobs,
             parts,
             devices,
+            watts: accounting.measured_watts(),
         };
         Arc::make_mut(&mut self.ledger).update(&observation, self.split);
         // charged up to this update, which answers their last read
