@@ -326,7 +326,8 @@ fn a_stored_ledger_loads_and_charges_the_time_slurmd_was_away() {
 /// slurmd killed while the power rises and started again 8 s later: the time it was
 /// away is the meter's own counts' rise (across a wrap), split by the model as any
 /// interval, not the last power; where the counts cannot tell (a counter that may have
-/// wrapped twice, none kept), the last power, as before.
+/// wrapped again and no number of wraps the powers make plausible, none kept), the last
+/// power, as before.
 #[test]
 fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
     let (t0, w0) = (Instant::now(), SystemTime::now());
@@ -390,7 +391,8 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
         again.job(1).map(|a| a.joules)
     );
 
-    // away 300 s: at 1 kW the counter could have wrapped once more: the last power
+    // away 300 s: at 1 kW the counter could have wrapped once more, and its rise (8 W)
+    // is nowhere near the 75 W to 225 W the last power makes plausible: the last power
     let mut long = Ledger::load(&path).expect("load").expect("a ledger");
     long.update(
         &Observation {
