@@ -349,6 +349,10 @@ pub struct Observation {
     pub devices: Vec<ObservedDevice>,
     /// The hardware's counts behind `node_uj` ([`crate::source::Reading::counts`]).
     pub counts: Vec<HardwareCount>,
+    /// The node's power as its meter measured it up to this sample, where it has (for a
+    /// slurmd started again, its power since it opened: what follows the time it was
+    /// away, which tells how often a counter wrapped meanwhile).
+    pub watts: Option<f64>,
 }
 
 /// A part of the node (pm_counters' cpu, memory, accelN): its energy since slurmd's meter

@@ -193,8 +193,14 @@ impl Keeper {
     }
 
     /// Takes the node's energy at a sample of its meter (`accounting`, of `reading`), and
-    /// its devices'.
-    pub(crate) fn on_sample(&mut self, accounting: &Accounting, reading: &Reading) {
+    /// its devices'. Returns whether a step's ask still waits for a reading taken after it:
+    /// the sampler then samples again within [`super::doorbell::RESAMPLE`].
+    pub(crate) fn on_sample(&mut self, accounting: &Accounting, reading: &Reading) -> bool {
+        self.take_sample(accounting, reading);
+        self.pace.awaits_newer_reading(Instant::now())
+    }
+
+    fn take_sample(&mut self, accounting: &Accounting, reading: &Reading) {
         let now = Instant::now();
         let Some(point) = accounting.fresh(now, Duration::MAX) else {
             return;
@@ -232,6 +238,7 @@ impl Keeper {
             unowned_cpu_ns,
             parts,
             devices,
+            watts: accounting.measured_watts(),
         };
         Arc::make_mut(&mut self.ledger).update(&observation, self.split);
         // charged up to this update, which answers their last read

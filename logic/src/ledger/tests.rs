@@ -43,6 +43,7 @@ pub(super) fn observation(
         parts: vec![],
         counts: vec![],
         devices: vec![],
+        watts: None,
     }
 }
 
@@ -326,7 +327,8 @@ fn a_stored_ledger_loads_and_charges_the_time_slurmd_was_away() {
 /// slurmd killed while the power rises and started again 8 s later: the time it was
 /// away is the meter's own counts' rise (across a wrap), split by the model as any
 /// interval, not the last power; where the counts cannot tell (a counter that may have
-/// wrapped twice, none kept), the last power, as before.
+/// wrapped again and no number of wraps the powers make plausible, none kept), the last
+/// power, as before.
 #[test]
 fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
     let (t0, w0) = (Instant::now(), SystemTime::now());
@@ -392,7 +394,8 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
         again.job(1).map(|a| a.joules)
     );
 
-    // away 300 s: at 1 kW the counter could have wrapped once more: the last power
+    // away 300 s: at 1 kW the counter could have wrapped once more, and its rise (8 W)
+    // is nowhere near the 75 W to 225 W the last power makes plausible: the last power
     let mut long = Ledger::load(&path).expect("load").expect("a ledger");
     long.update(
         &Observation {
@@ -423,6 +426,59 @@ fn the_time_slurmd_was_away_is_the_meters_own_where_its_counts_span_it() {
         "{:?}",
         powered.node()
     );
+}
+
+/// Issue 53: AMD counters (a wrap every 4 096 J, at most 1 000 W) and slurmd away 9.7 s
+/// while the power went from 150 W to 300 W (150 W for 3.7 s, 300 W for 6 s: 2 355 J).
+/// At 1 000 W the counter could have wrapped twice more than its rise says; the power the
+/// new meter measured after the gap (300 W) leaves one number of wraps (75 W to 450 W
+/// plausible; the next candidate is 665 W): the gap is the counts' own (before: estimated
+/// at the last power, 1 455 J, −38%). Where the power after makes two plausible (900 W),
+/// the last power estimates it, as before.
+#[test]
+fn a_gap_longer_than_a_wrap_window_is_bridged_where_the_powers_leave_one_number_of_wraps() {
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let wrap = 4_096_000_000;
+    let count = |value_uj: u64| HardwareCount {
+        name: "package0".into(),
+        value_uj: value_uj % wrap,
+        wraps_at_uj: Some(wrap),
+        max_watts: 1_000.0,
+    };
+    let start = 4_000_000_000;
+    let mut ledger = Ledger::default();
+    for secs in [0, 5, 10] {
+        let joules = 150 * secs;
+        ledger.update(
+            &Observation {
+                counts: vec![count(start + joules * 1_000_000)],
+                ..observation(t0, w0, secs, joules, vec![])
+            },
+            Split::Node,
+        );
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("ledger.json");
+    ledger.store(&path).expect("store");
+    let back = |watts_after: f64| {
+        let mut again = Ledger::load(&path).expect("load").expect("a ledger");
+        again.update(
+            &Observation {
+                at: Instant::now(),
+                wall: w0 + Duration::from_millis(19_700),
+                node_uj: 300_000_000,
+                counts: vec![count(start + 1_500_000_000 + 2_355_000_000)],
+                watts: Some(watts_after),
+                ..observation(t0, w0, 0, 0, vec![])
+            },
+            Split::Node,
+        );
+        again.node().joules - 1_500.0
+    };
+    let bridged = back(300.0);
+    assert!((bridged - 2_355.0).abs() < 1e-3, "{bridged} J");
+    let estimated = back(900.0);
+    assert!((estimated - 150.0 * 9.7).abs() < 1e-3, "{estimated} J");
 }
 
 /// The cost of a slurmstepd's read (its question to slurmd and the answer, through the
@@ -736,6 +792,7 @@ fn the_power_is_taken_over_a_second_or_more() {
         parts: vec![],
         counts: vec![],
         devices: vec![],
+        watts: None,
     };
     ledger.update(&at(0, 0.0), Split::Node);
     ledger.update(&at(1000, 300.0), Split::Node);
@@ -765,6 +822,7 @@ fn a_jobs_power_is_taken_over_a_second_or_more() {
         parts: vec![],
         counts: vec![],
         devices: vec![],
+        watts: None,
     };
     ledger.update(&at(0, 0.0, 0.0), idle(0.0));
     ledger.update(&at(1000, 300.0, 1.0), idle(0.0));
@@ -823,6 +881,7 @@ fn devices_are_charged_to_the_jobs_holding_them() {
                 holder(3, late),
             ],
             parts: vec![],
+            watts: None,
             counts: vec![],
             devices: vec![
                 ObservedDevice {
@@ -891,6 +950,7 @@ fn a_gpu_is_charged_to_everyone_who_used_it() {
         settled: true,
         jobs: vec![job(1, vec![(0, 1.0)]), job(2, vec![])],
         parts: vec![],
+        watts: None,
         counts: vec![],
         devices: vec![ObservedDevice {
             position: 0,
@@ -937,6 +997,7 @@ fn a_gpu_learning_its_idle_power_names_the_key_that_sets_it() {
         settled: true,
         jobs: vec![],
         parts: vec![],
+        watts: None,
         counts: vec![],
         devices: vec![ObservedDevice {
             position: 7,
@@ -983,6 +1044,7 @@ fn a_partitioned_gpu_is_split_among_its_instances() {
         settled: true,
         jobs: vec![holder(4, 100), holder(5, 101)],
         parts: vec![],
+        watts: None,
         counts: vec![],
         devices: vec![ObservedDevice {
             position: 0,
@@ -1179,6 +1241,7 @@ fn a_steps_power_is_a_power_the_node_drew() {
         parts: vec![],
         counts: vec![],
         devices: vec![],
+        watts: None,
     };
     let started = |job: u32, ms: u64| ObservedJob {
         job,

@@ -120,7 +120,8 @@ fn the_count_stands_where_the_reported_energy_does() {
         ..count.clone()
     };
     assert_eq!(
-        crate::source::bridge(&[count], &[later], 2.5),
+        crate::source::bridge(&[count], &[later], 2.5, crate::source::Ends::default())
+            .map(crate::source::Bridged::uj),
         Some(250_000_000)
     );
     // a sensor without a counter has none

@@ -50,6 +50,7 @@ fn ledger(gone_for: u64) -> Ledger {
             parts: vec![],
             counts: vec![],
             devices: vec![],
+            watts: None,
         };
         ledger.update(&obs, Split::Node);
     }
@@ -88,6 +89,7 @@ fn gpu_ledger(secs: u64) -> Ledger {
             parts: vec![],
             counts: vec![],
             devices: vec![device(0, 300, vec![(Some(7), 50.0)]), device(1, 70, vec![])],
+            watts: None,
         };
         ledger.update(&obs, Split::Devices { idle_watts: None });
     }
