@@ -817,6 +817,305 @@ fn end_of_job_mail_gets_the_summary_and_other_mails_pass_unchanged() {
     assert!(String::from_utf8_lossy(&table.stdout).contains("factors: site file "));
 }
 
+/// How many jobs the flood of [`mails_of_jobs_that_never_ran_hold_no_ones_mail`] cancels:
+/// with the summary's 60 s wait each, slurmctld's 64 mail threads (agent.c
+/// `MAX_MAIL_THREADS`, 22.05) take 300 / 64 = 4 rounds of a minute before a mail queued
+/// after them goes out.
+const FLOOD_JOBS: usize = 300;
+/// The most another user's BEGIN mail may wait behind the flood under senergy: 60 s was a
+/// single summary's wait before; the flood's mails now cost the mailer's pace.
+const FLOOD_BEGIN_BOUND: Duration = Duration::from_secs(30);
+
+/// What one flood cost ([`flood`]).
+#[derive(Debug)]
+struct Flood {
+    /// From the other user's submission to their BEGIN mail at the mailer.
+    begin_delay: Option<Duration>,
+    /// From the cancel to the last END mail at the mailer.
+    drained: Option<Duration>,
+    /// The most agent threads sdiag showed (each mail in flight is one).
+    peak_agent_threads: u32,
+    /// The END mails as the mailer got them.
+    ends: Vec<String>,
+}
+
+/// A stand-in for /usr/bin/mail that keeps each mail in a file of its own in `dir`: the
+/// time it was handed over, its arguments, its body (written whole, then renamed to
+/// `*.mail`, so that a reader never sees half of one).
+fn file_sink(path: &std::path::Path, dir: &std::path::Path) {
+    fs::write(
+        path,
+        format!(
+            "#!/bin/sh\nt=$(date +%s.%N)\nf=$(mktemp {0}/part.XXXXXXXX) || exit 1\n\
+             {{ echo \"$t\"; printf '[%s]' \"$@\"; echo; cat; }} >\"$f\" && mv \"$f\" \"$f.mail\"\n",
+            dir.display()
+        ),
+    )
+    .expect("sink");
+    fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("sink mode");
+}
+
+/// The mails in `dir`: (the time they reached the mailer, their text).
+fn sunk(dir: &std::path::Path) -> Vec<(f64, String)> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".mail"))
+        .filter_map(|e| fs::read_to_string(e.path()).ok())
+        .filter_map(|text| {
+            let (t, rest) = text.split_once('\n')?;
+            Some((t.trim().parse().ok()?, rest.to_string()))
+        })
+        .collect()
+}
+
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// `jobs` jobs of `flooder` with `--mail-type=END`, held, then cancelled at once while
+/// pending; right after, `other` submits a job with `--mail-type=BEGIN`. Watches the mails
+/// reach the mailer (in `mails`), and sdiag's agent threads, until `deadline` after the
+/// cancel.
+fn flood(
+    cluster: &Cluster,
+    mails: &std::path::Path,
+    (flooder, other): (&User, &User),
+    jobs: usize,
+    deadline: Duration,
+) -> Flood {
+    let _ = fs::remove_dir_all(mails);
+    fs::create_dir_all(mails).expect("mails dir");
+    let sbatch = real_client(cluster, "sbatch");
+    let submit = format!(
+        "for i in $(seq {jobs}); do {} -H -o /dev/null --chdir /tmp -A {} -J flood \
+         --mail-type=END --mail-user={}@example.org --wrap true >/dev/null || exit 1; done",
+        sbatch.display(),
+        flooder.account,
+        flooder.name
+    );
+    let t = std::time::Instant::now();
+    let out = cluster.client(
+        Some((flooder.uid, flooder.uid)),
+        std::path::Path::new("/bin/sh"),
+        &["-c", &submit],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{jobs} held jobs submitted in {:.1?}", t.elapsed());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut peak = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let threads = cluster
+                    .try_run(&["sdiag"])
+                    .and_then(|text| {
+                        text.lines()
+                            .find_map(|l| l.strip_prefix("Agent thread count:"))
+                            .and_then(|n| n.trim().parse::<u32>().ok())
+                    })
+                    .unwrap_or(0);
+                peak = peak.max(threads);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            peak
+        });
+        let cancelled_at = epoch_now();
+        let scancel = cluster.client(
+            Some((flooder.uid, flooder.uid)),
+            &real_client(cluster, "scancel"),
+            &["--state=PENDING", "-u", flooder.name],
+        );
+        assert!(scancel.status.success(), "{scancel:?}");
+        let out = cluster.client(
+            Some((other.uid, other.uid)),
+            &sbatch,
+            &[
+                "--parsable",
+                "-o",
+                "/dev/null",
+                "--chdir",
+                "/tmp",
+                "-A",
+                other.account,
+                "-J",
+                "victim",
+                "--mail-type=BEGIN",
+                &format!("--mail-user={}@example.org", other.name),
+                "--wrap",
+                "sleep 1",
+            ],
+        );
+        let submitted_at = epoch_now();
+        assert!(out.status.success(), "{out:?}");
+        let end_at = std::time::Instant::now() + deadline;
+        let result = loop {
+            let got = sunk(mails);
+            let begin = got
+                .iter()
+                .find(|(_, m)| m.contains(" Began") && m.contains(&format!("[{}@", other.name)))
+                .map(|(t, _)| *t);
+            let ends: Vec<&(f64, String)> =
+                got.iter().filter(|(_, m)| m.contains(" Ended")).collect();
+            let all = ends.len() >= jobs;
+            if (begin.is_some() && all) || std::time::Instant::now() > end_at {
+                let since = |t: f64, from: f64| Duration::from_secs_f64((t - from).max(0.0));
+                break Flood {
+                    begin_delay: begin.map(|t| since(t, submitted_at)),
+                    drained: all.then(|| {
+                        since(
+                            ends.iter().map(|(t, _)| *t).fold(0.0, f64::max),
+                            cancelled_at,
+                        )
+                    }),
+                    peak_agent_threads: 0,
+                    ends: ends.iter().map(|(_, m)| m.clone()).collect(),
+                };
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        Flood {
+            peak_agent_threads: sampler.join().expect("sampler"),
+            ..result
+        }
+    })
+}
+
+/// A user's jobs cancelled while pending, each with an END mail, hold no one's mail (issue
+/// 53, item 4): under MailProg=senergy a user cancels 300 such jobs at once, and another
+/// user's BEGIN mail, queued behind their 300 END mails, reaches the mailer within
+/// [`FLOOD_BEGIN_BOUND`] of the other's submission, as it does behind a plain mailer (the
+/// baseline: MailProg a /usr/bin/mail-like stand-in). Every END mail goes out, with the
+/// job's summary or one line saying why there is none. Before, each END mail's summary
+/// waited 60 s for an energy that never comes, holding one of slurmctld's 64 mail threads.
+#[test]
+fn mails_of_jobs_that_never_ran_hold_no_ones_mail() {
+    let Some(tmp) = root_test_dir("mails_of_jobs_that_never_ran_hold_no_ones_mail") else {
+        return;
+    };
+    let etc = tmp.path().join("etc-users");
+    etc_with_users(&etc);
+    let mails = tmp.path().join("mails");
+    let sink = tmp.path().join("sink-mail");
+    file_sink(&sink, &mails);
+    let site = tmp.path().join("senergy.conf");
+    fs::write(&site, format!("mailer = \"{}\"\n", sink.display())).expect("site file");
+    // the baseline's MailProg is the stand-in itself; then senergy's
+    let baseline = tmp.path().join("baseline");
+    let mailprog = tmp.path().join("mailprog");
+    fs::write(
+        &mailprog,
+        format!(
+            "#!/bin/sh\nexport SLURM_CONF={} SENERGY_CONF={}\n[ -e {} ] && exec {} \"$@\"\n\
+             exec {} \"$@\"\n",
+            tmp.path().join("cluster/etc/slurm.conf").display(),
+            site.display(),
+            baseline.display(),
+            sink.display(),
+            senergy().display()
+        ),
+    )
+    .expect("mailprog");
+    fs::set_permissions(
+        &mailprog,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("mailprog mode");
+    let extra = format!("MailProg={}\n", mailprog.display());
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: RAPL,
+            node_freq: 1,
+            jobacct_freq: 1,
+            sim_args: vec![Some(INTEL_SERVER)],
+            extra_conf: &extra,
+            etc_users: Some(&etc),
+            ..ClusterSpec::default()
+        },
+    );
+    let (alice, bob) = (&USERS[0], &USERS[1]);
+    for u in [alice, bob] {
+        cluster.run(&["sacctmgr", "-i", "add", "account", u.account]);
+        cluster.run(&[
+            "sacctmgr",
+            "-i",
+            "add",
+            "user",
+            u.name,
+            &format!("account={}", u.account),
+        ]);
+    }
+    let t = std::time::Instant::now();
+    fs::write(&baseline, "").expect("baseline mode");
+    let plain = flood(
+        &cluster,
+        &mails,
+        (bob, alice),
+        FLOOD_JOBS,
+        Duration::from_secs(60),
+    );
+    println!(
+        "baseline (MailProg the stand-in): {plain:?}",
+        plain = (plain.begin_delay, plain.drained, plain.peak_agent_threads)
+    );
+    fs::remove_file(&baseline).expect("senergy mode");
+    let ours = flood(
+        &cluster,
+        &mails,
+        (bob, alice),
+        FLOOD_JOBS,
+        FLOOD_BEGIN_BOUND + Duration::from_secs(30),
+    );
+    println!(
+        "MailProg=senergy: BEGIN delay {:?}, END mails drained in {:?}, peak agent threads {}; \
+         test {:.0?}",
+        ours.begin_delay,
+        ours.drained,
+        ours.peak_agent_threads,
+        t.elapsed()
+    );
+    let plain_delay = plain.begin_delay.expect("the baseline's BEGIN mail");
+    let delay = ours.begin_delay.unwrap_or_else(|| {
+        panic!(
+            "no BEGIN mail within {:?}",
+            FLOOD_BEGIN_BOUND + Duration::from_secs(30)
+        )
+    });
+    assert!(
+        delay <= FLOOD_BEGIN_BOUND,
+        "alice's BEGIN mail waited {delay:?} behind bob's cancelled jobs (baseline {plain_delay:?})"
+    );
+    assert_eq!(ours.ends.len(), FLOOD_JOBS, "every END mail goes out");
+    let (mut summarised, mut told) = (0, 0);
+    for mail in &ours.ends {
+        if mail.contains("Energy and emissions (senergy):") {
+            assert!(mail.contains(" CANCELLED, 0 nodes"), "{mail}");
+            assert!(mail.contains("  energy: not recorded"), "{mail}");
+            summarised += 1;
+        } else {
+            assert!(
+                mail.contains("senergy: no energy summary: accounting does not hold job ")
+                    && mail.contains("summary slots"),
+                "{mail}"
+            );
+            told += 1;
+        }
+    }
+    println!("{summarised} END mails with the summary, {told} saying why not");
+}
+
 /// The Slurm client `name` itself, for [`Cluster::client`] (which runs in the cluster's
 /// network namespace already): its `DIR/bin` wrapper enters that namespace, which a user
 /// may not.
