@@ -1347,6 +1347,221 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
     }
 }
 
+/// `n`'s figure of `job` in its ledger (the truth the record must hold).
+fn ledger_joules(cluster: &Cluster, node: &str, job: u32) -> f64 {
+    let text = fs::read(
+        cluster
+            .dir
+            .join(format!("spool/{node}/energy-ledger.0.json")),
+    )
+    .expect("the node's ledger");
+    let ledger = slurm_energy_logic::Ledger::parse(&text).expect("a ledger the plugin wrote");
+    ledger.job(job).expect("the ledger keeps the job").joules
+}
+
+/// An owner's rewrite of their jobs' energy (25.11+, `sacctmgr modify job ... set
+/// tres=energy=1`) bills them nothing less (issue 53, item 3): `senergy usage` bills each
+/// job what its nodes kept in its SystemComment and counts it as changed in its row (JSON,
+/// CSV, text); a job one of whose nodes kept nothing (its Epilog skipped here, as a failed
+/// one would) is billed what the others kept, a lower bound under its energy before the
+/// edit. Before, usage summed the owner's 1 J per job. Needs Slurm 25.11 or later: earlier
+/// releases refuse an owner's TRES edit, and the test says so and ends.
+#[test]
+fn an_owners_rewrite_of_their_jobs_energy_is_billed_as_the_nodes_kept() {
+    let test = "an_owners_rewrite_of_their_jobs_energy_is_billed_as_the_nodes_kept";
+    if slurm_sys::SLURM_VERSION_NUMBER < 0x19_0b_00 {
+        println!(
+            "{test}: Slurm 25.11 or later lets an owner edit their job's TRES; not this release"
+        );
+        return;
+    }
+    let Some(tmp) = root_test_dir(test) else {
+        return;
+    };
+    let etc = tmp.path().join("etc-users");
+    etc_with_users(&etc);
+    let shipped = shipped_epilog(tmp.path());
+    // n3's Epilog keeps nothing, as a failed one would
+    let epilog = tmp.path().join("epilog-not-n3.sh");
+    fs::write(
+        &epilog,
+        format!(
+            "#!/bin/sh\n[ \"$SLURMD_NODENAME\" = n3 ] && exit 0\nexec {}\n",
+            shipped.display()
+        ),
+    )
+    .expect("epilog");
+    fs::set_permissions(&epilog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("epilog mode");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            nodes: 3,
+            energy_type: RAPL,
+            node_freq: 1,
+            jobacct_freq: 1,
+            sim_args: vec![Some(INTEL_SERVER); 3],
+            extra_conf: &format!("Epilog={}\n", epilog.display()),
+            etc_users: Some(&etc),
+            ..ClusterSpec::default()
+        },
+    );
+    cluster.sim(1).set(&["package0=120", "package1=30"]);
+    cluster.sim(2).set(&["package0=60", "package1=20"]);
+    cluster.sim(3).set(&["package0=90", "package1=10"]);
+    let alice = &USERS[0];
+    cluster.run(&["sacctmgr", "-i", "add", "account", alice.account]);
+    cluster.run(&[
+        "sacctmgr",
+        "-i",
+        "add",
+        "user",
+        alice.name,
+        &format!("account={}", alice.account),
+    ]);
+    let srun = real_client(&cluster, "srun");
+    let submit = |nodes: &str| -> u32 {
+        let wrap = format!("{} -N{nodes} sleep 4", srun.display());
+        let out = cluster.client(
+            Some((alice.uid, alice.uid)),
+            &real_client(&cluster, "sbatch"),
+            &[
+                "--parsable",
+                &format!("-N{nodes}"),
+                "-o",
+                "/dev/null",
+                "--chdir",
+                "/tmp",
+                "--wrap",
+                &wrap,
+            ],
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("sbatch: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    // one after the other: each job has its nodes alone
+    let whole = submit("2");
+    cluster.wait_job(whole, Duration::from_secs(120));
+    let partial = submit("3");
+    cluster.wait_job(partial, Duration::from_secs(120));
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    let kept: Vec<Value> = [whole, partial]
+        .iter()
+        .map(|&job| {
+            loop {
+                let comment = system_comment(&cluster, job);
+                let both = comment.contains("\"n1\"") && comment.contains("\"n2\"");
+                if both || std::time::Instant::now() > deadline {
+                    break serde_json::from_str(comment.strip_prefix("senergy=").unwrap_or_else(
+                        || panic!("job {job}: no record: {comment}\n{}", cluster.logs()),
+                    ))
+                    .expect("the record is JSON");
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+        .collect();
+    // each record holds n1's and n2's ledger figures, and n3 kept nothing
+    let mut kept_j = Vec::new();
+    for (job, record) in [whole, partial].iter().zip(&kept) {
+        let mut sum = 0.0;
+        for node in ["n1", "n2"] {
+            let got = f64_of(&record["nodes"][node]["joules"]);
+            let truth = ledger_joules(&cluster, node, *job);
+            assert!(
+                (got - truth).abs() <= 0.0005,
+                "{job} {node}: {got} J, ledger {truth} J"
+            );
+            sum += got;
+        }
+        assert!(record["nodes"].get("n3").is_none(), "{record}");
+        kept_j.push(sum);
+    }
+    let before = energy_of(&cluster.energy(partial), &partial.to_string());
+    let n3_truth = ledger_joules(&cluster, "n3", partial);
+    println!("kept {kept_j:?} J; job {partial} had {before} J in accounting, n3 {n3_truth} J");
+    assert!(
+        n3_truth > 0.0 && before > kept_j[1],
+        "n3 measured its share"
+    );
+
+    // the owner rewrites both jobs' energy
+    let sacctmgr = real_client(&cluster, "sacctmgr");
+    for job in [whole, partial] {
+        let id = format!("jobid={job}");
+        let edit = cluster.client(
+            Some((alice.uid, alice.uid)),
+            &sacctmgr,
+            &["-i", "modify", "job", "where", &id, "set", "tres=energy=1"],
+        );
+        assert!(
+            edit.status.success(),
+            "{}",
+            String::from_utf8_lossy(&edit.stderr)
+        );
+        assert_eq!(energy_of(&cluster.energy(job), &job.to_string()), 1.0);
+    }
+    let senergy = senergy();
+    let window = ["--start", "2000-01-01", "--end", "2100-01-01"];
+    let usage = |form: &str| {
+        cluster.client(
+            Some((alice.uid, alice.uid)),
+            &senergy,
+            &[&["usage", form][..], &window[..]].concat(),
+        )
+    };
+    let doc = json(&usage("--json"));
+    let row = doc["rows"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["user"] == alice.name))
+        .unwrap_or_else(|| panic!("no row of {}: {doc:#}", alice.name));
+    let billed = kept_j[0].round() + kept_j[1].round();
+    assert_eq!(u64_of(&row["energy_j"]) as f64, billed, "{row:#}");
+    assert_eq!(u64_of(&row["jobs_tampered"]), 2, "{row:#}");
+    assert_eq!(u64_of(&row["tampered_accounting_j"]), 2, "{row:#}");
+    // the job n3 kept nothing of counts as incomplete: its figure is a lower bound
+    assert_eq!(u64_of(&row["jobs_incomplete"]), 1, "{row:#}");
+    let csv = usage("--csv");
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    let header: Vec<&str> = csv.lines().next().unwrap_or("").split(',').collect();
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|c| *c == name)
+            .unwrap_or_else(|| panic!("no {name}: {csv}"))
+    };
+    let line: Vec<&str> = csv
+        .lines()
+        .find(|l| l.contains(alice.name))
+        .unwrap_or_else(|| panic!("no line of {}: {csv}", alice.name))
+        .split(',')
+        .collect();
+    assert_eq!(line[column("jobs_tampered")], "2", "{csv}");
+    assert_eq!(line[column("energy_j")], format!("{billed}"), "{csv}");
+    let table = cluster.client(
+        Some((alice.uid, alice.uid)),
+        &senergy,
+        &[&["usage"][..], &window[..]].concat(),
+    );
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("WARNING: accounting's energy of 2 job(s) was changed after they ended"),
+        "{table}"
+    );
+    // the job itself: billed what n1 and n2 kept, said to be a lower bound
+    let shown = json(&cluster.client(
+        Some((alice.uid, alice.uid)),
+        &senergy,
+        &["job", &partial.to_string(), "--json"],
+    ));
+    let j = &shown["jobs"][0];
+    assert_eq!(u64_of(&j["energy_j"]) as f64, kept_j[1].round(), "{j:#}");
+    assert_eq!(j["kept"]["tampered"]["lower_bound"], true, "{j:#}");
+    assert_eq!(u64_of(&j["kept"]["tampered"]["accounting_j"]), 1);
+}
+
 /// Python's own base64, gzip and json, as Princeton's jobstats uses them: `make JSON`
 /// prints the AdminComment its slurmctld epilog writes for a job's summary JSON (`JS1:`
 /// and the base64 of its gzip, `jobstats -f -b`); `read COMMENT` prints what its `jobstats`
