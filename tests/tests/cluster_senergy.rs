@@ -1118,6 +1118,75 @@ fn mails_of_jobs_that_never_ran_hold_no_ones_mail() {
         }
     }
     println!("{summarised} END mails with the summary, {told} saying why not");
+
+    // the slots in StateSaveLocation, as libslurm names it: with both of 2 held (another
+    // process's flock, which waits for each: the check below takes one a moment), a summary that would wait (a running job's) ends at once and says
+    // why; with one free, it waits
+    let running = cluster.sbatch("#!/bin/sh\nsleep 60\n");
+    let slots = cluster.dir.join("state/senergy-mail-slots");
+    fs::create_dir_all(&slots).expect("slots dir");
+    fs::set_permissions(&slots, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .expect("slots mode");
+    let hold = |script: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", script, "sh"])
+            .arg(&slots)
+            .spawn()
+            .expect("sh and util-linux flock")
+    };
+    let mut holder =
+        hold("cd \"$1\" && exec 8>>slot.0 9>>slot.1 && flock 8 && flock 9 && exec sleep 60");
+    let summary = |wait: &str| {
+        let t = std::time::Instant::now();
+        let id = running.to_string();
+        let out = cluster.client(
+            None,
+            &senergy(),
+            &["job", &id, "--summary", "--wait", wait, "--mail-slots", "2"],
+        );
+        (out, t.elapsed())
+    };
+    let held = || {
+        !std::process::Command::new("flock")
+            .args(["-n"])
+            .arg(slots.join("slot.1"))
+            .arg("true")
+            .status()
+            .expect("util-linux flock")
+            .success()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !held() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the holder never held"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (busy, took) = summary("20");
+    let said = String::from_utf8_lossy(&busy.stderr);
+    assert_eq!(busy.status.code(), Some(5), "{said}");
+    assert!(
+        said.contains(&format!(
+            "accounting does not hold job {running}'s final figures yet, and all 2 summary \
+             slots in {} are held",
+            slots.display()
+        )),
+        "{said}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "no wait for a slot: {took:?}"
+    );
+    holder.kill().expect("kill");
+    holder.wait().expect("reaped");
+    let (waited, took) = summary("3");
+    assert!(waited.status.success(), "{waited:?}");
+    assert!(
+        took >= Duration::from_secs(3),
+        "a slot free: it waited ({took:?})"
+    );
+    cluster.run(&["scancel", &running.to_string()]);
 }
 
 /// The Slurm client `name` itself, for [`Cluster::client`] (which runs in the cluster's
