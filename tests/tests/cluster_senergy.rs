@@ -1178,6 +1178,7 @@ fn mails_of_jobs_that_never_ran_hold_no_ones_mail() {
         took < Duration::from_secs(10),
         "no wait for a slot: {took:?}"
     );
+    println!("both slots held: exit 5 after {took:.1?}: {}", said.trim());
     holder.kill().expect("kill");
     holder.wait().expect("reaped");
     let (waited, took) = summary("3");
@@ -1186,6 +1187,7 @@ fn mails_of_jobs_that_never_ran_hold_no_ones_mail() {
         took >= Duration::from_secs(3),
         "a slot free: it waited ({took:?})"
     );
+    println!("a slot free: waited, answered after {took:.1?}");
     cluster.run(&["scancel", &running.to_string()]);
 }
 
