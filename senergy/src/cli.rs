@@ -91,6 +91,11 @@ pub struct JobArgs {
     /// MailProg runs before slurmdbd has them. The figures then, whatever they are.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=600))]
     wait: Option<u64>,
+    /// MailProg's summary ([`crate::mail`]): a wait takes one of N slots
+    /// ([`crate::slots`]), and with none free the summary ends at once, saying so.
+    #[arg(long, hide = true, value_name = "N", requires = "wait",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::slots::MAX_SLOTS)))]
+    mail_slots: Option<u32>,
     #[command(flatten)]
     site: SiteArgs,
     /// Prometheus scraping the nodes' metrics (http://host:9090): emissions at each power
@@ -229,6 +234,8 @@ pub struct JobPlan {
     pub prometheus: Option<String>,
     /// How long to wait for the jobs' end records ([`JobArgs::wait`]).
     pub wait: Option<Duration>,
+    /// MailProg's bound on summaries waiting at once ([`crate::slots`]); `None`: no bound.
+    pub mail_slots: Option<u32>,
 }
 
 /// What `senergy usage` sums, and how.
@@ -276,6 +283,7 @@ impl JobArgs {
             tariff,
             prometheus: self.prometheus.clone().or(site_prometheus),
             wait: self.wait.map(Duration::from_secs),
+            mail_slots: self.mail_slots,
         })
     }
 }

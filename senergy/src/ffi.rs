@@ -314,6 +314,8 @@ pub struct SlurmSettings {
     pub log_file: String,
     pub proctrack: String,
     pub task_plugin: String,
+    /// StateSaveLocation: slurmctld's, SlurmUser's (MailProg's summary slots: [`crate::slots`]).
+    pub state_save: String,
 }
 
 /// Loads slurm.conf and returns what `senergy check` reads of it. SlurmUser's directories
@@ -333,6 +335,7 @@ pub fn slurm_settings() -> SlurmSettings {
             log_file: text(conf.slurmd_logfile),
             proctrack: text(conf.proctrack_type),
             task_plugin: text(conf.task_plugin),
+            state_save: text(conf.state_save_location),
         }
     };
     // SAFETY: as above: slurm_init filled it.

@@ -291,6 +291,9 @@ pub fn ledgered(sampled_at: f64, job: Option<(f64, f64)>, began: f64) -> Ledgere
 pub struct Tampered {
     pub accounting_j: u64,
     pub recorded_j: f64,
+    /// The record holds some of the job's nodes only: `recorded_j` is what those alone
+    /// used, a lower bound of the job's energy (which the missing nodes can only raise).
+    pub lower_bound: bool,
 }
 
 /// The most accounting's figure and the record's may differ by before it is said to have
@@ -311,7 +314,10 @@ fn tolerance(nodes: usize, recorded_j: f64, elapsed_s: u64) -> f64 {
 /// nodes that ran `elapsed_s`, whose accounting figure is its extern step's (`with_extern`:
 /// each node's ledger figure, as the record holds): `Some` where they differ by more than
 /// [`tolerance`], the sign that accounting's figure was changed after the job (an owner may
-/// rewrite their job's energy TRES from 25.11). Only a record of every node is compared.
+/// rewrite their job's energy TRES from 25.11). A record of every node bounds the figure
+/// both ways; a record of some nodes (another node's Epilog failed, or its write was lost)
+/// bounds it from below only: accounting's figure under what the recorded nodes alone used
+/// was lowered. A record of more nodes than the job had is not compared.
 pub fn tampered(
     accounting_j: Option<u64>,
     record: &Record,
@@ -320,15 +326,23 @@ pub fn tampered(
     with_extern: bool,
 ) -> Option<Tampered> {
     let accounting_j = accounting_j?;
-    let whole = record.nodes.len() == alloc_nodes as usize && alloc_nodes > 0;
+    let nodes = record.nodes.len();
+    if !with_extern || nodes == 0 || nodes > alloc_nodes as usize {
+        return None;
+    }
+    let lower_bound = nodes < alloc_nodes as usize;
     let recorded_j = record.joules();
-    (whole
-        && with_extern
-        && (accounting_j as f64 - recorded_j).abs()
-            > tolerance(record.nodes.len(), recorded_j, elapsed_s))
-    .then_some(Tampered {
+    let off = accounting_j as f64 - recorded_j;
+    let bound = tolerance(nodes, recorded_j, elapsed_s);
+    let changed = if lower_bound {
+        off < -bound
+    } else {
+        off.abs() > bound
+    };
+    changed.then_some(Tampered {
         accounting_j,
         recorded_j,
+        lower_bound,
     })
 }
 
@@ -423,11 +437,20 @@ pub fn text(kept: &Kept, nodes: u32) -> Vec<String> {
     };
     let mut lines = vec![line];
     if let Some(t) = kept.tampered {
-        lines.push(format!(
-            "WARNING: accounting's energy ({} J) is not what the job's nodes kept at its end \
-             ({:.1} J): accounting's figure was changed after the job",
-            t.accounting_j, t.recorded_j
-        ));
+        lines.push(if t.lower_bound {
+            format!(
+                "WARNING: accounting's energy ({} J) is under what {} of the job's {nodes} \
+                 nodes kept at its end ({:.1} J): accounting's figure was changed after the \
+                 job; its energy is at least theirs",
+                t.accounting_j, kept.nodes_recorded, t.recorded_j
+            )
+        } else {
+            format!(
+                "WARNING: accounting's energy ({} J) is not what the job's nodes kept at its \
+                 end ({:.1} J): accounting's figure was changed after the job",
+                t.accounting_j, t.recorded_j
+            )
+        });
     }
     lines
 }

@@ -160,17 +160,47 @@ fn accounting_changed_after_the_job_is_told() {
         tampered(Some(1), &record, 2, hour, true),
         Some(Tampered {
             accounting_j: 1,
-            recorded_j: 1500.0
+            recorded_j: 1500.0,
+            lower_bound: false,
         })
     );
     // raised, or lowered by more than the rounding and a sample's worth
     assert!(tampered(Some(3000), &record, 2, hour, true).is_some());
     assert!(tampered(Some(1480), &record, 2, hour, true).is_some());
-    // a record of some nodes only, a figure without the extern step's, no figure: not
-    // compared
-    assert_eq!(tampered(Some(1), &record, 3, hour, true), None);
+    // a figure without the extern step's, no figure, a record of more nodes than the job
+    // had: not compared
     assert_eq!(tampered(Some(1), &record, 2, hour, false), None);
     assert_eq!(tampered(None, &record, 2, hour, true), None);
+    assert_eq!(tampered(Some(1), &record, 1, hour, true), None);
+}
+
+/// A record of some of the job's nodes (another node's Epilog failed) bounds accounting's
+/// figure from below: the missing nodes can only add to what the recorded ones used. A
+/// figure under it was lowered, and the record is billed as a lower bound; a figure over
+/// it is the missing nodes' share, whatever it is. Before, such a record was not compared
+/// at all: an owner's 1 J stood.
+#[test]
+fn a_record_of_some_nodes_bounds_accounting_from_below() {
+    let record = two_nodes(1000.0, 500.0);
+    let hour = 3600;
+    // a 3-node job whose third node kept nothing, rewritten to 1 J
+    assert_eq!(
+        tampered(Some(1), &record, 3, hour, true),
+        Some(Tampered {
+            accounting_j: 1,
+            recorded_j: 1500.0,
+            lower_bound: true,
+        })
+    );
+    // within the two nodes' rounding of theirs, or above (the third node's share): as is
+    assert_eq!(tampered(Some(1495), &record, 3, hour, true), None);
+    assert_eq!(tampered(Some(2250), &record, 3, hour, true), None);
+    assert_eq!(tampered(Some(1_000_000), &record, 3, hour, true), None);
+    // under it by more than the tolerance of the nodes recorded
+    assert!(tampered(Some(1480), &record, 3, hour, true).is_some());
+    // one node of 64 recorded still bounds it
+    let one = read(&merge("", "n1", &node(1000.0)).expect("merged")).expect("a record");
+    assert!(tampered(Some(1), &one, 64, hour, true).is_some_and(|t| t.lower_bound));
 }
 
 /// A job whose step failed at once lived a fraction of a second at 150 W and 80 W: its
