@@ -413,11 +413,7 @@ mod tests {
     /// refused, whatever its mode. Needs root (the file is given away).
     #[test]
     fn a_password_file_of_another_user_is_refused() {
-        if !nix::unistd::geteuid().is_root() {
-            assert!(
-                std::env::var_os("ENERGY_TESTS_ALLOW_SKIP").is_some(),
-                "needs root to chown a file (ENERGY_TESTS_ALLOW_SKIP=1 to skip)"
-            );
+        if !crate::test_support::root_or_skip("giving a file to another user") {
             return;
         }
         let dir = tempfile::tempdir().expect("tempdir");

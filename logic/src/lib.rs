@@ -50,6 +50,8 @@ mod replace;
 mod runtime;
 mod scheduler;
 mod source;
+#[cfg(test)]
+mod test_support;
 mod trusted_dir;
 pub mod variorum;
 

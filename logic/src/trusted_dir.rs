@@ -269,11 +269,7 @@ mod tests {
     /// give the directory away).
     #[test]
     fn a_spool_dir_of_slurm_user_as_debian_makes_it_is_trusted() {
-        if !nix::unistd::geteuid().is_root() {
-            assert!(
-                std::env::var_os("ENERGY_TESTS_ALLOW_SKIP").is_some(),
-                "needs root to chown a directory (ENERGY_TESTS_ALLOW_SKIP=1 to skip)"
-            );
+        if !crate::test_support::root_or_skip("giving a directory to another user") {
             return;
         }
         let tmp = tempfile::tempdir().expect("tempdir");

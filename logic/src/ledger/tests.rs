@@ -217,11 +217,7 @@ fn the_ledger_is_kept_only_in_a_spool_dir_nobody_else_writes() {
 #[test]
 fn the_ledger_is_kept_in_a_spool_dir_of_slurm_user() {
     use std::os::unix::fs::PermissionsExt;
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            std::env::var_os("ENERGY_TESTS_ALLOW_SKIP").is_some(),
-            "needs root to chown a directory (ENERGY_TESTS_ALLOW_SKIP=1 to skip)"
-        );
+    if !crate::test_support::root_or_skip("giving a directory to another user") {
         return;
     }
     // uids no account of a test machine has (the same SlurmUser as trusted_dir's test)

@@ -299,11 +299,7 @@ fn a_steps_directory_is_where_its_slurmstepd_is_not_a_look_alike_below() {
 #[test]
 fn an_owners_step_directory_has_the_job_read_at_the_owners_level() {
     use nix::unistd::{Uid, chown};
-    if !nix::unistd::geteuid().is_root() {
-        assert!(
-            std::env::var_os("ENERGY_TESTS_ALLOW_SKIP").is_some(),
-            "giving a directory to another user needs root (ENERGY_TESTS_ALLOW_SKIP=1 skips)"
-        );
+    if !crate::test_support::root_or_skip("giving a directory to another user") {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
