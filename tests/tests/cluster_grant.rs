@@ -38,7 +38,9 @@ fn etc_with_owner(dir: &Path) {
 /// thread of slurmstepd's. Two jobs hold 2 of a GPU's 4 shards each; the owner's job's
 /// `--output` is a FIFO the owner opens 30 s after the job starts. Then the GPU draws
 /// 40 W (its idle power) for 20 s: each job pays half (1%). Before the fix the owner's
-/// grant was lost and the other job paid the whole GPU.
+/// grant was refused (EACCES) and lost: the other job was charged 802.0 J for its 401.0 J
+/// (+100.0%), the owner's 0 J; after, 400.0 J each for 400.1 J (0.03%), the grant written
+/// 30.1 s after its first refusal (22.05.8, 69 s of wall time).
 #[test]
 fn a_grant_held_back_by_an_output_fifo_still_reaches_slurmd() {
     let Some(tmp) = root_test_dir("a_grant_held_back_by_an_output_fifo_still_reaches_slurmd")
@@ -52,6 +54,25 @@ fn a_grant_held_back_by_an_output_fifo_still_reaches_slurmd() {
     support::gpu_cluster::device_file(&dev, 195, gpu);
     let fake = FakeGpus::new(Vendor::Nvidia, &[gpu]);
     fake.set_power(gpu, 0.0);
+    // slurmctld answers no one for 3 s once the owner's job is on the node, before its
+    // batch step starts (its prolog stops it, the test lets it go on): the step's question
+    // for its job's record is answered once the step waits on its output, as it is where
+    // slurmctld is slow (without a delay the answer wins or loses that race by
+    // milliseconds). No extern step: its grant would be the job's, which the batch step
+    // reads without asking.
+    let (_, uid) = OWNER;
+    let pid_file = tmp.path().join("cluster/run/slurmctld.pid");
+    let prolog = tmp.path().join("prolog.sh");
+    fs::write(
+        &prolog,
+        format!(
+            "#!/bin/sh\n[ \"$SLURM_JOB_UID\" = {uid} ] || exit 0\nkill -STOP $(cat {})\n",
+            pid_file.display()
+        ),
+    )
+    .expect("prolog");
+    fs::set_permissions(&prolog, fs::Permissions::from_mode(0o755)).expect("chmod");
+    let extra_conf = format!("PrologFlags=Serial\nProlog={}\n", prolog.display());
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
@@ -66,6 +87,7 @@ fn a_grant_held_back_by_an_output_fifo_still_reaches_slurmd() {
                 dev.display()
             ),
             etc_users: Some(&etc),
+            extra_conf: &extra_conf,
             ..ClusterSpec::default()
         },
     );
@@ -94,7 +116,6 @@ fn a_grant_held_back_by_an_output_fifo_still_reaches_slurmd() {
         format!("#!/bin/sh\n#SBATCH --gres=shard:2\ntouch {o}/owner_running; {wait_end}\n"),
     )
     .expect("script");
-    let (_, uid) = OWNER;
     let run = cluster.client(
         Some((uid, uid)),
         &cluster.dir.join("bin/sbatch"),
@@ -114,6 +135,25 @@ fn a_grant_held_back_by_an_output_fifo_still_reaches_slurmd() {
         .next()
         .and_then(|id| id.parse().ok())
         .unwrap_or_else(|| panic!("sbatch: {text} {}", String::from_utf8_lossy(&run.stderr)));
+    let slurmctld = fs::read_to_string(&pid_file).expect("slurmctld's pid");
+    let slurmctld = slurmctld.trim();
+    wait_until(
+        "the owner's prolog stops slurmctld",
+        Duration::from_secs(60),
+        || {
+            let stat = fs::read_to_string(format!("/proc/{slurmctld}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(") ")
+                .map(|(_, rest)| rest.starts_with('T'));
+            state.unwrap_or(false).then_some(())
+        },
+    );
+    sleep(Duration::from_secs(3));
+    let resumed = Command::new("kill")
+        .args(["-CONT", slurmctld])
+        .status()
+        .expect("kill");
+    assert!(resumed.success(), "SIGCONT to slurmctld");
     wait_until(
         "the owner's job is running",
         Duration::from_secs(60),
@@ -149,10 +189,14 @@ fn a_grant_held_back_by_an_output_fifo_still_reaches_slurmd() {
     }
     let _ = reader.wait();
     let truth = fake.truth(gpu, now_ns());
+    // the batch steps hold the shards (no extern step carries the jobs' energy)
     let [other_j, owner_j] =
-        [other, owner].map(|job| energy_of(&cluster.energy(job), &job.to_string()));
+        [other, owner].map(|job| energy_of(&cluster.energy(job), &format!("{job}.batch")));
     let logs = cluster.logs();
-    for line in logs.lines().filter(|l| l.contains("grant")) {
+    for line in logs
+        .lines()
+        .filter(|l| l.contains("grant") || l.contains("GPUs"))
+    {
         println!("{line}");
     }
     println!(
