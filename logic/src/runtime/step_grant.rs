@@ -574,7 +574,7 @@ mod tests {
         let stop = Stop::default();
         let (result, tries, took) = tried(&stop, 0, PermissionDenied, DROPPED);
         assert_eq!((result, tries), (Ok(()), 1));
-        assert!(took < Duration::from_millis(20), "{took:?}");
+        assert!(took < Duration::from_millis(200), "no wait: {took:?}");
         // 10 refusals 20 ms apart, then written
         let (result, tries, took) = tried(&stop, 10, PermissionDenied, DROPPED);
         assert_eq!((result, tries), (Ok(()), 11));
@@ -601,9 +601,10 @@ mod tests {
         };
         let (result, tries, took) = tried(&stop, u32::MAX, PermissionDenied, DROPPED);
         stopper.join().expect("stopper");
+        // without the stop, refused for ever: it would never return
         assert!(result.is_err());
-        assert!((4..=7).contains(&tries), "{tries} tries in {took:?}");
-        assert!(took < Duration::from_millis(150), "{took:?}");
+        assert!(tries >= 2, "{tries} tries in {took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
     }
 
     /// Where the test below, run again in a process of its own, finds its SlurmdSpoolDir:
@@ -687,6 +688,7 @@ mod tests {
         drop(publishers);
         let took = start.elapsed();
         seteuid(root).expect("seteuid(0)");
-        assert!(took < Duration::from_millis(100), "fini waited {took:?}");
+        // without the stop the join would wait for root, given back only after it
+        assert!(took < Duration::from_secs(2), "fini waited {took:?}");
     }
 }
