@@ -299,7 +299,8 @@ pub(super) fn publish(
     let node = host.node_name();
     let thread_name = name.clone();
     let asked = publishers.spawn("energy-jobrec", "the job record's thread", move |stop| {
-        let grant = job_record::job_grant(&spool, job, step, &node, load, user_name, RETRY_AFTER);
+        let pause = || stop.wait(RETRY_AFTER);
+        let grant = job_record::job_grant(&spool, job, step, &node, load, user_name, pause);
         match grant {
             Ok(grant) => {
                 log::info!(
