@@ -160,7 +160,8 @@ ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_led
     cluster_conf_examples::the_rust_gpu_example_gives_each_mode_its_figure
     cluster_conf_examples::the_rust_pm_counters_example_gives_each_mode_its_figure
     cluster_conf_examples::the_rust_redfish_example_gives_each_mode_its_figure
-    cluster_trust::gpu_use_moved_out_of_its_job_is_still_its_owners"}
+    cluster_trust::gpu_use_moved_out_of_its_job_is_still_its_owners
+    cluster_grant::a_grant_held_back_by_an_output_fifo_still_reaches_slurmd"}
 first_full=$(for r in $sorted; do if is_full "$r"; then echo "$r"; fi; done | head -n 1)
 
 slurm_tarball() {
