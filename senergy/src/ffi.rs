@@ -298,10 +298,19 @@ fn load_slurm_conf() -> Option<Held> {
     }
     let held = Held::begin();
     static INIT: Once = Once::new();
-    // SAFETY: NULL means "the default slurm.conf"; once per process.
-    INIT.call_once(|| unsafe { slurm_init(ptr::null()) });
+    INIT.call_once(|| {
+        // libslurm sets SLURM_CONF to the file it loads (read_config.c `slurm_conf_init`):
+        // whether it was set before is only known now
+        let _ = SLURM_CONF_GIVEN.set(std::env::var_os("SLURM_CONF").is_some());
+        // SAFETY: NULL means "the default slurm.conf"; once per process.
+        unsafe { slurm_init(ptr::null()) }
+    });
     held
 }
+
+/// Whether `SLURM_CONF` named senergy's slurm.conf before libslurm loaded it (after, it
+/// always does).
+static SLURM_CONF_GIVEN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// What `senergy check` reads of slurm.conf, as libslurm parsed it.
 #[derive(Debug, Clone, Default)]
@@ -316,6 +325,9 @@ pub struct SlurmSettings {
     pub task_plugin: String,
     /// StateSaveLocation: slurmctld's, SlurmUser's (MailProg's summary slots: [`crate::slots`]).
     pub state_save: String,
+    /// Whether `SLURM_CONF` chose the file (else it is the build's default, as a slurmd
+    /// started without `-f` or `SLURM_CONF`, by Debian's unit say, reads).
+    pub conf_named: bool,
 }
 
 /// Loads slurm.conf and returns what `senergy check` reads of it. SlurmUser's directories
@@ -336,6 +348,7 @@ pub fn slurm_settings() -> SlurmSettings {
             proctrack: text(conf.proctrack_type),
             task_plugin: text(conf.task_plugin),
             state_save: text(conf.state_save_location),
+            conf_named: SLURM_CONF_GIVEN.get().copied().unwrap_or(true),
         }
     };
     // SAFETY: as above: slurm_init filled it.

@@ -63,7 +63,7 @@ pub fn gather(settings: &SlurmSettings, node: Option<String>) -> Facts {
             }
         })
         .collect();
-    let (slurmd, other_slurmds) = slurmd_of(&node, &settings.slurm_conf);
+    let (slurmd, other_slurmds) = slurmd_of(&node, &settings.slurm_conf, settings.conf_named);
     let slurmd_release = slurmd_release(slurmd.as_ref().map(|(_, exe)| exe.as_path()));
     let log = log_facts(
         &settings.log_file,
@@ -252,14 +252,15 @@ type Slurmd = (u32, PathBuf);
 /// The slurmd running for `node` with this slurm.conf (`conf`): its pid and program; and
 /// the slurmds left aside, with why. A slurmd given `-N NAME` runs for NAME, one without
 /// for this host's short name; its slurm.conf is its `-f FILE`, else its `SLURM_CONF`,
-/// else its default: another cluster's slurmd on the same host has its own.
-fn slurmd_of(node: &str, conf: &str) -> (Option<Slurmd>, Vec<(u32, String)>) {
+/// else its default: another cluster's slurmd on the same host has its own. `ours_named`:
+/// whether `SLURM_CONF` chose ours; where not, ours is the default too (a slurmd started by
+/// Debian's unit, with neither, is this cluster's).
+fn slurmd_of(node: &str, conf: &str, ours_named: bool) -> (Option<Slurmd>, Vec<(u32, String)>) {
     let host = short_host_name();
     let mut others = Vec::new();
     let Ok(procs) = fs::read_dir("/proc") else {
         return (None, others);
     };
-    let ours_named = std::env::var_os("SLURM_CONF").is_some();
     let mut found = None;
     for entry in procs.flatten() {
         let Some(pid) = entry
