@@ -20,7 +20,11 @@ mirror=${SITE_NODE_MIRROR:-http://deb.debian.org/debian}
 # prometheus-node-exporter makes the directory the README's EnergyMetricsFile writes into
 base=systemd-sysv,linux-image-amd64,udev,kmod,iproute2,dbus,procps,e2fsprogs
 site="slurmd slurmctld slurmdbd slurm-client munge mariadb-server fonts-dejavu-core prometheus-node-exporter"
-key=$({ cat "$0"; echo "$suite $mirror $base $site"; } | sha256sum | cut -c1-16)
+# what the energy package's Depends add to those (senergy links libslurm, which Debian's
+# daemons and client do not pull): downloaded into apt's cache, not installed, so that apt
+# in the VM (no network) resolves the package's Depends itself as it would from a mirror
+fetched="libslurm38"
+key=$({ cat "$0"; echo "$suite $mirror $base $site $fetched"; } | sha256sum | cut -c1-16)
 cache_root=${SITE_NODE_CACHE:-/var/cache/rust-energy-slurm/site-node}
 cache=$cache_root/$suite-$key
 if [ -r "$cache/disk.img" ] && [ -r "$cache/vmlinuz" ] && [ -r "$cache/initrd.img" ]; then
@@ -43,7 +47,7 @@ printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod 0755 "$root/usr/sbin/policy-rc.d"
 echo "== site node: apt-get install $site (in a chroot)" >&2
 # a private mount namespace: /proc, /sys and /dev/pts for the package scripts, gone with it
-unshare -m --propagation private sh -eu -c '
+FETCHED=$fetched unshare -m --propagation private sh -eu -c '
     root=$1; shift
     mount -t proc proc "$root/proc"
     mount -t sysfs sys "$root/sys"
@@ -51,6 +55,7 @@ unshare -m --propagation private sh -eu -c '
     DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get update -qq
     DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get install -y -qq --no-install-recommends "$@"
     chroot "$root" apt-get clean
+    DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get install -y -qq --download-only $FETCHED
 ' sh "$root" $site >"$work/apt.log" 2>&1 || {
     tail -n 40 "$work/apt.log" >&2
     exit 1
