@@ -14,6 +14,7 @@ SIM=/run/raplsim
 LIB=/usr/local/lib/site-node
 RAPLSIM=$LIB/raplsim
 USER_NAME=alice
+export P STATE SIM LIB RAPLSIM USER_NAME
 mkdir -p "$STATE"
 exec 3>/dev/ttyS1
 
@@ -28,17 +29,19 @@ finish() {
     systemctl poweroff
     exit 0
 }
-# wait_for SECONDS WHAT COMMAND...: polls COMMAND every half second
+# wait_for SECONDS WHAT COMMAND...: polls COMMAND (each try 20 s at most) every half second
+# for SECONDS of wall time; on a timeout says so, with the journal of the Slurm units
 wait_for() {
-    local secs=$1 what=$2 t=0
+    local until=$((SECONDS + $1)) what=$2
     shift 2
-    until "$@" >/dev/null 2>&1; do
-        sleep 0.5
-        t=$((t + 1))
-        if [ "$t" -ge $((secs * 2)) ]; then
+    until timeout 20 bash -c '"$@"' wait_for "$@" >/dev/null 2>&1; do
+        if [ "$SECONDS" -ge "$until" ]; then
             R timeout "$what"
+            journalctl -b -u slurmdbd -u slurmctld -u slurmd -u mariadb --no-pager -o short-monotonic |
+                tail -n 30 | while read -r l; do R journal "$l"; done
             return 1
         fi
+        sleep 0.5
     done
 }
 job_state() { sacct -n -X -P -j "$1" -o State 2>/dev/null | head -n 1; }
@@ -66,7 +69,6 @@ ledger() { echo /var/lib/slurm/slurmd/energy-ledger.0.json; }
 # the ledger's learned static power (floor_watts), once it has one
 floor_watts() { sed -n 's/.*"floor_watts": *\([0-9.eE+-]*\).*/\1/p' "$(ledger)" 2>/dev/null | head -n 1; }
 floor_learned() { [ -n "$(floor_watts)" ]; }
-in_ledger() { grep -q "\"$1\"\|\"job\": *$1[,}]\|\"id\": *$1[,}]" "$(ledger)" 2>/dev/null; }
 # final figure of job J: its job line (the extern step's, PrologFlags=Contain)
 final_energy() { sacct -n -X -P -j "$1" -o ConsumedEnergyRaw | head -n 1; }
 sim_set() { "$RAPLSIM" set "$SIM" "$1"; }
@@ -77,6 +79,10 @@ units_report() {
 }
 node_idle() { sinfo -h -n sitenode1 -o %t | grep -Eq '^(idle|mix|alloc)'; }
 ledger_errors() { journalctl -b -u slurmd --no-pager -o cat | grep -c "no energy ledger is published" || true; }
+
+# what wait_for's bash runs
+export -f R say truth as_user job_state job_done job_running live live_ok job_cgroup cpu_usec \
+    ledger floor_watts floor_learned node_idle
 
 # alone NAME SECONDS: an ordinary user's job alone on the node, the node at 300 W for
 # SECONDS while it runs and 0 W before and after: its figure is the truth over that window.
