@@ -165,6 +165,12 @@ setup)
     systemctl start fake-rapl.service
     R fake_rapl "$(systemctl is-active fake-rapl.service)" "$(head -c 300 /sys/class/powercap/intel-rapl:0/name 2>&1)"
 
+    # a network interface with an address (site0.netdev says why), at every boot
+    install -m 0644 "$P/site0.netdev" "$P/site0.network" /etc/systemd/network/
+    systemctl enable --now systemd-networkd >/dev/null 2>&1
+    wait_for 60 "site0's address" sh -c "ip -4 addr show site0 | grep -q 10.213.0.1"
+    R address "$(ip -4 -o addr show site0 | awk '{print $4}')"
+
     # the package, with apt, its Depends resolved by apt from what the node has
     deb=$(ls "$P"/*.deb)
     R deb "$(basename "$deb")" "$(dpkg-deb -f "$deb" Depends)"

@@ -168,6 +168,8 @@ fn payload(tmp: &Path, deb: &Path) -> PathBuf {
         "raplsim.service",
         "fake-rapl.service",
         "cgroup-job.sh",
+        "site0.netdev",
+        "site0.network",
     ] {
         fs::copy(site.join(f), stage.join(f)).expect("copy a site-node file");
     }
