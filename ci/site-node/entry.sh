@@ -149,6 +149,7 @@ R uptime "$(cut -d' ' -f1 /proc/uptime)"
 case $phase in
 setup)
     R pid1 "$(cat /proc/1/comm)"
+    R slurm_env "$(env | grep -i '^slurm' | tr '\n' ' ')"
     R kernel "$(uname -r)"
     R cgroup_fs "$(stat -fc %T /sys/fs/cgroup)"
     R controllers "$(cat /sys/fs/cgroup/cgroup.controllers)"
@@ -290,7 +291,7 @@ sleep 60
     echo after-reboot >"$STATE/phase"
     R rebooting "$(cut -d' ' -f1 /proc/uptime)"
     sync
-    systemctl reboot
+    systemctl --no-block reboot
     ;;
 after-reboot)
     echo done >"$STATE/phase"

@@ -241,7 +241,7 @@ fn boot(tmp: &Path, image: &Path, payload: &Path) -> String {
         .arg(image.join("vmlinuz"))
         .arg("-initrd")
         .arg(image.join("initrd.img"))
-        .args(["-append", "root=/dev/vda rw console=ttyS0,115200 quiet"])
+        .args(["-append", "root=/dev/vda rw console=ttyS0,115200"])
         .arg("-drive")
         .arg(format!(
             "file={},format=raw,if=virtio,snapshot=on",
@@ -462,17 +462,34 @@ fn a_debian_12_site_node_measures_its_jobs_as_debian_runs_slurm() {
     for t in r.all("cgroup_try") {
         println!("cgroup: {t}");
     }
-    for refused in [
+    // every write and every move of the job's owner is refused: the job's cgroups and
+    // everything above them are root's (Slurm's cgroup/v2 under systemd's delegation)
+    let tries = r.all("cgroup_try");
+    let outcome = |name: &str| -> &str {
+        tries
+            .iter()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .copied()
+            .unwrap_or_else(|| panic!("no try {name} in {tries:?}"))
+    };
+    for name in [
+        "write_own_cpu_max",
         "write_job_cpu_max",
         "write_job_memory_max",
+        "write_job_subtree_control",
+        "mkdir_in_own",
         "move_to_root",
+        "move_to_user_slice",
+        "move_to_job",
+        "move_to_extern",
         "move_to_system_slice",
     ] {
-        let line = r
-            .all("cgroup_try")
-            .into_iter()
-            .find(|l| l.starts_with(&format!("{refused} ")))
-            .unwrap_or_else(|| panic!("no try {refused}"));
-        assert!(line.contains(" refused"), "a job's owner could: {line}");
+        let line = outcome(name);
+        assert!(line.contains(" refused: "), "a job's owner could: {line}");
     }
+    assert_eq!(
+        outcome("own").strip_prefix("own "),
+        outcome("after").strip_prefix("after "),
+        "the job's process left its cgroup"
+    );
 }
