@@ -147,7 +147,10 @@ fn base_image(suite: &str) -> PathBuf {
         .stderr(Stdio::inherit())
         .output()
         .expect("run ci/site-node/build-image.sh");
-    assert!(out.status.success(), "ci/site-node/build-image.sh {suite} failed");
+    assert!(
+        out.status.success(),
+        "ci/site-node/build-image.sh {suite} failed"
+    );
     let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     println!(
         "base image {} ({:.0} s, cached when that is a second or two)",
@@ -233,8 +236,7 @@ fn boot(tmp: &Path, image: &Path, payload: &Path) -> String {
     let results = tmp.join("results.txt");
     let t0 = Instant::now();
     let mut vm = Command::new("qemu-system-x86_64");
-    vm
-        .args(["-accel", "tcg,thread=multi", "-cpu", "max"])
+    vm.args(["-accel", "tcg,thread=multi", "-cpu", "max"])
         .args(["-smp", "2,sockets=1,cores=2,threads=1"])
         .args(["-m", "2048", "-display", "none", "-monitor", "none"])
         .arg("-kernel")
@@ -276,10 +278,7 @@ fn boot(tmp: &Path, image: &Path, payload: &Path) -> String {
         std::thread::sleep(Duration::from_millis(500));
     };
     let text = fs::read_to_string(&results).unwrap_or_default();
-    println!(
-        "VM ran {:.0} s ({status:?})",
-        t0.elapsed().as_secs_f64()
-    );
+    println!("VM ran {:.0} s ({status:?})", t0.elapsed().as_secs_f64());
     if status.is_none() || !text.contains("R done ok") {
         let log = fs::read_to_string(&console).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(80).collect();
@@ -299,7 +298,12 @@ fn alone_against_truth(r: &Results, name: &str, relative: f64) -> f64 {
     let fin = r.of("final", name);
     println!("{name}: job {} {}", fin[0], fin.get(2).unwrap_or(&"?"));
     let measured = number(&format!("{name}'s sacct figure"), fin.get(1).unwrap_or(&""));
-    assert_close(&format!("{name}: sacct against the truth"), measured, truth, relative);
+    assert_close(
+        &format!("{name}: sacct against the truth"),
+        measured,
+        truth,
+        relative,
+    );
     truth
 }
 
@@ -307,10 +311,11 @@ fn alone_against_truth(r: &Results, name: &str, relative: f64) -> f64 {
 fn epilog_record(r: &Results, name: &str, truth: f64) {
     let comment = r.of("admin_comment", name)[1..].join(" ");
     println!("{name}: AdminComment {comment}");
-    let record: Value = serde_json::from_str(comment.strip_prefix("senergy=").unwrap_or_else(|| {
-        panic!("{name}: the Epilog's senergy record wrote no record: {comment:?}")
-    }))
-    .expect("the record is JSON");
+    let record: Value =
+        serde_json::from_str(comment.strip_prefix("senergy=").unwrap_or_else(|| {
+            panic!("{name}: the Epilog's senergy record wrote no record: {comment:?}")
+        }))
+        .expect("the record is JSON");
     let kept = record["nodes"]["sitenode1"]["joules"]
         .as_f64()
         .unwrap_or_else(|| panic!("no sitenode1 joules in {record:#}"));
@@ -319,9 +324,17 @@ fn epilog_record(r: &Results, name: &str, truth: f64) {
     let doc: Value = serde_json::from_str(&shown)
         .unwrap_or_else(|_| panic!("{name}: senergy job --json as the user said {shown}"));
     let k = &doc["jobs"][0]["kept"];
-    assert_eq!(k["recorded"], true, "{name}: senergy job as the user: {doc:#}");
+    assert_eq!(
+        k["recorded"], true,
+        "{name}: senergy job as the user: {doc:#}"
+    );
     let joules = k["joules"].as_f64().expect("kept joules");
-    assert_close(&format!("{name}: senergy job as the user, kept"), joules, truth, 0.01);
+    assert_close(
+        &format!("{name}: senergy job as the user, kept"),
+        joules,
+        truth,
+        0.01,
+    );
 }
 
 /// The busy and the idle job's live figures over the window between the two snapshots,
@@ -413,17 +426,33 @@ fn a_debian_12_site_node_measures_its_jobs_as_debian_runs_slurm() {
             r.get("controllers")
         );
     }
-    assert!(r.get("os").starts_with("Debian GNU/Linux 12"), "{}", r.get("os"));
-    assert_eq!(r.get("spool"), "slurm:slurm 755", "Debian's spool directory as the package makes it");
+    assert!(
+        r.get("os").starts_with("Debian GNU/Linux 12"),
+        "{}",
+        r.get("os")
+    );
+    assert_eq!(
+        r.get("spool"),
+        "slurm:slurm 755",
+        "Debian's spool directory as the package makes it"
+    );
     assert_eq!(r.get("apt_install_rc"), "0", "apt install of the .deb");
-    assert!(r.get("installed").ends_with("install ok installed"), "{}", r.get("installed"));
+    assert!(
+        r.get("installed").ends_with("install ok installed"),
+        "{}",
+        r.get("installed")
+    );
     for phase in ["setup", "reboot"] {
         for v in r.all("unit").into_iter().filter(|v| v.starts_with(phase)) {
             assert!(v.ends_with(" active"), "unit not active: {v}");
         }
     }
     assert_eq!(r.of("unit_after_restart", "restart"), ["active"]);
-    assert!(!r.get("ledger_file").contains("No such file"), "no ledger: {}", r.get("ledger_file"));
+    assert!(
+        !r.get("ledger_file").contains("No such file"),
+        "no ledger: {}",
+        r.get("ledger_file")
+    );
     for n in r.all("ledger_errors") {
         assert_eq!(n, "0", "slurmd said no energy ledger is published");
     }
@@ -455,7 +484,10 @@ fn a_debian_12_site_node_measures_its_jobs_as_debian_runs_slurm() {
         .map(|c| format!("{}: {}", c["check"], c["detail"]))
         .collect();
     println!("senergy check as root: failed checks {failed:?}");
-    assert!(failed.is_empty(), "senergy check as root on the site node: {failed:#?}");
+    assert!(
+        failed.is_empty(),
+        "senergy check as root on the site node: {failed:#?}"
+    );
     assert_eq!(report["healthy"], true, "senergy check as root: {report:#}");
     let watts: f64 = report["checks"]
         .as_array()
