@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # demo.sh: per-job joules from sacct beside the true joules, in one command.
-# Installs what it needs (Debian 12, as root), builds the plugins, starts a private Slurm
+# Wants a disposable Debian 12 machine, as root: it installs what it needs into the machine
+# (ci/deps.sh: Debian packages with apt, among them Slurm's daemons, munge, MariaDB and
+# Prometheus, whose systemd units apt enables for the next boot without starting them;
+# sushy-tools under /var/cache/rust-energy-slurm; rustup into root's home where no cargo is
+# found), builds the plugins, starts a private Slurm
 # cluster on loopback whose node sees a simulated 2-socket AMD machine (RAPL counters that
 # wrap every ~15 s, which Slurm's own rapl plugin cannot even read), runs a job whose power
 # changes in three steps, prints sacct ConsumedEnergy beside the simulator's truth and

@@ -1,7 +1,7 @@
 #!/bin/sh
 # deps.sh: installs, from Debian 12 packages, what building and testing needs: Slurm
 # 22.05 (daemons, client, headers, the influxdb profile plugin), munge, MariaDB, libclang
-# for bindgen, iproute2 for network namespaces, OpenIPMI's ipmi_sim (the simulated BMC),
+# for bindgen, iproute2 for network namespaces, btrfs-progs (a step's socket found on btrfs, SLES's root), OpenIPMI's ipmi_sim (the simulated BMC),
 # gcc and jansson (for the stand-in libvariorum.so), openssl (test certificates), what the
 # packages need (ci/package.sh: dpkg-dev, and slurm-wlm-basic-plugins, whose libslurmfull.so
 # marks the plugin directory and whose version the .deb depends on, pulled in by slurmd but
@@ -16,9 +16,9 @@ set -eu
 sh "$(dirname "$0")/apt-install.sh" slurmd slurmctld slurmdbd slurm-client libslurm-dev \
     slurm-wlm-basic-plugins git equivs \
     slurm-wlm-influxdb-plugin munge mariadb-server libclang-dev clang gcc libc6-dev iproute2 \
-    util-linux procps python3 python3-venv ca-certificates curl openssl openipmi libopenipmi-dev \
+    util-linux procps btrfs-progs debootstrap python3 python3-venv ca-certificates curl openssl openipmi libopenipmi-dev \
     ipmitool libjansson4 dpkg-dev rpm prometheus prometheus-node-exporter fonts-dejavu-core \
-    qemu-system-x86 debootstrap
+    qemu-system-x86
 
 sushy=/var/cache/rust-energy-slurm/sushy-tools
 if [ ! -x "$sushy/bin/sushy-static" ]; then

@@ -35,7 +35,7 @@ fi
 built=""
 for lib in "$target"/release/libacct_gather_energy_*.so; do
     release=$(plugin_release "$lib") || {
-        echo "install.sh: cannot read the release $lib was built for (is readelf installed?)" >&2
+        echo "install.sh: cannot read the release $lib was built for (no plugin_version in an ELF64 shared object of this machine: rebuild it)" >&2
         exit 1
     }
     if [ "${built:-$release}" != "$release" ]; then

@@ -17,9 +17,11 @@
 # installed from source (no dpkg package owns it) cannot be pinned: the package then
 # depends on no Slurm package, says so in its description, and carries the release in its
 # version. SLURM_DEB_DEPENDS=... replaces the computed Slurm dependency. Its preinst asks the
-# Slurm of that directory its release (ci/slurm-release.sh, as ci/install.sh does) and
-# installs nothing unless it is the plugins' (SLURM_EXPECTED_VERSION stands in where that
-# Slurm cannot tell).
+# Slurm of that directory its release (ci/slurm-release.sh, as ci/install.sh does: the
+# plugin_version of Slurm's own plugins, read with sh and od, no binutils) and installs
+# nothing unless it is the plugins' (SLURM_EXPECTED_VERSION stands in where that Slurm
+# cannot tell). Its prerm warns, naming file and line, where a removal leaves a slurm.conf
+# naming a rust_* plugin (packaging/slurm-conf-warning.sh); the removal goes on.
 #
 # Environment: SLURM_INCLUDE_DIR, SLURM_PREFIX, SLURM_EXPECTED_VERSION (as ci/install.sh),
 # CARGO_TARGET_DIR, PACKAGE_OUT (directory of the .deb, default $CARGO_TARGET_DIR/debian).
@@ -125,14 +127,33 @@ Description: Slurm acct_gather_energy plugins in Rust (RAPL, IPMI, Variorum, Red
 EOF
 # preinst: the Slurm whose plugin directory receives the plugins is asked its release before
 # anything is unpacked (Depends cannot pin a Slurm installed from source, and a pinned one
-# may have been replaced by hand); the check is ci/slurm-release.sh's, as install.sh's
+# may have been replaced by hand); the check is ci/slurm-release.sh's, as install.sh's,
+# which reads the release from that Slurm's own plugins with sh and od alone (no readelf:
+# a controller or login host has no binutils, and no slurmd). Where the package pins its
+# Slurm (Depends) and that Slurm is not unpacked yet (`dpkg -i` of this package first; apt
+# unpacks the dependency first), there is nothing to ask: dpkg configures the package only
+# beside the release its Depends admit.
 {
     printf '#!/bin/sh\n# slurm-energy-rust preinst, written by ci/package.sh\nset -e\n'
     cat ci/slurm-release.sh
+    printf 'dir="${DPKG_ROOT:-}%s"\n' "$plugin_dir"
     printf 'case "$1" in\ninstall | upgrade)\n'
-    printf '    check_slurm_release %s %s "${DPKG_ROOT:-}%s"\n    ;;\nesac\n' "$name" "$slurm_release" "$plugin_dir"
+    if [ -n "$slurm_dep" ]; then
+        printf '    if [ ! -e "$dir/libslurmfull.so" ] && [ -z "${SLURM_EXPECTED_VERSION:-}" ]; then\n'
+        printf '        echo "%s: no Slurm in $dir yet: dpkg configures this package only beside %s"\n' "$name" "$slurm_dep"
+        printf '        exit 0\n    fi\n'
+    fi
+    printf '    check_slurm_release %s %s "$dir"\n    ;;\nesac\n' "$name" "$slurm_release"
 } >"$root/DEBIAN/preinst"
-chmod 0755 "$root/DEBIAN/preinst"
+# prerm: a removal (not an upgrade of this package) while a slurm.conf names a rust_* plugin
+# warns, naming the file, the line and what to change, and goes on
+{
+    printf '#!/bin/sh\n# slurm-energy-rust prerm, written by ci/package.sh\n'
+    cat packaging/slurm-conf-warning.sh
+    printf 'case "$1" in\nremove | deconfigure)\n'
+    printf '    warn_if_slurm_conf_names_rust %s "%s"\n    ;;\nesac\nexit 0\n' "$name" "$plugin_dir"
+} >"$root/DEBIAN/prerm"
+chmod 0755 "$root/DEBIAN/preinst" "$root/DEBIAN/prerm"
 mkdir -p "$out"
 deb=$out/${name}_${version}_$arch.deb
 dpkg-deb --root-owner-group --build "$root" "$deb" >&2

@@ -1,7 +1,10 @@
 # slurm-release.sh (sourced by slurm-target.sh and install.sh; copied into the .deb's preinst by
 # package.sh and into the rpm's %pre by the spec): the Slurm release of a number, of a
 # plugin file, of a plugin directory's Slurm, and the check that plugins built for one release
-# go only where that release loads them. POSIX sh, no other file: it runs in maintainer scripts.
+# go only where that release loads them. POSIX sh, no other file: it runs in maintainer
+# scripts, before anything of the package is unpacked, on hosts that may have no binutils
+# and no slurmd (a controller, a login host): it uses only sh, od, tr, sed and expr (dpkg's
+# Essential packages; coreutils and sed on RPM systems).
 #
 # Slurm's loader (src/common/plugin.c, _verify_syms, every release 22.05 to 26.11) refuses a
 # plugin unless (plugin_version & 0xffffff) == (SLURM_VERSION_NUMBER & 0xffffff): major,
@@ -24,22 +27,89 @@ slurm_release_normal() {
     printf '%d.%02d.%d' "$(expr "$1" + 0)" "$(expr "$2" + 0)" "$(expr "$3" + 0)"
 }
 
+# _sr_u FILE OFFSET SIZE: the unsigned SIZE-byte integer (1, 2, 4 or 8) at OFFSET of FILE,
+# decimal, in this machine's byte order (od's): plugin_release reads plugins of this machine
+_sr_u() {
+    od -An -v -j "$2" -N "$3" -tu"$3" "$1" 2>/dev/null | tr -d ' \n'
+}
+
 # plugin_release FILE: the release a Slurm plugin was built for, its plugin_version (what the
-# loader compares), read from the file without loading it. Needs readelf (binutils).
+# loader compares), read from the file without loading it. Needs only sh, od, tr and expr
+# (dpkg's Essential set; coreutils on RPM systems), no readelf: a preinst or %pre runs on a
+# controller or login host without binutils. The ELF64 shared object of this machine's byte
+# order (its e_type reads 3, ET_DYN, only then); the symbol plugin_version is found in the
+# dynamic symbol table (.dynsym, whose names are in the section it links, .dynstr) and its
+# value, an address, is read where its section puts it in the file.
 plugin_release() {
-    command -v readelf >/dev/null 2>&1 || return 1
-    _sr_value=$(readelf -W --dyn-syms "$1" 2>/dev/null | awk '$8 == "plugin_version" { print $2; exit }')
+    _sr_file=$1
+    [ -f "$_sr_file" ] && [ "$(od -An -tx1 -N5 "$_sr_file" 2>/dev/null | tr -d ' \n')" = 7f454c4602 ] &&
+        [ "$(_sr_u "$_sr_file" 16 2)" = 3 ] || return 1
+    _sr_shoff=$(_sr_u "$_sr_file" 40 8)
+    _sr_shentsize=$(_sr_u "$_sr_file" 58 2)
+    _sr_shnum=$(_sr_u "$_sr_file" 60 2)
+    [ "$_sr_shentsize" = 64 ] && [ -n "$_sr_shnum" ] && [ "$_sr_shnum" -gt 0 ] || return 1
+    # the section headers' 32-bit words, 16 a section: sh_type is the second (SHT_DYNSYM, 11)
+    # shellcheck disable=SC2046
+    set -- $(od -An -v -j "$_sr_shoff" -N $((_sr_shnum * 64)) -tu4 "$_sr_file" 2>/dev/null)
+    [ $# = $((_sr_shnum * 16)) ] || return 1
+    _sr_sym=""
+    _sr_i=0
+    while [ $# -ge 16 ]; do
+        [ "$2" = 11 ] && _sr_sym=$((_sr_shoff + _sr_i * 64))
+        shift 16
+        _sr_i=$((_sr_i + 1))
+    done
+    [ -n "$_sr_sym" ] && [ "$(_sr_u "$_sr_file" $((_sr_sym + 56)) 8)" = 24 ] || return 1
+    _sr_str=$(_sr_u "$_sr_file" $((_sr_sym + 40)) 4)
+    [ -n "$_sr_str" ] && [ "$_sr_str" -lt "$_sr_shnum" ] || return 1
+    _sr_str=$((_sr_shoff + _sr_str * 64))
+    # every place of "plugin_version" and its NUL among .dynstr's bytes (a symbol's name may
+    # be the tail of a longer one's: the linker merges them), as offsets into .dynstr
+    _sr_pat=" 112 108 117 103 105 110 95 118 101 114 115 105 111 110 0 "
+    _sr_rest=" $(od -An -v -j "$(_sr_u "$_sr_file" $((_sr_str + 24)) 8)" \
+        -N "$(_sr_u "$_sr_file" $((_sr_str + 32)) 8)" -tu1 "$_sr_file" 2>/dev/null | tr -s ' \n' '  ')"
+    _sr_names=""
+    _sr_at=0
+    while :; do
+        case $_sr_rest in *"$_sr_pat"*) ;; *) break ;; esac
+        # shellcheck disable=SC2086
+        set -- ${_sr_rest%%"$_sr_pat"*}
+        _sr_names="$_sr_names $((_sr_at + $#)) "
+        _sr_at=$((_sr_at + $# + 15))
+        _sr_rest=" ${_sr_rest#*"$_sr_pat"}"
+    done
+    [ -n "$_sr_names" ] || return 1
+    # the symbols, 24 bytes (six 32-bit words) each: st_name first; st_shndx at 6, st_value at 8
+    _sr_symoff=$(_sr_u "$_sr_file" $((_sr_sym + 24)) 8)
+    # shellcheck disable=SC2046
+    set -- $(od -An -v -j "$_sr_symoff" -N "$(_sr_u "$_sr_file" $((_sr_sym + 32)) 8)" -tu4 "$_sr_file" 2>/dev/null)
+    _sr_i=0
+    _sr_value=""
+    while [ $# -ge 6 ]; do
+        case $_sr_names in
+        *" $1 "*)
+            _sr_shndx=$(_sr_u "$_sr_file" $((_sr_symoff + _sr_i * 24 + 6)) 2)
+            # defined in a section of the file (not undefined, 0, nor SHN_LORESERVE and above)
+            if [ -n "$_sr_shndx" ] && [ "$_sr_shndx" -gt 0 ] && [ "$_sr_shndx" -lt "$_sr_shnum" ]; then
+                _sr_value=$(_sr_u "$_sr_file" $((_sr_symoff + _sr_i * 24 + 8)) 8)
+                break
+            fi
+            ;;
+        esac
+        shift 6
+        _sr_i=$((_sr_i + 1))
+    done
     [ -n "$_sr_value" ] || return 1
-    # the file offset of that address: its section's offset plus the distance into it
-    _sr_offset=$(readelf -W -S "$1" | awk -v v="$_sr_value" '
-        function hex(s,   i, n, c) { n = 0; s = tolower(s)
-            for (i = 1; i <= length(s); i++) { c = index("0123456789abcdef", substr(s, i, 1)) - 1; n = n * 16 + c }
-            return n }
-        { sub(/^ *\[ *[0-9]+\]/, "") }
-        NF >= 6 && $2 != "NOBITS" { a = hex($3); o = hex($4); z = hex($5); x = hex(v)
-            if (a > 0 && x >= a && x < a + z) { printf "%d\n", x - a + o; exit } }')
-    [ -n "$_sr_offset" ] || return 1
-    slurm_release_of_number "$(od -An -tu4 -j "$_sr_offset" -N4 "$1" | tr -d ' ')"
+    # the file offset of that address: its section's offset plus the distance into it; a
+    # section with file bytes (not SHT_NOBITS, 8) that holds all four
+    _sr_sec=$((_sr_shoff + _sr_shndx * 64))
+    [ "$(_sr_u "$_sr_file" $((_sr_sec + 4)) 4)" != 8 ] || return 1
+    _sr_addr=$(_sr_u "$_sr_file" $((_sr_sec + 16)) 8)
+    _sr_size=$(_sr_u "$_sr_file" $((_sr_sec + 32)) 8)
+    [ "$_sr_value" -ge "$_sr_addr" ] && [ $((_sr_value + 4)) -le $((_sr_addr + _sr_size)) ] || return 1
+    _sr_number=$(_sr_u "$_sr_file" $((_sr_value - _sr_addr + $(_sr_u "$_sr_file" $((_sr_sec + 24)) 8))) 4)
+    [ -n "$_sr_number" ] || return 1
+    slurm_release_of_number "$_sr_number"
 }
 
 # slurm_release_at DIR: sets dir_release to the release of the Slurm whose plugin directory
@@ -60,7 +130,8 @@ slurm_release_at() {
     for _sr_slurmd in "$1/../../sbin/slurmd" "$1/../../../sbin/slurmd"; do
         [ -x "$_sr_slurmd" ] || continue
         # "slurm 24.11.5", "slurm-wlm 22.05.8"
-        if dir_release=$(slurm_release_normal "$("$_sr_slurmd" -V 2>/dev/null | awk '{ print $2; exit }')"); then
+        # shellcheck disable=SC2046
+        if dir_release=$(set -- $("$_sr_slurmd" -V 2>/dev/null) && slurm_release_normal "${2:-}"); then
             dir_release_from="$_sr_slurmd -V"
             return 0
         fi
@@ -89,7 +160,10 @@ check_slurm_release() {
     fi
     [ -n "$3" ] || return 0
     if slurm_release_at "$3"; then
-        [ "$dir_release" = "$2" ] && return 0
+        if [ "$dir_release" = "$2" ]; then
+            echo "$1: $3 is Slurm $dir_release's ($dir_release_from), the plugins' release"
+            return 0
+        fi
         echo "$1: the plugins were built for Slurm $2, but $3 is Slurm $dir_release's ($dir_release_from)," \
             "whose loader takes only plugins built for $dir_release: build them for $dir_release $_sr_rebuild" >&2
         return 1

@@ -159,7 +159,15 @@ ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_led
     cluster_trust::processes_titled_as_slurmstepds_change_no_jobs_figure
     cluster_trust::cpu_time_moved_out_of_a_job_is_still_its_owners
     cluster_power::a_constant_node_is_learned_and_its_jobs_pay_alike_whatever_the_counters_step
-    cluster_gpu::a_job_holding_two_gpus_using_one_holds_the_other_idle"}
+    cluster_gpu::a_job_holding_two_gpus_using_one_holds_the_other_idle
+    cluster_conf_examples::the_rust_rapl_example_gives_each_mode_its_figure
+    cluster_conf_examples::the_rust_ipmi_example_gives_each_mode_its_figure
+    cluster_conf_examples::the_rust_variorum_example_gives_each_mode_its_figure
+    cluster_conf_examples::the_rust_gpu_example_gives_each_mode_its_figure
+    cluster_conf_examples::the_rust_pm_counters_example_gives_each_mode_its_figure
+    cluster_conf_examples::the_rust_redfish_example_gives_each_mode_its_figure
+    cluster_trust::gpu_use_moved_out_of_its_job_is_still_its_owners
+    cluster_grant::a_grant_held_back_by_an_output_fifo_still_reaches_slurmd"}
 first_full=$(for r in $sorted; do if is_full "$r"; then echo "$r"; fi; done | head -n 1)
 
 slurm_tarball() {

@@ -231,6 +231,13 @@ impl Accounting {
         self.reported_watts.or(self.power.watts())
     }
 
+    /// The node's power as measured so far: [`Self::current_watts`], else, before its
+    /// first window closes (a meter just opened), its average since its first reading.
+    pub(crate) fn measured_watts(&self) -> Option<f64> {
+        self.current_watts()
+            .or_else(|| average_watts(&self.first?, &self.last?))
+    }
+
     /// The parts are recorded whether or not the node's reading is complete: each has its
     /// own files. Their list is fixed by the first reading; a part is found by its label.
     fn record_parts(&mut self, parts: &[PartReading], at: Instant, wall: SystemTime) {

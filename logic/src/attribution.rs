@@ -191,6 +191,34 @@ pub fn spool_for_node(template: &str, node: &str) -> PathBuf {
     PathBuf::from(crate::source::expand_node(template, node))
 }
 
+/// Whether slurm.conf's `ProctrackType` and `TaskPlugin` keep jobs in Slurm's cgroups,
+/// where a shared node's split finds them; an error says what is missing.
+pub(crate) fn job_cgroups(proctrack: &str, task_plugin: &str) -> Result<(), String> {
+    let mut missing = Vec::new();
+    if proctrack != "proctrack/cgroup" {
+        missing.push(format!(
+            "ProctrackType=proctrack/cgroup (it is {proctrack})"
+        ));
+    }
+    if !task_plugin.split(',').any(|p| p.trim() == "task/cgroup") {
+        // 26.05 leaves TaskPlugin empty for task/none
+        let is = if task_plugin.trim().is_empty() {
+            "none"
+        } else {
+            task_plugin
+        };
+        missing.push(format!("task/cgroup in TaskPlugin (it is {is})"));
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "it needs Slurm's job cgroups: {}",
+            missing.join(" and ")
+        ))
+    }
+}
+
 impl Site {
     /// The site from slurm.conf's values, when Slurm keeps its jobs in cgroups; an error
     /// says what is missing. `spool` is this node's SlurmdSpoolDir.
@@ -200,27 +228,7 @@ impl Site {
         task_plugin: &str,
         cgroup_root: &Path,
     ) -> Result<Self, String> {
-        let mut missing = Vec::new();
-        if proctrack != "proctrack/cgroup" {
-            missing.push(format!(
-                "ProctrackType=proctrack/cgroup (it is {proctrack})"
-            ));
-        }
-        if !task_plugin.split(',').any(|p| p.trim() == "task/cgroup") {
-            // 26.05 leaves TaskPlugin empty for task/none
-            let is = if task_plugin.trim().is_empty() {
-                "none"
-            } else {
-                task_plugin
-            };
-            missing.push(format!("task/cgroup in TaskPlugin (it is {is})"));
-        }
-        if !missing.is_empty() {
-            return Err(format!(
-                "it needs Slurm's job cgroups: {}",
-                missing.join(" and ")
-            ));
-        }
+        job_cgroups(proctrack, task_plugin)?;
         CgroupTree::from_path(cgroup_root).map_err(|e| e.to_string())?;
         Ok(Self {
             spool,

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -123,25 +123,35 @@ pub(crate) fn shown_password_file(path: &Option<PathBuf>) -> String {
 const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
 
 /// The password in `path`, the file `key` names: its first line, trailing whitespace
-/// trimmed. Kept out of acct_gather.conf, which users may read (senergy does), it is read by
-/// slurmd alone, as root, when it opens the BMC. Refused unless the file is a regular file
-/// that only its owner may write (anyone who can write it chooses the BMC login slurmd
-/// uses); readable by everyone it is a warning. The error names the key and the path, never
-/// the password.
+/// trimmed. Kept out of acct_gather.conf, which users may read (senergy does; under
+/// configless Slurm slurmd caches it 0644 in its spool dir), it is read by slurmd alone, as
+/// root, when it opens the BMC. Refused unless the file is a regular file, not reached
+/// through a link, of root or SlurmUser (`trusted_dir`) that only its owner may write: anyone who
+/// owns or can write it, or the link, chooses the BMC login slurmd uses. Readable by
+/// everyone it is a warning. The error names the key and the path, never the password.
 pub(crate) fn read_password_file(key: &'static str, path: &Path) -> Result<Secret, String> {
     let refuse = |why: String| format!("{key}={}: {why}", path.display());
-    // non-blocking, so a FIFO put there never holds slurmd in open(2); checked on the
-    // opened file, so the file read is the file judged
+    // non-blocking, so a FIFO put there never holds slurmd in open(2); never through a
+    // link; checked on the opened file, so the file read is the file judged
     let file = fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| refuse(format!("cannot be read: {e}")))?;
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => refuse("is a link: name the file itself".into()),
+            _ => refuse(format!("cannot be read: {e}")),
+        })?;
     let meta = file
         .metadata()
         .map_err(|e| refuse(format!("cannot be read: {e}")))?;
     if !meta.is_file() {
         return Err(refuse("is not a regular file".into()));
+    }
+    if let Err(users) = crate::trusted_dir::trusted_owner(meta.uid()) {
+        return Err(refuse(format!(
+            "belongs to uid {}, not to {users}: make it root's (chown root)",
+            meta.uid()
+        )));
     }
     let mode = meta.permissions().mode();
     if mode & 0o022 != 0 {
@@ -212,6 +222,18 @@ pub(crate) fn yes_no(b: &bool) -> String {
     if *b { "yes" } else { "no" }.into()
 }
 
+/// A key of acct_gather.conf as the key reference gives it.
+#[cfg(test)]
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyDoc {
+    /// The key.
+    pub key: &'static str,
+    /// Its field's doc text, a line each.
+    pub text: &'static str,
+    /// Its default as `scontrol show config` shows it; `None` for a password.
+    pub default: Option<String>,
+}
+
 /// A configuration's keys, declared once: from one table it makes the struct, its
 /// `Default`, each key's `pub const`, the key list (`KEYS`, in table order) registered
 /// with Slurm, `parse` from acct_gather.conf's pairs and `show` for `scontrol show
@@ -229,7 +251,7 @@ macro_rules! config_keys {
         $(#[$meta:meta])*
         pub struct $name:ident {
             $(
-                $(#[$fmeta:meta])*
+                $(#[doc = $fdoc:literal])*
                 pub $field:ident: $ty:ty = $default:expr, {
                     $( $konst:ident = $key:literal: parse($parse:expr) $(, show($show:expr))?; )+
                 }
@@ -242,7 +264,7 @@ macro_rules! config_keys {
 
         $(#[$meta])*
         pub struct $name {
-            $( $(#[$fmeta])* pub $field: $ty, )*
+            $( $(#[doc = $fdoc])* pub $field: $ty, )*
         }
 
         impl Default for $name {
@@ -278,6 +300,25 @@ macro_rules! config_keys {
                 $( let check: fn(&Self, &KeyValues) -> Result<(), ConfigError> = $check;
                    check(&config, values)?; )?
                 Ok(config)
+            }
+
+            /// Each key with its field's text and its default as `scontrol show config`
+            /// shows it: the key reference (`docs/keys.md`, made and checked by a test).
+            #[cfg(test)]
+            pub fn reference() -> Vec<$crate::config::KeyDoc> {
+                let defaults = Self::default();
+                let mut docs = Vec::new();
+                $(
+                    let text: &'static str = concat!($($fdoc, "\n",)* "");
+                    $(
+                        let default = None::<String> $( .or_else(|| {
+                            let show: fn(&$ty) -> String = $show;
+                            Some(show(&defaults.$field))
+                        }) )?;
+                        docs.push($crate::config::KeyDoc { key: $key, text, default });
+                    )+
+                )*
+                docs
             }
 
             /// `(key, value)` for `scontrol show config`, defaults included.
@@ -335,6 +376,10 @@ mod tests {
         let fifo = dir.path().join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
             .expect("mkfifo");
+        // a link to a good file: whoever placed the link chose the file
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(file_with(dir.path(), "hunter2\n", 0o600), &link)
+            .expect("symlink");
         let cases = [
             (
                 file_with(dir.path(), "hunter2\n", 0o620),
@@ -352,6 +397,7 @@ mod tests {
             (dir.path().to_path_buf(), "is not a regular file"),
             // never waits for a writer
             (fifo, "is not a regular file"),
+            (link, "is a link"),
         ];
         for (path, why) in cases {
             let e = read_password_file(KEY, &path).expect_err(why);
@@ -361,6 +407,25 @@ mod tests {
             );
             assert!(!e.contains("hunter2"), "{e}");
         }
+    }
+
+    /// A password file of another user (a job's owner who made one and had it named) is
+    /// refused, whatever its mode. Needs root (the file is given away).
+    #[test]
+    fn a_password_file_of_another_user_is_refused() {
+        if !crate::test_support::root_or_skip("giving a file to another user") {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = file_with(dir.path(), "hunter2\n", 0o600);
+        read_password_file(KEY, &path).expect("root's own");
+        nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(64_124)), None).expect("chown");
+        let e = read_password_file(KEY, &path).expect_err("another user's");
+        assert!(
+            e.starts_with(&format!("{KEY}={}: belongs to uid 64124", path.display())),
+            "{e}"
+        );
+        assert!(!e.contains("hunter2"), "{e}");
     }
 
     #[test]

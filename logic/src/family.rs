@@ -49,6 +49,11 @@ pub fn keys() -> Vec<&'static str> {
     keys
 }
 
+/// The family's plugins, by their names after `acct_gather_energy/`.
+pub fn plugins() -> Vec<&'static str> {
+    PLUGINS.iter().map(|(name, _)| *name).collect()
+}
+
 /// The plugin of the family whose key `key` is, if any.
 pub(crate) fn owner(key: &str) -> Option<&'static str> {
     PLUGINS

@@ -339,12 +339,20 @@ pub struct Observation {
     pub settled: bool,
     /// The jobs on the node, with their counters (`None`: no cgroup found) and their steps.
     pub jobs: Vec<ObservedJob>,
+    /// CPU time since the last observation (ns) that no job present used, of owners with
+    /// no job left on the node ([`crate::attribution::owner_time`]): in the shared split,
+    /// its part of the dynamic energy is charged to no job.
+    pub unowned_cpu_ns: u64,
     /// The parts of the node its source measures beside it, as they are now.
     pub parts: Vec<Part>,
     /// The devices Slurm allocates (GPUs), in [`Split::Devices`].
     pub devices: Vec<ObservedDevice>,
     /// The hardware's counts behind `node_uj` ([`crate::source::Reading::counts`]).
     pub counts: Vec<HardwareCount>,
+    /// The node's power as its meter measured it up to this sample, where it has (for a
+    /// slurmd started again, its power since it opened: what follows the time it was
+    /// away, which tells how often a counter wrapped meanwhile).
+    pub watts: Option<f64>,
 }
 
 /// A part of the node (pm_counters' cpu, memory, accelN): its energy since slurmd's meter
@@ -734,7 +742,12 @@ pub(crate) fn open_trusted(path: &Path, write: bool) -> Result<Option<fs::File>,
         .open(path);
     let file = match file {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        // none there: where slurmd would refuse the directory, that is why (`senergy
+        // check` says the rule, not only that there is no ledger)
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            trusted_dir::check(spool_of(path), NO_WRITE)?;
+            return Ok(None);
+        }
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(LedgerError::Untrusted {
                 path: path.display().to_string(),

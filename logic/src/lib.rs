@@ -30,6 +30,7 @@
 
 mod accounting;
 mod attribution;
+mod conf_file;
 mod config;
 mod counter;
 mod family;
@@ -49,6 +50,8 @@ mod replace;
 mod runtime;
 mod scheduler;
 mod source;
+#[cfg(test)]
+mod test_support;
 mod trusted_dir;
 pub mod variorum;
 
@@ -87,7 +90,9 @@ pub use variorum::Variorum;
 // senergy: the ledger and doorbell it reads, the configuration it checks, and the sources
 // `senergy check` opens (the Redfish BMC by its own request).
 pub use attribution::procs::Procs;
+pub use conf_file::{Finding, Severity, check as check_acct_gather_conf, check_slurm_conf};
 pub use config::file_value;
+pub use family::plugins as family_plugins;
 pub use ipmi::{IpmiConfig, Target as IpmiTarget};
 pub use ledger::doorbell::{Ring, doorbell_path, freshen, ring_without_waiting};
 pub use ledger::{

@@ -370,6 +370,12 @@ pub(crate) struct Integral {
     held_watts: Option<f64>,
     /// The bound of the samples added: what a counter can count at most.
     max_watts: f64,
+    /// The last energy reported is not yet the samples' (`energy_at`): a power measured up
+    /// to it would be the extrapolation's, not the node's, so the reading says it is
+    /// unsettled.
+    unconfirmed: bool,
+    /// The time of the last sample when energy was last reported.
+    reported_sample: Option<Instant>,
 }
 
 impl Integral {
@@ -432,10 +438,25 @@ impl Integral {
     /// since at the last power, up to `limit` (a stale sample is not extrapolated).
     fn energy_at(&mut self, now: Instant, extrapolate: bool, limit: Duration) -> u64 {
         let mut energy_uj = self.energy_uj;
+        let sample = self.last.map(|(at, _)| at);
+        // brought forward from a sample an earlier report already was
+        let mut stale = false;
         if let (true, Some((at, _)), Some(watts)) = (extrapolate, self.last, self.watts()) {
             let since = now.saturating_duration_since(at).min(limit);
             energy_uj += watts * since.as_secs_f64() * 1e6;
+            stale = !since.is_zero() && sample == self.reported_sample;
         }
+        // A report is the node's only from a sample new since the last report, brought
+        // forward no further than to this report, and not held at what was reported
+        // before: past a fall (a BMC read every 5 s, its power fallen since the sample), a
+        // figure brought forward at the power before is above the truth, and what is
+        // reported waits, unchanged, until the samples catch up. A power measured between
+        // such reports would be the wait's (near 0 W: a shared node's static power learned
+        // at 39 W for a node that never drew less than 100 W), so they are unconfirmed;
+        // the error left is one report's time at the change, not a sample period's.
+        let held_back = (energy_uj as u64) < self.reported_uj;
+        self.unconfirmed = held_back || stale;
+        self.reported_sample = sample;
         self.reported_uj = self.reported_uj.max(energy_uj as u64);
         self.reported_uj
     }
@@ -656,6 +677,7 @@ impl<S: Sensor> Blocking for SensorPolling<S> {
                 vec!["no power reading for too long".into()]
             },
             watts: integral.watts(),
+            unsettled: integral.unconfirmed,
             counts: integral.count().into_iter().collect(),
             ..Reading::default()
         }

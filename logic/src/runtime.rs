@@ -208,6 +208,9 @@ struct State<P: Plugin> {
     /// This plugin's index among stacked energy plugins, for asking slurmd.
     context_id: u16,
     pipeline: Pipeline,
+    /// slurmstepd's threads that publish its step's grant: joined when the state is
+    /// dropped (fini).
+    grant_publishers: step_grant::Publishers,
 }
 
 /// The static power slurmd's ledger splits: for a source of allocated devices each
@@ -230,6 +233,7 @@ impl<P: Plugin> State<P> {
             step_record: StepRecordConfig::default(),
             context_id: 0,
             pipeline: Pipeline::NotOpened,
+            grant_publishers: step_grant::Publishers::default(),
         }
     }
 
@@ -482,9 +486,12 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
         })
     }
 
-    /// `fini`: stops and joins every thread before Slurm unloads the plugin.
+    /// `fini`: stops and joins every thread before Slurm unloads the plugin (the state's
+    /// drop: the pipelines' threads, and slurmstepd's grant's, which may be waiting for
+    /// slurmctld's answer).
     pub fn fini(&self) -> Result<(), CallFailed> {
         guard("fini", Err(CallFailed), || {
+            // taken under the lock, dropped outside it: no thread joined here needs it
             let state = self.lock().take();
             drop(state);
             Ok(())
@@ -522,7 +529,12 @@ impl<P: Plugin, H: Host> Runtime<P, H> {
             // State survives reconfiguration: the node's energy must not restart.
             Update::Reconfig => None,
             Update::StepRecord(address) => {
-                step_grant::publish(host, state.step_record, address);
+                step_grant::publish(
+                    host,
+                    state.step_record,
+                    address,
+                    &mut state.grant_publishers,
+                );
                 None
             }
             Update::Profile => {

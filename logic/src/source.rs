@@ -4,6 +4,10 @@
 
 use std::time::{Duration, Instant};
 
+mod bridge;
+
+pub(crate) use bridge::{Bridged, Ends, bridge};
+
 /// The one staleness rule, for every source and every reader: something sampled every
 /// `period` has missed its samples once the last is `STALE_PERIODS` periods old, and a
 /// reading older than that (and at least [`MIN_STALE`]) is unavailable (`NO_VAL64`).
@@ -170,36 +174,6 @@ pub struct HardwareCount {
     pub max_watts: f64,
 }
 
-/// The energy the counts rose by from `before` to `after`, `secs` apart, when the counts
-/// alone tell it: the same counters on both sides, none gone back (a reset) or risen
-/// beyond its maximum power, and none that could have wrapped more often than the rise
-/// says (at its maximum power, the gap is shorter than a whole wrap). `None` otherwise.
-pub(crate) fn bridge(before: &[HardwareCount], after: &[HardwareCount], secs: f64) -> Option<u64> {
-    if before.is_empty() || before.len() != after.len() || secs.is_nan() || secs <= 0.0 {
-        return None;
-    }
-    let mut rise_uj = 0u64;
-    for b in before {
-        let a = after.iter().find(|a| a.name == b.name)?;
-        let most_uj = b.max_watts * secs * 1e6;
-        let rise = match b.wraps_at_uj {
-            _ if a.wraps_at_uj != b.wraps_at_uj => return None,
-            None => a.value_uj.checked_sub(b.value_uj)?,
-            Some(wrap) => {
-                if wrap == 0 || most_uj >= wrap as f64 || a.value_uj >= wrap || b.value_uj >= wrap {
-                    return None;
-                }
-                (a.value_uj + wrap - b.value_uj) % wrap
-            }
-        };
-        if rise as f64 > most_uj {
-            return None;
-        }
-        rise_uj = rise_uj.checked_add(rise)?;
-    }
-    Some(rise_uj)
-}
-
 /// One device Slurm allocates to jobs (a GPU) in a [`Reading`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct DeviceReading {
@@ -258,52 +232,6 @@ mod tests {
             "https://n1-bmc:host7"
         );
         assert_eq!(expand("bmc", "n1", "host7"), "bmc");
-    }
-
-    fn count(name: &str, value_uj: u64, wraps_at_uj: Option<u64>) -> HardwareCount {
-        HardwareCount {
-            name: name.into(),
-            value_uj,
-            wraps_at_uj,
-            max_watts: 500.0,
-        }
-    }
-
-    /// A gap is bridged by the counters' rise, across a wrap, only where no other number of
-    /// wraps could explain it, and never across a reset or a rise beyond the maximum power.
-    #[test]
-    fn a_gap_is_bridged_only_where_the_counts_alone_tell_the_energy() {
-        let wrap = Some(65_536_000_000); // 65 536 J: 131 s at 500 W
-        let before = [
-            count("package0", 65_000_000_000, wrap),
-            count("dram0", 10, None),
-        ];
-        // package0 wrapped: 1 536 J, dram0 rose 2 J, in 8 s
-        let after = [
-            count("dram0", 2_000_010, None),
-            count("package0", 1_000_000_000, wrap),
-        ];
-        assert_eq!(bridge(&before, &after, 8.0), Some(1_538_000_000));
-        // 140 s at up to 500 W could hold another wrap
-        assert_eq!(bridge(&before, &after, 140.0), None);
-        // more than 500 W over 2 s: not energy
-        assert_eq!(bridge(&before, &after, 2.0), None);
-        // a count gone back: the counter was reset
-        let reset = [
-            count("dram0", 5, None),
-            count("package0", 1_000_000_000, wrap),
-        ];
-        assert_eq!(bridge(&before, &reset, 8.0), None);
-        // another counter, or none: nothing to bridge with
-        let other = [
-            count("dram1", 2_000_010, None),
-            count("package0", 1_000_000_000, wrap),
-        ];
-        assert_eq!(bridge(&before, &other, 8.0), None);
-        assert_eq!(bridge(&before, &after[..1], 8.0), None);
-        assert_eq!(bridge(&[], &[], 8.0), None);
-        assert_eq!(bridge(&before, &after, 0.0), None);
-        assert_eq!(bridge(&before, &after, f64::NAN), None);
     }
 
     #[test]

@@ -79,6 +79,17 @@ impl std::fmt::Display for TrustedUsers {
     }
 }
 
+/// Whether `owner` is one of the users Slurm trusts (this process's, root, SlurmUser):
+/// the owner a file slurmd takes a secret from must be (`config::read_password_file`).
+pub(crate) fn trusted_owner(owner: u32) -> Result<(), TrustedUsers> {
+    let users = TrustedUsers::of_this_process();
+    if users.trust(owner) {
+        Ok(())
+    } else {
+        Err(users)
+    }
+}
+
 /// Whether a directory of `owner` with permission bits `mode` is trusted by `users` where
 /// no one else may hold any of the bits `refused`.
 fn trusted(users: TrustedUsers, owner: u32, mode: u32, refused: u32) -> bool {
@@ -258,11 +269,7 @@ mod tests {
     /// give the directory away).
     #[test]
     fn a_spool_dir_of_slurm_user_as_debian_makes_it_is_trusted() {
-        if !nix::unistd::geteuid().is_root() {
-            assert!(
-                std::env::var_os("ENERGY_TESTS_ALLOW_SKIP").is_some(),
-                "needs root to chown a directory (ENERGY_TESTS_ALLOW_SKIP=1 to skip)"
-            );
+        if !crate::test_support::root_or_skip("giving a directory to another user") {
             return;
         }
         let tmp = tempfile::tempdir().expect("tempdir");

@@ -4,6 +4,7 @@
 //! verdict, in a few lines or as JSON.
 
 pub mod compare;
+pub mod conf;
 pub mod node;
 pub mod readers;
 mod rules;

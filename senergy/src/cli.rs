@@ -43,7 +43,7 @@ pub enum Command {
     /// Slurm's MailProg: end-of-job mails get the job's summary, others pass unchanged
     /// (MailProg=/usr/bin/senergy: slurmctld's `-s SUBJECT USER` come here).
     Mail(MailArgs),
-    /// The node's Epilog: keeps this node's figures of the job in its AdminComment, for
+    /// The node's Epilog: keeps this node's figures of the job in its SystemComment, for
     /// `senergy job` to find whenever asked (run as root; always exits 0).
     Record(RecordArgs),
 }
@@ -91,6 +91,11 @@ pub struct JobArgs {
     /// MailProg runs before slurmdbd has them. The figures then, whatever they are.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=600))]
     wait: Option<u64>,
+    /// MailProg's summary ([`crate::mail`]): a wait takes one of N slots
+    /// ([`crate::slots`]), and with none free the summary ends at once, saying so.
+    #[arg(long, hide = true, value_name = "N", requires = "wait",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::slots::MAX_SLOTS)))]
+    mail_slots: Option<u32>,
     #[command(flatten)]
     site: SiteArgs,
     /// Prometheus scraping the nodes' metrics (http://host:9090): emissions at each power
@@ -137,6 +142,25 @@ pub struct CheckArgs {
     /// JSON (schema_version 1; its fields: docs/senergy.md, "senergy check").
     #[arg(long)]
     json: bool,
+    /// Check this acct_gather.conf instead of the node, before it is pushed to the nodes:
+    /// every key known, every value as the plugins parse it, one node's values in a file
+    /// for many; exits 6 on an error. Needs no Slurm and no root.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["node", "compare"])]
+    conf: Option<PathBuf>,
+    /// With --conf: the slurm.conf whose AcctGatherEnergyType names the plugins the file is
+    /// for (and whose cgroup lines EnergyAttribution=shared needs).
+    #[arg(long, value_name = "FILE", requires = "conf")]
+    slurm_conf: Option<PathBuf>,
+    /// With --conf: the plugins the file is for (rust_rapl,rust_gpu), where no
+    /// --slurm-conf names them [default: those whose keys the file sets].
+    #[arg(
+        long,
+        value_name = "PLUGINS",
+        value_delimiter = ',',
+        requires = "conf",
+        conflicts_with = "slurm_conf"
+    )]
+    plugins: Vec<String>,
 }
 
 /// The reports' forms: a table for people, JSON or CSV for programs.
@@ -210,6 +234,8 @@ pub struct JobPlan {
     pub prometheus: Option<String>,
     /// How long to wait for the jobs' end records ([`JobArgs::wait`]).
     pub wait: Option<Duration>,
+    /// MailProg's bound on summaries waiting at once ([`crate::slots`]); `None`: no bound.
+    pub mail_slots: Option<u32>,
 }
 
 /// What `senergy usage` sums, and how.
@@ -229,6 +255,8 @@ pub struct CheckPlan {
     pub node: Option<String>,
     pub compare: Option<Duration>,
     pub json: bool,
+    /// `--conf`: a file to check instead of the node.
+    pub conf: Option<crate::check::conf::ConfPlan>,
 }
 
 impl JobArgs {
@@ -255,6 +283,7 @@ impl JobArgs {
             tariff,
             prometheus: self.prometheus.clone().or(site_prometheus),
             wait: self.wait.map(Duration::from_secs),
+            mail_slots: self.mail_slots,
         })
     }
 }
@@ -305,10 +334,32 @@ impl CheckArgs {
                     })
             })
             .transpose()?;
+        let plugins = self
+            .plugins
+            .iter()
+            .map(|p| {
+                let kind = p.trim().trim_start_matches("acct_gather_energy/");
+                slurm_energy_logic::family_plugins()
+                    .contains(&kind)
+                    .then(|| kind.to_string())
+                    .ok_or_else(|| {
+                        Failure::Input(format!(
+                            "--plugins {p}: not a plugin of this family ({})",
+                            slurm_energy_logic::family_plugins().join(", ")
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(CheckPlan {
             node: self.node.clone(),
             compare,
             json: self.json,
+            conf: self.conf.clone().map(|file| crate::check::conf::ConfPlan {
+                file,
+                slurm_conf: self.slurm_conf.clone(),
+                plugins,
+                json: self.json,
+            }),
         })
     }
 }

@@ -1,6 +1,6 @@
 //! `senergy record`, run by the node's Epilog (as root, with `SLURM_JOB_ID`): keeps this
-//! node's figures of the job in its AdminComment ([`crate::kept`]), for `senergy job` to
-//! find whenever asked.
+//! node's figures of the job in its SystemComment ([`crate::kept`], which says why not its
+//! AdminComment), for `senergy job` to find whenever asked.
 //!
 //! Bounded and harmless: it waits for the ledgers at most [`LEDGER_WAIT`] and for slurmdbd
 //! at most [`WRITE_WAIT`], and whatever fails is one line on stderr (slurmd's log) and exit
@@ -188,7 +188,7 @@ fn job_row(job: u32) -> Result<JobRow, String> {
         .ok_or_else(|| "not (yet) in accounting".to_string())
 }
 
-/// Merges `entry` into the job's AdminComment, and reads it back after [`SETTLE`] until it
+/// Merges `entry` into the job's SystemComment, and reads it back after [`SETTLE`] until it
 /// holds it (another node's write made on what it read before ours undoes ours: we then
 /// merge and write again), for at most [`WRITE_WAIT`].
 fn write(job: u32, node: &str, entry: &NodeRecord) -> Result<(), String> {
@@ -196,12 +196,11 @@ fn write(job: u32, node: &str, entry: &NodeRecord) -> Result<(), String> {
     let mut last = String::new();
     loop {
         let attempt = job_row(job).and_then(|row| {
-            if kept::holds(&row.admin_comment, node, entry) {
+            let Some(merged) = kept::update(&row, node, entry).map_err(|e| e.to_string())? else {
                 return Ok(true);
-            }
-            let merged = kept::merge(&row.admin_comment, node, entry).map_err(|e| e.to_string())?;
+            };
             let db = Accounting::open().map_err(|e| e.to_string())?;
-            db.set_admin_comment(&row, &merged)
+            db.set_system_comment(&row, &merged)
                 .map_err(|e| e.to_string())?;
             Ok(false)
         });

@@ -1,7 +1,7 @@
 //! senergy's only unsafe code, every block with its `// SAFETY:`: libslurm's slurm.conf
 //! (`slurm_init`, `slurm_conf`) to [`SlurmSettings`], and its slurmdb API
 //! (`slurmdb_connection_get`, `slurmdb_jobs_get`) to the safe rows of [`crate::record`],
-//! and back (`slurmdb_job_modify`: a job's AdminComment, for [`crate::kept`]),
+//! and back (`slurmdb_job_modify`: a job's SystemComment, for [`crate::kept`]),
 //! with libslurm's stderr held meanwhile (descriptor calls of libc); and the kernel's perf
 //! counters ([`perf_event`]). Nothing here decides.
 
@@ -48,7 +48,7 @@ pub enum AccountingError {
     Connect(String, String, String),
     #[error("slurmdbd at {0} answered no job list: {1}")]
     Query(String, String),
-    #[error("job {0}: slurmdbd at {1} did not change its AdminComment: {2}")]
+    #[error("job {0}: slurmdbd at {1} did not change its SystemComment: {2}")]
     Modify(u32, String, String),
 }
 
@@ -314,6 +314,8 @@ pub struct SlurmSettings {
     pub log_file: String,
     pub proctrack: String,
     pub task_plugin: String,
+    /// StateSaveLocation: slurmctld's, SlurmUser's (MailProg's summary slots: [`crate::slots`]).
+    pub state_save: String,
 }
 
 /// Loads slurm.conf and returns what `senergy check` reads of it. SlurmUser's directories
@@ -333,6 +335,7 @@ pub fn slurm_settings() -> SlurmSettings {
             log_file: text(conf.slurmd_logfile),
             proctrack: text(conf.proctrack_type),
             task_plugin: text(conf.task_plugin),
+            state_save: text(conf.state_save_location),
         }
     };
     // SAFETY: as above: slurm_init filled it.
@@ -442,11 +445,11 @@ impl Accounting {
         Ok(rows)
     }
 
-    /// Sets the AdminComment of the job of `row` to `comment` and commits it, as `sacctmgr
-    /// modify job where jobid=J set AdminComment=...` does; slurmdbd allows it to its
-    /// operators and administrators only (root, SlurmUser). A comment with a NUL is
-    /// refused here.
-    pub fn set_admin_comment(&self, row: &JobRow, comment: &str) -> Result<(), AccountingError> {
+    /// Sets the SystemComment of the job of `row` to `comment` and commits it, as `sacctmgr
+    /// modify job where jobid=J set SystemComment=...` does (but for 22.05's sacctmgr,
+    /// which lowercases the text); slurmdbd allows it to its operators and administrators
+    /// only (root, SlurmUser). A comment with a NUL is refused here.
+    pub fn set_system_comment(&self, row: &JobRow, comment: &str) -> Result<(), AccountingError> {
         let refused = |why: String| AccountingError::Modify(row.job_id, slurmdbd().0, why);
         let comment = CString::new(comment).map_err(|_| refused("a NUL in the text".into()))?;
         // slurmdbd takes a bare job id for the het job and the array it may lead too: an
@@ -475,10 +478,10 @@ impl Accounting {
             ..Default::default()
         };
         // every field slurmdbd would set left unset (derived_ec's unset is NO_VAL, as
-        // slurmdb_create_job_rec makes it), but the comment
+        // slurmdb_create_job_rec makes it), but the comment: AdminComment is not touched
         let mut record = slurmdb_job_rec_t {
             derived_ec: NO_VAL,
-            admin_comment: comment.as_ptr().cast_mut(),
+            system_comment: comment.as_ptr().cast_mut(),
             ..Default::default()
         };
         let held = Held::begin();
@@ -535,6 +538,7 @@ fn job_row(job: &slurmdb_job_rec_t) -> JobRow {
             nodes: text(job.nodes),
             tres_alloc: text(job.tres_alloc_str),
             admin_comment: text(job.admin_comment),
+            system_comment: text(job.system_comment),
             steps: each(job.steps, step_row),
         }
     }

@@ -1,12 +1,19 @@
 //! A job's figures kept with it in Slurm's accounting: each node's record of the job,
-//! merged into the job's AdminComment by `senergy record` (the node's Epilog), read back
-//! by `senergy job` for a job of last year. AdminComment, because only Slurm's operators
-//! and administrators (root, SlurmUser) may write it on every release we support, and
-//! slurmdbd gives it to whoever may see the job (its PrivateData): the job's owner can
-//! read it and cannot change it (docs/senergy.md, "Kept with the job").
+//! merged into the job's SystemComment by `senergy record` (the node's Epilog), read back
+//! by `senergy job` for a job of last year. Only Slurm's operators and administrators
+//! (root, SlurmUser) may write SystemComment on every release we support, and slurmdbd
+//! gives it to whoever may see the job (its PrivateData): the job's owner can read it and
+//! cannot change it (docs/senergy.md, "Kept with the job").
+//!
+//! Not AdminComment, where releases before this one kept it: Princeton's jobstats, which
+//! many sites run, sets the whole AdminComment to its own `JS1:` record from slurmctld's
+//! epilog, before or after the nodes' Epilogs, and its reader decodes everything after
+//! `JS1:` as its payload. Whichever wrote last destroyed or corrupted the other's record;
+//! in SystemComment neither touches the other's, and a site's own AdminComment text stays
+//! as it is. A record an earlier release kept in AdminComment is still read.
 //!
 //! Our part of the comment is one segment, `senergy={json}`, anywhere in it: whatever else
-//! the site keeps there is kept as it is. Pure: no Slurm, no files.
+//! is there (slurmctld's burst-buffer messages) is kept as it is. Pure: no Slurm, no files.
 
 use std::collections::BTreeMap;
 
@@ -22,7 +29,7 @@ use crate::tres::{self, ENERGY};
 pub const SEGMENT: &str = "senergy=";
 /// The record's format; a reader takes no other.
 pub const VERSION: u64 = 1;
-/// The most the whole comment may hold: slurmdbd keeps AdminComment in a MySQL `text`
+/// The most the whole comment may hold: slurmdbd keeps SystemComment in a MySQL `text`
 /// column (65 535 bytes), and a longer one would be cut, our JSON with it.
 pub const MAX_COMMENT: usize = 60_000;
 
@@ -96,14 +103,14 @@ impl Record {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MergeError {
     #[error(
-        "the job's AdminComment would grow to {0} bytes, over the {MAX_COMMENT} slurmdbd keeps \
+        "the job's SystemComment would grow to {0} bytes, over the {MAX_COMMENT} slurmdbd keeps \
          whole"
     )]
     TooLarge(usize),
     /// slurmdbd before 23.02 puts the text between single quotes in its SQL unescaped: a
     /// quote or backslash in it would break the statement (or change it).
     #[error(
-        "the job's AdminComment holds a quote or backslash, which slurmdbd would not store \
+        "the job's SystemComment holds a quote or backslash, which slurmdbd would not store \
          as written: left as it is"
     )]
     Unquotable,
@@ -226,6 +233,32 @@ pub fn holds(comment: &str, node: &str, entry: &NodeRecord) -> bool {
         .is_some_and(|kept| kept.joules == rounded(entry.joules))
 }
 
+/// What the Epilog writes for node `node` of the job of `row`: the job's SystemComment
+/// with the node's figures merged in, or `None` where it holds them already (a write of
+/// ours that landed). Only the SystemComment: the AdminComment is the site's and
+/// jobstats', and is never written.
+pub fn update(row: &JobRow, node: &str, entry: &NodeRecord) -> Result<Option<String>, MergeError> {
+    if holds(&row.system_comment, node, entry) {
+        return Ok(None);
+    }
+    merge(&row.system_comment, node, entry).map(Some)
+}
+
+/// The job's record: the SystemComment's, and the nodes an earlier release kept in the
+/// AdminComment (a job that ended while its nodes were upgraded has some in each); a node
+/// in both has its SystemComment figures. `None` where neither holds one.
+pub fn job_record(row: &JobRow) -> Option<Record> {
+    match (read(&row.system_comment), read(&row.admin_comment)) {
+        (Some(mut now), Some(before)) => {
+            for (node, entry) in before.nodes {
+                now.nodes.entry(node).or_insert(entry);
+            }
+            Some(now)
+        }
+        (now, before) => now.or(before),
+    }
+}
+
 /// What one ledger says of a job at the node's Epilog.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Ledgered {
@@ -258,6 +291,9 @@ pub fn ledgered(sampled_at: f64, job: Option<(f64, f64)>, began: f64) -> Ledgere
 pub struct Tampered {
     pub accounting_j: u64,
     pub recorded_j: f64,
+    /// The record holds some of the job's nodes only: `recorded_j` is what those alone
+    /// used, a lower bound of the job's energy (which the missing nodes can only raise).
+    pub lower_bound: bool,
 }
 
 /// The most accounting's figure and the record's may differ by before it is said to have
@@ -278,7 +314,10 @@ fn tolerance(nodes: usize, recorded_j: f64, elapsed_s: u64) -> f64 {
 /// nodes that ran `elapsed_s`, whose accounting figure is its extern step's (`with_extern`:
 /// each node's ledger figure, as the record holds): `Some` where they differ by more than
 /// [`tolerance`], the sign that accounting's figure was changed after the job (an owner may
-/// rewrite their job's energy TRES from 25.11). Only a record of every node is compared.
+/// rewrite their job's energy TRES from 25.11). A record of every node bounds the figure
+/// both ways; a record of some nodes (another node's Epilog failed, or its write was lost)
+/// bounds it from below only: accounting's figure under what the recorded nodes alone used
+/// was lowered. A record of more nodes than the job had is not compared.
 pub fn tampered(
     accounting_j: Option<u64>,
     record: &Record,
@@ -287,15 +326,23 @@ pub fn tampered(
     with_extern: bool,
 ) -> Option<Tampered> {
     let accounting_j = accounting_j?;
-    let whole = record.nodes.len() == alloc_nodes as usize && alloc_nodes > 0;
+    let nodes = record.nodes.len();
+    if !with_extern || nodes == 0 || nodes > alloc_nodes as usize {
+        return None;
+    }
+    let lower_bound = nodes < alloc_nodes as usize;
     let recorded_j = record.joules();
-    (whole
-        && with_extern
-        && (accounting_j as f64 - recorded_j).abs()
-            > tolerance(record.nodes.len(), recorded_j, elapsed_s))
-    .then_some(Tampered {
+    let off = accounting_j as f64 - recorded_j;
+    let bound = tolerance(nodes, recorded_j, elapsed_s);
+    let changed = if lower_bound {
+        off < -bound
+    } else {
+        off.abs() > bound
+    };
+    changed.then_some(Tampered {
         accounting_j,
         recorded_j,
+        lower_bound,
     })
 }
 
@@ -336,9 +383,9 @@ impl Kept {
     }
 }
 
-/// The record of the job of `row`, from its AdminComment.
+/// The record of the job of `row` ([`job_record`]).
 pub fn kept(row: &JobRow) -> Kept {
-    let Some(record) = read(&row.admin_comment) else {
+    let Some(record) = job_record(row) else {
         return Kept::default();
     };
     let accounting_j = tres::count(&row.tres_alloc, ENERGY).and_then(tres::joules);
@@ -390,11 +437,20 @@ pub fn text(kept: &Kept, nodes: u32) -> Vec<String> {
     };
     let mut lines = vec![line];
     if let Some(t) = kept.tampered {
-        lines.push(format!(
-            "WARNING: accounting's energy ({} J) is not what the job's nodes kept at its end \
-             ({:.1} J): accounting's figure was changed after the job",
-            t.accounting_j, t.recorded_j
-        ));
+        lines.push(if t.lower_bound {
+            format!(
+                "WARNING: accounting's energy ({} J) is under what {} of the job's {nodes} \
+                 nodes kept at its end ({:.1} J): accounting's figure was changed after the \
+                 job; its energy is at least theirs",
+                t.accounting_j, kept.nodes_recorded, t.recorded_j
+            )
+        } else {
+            format!(
+                "WARNING: accounting's energy ({} J) is not what the job's nodes kept at its \
+                 end ({:.1} J): accounting's figure was changed after the job",
+                t.accounting_j, t.recorded_j
+            )
+        });
     }
     lines
 }

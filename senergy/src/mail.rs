@@ -62,6 +62,21 @@ fn subject(args: &[String]) -> Option<&str> {
     args.get(at + 1).map(String::as_str)
 }
 
+/// A recipient the mailer would take for an option: slurmctld passes the job's
+/// `--mail-user`, the owner's text, as MailProg's last arguments (after `-s SUBJECT`), and
+/// `-S...` is an s-nail setting, `--exec=...` a mailutils command. A `--` before it is no
+/// cure: s-nail passes what follows `--` to sendmail as options.
+pub fn option_like_recipient(args: &[String]) -> Option<&str> {
+    let recipients = match args.iter().position(|a| a == "-s") {
+        Some(at) => args.get(at + 2..).unwrap_or_default(),
+        None => args,
+    };
+    recipients
+        .iter()
+        .map(String::as_str)
+        .find(|r| r.starts_with('-'))
+}
+
 /// The job id slurmctld wrote before the job's name: digits, `digits_digits`, or an
 /// array's `digits_*` (its whole array).
 pub fn job_of_subject(subject: &str) -> Option<String> {
@@ -102,27 +117,48 @@ pub fn compose(body: &str, summary: Option<Result<String, String>>) -> String {
     out
 }
 
-/// The real mailer: the site file's `mailer` (SENERGY_CONF, else /etc/slurm/senergy.conf),
-/// else /usr/bin/mail. A site file that cannot be read still sends the mail, by the
-/// default; at a job's end the summary, which reads the same file, then says what is wrong.
-fn mailer() -> PathBuf {
+/// The site file (SENERGY_CONF, else /etc/slurm/senergy.conf), if it reads and parses.
+fn site_file() -> Option<crate::site::SiteFile> {
     let path = std::env::var_os("SENERGY_CONF")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(crate::cli::DEFAULT_CONF));
     std::fs::read_to_string(&path)
         .ok()
         .and_then(|text| crate::site::SiteFile::parse(&path, &text).ok())
-        .and_then(|site| site.mailer)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_MAILER))
 }
 
-/// `senergy job JOB --summary --wait ...` as a child process: a libslurm that exits or
-/// hangs takes the child, not the mail.
-fn summary_of(job: &str) -> Result<String, String> {
+/// The real mailer, the site file's `mailer`, else /usr/bin/mail; and how many summaries
+/// may wait at once, its `mail_summaries`, else [`crate::slots::DEFAULT_SLOTS`]. A site
+/// file that cannot be read still sends the mail, by the defaults; at a job's end the
+/// summary, which reads the same file, then says what is wrong.
+fn settings() -> (PathBuf, u32) {
+    let site = site_file();
+    let slots = site.as_ref().and_then(|s| s.mail_summaries);
+    (
+        site.and_then(|s| s.mailer)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_MAILER)),
+        slots.unwrap_or(crate::slots::DEFAULT_SLOTS),
+    )
+}
+
+/// `senergy job JOB --summary --wait ... --mail-slots N` as a child process: a libslurm
+/// that exits or hangs takes the child, not the mail. The child waits only for a job whose
+/// figures may still come ([`crate::settle`]), and only in one of `slots` slots
+/// ([`crate::slots`]): with none free it ends at once, and says why.
+fn summary_of(job: &str, slots: u32) -> Result<String, String> {
     let me = std::env::current_exe().map_err(|e| format!("cannot find senergy: {e}"))?;
     let wait = SUMMARY_WAIT_S.to_string();
+    let slots = slots.to_string();
     let mut child = Command::new(me)
-        .args(["job", job, "--summary", "--wait", &wait])
+        .args([
+            "job",
+            job,
+            "--summary",
+            "--wait",
+            &wait,
+            "--mail-slots",
+            &slots,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -153,6 +189,7 @@ fn summary_of(job: &str) -> Result<String, String> {
         return Ok(out);
     }
     let first = err.lines().next().unwrap_or("").trim();
+    let first = first.strip_prefix("senergy: ").unwrap_or(first);
     Err(if first.is_empty() {
         format!("senergy exited with {status}")
     } else {
@@ -164,16 +201,24 @@ fn summary_of(job: &str) -> Result<String, String> {
 /// Exits as the mailer does (slurmctld logs a failure).
 pub fn run(args: Vec<String>) -> u8 {
     let mail_type = std::env::var("SLURM_JOB_MAIL_TYPE").ok();
+    if let Some(recipient) = option_like_recipient(&args) {
+        eprintln!(
+            "senergy mail: recipient {recipient:?} refused: it begins with '-', which a \
+             mailer takes for an option (s-nail's -S, mailutils' --exec); no mail sent"
+        );
+        return 1;
+    }
     let request = Request::new(args, mail_type.as_deref());
     let mut body = Vec::new();
     // a closed stdin is an empty body
     let _ = std::io::stdin().read_to_end(&mut body);
     let body = String::from_utf8_lossy(&body);
+    let (mailer, slots) = settings();
     let summary = request.end_of_job.then(|| match &request.job {
-        Some(job) => summary_of(job),
+        Some(job) => summary_of(job, slots),
         None => Err("the subject names no job".into()),
     });
-    send(&mailer(), &request.args, &compose(&body, summary))
+    send(&mailer, &request.args, &compose(&body, summary))
 }
 
 fn send(mailer: &Path, args: &[String], body: &str) -> u8 {

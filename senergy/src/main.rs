@@ -23,7 +23,9 @@ mod prometheus;
 mod record;
 mod report;
 mod scopes;
+mod settle;
 mod site;
+mod slots;
 mod summary;
 mod tres;
 mod usage;
@@ -56,6 +58,9 @@ enum Failure {
     Input(String),
     #[error(transparent)]
     Accounting(#[from] ffi::AccountingError),
+    /// MailProg's summary found no slot to wait in ([`slots`]).
+    #[error("{0}")]
+    NoSlot(String),
 }
 
 impl Failure {
@@ -63,7 +68,7 @@ impl Failure {
         match self {
             Failure::Tariff(_) => exit::CONFIG,
             Failure::Input(_) => exit::USAGE,
-            Failure::Accounting(_) => exit::ACCOUNTING,
+            Failure::Accounting(_) | Failure::NoSlot(_) => exit::ACCOUNTING,
         }
     }
 }
@@ -155,6 +160,9 @@ fn read_node_features(tariff: &mut site::Tariff) {
 /// `senergy check`: the node's verdict, in text or JSON; exits 6 on any failure. The
 /// node's health owes nothing to the site file.
 fn check_node(plan: CheckPlan) -> u8 {
+    if let Some(conf) = &plan.conf {
+        return check::conf::run(conf, exit::UNHEALTHY, exit::NOT_FOUND);
+    }
     let settings = ffi::slurm_settings();
     let facts = check::node::gather(&settings, plan.node);
     let findings = check::judge(&facts);
@@ -194,29 +202,50 @@ fn print(output: Output, table: String, json: String, csv: String) {
 }
 
 /// The jobs' rows, and the connection that read them; with `wait`, asked again each second
-/// until every one has ended in accounting with its energy or the time is up. Each time on
-/// a new connection: slurmdbd keeps a connection's database transaction open, and InnoDB
-/// shows a transaction the rows as its first read saw them, so the same connection would
-/// never see the job end (as a 22.05 cluster showed: RUNNING for a minute after its end).
+/// until waiting can change nothing ([`settle`]: every job settled, or ended where no figure
+/// will come) or the time is up. Each time on a new connection: slurmdbd keeps a
+/// connection's database transaction open, and InnoDB shows a transaction the rows as its
+/// first read saw them, so the same connection would never see the job end (as a 22.05
+/// cluster showed: RUNNING for a minute after its end). With `mail_slots` (MailProg's
+/// summary), a wait first takes one of that many slots ([`slots`]), or ends at once.
 fn settled_rows(
     wanted: &[(u32, Option<u32>)],
     wait: Option<std::time::Duration>,
+    mail_slots: Option<u32>,
 ) -> Result<(Accounting, Vec<record::JobRow>), Failure> {
     let deadline = wait.map(|w| std::time::Instant::now() + w);
+    let settings = wait.map(|_| ffi::slurm_settings());
+    let measured = settings
+        .as_ref()
+        .is_some_and(|s| settle::measured_by_ours(&s.energy_types));
+    let mut slot = None;
     loop {
         let db = Accounting::open()?;
         let rows = db.jobs(&JobQuery {
             jobs: wanted.to_vec(),
             ..JobQuery::default()
         })?;
-        let settled = !rows.is_empty() && rows.iter().all(report::settled);
-        match deadline {
-            Some(d) if !settled && std::time::Instant::now() < d => {
-                drop(db);
-                std::thread::sleep(std::time::Duration::from_secs(1));
-            }
-            _ => return Ok((db, rows)),
+        let waiting = deadline.is_some_and(|d| std::time::Instant::now() < d)
+            && settle::worth_waiting(&rows, measured);
+        if !waiting {
+            return Ok((db, rows));
         }
+        if let (None, Some(n), Some(s)) = (&slot, mail_slots, &settings) {
+            let taken = slots::take(&slots::dir(&s.state_save), n).map_err(|e| {
+                let job = match wanted.first() {
+                    Some((job, Some(task))) => format!("{job}_{task}"),
+                    Some((job, None)) => job.to_string(),
+                    None => String::new(),
+                };
+                Failure::NoSlot(format!(
+                    "accounting does not hold job {job}'s final figures yet, and {e}: \
+                     `senergy job {job}` gives them later"
+                ))
+            })?;
+            slot = Some(taken);
+        }
+        drop(db);
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }
 
@@ -233,7 +262,7 @@ fn job(mut plan: JobPlan, now: i64) -> Result<u8, Failure> {
         .iter()
         .map(|(job, task, _)| (*job, *task))
         .collect();
-    let (db, rows) = settled_rows(&wanted, plan.wait)?;
+    let (db, rows) = settled_rows(&wanted, plan.wait, plan.mail_slots)?;
     if plan.plot.is_some() && rows.len() > 1 {
         return Err(Failure::Input(format!(
             "--plot draws one job: {} are selected (name one job, or one array element)",

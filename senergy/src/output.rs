@@ -378,6 +378,7 @@ pub fn usage_table(usage: &Usage, tariff: &Tariff) -> String {
         line(r, &r.account, &r.user);
     }
     line(&usage.total, "TOTAL", "");
+    tampered_table(&mut t, usage);
     idle_held_table(&mut t, usage);
     if tariff.has_scopes() {
         let _ = writeln!(t, "\nBy scope:");
@@ -402,6 +403,31 @@ pub fn usage_table(usage: &Usage, tariff: &Tariff) -> String {
         let _ = writeln!(t, "factors: {}", shown(&factors));
     }
     t
+}
+
+/// The rows with jobs whose energy in accounting was changed after they ended, each job
+/// billed what its nodes kept; nothing where there is none.
+fn tampered_table(t: &mut String, usage: &Usage) {
+    if usage.total.jobs_tampered == 0 {
+        return;
+    }
+    let _ = writeln!(
+        t,
+        "\nWARNING: accounting's energy of {} job(s) was changed after they ended; each is \
+         billed above at what its nodes kept:",
+        usage.total.jobs_tampered
+    );
+    let rows = usage.rows.iter().filter(|r| r.jobs_tampered > 0);
+    for (r, account, user) in rows
+        .map(|r| (r, shown(&r.account), shown(&r.user)))
+        .chain([(&usage.total, Cow::from("TOTAL"), Cow::from(""))])
+    {
+        let _ = writeln!(
+            t,
+            "{account:<16} {user:<16} {} job(s) changed, accounting says {} J",
+            r.jobs_tampered, r.tampered_accounting_j
+        );
+    }
 }
 
 /// Each row's idle-held energy (what its jobs held and did not use, as their nodes kept

@@ -29,8 +29,11 @@ pub struct JobRow {
     /// `tres_alloc_str`: at the job's end slurmctld adds its energy (TRES 3) here, which
     /// is what sacct shows as the job's ConsumedEnergy.
     pub tres_alloc: String,
-    /// `admin_comment`: where `senergy record` keeps the job's figures ([`crate::kept`]).
+    /// `admin_comment`: where `senergy record` kept the job's figures before it kept them
+    /// in the SystemComment ([`crate::kept`]): still read for those jobs.
     pub admin_comment: String,
+    /// `system_comment`: where `senergy record` keeps the job's figures ([`crate::kept`]).
+    pub system_comment: String,
     pub steps: Vec<StepRow>,
 }
 

@@ -330,15 +330,26 @@ pub fn job_report(
     let recorded = tres::count(&job.tres_alloc, ENERGY)
         .and_then(tres::joules)
         .filter(|&j| j > 0 || elapsed_s < MEASURED_RUN_S);
-    let (energy_j, data) = match recorded {
-        Some(j) => (
+    let kept = crate::kept::kept(job);
+    let (energy_j, data) = match (kept.tampered, recorded) {
+        // accounting's figure was changed after the job (its owner may rewrite it from
+        // 25.11): what its nodes kept is billed, a lower bound where some kept none
+        (Some(t), _) => (
+            Some(t.recorded_j.round() as u64),
+            if t.lower_bound {
+                Presence::Partial
+            } else {
+                Presence::Complete
+            },
+        ),
+        (None, Some(j)) => (
             Some(j),
             match step_presence {
                 Some(Presence::Complete) | None => Presence::Complete,
                 Some(_) => Presence::Partial,
             },
         ),
-        None => so_far(&steps, running),
+        (None, None) => so_far(&steps, running),
     };
     let end = (job.end > 0).then_some(job.end);
     let run_end = end.unwrap_or(now);
@@ -378,7 +389,7 @@ pub fn job_report(
         );
     }
     let shown_method = emissions_g.is_some() || job_scopes.scope2_market_g.is_some();
-    let kept = crate::kept::kept(job).with_idle_emissions(energy_j, &job_scopes);
+    let kept = kept.with_idle_emissions(energy_j, &job_scopes);
     JobReport {
         job_id: job.job_id,
         id: match (job.array, job.het) {

@@ -34,6 +34,9 @@ pub struct SiteFile {
     pub pue_csv: Option<PathBuf>,
     /// The real mailer `senergy mail` hands every mail to [default: /usr/bin/mail].
     pub mailer: Option<PathBuf>,
+    /// How many of `senergy mail`'s summaries may wait for accounting at once, 1 to 64
+    /// [default: 8] ([`crate::slots`]); the other end-of-job mails go at once without one.
+    pub mail_summaries: Option<u32>,
     /// Scope 3: `[[node_class]]` tables.
     #[serde(default)]
     pub node_class: Vec<NodeClassEntry>,
@@ -41,10 +44,24 @@ pub struct SiteFile {
 
 impl SiteFile {
     pub fn parse(path: &Path, text: &str) -> Result<SiteFile, TariffError> {
-        toml::from_str(text).map_err(|e| TariffError::Config {
+        let site: SiteFile = toml::from_str(text).map_err(|e| TariffError::Config {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().replace('\n', " "),
-        })
+        })?;
+        if let Some(n) = site
+            .mail_summaries
+            .filter(|n| !(1..=crate::slots::MAX_SLOTS).contains(n))
+        {
+            return Err(TariffError::Config {
+                path: path.to_path_buf(),
+                message: format!(
+                    "mail_summaries = {n}: from 1 to {} (slurmctld runs at most {} MailProgs)",
+                    crate::slots::MAX_SLOTS,
+                    crate::slots::MAX_SLOTS
+                ),
+            });
+        }
+        Ok(site)
     }
 }
 

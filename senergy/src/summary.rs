@@ -219,8 +219,15 @@ fn kept_figures(t: &mut String, members: &[&JobReport]) {
             let _ = writeln!(
                 t,
                 "  WARNING: {}: accounting's energy ({} J) was changed after the job: its \
-                 nodes kept {:.0} J",
-                m.id, tampered.accounting_j, tampered.recorded_j
+                 nodes kept {}{:.0} J, the energy above",
+                m.id,
+                tampered.accounting_j,
+                if tampered.lower_bound {
+                    "at least "
+                } else {
+                    ""
+                },
+                tampered.recorded_j
             );
         }
     }

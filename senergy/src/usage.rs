@@ -17,6 +17,11 @@ pub struct UsageRow {
     pub jobs: u64,
     /// Jobs whose energy is partial or missing: the figures are a lower bound.
     pub jobs_incomplete: u64,
+    /// Jobs whose energy in accounting was changed after they ended (an owner's TRES edit,
+    /// 25.11+): they are billed what their nodes kept ([`crate::kept::tampered`]).
+    pub jobs_tampered: u64,
+    /// What accounting says those jobs used, J (what sacct and sreport would bill).
+    pub tampered_accounting_j: u64,
     pub energy_j: u64,
     pub kwh: f64,
     /// `None` when some job with energy has no emissions (no intensity for its hours).
@@ -42,6 +47,10 @@ impl UsageRow {
         self.jobs += 1;
         if job.data != Presence::Complete {
             self.jobs_incomplete += 1;
+        }
+        if let Some(t) = job.kept.tampered {
+            self.jobs_tampered += 1;
+            self.tampered_accounting_j += t.accounting_j;
         }
         let sum = |total: Option<f64>, part: Option<f64>| Some(total? + part?);
         // a node's embodied emissions do not depend on its energy being known
@@ -173,6 +182,113 @@ mod tests {
         let tariff = Tariff::new(Some(400.0), None, Some(0.2), Some("EUR".into()))
             .expect("valid in this test");
         job_report(&row, &tariff, 0, None)
+    }
+
+    /// A job of `nodes` nodes whose nodes `kept` kept their figures (J each) in its
+    /// SystemComment, with accounting's energy `accounting_j` (its extern step's, as with
+    /// PrologFlags=Contain).
+    fn kept_job(id: u32, user: &str, nodes: u32, kept: &[f64], accounting_j: u64) -> JobReport {
+        let mut comment = String::new();
+        for (k, j) in kept.iter().enumerate() {
+            let node = crate::kept::NodeRecord {
+                joules: *j,
+                ..Default::default()
+            };
+            comment = crate::kept::merge(&comment, &format!("n{}", k + 1), &node)
+                .expect("a small record");
+        }
+        let row = JobRow {
+            job_id: id,
+            account: format!("acct_{user}"),
+            user: user.into(),
+            state: slurm_sys::job_states::JOB_COMPLETE,
+            start: 1000,
+            end: 4600,
+            elapsed_s: 3600,
+            alloc_nodes: nodes,
+            tres_alloc: format!("1=4,3={accounting_j}"),
+            system_comment: comment,
+            steps: vec![crate::record::StepRow {
+                step_id: crate::record::EXTERN_STEP,
+                ..Default::default()
+            }],
+            ..JobRow::default()
+        };
+        let tariff = Tariff::new(Some(400.0), None, Some(0.2), Some("EUR".into()))
+            .expect("valid in this test");
+        job_report(&row, &tariff, 0, None)
+    }
+
+    /// An owner's rewrite of their job's energy (25.11+: `sacctmgr modify job ... set
+    /// tres=energy=1`) bills nothing less: where what the job's nodes kept disagrees, usage
+    /// bills that, and counts the job as changed in its row (text, JSON, CSV). A record of
+    /// some nodes bills what those used, a lower bound (the job counts as incomplete too).
+    /// Before, usage summed accounting's 1 J.
+    #[test]
+    fn a_rewritten_energy_is_billed_as_its_nodes_kept_and_counted() {
+        let jobs = [
+            // alice: rewritten to 1 J (2 MJ + 1.6 MJ kept), and an honest job
+            kept_job(1, "alice", 2, &[2_000_000.0, 1_600_000.0], 1),
+            kept_job(2, "alice", 2, &[2_000_000.0, 1_600_000.0], 3_600_000),
+            // bob: 3 nodes, 2 kept: rewritten to 1 J, and an honest 2.7 MJ
+            kept_job(3, "bob", 3, &[1_000_000.0, 800_000.0], 1),
+            kept_job(4, "bob", 3, &[1_000_000.0, 800_000.0], 2_700_000),
+        ];
+        let tariff = Tariff::new(Some(400.0), None, Some(0.2), Some("EUR".into())).expect("valid");
+        let u = usage(&jobs, 0, 10_000, &tariff);
+        let each: Vec<_> = u
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    r.user.as_str(),
+                    r.energy_j,
+                    r.jobs_tampered,
+                    r.tampered_accounting_j,
+                    r.jobs_incomplete,
+                )
+            })
+            .collect();
+        assert_eq!(
+            each,
+            [("alice", 7_200_000, 1, 1, 0), ("bob", 4_500_000, 1, 1, 1)]
+        );
+        assert_eq!(
+            (u.total.jobs_tampered, u.total.tampered_accounting_j),
+            (2, 2)
+        );
+        // cost and emissions follow the billed figure: alice's 2 kWh
+        assert!((u.rows[0].cost.expect("priced") - 0.4).abs() < 1e-12);
+        assert!((u.rows[0].emissions_g.expect("an intensity") - 800.0).abs() < 1e-9);
+        let table = crate::output::usage_table(&u, &tariff);
+        assert!(
+            table.contains(
+                "WARNING: accounting's energy of 2 job(s) was changed after they ended; each is \
+                 billed above at what its nodes kept:"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "acct_bob         bob              1 job(s) changed, accounting says 1 J"
+            ),
+            "{table}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&crate::output::usage_json(&u, &tariff)).expect("JSON");
+        assert_eq!(json["rows"][1]["jobs_tampered"], 1);
+        assert_eq!(json["total"]["tampered_accounting_j"], 2);
+        let csv = crate::output::usage_csv(&u, &tariff);
+        let header: Vec<&str> = csv.lines().next().unwrap_or("").split(',').collect();
+        let at = header
+            .iter()
+            .position(|c| *c == "jobs_tampered")
+            .expect("a column");
+        let alice: Vec<&str> = csv.lines().nth(1).unwrap_or("").split(',').collect();
+        assert_eq!((alice[1], alice[at], alice[at + 1]), ("alice", "1", "1"));
+        // nothing changed: no warning
+        let honest = usage(&jobs[1..2], 0, 10_000, &tariff);
+        assert!(!crate::output::usage_table(&honest, &tariff).contains("WARNING"));
     }
 
     #[test]

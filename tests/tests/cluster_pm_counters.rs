@@ -73,3 +73,95 @@ fn rust_pm_counters_job_energy_matches_the_truth() {
     );
     assert_eq!(status, Some(0), "{compare:#}");
 }
+
+/// Jobs whose power falls as their steps end (a real node's falls as its work stops), over
+/// a controller that scans ten times a second and dates its values: the batch step of a
+/// 40 s job at 200 W then 400 W (issue 53: +2.10% and +2.22%, about a second counted
+/// twice), then three srun steps of 2 s at 200 W and 2 s at 400 W, each within 0.5% of
+/// the simulator's truth over its life. A step's edge asks slurmd for a figure from a
+/// reading taken after its question; the controller's reading just after the question is
+/// its scan before, so slurmd samples again for its next scan (before: no step's edge was
+/// answered, each step waited 0.4 s and took the last update brought forward at a power
+/// that had fallen).
+#[test]
+fn a_job_whose_power_falls_as_its_steps_end_is_within_half_a_percent() {
+    let Some(tmp) =
+        root_test_dir("a_job_whose_power_falls_as_its_steps_end_is_within_half_a_percent")
+    else {
+        return;
+    };
+    let sim = PmSim::start(&tmp.path().join("pm"), "--accels 2");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_pm_counters",
+            acct_gather: &sim.acct_gather(),
+            ..ClusterSpec::default()
+        },
+    );
+    let s = |w| sim.set_command(w);
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\n{}; sleep 20; {}; sleep 20; {}\n",
+        s(200),
+        s(400),
+        s(0)
+    ));
+    cluster.wait_job(job, Duration::from_secs(120));
+    let truth = sim.node_truth();
+    let batch = energy_of(&cluster.energy(job), &format!("{job}.batch"));
+    println!(
+        "batch step: {batch} J for {truth:.1} J, {:+.3}%",
+        (batch - truth) / truth * 100.0
+    );
+
+    // the truth at each step's start and end: 0 W between the steps
+    let marks = sim.dir.join("marks");
+    let mark = format!(
+        "{} truth {} >>{}",
+        bin("pmsim").display(),
+        sim.dir.display(),
+        marks.display()
+    );
+    let step = format!(
+        "srun -n1 sh -c '{}; sleep 2; {}; sleep 2; {}'",
+        s(200),
+        s(400),
+        s(0)
+    );
+    let steps = cluster.sbatch(&format!(
+        "#!/bin/sh\n{mark}\n{step}\n{mark}\n{step}\n{mark}\n{step}\n{mark}\n"
+    ));
+    cluster.wait_job(steps, Duration::from_secs(120));
+    let text = std::fs::read_to_string(&marks).expect("the marks");
+    let at: Vec<f64> = text
+        .lines()
+        .map(|l| {
+            l.split_whitespace()
+                .next()
+                .and_then(|j| j.parse().ok())
+                .unwrap_or_else(|| panic!("a mark {l:?}"))
+        })
+        .collect();
+    assert_eq!(at.len(), 4, "{text}");
+    let rows = cluster.energy(steps);
+    let mut figures = vec![(format!("{job}.batch"), batch, truth)];
+    for k in 0..3 {
+        let id = format!("{steps}.{k}");
+        figures.push((id.clone(), energy_of(&rows, &id), at[k + 1] - at[k]));
+    }
+    for (id, figure, truth) in &figures {
+        println!(
+            "{id}: {figure} J for {truth:.1} J, {:+.3}%",
+            (figure - truth) / truth * 100.0
+        );
+    }
+    for (id, figure, truth) in &figures {
+        assert_close(id, *figure, *truth, 0.005);
+    }
+    // every edge was answered by a reading taken after its question
+    let log = cluster.log("slurmd-n1.log");
+    assert!(
+        !log.contains("slurmd did not answer this step's request"),
+        "a step's edge went unanswered:\n{log}"
+    );
+}

@@ -817,6 +817,380 @@ fn end_of_job_mail_gets_the_summary_and_other_mails_pass_unchanged() {
     assert!(String::from_utf8_lossy(&table.stdout).contains("factors: site file "));
 }
 
+/// How many jobs the flood of [`mails_of_jobs_that_never_ran_hold_no_ones_mail`] cancels:
+/// with the summary's 60 s wait each, slurmctld's 64 mail threads (agent.c
+/// `MAX_MAIL_THREADS`, 22.05) take 300 / 64 = 4 rounds of a minute before a mail queued
+/// after them goes out.
+const FLOOD_JOBS: usize = 300;
+/// The most another user's BEGIN mail may wait behind the flood under senergy: 60 s was a
+/// single summary's wait before; the flood's mails now cost the mailer's pace.
+const FLOOD_BEGIN_BOUND: Duration = Duration::from_secs(30);
+
+/// What one flood cost ([`flood`]).
+#[derive(Debug)]
+struct Flood {
+    /// From the other user's submission to their BEGIN mail at the mailer.
+    begin_delay: Option<Duration>,
+    /// From the cancel to the last END mail at the mailer.
+    drained: Option<Duration>,
+    /// The most agent threads sdiag showed (each mail in flight is one).
+    peak_agent_threads: u32,
+    /// The END mails as the mailer got them.
+    ends: Vec<String>,
+}
+
+/// A stand-in for /usr/bin/mail that keeps each mail in a file of its own in `dir`: the
+/// time it was handed over, its arguments, its body (written whole, then renamed to
+/// `*.mail`, so that a reader never sees half of one).
+fn file_sink(path: &std::path::Path, dir: &std::path::Path) {
+    fs::write(
+        path,
+        format!(
+            "#!/bin/sh\nt=$(date +%s.%N)\nf=$(mktemp {0}/part.XXXXXXXX) || exit 1\n\
+             {{ echo \"$t\"; printf '[%s]' \"$@\"; echo; cat; }} >\"$f\" && mv \"$f\" \"$f.mail\"\n",
+            dir.display()
+        ),
+    )
+    .expect("sink");
+    fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("sink mode");
+}
+
+/// The mails in `dir`: (the time they reached the mailer, their text).
+fn sunk(dir: &std::path::Path) -> Vec<(f64, String)> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".mail"))
+        .filter_map(|e| fs::read_to_string(e.path()).ok())
+        .filter_map(|text| {
+            let (t, rest) = text.split_once('\n')?;
+            Some((t.trim().parse().ok()?, rest.to_string()))
+        })
+        .collect()
+}
+
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// `jobs` jobs of `flooder` with `--mail-type=END`, held, then cancelled at once while
+/// pending; right after, `other` submits a job with `--mail-type=BEGIN`. Watches the mails
+/// reach the mailer (in `mails`), and sdiag's agent threads, until `deadline` after the
+/// cancel.
+fn flood(
+    cluster: &Cluster,
+    mails: &std::path::Path,
+    (flooder, other): (&User, &User),
+    jobs: usize,
+    deadline: Duration,
+) -> Flood {
+    let _ = fs::remove_dir_all(mails);
+    fs::create_dir_all(mails).expect("mails dir");
+    let sbatch = real_client(cluster, "sbatch");
+    let submit = format!(
+        "for i in $(seq {jobs}); do {} -H -o /dev/null --chdir /tmp -A {} -J flood \
+         --mail-type=END --mail-user={}@example.org --wrap true >/dev/null || exit 1; done",
+        sbatch.display(),
+        flooder.account,
+        flooder.name
+    );
+    let t = std::time::Instant::now();
+    let out = cluster.client(
+        Some((flooder.uid, flooder.uid)),
+        std::path::Path::new("/bin/sh"),
+        &["-c", &submit],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{jobs} held jobs submitted in {:.1?}", t.elapsed());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let mut peak = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let threads = cluster
+                    .try_run(&["sdiag"])
+                    .and_then(|text| {
+                        text.lines()
+                            .find_map(|l| l.strip_prefix("Agent thread count:"))
+                            .and_then(|n| n.trim().parse::<u32>().ok())
+                    })
+                    .unwrap_or(0);
+                peak = peak.max(threads);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            peak
+        });
+        let cancelled_at = epoch_now();
+        let scancel = cluster.client(
+            Some((flooder.uid, flooder.uid)),
+            &real_client(cluster, "scancel"),
+            &["--state=PENDING", "-u", flooder.name],
+        );
+        assert!(scancel.status.success(), "{scancel:?}");
+        let out = cluster.client(
+            Some((other.uid, other.uid)),
+            &sbatch,
+            &[
+                "--parsable",
+                "-o",
+                "/dev/null",
+                "--chdir",
+                "/tmp",
+                "-A",
+                other.account,
+                "-J",
+                "victim",
+                "--mail-type=BEGIN",
+                &format!("--mail-user={}@example.org", other.name),
+                "--wrap",
+                "sleep 1",
+            ],
+        );
+        let submitted_at = epoch_now();
+        assert!(out.status.success(), "{out:?}");
+        let end_at = std::time::Instant::now() + deadline;
+        let result = loop {
+            let got = sunk(mails);
+            let begin = got
+                .iter()
+                .find(|(_, m)| m.contains(" Began") && m.contains(&format!("[{}@", other.name)))
+                .map(|(t, _)| *t);
+            let ends: Vec<&(f64, String)> =
+                got.iter().filter(|(_, m)| m.contains(" Ended")).collect();
+            let all = ends.len() >= jobs;
+            if (begin.is_some() && all) || std::time::Instant::now() > end_at {
+                let since = |t: f64, from: f64| Duration::from_secs_f64((t - from).max(0.0));
+                break Flood {
+                    begin_delay: begin.map(|t| since(t, submitted_at)),
+                    drained: all.then(|| {
+                        since(
+                            ends.iter().map(|(t, _)| *t).fold(0.0, f64::max),
+                            cancelled_at,
+                        )
+                    }),
+                    peak_agent_threads: 0,
+                    ends: ends.iter().map(|(_, m)| m.clone()).collect(),
+                };
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        Flood {
+            peak_agent_threads: sampler.join().expect("sampler"),
+            ..result
+        }
+    })
+}
+
+/// A user's jobs cancelled while pending, each with an END mail, hold no one's mail (issue
+/// 53, item 4): under MailProg=senergy a user cancels 300 such jobs at once, and another
+/// user's BEGIN mail, queued behind their 300 END mails, reaches the mailer within
+/// [`FLOOD_BEGIN_BOUND`] of the other's submission, as it does behind a plain mailer (the
+/// baseline: MailProg a /usr/bin/mail-like stand-in). Every END mail goes out, with the
+/// job's summary or one line saying why there is none. Before, each END mail's summary
+/// waited 60 s for an energy that never comes, holding one of slurmctld's 64 mail threads.
+#[test]
+fn mails_of_jobs_that_never_ran_hold_no_ones_mail() {
+    let Some(tmp) = root_test_dir("mails_of_jobs_that_never_ran_hold_no_ones_mail") else {
+        return;
+    };
+    let etc = tmp.path().join("etc-users");
+    etc_with_users(&etc);
+    let mails = tmp.path().join("mails");
+    let sink = tmp.path().join("sink-mail");
+    file_sink(&sink, &mails);
+    let site = tmp.path().join("senergy.conf");
+    fs::write(&site, format!("mailer = \"{}\"\n", sink.display())).expect("site file");
+    // the baseline's MailProg is the stand-in itself; then senergy's
+    let baseline = tmp.path().join("baseline");
+    let mailprog = tmp.path().join("mailprog");
+    fs::write(
+        &mailprog,
+        format!(
+            "#!/bin/sh\nexport SLURM_CONF={} SENERGY_CONF={}\n[ -e {} ] && exec {} \"$@\"\n\
+             exec {} \"$@\"\n",
+            tmp.path().join("cluster/etc/slurm.conf").display(),
+            site.display(),
+            baseline.display(),
+            sink.display(),
+            senergy().display()
+        ),
+    )
+    .expect("mailprog");
+    fs::set_permissions(
+        &mailprog,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("mailprog mode");
+    let extra = format!("MailProg={}\n", mailprog.display());
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: RAPL,
+            node_freq: 1,
+            jobacct_freq: 1,
+            sim_args: vec![Some(INTEL_SERVER)],
+            extra_conf: &extra,
+            etc_users: Some(&etc),
+            ..ClusterSpec::default()
+        },
+    );
+    let (alice, bob) = (&USERS[0], &USERS[1]);
+    for u in [alice, bob] {
+        cluster.run(&["sacctmgr", "-i", "add", "account", u.account]);
+        cluster.run(&[
+            "sacctmgr",
+            "-i",
+            "add",
+            "user",
+            u.name,
+            &format!("account={}", u.account),
+        ]);
+    }
+    let t = std::time::Instant::now();
+    fs::write(&baseline, "").expect("baseline mode");
+    let plain = flood(
+        &cluster,
+        &mails,
+        (bob, alice),
+        FLOOD_JOBS,
+        Duration::from_secs(60),
+    );
+    println!(
+        "baseline (MailProg the stand-in): {plain:?}",
+        plain = (plain.begin_delay, plain.drained, plain.peak_agent_threads)
+    );
+    fs::remove_file(&baseline).expect("senergy mode");
+    let ours = flood(
+        &cluster,
+        &mails,
+        (bob, alice),
+        FLOOD_JOBS,
+        FLOOD_BEGIN_BOUND + Duration::from_secs(30),
+    );
+    println!(
+        "MailProg=senergy: BEGIN delay {:?}, END mails drained in {:?}, peak agent threads {}; \
+         test {:.0?}",
+        ours.begin_delay,
+        ours.drained,
+        ours.peak_agent_threads,
+        t.elapsed()
+    );
+    let plain_delay = plain.begin_delay.expect("the baseline's BEGIN mail");
+    let delay = ours.begin_delay.unwrap_or_else(|| {
+        panic!(
+            "no BEGIN mail within {:?}",
+            FLOOD_BEGIN_BOUND + Duration::from_secs(30)
+        )
+    });
+    assert!(
+        delay <= FLOOD_BEGIN_BOUND,
+        "alice's BEGIN mail waited {delay:?} behind bob's cancelled jobs (baseline {plain_delay:?})"
+    );
+    assert_eq!(ours.ends.len(), FLOOD_JOBS, "every END mail goes out");
+    let (mut summarised, mut told) = (0, 0);
+    for mail in &ours.ends {
+        if mail.contains("Energy and emissions (senergy):") {
+            assert!(mail.contains(" CANCELLED, 0 nodes"), "{mail}");
+            // no node measured it: no figure (22.05.8), or the 0 J a release may record
+            assert!(
+                mail.contains("  energy: not recorded") || mail.contains(" kWh (0 J)"),
+                "{mail}"
+            );
+            summarised += 1;
+        } else {
+            assert!(
+                mail.contains("senergy: no energy summary: accounting does not hold job ")
+                    && mail.contains("summary slots"),
+                "{mail}"
+            );
+            told += 1;
+        }
+    }
+    println!("{summarised} END mails with the summary, {told} saying why not");
+
+    // the slots in StateSaveLocation, as libslurm names it: with both of 2 held (another
+    // process's flock, which waits for each: the check below takes one a moment), a summary that would wait (a running job's) ends at once and says
+    // why; with one free, it waits
+    let running = cluster.sbatch("#!/bin/sh\nsleep 60\n");
+    let slots = cluster.dir.join("state/senergy-mail-slots");
+    fs::create_dir_all(&slots).expect("slots dir");
+    fs::set_permissions(&slots, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .expect("slots mode");
+    let hold = |script: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", script, "sh"])
+            .arg(&slots)
+            .spawn()
+            .expect("sh and util-linux flock")
+    };
+    let mut holder =
+        hold("cd \"$1\" && exec 8>>slot.0 9>>slot.1 && flock 8 && flock 9 && exec sleep 60");
+    let summary = |wait: &str| {
+        let t = std::time::Instant::now();
+        let id = running.to_string();
+        let out = cluster.client(
+            None,
+            &senergy(),
+            &["job", &id, "--summary", "--wait", wait, "--mail-slots", "2"],
+        );
+        (out, t.elapsed())
+    };
+    let held = || {
+        !std::process::Command::new("flock")
+            .args(["-n"])
+            .arg(slots.join("slot.1"))
+            .arg("true")
+            .status()
+            .expect("util-linux flock")
+            .success()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !held() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the holder never held"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (busy, took) = summary("20");
+    let said = String::from_utf8_lossy(&busy.stderr);
+    assert_eq!(busy.status.code(), Some(5), "{said}");
+    assert!(
+        said.contains(&format!(
+            "accounting does not hold job {running}'s final figures yet, and all 2 summary \
+             slots in {} are held",
+            slots.display()
+        )),
+        "{said}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "no wait for a slot: {took:?}"
+    );
+    println!("both slots held: exit 5 after {took:.1?}: {}", said.trim());
+    holder.kill().expect("kill");
+    holder.wait().expect("reaped");
+    let (waited, took) = summary("3");
+    assert!(waited.status.success(), "{waited:?}");
+    assert!(
+        took >= Duration::from_secs(3),
+        "a slot free: it waited ({took:?})"
+    );
+    println!("a slot free: waited, answered after {took:.1?}");
+    cluster.run(&["scancel", &running.to_string()]);
+}
+
 /// The Slurm client `name` itself, for [`Cluster::client`] (which runs in the cluster's
 /// network namespace already): its `DIR/bin` wrapper enters that namespace, which a user
 /// may not.
@@ -831,8 +1205,9 @@ fn real_client(cluster: &Cluster, name: &str) -> std::path::PathBuf {
     program.trim_matches('\'').into()
 }
 
-/// The job's AdminComment as accounting holds it (what `sacct -o AdminComment` shows).
-fn admin_comment(cluster: &Cluster, job: u32) -> String {
+/// The job's `field` (AdminComment, SystemComment, State) as accounting holds it (what `sacct
+/// -X -o FIELD` shows).
+fn sacct_field(cluster: &Cluster, job: u32, field: &str) -> String {
     cluster
         .run(&[
             "sacct",
@@ -842,27 +1217,24 @@ fn admin_comment(cluster: &Cluster, job: u32) -> String {
             "-j",
             &job.to_string(),
             "-o",
-            "AdminComment",
+            field,
         ])
         .trim()
         .to_string()
 }
 
-/// `senergy record` as the nodes' Epilog: each node's figure of an ordinary user's 2-node
-/// job is kept in the job's AdminComment, equal to its ledger's, beside the site's text;
-/// `senergy job` shows it to the owner; the owner cannot write AdminComment; and where
-/// Slurm lets the owner rewrite their job's energy (25.11+), senergy says the figure was
-/// changed after the job.
-#[test]
-fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() {
-    let test = "the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told";
-    let Some(tmp) = root_test_dir(test) else {
-        return;
-    };
-    let etc = tmp.path().join("etc-users");
-    etc_with_users(&etc);
-    // the shipped Epilog, calling the senergy built here
-    let epilog = tmp.path().join("epilog.sh");
+fn admin_comment(cluster: &Cluster, job: u32) -> String {
+    sacct_field(cluster, job, "AdminComment")
+}
+
+/// Where `senergy record` keeps the job's figures.
+fn system_comment(cluster: &Cluster, job: u32) -> String {
+    sacct_field(cluster, job, "SystemComment")
+}
+
+/// The Epilog that runs the shipped `conf/epilog.senergy` with the senergy built here.
+fn shipped_epilog(dir: &std::path::Path) -> std::path::PathBuf {
+    let epilog = dir.join("epilog.sh");
     let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/epilog.senergy");
     fs::write(
         &epilog,
@@ -875,6 +1247,23 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
     .expect("epilog");
     fs::set_permissions(&epilog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("epilog mode");
+    epilog
+}
+
+/// `senergy record` as the nodes' Epilog: each node's figure of an ordinary user's 2-node
+/// job is kept in the job's SystemComment, equal to its ledger's; `senergy job` shows it
+/// to the owner; the owner cannot write SystemComment; and where
+/// Slurm lets the owner rewrite their job's energy (25.11+), senergy says the figure was
+/// changed after the job.
+#[test]
+fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() {
+    let test = "the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told";
+    let Some(tmp) = root_test_dir(test) else {
+        return;
+    };
+    let etc = tmp.path().join("etc-users");
+    etc_with_users(&etc);
+    let epilog = shipped_epilog(tmp.path());
     let cluster = Cluster::up(
         tmp.path(),
         &ClusterSpec {
@@ -925,14 +1314,14 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
     // the Epilogs write within their bound (10 s for the ledger, 15 s for slurmdbd)
     let deadline = std::time::Instant::now() + Duration::from_secs(40);
     let comment = loop {
-        let comment = admin_comment(&cluster, job);
+        let comment = system_comment(&cluster, job);
         let both = comment.contains("\"n1\"") && comment.contains("\"n2\"");
         if both || std::time::Instant::now() > deadline {
             break comment;
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    println!("AdminComment: {comment}");
+    println!("SystemComment: {comment}");
     let record: Value = serde_json::from_str(
         comment
             .strip_prefix("senergy=")
@@ -977,7 +1366,7 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
     assert!((f64_of(&kept["joules"]) - sum).abs() < 1e-6, "{kept:#}");
     assert!(kept["tampered"].is_null(), "{shown:#}");
 
-    // the owner cannot write AdminComment: slurmdbd refuses, the record stays
+    // the owner cannot write SystemComment: slurmdbd refuses, the record stays
     let sacctmgr = real_client(&cluster, "sacctmgr");
     let id = format!("jobid={job}");
     let refused = cluster.client(
@@ -990,15 +1379,15 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
             "where",
             &id,
             "set",
-            "AdminComment=forged",
+            "SystemComment=forged",
         ],
     );
     assert!(
         !refused.status.success(),
-        "the owner wrote AdminComment: {}",
+        "the owner wrote SystemComment: {}",
         String::from_utf8_lossy(&refused.stdout)
     );
-    assert_eq!(admin_comment(&cluster, job), comment);
+    assert_eq!(system_comment(&cluster, job), comment);
 
     // 25.11 lets the owner rewrite their job's energy TRES (sacct's ConsumedEnergy)
     if slurm_sys::SLURM_VERSION_NUMBER >= 0x19_0b_00 {
@@ -1031,4 +1420,448 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
             "{text}"
         );
     }
+}
+
+/// `n`'s figure of `job` in its ledger (the truth the record must hold).
+fn ledger_joules(cluster: &Cluster, node: &str, job: u32) -> f64 {
+    let text = fs::read(
+        cluster
+            .dir
+            .join(format!("spool/{node}/energy-ledger.0.json")),
+    )
+    .expect("the node's ledger");
+    let ledger = slurm_energy_logic::Ledger::parse(&text).expect("a ledger the plugin wrote");
+    ledger.job(job).expect("the ledger keeps the job").joules
+}
+
+/// An owner's rewrite of their jobs' energy (25.11+, `sacctmgr modify job ... set
+/// tres=energy=1`) bills them nothing less (issue 53, item 3): `senergy usage` bills each
+/// job what its nodes kept in its SystemComment and counts it as changed in its row (JSON,
+/// CSV, text); a job one of whose nodes kept nothing (its Epilog skipped here, as a failed
+/// one would) is billed what the others kept, a lower bound under its energy before the
+/// edit. Before, usage summed the owner's 1 J per job. Needs Slurm 25.11 or later: earlier
+/// releases refuse an owner's TRES edit, and the test says so and ends.
+#[test]
+fn an_owners_rewrite_of_their_jobs_energy_is_billed_as_the_nodes_kept() {
+    let test = "an_owners_rewrite_of_their_jobs_energy_is_billed_as_the_nodes_kept";
+    if slurm_sys::SLURM_VERSION_NUMBER < 0x19_0b_00 {
+        println!(
+            "{test}: Slurm 25.11 or later lets an owner edit their job's TRES; not this release"
+        );
+        return;
+    }
+    let Some(tmp) = root_test_dir(test) else {
+        return;
+    };
+    let etc = tmp.path().join("etc-users");
+    etc_with_users(&etc);
+    let shipped = shipped_epilog(tmp.path());
+    // n3's Epilog keeps nothing, as a failed one would
+    let epilog = tmp.path().join("epilog-not-n3.sh");
+    fs::write(
+        &epilog,
+        format!(
+            "#!/bin/sh\n[ \"$SLURMD_NODENAME\" = n3 ] && exit 0\nexec {}\n",
+            shipped.display()
+        ),
+    )
+    .expect("epilog");
+    fs::set_permissions(&epilog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("epilog mode");
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            nodes: 3,
+            energy_type: RAPL,
+            node_freq: 1,
+            jobacct_freq: 1,
+            sim_args: vec![Some(INTEL_SERVER); 3],
+            extra_conf: &format!("Epilog={}\n", epilog.display()),
+            etc_users: Some(&etc),
+            ..ClusterSpec::default()
+        },
+    );
+    cluster.sim(1).set(&["package0=120", "package1=30"]);
+    cluster.sim(2).set(&["package0=60", "package1=20"]);
+    cluster.sim(3).set(&["package0=90", "package1=10"]);
+    let alice = &USERS[0];
+    cluster.run(&["sacctmgr", "-i", "add", "account", alice.account]);
+    cluster.run(&[
+        "sacctmgr",
+        "-i",
+        "add",
+        "user",
+        alice.name,
+        &format!("account={}", alice.account),
+    ]);
+    let srun = real_client(&cluster, "srun");
+    let submit = |nodes: &str| -> u32 {
+        let wrap = format!("{} -N{nodes} sleep 4", srun.display());
+        let out = cluster.client(
+            Some((alice.uid, alice.uid)),
+            &real_client(&cluster, "sbatch"),
+            &[
+                "--parsable",
+                &format!("-N{nodes}"),
+                "-o",
+                "/dev/null",
+                "--chdir",
+                "/tmp",
+                "--wrap",
+                &wrap,
+            ],
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("sbatch: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    // one after the other: each job has its nodes alone
+    let whole = submit("2");
+    cluster.wait_job(whole, Duration::from_secs(120));
+    let partial = submit("3");
+    cluster.wait_job(partial, Duration::from_secs(120));
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    let kept: Vec<Value> = [whole, partial]
+        .iter()
+        .map(|&job| {
+            loop {
+                let comment = system_comment(&cluster, job);
+                let both = comment.contains("\"n1\"") && comment.contains("\"n2\"");
+                if both || std::time::Instant::now() > deadline {
+                    break serde_json::from_str(comment.strip_prefix("senergy=").unwrap_or_else(
+                        || panic!("job {job}: no record: {comment}\n{}", cluster.logs()),
+                    ))
+                    .expect("the record is JSON");
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+        .collect();
+    // each record holds n1's and n2's ledger figures, and n3 kept nothing
+    let mut kept_j = Vec::new();
+    for (job, record) in [whole, partial].iter().zip(&kept) {
+        let mut sum = 0.0;
+        for node in ["n1", "n2"] {
+            let got = f64_of(&record["nodes"][node]["joules"]);
+            let truth = ledger_joules(&cluster, node, *job);
+            assert!(
+                (got - truth).abs() <= 0.0005,
+                "{job} {node}: {got} J, ledger {truth} J"
+            );
+            sum += got;
+        }
+        assert!(record["nodes"].get("n3").is_none(), "{record}");
+        kept_j.push(sum);
+    }
+    let before = energy_of(&cluster.energy(partial), &partial.to_string());
+    let n3_truth = ledger_joules(&cluster, "n3", partial);
+    println!("kept {kept_j:?} J; job {partial} had {before} J in accounting, n3 {n3_truth} J");
+    assert!(
+        n3_truth > 0.0 && before > kept_j[1],
+        "n3 measured its share"
+    );
+
+    // the owner rewrites both jobs' energy
+    let sacctmgr = real_client(&cluster, "sacctmgr");
+    for job in [whole, partial] {
+        let id = format!("jobid={job}");
+        let edit = cluster.client(
+            Some((alice.uid, alice.uid)),
+            &sacctmgr,
+            &["-i", "modify", "job", "where", &id, "set", "tres=energy=1"],
+        );
+        assert!(
+            edit.status.success(),
+            "{}",
+            String::from_utf8_lossy(&edit.stderr)
+        );
+        assert_eq!(energy_of(&cluster.energy(job), &job.to_string()), 1.0);
+    }
+    let senergy = senergy();
+    let window = ["--start", "2000-01-01", "--end", "2100-01-01"];
+    let usage = |form: &str| {
+        cluster.client(
+            Some((alice.uid, alice.uid)),
+            &senergy,
+            &[&["usage", form][..], &window[..]].concat(),
+        )
+    };
+    let doc = json(&usage("--json"));
+    let row = doc["rows"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["user"] == alice.name))
+        .unwrap_or_else(|| panic!("no row of {}: {doc:#}", alice.name));
+    let billed = kept_j[0].round() + kept_j[1].round();
+    assert_eq!(u64_of(&row["energy_j"]) as f64, billed, "{row:#}");
+    assert_eq!(u64_of(&row["jobs_tampered"]), 2, "{row:#}");
+    assert_eq!(u64_of(&row["tampered_accounting_j"]), 2, "{row:#}");
+    // the job n3 kept nothing of counts as incomplete: its figure is a lower bound
+    assert_eq!(u64_of(&row["jobs_incomplete"]), 1, "{row:#}");
+    let csv = usage("--csv");
+    let csv = String::from_utf8_lossy(&csv.stdout);
+    let header: Vec<&str> = csv.lines().next().unwrap_or("").split(',').collect();
+    let column = |name: &str| {
+        header
+            .iter()
+            .position(|c| *c == name)
+            .unwrap_or_else(|| panic!("no {name}: {csv}"))
+    };
+    let line: Vec<&str> = csv
+        .lines()
+        .find(|l| l.contains(alice.name))
+        .unwrap_or_else(|| panic!("no line of {}: {csv}", alice.name))
+        .split(',')
+        .collect();
+    assert_eq!(line[column("jobs_tampered")], "2", "{csv}");
+    assert_eq!(line[column("energy_j")], format!("{billed}"), "{csv}");
+    let table = cluster.client(
+        Some((alice.uid, alice.uid)),
+        &senergy,
+        &[&["usage"][..], &window[..]].concat(),
+    );
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains("WARNING: accounting's energy of 2 job(s) was changed after they ended"),
+        "{table}"
+    );
+    // the job itself: billed what n1 and n2 kept, said to be a lower bound
+    let shown = json(&cluster.client(
+        Some((alice.uid, alice.uid)),
+        &senergy,
+        &["job", &partial.to_string(), "--json"],
+    ));
+    let j = &shown["jobs"][0];
+    assert_eq!(u64_of(&j["energy_j"]) as f64, kept_j[1].round(), "{j:#}");
+    assert_eq!(j["kept"]["tampered"]["lower_bound"], true, "{j:#}");
+    assert_eq!(u64_of(&j["kept"]["tampered"]["accounting_j"]), 1);
+}
+
+/// Python's own base64, gzip and json, as Princeton's jobstats uses them: `make JSON`
+/// prints the AdminComment its slurmctld epilog writes for a job's summary JSON (`JS1:`
+/// and the base64 of its gzip, `jobstats -f -b`); `read COMMENT` prints what its `jobstats`
+/// reads from an AdminComment (one that starts with `JS1:`, all that follows decoded).
+const JOBSTATS_PY: &str = r#"
+import base64, gzip, json, sys
+if sys.argv[1] == "make":
+    print("JS1:" + base64.b64encode(gzip.compress(sys.argv[2].encode("ascii"))).decode("ascii"))
+else:
+    data = sys.argv[2]
+    assert data.startswith("JS1:") and len(data) > 10, "not a JS1 record: " + data
+    print(json.dumps(json.loads(gzip.decompress(base64.b64decode(data[4:])))))
+"#;
+
+fn jobstats_py(args: &[&str]) -> String {
+    let out = std::process::Command::new("python3")
+        .args(["-c", JOBSTATS_PY])
+        .args(args)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "jobstats' decoding failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A job summary as jobstats makes it (compact JSON), and its `JS1:` AdminComment: one
+/// whose base64 ends without `=` (a third of its records do), which jobstats' lenient
+/// base64 decoder reads on past into any text after it, so that text breaks the gunzip.
+fn jobstats_record(job: u32) -> (Value, String) {
+    (100..200)
+        .map(|total_time| {
+            let summary = format!(
+                r#"{{"nodes":{{"n1":{{"cpus":1,"total_memory":4294967296,"total_time":{total_time},"used_memory":1073741824}}}},"total_time":{job},"gpus":false}}"#
+            );
+            let comment = jobstats_py(&["make", &summary]);
+            (summary, comment)
+        })
+        .find(|(_, comment)| !comment.ends_with('='))
+        .map(|(summary, comment)| (serde_json::from_str(&summary).expect("JSON"), comment))
+        .expect("an unpadded record")
+}
+
+/// What jobstats' `jobstats` reads from the job's AdminComment.
+fn jobstats_reads(cluster: &Cluster, job: u32) -> Value {
+    let read = jobstats_py(&["read", &admin_comment(cluster, job)]);
+    serde_json::from_str(&read).expect("JSON")
+}
+
+/// Sets the job's whole AdminComment to `value` as jobstats' slurmctld epilog does
+/// (`sacctmgr -i update job where jobid=J set AdminComment=...`). 22.05's sacctmgr
+/// lowercases the value (`strip_quotes(..., make_lower)`; 23.02 keeps it), which breaks
+/// jobstats' own base64 there: that is asserted, then the value is stored as 23.02's
+/// sacctmgr stores it, in slurmdbd's job table.
+fn set_admin_comment(cluster: &Cluster, job: u32, value: &str) {
+    cluster.run(&[
+        "sacctmgr",
+        "-i",
+        "update",
+        "job",
+        "where",
+        &format!("jobid={job}"),
+        "set",
+        &format!("AdminComment={value}"),
+    ]);
+    if slurm_sys::SLURM_VERSION_NUMBER >= 0x17_02_00 {
+        assert_eq!(admin_comment(cluster, job), value);
+        return;
+    }
+    assert_eq!(
+        admin_comment(cluster, job),
+        value.to_lowercase(),
+        "22.05's sacctmgr lowercases AdminComment"
+    );
+    let setting = |file: &str, key: &str| {
+        let text = fs::read_to_string(cluster.dir.join("etc").join(file)).expect("config");
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {file}"))
+            .trim()
+            .to_string()
+    };
+    let port = setting("slurmdbd.conf", "StoragePort=");
+    let name = setting("slurm.conf", "ClusterName=");
+    let sql = format!("UPDATE `{name}_job_table` SET admin_comment='{value}' WHERE id_job={job}");
+    let out = cluster.client(
+        None,
+        std::path::Path::new("/usr/bin/mysql"),
+        &[
+            "-h",
+            "127.0.0.1",
+            "-P",
+            &port,
+            "-u",
+            "root",
+            "slurm_acct_db",
+            "-e",
+            &sql,
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(admin_comment(cluster, job), value);
+}
+
+/// Submits a job that runs until the test lets it end, and waits until accounting holds it
+/// running: what is written then is in its row before the node's Epilog runs.
+fn held_job(cluster: &Cluster, go: &std::path::Path) -> u32 {
+    let job = cluster.sbatch(&format!(
+        "#!/bin/sh\nwhile [ ! -e {} ]; do sleep 0.2; done\n",
+        go.display()
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while sacct_field(cluster, job, "State") != "RUNNING" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {job} not running in accounting\n{}",
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    job
+}
+
+/// Lets the job end, and waits for the Epilog's record (within its 25 s bound): the
+/// SystemComment, once it holds one.
+fn ended_with_record(cluster: &Cluster, job: u32, go: &std::path::Path) -> String {
+    fs::write(go, "").expect("go");
+    cluster.wait_job(job, Duration::from_secs(60));
+    let deadline = std::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let kept = system_comment(cluster, job);
+        if kept.contains("senergy=") {
+            return kept;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {job}: no record in SystemComment ({kept:?}); AdminComment {:?}\n{}",
+            admin_comment(cluster, job),
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The node's ledger figure of the job, and that the record `senergy job` reads holds it:
+/// in the SystemComment, and as `senergy job` shows it.
+fn assert_record_is_the_ledgers(cluster: &Cluster, job: u32) {
+    let text = fs::read(cluster.dir.join("spool/n1/energy-ledger.0.json")).expect("ledger");
+    let ledger = slurm_energy_logic::Ledger::parse(&text).expect("a ledger the plugin wrote");
+    let truth = ledger.job(job).expect("the ledger keeps the job").joules;
+    let kept = system_comment(cluster, job);
+    let record: Value = serde_json::from_str(
+        kept.strip_prefix("senergy=")
+            .unwrap_or_else(|| panic!("SystemComment is not our record alone: {kept}")),
+    )
+    .expect("the record is JSON");
+    let recorded = f64_of(&record["nodes"]["n1"]["joules"]);
+    assert!(
+        (recorded - truth).abs() <= 0.0005 && truth > 0.0,
+        "kept {recorded} J, ledger {truth} J"
+    );
+    let shown = json(&cluster.client(None, &senergy(), &["job", &job.to_string(), "--json"]));
+    let shown = &shown["jobs"][0]["kept"];
+    assert_eq!(shown["recorded"], true, "{shown:#}");
+    assert!(
+        (f64_of(&shown["joules"]) - recorded).abs() < 1e-9,
+        "{shown:#}"
+    );
+}
+
+/// Princeton's jobstats beside `senergy record`: jobstats sets the whole AdminComment to
+/// `JS1:<base64 of gzipped JSON>` from slurmctld's epilog, before the nodes' Epilogs or
+/// after them. In both orders both records survive and each decodes as its own tool reads
+/// it (jobstats' with Python's base64/gzip/json as its `jobstats` does; ours with its
+/// node's ledger figure), and a site's own AdminComment text is left as it was.
+#[test]
+fn jobstats_record_and_ours_both_survive_in_either_order() {
+    let test = "jobstats_record_and_ours_both_survive_in_either_order";
+    let Some(tmp) = root_test_dir(test) else {
+        return;
+    };
+    let epilog = shipped_epilog(tmp.path());
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            nodes: 1,
+            energy_type: RAPL,
+            node_freq: 1,
+            jobacct_freq: 1,
+            sim_args: vec![Some(INTEL_SERVER)],
+            extra_conf: &format!("Epilog={}\n", epilog.display()),
+            ..ClusterSpec::default()
+        },
+    );
+    cluster.sim(1).set(&["package0=120", "package1=30"]);
+
+    // jobstats first (its epilog ended before the node's): its record stays byte for byte
+    let go = tmp.path().join("go-before");
+    let job = held_job(&cluster, &go);
+    let (summary, js1) = jobstats_record(job);
+    set_admin_comment(&cluster, job, &js1);
+    let kept = ended_with_record(&cluster, job, &go);
+    println!("jobstats before: AdminComment {js1}\nSystemComment {kept}");
+    assert_eq!(admin_comment(&cluster, job), js1);
+    assert_eq!(jobstats_reads(&cluster, job), summary);
+    assert_record_is_the_ledgers(&cluster, job);
+
+    // the site's text first, jobstats after the node's Epilog: the site's text is as it
+    // was until jobstats sets the whole field, and our record outlives that
+    let go = tmp.path().join("go-after");
+    let job = held_job(&cluster, &go);
+    let site = "reviewed by ops; ticket 42";
+    set_admin_comment(&cluster, job, site);
+    let kept = ended_with_record(&cluster, job, &go);
+    assert_eq!(admin_comment(&cluster, job), site);
+    let (summary, js1) = jobstats_record(job);
+    set_admin_comment(&cluster, job, &js1);
+    println!("jobstats after: AdminComment {js1}\nSystemComment {kept}");
+    assert_eq!(jobstats_reads(&cluster, job), summary);
+    assert_eq!(system_comment(&cluster, job), kept);
+    assert_record_is_the_ledgers(&cluster, job);
 }

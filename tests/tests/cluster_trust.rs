@@ -482,13 +482,20 @@ fn cpuacct_secs(dir: &Path) -> f64 {
 }
 
 /// Slurm 22.05's cgroup v1 gives a step's directories to the job's owner: their short job
-/// makes `step_batch/hide`, which outlives it, and their CPU-busy job moves its spinning
-/// task's cpuacct membership there (it stays in its own cpuset and freezer), out of its
-/// job's directory. Beside it root's sleeping job, each with one CPU, `shared` mode at a
-/// steady 300 W (100 W static): the neighbour pays the model's share from the CPU time
-/// each job really used (the busy job's own and its hidden task's), within 3 points; it
-/// paid about half of the node before (the busy job seemed as idle as it). From 23.02
-/// root owns the step directories and the `mkdir` fails: the same shares hold.
+/// makes `step_batch/hide` in cpuacct and freezer, which outlive it, and their busy job's
+/// task starts a spinning process that moves itself there (it stays in its job's cpuset),
+/// out of its job's directories. Beside it root's sleeping job, each with one CPU, `shared`
+/// mode at a steady 300 W (100 W static): the neighbour pays the model's share from the CPU
+/// time each job really used (the busy job's own and its hidden process's), within 3
+/// points; it paid about half of the node before (the busy job seemed as idle as it).
+///
+/// Then the busy job ends, its owner's last on the node, and the spinner, out of the job's
+/// freezer cgroup, burns on for [`BURN`] (issue 53): its CPU time is no job's, so the
+/// sleeping neighbour, alone, pays the static power and its own share of the rest beside
+/// the spinner's CPU time (about a third of the node), within 3 points; it paid all the
+/// node before. slurmd logs the owner and the leftover directory. From 23.02 root owns the
+/// step directories and the `mkdir` fails: the same shares hold (the spinner ends with its
+/// job).
 #[test]
 fn cpu_time_moved_out_of_a_job_is_still_its_owners() {
     let Some(tmp) = root_test_dir("cpu_time_moved_out_of_a_job_is_still_its_owners") else {
@@ -537,38 +544,57 @@ fn cpu_time_moved_out_of_a_job_is_still_its_owners() {
             .and_then(|id| id.parse().ok())
             .unwrap_or_else(|| panic!("sbatch: {text} {}", String::from_utf8_lossy(&run.stderr)))
     };
-    // the batch task's cpuacct directory is `<step_batch>/task_0`
+    // the batch task's directories: cpuacct's `<step_batch>/task_0`, freezer's `<step_batch>`
     let short = submit(
         &format!(
             "#!/bin/sh\n#SBATCH -n1 -c1\n\
-             rel=$(sed -n 's/^[0-9]*:[^:]*cpuacct[^:]*:\\(.*\\)$/\\1/p' /proc/self/cgroup)\n\
-             hide=/sys/fs/cgroup/cpuacct$(dirname \"$rel\")/hide\n\
-             if mkdir \"$hide\"; then echo \"$hide\" >{o}/hide; else echo refused >{o}/hide; fi\n"
+             for c in cpuacct freezer; do\n\
+             rel=$(sed -n \"s/^[0-9]*:[^:]*$c[^:]*:\\(.*step_batch\\).*$/\\1/p\" /proc/self/cgroup)\n\
+             hide=/sys/fs/cgroup/$c$rel/hide\n\
+             if mkdir \"$hide\"; then echo \"$hide\" >>{o}/hide; else echo refused >{o}/hide; exit; fi\n\
+             done\n"
         ),
         "short",
     );
     cluster.wait_job(short, Duration::from_secs(90));
     let hide = fs::read_to_string(out.join("hide")).expect("the short job's word");
-    let hide = hide.trim();
-    let hidden = (hide != "refused").then(|| Path::new(hide).to_path_buf());
+    let hides: Vec<&Path> = hide.lines().map(Path::new).collect();
+    let hidden = (hide.trim() != "refused").then(|| hides[0].to_path_buf());
     match &hidden {
-        Some(dir) => {
-            assert!(dir.is_dir(), "{} outlives its job", dir.display());
-            assert_eq!(fs::metadata(dir).expect("hide").uid(), uid);
+        Some(_) => {
+            for dir in &hides {
+                assert!(dir.is_dir(), "{} outlives its job", dir.display());
+                assert_eq!(fs::metadata(dir).expect("hide").uid(), uid);
+            }
         }
         None => println!("root owns the step directories here: the user could not hide"),
     }
-    // the cluster's srun (the release's, with its slurm.conf): the user's PATH has none
+    // the spinner: into the hiding places (where the user could make them), then spins
+    fs::write(
+        out.join("burn.sh"),
+        format!(
+            "#!/bin/sh\nfor h in $(grep -v refused {o}/hide); do echo $$ >\"$h/cgroup.procs\"; done\n\
+             echo $$ >{o}/burner\nexec timeout {} sh -c 'while :; do :; done'\n",
+            BURN.as_secs() * 4
+        ),
+    )
+    .expect("burn.sh");
+    // the cluster's srun (the release's, with its slurm.conf): the user's PATH has none;
+    // the task starts the spinner in a session of its own and waits for the test's word
     let srun = cluster.dir.join("bin/srun").display().to_string();
     let busy = submit(
         &format!(
             "#!/bin/sh\n#SBATCH -n1 -c1\n\
-             {srun} -n1 sh -c '[ -d \"{hide}\" ] && echo $$ >\"{hide}/cgroup.procs\"; \
-             touch {o}/busy; exec timeout 30 sh -c \"while :; do :; done\"'\n"
+             {srun} -n1 sh -c 'setsid sh {o}/burn.sh </dev/null >/dev/null 2>&1 & \
+             while [ ! -s {o}/burner ]; do sleep 0.1; done; touch {o}/busy; \
+             while [ ! -e {o}/end ]; do sleep 0.2; done'\n"
         ),
         "busy",
     );
-    let idle = cluster.sbatch("#!/bin/sh\n#SBATCH -n1 -c1\ntouch /dev/null\nsleep 30\n");
+    let idle = cluster.sbatch(&format!(
+        "#!/bin/sh\n#SBATCH -n1 -c1\ntouch /dev/null\n\
+         i=0; while [ ! -e {o}/done ] && [ $i -lt 600 ]; do sleep 0.5; i=$((i + 1)); done\n"
+    ));
     let deadline = Instant::now() + Duration::from_secs(60);
     while !out.join("busy").exists() {
         assert!(
@@ -621,7 +647,6 @@ fn cpu_time_moved_out_of_a_job_is_still_its_owners() {
     let (t0, e0, c0, h0) = read();
     sleep(Duration::from_secs(10));
     let (t1, e1, c1, h1) = read();
-    sim.set(&[support::shared_node::OFF]);
     let node = t1 - t0;
     let used = [c1[0] - c0[0], c1[1] - c0[1]];
     let charged = [e1[0] - e0[0], e1[1] - e0[1]];
@@ -649,7 +674,202 @@ fn cpu_time_moved_out_of_a_job_is_still_its_owners() {
         100.0 * model
     );
     assert_close("the pair's sum", charged[0] + charged[1], node, 0.02);
-    for job in [busy, idle] {
-        cluster.wait_job(job, Duration::from_secs(90));
+    // the busy job ends, its owner's last; the spinner burns on where it could hide
+    fs::write(out.join("end"), "").expect("end");
+    cluster.wait_job(busy, Duration::from_secs(90));
+    let burner: u32 = fs::read_to_string(out.join("burner"))
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .expect("the spinner's pid");
+    let alive = Path::new(&format!("/proc/{burner}")).exists();
+    if hidden.is_some() {
+        assert!(alive, "the spinner outlived its job");
+    }
+    // a sample past the job's end, then the window
+    sleep(Duration::from_secs(3));
+    let read = || {
+        let hidden_secs = hidden.as_deref().map_or(0.0, cpuacct_secs);
+        let idle_j = live(&format!("{idle}.batch"));
+        (sim.truth(), idle_j, cpuacct_secs(&idle_dir), hidden_secs)
+    };
+    let (t0, e0, c0, h0) = read();
+    sleep(BURN);
+    let (t1, e1, c1, h1) = read();
+    sim.set(&[support::shared_node::OFF]);
+    if alive {
+        // SAFETY: kill has no memory preconditions; the pid is the spinner this test started
+        unsafe { libc::kill(burner as i32, libc::SIGKILL) };
+    }
+    fs::write(out.join("done"), "").expect("done");
+    let node = t1 - t0;
+    let (used, hidden_used, charged) = (c1 - c0, h1 - h0, e1 - e0);
+    // the neighbour alone: the static part, and the rest by its CPU time beside the
+    // spinner's, no job's
+    let model = static_share
+        + (1.0 - static_share)
+            * if used + hidden_used > 0.0 {
+                used / (used + hidden_used)
+            } else {
+                1.0
+            };
+    let share = charged / node;
+    println!(
+        "after the owner's last job: node {node:.0} J over {:?}; CPU s spinner {hidden_used:.2}, \
+         neighbour {used:.2}; the neighbour charged {charged:.0} J: {:.1}% of the node for \
+         the model's {:.1}%",
+        BURN,
+        100.0 * share,
+        100.0 * model
+    );
+    if hidden.is_some() {
+        assert!(
+            hidden_used > BURN.as_secs_f64() / 4.0,
+            "the spinner burnt on hidden: {hidden_used:.2} s"
+        );
+    }
+    assert!(
+        (share - model).abs() <= 0.03,
+        "the sleeping neighbour paid {:.1}% of the node, the model {:.1}%",
+        100.0 * share,
+        100.0 * model
+    );
+    if let Some(dir) = &hidden {
+        let logs = cluster.logs();
+        assert!(
+            logs.contains(&format!("uid_{uid} has no job on this node"))
+                && logs.contains(&dir.display().to_string()),
+            "slurmd did not name the owner and the leftover directory:\n{logs}"
+        );
+    }
+    cluster.wait_job(idle, Duration::from_secs(90));
+}
+
+/// How long the spinner burns on after its owner's last job, measured.
+const BURN: Duration = Duration::from_secs(20);
+
+/// Issue 53 (rust_gpu, Slurm 22.05's cgroup v1, which gives a step's directories to the
+/// job's owner): the owner's short job makes `hide` in each of its batch step's directories
+/// (cpuset's given its CPUs and memory nodes), which outlive it; their GPU job, holding the
+/// node's one GPU whole, moves its task there, out of every directory of its job, and the
+/// task then uses the GPU at 80% SM while the GPU draws 240 W (40 W of it idle power) for
+/// 10 s. The job is charged the GPU's whole energy (1%): the use is below its owner's
+/// `uid_<U>`, and the owner's present job holding the GPU pays it. It was charged the idle
+/// power only before (the use was nobody's). From 23.02 the `mkdir` is refused and the task
+/// stays in its job: the same holds.
+#[test]
+fn gpu_use_moved_out_of_its_job_is_still_its_owners() {
+    let Some(tmp) = root_test_dir("gpu_use_moved_out_of_its_job_is_still_its_owners") else {
+        return;
+    };
+    let etc = tmp.path().join("etc-users");
+    etc_with_mallory(&etc);
+    let gpu = 3;
+    let dev = tmp.path().join("dev/nvidia3");
+    support::gpu_cluster::device_file(&dev, 195, gpu);
+    let fake = support::fakegpu::FakeGpus::new(Vendor::Nvidia, &[gpu]);
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: "acct_gather_energy/rust_gpu",
+            acct_gather: &format!("{}EnergyGpuIdleWatts=40\n", fake.acct_gather()),
+            gres: "gpu:1",
+            gres_conf: &format!("AutoDetect=off\nName=gpu File={}\n", dev.display()),
+            cgroups: support::cluster::Cgroups::V1,
+            etc_users: Some(&etc),
+            ..ClusterSpec::default()
+        },
+    );
+    let out = tmp.path().join("mallory");
+    fs::create_dir_all(&out).expect("out dir");
+    fs::set_permissions(&out, fs::Permissions::from_mode(0o777)).expect("chmod");
+    let o = out.display();
+    let sbatch = cluster.dir.join("bin/sbatch");
+    let (_, uid) = MALLORY;
+    let submit = |script: &str, name: &str| -> u32 {
+        let path = out.join(format!("{name}.sh"));
+        fs::write(&path, script).expect("script");
+        let path = path.display().to_string();
+        let output = out.join(format!("{name}.out")).display().to_string();
+        let run = cluster.client(
+            Some((uid, uid)),
+            &sbatch,
+            &["--parsable", "-o", &output, "--chdir", "/tmp", &path],
+        );
+        let text = String::from_utf8_lossy(&run.stdout);
+        text.trim()
+            .split(';')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("sbatch: {text} {}", String::from_utf8_lossy(&run.stderr)))
+    };
+    // `hide` in each hierarchy the batch task is in below its step's directory
+    let short = submit(
+        &format!(
+            "#!/bin/sh\n#SBATCH -n1 -c1\n\
+             for line in $(cat /proc/self/cgroup); do\n\
+             c=${{line#*:}}; c=${{c%%:*}}; rel=${{line#*:*:}}\n\
+             case $rel in */step_batch*) ;; *) continue ;; esac\n\
+             d=/sys/fs/cgroup/$c${{rel%%/step_batch*}}/step_batch/hide\n\
+             mkdir \"$d\" || {{ echo refused >{o}/hide; exit; }}\n\
+             if [ -e \"$d/cpuset.cpus\" ]; then cat \"$d/../cpuset.cpus\" >\"$d/cpuset.cpus\"; \
+             cat \"$d/../cpuset.mems\" >\"$d/cpuset.mems\"; fi\n\
+             echo \"$d\" >>{o}/hide\n\
+             done\n"
+        ),
+        "short",
+    );
+    cluster.wait_job(short, Duration::from_secs(90));
+    let hide = fs::read_to_string(out.join("hide")).expect("the short job's word");
+    let refused = hide.trim() == "refused";
+    println!("hiding places: {hide}");
+    if !refused {
+        assert!(
+            hide.lines().count() >= 3,
+            "cpuacct, cpuset and freezer at least"
+        );
+    }
+    let srun = cluster.dir.join("bin/srun").display().to_string();
+    let procs = fake.dir.path().join(format!("procs.{gpu}"));
+    let job = submit(
+        &format!(
+            "#!/bin/sh\n#SBATCH -n1 -c1 --gres=gpu:1\n\
+             {srun} -n1 sh -c 'for h in $(grep -v refused {o}/hide); do \
+             echo $$ >\"$h/cgroup.procs\" || exit 1; done; cat /proc/$$/cgroup >{o}/moved; \
+             echo \"$$ 80\" >>{procs}; touch {o}/using; \
+             while [ ! -e {o}/end ]; do sleep 0.2; done'\n",
+            procs = procs.display()
+        ),
+        "gpu",
+    );
+    cluster.wait_until(
+        "the GPU job's task uses the GPU",
+        Duration::from_secs(60),
+        || out.join("using").exists().then_some(()),
+    );
+    println!(
+        "the task's cgroups: {}",
+        fs::read_to_string(out.join("moved")).unwrap_or_default()
+    );
+    fake.set_power(gpu, 240.0);
+    sleep(Duration::from_secs(10));
+    fake.set_power(gpu, 0.0);
+    sleep(Duration::from_secs(2));
+    fs::write(out.join("end"), "").expect("end");
+    cluster.wait_job(job, Duration::from_secs(90));
+    let truth = fake.truth(gpu, support::fakegpu::now_ns());
+    let rows = cluster.energy(job);
+    let charged = energy_of(&rows, &job.to_string());
+    println!(
+        "the GPU drew {truth:.1} J (40 W of 240 W idle); the job holding it was charged \
+         {charged:.0} J ({:.1}%)",
+        100.0 * charged / truth
+    );
+    assert_close("the GPU job's energy", charged, truth, 0.01);
+    if !refused {
+        let logs = cluster.logs();
+        assert!(
+            logs.contains(&format!("below user {uid}'s")),
+            "slurmd did not say the process left its job:\n{logs}"
+        );
     }
 }

@@ -139,6 +139,21 @@ fn files_in(dir: &Path) -> Vec<String> {
     names
 }
 
+/// `dir`, made a directory of links to `tools` (found in the system's directories) and
+/// nothing else: the PATH of a host that has only those. Returns `dir`.
+fn tool_path(dir: &Path, tools: &[&str]) -> PathBuf {
+    fs::create_dir_all(dir).expect("mkdir the PATH directory");
+    for tool in tools.iter().filter(|t| !dir.join(t).exists()) {
+        let found = ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+            .iter()
+            .map(|d| Path::new(d).join(tool))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{tool} is in no system directory"));
+        std::os::unix::fs::symlink(found, dir.join(tool)).expect("link a tool");
+    }
+    dir.to_path_buf()
+}
+
 /// `ci/install.sh PLUGIN_DIR` as root runs it under sudo: no cargo on its PATH (a directory
 /// of links to the few tools it uses) and the plugins a user built in `CARGO_TARGET_DIR`
 /// (this build's, copied into `tmp/target/release`), with the headers they were built from
@@ -161,20 +176,14 @@ fn install_sh_under_sudo(tmp: &Path, plugin_dir: &Path, expected: Option<&str>) 
         ),
     )
     .expect("slurm_version.h");
-    let path = tmp.join("path");
-    fs::create_dir_all(&path).expect("mkdir path");
-    let tools = [
-        "sh", "awk", "readelf", "od", "tr", "sed", "install", "mkdir", "basename", "dirname", "ls",
-        "expr", "cat",
-    ];
-    for tool in tools.iter().filter(|t| !path.join(t).exists()) {
-        let found = ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
-            .iter()
-            .map(|d| Path::new(d).join(tool))
-            .find(|p| p.exists())
-            .unwrap_or_else(|| panic!("install.sh needs {tool}, found in no system directory"));
-        std::os::unix::fs::symlink(found, path.join(tool)).expect("link a tool");
-    }
+    // no readelf: the plugins' release is read with sh and od (awk reads the headers)
+    let path = tool_path(
+        &tmp.join("path"),
+        &[
+            "sh", "awk", "od", "tr", "sed", "install", "mkdir", "basename", "dirname", "ls",
+            "expr", "cat",
+        ],
+    );
     let mut command = Command::new("/bin/sh");
     command
         .arg(workspace().join("ci/install.sh"))
@@ -897,6 +906,36 @@ fn the_rpm_builds_against_slurm_devel_with_a_rustup_cargo() {
     }
     assert!(files.contains(&"/usr/lib64/slurm/acct_gather_energy_rust_variorum_sampler"));
     assert!(files.contains(&"/usr/bin/senergy"), "{files:?}");
+    // %pre and %preun carry the shell the .deb's preinst and prerm carry, verbatim (rpm
+    // expands no macro in it: its %% stay): the tests of those hold for the RPM's, which
+    // read the release with sh and od on a host without binutils, and warn on an erase
+    for (tag, file, call) in [
+        (
+            "%{PREIN}",
+            "ci/slurm-release.sh",
+            format!("check_slurm_release slurm-energy-rust {release} /usr/lib64/slurm"),
+        ),
+        (
+            "%{PREUN}",
+            "packaging/slurm-conf-warning.sh",
+            "warn_if_slurm_conf_names_rust slurm-energy-rust /usr/lib64/slurm".to_string(),
+        ),
+    ] {
+        let script = query(&format!("--queryformat={tag}"));
+        let shared = fs::read_to_string(workspace().join(file)).expect("read the shared script");
+        assert!(
+            script.contains(&shared),
+            "{file} not verbatim in {tag}: {script}"
+        );
+        assert!(script.contains(&call), "{call:?} not in {tag}: {script}");
+    }
+    let requires_pre = query("--requires");
+    for needed in ["coreutils", "sed", "grep"] {
+        assert!(
+            requires_pre.lines().any(|r| r.trim() == needed),
+            "{needed} not required: {requires_pre}"
+        );
+    }
     // every example where the conf files say (examples/), as the .deb has them
     let doc = "/usr/share/doc/slurm-energy-rust";
     for entry in fs::read_dir(workspace().join("conf")).expect("conf/") {
@@ -911,4 +950,710 @@ fn the_rpm_builds_against_slurm_devel_with_a_rustup_cargo() {
         !files.iter().any(|f| f.starts_with(&format!("{doc}/conf"))),
         "{files:?}"
     );
+}
+
+/// The tools a Debian host without binutils has for a maintainer script: its Essential
+/// packages' (dash, coreutils, sed, grep); no readelf, no awk (mawk is not Essential).
+const ESSENTIAL_TOOLS: &[&str] = &["sh", "od", "tr", "sed", "expr", "grep", "cat"];
+
+/// The file offset of `file`'s defined dynamic symbol `plugin_version`, as readelf (this
+/// machine's binutils, the oracle) finds it: its value, less its section's address, plus
+/// that section's offset; `None` where the file has no such symbol.
+fn plugin_version_offset(file: &Path) -> Option<u64> {
+    let readelf = |args: &[&str]| {
+        let out = Command::new("readelf")
+            .args(args)
+            .arg(file)
+            .output()
+            .expect("run readelf (binutils), the test's oracle");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // (the header lines' words are no hexadecimal numbers: skipped)
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    // "   N: VALUE SIZE TYPE BIND VIS NDX NAME"
+    let value = readelf(&["-W", "--dyn-syms"]).lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() >= 8 && f[7] == "plugin_version" && f[6] != "UND" {
+            hex(f[1])
+        } else {
+            None
+        }
+    })?;
+    // "  [Nr] NAME TYPE ADDRESS OFF SIZE ..."
+    readelf(&["-W", "-S"]).lines().find_map(|line| {
+        let rest = line.trim_start().strip_prefix('[')?;
+        let f: Vec<&str> = rest.split(']').nth(1)?.split_whitespace().collect();
+        if f.len() < 5 || f[1] == "NOBITS" {
+            return None;
+        }
+        let (addr, off, size) = (hex(f[2])?, hex(f[3])?, hex(f[4])?);
+        (addr > 0 && value >= addr && value < addr + size).then(|| value - addr + off)
+    })
+}
+
+/// `plugin_release FILE` of ci/slurm-release.sh for each of `files`, run by `sh` with `path`
+/// alone on PATH: what it printed for each (`None` where it failed).
+fn plugin_release_of(path: &Path, files: &[PathBuf]) -> Vec<Option<String>> {
+    files
+        .iter()
+        .map(|file| {
+            let out = Command::new("/bin/sh")
+                .arg("-c")
+                .arg(". \"$0\" && plugin_release \"$1\"")
+                .arg(workspace().join("ci/slurm-release.sh"))
+                .arg(file)
+                .env_clear()
+                .env("PATH", path)
+                .output()
+                .expect("run sh");
+            let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+            if out.status.success() {
+                Some(printed)
+            } else {
+                assert!(
+                    printed.is_empty(),
+                    "{}: failed, printing {printed:?}",
+                    file.display()
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn plugin_release_reads_every_slurm_plugin_without_binutils() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tool_path(&tmp.path().join("path"), ESSENTIAL_TOOLS);
+    // Slurm's own plugins (and libslurmfull.so, which has no plugin_version) and the built
+    // ones: each of the headers' release where readelf finds the symbol, none where it
+    // finds none
+    let mut files: Vec<PathBuf> = fs::read_dir(slurm_plugin_dir())
+        .expect("Slurm's plugin directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "so"))
+        .collect();
+    files.sort();
+    files.extend(built_plugins().into_iter().map(|(_, p)| p));
+    let read = plugin_release_of(&path, &files);
+    let mut with_symbol = 0;
+    for (file, release) in files.iter().zip(&read) {
+        if plugin_version_offset(file).is_some() {
+            with_symbol += 1;
+            assert_eq!(
+                release.as_deref(),
+                Some(built_release().as_str()),
+                "{}",
+                file.display()
+            );
+        } else {
+            assert_eq!(release, &None, "{}: no plugin_version, yet", file.display());
+        }
+    }
+    println!(
+        "{} files, {with_symbol} with plugin_version, each read as {}",
+        files.len(),
+        built_release()
+    );
+    assert!(with_symbol > 10, "only {with_symbol} plugins in {files:?}");
+
+    // a plugin of another release: Slurm's own with its plugin_version rewritten where
+    // readelf says it is
+    let original = slurm_plugin_dir().join("proctrack_pgid.so");
+    let offset =
+        plugin_version_offset(&original).expect("proctrack_pgid's plugin_version") as usize;
+    let other = other_release();
+    let mut bytes = fs::read(&original).expect("read proctrack_pgid.so");
+    bytes[offset..offset + 4].copy_from_slice(&release_number(other).to_ne_bytes());
+    let patched = tmp.path().join("proctrack_pgid.so");
+    fs::write(&patched, &bytes).expect("write the patched plugin");
+    // and what is no plugin: cut short (its section headers gone), half of it, text
+    let short = tmp.path().join("short.so");
+    fs::write(&short, &bytes[..bytes.len() - 100]).expect("write");
+    let half = tmp.path().join("half.so");
+    fs::write(&half, &bytes[..bytes.len() / 2]).expect("write");
+    let text = tmp.path().join("text.so");
+    fs::write(&text, "plugin_version\0").expect("write");
+    let read = plugin_release_of(&path, &[patched, short, half, text]);
+    assert_eq!(read, vec![Some(other.to_string()), None, None, None]);
+}
+
+/// The `SLURM_VERSION_NUMBER` of a release X.Y.Z.
+fn release_number(release: &str) -> u32 {
+    let n: Vec<u32> = release
+        .split('.')
+        .map(|n| n.parse().expect("X.Y.Z"))
+        .collect();
+    (n[0] << 16) | (n[1] << 8) | n[2]
+}
+
+#[test]
+fn the_packages_preinst_reads_slurms_release_on_a_host_without_binutils_or_slurmd() {
+    let test = "the_packages_preinst_reads_slurms_release_on_a_host_without_binutils_or_slurmd";
+    let Some(deb) = deb_or_skip(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let control = tmp.path().join("control");
+    let extracted = Command::new("dpkg-deb")
+        .arg("-e")
+        .arg(&deb)
+        .arg(&control)
+        .status()
+        .expect("run dpkg-deb -e");
+    assert!(extracted.success(), "dpkg-deb -e {}", deb.display());
+    let path = tool_path(&tmp.path().join("path"), ESSENTIAL_TOOLS);
+    let plugin_dir = deb_plugin_dir(&deb);
+    let preinst = |root: &Path| {
+        Command::new("/bin/sh")
+            .arg(control.join("preinst"))
+            .arg("install")
+            .env_clear()
+            .env("PATH", &path)
+            .env("DPKG_ROOT", root)
+            .output()
+            .expect("run the preinst")
+    };
+    // a Slurm's plugin directory as its package lays it out, no slurmd beside it: its
+    // libslurmfull.so and its proctrack_pgid.so, Slurm's own or one of another release
+    // (plugin_version rewritten where readelf finds it)
+    let original = slurm_plugin_dir().join("proctrack_pgid.so");
+    let with_plugin = |name: &str, release: &str| {
+        let root = tmp.path().join(name);
+        let dir = slurm_at(root.join(&plugin_dir), None);
+        let mut bytes = fs::read(&original).expect("read proctrack_pgid.so");
+        let offset = plugin_version_offset(&original).expect("plugin_version") as usize;
+        bytes[offset..offset + 4].copy_from_slice(&release_number(release).to_ne_bytes());
+        fs::write(dir.join("proctrack_pgid.so"), bytes).expect("write proctrack_pgid.so");
+        (root, dir)
+    };
+
+    let other = other_release();
+    let (root, dir) = with_plugin("other", other);
+    let out = preinst(&root);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "preinst: {stderr}");
+    let says = format!(
+        "{} is Slurm {other}'s (plugin_version of {}/proctrack_pgid.so)",
+        dir.display(),
+        dir.display()
+    );
+    assert!(stderr.contains(&says), "{says:?} not in: {stderr}");
+    assert!(stderr.contains("nothing installed"), "{stderr}");
+
+    let (root, dir) = with_plugin("same", &built_release());
+    let out = preinst(&root);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "preinst: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let says = format!(
+        "{} is Slurm {}'s (plugin_version of {}/proctrack_pgid.so), the plugins' release",
+        dir.display(),
+        built_release(),
+        dir.display()
+    );
+    assert!(stdout.contains(&says), "{says:?} not in: {stdout}");
+
+    // no Slurm there yet (`dpkg -i` of the package before its Slurm): a package that pins
+    // its Slurm leaves the release to dpkg's Depends; one for a Slurm installed from
+    // source (no Depends on a Slurm) cannot tell, and refuses
+    let root = tmp.path().join("none");
+    fs::create_dir_all(root.join(&plugin_dir)).expect("mkdir");
+    let out = preinst(&root);
+    let depends = Command::new("dpkg-deb")
+        .arg("-f")
+        .arg(&deb)
+        .arg("Depends")
+        .output()
+        .expect("run dpkg-deb -f");
+    let depends = String::from_utf8_lossy(&depends.stdout).into_owned();
+    let pinned = depends.split(',').any(|d| d.trim().starts_with("slurm"));
+    if pinned {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "preinst: {stdout}");
+        assert!(
+            stdout.contains("yet: dpkg configures this package only beside"),
+            "{stdout}"
+        );
+    } else {
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "no Depends on Slurm ({depends}), yet"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("cannot tell which Slurm release"),
+            "{stderr}"
+        );
+    }
+}
+
+/// A minimal Debian 12 host (tests/package/bookworm-root.sh's cached root: no binutils, no
+/// slurmd) of one test: an overlay over the cache, its changes in `scratch` (removed with
+/// it), apt's sources Debian's mirror (the lists as cached) and `scratch/repo`, a local file
+/// repository (`/srv/repo` inside).
+struct Bookworm {
+    base: PathBuf,
+    scratch: tempfile::TempDir,
+}
+
+impl Bookworm {
+    /// The host, or `None` where the package is not for Debian 12's Slurm (another release's
+    /// build: no package of bookworm can carry it), which `test` then skips saying so.
+    fn for_package(test: &str, deb: &Path) -> Option<Bookworm> {
+        let depends = Command::new("dpkg-deb")
+            .arg("-f")
+            .arg(deb)
+            .arg("Depends")
+            .output()
+            .expect("run dpkg-deb -f");
+        let depends = String::from_utf8_lossy(&depends.stdout).into_owned();
+        if built_release() != "22.05.8" || !depends.contains("slurm-wlm-basic-plugins") {
+            eprintln!(
+                "SKIPPED {test}: the package is for Slurm {} ({depends}); Debian 12's is \
+                 slurm-wlm-basic-plugins 22.05.8",
+                built_release()
+            );
+            return None;
+        }
+        let started = std::time::Instant::now();
+        let out = Command::new("/bin/sh")
+            .arg(workspace().join("tests/package/bookworm-root.sh"))
+            .output()
+            .expect("run bookworm-root.sh");
+        assert!(
+            out.status.success(),
+            "bookworm-root.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let base = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        println!(
+            "the Debian 12 root {} ready in {:.1} s",
+            base.display(),
+            started.elapsed().as_secs_f64()
+        );
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let host = Bookworm { base, scratch };
+        fs::create_dir_all(host.scratch.path().join("repo")).expect("mkdir repo");
+        host.publish(&[]);
+        Some(host)
+    }
+
+    /// `script` run by sh as root inside, after apt has read the local repository again;
+    /// its output, stdout and stderr together, printed and returned with its status.
+    fn run(&self, script: &str) -> (bool, String) {
+        let local = "echo 'deb [trusted=yes] file:/srv/repo ./' >/etc/apt/sources.list.d/local.list && \
+            apt-get update -qq -o Dir::Etc::SourceList=/etc/apt/sources.list.d/local.list \
+            -o Dir::Etc::SourceParts=- -o APT::Get::List-Cleanup=0 && ";
+        let started = std::time::Instant::now();
+        let out = Command::new("/bin/sh")
+            .arg(workspace().join("tests/package/in-root.sh"))
+            .arg(&self.base)
+            .arg(self.scratch.path())
+            .args(["sh", "-c", &format!("exec 2>&1; {local}{script}")])
+            .output()
+            .expect("run in-root.sh");
+        // (dpkg's lines under apt come through a terminal: CR LF)
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .replace("\r\n", "\n");
+        println!(
+            "---- in Debian 12 ({:.1} s): {script}\n{text}",
+            started.elapsed().as_secs_f64()
+        );
+        (out.status.success(), text)
+    }
+
+    /// Copies `debs` into the local repository and indexes it (dpkg-scanpackages).
+    fn publish(&self, debs: &[PathBuf]) {
+        let repo = self.scratch.path().join("repo");
+        for deb in debs {
+            fs::copy(deb, repo.join(deb.file_name().expect("a file name"))).expect("copy a .deb");
+        }
+        // --multiversion: every version there, as a distribution's archive has them
+        let out = Command::new("dpkg-scanpackages")
+            .args(["--multiversion", ".", "/dev/null"])
+            .current_dir(&repo)
+            .output()
+            .expect("run dpkg-scanpackages (dpkg-dev)");
+        assert!(out.status.success(), "dpkg-scanpackages");
+        fs::write(repo.join("Packages"), out.stdout).expect("write Packages");
+    }
+
+    /// (package, version) of every installed package built from `source`, sorted.
+    fn installed_of_source(&self, source: &str) -> Vec<(String, String)> {
+        let (ok, text) = self.run(
+            "dpkg-query -W -f='${db:Status-Abbrev}|${source:Package}|${Package}|${Version}\\n'",
+        );
+        assert!(ok, "dpkg-query: {text}");
+        let mut found: Vec<(String, String)> = text
+            .lines()
+            .filter_map(|line| {
+                let f: Vec<&str> = line.split('|').collect();
+                // installed ("ii"), or installed and held ("hi")
+                (f.len() == 4 && f[0].get(1..2) == Some("i") && f[1] == source)
+                    .then(|| (f[2].to_string(), f[3].to_string()))
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
+    /// dpkg's status of `package` inside (`ii`, ...; empty where dpkg knows it not).
+    fn status(&self, package: &str) -> String {
+        let (_, text) = self.run(&format!(
+            "dpkg-query -W -f='status=${{db:Status-Abbrev}}\\n' {package} 2>/dev/null || true"
+        ));
+        text.lines()
+            .find_map(|l| l.strip_prefix("status="))
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    }
+
+    /// A path inside, as the overlay's upper layer or the cache below it has it (read
+    /// from outside, with no namespace: what the package or apt wrote is in the upper).
+    fn file(&self, path: &Path) -> Option<PathBuf> {
+        let relative = path.strip_prefix("/").expect("an absolute path");
+        let upper = self.scratch.path().join("upper").join(relative);
+        // an overlay whiteout (a character device 0/0) is a file removed inside
+        match fs::symlink_metadata(&upper) {
+            Ok(meta) if std::os::unix::fs::FileTypeExt::is_char_device(&meta.file_type()) => None,
+            Ok(_) => Some(upper),
+            Err(_) => Some(self.base.join(relative)).filter(|p| p.exists()),
+        }
+    }
+}
+
+/// apt-get with what every call here wants: no questions, no Recommends (a minimal host),
+/// no fsync (the root is thrown away).
+const APT_GET: &str = "apt-get -y -q --no-install-recommends -o Dpkg::Options::=--force-unsafe-io";
+
+#[test]
+fn the_package_installs_with_apt_on_a_debian_12_host_without_binutils_or_slurmd() {
+    let test = "the_package_installs_with_apt_on_a_debian_12_host_without_binutils_or_slurmd";
+    if !root_or_skip(test) {
+        return;
+    }
+    let Some(deb) = deb_or_skip(test) else {
+        return;
+    };
+    let Some(host) = Bookworm::for_package(test, &deb) else {
+        return;
+    };
+    let started = std::time::Instant::now();
+    // a controller or login host: no binutils (readelf), no slurmd
+    let (ok, text) = host.run(
+        "! command -v readelf; dpkg -s binutils >/dev/null 2>&1; echo binutils=$?; \
+         dpkg -s slurmd >/dev/null 2>&1; echo slurmd=$?",
+    );
+    assert!(
+        ok && text.contains("binutils=1") && text.contains("slurmd=1"),
+        "{text}"
+    );
+    host.publish(std::slice::from_ref(&deb));
+    let (ok, text) = host.run(&format!("{APT_GET} install slurm-energy-rust"));
+    assert!(ok, "apt-get install slurm-energy-rust: {text}");
+    assert_eq!(host.status("slurm-energy-rust"), "ii");
+    // the preinst read Debian's Slurm release from its own plugins (there is no other way
+    // on this host)
+    let plugin_dir = Path::new("/").join(deb_plugin_dir(&deb));
+    let says = format!(
+        "slurm-energy-rust: {} is Slurm 22.05.8's (plugin_version of {}/proctrack_pgid.so), \
+         the plugins' release",
+        plugin_dir.display(),
+        plugin_dir.display()
+    );
+    assert!(text.contains(&says), "{says:?} not in: {text}");
+    // apt resolved the Slurm it depends on from Debian's lists (its plugins, and the
+    // libslurm senergy links), and no daemon
+    let slurm = host.installed_of_source("slurm-wlm");
+    let names: Vec<&str> = slurm.iter().map(|(p, _)| p.as_str()).collect();
+    assert!(names.contains(&"slurm-wlm-basic-plugins"), "{slurm:?}");
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("slurmd") || n.starts_with("slurmctld")),
+        "{slurm:?}"
+    );
+    assert!(
+        slurm.iter().all(|(_, v)| v.starts_with("22.05.8-")),
+        "{slurm:?}"
+    );
+    assert_eq!(host.status("binutils"), "", "binutils came with it");
+    // the package's plugins are there, as the package has them
+    let unpacked = host.scratch.path().join("unpacked");
+    let extracted = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&deb)
+        .arg(&unpacked)
+        .status()
+        .expect("run dpkg-deb -x");
+    assert!(extracted.success(), "dpkg-deb -x");
+    for (name, _) in built_plugins() {
+        let file = plugin_dir.join(format!("{name}.so"));
+        let installed = host
+            .file(&file)
+            .unwrap_or_else(|| panic!("{} not installed", file.display()));
+        assert_eq!(
+            fs::read(&installed).expect("read the installed plugin"),
+            fs::read(unpacked.join(file.strip_prefix("/").expect("absolute")))
+                .expect("read the package's plugin"),
+            "{name}.so"
+        );
+    }
+    println!(
+        "installed with apt in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The one line of docs/operations.md that starts with `start`, as the admin copies it from
+/// its code block (`sudo` dropped: the test runs as root).
+fn operations_line(start: &str) -> String {
+    let page = fs::read_to_string(workspace().join("docs/operations.md")).expect("operations.md");
+    let lines: Vec<&str> = page
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(start))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "docs/operations.md: {start:?} lines: {lines:?}"
+    );
+    lines[0].replace("sudo ", "")
+}
+
+/// `packages` (name, installed version) rebuilt as `version` by tests/package/reversion.sh
+/// from the .debs that apt downloaded into the cached root, into `out`.
+fn reversioned(
+    host: &Bookworm,
+    packages: &[(String, String)],
+    version: &str,
+    out: &Path,
+) -> Vec<PathBuf> {
+    let arch = String::from_utf8_lossy(
+        &Command::new("dpkg")
+            .arg("--print-architecture")
+            .output()
+            .expect("dpkg --print-architecture")
+            .stdout,
+    )
+    .trim()
+    .to_string();
+    let debs: Vec<PathBuf> = packages
+        .iter()
+        .map(|(name, installed)| {
+            // apt's file name: the epoch's colon as %3a
+            let file = format!("{name}_{}_{arch}.deb", installed.replace(':', "%3a"));
+            host.file(&Path::new("/var/cache/apt/archives").join(&file))
+                .unwrap_or_else(|| panic!("{file} not in the root's apt cache"))
+        })
+        .collect();
+    let out_dir = out.join(version);
+    let status = Command::new("/bin/sh")
+        .arg(workspace().join("tests/package/reversion.sh"))
+        .arg(version)
+        .arg(&out_dir)
+        .args(&debs)
+        .status()
+        .expect("run reversion.sh");
+    assert!(status.success(), "reversion.sh {version}");
+    fs::read_dir(&out_dir)
+        .expect("the rebuilt packages")
+        .map(|e| e.expect("entry").path())
+        .collect()
+}
+
+#[test]
+fn apt_keeps_the_plugins_through_a_slurm_revision_and_removes_them_as_documented_for_a_new_release()
+{
+    let test = "apt_keeps_the_plugins_through_a_slurm_revision_and_removes_them_as_documented_for_a_new_release";
+    if !root_or_skip(test) {
+        return;
+    }
+    let Some(deb) = deb_or_skip(test) else {
+        return;
+    };
+    let Some(host) = Bookworm::for_package(test, &deb) else {
+        return;
+    };
+    let started = std::time::Instant::now();
+    let plugin = Path::new("/")
+        .join(deb_plugin_dir(&deb))
+        .join("acct_gather_energy_rust_rapl.so");
+    // a node that is its own controller, configured with the plugin
+    host.publish(std::slice::from_ref(&deb));
+    let (ok, text) = host.run(&format!(
+        "{APT_GET} install slurm-energy-rust slurmd slurmctld && mkdir -p /etc/slurm && \
+         printf 'ClusterName=test\\nSlurmctldHost=node1\\n# energy\\n\
+         AcctGatherEnergyType=acct_gather_energy/rust_rapl # RAPL\\n' >/etc/slurm/slurm.conf"
+    ));
+    assert!(ok, "install: {text}");
+    let slurm = host.installed_of_source("slurm-wlm");
+    let installed = &slurm[0].1;
+    assert!(installed.starts_with("22.05.8-"), "{slurm:?}");
+    let versions = |host: &Bookworm| -> Vec<String> {
+        host.installed_of_source("slurm-wlm")
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect()
+    };
+    let all = |version: &str| vec![version.to_string(); slurm.len()];
+    let work = host.scratch.path().join("rebuilt");
+
+    // a Debian revision of the same release (a security update): apt-get full-upgrade takes
+    // it and keeps the plugins, which the package's Depends admit with any revision
+    let revision = format!("{installed}+energytest1");
+    host.publish(&reversioned(&host, &slurm, &revision, &work));
+    let (ok, text) = host.run(&format!("{APT_GET} full-upgrade"));
+    assert!(ok, "full-upgrade: {text}");
+    assert_eq!(versions(&host), all(&revision), "{text}");
+    assert_eq!(host.status("slurm-energy-rust"), "ii", "{text}");
+    assert!(host.file(&plugin).is_some(), "{} gone", plugin.display());
+    assert!(!text.contains("WARNING"), "{text}");
+
+    // the next upstream release and a later revision of this one in the repository
+    let next = "22.05.9-1";
+    let revision2 = format!("{installed}+energytest2");
+    let mut debs = reversioned(&host, &slurm, next, &work);
+    debs.extend(reversioned(&host, &slurm, &revision2, &work));
+    host.publish(&debs);
+
+    // the pin of docs/operations.md: full-upgrade takes the revision, not the release
+    let pin = operations_line("printf 'Package: src:slurm-wlm");
+    let (ok, text) = host.run(&format!("{pin} && {APT_GET} full-upgrade"));
+    assert!(ok, "pin, full-upgrade: {text}");
+    assert_eq!(versions(&host), all(&revision2), "{text}");
+    assert_eq!(host.status("slurm-energy-rust"), "ii", "{text}");
+    let (ok, text) = host.run("rm /etc/apt/preferences.d/slurm-release");
+    assert!(ok, "{text}");
+
+    // apt-get upgrade never removes a package: it keeps back what pins the plugins'
+    // release, and moves libslurm38 alone (Debian's pins no other package's version)
+    let (ok, text) = host.run(&format!("{APT_GET} upgrade"));
+    assert!(ok, "upgrade: {text}");
+    assert!(text.contains("kept back"), "{text}");
+    let libslurm_moves = |version: &str| -> Vec<String> {
+        slurm
+            .iter()
+            .map(|(name, _)| {
+                if name.starts_with("libslurm") {
+                    next.to_string()
+                } else {
+                    version.to_string()
+                }
+            })
+            .collect()
+    };
+    assert_eq!(versions(&host), libslurm_moves(&revision2), "{text}");
+    assert_eq!(host.status("slurm-energy-rust"), "ii");
+
+    // the hold of docs/operations.md: full-upgrade changes nothing
+    let hold = operations_line("sudo apt-mark hold ");
+    let (ok, text) = host.run(&format!("{hold} && {APT_GET} full-upgrade"));
+    assert!(ok, "hold, full-upgrade: {text}");
+    assert_eq!(versions(&host), libslurm_moves(&revision2), "{text}");
+    assert_eq!(host.status("slurm-energy-rust"), "ii", "{text}");
+
+    // without it, full-upgrade moves Slurm to 22.05.9 and removes the package, whose prerm
+    // names the slurm.conf line that slurmd can no longer start with
+    let unhold = hold.replacen("apt-mark hold", "apt-mark unhold", 1);
+    let (ok, text) = host.run(&format!("{unhold} && {APT_GET} full-upgrade"));
+    assert!(ok, "full-upgrade: {text}");
+    assert_eq!(versions(&host), all(next), "{text}");
+    assert!(
+        text.contains("The following packages will be REMOVED:\n  slurm-energy-rust\n"),
+        "{text}"
+    );
+    assert_ne!(host.status("slurm-energy-rust"), "ii");
+    assert!(
+        host.file(&plugin).is_none(),
+        "{} still there",
+        plugin.display()
+    );
+    for says in [
+        "slurm-energy-rust: WARNING: slurm.conf names a plugin that this removal deletes:",
+        "  /etc/slurm/slurm.conf line 4: AcctGatherEnergyType=acct_gather_energy/rust_rapl\n",
+        "slurmd and slurmctld cannot load that plugin once it is gone: they will fail to",
+    ] {
+        assert!(text.contains(says), "{says:?} not in: {text}");
+    }
+    println!(
+        "install, two upgrades, pin, hold, removal: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn the_packages_prerm_names_each_slurm_conf_line_that_loads_a_rust_plugin_and_never_fails() {
+    let test =
+        "the_packages_prerm_names_each_slurm_conf_line_that_loads_a_rust_plugin_and_never_fails";
+    let Some(deb) = deb_or_skip(test) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let control = tmp.path().join("control");
+    let extracted = Command::new("dpkg-deb")
+        .arg("-e")
+        .arg(&deb)
+        .arg(&control)
+        .status()
+        .expect("run dpkg-deb -e");
+    assert!(extracted.success(), "dpkg-deb -e {}", deb.display());
+    let path = tool_path(&tmp.path().join("path"), ESSENTIAL_TOOLS);
+    let root = tmp.path().join("root");
+    let etc = root.join("etc/slurm");
+    fs::create_dir_all(etc.join("conf.d")).expect("mkdir");
+    let prerm = |action: &str| {
+        let out = Command::new("/bin/sh")
+            .arg(control.join("prerm"))
+            .arg(action)
+            .env_clear()
+            .env("PATH", &path)
+            .env("DPKG_ROOT", &root)
+            .output()
+            .expect("run the prerm");
+        assert_eq!(out.status.code(), Some(0), "prerm {action}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // the plugin only in comments, or after a value's #: nothing to say
+    fs::write(
+        etc.join("slurm.conf"),
+        "ClusterName=c\n#AcctGatherEnergyType=acct_gather_energy/rust_rapl\n\
+         AcctGatherEnergyType=acct_gather_energy/ipmi # was rust_ipmi\n",
+    )
+    .expect("slurm.conf");
+    assert_eq!(prerm("remove"), "");
+    // the key in any case, and in a file slurm.conf includes (relative to its directory)
+    fs::write(
+        etc.join("slurm.conf"),
+        "ClusterName=c\ninclude conf.d/energy.conf\n",
+    )
+    .expect("slurm.conf");
+    fs::write(
+        etc.join("conf.d/energy.conf"),
+        "\n  acctgatherenergytype = acct_gather_energy/rust_gpu\n",
+    )
+    .expect("energy.conf");
+    let said = prerm("remove");
+    for says in [
+        "slurm-energy-rust: WARNING: slurm.conf names a plugin that this removal deletes:\n",
+        "  /etc/slurm/conf.d/energy.conf line 2: acctgatherenergytype = acct_gather_energy/rust_gpu\n",
+        "they will fail to\n",
+    ] {
+        assert!(said.contains(says), "{says:?} not in: {said}");
+    }
+    assert_eq!(said.matches(" line ").count(), 1, "{said}");
+    // an upgrade of the package itself removes nothing that slurm.conf names
+    assert_eq!(prerm("upgrade"), "");
 }

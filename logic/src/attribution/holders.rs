@@ -2,7 +2,11 @@
 //! [`crate::ledger::Split::Devices`]: each step's allocation from Slurm's own step record
 //! ([`super::grant`]) matched to the source's devices ([`super::gres`]), and which job each
 //! process using a device belongs to: the job whose cgroup holds it, as the kernel says
-//! (`/proc/<pid>/cgroup`), whatever its parents, title or environment.
+//! (`/proc/<pid>/cgroup`), whatever its parents, title or environment. A process in no
+//! present job's cgroup that is still below its owner's `uid_<U>` (moved into a leftover
+//! directory of an ended job, where Slurm gives step directories to their owner) is its
+//! owner's: its use is charged to their present jobs holding the device, else to their
+//! present jobs ([`charged_jobs`]).
 
 use std::cell::OnceCell;
 use std::collections::hash_map::Entry;
@@ -45,6 +49,18 @@ pub struct ObservedInstance {
 /// ([`Procs::start_ticks`]).
 type Process = (u32, u64);
 
+/// Each present job's owner, and each job's devices by position ([`Holders::jobs_users`]).
+type JobsUsers = (HashMap<u32, u32>, HashMap<u32, HashSet<u32>>);
+
+/// Whose a device process is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Owner {
+    /// The job whose cgroup holds it.
+    Job(u32),
+    /// No present job's cgroup holds it; it is below the `uid_<U>` of user `U`.
+    User(u32),
+}
+
 /// How far up a device process's ancestors its slurmstepd is looked for, where Slurm
 /// places no process in a cgroup of its job.
 const MAX_DEPTH: usize = 64;
@@ -68,6 +84,10 @@ pub(crate) struct Holders {
     job_dirs: HashMap<u32, Vec<JobDir>>,
     /// Slurm placed no slurmstepd in a job's cgroup (no cgroup plugin): said once.
     said_no_cgroups: bool,
+    /// The users whose device processes out of every job were said, while they last.
+    said_users: HashSet<u32>,
+    /// The jobs with a step present (its socket in the spool dir), placed or not.
+    present_jobs: HashSet<u32>,
     /// Each `(device position, pid)`'s use at the last sample, and the start of the
     /// process that had the pid then (`None`: unknown).
     last_busy: HashMap<(u32, u32), (Option<u64>, u64)>,
@@ -102,6 +122,8 @@ impl Holders {
             owners: HashMap::new(),
             job_dirs: HashMap::new(),
             said_no_cgroups: false,
+            said_users: HashSet::new(),
+            present_jobs: HashSet::new(),
             last_busy: HashMap::new(),
             last_activity: HashMap::new(),
         }
@@ -110,6 +132,7 @@ impl Holders {
     /// Forgets the steps that are gone.
     pub(crate) fn retain(&mut self, present: &HashSet<StepKey>) {
         self.allocations.retain(|step, _| present.contains(step));
+        self.present_jobs = present.iter().map(|s| s.job).collect();
     }
 
     /// The devices an allocation names, by their positions among `devices`: by the
@@ -247,6 +270,9 @@ impl Holders {
         }
         let mut observed = Vec::new();
         let mut last_busy = HashMap::new();
+        // for processes out of every job: each present job's owner, and what it holds
+        let mut users: Option<JobsUsers> = None;
+        let mut users_seen = HashSet::new();
         for d in devices {
             let mut busy: Vec<(Option<u32>, f64)> = Vec::new();
             for &(pid, total) in &d.busy {
@@ -264,9 +290,43 @@ impl Holders {
                     continue;
                 }
                 let owner = start.and_then(|start| self.owner(procs, stepds, (pid, start)));
-                match busy.iter_mut().find(|(j, _)| *j == owner) {
-                    Some((_, b)) => *b += used as f64,
-                    None => busy.push((owner, used as f64)),
+                let jobs = match owner {
+                    Some(Owner::Job(job)) => vec![job],
+                    Some(Owner::User(uid)) => {
+                        let (owners, held) =
+                            users.get_or_insert_with(|| self.jobs_users(procs, stepds, devices));
+                        let gpu: Vec<u32> = std::iter::once(d.position)
+                            .chain(d.instances.iter().map(|i| i.position))
+                            .collect();
+                        let jobs = charged_jobs(uid, &gpu, owners, held);
+                        users_seen.insert(uid);
+                        if self.said_users.insert(uid) {
+                            log::warn!(
+                                "GPU {}: process {pid} is in no job's cgroup but below user \
+                                 {uid}'s (moved into a leftover directory of an ended job, \
+                                 which cgroup v1 before Slurm 23.02 or RootOwnedCgroups=no \
+                                 allows): its use is charged to {}",
+                                d.position,
+                                match jobs.is_empty() {
+                                    true => "no job (the user has none on this node)".to_string(),
+                                    false => format!("the user's jobs {jobs:?}"),
+                                }
+                            );
+                        }
+                        jobs
+                    }
+                    None => Vec::new(),
+                };
+                let each = used as f64 / jobs.len().max(1) as f64;
+                let owners: Vec<Option<u32>> = match jobs.is_empty() {
+                    true => vec![None],
+                    false => jobs.into_iter().map(Some).collect(),
+                };
+                for owner in owners {
+                    match busy.iter_mut().find(|(j, _)| *j == owner) {
+                        Some((_, b)) => *b += each,
+                        None => busy.push((owner, each)),
+                    }
                 }
             }
             let instances = d
@@ -290,20 +350,49 @@ impl Holders {
             });
         }
         self.last_busy = last_busy;
+        self.said_users.retain(|uid| users_seen.contains(uid));
         observed
+    }
+
+    /// Each present job's owner (by its `uid_<U>` directory: [`JobDir::owner`]) and the
+    /// devices its steps hold, by position.
+    fn jobs_users(
+        &self,
+        procs: &Procs,
+        stepds: &HashMap<u32, u32>,
+        devices: &[DeviceReading],
+    ) -> JobsUsers {
+        let owners = self
+            .job_dirs
+            .iter()
+            .filter_map(|(stepd, dirs)| {
+                Some((*stepds.get(stepd)?, dirs.iter().find_map(JobDir::owner)?))
+            })
+            .collect();
+        let mut held: HashMap<u32, HashSet<u32>> = HashMap::new();
+        for (step, a) in &self.allocations {
+            held.entry(step.job)
+                .or_default()
+                .extend(self.positions(procs, a, devices));
+        }
+        (owners, held)
     }
 
     /// The job of `process`: kept once known; else looked up while the process runs (the
     /// pid still has its start, before and after the look-up, so the answer is not of a
     /// process that took the pid meanwhile), and kept only when found.
+    /// A process in no placed job's cgroup but below a user's `uid_<U>` is that user's
+    /// ([`JobDir::user_of`]) unless the job's directory it is in is of a job present (its
+    /// slurmstepd is not placed yet: nobody's for now); neither is kept, it is asked again
+    /// at each sample.
     fn owner(
         &mut self,
         procs: &Procs,
         stepds: &HashMap<u32, u32>,
         process: Process,
-    ) -> Option<u32> {
+    ) -> Option<Owner> {
         if let Some(job) = self.owners.get(&process) {
-            return Some(*job);
+            return Some(Owner::Job(*job));
         }
         let (pid, start) = process;
         if procs.start_ticks(pid) != Some(start) {
@@ -315,20 +404,34 @@ impl Holders {
             .filter_map(|(stepd, dirs)| Some((dirs, *stepds.get(stepd)?)))
             .flat_map(|(dirs, job)| dirs.iter().map(move |d| (d, job)))
             .collect();
+        let mut user = None;
         let job = if placed.is_empty() {
             // no Slurm cgroup on this node: the slurmstepd a process descends from is all
             // there is (one that leaves its parents escapes)
             owning_job(procs, stepds, pid)
         } else {
             let cgroup = procs.cgroup(pid).unwrap_or_default();
-            placed
+            let job = placed
                 .iter()
                 .find(|(d, _)| d.holds(&cgroup))
-                .map(|(_, job)| *job)
+                .map(|(_, job)| *job);
+            if job.is_none() {
+                user = placed
+                    .iter()
+                    .find_map(|(d, _)| d.user_of(&cgroup))
+                    .filter(|(_, job)| !job.is_some_and(|j| self.present_jobs.contains(&j)))
+                    .map(|(uid, _)| uid);
+            }
+            job
+        };
+        if procs.start_ticks(pid) != Some(start) {
+            return None;
         }
-        .filter(|_| procs.start_ticks(pid) == Some(start))?;
+        let Some(job) = job else {
+            return user.map(Owner::User);
+        };
         self.owners.insert(process, job);
-        Some(job)
+        Some(Owner::Job(job))
     }
 
     /// Reads where Slurm placed the present jobs' slurmstepds, for those not read yet (kept
@@ -353,6 +456,36 @@ impl Holders {
     }
 }
 
+/// The jobs a device process of user `uid` in no job's cgroup is charged to: the user's
+/// present jobs (`owners`: job to its owner) holding the device (`gpu`: its positions, the
+/// GPU's and its MIG instances'; `held`: each job's devices), else all the user's present
+/// jobs; none (the use is nobody's) where the user has no job present.
+fn charged_jobs(
+    uid: u32,
+    gpu: &[u32],
+    owners: &HashMap<u32, u32>,
+    held: &HashMap<u32, HashSet<u32>>,
+) -> Vec<u32> {
+    let mut theirs: Vec<u32> = owners
+        .iter()
+        .filter(|(_, owner)| **owner == uid)
+        .map(|(job, _)| *job)
+        .collect();
+    theirs.sort_unstable();
+    let holding: Vec<u32> = theirs
+        .iter()
+        .copied()
+        .filter(|job| {
+            held.get(job)
+                .is_some_and(|h| gpu.iter().any(|p| h.contains(p)))
+        })
+        .collect();
+    match holding.is_empty() {
+        true => theirs,
+        false => holding,
+    }
+}
+
 /// The job of the slurmstepd that `pid` descends from.
 fn owning_job(procs: &Procs, stepds: &HashMap<u32, u32>, pid: u32) -> Option<u32> {
     let mut at = pid;
@@ -366,241 +499,4 @@ fn owning_job(procs: &Procs, stepds: &HashMap<u32, u32>, pid: u32) -> Option<u32
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::attribution::cgroup::tests::write;
-    use crate::attribution::grant::tests::{shards, whole};
-    use crate::attribution::procs::tests::{child, process};
-
-    fn gpu(position: u32, minor: u32, busy: &[(u32, u64)]) -> DeviceReading {
-        DeviceReading {
-            position,
-            file: Some((195, minor)),
-            energy_uj: 1,
-            watts: None,
-            busy: busy.to_vec(),
-            instances: vec![],
-        }
-    }
-
-    /// A task of `stepd` in `cgroup`, its environment claiming GPUs it was not given.
-    fn task(root: &Path, stepd: u32, pid: u32, cgroup: &str) {
-        child(root, stepd, pid);
-        process(root, pid, "python", cgroup);
-        write(
-            &root.join(format!("{pid}/environ")),
-            "SLURM_JOB_ID=7\0SLURM_JOB_GPUS=0,1\0CUDA_VISIBLE_DEVICES=0,1\0",
-        );
-        stat(root, pid, stepd, 1000);
-    }
-
-    /// `/proc/<pid>/stat` of a process whose parent is `parent`, started `start` clock
-    /// ticks after boot.
-    fn stat(root: &Path, pid: u32, parent: u32, start: u64) {
-        write(
-            &root.join(format!("{pid}/stat")),
-            &format!("{pid} (python) S {parent} 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0"),
-        );
-    }
-
-    /// GRES indexes come from the steps' grants (what tasks' environments say is not
-    /// read), named by gres.conf's files, matched to the library's GPUs by minor; the
-    /// extern step and a step whose grant is not published hold nothing yet; use is per
-    /// job, by the job cgroup that holds the process, whatever its parents.
-    #[test]
-    fn steps_hold_the_gpus_slurm_granted_and_use_is_the_cgroups_job() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let (root, spool) = (tmp.path().join("proc"), tmp.path().join("spool"));
-        std::fs::create_dir_all(&spool).expect("spool");
-        // gres.conf's order: nvidia3 is GRES 0, nvidia5 is GRES 1; the library has 5 first
-        let devices = [gpu(0, 5, &[(40, 30), (50, 10), (60, 5)]), gpu(1, 3, &[])];
-        let order = GresOrder::Files(vec![vec!["/dev/null".into()], vec!["/dev/zero".into()]]);
-        let mut holders = Holders::new(order, &spool);
-        // stand-in numbers for the two files: as if nvidia3 and nvidia5
-        holders.files = vec![vec![Some((195, 3))], vec![Some((195, 5))]];
-        let procs = Procs::from_path(&root);
-        let v2 = "0::/system.slice/slurmstepd.scope";
-        process(
-            &root,
-            100,
-            "slurmstepd: [7.0]",
-            &format!("{v2}/job_7/step_0/slurm"),
-        );
-        process(
-            &root,
-            200,
-            "slurmstepd: [8.batch]",
-            &format!("{v2}/job_8/step_batch/slurm"),
-        );
-        task(&root, 100, 40, &format!("{v2}/job_7/step_0/user/task_0"));
-        // job 8's process double-forked: its parent is init, its cgroup still job 8's
-        task(&root, 1, 50, &format!("{v2}/job_8/step_batch/user/task_0"));
-        // a process outside every job, whose parent is job 7's slurmstepd
-        task(
-            &root,
-            100,
-            60,
-            "0::/user.slice/user-1000.slice/session-3.scope",
-        );
-        assert!(
-            holders
-                .holds(&procs, StepKey::new(7, StepId(0)), &devices)
-                .is_empty()
-        );
-        shards(7, StepId(0), 2, 1).publish(&spool).expect("grant");
-        shards(8, StepId::BATCH, 2, 1)
-            .publish(&spool)
-            .expect("grant");
-        assert_eq!(
-            holders.holds(&procs, StepKey::new(7, StepId(0)), &devices),
-            vec![(0, 2.0)]
-        );
-        assert!(
-            holders
-                .holds(&procs, StepKey::new(7, StepId::EXTERN), &devices)
-                .is_empty()
-        );
-        assert_eq!(
-            holders.holds(&procs, StepKey::new(8, StepId::BATCH), &devices),
-            vec![(0, 2.0)]
-        );
-        let stepds: HashMap<u32, u32> = [(100, 7), (200, 8)].into_iter().collect();
-        let seen = holders.observe(&procs, &stepds, &devices);
-        assert_eq!(
-            seen[0].busy,
-            vec![(Some(7), 30.0), (Some(8), 10.0), (None, 5.0)]
-        );
-        // the next sample counts only what was used since
-        let later = [gpu(0, 5, &[(40, 45), (50, 10), (60, 9)]), gpu(1, 3, &[])];
-        let seen = holders.observe(&procs, &stepds, &later);
-        assert_eq!(seen[0].busy, vec![(Some(7), 15.0), (None, 4.0)]);
-        assert!(seen[1].busy.is_empty());
-    }
-
-    /// A process is its pid and its start: job 7's GPU process 40 ends and its pid is
-    /// given to a process of job 8 while the library still counts the pid's use on; the
-    /// use since is job 8's. A process whose job is not known yet (its slurmstepd not
-    /// placed) is nobody's now and looked up again at the next sample.
-    #[test]
-    fn a_pid_given_again_is_another_process_and_an_unknown_owner_is_asked_again() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let (root, spool) = (tmp.path().join("proc"), tmp.path().join("spool"));
-        std::fs::create_dir_all(&spool).expect("spool");
-        let mut holders = Holders::new(GresOrder::Detected, &spool);
-        let procs = Procs::from_path(&root);
-        let v1 = |job: u32| format!("4:cpuacct:/slurm/uid_0/job_{job}/step_0");
-        for (stepd, job) in [(100, 7), (200, 8), (300, 9)] {
-            process(&root, stepd, &format!("slurmstepd: [{job}.0]"), &v1(job));
-        }
-        process(&root, 40, "python", &format!("{}/task_0", v1(7)));
-        stat(&root, 40, 100, 1000);
-        process(&root, 60, "python", &format!("{}/task_0", v1(9)));
-        stat(&root, 60, 300, 1000);
-        let mut stepds: HashMap<u32, u32> = [(100, 7), (200, 8)].into_iter().collect();
-        let busy = |b40: u64, b60: u64| [gpu(0, 0, &[(40, b40), (60, b60)])];
-        let seen = holders.observe(&procs, &stepds, &busy(30, 10));
-        assert_eq!(seen[0].busy, vec![(Some(7), 30.0), (None, 10.0)]);
-        // pid 40 is now job 8's process, started later; job 9's slurmstepd is known
-        process(&root, 40, "python", &format!("{}/task_0", v1(8)));
-        stat(&root, 40, 200, 5000);
-        stepds.insert(300, 9);
-        let seen = holders.observe(&procs, &stepds, &busy(50, 15));
-        assert_eq!(seen[0].busy, vec![(Some(8), 20.0), (Some(9), 5.0)]);
-    }
-
-    /// `AutoDetect=nvidia` (no library): slurmd numbers the GPUs by device file, so GRES 0
-    /// is `/dev/nvidia3` and GRES 1 `/dev/nvidia10` (natural order) wherever the library
-    /// lists them; `AutoDetect=nvml` numbers them in the library's order. A partitioned GPU
-    /// is one index to the former (it detects no MIG instance).
-    #[test]
-    fn gpus_detected_without_a_library_are_numbered_by_device_file() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let spool = tmp.path().join("spool");
-        std::fs::create_dir_all(&spool).expect("spool");
-        let procs = Procs::from_path(&tmp.path().join("proc"));
-        let mut partitioned = gpu(2, 3, &[]);
-        partitioned.instances = vec![crate::source::InstanceReading {
-            position: 100,
-            uuid: "MIG-a".into(),
-            gpu_instance: 1,
-            compute_instance: 0,
-            sms: 14,
-            activity: None,
-        }];
-        // the library lists nvidia10, nvidia5, then nvidia3
-        let devices = [gpu(0, 10, &[]), gpu(1, 5, &[]), partitioned];
-        for (job, index) in [(7, 0), (8, 1), (9, 2)] {
-            whole(job, StepId(0), index).publish(&spool).expect("grant");
-        }
-        let mut by_file = Holders::new(GresOrder::DetectedByFile, &spool);
-        let mut by_library = Holders::new(GresOrder::Detected, &spool);
-        let held = |holders: &mut Holders, job| {
-            holders.holds(&procs, StepKey::new(job, StepId(0)), &devices)
-        };
-        assert_eq!(held(&mut by_file, 7), vec![(2, 1.0)], "GRES 0: nvidia3");
-        assert_eq!(held(&mut by_file, 8), vec![(1, 1.0)], "GRES 1: nvidia5");
-        assert_eq!(held(&mut by_file, 9), vec![(0, 1.0)], "GRES 2: nvidia10");
-        assert_eq!(held(&mut by_library, 7), vec![(0, 1.0)]);
-        assert_eq!(held(&mut by_library, 9), vec![(100, 1.0)]);
-    }
-
-    /// With AutoDetect, GRES indexes follow the library's order, a GPU split into MIG
-    /// instances counting as its instances; with gres.conf, a `MultipleFiles` record names
-    /// the instance its capability files give access to (the driver's `mig-minors`).
-    #[test]
-    fn mig_instances_are_found_by_library_order_or_by_capability_files() {
-        use crate::source::InstanceReading;
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let (root, spool) = (tmp.path().join("proc"), tmp.path().join("spool"));
-        std::fs::create_dir_all(&spool).expect("spool");
-        write(
-            &root.join("driver/nvidia-caps/mig-minors"),
-            "gpu3/gi1/access 21\ngpu3/gi1/ci0/access 22\ngpu3/gi2/access 30\n\
-             gpu3/gi2/ci0/access 31\n",
-        );
-        let instance = |position, gpu_instance, uuid: &str| InstanceReading {
-            position,
-            uuid: uuid.into(),
-            gpu_instance,
-            compute_instance: 0,
-            sms: 14,
-            activity: Some(500),
-        };
-        let mut parent = gpu(1, 3, &[]);
-        parent.instances = vec![instance(100, 1, "MIG-a"), instance(101, 2, "MIG-b")];
-        let devices = [gpu(0, 2, &[]), parent];
-        let procs = Procs::from_path(&root);
-        whole(7, StepId(0), 1).publish(&spool).expect("grant");
-        whole(8, StepId(0), 2).publish(&spool).expect("grant");
-        let mut detected = Holders::new(GresOrder::Detected, &spool);
-        assert_eq!(
-            detected.holds(&procs, StepKey::new(7, StepId(0)), &devices),
-            vec![(100, 1.0)]
-        );
-        assert_eq!(
-            detected.holds(&procs, StepKey::new(8, StepId(0)), &devices),
-            vec![(101, 1.0)]
-        );
-        let mut files = Holders::new(GresOrder::Files(vec![]), &spool);
-        // GRES 1 is GI 2's record, GRES 2 GI 1's (the capability files' minors)
-        files.files = vec![
-            vec![Some((195, 2))],
-            vec![Some((195, 3)), Some((235, 30)), Some((235, 31))],
-            vec![Some((195, 3)), Some((235, 21)), Some((235, 22))],
-        ];
-        assert_eq!(
-            files.holds(&procs, StepKey::new(7, StepId(0)), &devices),
-            vec![(101, 1.0)]
-        );
-        assert_eq!(
-            files.holds(&procs, StepKey::new(8, StepId(0)), &devices),
-            vec![(100, 1.0)]
-        );
-        let seen = files.observe(&procs, &HashMap::new(), &devices);
-        assert_eq!(seen[1].instances[1].activity, 500.0);
-        assert_eq!(
-            files.observe(&procs, &HashMap::new(), &devices)[1].instances[1].activity,
-            0.0
-        );
-    }
-}
+mod tests;

@@ -173,9 +173,10 @@ fn shared_per_gpu(list: &str) -> Option<Vec<u32>> {
 
 /// The grant of `step` of `job` on `node` from slurmctld's job record: the job's kept on
 /// this node by an earlier step ([`Grant::read_for_job`]), else asked of slurmctld with
-/// `load`, [`ATTEMPTS`] times at most, `pause` between tries, and kept for the job's
-/// later steps. `user_of` names a uid (`None`: no such user here). Blocks: run it on a
-/// thread of its own.
+/// `load`, [`ATTEMPTS`] times at most, `pause` between tries (it waits, and says whether
+/// the plugin is closing: then asking stops, so that `fini` waits for no slurmctld longer
+/// than one question), and kept for the job's later steps. `user_of` names a uid (`None`:
+/// no such user here). Blocks: run it on a thread of its own.
 pub(crate) fn job_grant(
     spool: &Path,
     job: u32,
@@ -183,7 +184,7 @@ pub(crate) fn job_grant(
     node: &str,
     load: LoadJob,
     user_of: impl Fn(u32) -> Option<String>,
-    pause: Duration,
+    pause: impl Fn() -> bool,
 ) -> Result<Grant, String> {
     if let Some(kept) = Grant::read_for_job(spool, job) {
         return Ok(Grant {
@@ -192,6 +193,7 @@ pub(crate) fn job_grant(
         });
     }
     let mut failures = Vec::new();
+    let began = std::time::Instant::now();
     let record = loop {
         match load(job) {
             Ok(record) if record.job == job => break record,
@@ -202,11 +204,16 @@ pub(crate) fn job_grant(
             return Err(format!(
                 "slurmctld was asked for job {job}'s record {ATTEMPTS} times over {} s and \
                  could not say: {}",
-                (pause * (ATTEMPTS - 1)).as_secs(),
+                began.elapsed().as_secs(),
                 failures.join("; ")
             ));
         }
-        std::thread::sleep(pause);
+        if pause() {
+            return Err(format!(
+                "the plugin closed before slurmctld said job {job}'s record: {}",
+                failures.join("; ")
+            ));
+        }
     };
     // the user's name as this node's user database gives it; Slurm's own convention
     // (its uid in digits) where it has none
@@ -361,7 +368,7 @@ mod tests {
             "node1",
             answers,
             alice,
-            Duration::ZERO,
+            || false,
         )
         .expect("second try");
         assert_eq!(CALLS.load(Ordering::SeqCst), 2);
@@ -370,29 +377,20 @@ mod tests {
             (StepId::BATCH, "alice")
         );
         assert_eq!(grant.allocation().gpus, vec![1]);
-        let later = job_grant(
-            spool.path(),
-            9,
-            StepId(0),
-            "node1",
-            never,
-            alice,
-            Duration::ZERO,
-        )
-        .expect("kept");
+        let later =
+            job_grant(spool.path(), 9, StepId(0), "node1", never, alice, || false).expect("kept");
         assert_eq!(CALLS.load(Ordering::SeqCst), 2);
         assert_eq!(later, Grant { step: 0, ..grant });
-        let e = job_grant(
-            spool.path(),
-            10,
-            StepId(0),
-            "node1",
-            never,
-            alice,
-            Duration::ZERO,
-        )
-        .expect_err("no answer");
+        let e = job_grant(spool.path(), 10, StepId(0), "node1", never, alice, || false)
+            .expect_err("no answer");
         assert!(e.contains("asked for job 10's record 4 times"), "{e}");
         assert!(e.contains("Unable to contact slurm controller"), "{e}");
+        // the plugin closing between two questions: no more are asked
+        let e = job_grant(spool.path(), 11, StepId(0), "node1", never, alice, || true)
+            .expect_err("closed");
+        assert!(
+            e.starts_with("the plugin closed before slurmctld said job 11's"),
+            "{e}"
+        );
     }
 }

@@ -6,6 +6,10 @@
 //! share of the jobs' CPU time in the interval (by `h_j` when nobody used any CPU). The
 //! shares of each part sum to 1, so the jobs together get exactly `dE`.
 //!
+//! CPU time that no job present used but Slurm's tree still counts (an owner's processes
+//! left in a leftover directory of their ended job, [`super::owner_time`]) is a user of the
+//! dynamic part like a job, whose part is charged to no job, as a GPU's use by no job is.
+//!
 //! A job that arrives within an interval is charged from its arrival, not from the next
 //! interval ([`split_interval`]): the interval is cut at each arrival, the energy before the
 //! first arrival is taken at the node's power over the interval before (nothing the new job
@@ -34,11 +38,17 @@ pub(crate) struct Interval {
     pub prior_watts: Option<f64>,
 }
 
-/// Each job's joules of the interval: the interval is cut at the jobs' arrivals and each
+/// Each job's joules of the interval, and the part of the CPU time no job used
+/// (`unowned_cpu_secs`, [`split_node`]): the interval is cut at the jobs' arrivals and each
 /// piece split by [`split_node`] among the jobs present in it; a piece with no job in it is
-/// nobody's. A job's CPU time is spread evenly over its part of the interval.
-pub(crate) fn split_interval(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
-    split_pieces(interval, jobs, split_node)
+/// nobody's. A job's CPU time, and the unowned, is spread evenly over its part of the
+/// interval.
+pub(crate) fn split_interval(
+    interval: &Interval,
+    jobs: &[JobUse],
+    unowned_cpu_secs: f64,
+) -> (Vec<f64>, f64) {
+    split_pieces(interval, jobs, unowned_cpu_secs, split_node)
 }
 
 /// Each job's part of the interval's static energy, as [`split_interval`] charges it: cut at
@@ -46,23 +56,42 @@ pub(crate) fn split_interval(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
 /// present in it hold. What a job was charged for holding, used or not (the ledger's
 /// idle-held CPUs).
 pub(crate) fn static_shares(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
-    split_pieces(interval, jobs, |joules, secs, static_watts, jobs| {
-        let static_j = static_part(joules, secs, static_watts);
-        holdings(jobs).iter().map(|h| h * static_j).collect()
-    })
+    split_pieces(
+        interval,
+        jobs,
+        0.0,
+        |joules, secs, static_watts, jobs, _| {
+            let static_j = static_part(joules, secs, static_watts);
+            (holdings(jobs).iter().map(|h| h * static_j).collect(), 0.0)
+        },
+    )
+    .0
 }
 
 /// The interval cut at the jobs' arrivals, each piece given by `split` (its energy, length
-/// and static power, and the jobs present in it) to the jobs present in it.
+/// and static power, the jobs present in it, and the CPU time no job used in it) to the
+/// jobs present in it and to no job.
 fn split_pieces(
     interval: &Interval,
     jobs: &[JobUse],
-    split: impl Fn(f64, f64, f64, &[JobUse]) -> Vec<f64>,
-) -> Vec<f64> {
+    unowned_cpu_secs: f64,
+    split: impl Fn(f64, f64, f64, &[JobUse], f64) -> (Vec<f64>, f64),
+) -> (Vec<f64>, f64) {
     let secs = interval.secs;
     let mut shares = vec![0.0; jobs.len()];
-    if jobs.is_empty() || secs <= 0.0 {
-        return shares;
+    let mut unowned = 0.0;
+    if secs <= 0.0 {
+        return (shares, unowned);
+    }
+    if jobs.is_empty() {
+        let (_, nobody) = split(
+            interval.joules,
+            secs,
+            interval.static_watts,
+            &[],
+            unowned_cpu_secs,
+        );
+        return (shares, nobody);
     }
     let arrived = |j: &JobUse| j.arrived.clamp(0.0, secs);
     let mut bounds: Vec<f64> = jobs.iter().map(arrived).filter(|&a| a > 0.0).collect();
@@ -101,14 +130,19 @@ fn split_pieces(
                 }
             })
             .collect();
-        for (&i, share) in present
-            .iter()
-            .zip(split(energy, *len, interval.static_watts, &uses))
-        {
+        let (parts, nobody) = split(
+            energy,
+            *len,
+            interval.static_watts,
+            &uses,
+            unowned_cpu_secs * len / secs,
+        );
+        for (&i, share) in present.iter().zip(parts) {
             shares[i] += share;
         }
+        unowned += nobody;
     }
-    shares
+    (shares, unowned)
 }
 
 /// One part of a step in its job's share.
@@ -119,13 +153,30 @@ pub(crate) struct StepUse {
     pub cpu_secs: f64,
 }
 
-/// Each job's joules of `joules` spent over `secs` at a static power of `static_watts`.
-pub(crate) fn split_node(joules: f64, secs: f64, static_watts: f64, jobs: &[JobUse]) -> Vec<f64> {
+/// Each job's joules of `joules` spent over `secs` at a static power of `static_watts`, and
+/// the part of no job: the dynamic part is split by CPU time among the jobs and the CPU
+/// time no job used (`unowned_cpu_secs`), whose part is charged to no job; the static part
+/// is the jobs' only. With no job, the dynamic part is no job's when any was unowned (the
+/// static part waits for a job found late).
+pub(crate) fn split_node(
+    joules: f64,
+    secs: f64,
+    static_watts: f64,
+    jobs: &[JobUse],
+    unowned_cpu_secs: f64,
+) -> (Vec<f64>, f64) {
+    let unowned = unowned_cpu_secs.max(0.0);
     if jobs.is_empty() {
-        return Vec::new();
+        let dynamic_j = joules - static_part(joules, secs, static_watts);
+        return (Vec::new(), if unowned > 0.0 { dynamic_j } else { 0.0 });
     }
-    let used: Vec<f64> = jobs.iter().map(|j| j.cpu_secs).collect();
-    split_static_dynamic(joules, secs, static_watts, &holdings(jobs), &used)
+    let mut used: Vec<f64> = jobs.iter().map(|j| j.cpu_secs).collect();
+    used.push(unowned);
+    let mut held = holdings(jobs);
+    held.push(0.0);
+    let mut parts = split_static_dynamic(joules, secs, static_watts, &held, &used);
+    let nobody = parts.pop().unwrap_or(0.0);
+    (parts, nobody)
 }
 
 /// The one rule of every split: the static part by what each holds (`held`, summing to
@@ -249,6 +300,16 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// [`super::split_node`] with no unowned CPU time: the jobs' parts.
+    fn split_node(joules: f64, secs: f64, static_watts: f64, jobs: &[JobUse]) -> Vec<f64> {
+        super::split_node(joules, secs, static_watts, jobs, 0.0).0
+    }
+
+    /// [`super::split_interval`] with no unowned CPU time: the jobs' parts.
+    fn split_interval(interval: &Interval, jobs: &[JobUse]) -> Vec<f64> {
+        super::split_interval(interval, jobs, 0.0).0
+    }
+
     fn job(cpus: u32, memory: Option<u64>, cpu_secs: f64) -> JobUse {
         JobUse {
             cpus,
@@ -333,6 +394,49 @@ mod tests {
             &[job(3, Some(gib), 1.0), job(1, None, 0.0)],
         );
         assert_eq!(shares, vec![60.0, 20.0]);
+    }
+
+    /// Issue 53: CPU time no job present used (an owner's process left in a leftover
+    /// directory after their last job ended) takes its part of the dynamic energy, charged
+    /// to no job: a sleeping neighbour pays the static part it holds and its own use only.
+    #[test]
+    fn cpu_time_of_no_job_takes_its_dynamic_part_to_no_job() {
+        // 1 s at 300 W, 100 W static: the neighbour sleeps, 1 CPU-s burnt by no job
+        let (alone, nobody) = super::split_node(300.0, 1.0, 100.0, &[job(1, None, 0.0)], 1.0);
+        assert_eq!((alone, nobody), (vec![100.0], 200.0));
+        // a busy and an idle job beside it: the dynamic 200 J by 1 : 0 : 1
+        let (pair, nobody) = super::split_node(
+            300.0,
+            1.0,
+            100.0,
+            &[job(1, None, 1.0), job(1, None, 0.0)],
+            1.0,
+        );
+        assert_eq!((pair, nobody), (vec![50.0 + 100.0, 50.0], 100.0));
+        // no job: the dynamic part is no job's, the static part waits
+        assert_eq!(
+            super::split_node(300.0, 1.0, 100.0, &[], 0.5),
+            (vec![], 200.0)
+        );
+        assert_eq!(
+            super::split_node(300.0, 1.0, 100.0, &[], 0.0),
+            (vec![], 0.0)
+        );
+        // over an interval with an arrival, the unowned time is spread evenly: a job
+        // there all along (sleeping) and one arriving at 0.5 s (sleeping), 1 CPU-s unowned,
+        // 300 W throughout: 300 J in two pieces of 150 J, each 100 J dynamic to no job
+        let late = JobUse {
+            arrived: 0.5,
+            ..job(1, None, 0.0)
+        };
+        let (shares, nobody) = super::split_interval(
+            &interval(300.0, 1.0, Some(300.0)),
+            &[job(1, None, 0.0), late],
+            1.0,
+        );
+        assert!((nobody - 200.0).abs() < 1e-9, "{nobody}");
+        assert!((shares[0] - (50.0 + 25.0)).abs() < 1e-9, "{shares:?}");
+        assert!((shares[1] - 25.0).abs() < 1e-9, "{shares:?}");
     }
 
     #[test]
@@ -498,6 +602,31 @@ mod tests {
             let total: f64 = shares.iter().sum();
             prop_assert!(total <= joules * (1.0 + 1e-9) + 1e-9, "{total} vs {joules}");
             prop_assert!(shares.iter().all(|s| *s >= 0.0));
+            if jobs.iter().any(|j| j.arrived <= 0.0) {
+                prop_assert!((total - joules).abs() <= 1e-9 * joules.max(1.0), "{total} vs {joules}");
+            }
+        }
+
+        /// With CPU time of no job, the jobs and no job together get what the jobs alone
+        /// would (all of it with a job there from the start), each part at least zero, and
+        /// no job's part never more than the dynamic energy.
+        #[test]
+        fn unowned_cpu_time_moves_energy_to_no_job_never_creates_any(
+            joules in 0.0f64..10_000.0,
+            secs in 0.01f64..100.0,
+            unowned in 0.0f64..100.0,
+            jobs in prop::collection::vec((1u32..128, 0.0f64..100.0, 0.0f64..1.2), 0..10),
+        ) {
+            let jobs: Vec<JobUse> = jobs
+                .into_iter()
+                .map(|(c, u, a)| JobUse { arrived: a * secs, ..job(c, None, u) })
+                .collect();
+            let interval = Interval { joules, secs, static_watts: 100.0, prior_watts: None };
+            let (shares, nobody) = super::split_interval(&interval, &jobs, unowned);
+            let total: f64 = shares.iter().sum::<f64>() + nobody;
+            prop_assert!(total <= joules * (1.0 + 1e-9) + 1e-9, "{total} vs {joules}");
+            prop_assert!(shares.iter().all(|s| *s >= 0.0) && nobody >= 0.0);
+            prop_assert!(nobody <= (joules - (100.0 * secs).min(joules)) * (1.0 + 1e-9) + 1e-9);
             if jobs.iter().any(|j| j.arrived <= 0.0) {
                 prop_assert!((total - joules).abs() <= 1e-9 * joules.max(1.0), "{total} vs {joules}");
             }

@@ -15,10 +15,10 @@ use crate::power::{parse_max_watts, show_max_watts};
 
 /// Slurm's plugin reads one of several variables; only Watts makes energy, so the key is
 /// accepted with that value alone.
-pub(super) const KEY_VARIABLE: &str = "EnergyIPMIVariable";
+pub(crate) const KEY_VARIABLE: &str = "EnergyIPMIVariable";
 
 /// Keys of Slurm's ipmi plugin that tune freeipmi; accepted, without effect.
-pub(super) const IGNORED_KEYS: [&str; 20] = [
+pub(crate) const IGNORED_KEYS: [&str; 20] = [
     "EnergyIPMIDriverType",
     "EnergyIPMIDisableAutoProbe",
     "EnergyIPMIDriverAddress",

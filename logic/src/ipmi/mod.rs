@@ -13,4 +13,6 @@ mod protocol;
 #[cfg(feature = "ipmi")]
 pub use bmc::Ipmi;
 pub(crate) use config::KEYS;
+#[cfg(test)]
+pub(crate) use config::{IGNORED_KEYS, KEY_VARIABLE};
 pub use config::{IpmiConfig, Target};

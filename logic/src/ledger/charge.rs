@@ -14,7 +14,7 @@ use crate::attribution::holders::ObservedDevice;
 use crate::attribution::model::{
     DeviceUse, Interval, JobUse, StepUse, split_device, split_interval, split_job, static_shares,
 };
-use crate::source::bridge;
+use crate::source::{Bridged, Ends, bridge};
 
 impl Ledger {
     /// A job whose step is seen begun later than the step of the same name it holds runs
@@ -42,21 +42,41 @@ impl Ledger {
     }
 
     /// The first sample after slurmd was away (since the ledger's last sample): the node's
-    /// energy over the gap is the meter's own where its counts bridge it, charged as any
-    /// interval; else estimated at the last power of the node and of each job, and said so.
+    /// energy over the gap is the meter's own where its counts bridge it (with the number
+    /// of wraps the powers before and after the gap make plausible, where a counter could
+    /// have wrapped more often than its rise says), charged as any interval; else
+    /// estimated at the last power of the node and of each job, and said so.
     pub(super) fn charge_away(&mut self, obs: &Observation, now: f64, split: Split) {
         let secs = now - self.sampled_at;
+        let ends = Ends {
+            before: Some(self.node.watts),
+            after: obs.watts,
+        };
         // a device's share needs each device's own counts, which the ledger does not keep
         let bridged = match split {
             Split::Devices { .. } => None,
-            Split::Node | Split::Shared { .. } => bridge(&self.counts, &obs.counts, secs),
+            Split::Node | Split::Shared { .. } => bridge(&self.counts, &obs.counts, secs, ends),
         };
         match bridged {
-            Some(uj) => {
-                let joules = uj as f64 / 1e6;
+            Some(bridged) => {
+                let joules = bridged.uj() as f64 / 1e6;
+                let how = match bridged {
+                    Bridged::Counted { .. } => String::new(),
+                    Bridged::Inferred { wraps, watts, .. } => format!(
+                        " (at their maximum power the counters could have wrapped more often \
+                         than their rise says: {wraps} more wraps is the one number that puts \
+                         the gap within {:.0} W to {:.0} W, as the powers before and after it \
+                         ({:.1} W, {}) make plausible)",
+                        watts.0,
+                        watts.1,
+                        self.node.watts,
+                        obs.watts
+                            .map_or_else(|| "unknown".to_string(), |w| format!("{w:.1} W"))
+                    ),
+                };
                 log::info!(
                     "the {secs:.1} s since the energy ledger's last sample are bridged by the \
-                     meter's own counts: {joules:.1} J"
+                     meter's own counts: {joules:.1} J{how}"
                 );
                 self.charge_interval(secs, joules, obs, split);
             }
@@ -77,7 +97,10 @@ impl Ledger {
                         _ if self.counts.is_empty() || obs.counts.is_empty() => {
                             "the source reports power, or no settled count was kept"
                         }
-                        _ => "a counter may have wrapped or was reset",
+                        _ => {
+                            "a counter may have wrapped a number of times the powers before \
+                             and after the gap do not tell, or was reset"
+                        }
                     }
                 );
                 self.charge_gap(obs, gap);
@@ -153,13 +176,16 @@ impl Ledger {
                 arrived,
             });
         }
-        let mut shares = split_interval(&interval, &uses);
+        // the dynamic part of CPU time no job used is no job's: never waiting for a job
+        // found late
+        let unowned_secs = obs.unowned_cpu_ns as f64 / 1e9;
+        let (mut shares, unowned_j) = split_interval(&interval, &uses, unowned_secs);
         let statics = static_shares(&interval, &uses);
         self.charge_late_arrivals(&uses, &mut shares, began);
         self.unassigned.push_back(Piece {
             from: began,
             to: now,
-            joules: (joules - shares.iter().sum::<f64>()).max(0.0),
+            joules: (joules - shares.iter().sum::<f64>() - unowned_j).max(0.0),
         });
         keep_recent(&mut self.unassigned, now);
         for (((o, share), static_j), used) in
@@ -448,7 +474,8 @@ impl Ledger {
             {
                 log::warn!(
                     "job {} uses GPU {position}, which Slurm did not give it (devices are not \
-                     constrained): it pays for its use of it",
+                     constrained, or a process of its owner left its job): it pays for its use \
+                     of it",
                     o.job
                 );
             }

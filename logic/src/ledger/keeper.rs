@@ -13,7 +13,7 @@ use super::slots::Table;
 use super::writer::{Publisher, Writer};
 use super::{Ledger, Observation, ObservedJob, ObservedStep, Part, Split, ledger_path};
 use crate::accounting::Accounting;
-use crate::attribution::cgroup::CgroupTree;
+use crate::attribution::cgroup::{CgroupTree, usage_ns_at};
 use crate::attribution::grant::Owner;
 use crate::attribution::gres::GresOrder;
 use crate::attribution::holders::{Holders, ObservedDevice};
@@ -193,8 +193,14 @@ impl Keeper {
     }
 
     /// Takes the node's energy at a sample of its meter (`accounting`, of `reading`), and
-    /// its devices'.
-    pub(crate) fn on_sample(&mut self, accounting: &Accounting, reading: &Reading) {
+    /// its devices'. Returns whether a step's ask still waits for a reading taken after it:
+    /// the sampler then samples again within [`super::doorbell::RESAMPLE`].
+    pub(crate) fn on_sample(&mut self, accounting: &Accounting, reading: &Reading) -> bool {
+        self.take_sample(accounting, reading);
+        self.pace.awaits_newer_reading(Instant::now())
+    }
+
+    fn take_sample(&mut self, accounting: &Accounting, reading: &Reading) {
         let now = Instant::now();
         let Some(point) = accounting.fresh(now, Duration::MAX) else {
             return;
@@ -204,7 +210,7 @@ impl Keeper {
             return;
         }
         // in every mode: node mode charges each job the node's energy since it began
-        let (jobs, devices) = self.observe(devices);
+        let (jobs, devices, unowned_cpu_ns) = self.observe(devices);
         let parts = accounting
             .part_records(now, Duration::MAX)
             .into_iter()
@@ -229,8 +235,10 @@ impl Keeper {
                 Vec::new()
             },
             jobs,
+            unowned_cpu_ns,
             parts,
             devices,
+            watts: accounting.measured_watts(),
         };
         Arc::make_mut(&mut self.ledger).update(&observation, self.split);
         // charged up to this update, which answers their last read
@@ -268,9 +276,13 @@ impl Keeper {
         }
     }
 
-    /// The present jobs and steps with their counters and the devices they hold, and the
-    /// devices' energy and their use per job since the last sample.
-    fn observe(&mut self, devices: &[DeviceReading]) -> (Vec<ObservedJob>, Vec<ObservedDevice>) {
+    /// The present jobs and steps with their counters and the devices they hold, the
+    /// devices' energy and their use per job since the last sample, and the CPU time of no
+    /// job present since the last sample ([`OwnerTime`]).
+    fn observe(
+        &mut self,
+        devices: &[DeviceReading],
+    ) -> (Vec<ObservedJob>, Vec<ObservedDevice>, u64) {
         // a job's owner is looked up only where the publisher shows owners
         let owners = self.publish_owners.then_some(&mut self.owners);
         let mut present = self.steps.find(owners);
@@ -280,12 +292,12 @@ impl Keeper {
         }
         let (mut jobs, owned) =
             observe_jobs(&mut present, &self.ended, self.holders.as_mut(), devices);
-        give_back_owner_time(&mut self.owner_time, &mut jobs, &owned);
+        let unowned_ns = give_back_owner_time(&mut self.owner_time, &mut jobs, &owned);
         let devices = match self.holders.as_mut() {
             Some(holders) => holders.observe(present.procs, &present.stepds(), devices),
             None => Vec::new(),
         };
-        (jobs, devices)
+        (jobs, devices, unowned_ns)
     }
 }
 
@@ -363,8 +375,13 @@ fn observe_jobs(
 }
 
 /// Adds to each job whose owner owns its step directories the CPU time its owner's
-/// processes spent out of its owner's present jobs' directories ([`OwnerTime`]).
-fn give_back_owner_time(owner_time: &mut OwnerTime, jobs: &mut [ObservedJob], owned: &[Owned]) {
+/// processes spent out of its owner's present jobs' directories ([`OwnerTime`]); returns
+/// the CPU time of owners with no job present since the last sample (no job's).
+fn give_back_owner_time(
+    owner_time: &mut OwnerTime,
+    jobs: &mut [ObservedJob],
+    owned: &[Owned],
+) -> u64 {
     let samples: Vec<OwnerSample> = owned
         .iter()
         .map(|(job, cpus, job_ns, dir, owner_ns)| OwnerSample {
@@ -374,12 +391,13 @@ fn give_back_owner_time(owner_time: &mut OwnerTime, jobs: &mut [ObservedJob], ow
             owner: (dir.as_path(), *owner_ns),
         })
         .collect();
-    let credit = owner_time.credit(&samples);
+    let credit = owner_time.credit(&samples, usage_ns_at);
     for j in jobs {
-        if let (Some(counters), Some(ns)) = (j.counters.as_mut(), credit.get(&j.job)) {
+        if let (Some(counters), Some(ns)) = (j.counters.as_mut(), credit.jobs.get(&j.job)) {
             counters.usage_ns = counters.usage_ns.saturating_add(*ns);
         }
     }
+    credit.unowned_ns
 }
 
 impl Drop for Keeper {

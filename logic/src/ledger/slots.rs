@@ -10,9 +10,15 @@
 //! split) and a table of slots, each a step's key and account with the update's epoch,
 //! time, split and the node's account. A step's slot is found by its key's hash, probing
 //! at most [`PROBES`] slots forward (the table is never wrapped: it has `PROBES - 1` slots
-//! past its capacity), so a read is one `pread` of `PROBES` slots at a place the key alone
-//! decides, however many jobs the node runs. The key is checked: a step never takes
-//! another's slot for its own.
+//! past its capacity), so a read is one `pread` of `PROBES` slots at a place the key and
+//! the file's seed decide, however many jobs the node runs. The key is checked: a step
+//! never takes another's slot for its own.
+//!
+//! A job's owner chooses which of their steps stay alive, so they could keep alive only
+//! keys of one neighbourhood. The hash is seeded (a random seed per slurmd, in the header:
+//! only root reads the file), so which keys collide cannot be known outside, and the
+//! table never grows past [`MAX_GROWTH`] times what its steps need: a key that finds no
+//! free slot within its probe gets none, and its step asks slurmd on the socket.
 //!
 //! slurmd writes the node's block and the whole table with one `pwrite` at each update
 //! ([`Table::write`]), and builds a new file (written whole, renamed over the old one,
@@ -48,8 +54,8 @@ pub(crate) fn slots_path(ledger: &Path) -> PathBuf {
 }
 
 const MAGIC: &[u8; 8] = b"ledslots";
-/// The format; a reader refuses any other (and asks slurmd on the socket).
-const FORMAT: u32 = 1;
+/// The format; a reader refuses any other (and asks slurmd on the socket). 2: the seed.
+const FORMAT: u32 = 2;
 const HEADER: usize = 64;
 const NODE_SIZE: usize = 1024;
 const SLOT_SIZE: usize = 128;
@@ -57,6 +63,11 @@ const SLOT_SIZE: usize = 128;
 pub(crate) const PROBES: usize = 8;
 /// The smallest table: a node's few jobs fit without a rebuild.
 const MIN_CAPACITY: usize = 64;
+/// How many times its steps' capacity ([`capacity_for`]) a table may grow to spread keys
+/// that share a neighbourhood: past it, the keys left over ask slurmd.
+const MAX_GROWTH: usize = 4;
+/// Where the header keeps the hash's seed.
+const SEED_AT: usize = 40;
 /// How many times a torn read is read again before the step asks slurmd.
 const TRIES: usize = 4;
 /// The node's parts the node's block holds, and the longest label: a node with more, or
@@ -118,10 +129,10 @@ fn checksum(bytes: &[u8]) -> u64 {
         })
 }
 
-/// A key's first slot in a table of `capacity` (a power of two): splitmix64's finaliser,
-/// so neighbouring job ids spread over the table.
-fn home(key: StepKey, capacity: usize) -> usize {
-    let mut z = (u64::from(key.job) << 32) | u64::from(key.step.0);
+/// A key's first slot in a table of `capacity` (a power of two) whose hash is seeded with
+/// `seed`: splitmix64's finaliser, so neighbouring job ids spread over the table.
+fn home(key: StepKey, capacity: usize, seed: u64) -> usize {
+    let mut z = ((u64::from(key.job) << 32) | u64::from(key.step.0)) ^ seed;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^= z >> 31;
@@ -265,18 +276,27 @@ fn decode_node(block: &[u8]) -> (Update, Option<Vec<Part>>) {
     (update, Some(parts))
 }
 
-/// The slot each key takes in a table of `capacity`, in the keys' order; `None` when a key
-/// would need more than [`PROBES`] probes.
-fn place(keys: &[StepKey], capacity: usize) -> Option<Vec<usize>> {
+/// The slot each key takes in a table of `capacity` seeded with `seed`, in the keys'
+/// order; `None` for a key that would need more than [`PROBES`] probes.
+fn place(keys: &[StepKey], capacity: usize, seed: u64) -> Vec<Option<usize>> {
     let mut taken = vec![false; capacity + PROBES - 1];
     keys.iter()
         .map(|&key| {
-            let first = home(key, capacity);
+            let first = home(key, capacity, seed);
             let free = (first..first + PROBES).find(|&i| !taken[i])?;
             taken[free] = true;
             Some(free)
         })
         .collect()
+}
+
+/// A seed no one outside slurmd knows: std's per-process random hasher keys (from the
+/// kernel's random source).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(u64::from(std::process::id()));
+    hasher.finish()
 }
 
 /// The table's capacity for `steps`: a power of two at least twice as many.
@@ -294,6 +314,8 @@ pub(crate) struct Table {
     seq: u64,
     /// Which file of this slurmd's it is, in its header.
     generation: u64,
+    /// The hash's seed, in its header.
+    seed: u64,
     /// The node's block and the table, as the last update wrote them.
     bytes: Vec<u8>,
 }
@@ -305,6 +327,7 @@ impl Table {
             file: None,
             seq: 0,
             generation: 0,
+            seed: random_seed(),
             bytes: Vec::new(),
         }
     }
@@ -320,24 +343,23 @@ impl Table {
             );
         }
         let keys: Vec<StepKey> = steps.iter().map(|(k, _)| *k).collect();
-        // grown at twice the steps, shrunk below an eighth
-        let fits = |capacity: usize| {
-            capacity >= 2 * keys.len() && (capacity == MIN_CAPACITY || capacity <= 8 * keys.len())
-        };
+        // grown at twice the steps, shrunk past what spreading keys may grow it to (a
+        // table grown to spread them is not shrunk at the next update to grow again)
+        let limit = MAX_GROWTH * capacity_for(keys.len());
+        let fits = |capacity: usize| capacity >= 2 * keys.len() && capacity <= limit;
         let (mut capacity, rebuild) = match &self.file {
             Some((_, capacity)) if fits(*capacity) => (*capacity, false),
             _ => (capacity_for(keys.len()), true),
         };
         let mut rebuild = rebuild;
         let places = loop {
-            match place(&keys, capacity) {
-                Some(places) => break places,
-                // too many keys share a neighbourhood: a larger table spreads them
-                None => {
-                    capacity *= 2;
-                    rebuild = true;
-                }
+            let places = place(&keys, capacity, self.seed);
+            if places.iter().all(Option::is_some) || capacity >= limit {
+                break places;
             }
+            // too many keys share a neighbourhood: a larger table spreads them
+            capacity *= 2;
+            rebuild = true;
         };
         self.seq += 1;
         let update = Update {
@@ -355,7 +377,9 @@ impl Table {
             update,
             ledger.parts(),
         );
+        // a key left without a slot: its step asks slurmd
         for ((key, account), at) in steps.iter().zip(places) {
+            let Some(at) = at else { continue };
             let start = NODE_SIZE + at * SLOT_SIZE;
             let slot = &mut self.bytes[start..start + SLOT_SIZE];
             encode_slot(slot, self.seq, *key, update, *account);
@@ -393,6 +417,7 @@ impl Table {
         put(&mut whole, 20, &(PROBES as u32).to_le_bytes());
         put(&mut whole, 24, &(NODE_SIZE as u32).to_le_bytes());
         put(&mut whole, 32, &self.generation.to_le_bytes());
+        put(&mut whole, SEED_AT, &self.seed.to_le_bytes());
         whole.extend_from_slice(&self.bytes);
         let access = Access {
             mode: 0o600,
@@ -428,6 +453,7 @@ pub(crate) enum Slot {
 pub(crate) struct Reader {
     file: File,
     capacity: usize,
+    seed: u64,
 }
 
 impl Reader {
@@ -443,7 +469,11 @@ impl Reader {
             && u32_at(&header, 20) as usize == PROBES
             && u32_at(&header, 24) as usize == NODE_SIZE
             && capacity.is_power_of_two();
-        known.then_some(Self { file, capacity })
+        known.then_some(Self {
+            file,
+            capacity,
+            seed: u64_at(&header, SEED_AT),
+        })
     }
 
     /// The figures of `step` (the node's alone while it has no name yet) as of slurmd's
@@ -456,7 +486,7 @@ impl Reader {
             let own = match step {
                 None => None,
                 Some(key) => {
-                    let at = SLOTS_AT + home(key, self.capacity) * SLOT_SIZE;
+                    let at = SLOTS_AT + home(key, self.capacity, self.seed) * SLOT_SIZE;
                     match self.read_at(&mut window, at) {
                         Some(()) => {}
                         None => return Slot::Gone,

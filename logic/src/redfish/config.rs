@@ -96,6 +96,9 @@ impl RedfishConfig {
     /// With the password read from `EnergyRedfishPasswordFile` where set: what slurmd (or
     /// `senergy check`, as root) logs in with. An error names the key and the path.
     pub fn with_password(&self) -> Result<Self, String> {
+        if let Some(warning) = self.login_in_clear() {
+            log::warn!("{warning}");
+        }
         let password = crate::config::password(
             &self.password,
             KEY_PASSWORD_FILE,
@@ -104,6 +107,21 @@ impl RedfishConfig {
         Ok(Self {
             password,
             ..self.clone()
+        })
+    }
+}
+
+impl RedfishConfig {
+    /// Where the BMC's login would cross the network unencrypted (an `http://` URL with a
+    /// user): what to say. Not refused: a BMC on a private management network may speak
+    /// only http.
+    fn login_in_clear(&self) -> Option<String> {
+        let url = self.url.as_deref()?;
+        (url.starts_with("http://") && self.username.is_some()).then(|| {
+            format!(
+                "{KEY_URL}={url}: {KEY_USERNAME} and its password cross the network in clear \
+                 text over http: use https where the BMC serves it"
+            )
         })
     }
 }
@@ -155,6 +173,24 @@ mod tests {
     }
 
     /// One acct_gather.conf for a cluster of BMCs named after their nodes.
+    /// A user's login over http is said (once per opening of the BMC), over https or
+    /// without a user it is not.
+    #[test]
+    fn a_login_over_http_is_warned_of() {
+        let warning = |url: &str, user: Option<&str>| {
+            let mut pairs = vec![(KEY_URL, url)];
+            pairs.extend(user.map(|u| (KEY_USERNAME, u)));
+            parse(&pairs).expect("valid").login_in_clear()
+        };
+        let said = warning("http://bmc1", Some("root")).expect("a warning");
+        assert!(
+            said.starts_with("EnergyRedfishUrl=http://bmc1: EnergyRedfishUsername"),
+            "{said}"
+        );
+        assert_eq!(warning("https://bmc1", Some("root")), None);
+        assert_eq!(warning("http://bmc1", None), None);
+    }
+
     #[test]
     #[cfg(feature = "redfish")]
     fn the_url_names_each_nodes_own_bmc() {

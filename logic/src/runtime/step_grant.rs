@@ -3,16 +3,36 @@
 //! refused (a release whose layout was never measured, a record that failed its checks)
 //! or not to be read (`EnergyStepRecord=no`), from slurmctld's record of the job
 //! ([`job_record`]), asked on a thread of its own: Slurm's call never waits for slurmctld.
+//!
+//! The grant is written into root's 0700 directory, and slurmstepd is not always root:
+//! while it opens a step's `--output`, `--error` or `--input` it runs as the step's user
+//! (`seteuid`, which glibc applies to every thread), and a FIFO holds that open for as long
+//! as the user who reads it likes. A grant refused then is tried again, on a thread of its
+//! own ([`Publishers`]), every [`RETRY_EVERY`], until slurmstepd is root again: a lost grant
+//! would leave the step's GPUs' static power to the jobs beside it.
 
 use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use nix::unistd::{Uid, User};
+use nix::unistd::{ResUid, Uid, User};
 
 use super::Host;
 use crate::attribution::StepKey;
-use crate::attribution::grant::Grant;
+use crate::attribution::grant::{Grant, GrantError};
 use crate::attribution::job_record::{self, RETRY_AFTER, STEP_RECORD_KEY, StepRecordConfig};
 use crate::guard::guard;
+use crate::trusted_dir::DirError;
+
+/// How often a grant refused during a privilege drop is tried again: slurmd meets the
+/// grant within this of slurmstepd's return to root.
+const RETRY_EVERY: Duration = Duration::from_millis(250);
+
+/// Refusals in a row, each begun and ended as root, after which a grant refused for
+/// permission is given up: not a privilege drop (one that began and ended within a try
+/// would need it to recur this many times).
+const ROOT_REFUSALS: u32 = 4;
 
 /// Why Slurm's step record was not read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -27,13 +47,219 @@ pub enum RecordRefused {
     Failed(String),
 }
 
-/// Publishes the step's grant, from the step record at `address` when `config` reads it.
-pub(super) fn publish(host: &dyn Host, config: StepRecordConfig, address: usize) {
+/// The threads that publish this slurmstepd's grant: stopped and joined when the plugin's
+/// state is dropped (`fini`), so that none runs on once Slurm unloads the plugin.
+#[derive(Default)]
+pub(super) struct Publishers {
+    stop: Arc<Stop>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Publishers {
+    /// Runs `f` on a thread named `name` behind the panic guard (`what` names it there).
+    fn spawn(
+        &mut self,
+        name: &str,
+        what: &'static str,
+        f: impl FnOnce(&Stop) + Send + 'static,
+    ) -> std::io::Result<()> {
+        let stop = Arc::clone(&self.stop);
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || guard(what, (), || f(&stop)))?;
+        self.threads.push(thread);
+        Ok(())
+    }
+}
+
+impl Drop for Publishers {
+    fn drop(&mut self) {
+        self.stop.stop();
+        for thread in self.threads.drain(..) {
+            // its panics were caught by the guard
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Tells the publishers' waits that the plugin is closing.
+#[derive(Default)]
+struct Stop {
+    stopped: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Stop {
+    fn stop(&self) {
+        *self.stopped.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.wake.notify_all();
+    }
+
+    /// Waits `period`, or less if stopped meanwhile; whether stopped.
+    fn wait(&self, period: Duration) -> bool {
+        let stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+        let (stopped, _) = self
+            .wake
+            .wait_timeout_while(stopped, period, |stopped| !*stopped)
+            .unwrap_or_else(PoisonError::into_inner);
+        *stopped
+    }
+}
+
+/// Who this process is, as far as writing root's directory goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Identity {
+    /// Effective root.
+    Root,
+    /// Root dropped to `euid` for a while (slurmstepd's `seteuid` around the step's I/O
+    /// files): its real or saved uid is root's, so it will be root again.
+    Dropped { euid: u32 },
+    /// A user who cannot be root again (slurmd run as a user, the tests' user).
+    User,
+}
+
+impl Identity {
+    fn of(ids: ResUid) -> Self {
+        match (
+            ids.effective.is_root(),
+            ids.real.is_root() || ids.saved.is_root(),
+        ) {
+            (true, _) => Self::Root,
+            (false, true) => Self::Dropped {
+                euid: ids.effective.as_raw(),
+            },
+            (false, false) => Self::User,
+        }
+    }
+
+    /// This process's, now.
+    fn now() -> Self {
+        nix::unistd::getresuid().map_or(Self::User, Self::of)
+    }
+}
+
+/// Whether `error` is a refusal for permission (`EACCES`, `EPERM`): what a grant meets
+/// when written as a user into root's 0700 directory, or its creation in SlurmdSpoolDir.
+fn for_permission(error: &GrantError) -> bool {
+    let source = match error {
+        GrantError::Io { source, .. } => source,
+        GrantError::Untrusted(DirError::Io { source, .. }) => source,
+        GrantError::Untrusted(DirError::Untrusted { .. }) => return false,
+    };
+    source.kind() == std::io::ErrorKind::PermissionDenied
+}
+
+/// What follows a refused try, by who this process was when it began (`before`) and
+/// when it ended (`after`), and how many refusals in a row before it began and ended as
+/// root (`as_root`, counted here).
+fn retried(error: &GrantError, before: Identity, after: Identity, as_root: &mut u32) -> bool {
+    if !for_permission(error) || before == Identity::User || after == Identity::User {
+        return false;
+    }
+    if before == Identity::Root && after == Identity::Root {
+        *as_root += 1;
+        return *as_root < ROOT_REFUSALS;
+    }
+    *as_root = 0;
+    true
+}
+
+/// Tries `write` until it succeeds, fails for anything but a privilege drop
+/// ([`retried`]), or `stop` (fini), `every` apart; `identity` says who this process is.
+/// A wait is logged once as `step`'s, and its end once.
+fn until_written(
+    step: &str,
+    stop: &Stop,
+    every: Duration,
+    identity: impl Fn() -> Identity,
+    mut write: impl FnMut() -> Result<(), GrantError>,
+) -> Result<(), GrantError> {
+    let mut waited: Option<Instant> = None;
+    let mut as_root = 0;
+    loop {
+        let before = identity();
+        let error = match write() {
+            Ok(()) => {
+                if let Some(since) = waited {
+                    log::info!(
+                        "step {step}: its grant is written, {:.1} s after its first refusal",
+                        since.elapsed().as_secs_f64()
+                    );
+                }
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        let after = identity();
+        if !retried(&error, before, after, &mut as_root) {
+            return Err(error);
+        }
+        if waited.is_none() {
+            let uid = match (before, after) {
+                (Identity::Dropped { euid }, _) | (_, Identity::Dropped { euid }) => euid,
+                _ => 0,
+            };
+            log::warn!(
+                "step {step}: its grant cannot be written while slurmstepd runs as uid {uid} \
+                 (it opens the step's --output, --error or --input as its user: {error}); \
+                 tried again every {} ms until written",
+                every.as_millis()
+            );
+            waited = Some(Instant::now());
+        }
+        if stop.wait(every) {
+            return Err(error);
+        }
+    }
+}
+
+/// Publishes `grant`, tried again on a thread of `publishers` where a privilege drop
+/// refuses it: Slurm's call never waits.
+fn publish_now_or_later(publishers: &mut Publishers, spool: &Path, grant: Grant) {
+    let first = match grant.publish(spool) {
+        Ok(()) => return,
+        Err(e) => e,
+    };
+    // the thread tries again at once: the drop may have ended meanwhile
+    if !for_permission(&first) || Identity::now() == Identity::User {
+        return no_grant(&grant, &first.to_string());
+    }
+    let spool = spool.to_path_buf();
+    let step = format!("{}.{}", grant.job, grant.step_id().name());
+    let spawned = publishers.spawn("energy-grant", "the grant's thread", {
+        let step = step.clone();
+        move |stop| write_until_written(&step, stop, &spool, &grant)
+    });
+    if let Err(e) = spawned {
+        log::error!(
+            "step {step}: {first}, and no thread can try again ({e}); slurmd cannot tell \
+             which GPUs it holds"
+        );
+    }
+}
+
+/// Writes `grant` ([`until_written`]), logging a grant given up.
+fn write_until_written(step: &str, stop: &Stop, spool: &Path, grant: &Grant) {
+    if let Err(e) = until_written(step, stop, RETRY_EVERY, Identity::now, || {
+        grant.publish(spool)
+    }) {
+        no_grant(grant, &e.to_string());
+    }
+}
+
+/// Publishes the step's grant, from the step record at `address` when `config` reads it;
+/// a thread any of it needs is one of `publishers`.
+pub(super) fn publish(
+    host: &dyn Host,
+    config: StepRecordConfig,
+    address: usize,
+    publishers: &mut Publishers,
+) {
     let refused = match config.read {
         true => match host.step_record(address) {
             Ok(grant) => {
                 return match host.spool_dir() {
-                    Ok(spool) => write(&spool, &grant),
+                    Ok(spool) => publish_now_or_later(publishers, &spool, grant),
                     Err(why) => no_grant(&grant, &why),
                 };
             }
@@ -72,27 +298,23 @@ pub(super) fn publish(host: &dyn Host, config: StepRecordConfig, address: usize)
     );
     let node = host.node_name();
     let thread_name = name.clone();
-    let asked = std::thread::Builder::new()
-        .name("energy-jobrec".into())
-        .spawn(move || {
-            guard("the job record's thread", (), || {
-                let grant =
-                    job_record::job_grant(&spool, job, step, &node, load, user_name, RETRY_AFTER);
-                match grant {
-                    Ok(grant) => {
-                        log::info!(
-                            "step {thread_name} holds GPUs {:?} on this node (GRES indexes, from \
-                             slurmctld's job record)",
-                            grant.allocation().gpus
-                        );
-                        write(&spool, &grant);
-                    }
-                    Err(why) => {
-                        log::error!("step {thread_name}: {why}; slurmd charges it no GPU")
-                    }
-                }
-            })
-        });
+    let asked = publishers.spawn("energy-jobrec", "the job record's thread", move |stop| {
+        let pause = || stop.wait(RETRY_AFTER);
+        let grant = job_record::job_grant(&spool, job, step, &node, load, user_name, pause);
+        match grant {
+            Ok(grant) => {
+                log::info!(
+                    "step {thread_name} holds GPUs {:?} on this node (GRES indexes, from \
+                     slurmctld's job record)",
+                    grant.allocation().gpus
+                );
+                write_until_written(&thread_name, stop, &spool, &grant);
+            }
+            Err(why) => {
+                log::error!("step {thread_name}: {why}; slurmd charges it no GPU")
+            }
+        }
+    });
     if let Err(e) = asked {
         log::error!("step {name}: cannot start a thread to ask slurmctld ({e}): no GPU charged");
     }
@@ -104,12 +326,6 @@ fn user_name(uid: u32) -> Option<String> {
         .ok()
         .flatten()
         .map(|u| u.name)
-}
-
-fn write(spool: &Path, grant: &Grant) {
-    if let Err(e) = grant.publish(spool) {
-        no_grant(grant, &e.to_string());
-    }
 }
 
 fn no_grant(grant: &Grant, why: &str) {
@@ -215,8 +431,9 @@ mod tests {
             gres: whole(&[3]),
         };
         let read = StepRecordConfig { read: true };
+        let mut publishers = Publishers::default();
         let (spool, host) = stepd(Ok(own.clone()));
-        publish(&host, read, 0x1000);
+        publish(&host, read, 0x1000, &mut publishers);
         assert_eq!(Grant::read(spool.path(), 7, StepId(0)), Some(own));
 
         let from_job = |spool| published(spool).map(|g| (g.gres, g.user));
@@ -224,12 +441,255 @@ mod tests {
         let (spool, host) = stepd(Err(RecordRefused::NotMeasured(
             "Slurm 26.11.0: not measured".into(),
         )));
-        publish(&host, read, 0x1000);
+        publish(&host, read, 0x1000, &mut publishers);
         assert_eq!(from_job(spool.path()), root);
 
         let (spool, host) = stepd(Err(RecordRefused::Failed("never asked".into())));
-        publish(&host, StepRecordConfig { read: false }, 0x1000);
+        publish(
+            &host,
+            StepRecordConfig { read: false },
+            0x1000,
+            &mut publishers,
+        );
         assert_eq!(from_job(spool.path()), root);
         assert!(!host.record_read.load(Ordering::SeqCst));
+    }
+
+    fn refused(kind: std::io::ErrorKind) -> GrantError {
+        GrantError::Io {
+            path: PathBuf::from("/spool/energy-grants/7.0"),
+            source: kind.into(),
+        }
+    }
+
+    const DROPPED: Identity = Identity::Dropped { euid: 1000 };
+
+    #[test]
+    fn who_the_process_is_comes_from_its_three_uids() {
+        let ids = |real, effective, saved| ResUid {
+            real: Uid::from_raw(real),
+            effective: Uid::from_raw(effective),
+            saved: Uid::from_raw(saved),
+        };
+        assert_eq!(Identity::of(ids(0, 0, 0)), Identity::Root);
+        // slurmstepd's seteuid around a step's I/O files
+        assert_eq!(Identity::of(ids(0, 1000, 0)), DROPPED);
+        assert_eq!(Identity::of(ids(1000, 1000, 0)), DROPPED);
+        // never root again
+        assert_eq!(Identity::of(ids(1000, 1000, 1000)), Identity::User);
+    }
+
+    /// Refusals for permission are tried again while root is dropped, and as root only a
+    /// few times in a row; anything else, or a user who cannot be root, never.
+    #[test]
+    fn only_a_refusal_for_permission_while_root_is_dropped_is_tried_again() {
+        use std::io::ErrorKind::{NotFound, PermissionDenied, StorageFull};
+        let mut as_root = 0;
+        let eacces = refused(PermissionDenied);
+        let eperm = refused(std::io::Error::from_raw_os_error(libc::EPERM).kind());
+        assert!(retried(&eacces, DROPPED, DROPPED, &mut as_root));
+        assert!(retried(&eperm, DROPPED, DROPPED, &mut as_root));
+        // the drop began or ended within the try
+        assert!(retried(&eacces, Identity::Root, DROPPED, &mut as_root));
+        assert!(retried(&eacces, DROPPED, Identity::Root, &mut as_root));
+        // SlurmdSpoolDir or the grants' directory refused to the user
+        let dir = GrantError::Untrusted(DirError::Io {
+            path: PathBuf::from("/spool/energy-grants"),
+            source: PermissionDenied.into(),
+        });
+        assert!(retried(&dir, DROPPED, DROPPED, &mut as_root));
+        for other in [refused(NotFound), refused(StorageFull)] {
+            assert!(!retried(&other, DROPPED, DROPPED, &mut as_root), "{other}");
+        }
+        let planted = GrantError::Untrusted(DirError::Untrusted {
+            path: PathBuf::from("/spool/energy-grants"),
+            users: crate::trusted_dir::trusted_owner(u32::MAX - 1).expect_err("nobody's"),
+            uid: 1000,
+            mode: 0o777,
+            kind: "",
+            refused: crate::trusted_dir::NO_WRITE,
+        });
+        assert!(!retried(&planted, DROPPED, DROPPED, &mut as_root));
+        assert!(!retried(
+            &eacces,
+            Identity::User,
+            Identity::User,
+            &mut as_root
+        ));
+        // refused as root: given up at the ROOT_REFUSALS-th in a row
+        let mut as_root = 0;
+        for _ in 1..ROOT_REFUSALS {
+            assert!(retried(
+                &eacces,
+                Identity::Root,
+                Identity::Root,
+                &mut as_root
+            ));
+        }
+        assert!(!retried(
+            &eacces,
+            Identity::Root,
+            Identity::Root,
+            &mut as_root
+        ));
+        // a refusal while dropped starts the count again
+        let mut as_root = ROOT_REFUSALS - 1;
+        assert!(retried(&eacces, DROPPED, DROPPED, &mut as_root));
+        assert!(retried(
+            &eacces,
+            Identity::Root,
+            Identity::Root,
+            &mut as_root
+        ));
+    }
+
+    /// `until_written` with `refusals` refusals for `error` before the write succeeds,
+    /// while the process is `identity`: what it returned, the tries, the time taken.
+    fn tried(
+        stop: &Stop,
+        refusals: u32,
+        error: std::io::ErrorKind,
+        identity: Identity,
+    ) -> (Result<(), String>, u32, Duration) {
+        let start = Instant::now();
+        let mut tries = 0;
+        let result = until_written(
+            "7.0",
+            stop,
+            Duration::from_millis(20),
+            || identity,
+            || {
+                tries += 1;
+                match tries > refusals {
+                    true => Ok(()),
+                    false => Err(refused(error)),
+                }
+            },
+        );
+        (result.map_err(|e| e.to_string()), tries, start.elapsed())
+    }
+
+    #[test]
+    fn a_grant_refused_during_a_drop_is_written_once_root_is_back_or_given_up_at_fini() {
+        use std::io::ErrorKind::{PermissionDenied, StorageFull};
+        let stop = Stop::default();
+        let (result, tries, took) = tried(&stop, 0, PermissionDenied, DROPPED);
+        assert_eq!((result, tries), (Ok(()), 1));
+        assert!(took < Duration::from_millis(200), "no wait: {took:?}");
+        // 10 refusals 20 ms apart, then written
+        let (result, tries, took) = tried(&stop, 10, PermissionDenied, DROPPED);
+        assert_eq!((result, tries), (Ok(()), 11));
+        assert!(took >= Duration::from_millis(200), "{took:?}");
+        // not a drop: one try
+        let (result, tries, _) = tried(&stop, 10, StorageFull, DROPPED);
+        assert_eq!(tries, 1);
+        assert!(result.is_err());
+        let (result, tries, _) = tried(&stop, 10, PermissionDenied, Identity::User);
+        assert_eq!(tries, 1);
+        assert!(result.is_err());
+        // refused as root: ROOT_REFUSALS tries
+        let (result, tries, _) = tried(&stop, 10, PermissionDenied, Identity::Root);
+        assert_eq!(tries, ROOT_REFUSALS);
+        assert!(result.is_err());
+        // a drop that outlasts the step: fini stops the tries at once
+        let stop = Arc::new(Stop::default());
+        let stopper = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                stop.stop();
+            })
+        };
+        let (result, tries, took) = tried(&stop, u32::MAX, PermissionDenied, DROPPED);
+        stopper.join().expect("stopper");
+        // without the stop, refused for ever: it would never return
+        assert!(result.is_err());
+        assert!(tries >= 2, "{tries} tries in {took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+    }
+
+    /// Where the test below, run again in a process of its own, finds its SlurmdSpoolDir:
+    /// it changes that process's uids, never the test harness's.
+    const DROP_CHILD: &str = "ENERGY_TESTS_GRANT_DROP_SPOOL";
+
+    /// slurmstepd of a step whose `--output` is a FIFO: it runs as the step's user
+    /// (seteuid, every thread) until the FIFO is opened, and its grant is written then.
+    /// Before this fix the grant was refused once and lost.
+    #[test]
+    fn a_grant_refused_while_slurmstepd_runs_as_the_user_is_written_when_it_is_root_again() {
+        let own = Grant {
+            job: 7,
+            step: 0,
+            uid: 65534,
+            user: "nobody".into(),
+            gres: whole(&[3]),
+        };
+        if let Some(spool) = std::env::var_os(DROP_CHILD) {
+            return drop_root_and_publish(PathBuf::from(spool), own);
+        }
+        if !nix::unistd::geteuid().is_root() {
+            assert!(
+                std::env::var_os("ENERGY_TESTS_ALLOW_SKIP").is_some(),
+                "dropping root needs root (ENERGY_TESTS_ALLOW_SKIP=1 skips)"
+            );
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let spool = tempfile::tempdir().expect("tempdir");
+        // as on a node: SlurmdSpoolDir root's 0755, its grants' directory root's 0700
+        std::fs::set_permissions(spool.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        Grant {
+            job: 1,
+            ..own.clone()
+        }
+        .publish(spool.path())
+        .expect("published as root");
+        let name = module_path!().split_once("::").expect("a module path").1;
+        let child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "--nocapture", "--test-threads=1"])
+            .arg(format!(
+                "{name}::a_grant_refused_while_slurmstepd_runs_as_the_user_is_written_when_it_is_root_again"
+            ))
+            .env(DROP_CHILD, spool.path())
+            .output()
+            .expect("the test binary runs");
+        let said = String::from_utf8_lossy(&child.stdout).to_string()
+            + &String::from_utf8_lossy(&child.stderr);
+        assert!(child.status.success(), "{said}");
+        assert!(said.contains("1 passed"), "{said}");
+        // what the child published, read back as slurmd would
+        assert_eq!(Grant::read(spool.path(), 7, StepId(0)), Some(own));
+        assert_eq!(Grant::read(spool.path(), 8, StepId(0)), None);
+    }
+
+    /// The child's part: publishes step 7.0's grant as slurmstepd does while it runs as
+    /// uid 65534 for 600 ms, then step 8.0's during a drop that outlasts the plugin.
+    fn drop_root_and_publish(spool: PathBuf, own: Grant) {
+        use nix::unistd::seteuid;
+        let (user, root) = (Uid::from_raw(65534), Uid::from_raw(0));
+        let read = StepRecordConfig { read: true };
+        let stepd = |grant| Stepd {
+            spool: spool.clone(),
+            record: Ok(grant),
+            record_read: AtomicBool::new(false),
+        };
+        let mut publishers = Publishers::default();
+        seteuid(user).expect("seteuid");
+        publish(&stepd(own.clone()), read, 0x1000, &mut publishers);
+        std::thread::sleep(Duration::from_millis(600));
+        seteuid(root).expect("seteuid(0)");
+        assert_eq!(published(&spool), Some(own.clone()));
+        // a drop that outlasts the step: fini stops and joins the thread at once
+        seteuid(user).expect("seteuid");
+        let other = Grant { job: 8, ..own };
+        publish(&stepd(other), read, 0x1000, &mut publishers);
+        std::thread::sleep(Duration::from_millis(300));
+        let start = Instant::now();
+        drop(publishers);
+        let took = start.elapsed();
+        seteuid(root).expect("seteuid(0)");
+        // without the stop the join would wait for root, given back only after it
+        assert!(took < Duration::from_secs(2), "fini waited {took:?}");
     }
 }

@@ -15,6 +15,7 @@ EXIT STATUS
     3  job: a job you named is unknown or not visible to you (the others are reported)
     4  bad site file, intensity series or figure
     5  Slurm's configuration cannot be loaded, slurmdbd is unreachable, or the query failed
+       (for MailProg's summary also: all its slots held, mail_summaries)
     6  check: something on the node keeps its energy from being accounted (a FAIL line)
 ";
 

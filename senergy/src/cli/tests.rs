@@ -273,6 +273,7 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         ("csv", vec!["--csv"]),
         ("summary", vec!["--summary"]),
         ("wait", vec!["--wait", "30"]),
+        ("mail_slots", vec!["--wait", "30", "--mail-slots", "4"]),
         ("carbon_intensity", vec!["--carbon-intensity", "350"]),
         ("carbon_csv", vec!["--carbon-csv", &f.series]),
         ("price", vec!["--price", "0.25"]),
@@ -289,6 +290,15 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         ("node", vec!["--node", "n7"]),
         ("job", vec!["12"]),
         ("compare", vec!["--compare", "60"]),
+        ("conf", vec!["--conf", "acct_gather.conf"]),
+        (
+            "slurm_conf",
+            vec!["--conf", "acct_gather.conf", "--slurm-conf", "slurm.conf"],
+        ),
+        (
+            "plugins",
+            vec!["--conf", "acct_gather.conf", "--plugins", "rust_rapl"],
+        ),
     ]
     .into_iter()
     .collect();
@@ -325,9 +335,9 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
             tried += 1;
         }
     }
-    // job 16 (jobs, plot, json, csv, summary, wait, config, eight figures, prometheus),
-    // usage 15, check 3, record 2
-    assert_eq!(tried, 36);
+    // job 17 (jobs, plot, json, csv, summary, wait, mail_slots, config, eight figures,
+    // prometheus), usage 15, check 6, record 2
+    assert_eq!(tried, 40);
 }
 
 #[test]

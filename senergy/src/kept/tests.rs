@@ -160,17 +160,47 @@ fn accounting_changed_after_the_job_is_told() {
         tampered(Some(1), &record, 2, hour, true),
         Some(Tampered {
             accounting_j: 1,
-            recorded_j: 1500.0
+            recorded_j: 1500.0,
+            lower_bound: false,
         })
     );
     // raised, or lowered by more than the rounding and a sample's worth
     assert!(tampered(Some(3000), &record, 2, hour, true).is_some());
     assert!(tampered(Some(1480), &record, 2, hour, true).is_some());
-    // a record of some nodes only, a figure without the extern step's, no figure: not
-    // compared
-    assert_eq!(tampered(Some(1), &record, 3, hour, true), None);
+    // a figure without the extern step's, no figure, a record of more nodes than the job
+    // had: not compared
     assert_eq!(tampered(Some(1), &record, 2, hour, false), None);
     assert_eq!(tampered(None, &record, 2, hour, true), None);
+    assert_eq!(tampered(Some(1), &record, 1, hour, true), None);
+}
+
+/// A record of some of the job's nodes (another node's Epilog failed) bounds accounting's
+/// figure from below: the missing nodes can only add to what the recorded ones used. A
+/// figure under it was lowered, and the record is billed as a lower bound; a figure over
+/// it is the missing nodes' share, whatever it is. Before, such a record was not compared
+/// at all: an owner's 1 J stood.
+#[test]
+fn a_record_of_some_nodes_bounds_accounting_from_below() {
+    let record = two_nodes(1000.0, 500.0);
+    let hour = 3600;
+    // a 3-node job whose third node kept nothing, rewritten to 1 J
+    assert_eq!(
+        tampered(Some(1), &record, 3, hour, true),
+        Some(Tampered {
+            accounting_j: 1,
+            recorded_j: 1500.0,
+            lower_bound: true,
+        })
+    );
+    // within the two nodes' rounding of theirs, or above (the third node's share): as is
+    assert_eq!(tampered(Some(1495), &record, 3, hour, true), None);
+    assert_eq!(tampered(Some(2250), &record, 3, hour, true), None);
+    assert_eq!(tampered(Some(1_000_000), &record, 3, hour, true), None);
+    // under it by more than the tolerance of the nodes recorded
+    assert!(tampered(Some(1480), &record, 3, hour, true).is_some());
+    // one node of 64 recorded still bounds it
+    let one = read(&merge("", "n1", &node(1000.0)).expect("merged")).expect("a record");
+    assert!(tampered(Some(1), &one, 64, hour, true).is_some_and(|t| t.lower_bound));
 }
 
 /// A job whose step failed at once lived a fraction of a second at 150 W and 80 W: its
@@ -196,7 +226,7 @@ fn recorded_job(accounting_j: u64) -> JobRow {
         alloc_nodes: 2,
         elapsed_s: 3600,
         tres_alloc: format!("1=2,3={accounting_j}"),
-        admin_comment: comment,
+        system_comment: comment,
         steps: vec![StepRow {
             step_id: EXTERN_STEP,
             ..StepRow::default()
@@ -230,7 +260,7 @@ fn a_job_shows_its_record_or_says_it_has_none() {
     );
     // no record: said, never 0
     let none = kept(&JobRow {
-        admin_comment: "ops note".into(),
+        system_comment: "ops note".into(),
         ..recorded_job(1500)
     });
     assert!(!none.recorded && none.joules.is_none());
@@ -268,4 +298,75 @@ fn stacked_ledgers_breakdowns_add_up_on_the_node() {
     let mut bare = NodeRecord::default();
     add_breakdown(&mut bare, &Breakdown::default());
     assert_eq!((bare.parts, bare.idle_held), (None, None));
+}
+
+/// A record as Princeton's jobstats writes it to AdminComment from slurmctld's epilog
+/// (`JS1:` and the base64 of its gzipped JSON), one whose gzip is a whole number of base64
+/// quads: no `=` ends it, so jobstats' decoder (Python's lenient `b64decode`) would read
+/// on into any text after it and fail to gunzip (a third of its records are so).
+const JOBSTATS: &str = "JS1:H4sIAAAAAAACA1WKSwqAIBQA7/LWLnxp+LlMSL0iSI3URYR37wMFbQaGmQOmtSSwo1sSMQhxoMsOCHizf5pkkGN2S+fJx20Hq1ttjJCtad6SZ09gkSODkmj4TuRKKIm6kbX+X8HrCQYxWcp8AAAA";
+
+/// A job's row as accounting holds it, with these comments.
+fn commented(admin: &str, system: &str) -> JobRow {
+    JobRow {
+        admin_comment: admin.into(),
+        system_comment: system.into(),
+        ..recorded_job(1500)
+    }
+}
+
+/// jobstats wrote before the nodes' Epilogs: each Epilog writes the SystemComment only,
+/// beside slurmctld's text there, and the AdminComment (jobstats', or the site's) is
+/// never what is merged into; once a node's write landed, it writes nothing more.
+#[test]
+fn the_epilog_merges_into_the_system_comment_and_never_the_admin_comment() {
+    let burst_buffer = "12/06/26 13:00:00 burst_buffer/lua: setup: slow";
+    for admin in [JOBSTATS, "reviewed by ops; ticket 42", ""] {
+        let mut row = commented(admin, burst_buffer);
+        for (name, joules) in [("n1", 1000.0), ("n2", 500.0)] {
+            let written = update(&row, name, &node(joules))
+                .expect("mergeable")
+                .expect("a write");
+            assert!(written.starts_with(&format!("{burst_buffer} {SEGMENT}")));
+            assert!(!written.contains(admin) || admin.is_empty(), "{written}");
+            row.system_comment = written;
+            assert_eq!(update(&row, name, &node(joules)), Ok(None));
+        }
+        assert_eq!(row.admin_comment, admin);
+        let kept = kept(&row);
+        assert_eq!((kept.nodes_recorded, kept.joules), (2, Some(1500.0)));
+    }
+}
+
+/// jobstats wrote after the nodes' Epilogs, setting the whole AdminComment: the record,
+/// in the SystemComment, is whole (on 26.05.3 jobstats' write after the Epilogs left the
+/// job "not recorded" where the record was kept in AdminComment).
+#[test]
+fn jobstats_setting_the_whole_admin_comment_after_the_epilogs_leaves_the_record() {
+    let recorded = recorded_job(1500);
+    let after = commented(JOBSTATS, &recorded.system_comment);
+    let kept = kept(&after);
+    assert!(kept.recorded, "{kept:?}");
+    assert_eq!((kept.nodes_recorded, kept.joules), (2, Some(1500.0)));
+    assert_eq!(kept.tampered, None);
+}
+
+/// A job recorded by an earlier release (in AdminComment) is still read; a job whose nodes
+/// were upgraded while it ran has nodes in each comment, read together, and a node in
+/// both has its SystemComment figures.
+#[test]
+fn a_record_an_earlier_release_kept_in_admin_comment_is_still_read() {
+    let before = merge(
+        &merge("ops note", "n1", &node(1000.0)).expect("merged"),
+        "n2",
+        &node(400.0),
+    )
+    .expect("merged");
+    let alone = kept(&commented(&before, ""));
+    assert_eq!((alone.nodes_recorded, alone.joules), (2, Some(1400.0)));
+    let now = merge("", "n2", &node(500.0)).expect("merged");
+    let both = job_record(&commented(&before, &now)).expect("a record");
+    assert_eq!(both.nodes["n1"].joules, 1000.0);
+    assert_eq!(both.nodes["n2"].joules, 500.0);
+    assert_eq!(job_record(&commented(JOBSTATS, "")), None);
 }

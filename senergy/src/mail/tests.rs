@@ -79,3 +79,29 @@ fn the_summary_follows_the_original_body_or_a_note_says_why_not() {
     // any other mail: unchanged, to the byte
     assert_eq!(compose("a\r\nb", None), "a\r\nb");
 }
+
+/// A `--mail-user` that begins with `-` is an option to every mailer: refused, whatever
+/// else the arguments hold; ordinary recipients and the subject's own dashes pass.
+#[test]
+fn a_recipient_a_mailer_would_take_for_an_option_is_refused() {
+    let with = |user: &str| {
+        let mut a = args("Slurm Job_id=7 Name=-x Ended, Run time 00:00:01, COMPLETED");
+        a.pop();
+        a.push(user.to_string());
+        a
+    };
+    assert_eq!(option_like_recipient(&with("alice")), None);
+    assert_eq!(option_like_recipient(&with("alice@example.org")), None);
+    assert_eq!(
+        option_like_recipient(&with("-Sexpandaddr=shquote")),
+        Some("-Sexpandaddr=shquote")
+    );
+    assert_eq!(
+        option_like_recipient(&with("--exec=!id")),
+        Some("--exec=!id")
+    );
+    let mut two = with("alice");
+    two.push("-v".into());
+    assert_eq!(option_like_recipient(&two), Some("-v"));
+    assert_eq!(option_like_recipient(&["-q".to_string()]), Some("-q"));
+}

@@ -294,6 +294,9 @@ struct UsageLine<'a> {
     jobs_idle_held_recorded: u64,
     idle_held_scope2_location_g: Fixed<6>,
     idle_held_scope2_market_g: Fixed<6>,
+    // added after them: the jobs whose energy in accounting was changed after their end
+    jobs_tampered: u64,
+    tampered_accounting_j: u64,
 }
 
 impl<'a> UsageLine<'a> {
@@ -327,6 +330,8 @@ impl<'a> UsageLine<'a> {
             jobs_idle_held_recorded: r.jobs_idle_held_recorded,
             idle_held_scope2_location_g: Fixed(r.idle_held_scope2_location_g),
             idle_held_scope2_market_g: Fixed(r.idle_held_scope2_market_g),
+            jobs_tampered: r.jobs_tampered,
+            tampered_accounting_j: r.tampered_accounting_j,
         }
     }
 }

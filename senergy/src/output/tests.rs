@@ -209,10 +209,11 @@ fn usage_csv_neutralises_formulas_not_numbers() {
         "account,user,jobs,jobs_incomplete,energy_j,kwh,emissions_g,cost,currency,\
              facility_energy_j,scope2_location_g,scope2_market_g,scope3_embodied_g,\
              node_hours,node_class,factors,idle_held,idle_held_share_pct,\
-             jobs_idle_held_recorded,idle_held_scope2_location_g,idle_held_scope2_market_g\n\
-             '@evil,'\tbob,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,\n\
-             physics,alice,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,\n\
-             (all),(all),2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,\n"
+             jobs_idle_held_recorded,idle_held_scope2_location_g,idle_held_scope2_market_g,\
+             jobs_tampered,tampered_accounting_j\n\
+             '@evil,'\tbob,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,,0,0\n\
+             physics,alice,2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,,0,0\n\
+             (all),(all),2,0,3600000,1.000000000,-3.500000,-0.500000,EUR,,,,,,,,,,0,,,0,0\n"
     );
 }
 

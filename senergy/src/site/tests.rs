@@ -43,3 +43,25 @@ fn site_file_keys() {
     assert!(Tariff::new(Some(-1.0), None, None, None).is_err());
     assert!(Tariff::new(None, None, Some(f64::NAN), None).is_err());
 }
+
+/// `mail_summaries`: 1 to 64 (slurmctld's mail threads); anything else names the key and
+/// its value.
+#[test]
+fn mail_summaries_is_a_count_of_mail_threads() {
+    let parse = |text: &str| SiteFile::parse(Path::new("s.conf"), text);
+    assert_eq!(
+        parse("mail_summaries = 4\n").map(|f| f.mail_summaries).ok(),
+        Some(Some(4))
+    );
+    assert_eq!(parse("").map(|f| f.mail_summaries).ok(), Some(None));
+    assert!(parse("mail_summaries = 64\n").is_ok());
+    for bad in ["0", "65", "-1", "\"8\"", "2.5"] {
+        let e = parse(&format!("mail_summaries = {bad}\n")).expect_err(bad);
+        assert!(e.to_string().contains("mail_summaries"), "{bad}: {e}");
+    }
+    let e = parse("mail_summaries = 0\n").expect_err("0");
+    assert!(
+        e.to_string().contains("mail_summaries = 0: from 1 to 64"),
+        "{e}"
+    );
+}

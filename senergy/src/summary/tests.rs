@@ -180,16 +180,16 @@ fn a_name_with_escapes_cannot_forge_lines() {
 }
 
 /// docs/senergy.md's worked example of a job's parts and idle-held figures: its
-/// AdminComment, as the nodes' Epilog kept it, gives the summary the manual shows, line for
+/// SystemComment, as the nodes' Epilog kept it, gives the summary the manual shows, line for
 /// line (but the factors' stamp): 2 kWh, its second GPU idle for 0.4 kWh (20%), so 20% of
 /// each Scope 2 figure: 120 g of 600 location-based, 30 g of 150 market-based.
 #[test]
 fn the_manuals_parts_and_idle_held_example() {
     let doc = include_str!("../../../docs/senergy.md");
-    let comment = crate::scopes::tests::block_after(doc, "<!-- summary example: admincomment -->");
+    let comment = crate::scopes::tests::block_after(doc, "<!-- summary example: systemcomment -->");
     let shown = crate::scopes::tests::block_after(doc, "<!-- summary example: summary -->");
     let mut job = row(77, Some(7_200_000));
-    job.admin_comment = comment.trim().to_string();
+    job.system_comment = comment.trim().to_string();
     let text = text(&reports(&[job]), &tariff());
     let without_stamp: Vec<&str> = text
         .lines()

@@ -17,7 +17,8 @@
 //! `freshness` from zero), `vanish` (no `energy` file), `garbage` (`energy` unreadable),
 //! `stale` (no scans) for SECONDS (default 3).
 //! DIR/truth holds "NODE_J cpu=J memory=J accelN=J"; DIR/power.log `"<unix ns> <watts>"` per
-//! change.
+//! change. A change of power counts from the moment `set` made it (its time is in DIR/power),
+//! not from the next scan, as a real node's power falls the moment its work stops.
 
 use std::fs;
 use std::path::Path;
@@ -134,17 +135,34 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
     let tick = Duration::from_secs_f64(1.0 / hz);
     let mut last = Instant::now();
     fs::write(dir.join("pid"), format!("{}\n", std::process::id())).map_err(|e| e.to_string())?;
+    let mut changed_us = None;
     loop {
         let now = Instant::now();
-        let dt = now.duration_since(last).as_secs_f64();
+        let now_us = unix_us();
+        // a change of power counts from the moment `set` made it, not from this tick: a
+        // job's last command sets 0 W and its step's last read follows within milliseconds
+        // (a real node's power falls as its work stops); the energy until then is the
+        // old power's
+        let mut from = last;
+        if let Ok(text) = fs::read_to_string(&power_file)
+            && let Some((w, at_us)) = power_setting(&text)
+            && (w != watts || at_us != changed_us)
+        {
+            let ago = at_us.map_or(0, |at| now_us.saturating_sub(at));
+            let at = now
+                .checked_sub(Duration::from_micros(ago as u64))
+                .unwrap_or(last)
+                .clamp(last, now);
+            let before = at.duration_since(last).as_secs_f64();
+            for m in &mut meters {
+                m.joules += watts * m.share * before;
+            }
+            (watts, changed_us, from) = (w, at_us, at);
+        }
         last = now;
+        let dt = now.duration_since(from).as_secs_f64();
         for m in &mut meters {
             m.joules += watts * m.share * dt;
-        }
-        if let Ok(text) = fs::read_to_string(&power_file)
-            && let Ok(w) = text.trim().parse()
-        {
-            watts = w;
         }
         for line in commands.take() {
             let mut words = line.split_whitespace();
@@ -200,12 +218,24 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
     }
 }
 
+/// The power file: `WATTS [UNIX_US]`, the power and when it was set (none: `--watts`).
+fn power_setting(text: &str) -> Option<(f64, Option<u128>)> {
+    let mut words = text.split_whitespace();
+    let watts = words.next()?.parse().ok()?;
+    let at = match words.next() {
+        Some(at) => Some(at.parse().ok()?),
+        None => None,
+    };
+    Some((watts, at))
+}
+
 fn set(dir: &Path, watts: &str) -> Result<(), String> {
     let w: f64 = watts
         .parse()
         .map_err(|_| format!("{watts}: not a number of watts"))?;
-    write_atomic(&dir.join("power"), &format!("{w}\n"))?;
-    inbox::append_line(&dir.join("power.log"), &format!("{} {w}", unix_us() * 1000))
+    let at = unix_us();
+    write_atomic(&dir.join("power"), &format!("{w} {at}\n"))?;
+    inbox::append_line(&dir.join("power.log"), &format!("{} {w}", at * 1000))
 }
 
 fn glitch(dir: &Path, words: &[String]) -> Result<(), String> {

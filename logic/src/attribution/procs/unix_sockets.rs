@@ -393,11 +393,7 @@ mod tests {
     /// same. In a mount namespace of this test's thread (needs root, `btrfs-progs`).
     #[test]
     fn a_socket_on_btrfs_or_overlayfs_is_found() {
-        if !nix::unistd::geteuid().is_root() {
-            assert!(
-                std::env::var_os("ENERGY_TESTS_ALLOW_SKIP").is_some(),
-                "mounting file systems needs root (ENERGY_TESTS_ALLOW_SKIP=1 skips)"
-            );
+        if !crate::test_support::root_or_skip("mounting file systems") {
             return;
         }
         // only this thread's mounts change, and they go with it

@@ -79,7 +79,7 @@ fn attribution_cost_per_sample() {
         let mut cpu = crate::ledger::tests::thread_cpu();
         for k in 0..=rounds {
             if k == 1 {
-                let (observed, _) = keeper.observe(&[]);
+                let (observed, _, _) = keeper.observe(&[]);
                 assert!(observed.iter().all(|j| j.counters.is_some()));
                 started = Instant::now();
                 cpu = crate::ledger::tests::thread_cpu();

@@ -240,6 +240,9 @@ fn a_step_reads_the_node_since_it_began_and_keeps_its_figure_through_trouble() {
     let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
     let first = step.read();
     assert!(!first.complete, "no ledger: unavailable");
+    // each read brings the ledger's last sample up to itself: on a loaded machine the
+    // figure moves by the node's power over the time these steps take
+    let began = Instant::now();
     let epoch = unix_now() - 100.0;
     let now = unix_now();
     // the ledger sampled 0.5 s ago at 1000 J, 200 W: the step began at ~1100 J
@@ -252,7 +255,8 @@ fn a_step_reads_the_node_since_it_began_and_keeps_its_figure_through_trouble() {
     let counted_at = Instant::now();
     let reading = step.read();
     let figure = reading.energy_uj as f64 / 1e6;
-    assert!((figure - 800.0).abs() < 1.0, "{figure}");
+    let slack = 1.0 + 300.0 * began.elapsed().as_secs_f64();
+    assert!((figure - 800.0).abs() < slack, "{figure} (±{slack})");
     // the node's parts, for the profile
     assert_eq!(
         reading.parts,

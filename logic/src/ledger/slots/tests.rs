@@ -26,6 +26,7 @@ fn ledger_of(jobs: impl Iterator<Item = u32> + Clone, split: Split) -> Ledger {
             })
             .collect();
         let obs = super::super::Observation {
+            unowned_cpu_ns: 0,
             parts: vec![
                 Part {
                     label: "package-0".into(),
@@ -77,7 +78,9 @@ fn a_step_reads_from_its_slot_what_slurmd_would_answer() {
         let mut table = Table::new(&path);
         table.write(&ledger).expect("written");
         let reader = Reader::open(&path).expect("opened");
-        assert_eq!(reader.capacity, 256);
+        // twice the steps, a power of two; more where the seed put too many together
+        assert!((256..=MAX_GROWTH * 256).contains(&reader.capacity));
+        assert_eq!(reader.seed, table.seed);
         let keys = keys(&ledger);
         assert_eq!(keys.len(), 120);
         for key in keys {
@@ -100,49 +103,56 @@ fn a_step_reads_from_its_slot_what_slurmd_would_answer() {
     }
 }
 
+/// `count` keys (step 0 of jobs from 1 up) whose home is slot 0 in a table of
+/// `capacity` seeded with `seed`, found by search as a job's owner would who knew the seed.
+fn keys_at_zero(count: usize, capacity: usize, seed: u64) -> Vec<u32> {
+    (1..u32::MAX)
+        .filter(|&j| {
+            let key = StepKey {
+                job: j,
+                step: StepId(0),
+            };
+            home(key, capacity, seed) == 0
+        })
+        .take(count)
+        .collect()
+}
+
+fn step_0(job: u32) -> StepKey {
+    StepKey {
+        job,
+        step: StepId(0),
+    }
+}
+
 /// Keys of one home slot: each finds its own slot among them, a key of the same home the
 /// table does not hold finds none; more of them than a probe covers grow the table.
 #[test]
 fn keys_of_one_home_are_probed_and_each_reads_its_own() {
-    let at_zero: Vec<u32> = (1..u32::MAX)
-        .filter(|&j| {
-            home(
-                StepKey {
-                    job: j,
-                    step: StepId(0),
-                },
-                MIN_CAPACITY,
-            ) == 0
-        })
-        .take(PROBES + 2)
-        .collect();
-    let key = |job| StepKey {
-        job,
-        step: StepId(0),
-    };
-    let held: Vec<StepKey> = at_zero[..PROBES - 1].iter().map(|&j| key(j)).collect();
-    let places = place(&held, MIN_CAPACITY).expect("placed");
-    assert_eq!(places, (0..PROBES - 1).collect::<Vec<_>>());
-    let too_many: Vec<StepKey> = at_zero[..PROBES + 1].iter().map(|&j| key(j)).collect();
-    assert_eq!(place(&too_many, MIN_CAPACITY), None);
-
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("energy-ledger.0.json");
-    let ledger = ledger_of(at_zero[..PROBES - 1].iter().copied(), idle(50.0));
     let mut table = Table::new(&path);
+    let at_zero = keys_at_zero(PROBES + 2, MIN_CAPACITY, table.seed);
+    let held: Vec<StepKey> = at_zero[..PROBES - 1].iter().map(|&j| step_0(j)).collect();
+    let places = place(&held, MIN_CAPACITY, table.seed);
+    assert_eq!(places, (0..PROBES - 1).map(Some).collect::<Vec<_>>());
+    let too_many: Vec<StepKey> = at_zero[..PROBES + 1].iter().map(|&j| step_0(j)).collect();
+    assert_eq!(place(&too_many, MIN_CAPACITY, table.seed)[PROBES], None);
+
+    let ledger = ledger_of(at_zero[..PROBES - 1].iter().copied(), idle(50.0));
     table.write(&ledger).expect("written");
     let reader = Reader::open(&path).expect("opened");
     for job in &at_zero[..PROBES - 1] {
         let own = ledger.step(*job, StepId(0));
         assert!(own.is_some());
-        match reader.read(Some(key(*job))) {
+        match reader.read(Some(step_0(*job))) {
             Slot::Found(a) => assert_eq!(a.step, own, "job {job}"),
             other => panic!("job {job}: {other:?}"),
         }
     }
     // a key of the same home the table does not hold: its probe meets the others' slots
     // and an empty one, and takes none of theirs
-    assert_eq!(reader.read(Some(key(at_zero[PROBES]))), Slot::Missing);
+    assert_eq!(reader.read(Some(step_0(at_zero[PROBES]))), Slot::Missing);
 
     // more keys of one home than a probe covers: a larger table, each found
     let ledger = ledger_of(at_zero.iter().copied(), idle(50.0));
@@ -150,10 +160,62 @@ fn keys_of_one_home_are_probed_and_each_reads_its_own() {
     let reader = Reader::open(&path).expect("opened");
     assert!(reader.capacity > MIN_CAPACITY);
     for job in &at_zero {
-        match reader.read(Some(key(*job))) {
+        match reader.read(Some(step_0(*job))) {
             Slot::Found(a) => assert_eq!(a.step, ledger.step(*job, StepId(0)), "job {job}"),
             other => panic!("job {job}: {other:?}"),
         }
+    }
+}
+
+/// Keys a job's owner chose to collide (issue 53): without the seed they collide by
+/// chance only; with it (as if it were known) the table grows no further than
+/// [`MAX_GROWTH`] times what its steps need, and the keys left without a slot read
+/// `Missing` (their steps ask slurmd), never another's figure. Before, the table doubled
+/// until all fit: a file of GiB rewritten at each update, or an aborted allocation.
+#[test]
+fn colliding_keys_never_grow_the_table_past_its_bound() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("energy-ledger.0.json");
+    let mut table = Table::new(&path);
+    // 12 keys that share slot 0 up to a table of 2^18 slots: each doubling would leave
+    // them together
+    let big = 1 << 18;
+    let chosen = keys_at_zero(12, big, table.seed);
+    let ledger = ledger_of(chosen.iter().copied(), idle(50.0));
+    let steps = keys(&ledger).len();
+    table.write(&ledger).expect("written");
+    let bytes = std::fs::metadata(slots_path(&path)).expect("file").len() as usize;
+    let bound = MAX_GROWTH * capacity_for(steps);
+    assert_eq!(
+        bytes,
+        HEADER + NODE_SIZE + (bound + PROBES - 1) * SLOT_SIZE,
+        "grown to its bound, {bound} slots, no further"
+    );
+    let reader = Reader::open(&path).expect("opened");
+    let all = keys(&ledger);
+    let places = place(&all, reader.capacity, table.seed);
+    let mut missing = 0;
+    for (key, at) in all.iter().zip(places) {
+        match (reader.read(Some(*key)), at) {
+            (Slot::Found(a), Some(_)) => assert_eq!(a.step, ledger.step(key.job, key.step)),
+            (Slot::Missing, None) => missing += 1,
+            (read, at) => panic!("{key:?} at {at:?}: {read:?}"),
+        }
+    }
+    // at most a probe's worth of the chosen keys found a slot
+    assert!(missing >= 12 - PROBES, "{missing}");
+    // the same keys under another slurmd's seed: spread by chance, all in a small table
+    let other = tmp.path().join("energy-ledger.1.json");
+    let mut fresh = Table::new(&other);
+    assert_ne!(fresh.seed, table.seed);
+    fresh.write(&ledger).expect("written");
+    let reader = Reader::open(&other).expect("opened");
+    assert!(reader.capacity <= bound, "{}", reader.capacity);
+    for job in &chosen {
+        assert!(
+            matches!(reader.read(Some(step_0(*job))), Slot::Found(_)),
+            "job {job}"
+        );
     }
 }
 
@@ -217,8 +279,12 @@ fn a_torn_record_is_never_taken() {
         .write(true)
         .open(slots_path(&path))
         .expect("open");
-    let at = SLOTS_AT + home(key, reader.capacity) * SLOT_SIZE;
-    file.write_all_at(&[0xff; 8], at as u64).expect("torn");
+    // every slot of its probe (the seed decides which one is its own)
+    let home = home(key, reader.capacity, reader.seed);
+    for slot in home..home + PROBES {
+        let at = SLOTS_AT + slot * SLOT_SIZE;
+        file.write_all_at(&[0xff; 8], at as u64).expect("torn");
+    }
     assert_eq!(reader.read(Some(key)), Slot::Torn);
 }
 
@@ -255,7 +321,8 @@ fn the_table_grows_and_its_readers_open_the_new_one() {
     let large = ledger_of(1..=200, Split::Node);
     table.write(&large).expect("written");
     let (grown, capacity, len) = generation();
-    assert_eq!((grown, capacity), (2, 2048));
+    assert_eq!(grown, 2);
+    assert!((2048..=MAX_GROWTH * 2048).contains(&capacity), "{capacity}");
     assert_eq!(len, SLOTS_AT + (capacity + PROBES - 1) * SLOT_SIZE);
     assert_eq!(reader.read(Some(key)), Slot::Gone);
     let reader = Reader::open(&path).expect("opened");
@@ -289,6 +356,7 @@ fn parts_that_do_not_fit_are_asked_for() {
     let mut ledger = ledger_of(1..=2, Split::Node);
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let obs = super::super::Observation {
+        unowned_cpu_ns: 0,
         parts: vec![Part {
             label: "x".repeat(MAX_LABEL + 1),
             joules: 1.0,

@@ -41,6 +41,7 @@ fn ledger(gone_for: u64) -> Ledger {
             jobs.push(job(8, &[StepId(0)]));
         }
         let obs = Observation {
+            unowned_cpu_ns: 0,
             at: t0 + Duration::from_secs(secs),
             wall: w0 + Duration::from_secs(secs),
             node_uj: secs * 250_000_000,
@@ -49,6 +50,7 @@ fn ledger(gone_for: u64) -> Ledger {
             parts: vec![],
             counts: vec![],
             devices: vec![],
+            watts: None,
         };
         ledger.update(&obs, Split::Node);
     }
@@ -78,6 +80,7 @@ fn gpu_ledger(secs: u64) -> Ledger {
             instances: vec![],
         };
         let obs = Observation {
+            unowned_cpu_ns: 0,
             at: t0 + Duration::from_secs(s),
             wall: w0 + Duration::from_secs(s),
             node_uj: s * 370_000_000,
@@ -86,6 +89,7 @@ fn gpu_ledger(secs: u64) -> Ledger {
             parts: vec![],
             counts: vec![],
             devices: vec![device(0, 300, vec![(Some(7), 50.0)]), device(1, 70, vec![])],
+            watts: None,
         };
         ledger.update(&obs, Split::Devices { idle_watts: None });
     }

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::ledger::Keeper;
+use crate::ledger::doorbell::RESAMPLE;
 use crate::meter::Meter;
 use crate::scheduler::worker::{Control, Worker};
 
@@ -53,12 +54,15 @@ impl SampleLoop {
         let (meter, keeper) = (self.meter.clone(), Arc::clone(&self.keeper));
         let period = meter.period();
         let started = Worker::spawn("energy-sampler", move |control| {
-            while control.wait(Some(period)) {
+            let mut wait = period;
+            while control.wait(Some(wait)) {
                 let (accounting, reading) = meter.sample();
                 // after the meter's lock is released: Slurm's calls never wait on this
-                if let Some(keeper) = lock(&keeper).as_mut() {
-                    keeper.on_sample(&accounting, &reading);
-                }
+                let sooner = lock(&keeper)
+                    .as_mut()
+                    .is_some_and(|keeper| keeper.on_sample(&accounting, &reading));
+                // a step waits for a reading taken after its ask (a controller's next scan)
+                wait = if sooner { RESAMPLE.min(period) } else { period };
             }
         });
         match started {
