@@ -7,7 +7,9 @@
 # marks the plugin directory and whose version the .deb depends on, pulled in by slurmd but
 # not by libslurm-dev; ci/rpm.sh: rpm and git, which makes its source tarball), equivs (the
 # package tests' stand-in Slurm packages), Prometheus and node_exporter (the metrics file
-# scraped as sites scrape it), DejaVu fonts (senergy's plots), through ci/apt-install.sh (root when something is missing;
+# scraped as sites scrape it), DejaVu fonts (senergy's plots), qemu-system-x86 and debootstrap
+# (the site-node tier's Debian VM, ci/site-node; without Recommends, which would pull a
+# qemu-utils of bookworm's that the image's newer one conflicts with), through ci/apt-install.sh (root when something is missing;
 # package scripts never start system daemons); and sushy-tools (a real Redfish server,
 # sushy-static) from PyPI into a virtual environment cached under /var/cache/rust-energy-slurm.
 set -eu
@@ -15,7 +17,8 @@ sh "$(dirname "$0")/apt-install.sh" slurmd slurmctld slurmdbd slurm-client libsl
     slurm-wlm-basic-plugins git equivs \
     slurm-wlm-influxdb-plugin munge mariadb-server libclang-dev clang gcc libc6-dev iproute2 \
     util-linux procps btrfs-progs debootstrap python3 python3-venv ca-certificates curl openssl openipmi libopenipmi-dev \
-    ipmitool libjansson4 dpkg-dev rpm prometheus prometheus-node-exporter fonts-dejavu-core
+    ipmitool libjansson4 dpkg-dev rpm prometheus prometheus-node-exporter fonts-dejavu-core \
+    qemu-system-x86
 
 sushy=/var/cache/rust-energy-slurm/sushy-tools
 if [ ! -x "$sushy/bin/sushy-static" ]; then

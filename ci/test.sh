@@ -38,6 +38,12 @@
 # Within a release, ci/run-tests.py runs the tests side by side (TEST_JOBS, default 4: each
 # cluster claims its own ports and job ids). Each pass's time and the total are printed.
 #
+# The site-node tier (tests/tests/site_node.rs): a Debian 12 node in a VM under qemu's TCG,
+# Debian's own Slurm 22.05.8 started by its units, the 22.05.8 build's .deb installed with apt.
+# Its disk (ci/site-node/build-image.sh, cached under /var/cache/rust-energy-slurm/site-node)
+# is built in the background from the start; the VM runs as a pass of its own once the
+# 22.05.8 build is done, beside the test lane (SITE_NODE=0 leaves it out).
+#
 # Every pass runs even if an earlier one failed; the exit status says whether all passed.
 # The loader and cluster tests need root; elsewhere they fail loudly unless
 # ENERGY_TESTS_ALLOW_SKIP=1. Arguments are test-name filters (libtest's).
@@ -194,6 +200,17 @@ logs=$base_target/ci-logs
 rm -rf "$logs"
 mkdir -p "$logs"
 
+# ---- the site node's disk, in the background from the start (debootstrap: the network)
+site_node=${SITE_NODE:-1}
+case " $sorted " in *" 22.05.8 "*) ;; *) site_node=0 ;; esac
+if [ "$site_node" = 1 ]; then
+    (
+        t1=$(date +%s)
+        nice -n 19 sh ci/site-node/build-image.sh bookworm >"$logs/site-node-image.log" 2>&1
+        echo "$? $(($(date +%s) - t1))" >"$logs/site-node-image.done"
+    ) &
+fi
+
 # ---- the Slurm builds, in the background from the start, in the order of the passes
 (
     for release in $order; do
@@ -292,7 +309,9 @@ run_tests() {
     echo "== Slurm $release: internal.rs's step-record layout against the headers (ci/slurm-layout.sh)"
     measure_layout "$release"
     "$CARGO_TARGET_DIR/release/examples/step-record-layout" "$logs/layout-$release.txt"
-    set -- --artifacts "$logs/artifacts-$release.json" --times "$logs/times-$release.txt" "$@"
+    # the site node is a pass of its own (site_node_pass)
+    set -- --artifacts "$logs/artifacts-$release.json" --times "$logs/times-$release.txt" \
+        --skip site_node:: "$@"
     case $(tier "$release") in
     all)
         if [ "$release" != "$first_full" ]; then
@@ -332,6 +351,31 @@ test_pass() {
     echo "== Slurm $release: tests $(cat "$logs/result-$release") in $(cat "$logs/test-seconds-$release")s (the output follows at the end)"
 }
 
+# site_node_pass: the site-node tier (tests/tests/site_node.rs) on the 22.05.8 build's .deb,
+# once the VM's disk is built; its result and time recorded as a release's are
+site_node_pass() {
+    local t1 rc
+    while [ ! -e "$logs/site-node-image.done" ]; do sleep 2; done
+    echo "== site node: its disk $(cut -d' ' -f1 "$logs/site-node-image.done" | sed 's/^0$/built/;s/^[1-9].*/FAILED/') in $(cut -d' ' -f2 "$logs/site-node-image.done")s (0-2 s: cached)"
+    t1=$(date +%s)
+    set +e
+    (
+        set -e
+        slurm_env 22.05.8
+        ENERGY_TEST_DEB=$(cat "$logs/deb-22.05.8")
+        export ENERGY_TEST_DEB
+        cat "$logs/site-node-image.log"
+        python3 ci/run-tests.py --artifacts "$logs/artifacts-22.05.8.json" --jobs 1 \
+            --only site_node:: "$@"
+    ) >"$logs/tests-site-node.log" 2>&1
+    rc=$?
+    set -e
+    echo "$(($(date +%s) - t1))" >"$logs/test-seconds-site-node"
+    if [ "$rc" = 0 ]; then echo passed; else echo "FAILED (tests, status $rc)"; fi \
+        >"$logs/result-site-node"
+    echo "== site node (Debian 12 VM): $(cat "$logs/result-site-node") in $(cat "$logs/test-seconds-site-node")s"
+}
+
 # the build lane in the foreground; each release's tests start when its build is done and
 # the previous release's tests have ended (the test lane), except the loader tier's: they
 # start no cluster and take a minute, so the build lane runs them itself after each build
@@ -348,6 +392,9 @@ for release in $order; do
         echo "FAILED (build, status $rc)" >"$logs/result-$release"
         echo "== Slurm $release: build FAILED (status $rc); its tests do not run"
         continue
+    fi
+    if [ "$release" = 22.05.8 ] && [ "$site_node" = 1 ]; then
+        site_node_pass "$@" &
     fi
     if [ "$(tier "$release")" = loader ]; then
         test_pass "$release" "$@"
@@ -378,12 +425,14 @@ seconds_of() { cat "$logs/$1-seconds-$2" 2>/dev/null || echo "?"; }
 
 # the output of releases that passed first, of those that failed last: a CI log's tail shows
 # what failed
+passes=$order
+[ "$site_node" = 1 ] && passes="$passes site-node"
 for want in passed failed; do
-    for release in $order; do
+    for release in $passes; do
         result=$(cat "$logs/result-$release" 2>/dev/null || echo "FAILED (no result)")
         case $want:$result in passed:passed | failed:FAILED*) ;; *) continue ;; esac
         if [ -e "$logs/tests-$release.log" ]; then
-            echo "==== Slurm $release: test output"
+            echo "==== $([ "$release" = site-node ] || echo "Slurm ")$release: test output"
             cat "$logs/tests-$release.log"
         fi
     done
@@ -402,5 +451,11 @@ for release in $order; do
     summary="$summary
    Slurm $release: $result; build $(seconds_of build "$release")s, tests $(seconds_of test "$release")s ($(tier "$release") tests)"
 done
+if [ "$site_node" = 1 ]; then
+    result=$(cat "$logs/result-site-node" 2>/dev/null || echo "FAILED (no result)")
+    case $result in passed) ;; *) failed=1 ;; esac
+    summary="$summary
+   site node (Debian 12 VM, Slurm 22.05.8): $result; VM tests $(seconds_of test site-node)s"
+fi
 echo "== summary (total $(($(date +%s) - t_start))s):$summary"
 exit $failed
