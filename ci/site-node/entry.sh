@@ -128,16 +128,16 @@ while [ ! -e /home/$USER_NAME/$name.stop ]; do :; done
     sacct -n -P -j "$job" -o JobID,ConsumedEnergyRaw,State | while read -r line; do R sacct "$name" "$line"; done
 }
 
-# the Epilog's record (AdminComment) of job J, and `senergy job J --json` as the user
+# the Epilog's record (SystemComment, where senergy record keeps it) of job J, and `senergy job J --json` as the user
 record() {
     local name=$1 job=$2 t=0 comment=""
     while [ "$t" -lt 60 ]; do
-        comment=$(sacct -n -X -P -j "$job" -o AdminComment 2>/dev/null | head -n 1)
+        comment=$(sacct -n -X -P -j "$job" -o SystemComment 2>/dev/null | head -n 1)
         case $comment in *senergy*) break ;; esac
         sleep 1
         t=$((t + 1))
     done
-    R admin_comment "$name" "$job" "$comment"
+    R system_comment "$name" "$job" "$comment"
     R senergy_job_json "$name" "$(as_user senergy job "$job" --json 2>&1 | tr -d '\n')"
 }
 

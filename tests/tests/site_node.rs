@@ -307,10 +307,10 @@ fn alone_against_truth(r: &Results, name: &str, relative: f64) -> f64 {
     truth
 }
 
-/// `senergy job --json`'s kept record, and the AdminComment the Epilog wrote.
+/// `senergy job --json`'s kept record, and the SystemComment the Epilog wrote.
 fn epilog_record(r: &Results, name: &str, truth: f64) {
-    let comment = r.of("admin_comment", name)[1..].join(" ");
-    println!("{name}: AdminComment {comment}");
+    let comment = r.of("system_comment", name)[1..].join(" ");
+    println!("{name}: SystemComment {comment}");
     let record: Value =
         serde_json::from_str(comment.strip_prefix("senergy=").unwrap_or_else(|| {
             panic!("{name}: the Epilog's senergy record wrote no record: {comment:?}")
