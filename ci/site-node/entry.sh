@@ -128,7 +128,8 @@ while [ ! -e /home/$USER_NAME/$name.stop ]; do :; done
     sacct -n -P -j "$job" -o JobID,ConsumedEnergyRaw,State | while read -r line; do R sacct "$name" "$line"; done
 }
 
-# the Epilog's record (SystemComment, where senergy record keeps it) of job J, and `senergy job J --json` as the user
+# the Epilog's record of job J (SystemComment; AdminComment is the site's and left alone),
+# and `senergy job J --json` as the user
 record() {
     local name=$1 job=$2 t=0 comment=""
     while [ "$t" -lt 60 ]; do
@@ -138,6 +139,7 @@ record() {
         t=$((t + 1))
     done
     R system_comment "$name" "$job" "$comment"
+    R admin_comment "$name" "$job" "$(sacct -n -X -P -j "$job" -o AdminComment 2>/dev/null | head -n 1)"
     R senergy_job_json "$name" "$(as_user senergy job "$job" --json 2>&1 | tr -d '\n')"
 }
 
@@ -287,7 +289,9 @@ sleep 60
     RESTART=1 alone restart 20
     R ledger_errors "$(ledger_errors)"
     journalctl -b -u slurmd --no-pager -o cat | grep -iE "error|rust_rapl" | tail -n 15 | while read -r l; do R slurmd_log "$l"; done
-    # ---- a reboot: the units come back by themselves
+    # ---- a reboot: the units come back by themselves (once no job is completing: its
+    # Epilog would be cut short, and slurmctld would find the node rebooted under it)
+    wait_for 120 "no job completing" sh -c '[ -z "$(squeue -h -t CG)" ]'
     echo after-reboot >"$STATE/phase"
     R rebooting "$(cut -d' ' -f1 /proc/uptime)"
     sync
@@ -296,7 +300,14 @@ sleep 60
 after-reboot)
     echo done >"$STATE/phase"
     R boot_id "$(cat /proc/sys/kernel/random/boot_id)"
-    wait_for 120 "node up after reboot" node_idle
+    if ! wait_for 120 "node up after reboot" node_idle; then
+        # what slurmctld says of the node (ReturnToService=0, Slurm's default, leaves a node
+        # that rebooted unasked DOWN), and the admin's resume
+        R node_after_reboot "$(sinfo -h -n sitenode1 -o '%t %E')"
+        scontrol update nodename=sitenode1 state=resume
+        R resumed_by_admin 1
+        wait_for 60 "node up after resume" node_idle
+    fi
     units_report reboot
     R spool_after_reboot "$(stat -c '%U:%G %a' /var/lib/slurm/slurmd)"
     R fake_rapl_after_reboot "$(head -c 100 /sys/class/powercap/intel-rapl:0/name 2>&1)"

@@ -461,6 +461,10 @@ fn a_debian_12_site_node_measures_its_jobs_as_debian_runs_slurm() {
     let alone = alone_against_truth(&r, "alone", 0.01);
     epilog_record(&r, "alone", alone);
     alone_against_truth(&r, "restart", 0.02);
+    if let Some(state) = r.all("node_after_reboot").first() {
+        // Slurm's ReturnToService=0 (its default) leaves DOWN a node that rebooted unasked
+        println!("after the reboot slurmctld said: {state}; resumed as an admin would");
+    }
     alone_against_truth(&r, "reboot", 0.01);
 
     // senergy check mid-job at 300 W: as the ordinary user (what it says), and as root
