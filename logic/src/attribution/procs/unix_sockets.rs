@@ -80,51 +80,54 @@ struct Bound {
 pub(super) fn sockets_bound_at(
     paths: &[&Path],
 ) -> Result<HashMap<PathBuf, HashSet<u32>>, SocketTableError> {
-    let mut mounts = MountDevices::default();
     let files: Vec<(&Path, SocketFile)> = paths
         .iter()
-        .filter_map(|path| Some((*path, socket_file(path, &mut mounts)?)))
+        .filter_map(|path| Some((*path, socket_file(path)?)))
         .collect();
     if files.is_empty() {
         return Ok(HashMap::new());
     }
+    let bound = bound_sockets()?;
+    let mut mounts = MountDevices::default();
     let mut found: HashMap<PathBuf, HashSet<u32>> = HashMap::new();
-    for bound in bound_sockets()? {
-        for (path, file) in &files {
-            if file.is(bound.file) && bound.path == *path {
-                found
-                    .entry(path.to_path_buf())
-                    .or_default()
-                    .insert(bound.socket);
-            }
+    for (path, file) in &files {
+        let bound_to = |device: u32| -> HashSet<u32> {
+            bound
+                .iter()
+                .filter(|b| b.file == (file.inode, device) && b.path == *path)
+                .map(|b| b.socket)
+                .collect()
+        };
+        let mut sockets = bound_to(file.stat_device);
+        // only where `stat`'s device is not the superblock's (btrfs, overlayfs): the
+        // mount's, asked of the kernel for this file alone
+        if sockets.is_empty()
+            && let Some(device) = mounts.of(path).filter(|d| *d != file.stat_device)
+        {
+            sockets = bound_to(device);
+        }
+        if !sockets.is_empty() {
+            found.insert(path.to_path_buf(), sockets);
         }
     }
     Ok(found)
 }
 
-/// A socket file as the kernel's table may show its bound file: its inode, and its device
-/// as either of the two numbers a file system can give it. The table gives the device of
-/// the file system's superblock (`s_dev`); `stat` gives the same on ext4 or xfs, but btrfs
-/// gives each subvolume a device of its own (SLES's `/` and `/var` are btrfs subvolumes),
-/// and overlayfs gives a file's upper layer's: there the superblock's is read from the
-/// mount the file is on (`/proc/thread-self/mountinfo`, by the mount's id in `fdinfo`),
-/// this process's own view, where a file of another mount namespace is on another mount.
+/// A socket file as `stat` shows it. The kernel's table gives a bound file's inode and the
+/// device of its file system's superblock (`s_dev`); `stat` gives the same device on ext4
+/// or xfs, but btrfs gives each subvolume a device of its own (SLES's `/` and `/var` are
+/// btrfs subvolumes), and overlayfs gives a file its upper layer's: there the superblock's
+/// is read from the mount the file is on ([`MountDevices`]), this process's own view, where
+/// a file of another mount namespace is on another mount.
 #[derive(Debug)]
 struct SocketFile {
     inode: u32,
     stat_device: u32,
-    mount_device: Option<u32>,
-}
-
-impl SocketFile {
-    fn is(&self, (inode, device): (u32, u32)) -> bool {
-        inode == self.inode && (device == self.stat_device || Some(device) == self.mount_device)
-    }
 }
 
 /// The socket file at `path` (not followed if a link), in the kernel's encoding of a
 /// bound file. The kernel's table keeps 32 bits of an inode: so is it compared.
-fn socket_file(path: &Path, mounts: &mut MountDevices) -> Option<SocketFile> {
+fn socket_file(path: &Path) -> Option<SocketFile> {
     let meta = fs::symlink_metadata(path).ok()?;
     if !meta.file_type().is_socket() {
         return None;
@@ -132,7 +135,6 @@ fn socket_file(path: &Path, mounts: &mut MountDevices) -> Option<SocketFile> {
     Some(SocketFile {
         inode: low_32(meta.ino()),
         stat_device: kernel_device(meta.dev()),
-        mount_device: mounts.of(path),
     })
 }
 
@@ -409,15 +411,16 @@ mod tests {
         let found_at = |spool: &Path, name: &str| {
             let path = spool.join(name);
             let listener = UnixListener::bind(&path).expect("bind");
-            let file = socket_file(&path, &mut MountDevices::default()).expect("a socket");
+            let file = socket_file(&path).expect("a socket");
+            let mount_device = MountDevices::default().of(&path);
             let found = sockets_bound_at(&[&path]).expect("sock_diag");
             assert_eq!(
                 found.get(&path),
                 Some(&[inode(&listener)].into()),
-                "{} ({file:?})",
+                "{} ({file:?}, its mount's device {mount_device:?})",
                 path.display()
             );
-            file
+            (file.stat_device, mount_device)
         };
 
         let image = tmp.path().join("btrfs.img");
@@ -432,7 +435,7 @@ mod tests {
         found_at(&btrfs, "n1_5.0");
         let on_subvolume = found_at(&subvolume, "n1_6.0");
         // what made the match fail before: a subvolume's `stat` device is its own
-        assert_ne!(Some(on_subvolume.stat_device), on_subvolume.mount_device);
+        assert_ne!(Some(on_subvolume.0), on_subvolume.1);
 
         let layers = dir("layers");
         run("mount", &["-t", "tmpfs", "tmpfs", &text(&layers)]);
@@ -455,7 +458,7 @@ mod tests {
             &["-t", "overlay", "overlay", "-o", &options, &text(&merged)],
         );
         let on_overlay = found_at(&merged, "n1_7.0");
-        assert_ne!(Some(on_overlay.stat_device), on_overlay.mount_device);
+        assert_ne!(Some(on_overlay.0), on_overlay.1);
         for mounted in [&merged, &layers, &btrfs] {
             run("umount", &[&text(mounted)]);
         }
