@@ -200,6 +200,19 @@ logs=$base_target/ci-logs
 rm -rf "$logs"
 mkdir -p "$logs"
 
+# ---- the disk: what is used at the start, and the peak, sampled every 10 s (disk_report)
+disk_start=$(df -Pk "$base_target" | awk 'NR == 2 { print $3 }')
+echo "$disk_start" >"$logs/disk-peak"
+echo "== disk: $(df -Pk "$base_target" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }') GiB free on the target dir's file system at the start"
+(
+    while sleep 10; do
+        used=$(df -Pk "$base_target" 2>/dev/null | awk 'NR == 2 { print $3 }')
+        peak=$(cat "$logs/disk-peak" 2>/dev/null) || exit 0
+        [ -z "$used" ] || [ "$used" -le "$peak" ] || echo "$used" >"$logs/disk-peak"
+    done
+) &
+disk_sampler=$!
+
 # ---- the site node's disk, in the background from the start (debootstrap: the network)
 site_node=${SITE_NODE:-1}
 case " $sorted " in *" 22.05.8 "*) ;; *) site_node=0 ;; esac
@@ -264,11 +277,10 @@ build() {
     slurm_env "$release"
     if [ "$CARGO_TARGET_DIR" != "$base_target" ] && [ ! -d "$CARGO_TARGET_DIR/release" ] &&
         [ -d "$base_target/release" ]; then
-        # the third-party crates do not depend on the release: compiled once, copied (cargo
-        # then rebuilds only the workspace's crates, about a third of a cold build)
+        # the third-party crates do not depend on the release: compiled once, hard-linked
+        # (cargo then rebuilds only the workspace's crates, about a third of a cold build)
         echo "== Slurm $release: target dir seeded from $base_target"
-        mkdir -p "$CARGO_TARGET_DIR"
-        cp -a "$base_target/release" "$CARGO_TARGET_DIR/"
+        python3 ci/seed-target.py "$base_target" "$CARGO_TARGET_DIR"
     fi
     echo "== Slurm $release: build (target dir $CARGO_TARGET_DIR)"
     nice -n 19 cargo build --release --workspace
@@ -349,6 +361,30 @@ test_pass() {
     if [ "$rc" = 0 ]; then echo passed; else echo "FAILED (tests, status $rc)"; fi \
         >"$logs/result-$release"
     echo "== Slurm $release: tests $(cat "$logs/result-$release") in $(cat "$logs/test-seconds-$release")s (the output follows at the end)"
+    free_target "$release"
+}
+
+# free_target RELEASE: once RELEASE's tests (and lints) are done, its own target dir goes
+# (0.8 GB each; the logs are in the base's): the passes' dirs never pile up on the disk
+free_target() {
+    local dir=$base_target-$1 waited=0
+    [ "$1" != 22.05.8 ] && [ -d "$dir" ] || return 0
+    if is_full "$1"; then
+        while [ ! -e "$logs/lint-result-$1" ] && [ "$waited" -lt 3600 ]; do
+            sleep 5
+            waited=$((waited + 5))
+        done
+    fi
+    rm -rf "$dir"
+    echo "== Slurm $1: target dir removed; $(disk_report)"
+}
+
+# disk_report: the target file system's free space, and the most this run has used of it
+disk_report() {
+    local used peak
+    used=$(df -Pk "$base_target" | awk 'NR == 2 { print $3 }')
+    peak=$(cat "$logs/disk-peak" 2>/dev/null || echo "$used")
+    echo "disk: $(df -Pk "$base_target" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }') GiB free, this run's peak use $(awk -v p="$peak" -v s="$disk_start" 'BEGIN { printf "%.1f", (p - s) / 1048576 }') GiB"
 }
 
 # site_node_pass: the site-node tier (tests/tests/site_node.rs) on the 22.05.8 build's .deb,
@@ -417,7 +453,10 @@ for release in $order; do
         [ "$rc" = 0 ] || tail -n 60 "$logs/lint-$release.log"
     fi
 done
-echo "== build lane done after $(($(date +%s) - t_start))s; waiting for the tests"
+echo "== build lane done after $(($(date +%s) - t_start))s; $(disk_report); waiting for the tests"
+# every lane but the disk's sampler, which then stops
+for pid in $(jobs -p); do [ "$pid" = "$disk_sampler" ] || wait "$pid" || true; done
+kill "$disk_sampler" 2>/dev/null || true
 wait
 
 # seconds_of STAGE RELEASE: the recorded seconds of a release's build or tests, or ?
@@ -457,5 +496,5 @@ if [ "$site_node" = 1 ]; then
     summary="$summary
    site node (Debian 12 VM, Slurm 22.05.8): $result; VM tests $(seconds_of test site-node)s"
 fi
-echo "== summary (total $(($(date +%s) - t_start))s):$summary"
+echo "== summary (total $(($(date +%s) - t_start))s; $(disk_report)):$summary"
 exit $failed

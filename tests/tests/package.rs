@@ -753,14 +753,14 @@ fn rpm_sh(home: &Path, root: &Path, cargo_dir: &Path, out: &Path) -> Output {
         .to_path_buf();
     let rpm_build = target.join("rpm-build");
     if !rpm_build.join("release").exists() {
-        fs::create_dir_all(&rpm_build).expect("mkdir rpm-build");
-        let copied = Command::new("cp")
-            .arg("-a")
-            .arg(target.join("release"))
+        let seeded = Command::new("python3")
+            .arg(workspace().join("ci/seed-target.py"))
+            .arg(&target)
             .arg(&rpm_build)
+            .current_dir(workspace())
             .status()
-            .expect("run cp");
-        assert!(copied.success(), "seed {}", rpm_build.display());
+            .expect("run ci/seed-target.py");
+        assert!(seeded.success(), "seed {}", rpm_build.display());
     }
     let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     let cargo_home = var("CARGO_HOME")
