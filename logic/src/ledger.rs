@@ -536,10 +536,18 @@ impl Ledger {
         self.jobs.get(&job)?.steps.get(&step).map(|s| s.account)
     }
 
-    /// Unix time of the last sample.
     /// What the node's meter reads, as its keeper described it; empty where unknown.
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The plugin that measures the node (`rust_ipmi`): what its source says before the
+    /// meter's own description, which names a BMC's address and user and is root's to
+    /// read (the ledger file is 0600), not a job owner's.
+    pub fn plugin(&self) -> &str {
+        self.source
+            .split_once(": ")
+            .map_or(self.source.as_str(), |(plugin, _)| plugin)
     }
 
     /// Says what the node's meter reads (the plugin and its source).

@@ -62,7 +62,7 @@ pub mod variorum;
 // core (slurm-energy): the runtime it drives through its Host, a plugin's keys and symbols,
 // and what it reads from Slurm for attribution.
 pub use accounting::EnergyRecord;
-pub use attribution::grant::{Grant, GresHeld};
+pub use attribution::grant::{Grant, GresHeld, StepdId};
 pub use attribution::gres::GresOrder;
 pub use attribution::job_record::{JobRecord, LoadJob};
 pub use attribution::{Site, StepId, StepKey, cgroup_mountpoint, own_step, spool_for_node};
@@ -109,7 +109,7 @@ pub use trusted_dir::trust_slurm_user;
 // with outside input.
 pub use attribution::cgroup::{CgroupTree, JobDir, count_cpus};
 pub use attribution::job_record::{StepRecordConfig, gres_on_node};
-pub use attribution::procs::{SCAN_GAP, Scans, TITLE_BYTES};
+pub use attribution::procs::{Found, SCAN_GAP, SCAN_WAIT, Scans, TITLE_BYTES, search};
 pub use attribution::{Attribution, KEYS as ATTRIBUTION_KEYS};
 pub use config::ConfigError;
 pub use ledger::Account;

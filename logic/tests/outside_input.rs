@@ -1094,7 +1094,7 @@ proptest! {
                 StepKey::new(12, StepId(1)),
             ]
             .into();
-        let found = Procs::from_path(root).stepds(&wanted, 0);
+        let found = Procs::from_path(root).stepds(&wanted, 0, &std::sync::atomic::AtomicBool::new(false));
         for (step, pids) in &found {
             prop_assert!(wanted.contains(step));
             for pid in pids {

@@ -49,14 +49,14 @@ pub fn run(job: Option<u32>, node: Option<String>) -> u8 {
         .unwrap_or_else(crate::check::node::short_host_name);
     let settings = ffi::slurm_settings();
     let ledgers = ledger_paths(&settings, &node);
-    let entry = match node_figures(job, &ledgers) {
-        Ok(entry) => entry,
+    let (entry, since) = match node_figures(job, &ledgers) {
+        Ok(figures) => figures,
         Err(why) => {
             eprintln!("senergy record: job {job} on {node}: not recorded: {why}");
             return 0;
         }
     };
-    if let Err(why) = write(job, &node, &entry) {
+    if let Err(why) = write(job, &node, &entry, since) {
         eprintln!("senergy record: job {job} on {node}: not recorded: {why}");
     }
     0
@@ -80,7 +80,7 @@ fn ledger_paths(settings: &ffi::SlurmSettings, node: &str) -> Vec<PathBuf> {
 /// The node's figures of `job` from its ledgers, once each is final (the job's steps gone
 /// at a sample since the Epilog began) or holds no such job: rings each ledger's slurmd
 /// for a sample, and waits at most [`LEDGER_WAIT`].
-fn node_figures(job: u32, ledgers: &[PathBuf]) -> Result<NodeRecord, String> {
+fn node_figures(job: u32, ledgers: &[PathBuf]) -> Result<(NodeRecord, f64), String> {
     if ledgers.is_empty() {
         return Err("no energy plugin of ours in AcctGatherEnergyType".into());
     }
@@ -120,12 +120,13 @@ fn node_figures(job: u32, ledgers: &[PathBuf]) -> Result<NodeRecord, String> {
 }
 
 /// The node's record from its ledgers' final figures, summed over them (stacked plugins
-/// measure different parts of the node).
+/// measure different parts of the node), and when the node began counting the job (the
+/// run of the job id it measured).
 fn figures(
     job: u32,
     read: &[(Ledgered, Option<Ledger>)],
     paths: &[PathBuf],
-) -> Result<NodeRecord, String> {
+) -> Result<(NodeRecord, f64), String> {
     if let Some(((_, _), path)) = read
         .iter()
         .zip(paths)
@@ -144,21 +145,25 @@ fn figures(
     }
     let mut entry = NodeRecord::default();
     let mut sources = Vec::new();
+    let mut since = f64::INFINITY;
     for (ledgered, ledger) in read {
         if let (Ledgered::Final(joules), Some(ledger)) = (ledgered, ledger) {
             entry.joules += joules;
-            sources.push(ledger.source().to_string());
+            // the plugin alone: the record is the job owner's to read (sacct), and the
+            // meter's description names the BMC's address and user
+            sources.push(ledger.plugin().to_string());
             if let Some(view) = ledger.jobs().find(|j| j.id == job) {
                 kept::add_breakdown(&mut entry, view.breakdown());
+                since = since.min(view.account().since);
             }
         }
     }
-    if sources.is_empty() {
+    if sources.is_empty() || !since.is_finite() {
         return Err(format!("no ledger of this node holds job {job}"));
     }
     sources.retain(|s| !s.is_empty());
     entry.source = sources.join(" + ");
-    Ok(entry)
+    Ok((entry, since))
 }
 
 /// A pause of `base` and up to as long again, different on each node (their Epilogs
@@ -174,7 +179,7 @@ fn jittered(base: Duration) -> Duration {
 
 /// The job's row as accounting holds it now, on a new connection (a connection's reads
 /// see the rows as its first one did: [`crate::settled_rows`]).
-fn job_row(job: u32) -> Result<JobRow, String> {
+fn job_row(job: u32, since: f64) -> Result<JobRow, String> {
     let db = Accounting::open().map_err(|e| e.to_string())?;
     let rows = db
         .jobs(&JobQuery {
@@ -182,20 +187,22 @@ fn job_row(job: u32) -> Result<JobRow, String> {
             ..JobQuery::default()
         })
         .map_err(|e| e.to_string())?;
+    // the run this node measured: not an earlier job of the same id, which slurmdbd gives
+    // while it does not hold this run yet (its agent queue behind)
     rows.into_iter()
-        .filter(|r| r.job_id == job)
+        .filter(|r| r.job_id == job && r.running_at(since))
         .max_by_key(|r| r.start)
-        .ok_or_else(|| "not (yet) in accounting".to_string())
+        .ok_or_else(|| "this run of the job is not (yet) in accounting".to_string())
 }
 
 /// Merges `entry` into the job's SystemComment, and reads it back after [`SETTLE`] until it
 /// holds it (another node's write made on what it read before ours undoes ours: we then
 /// merge and write again), for at most [`WRITE_WAIT`].
-fn write(job: u32, node: &str, entry: &NodeRecord) -> Result<(), String> {
+fn write(job: u32, node: &str, entry: &NodeRecord, since: f64) -> Result<(), String> {
     let deadline = Instant::now() + WRITE_WAIT;
     let mut last = String::new();
     loop {
-        let attempt = job_row(job).and_then(|row| {
+        let attempt = job_row(job, since).and_then(|row| {
             let Some(merged) = kept::update(&row, node, entry).map_err(|e| e.to_string())? else {
                 return Ok(true);
             };

@@ -38,7 +38,8 @@ pub const MAX_COMMENT: usize = 60_000;
 pub struct NodeRecord {
     /// The job's energy on the node, J.
     pub joules: f64,
-    /// What the node's meters read (the plugins and their sources).
+    /// The plugins that measured the node (`rust_rapl + rust_gpu`): not their sources'
+    /// descriptions, which name a BMC's address and user.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub source: String,
     /// J by part label (package, dram, gpu0, rest...), where the ledger splits them.

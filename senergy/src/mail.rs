@@ -95,6 +95,23 @@ pub fn job_of_subject(subject: &str) -> Option<String> {
     valid.then(|| id.to_string())
 }
 
+/// A job's run time as slurmctld gives MailProg (`SLURM_JOB_RUN_TIME`, agent.c's
+/// `secs2time_str`): `[days-]hours:minutes:seconds`, in seconds.
+pub fn run_time_s(text: &str) -> Option<i64> {
+    let (days, clock) = match text.trim().split_once('-') {
+        Some((days, clock)) => (days.parse::<i64>().ok()?, clock),
+        None => (0, text.trim()),
+    };
+    let parts: Vec<i64> = clock
+        .split(':')
+        .map(|p| p.parse::<i64>().ok().filter(|v| *v >= 0))
+        .collect::<Option<_>>()?;
+    let [h, m, sec] = parts[..] else {
+        return None;
+    };
+    (days >= 0 && m < 60 && sec < 60).then_some(((days * 24 + h) * 60 + m) * 60 + sec)
+}
+
 /// The body the real mailer gets: the original, then the summary or why there is none.
 pub fn compose(body: &str, summary: Option<Result<String, String>>) -> String {
     let mut out = body.to_string();
@@ -145,20 +162,24 @@ fn settings() -> (PathBuf, u32) {
 /// that exits or hangs takes the child, not the mail. The child waits only for a job whose
 /// figures may still come ([`crate::settle`]), and only in one of `slots` slots
 /// ([`crate::slots`]): with none free it ends at once, and says why.
-fn summary_of(job: &str, slots: u32) -> Result<String, String> {
+fn summary_of(job: &str, slots: u32, running_at: Option<i64>) -> Result<String, String> {
     let me = std::env::current_exe().map_err(|e| format!("cannot find senergy: {e}"))?;
     let wait = SUMMARY_WAIT_S.to_string();
     let slots = slots.to_string();
-    let mut child = Command::new(me)
-        .args([
-            "job",
-            job,
-            "--summary",
-            "--wait",
-            &wait,
-            "--mail-slots",
-            &slots,
-        ])
+    let mut child = Command::new(me);
+    child.args([
+        "job",
+        job,
+        "--summary",
+        "--wait",
+        &wait,
+        "--mail-slots",
+        &slots,
+    ]);
+    if let Some(t) = running_at {
+        child.arg(format!("--running-at={t}"));
+    }
+    let mut child = child
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -214,8 +235,13 @@ pub fn run(args: Vec<String>) -> u8 {
     let _ = std::io::stdin().read_to_end(&mut body);
     let body = String::from_utf8_lossy(&body);
     let (mailer, slots) = settings();
+    // the run the mail is of, where it is one run: an array's summary is of many
+    let running_at = subject(&request.args)
+        .filter(|s| !s.starts_with("Slurm Array Summary "))
+        .and_then(|_| run_time_s(&std::env::var("SLURM_JOB_RUN_TIME").ok()?))
+        .map(|run| chrono::Utc::now().timestamp() - run);
     let summary = request.end_of_job.then(|| match &request.job {
-        Some(job) => summary_of(job, slots),
+        Some(job) => summary_of(job, slots, running_at),
         None => Err("the subject names no job".into()),
     });
     send(&mailer, &request.args, &compose(&body, summary))

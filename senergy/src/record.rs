@@ -37,6 +37,24 @@ pub struct JobRow {
     pub steps: Vec<StepRow>,
 }
 
+/// How far slurmctld's clock (accounting's times, whole seconds) and a node's may disagree
+/// in [`JobRow::running_at`].
+const CLOCK_SLACK_S: f64 = 2.0;
+
+impl JobRow {
+    /// Whether this run of its job id was running at unix time `t` (or is not known to
+    /// have begun after it nor ended before it): a job id comes round again (MaxJobId) and
+    /// a requeued job runs again under its id, and a run that ended before `t`, or began
+    /// after it, is another job's. A run not yet started or ended in accounting (slurmdbd
+    /// behind) is not ruled out.
+    pub fn running_at(&self, t: f64) -> bool {
+        let begun = self.start <= 0 || self.start as f64 <= t + CLOCK_SLACK_S;
+        // an end in whole seconds is up to one early
+        let not_ended = self.end <= 0 || self.end as f64 + 1.0 + CLOCK_SLACK_S >= t;
+        begun && not_ended
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepRow {
     pub step_id: u32,
@@ -87,5 +105,39 @@ pub fn user_name(recorded: String, uid: u32) -> String {
     match nix::unistd::User::from_uid(uid.into()) {
         Ok(Some(user)) => user.name,
         _ => uid.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run's row from `start` to `end` (0: not in accounting yet).
+    fn run(start: i64, end: i64) -> JobRow {
+        JobRow {
+            job_id: 7,
+            start,
+            end,
+            ..JobRow::default()
+        }
+    }
+
+    /// A job id come round again: the run of a year before, or the run before a requeue
+    /// (ended 5 s at least before the next began: AuthInfo's `cred_expire`), is not the run
+    /// a node measured from `t`; the run itself is, ended or not, started in accounting or
+    /// not yet.
+    #[test]
+    fn a_run_of_the_same_job_id_before_or_after_is_another_jobs() {
+        let t = 1_800_000_000.0;
+        let year = 365 * 86_400;
+        let now = t as i64;
+        assert!(!run(now - year, now - year + 60).running_at(t));
+        assert!(!run(now - 100, now - 5).running_at(t));
+        assert!(!run(now + 30, 0).running_at(t));
+        assert!(run(now - 3, 0).running_at(t));
+        assert!(run(now - 3, now + 60).running_at(t));
+        assert!(run(0, 0).running_at(t));
+        // a node's clock a second ahead of slurmctld's, an end rounded down
+        assert!(run(now + 1, now + 1).running_at(t + 1.9));
     }
 }

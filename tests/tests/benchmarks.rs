@@ -615,52 +615,69 @@ impl Drop for Spawned {
     }
 }
 
-/// The largest bytes of arguments each of `procs` processes gets: `SCAN_ARG_MB` (6 MB by
-/// default) unless all of them would take more than a quarter of the memory available.
-fn scan_arg_bytes(procs: usize) -> usize {
-    let wanted_mb: usize = std::env::var("SCAN_ARG_MB")
+/// A count from the environment variable `name`, else `default`.
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(6);
-    let available_kb: usize = fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    (wanted_mb << 20).min(available_kb * 1024 / 4 / procs.max(1))
+        .unwrap_or(default)
 }
 
-/// Times one search of the real /proc for a new step's slurmstepd (`Scans::stepds`: every
-/// process's owner, the start of slurmd's user's titles, the kernel's socket table) while
-/// `SCAN_PROCS` (1 000) processes of `nobody` run with megabytes of arguments each, beside
-/// what the search did before (every process's whole title read first, the socket table
-/// read as text).
+/// The median of `rounds` timings of `f`, in ms.
+fn median_ms(rounds: usize, mut f: impl FnMut()) -> f64 {
+    let mut times: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let started = Instant::now();
+            f();
+            started.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[rounds / 2]
+}
+
+/// How slurmd finds a new step's slurmstepd while `SCAN_PROCS` (20 000) processes of
+/// `nobody` sleep and `SCAN_SOCKETS` (1 000 000) unix sockets are open on the host: the
+/// check of the one process its grant names (`StepdId::alive`), a whole search of /proc
+/// and the kernel's socket table (`search`, the fallback where no grant names it), and
+/// what the search holds slurmd's sampler (`Scans::stepds`: the pass on its own thread,
+/// waited for `SCAN_WAIT` at most).
 fn proc_scan_section() -> String {
-    use slurm_energy_logic::{Procs, SCAN_GAP, Scans};
+    use slurm_energy_logic::{Procs, SCAN_GAP, SCAN_WAIT, Scans, StepdId, search};
     use slurm_energy_logic::{StepId, StepKey};
     use std::collections::HashMap;
+    use std::io::BufRead;
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixListener;
     use std::os::unix::process::CommandExt;
+    use std::sync::atomic::AtomicBool;
 
     const NOBODY: u32 = 65_534;
-    // MAX_ARG_STRLEN: the kernel's bound on one argument
-    const ARG: usize = 128 * 1024 - 1;
-    let procs: usize = std::env::var("SCAN_PROCS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000);
-    let bytes = scan_arg_bytes(procs);
-    // zeros: `sleep` adds each argument to its time (0 s)
-    let args: Vec<String> = (0..bytes / (ARG + 1)).map(|_| "0".repeat(ARG)).collect();
-    // the arguments may take a quarter of the stack's limit: raise it for the children
-    let stack = libc::rlimit {
-        rlim_cur: 64 << 20,
-        rlim_max: libc::RLIM_INFINITY,
+    // what one helper holds: two descriptors a pair, within the hard limit of open files
+    let mut files = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
     };
-    // SAFETY: setrlimit reads the struct it is given; raising a soft limit has no other effect.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_STACK, &stack) }, 0);
+    // SAFETY: getrlimit writes the struct it is given.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut files) };
+    assert_eq!(got, 0);
+    let pairs_per_holder = (usize::try_from(files.rlim_max)
+        .unwrap_or(1 << 20)
+        .min(1 << 20)
+        - 64)
+        / 2;
+    let pid_max: usize = fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(32_768);
+    let running = fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .count();
+    // pids left for the others (threads take pids too): a host's pid_max bounds the test
+    let procs = env_count("SCAN_PROCS", 20_000).min(pid_max.saturating_sub(running + 4_000));
+    let sockets = env_count("SCAN_SOCKETS", 1_000_000);
     let mut spawned = Spawned(Vec::new());
     // one root process titled as the new step's slurmstepd, holding the step's socket
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -679,36 +696,32 @@ fn proc_scan_section() -> String {
     spawned.0.push(stepd);
     drop(listener);
     let step = StepKey::new(999_999, StepId(0));
-    let wanted: HashMap<_, &Path> = [(step, socket.as_path())].into();
     let proc_root = Procs::from_path(Path::new("/proc"));
-    let rounds = 20;
-    let median_ms = || {
-        let mut times: Vec<f64> = (0..rounds)
-            .map(|_| {
-                let started = Instant::now();
-                let found = Scans::default().stepds(&proc_root, &wanted, 0);
-                let ms = started.elapsed().as_secs_f64() * 1e3;
-                assert_eq!(
-                    found,
-                    Some([(step, stepd_pid)].into()),
-                    "the stepd is found"
-                );
-                ms
-            })
-            .collect();
-        times.sort_by(f64::total_cmp);
-        times[rounds / 2]
+    let start = proc_root.start_ticks(stepd_pid).expect("the stepd's start");
+    let named = StepdId {
+        pid: stepd_pid,
+        start,
     };
-    let alone_ms = median_ms();
-    let others = fs::read_dir("/proc")
-        .expect("/proc")
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .count();
+    let wanted: HashMap<_, &Path> = [(step, socket.as_path())].into();
+    let owned: HashMap<_, PathBuf> = [(step, socket.clone())].into();
+    let (failing, stop) = (AtomicBool::new(false), AtomicBool::new(false));
+    let measure = |rounds: usize| {
+        let check_us = median_ms(1_000, || assert!(named.alive(&proc_root, 0))) * 1e3;
+        let search_ms = median_ms(rounds, || {
+            let found = search(&proc_root, &owned, 0, &failing, &stop);
+            assert_eq!(found, [(step, stepd_pid)].into(), "the stepd is found");
+        });
+        // a fresh Scans each time: a pass begins at once
+        let held_ms = median_ms(rounds, || {
+            let mut scans = Scans::default();
+            let _ = scans.stepds(&proc_root, &wanted, 0);
+        });
+        (check_us, search_ms, held_ms)
+    };
+    let alone = measure(9);
     for _ in 0..procs {
         let child = Command::new("sleep")
             .arg("3600")
-            .args(&args)
             .uid(NOBODY)
             .gid(NOBODY)
             .stdin(Stdio::null())
@@ -716,50 +729,65 @@ fn proc_scan_section() -> String {
             .expect("a process of nobody");
         spawned.0.push(child);
     }
-    let new_ms = median_ms();
-    // before: every process's whole title, then its owner; the text table once
-    let old_rounds = 3;
-    let mut read_bytes = 0usize;
-    let started = Instant::now();
-    for _ in 0..old_rounds {
-        for entry in fs::read_dir("/proc").expect("/proc").flatten() {
-            if entry.file_name().to_string_lossy().parse::<u32>().is_err() {
-                continue;
-            }
-            if let Ok(title) = fs::read(entry.path().join("cmdline")) {
-                read_bytes += title.len();
-                let _ = fs::read_to_string(entry.path().join("status"));
-            }
-        }
-        read_bytes += fs::read("/proc/net/unix").map_or(0, |t| t.len());
+    let holder = "import resource, socket, sys, time\n\
+                  n = int(sys.argv[1])\n\
+                  hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n\
+                  resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n\
+                  held = [socket.socketpair() for _ in range(n)]\n\
+                  print('ready', flush=True)\n\
+                  time.sleep(3600)\n";
+    let mut left = sockets / 2;
+    while left > 0 {
+        let pairs = left.min(pairs_per_holder);
+        left -= pairs;
+        let mut child = Command::new("python3")
+            .args(["-c", holder, &pairs.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 holding sockets");
+        let mut ready = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut ready)
+            .expect("ready");
+        assert_eq!(ready.trim(), "ready", "a holder of {pairs} socket pairs");
+        spawned.0.push(child);
     }
-    let old_ms = started.elapsed().as_secs_f64() * 1e3 / f64::from(old_rounds);
-    let read_mb = read_bytes as f64 / f64::from(old_rounds) / 1e6;
-    let per_process_mb = (args.len() * (ARG + 1)) as f64 / 1e6;
+    let loaded = measure(5);
     drop(spawned);
-    let cap = 1.0 / SCAN_GAP.as_secs_f64();
+    let total = running + procs + 1;
     format!(
-        "\n## A search of /proc for new steps' slurmstepds\n\n\
-         slurmd searches /proc for a new step's slurmstepd (`procs::Scans::stepds`), at most \
-         {cap:.0} times a second however many steps start (`SCAN_GAP`). A user's processes cost \
-         it their owner's line only: {procs} processes of `nobody` ran `sleep` with \
-         {per_process_mb:.1} MB of arguments each, beside one root process titled as the new \
-         step's slurmstepd holding its socket (found every time). \
+        "\n## Finding a new step's slurmstepd\n\n\
+         A slurmstepd names itself in its grant (its pid and start, in root's 0700 directory): \
+         slurmd checks that one process (`StepdId::alive`). Where no grant names it (one not \
+         written yet, or by a plugin of before), slurmd searches /proc and the kernel's socket \
+         table (`search`), on a thread of its own: its sampler waits for a pass `SCAN_WAIT` \
+         ({wait} ms) at most and takes a longer one's answer at a later sample; passes are \
+         `SCAN_GAP` ({gap} ms) apart and one at a time. Measured on the real /proc with \
+         {procs} processes of `nobody` sleeping and {sockets} unix sockets open \
+         (`SCAN_PROCS`, `SCAN_SOCKETS`; this host's pid_max {pid_max} bounds the processes), \
+         beside one root process titled as the new step's slurmstepd holding its socket \
+         (found every time). \
          `cargo test --release -p energy-tests --test benchmarks -- --ignored --nocapture proc_scan` (root).\n\n\
-         | search | time per search (real /proc) | read of titles and the socket table |\n|---|---|---|\n\
-         | now, the node's {others} processes alone | {alone_ms:.1} ms (median of {rounds}) | – |\n\
-         | now: owners first, {} bytes of slurmd's user's titles, the kernel's socket table (sock_diag) | {new_ms:.1} ms (median of {rounds}) | – |\n\
-         | before: every whole title, then owners; /proc/net/unix as text | {old_ms:.0} ms (mean of {old_rounds}) | {read_mb:.0} MB |\n\n\
-         At most {cap:.0} searches a second: now at most {:.1} ms of the sampler's second, before {:.0} ms \
-         (and /proc/net/unix once per searched step).\n",
-        slurm_energy_logic::TITLE_BYTES,
-        cap * new_ms,
-        cap * old_ms,
+         | host | grant's process checked | whole search (fallback, off the sampler) | sampler held |\n|---|---|---|---|\n\
+         | {running} processes, the host's sockets | {:.1} µs | {:.1} ms | {:.1} ms |\n\
+         | {total} processes, {sockets} more sockets | {:.1} µs | {:.0} ms | {:.1} ms |\n\n\
+         Medians (1 000 checks; 9 and 5 searches). The check costs the same whatever the host \
+         runs; a search grows with the processes and sockets, and holds the sampler no longer \
+         than `SCAN_WAIT`.\n",
+        alone.0,
+        alone.1,
+        alone.2,
+        loaded.0,
+        loaded.1,
+        loaded.2,
+        wait = SCAN_WAIT.as_millis(),
+        gap = SCAN_GAP.as_millis(),
     )
 }
 
 #[test]
-#[ignore = "benchmark: the /proc search section of BENCHMARKS.md alone (about a minute, root)"]
+#[ignore = "benchmark: the search for a new step's slurmstepd, section of BENCHMARKS.md alone (minutes, root)"]
 fn proc_scan_per_node() {
     assert!(root_or_skip("proc_scan_per_node"), "benchmarks need root");
     println!("{}", proc_scan_section());

@@ -167,6 +167,7 @@ fn read_grant(
         uid,
         user,
         gres,
+        stepd: None,
     })
 }
 
@@ -475,6 +476,7 @@ mod tests {
             uid: 1000,
             user: "alice".into(),
             gres: vec![held],
+            stepd: None,
         };
         assert_eq!(fake.read(record), Ok(expected));
     }

@@ -24,6 +24,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::gres::Allocation;
+use super::procs::{PROC_ROOT, Procs};
 use super::{StepId, StepKey};
 use crate::replace::{self, Access};
 use crate::trusted_dir::{self, DirError, NO_WRITE};
@@ -73,6 +74,36 @@ pub struct Grant {
     pub user: String,
     /// The GPUs (gres) the step holds on this node.
     pub gres: Vec<GresHeld>,
+    /// The slurmstepd that wrote it: slurmd checks that one process is alive instead of
+    /// searching all of /proc for it ([`crate::Scans`]). `None` in a job's grant, and in one
+    /// a plugin of before wrote (its step is then searched for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stepd: Option<StepdId>,
+}
+
+/// One process, as a pid given again later cannot pose as it: its pid and when it started
+/// (clock ticks after boot, `/proc/<pid>/stat`'s 22nd field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepdId {
+    /// Its process id.
+    pub pid: u32,
+    /// When it started, in clock ticks after boot.
+    pub start: u64,
+}
+
+impl StepdId {
+    /// The calling process; `None` where /proc does not say when it started.
+    pub fn own() -> Option<Self> {
+        let pid = std::process::id();
+        let start = Procs::from_path(Path::new(PROC_ROOT)).start_ticks(pid)?;
+        Some(Self { pid, start })
+    }
+
+    /// Whether the process is still alive under `procs`, as the same process (its start
+    /// unchanged), and runs as real uid `uid` (slurmd's user, as slurmstepd does).
+    pub fn alive(self, procs: &Procs, uid: u32) -> bool {
+        procs.start_ticks(self.pid) == Some(self.start) && procs.uid(self.pid) == Some(uid)
+    }
 }
 
 /// Why a grant could not be published.
@@ -255,6 +286,7 @@ pub(crate) mod tests {
             uid: 1000,
             user: "alice".into(),
             gres,
+            stepd: None,
         }
     }
 

@@ -80,6 +80,7 @@ impl JobRecord {
             uid: self.uid,
             user,
             gres,
+            stepd: None,
         })
     }
 }

@@ -1,7 +1,11 @@
 //! The processes of the steps slurmd runs, from /proc: where a step runs is where its
 //! processes are ([`super::cgroup`]).
 //!
-//! A step's slurmstepd names itself `slurmstepd: [<job>.<step>]` (`_set_job_log_prefix()`
+//! A step's slurmstepd names itself in its grant (its pid and start, [`super::grant::StepdId`],
+//! in root's 0700 directory): slurmd then checks that one process. Where no grant names it
+//! (not written yet, or by a plugin of before), /proc is searched, off slurmd's sampler
+//! thread ([`Scans`]):
+//! a step's slurmstepd names itself `slurmstepd: [<job>.<step>]` (`_set_job_log_prefix()`
 //! in slurmstepd.c, every release; 26.05's step manager appends ` stepmgr`): one pass over
 //! /proc finds every new step's candidates by title, and the pid is kept while the step
 //! runs. A title is anyone's to set (`exec -a`), so a candidate is the step's slurmstepd
@@ -16,13 +20,17 @@
 //! kernel once a pass (`unix_sockets`); and passes are [`SCAN_GAP`] apart at least, however
 //! many steps start ([`Scans`]).
 
+mod scans;
 mod unix_sockets;
+
+pub use scans::{Found, SCAN_GAP, SCAN_WAIT, Scans, search};
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
 
 use super::{StepKey, own_step};
 
@@ -33,82 +41,10 @@ pub(crate) const PROC_ROOT: &str = "/proc";
 /// (a u32 job, a step's number or name), and slurmstepd writes it at the title's start.
 pub const TITLE_BYTES: u64 = 128;
 
-/// The passes over /proc for new steps' slurmstepds are this far apart at least: at most 2
-/// a second, however many steps start (a step not searched waits for the next pass, at
-/// most this long). A pass reads each process's owner, the titles of slurmd's user's
-/// processes, the kernel's unix sockets once, and the `fd/` of the candidates.
-pub const SCAN_GAP: Duration = Duration::from_millis(500);
-
 /// A view of /proc (a fake one in tests).
 #[derive(Debug, Clone)]
 pub struct Procs {
     root: PathBuf,
-}
-
-/// When /proc was last searched for slurmstepds, so that searches are [`SCAN_GAP`] apart,
-/// and whether the kernel's socket table failed then (logged once per episode).
-#[derive(Debug, Default)]
-pub struct Scans {
-    last: Option<Instant>,
-    failing: bool,
-}
-
-impl Scans {
-    /// The slurmstepd of each `wanted` step (by its socket's path in SlurmdSpoolDir) that
-    /// one pass over /proc finds: a process of real uid `uid`, titled as the step's
-    /// slurmstepd, holding the socket bound at that path. `None`, with no pass made, while
-    /// the last pass is less than [`SCAN_GAP`] old.
-    pub fn stepds(
-        &mut self,
-        procs: &Procs,
-        wanted: &HashMap<StepKey, &Path>,
-        uid: u32,
-    ) -> Option<HashMap<StepKey, u32>> {
-        let now = Instant::now();
-        if self
-            .last
-            .is_some_and(|last| now.saturating_duration_since(last) < SCAN_GAP)
-        {
-            return None;
-        }
-        self.last = Some(now);
-        let steps: HashSet<StepKey> = wanted.keys().copied().collect();
-        let candidates = procs.stepds(&steps, uid);
-        let sockets: Vec<&Path> = candidates
-            .keys()
-            .filter_map(|s| wanted.get(s).copied())
-            .collect();
-        if sockets.is_empty() {
-            return Some(HashMap::new());
-        }
-        // one question to the kernel for all the steps of this pass
-        let bound = match unix_sockets::sockets_bound_at(&sockets) {
-            Ok(bound) => {
-                if self.failing {
-                    log::info!("the kernel tells again which unix sockets are bound where");
-                    self.failing = false;
-                }
-                bound
-            }
-            Err(e) => {
-                if !self.failing {
-                    log::error!(
-                        "{e}: new steps' slurmstepds are not found, and their jobs not \
-                         charged apart, until it answers"
-                    );
-                    self.failing = true;
-                }
-                return Some(HashMap::new());
-            }
-        };
-        // only the step's slurmstepd holds its socket: not a process titled as it, nor
-        // another node's slurmstepd of the same step on the same host
-        let found = candidates.into_iter().filter_map(|(step, pids)| {
-            let held = bound.get(*wanted.get(&step)?)?;
-            Some((step, procs.holding(&pids, held)?))
-        });
-        Some(found.collect())
-    }
 }
 
 impl Procs {
@@ -122,7 +58,13 @@ impl Procs {
     /// The processes of real uid `uid` titled as the slurmstepd of one of the `wanted`
     /// steps, in one pass over all processes; of another user's process only its owner is
     /// read, of slurmd's user's the start of its title.
-    pub fn stepds(&self, wanted: &HashSet<StepKey>, uid: u32) -> HashMap<StepKey, Vec<u32>> {
+    /// Ends early once `stop` is set.
+    pub fn stepds(
+        &self,
+        wanted: &HashSet<StepKey>,
+        uid: u32,
+        stop: &AtomicBool,
+    ) -> HashMap<StepKey, Vec<u32>> {
         let mut found: HashMap<StepKey, Vec<u32>> = HashMap::new();
         let pids = fs::read_dir(&self.root)
             .into_iter()
@@ -130,6 +72,9 @@ impl Procs {
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok());
         for pid in pids {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
             // the owner first: nothing more is read of another user's process
             if self.uid(pid) != Some(uid) {
                 continue;
@@ -427,7 +372,7 @@ pub(crate) mod tests {
         process_of(root, 16, "slurmstepd: [8.0]", "0::/", 4242);
         let me = nix::unistd::getuid().as_raw();
         assert_ne!(me, 4242);
-        let found = procs(root).stepds(&wanted, me);
+        let found = procs(root).stepds(&wanted, me, &AtomicBool::new(false));
         assert_eq!(procs(root).uid(16), Some(4242));
         assert_eq!(found.get(&StepKey::new(5, StepId(0))), Some(&vec![11]));
         assert_eq!(found.get(&StepKey::new(5, StepId::EXTERN)), Some(&vec![10]));
@@ -439,9 +384,18 @@ pub(crate) mod tests {
         Procs::from_path(root)
     }
 
-    fn scan(root: &Path, wanted: &[(StepKey, &Path)]) -> Option<HashMap<StepKey, u32>> {
-        let wanted: HashMap<StepKey, &Path> = wanted.iter().copied().collect();
-        Scans::default().stepds(&procs(root), &wanted, nix::unistd::getuid().as_raw())
+    /// One pass over the fake /proc at `root`, on this thread.
+    fn scan(root: &Path, wanted: &[(StepKey, &Path)]) -> HashMap<StepKey, u32> {
+        let wanted: HashMap<StepKey, PathBuf> =
+            wanted.iter().map(|(s, p)| (*s, p.to_path_buf())).collect();
+        let (failing, stop) = (AtomicBool::new(false), AtomicBool::new(false));
+        search(
+            &procs(root),
+            &wanted,
+            nix::unistd::getuid().as_raw(),
+            &failing,
+            &stop,
+        )
     }
 
     #[test]
@@ -459,13 +413,10 @@ pub(crate) mod tests {
         let _n2 = stepd(root, 32, step, "0::/", &spool("n2"));
         // by components: a SlurmdSpoolDir written with a trailing `/`
         let doubled = PathBuf::from(format!("{}/spool/n2//n2_5.0", tmp.path().display()));
-        assert_eq!(scan(root, &[(step, &doubled)]), Some([(step, 32)].into()));
-        assert_eq!(
-            scan(root, &[(step, &spool("n1"))]),
-            Some([(step, 31)].into())
-        );
+        assert_eq!(scan(root, &[(step, &doubled)]), [(step, 32)].into());
+        assert_eq!(scan(root, &[(step, &spool("n1"))]), [(step, 31)].into());
         fs::remove_dir_all(root.join("31/fd")).expect("rm");
-        assert_eq!(scan(root, &[(step, &spool("n1"))]), Some(HashMap::new()));
+        assert_eq!(scan(root, &[(step, &spool("n1"))]), HashMap::new());
     }
 
     /// A user binds a socket at a path holding a newline and, after it, a line of
@@ -498,7 +449,7 @@ pub(crate) mod tests {
         let line = format!(" {inode} {}\n", ours.display());
         assert!(table.contains(&line), "the forged line is in the table");
         write(&root.join("net/unix"), &table);
-        assert_eq!(scan(root, &[(step, &ours)]), Some(HashMap::new()));
+        assert_eq!(scan(root, &[(step, &ours)]), HashMap::new());
     }
 
     /// Another user's process is not read beyond its owner: its title may be megabytes, or
@@ -515,7 +466,9 @@ pub(crate) mod tests {
         std::thread::spawn(move || {
             let wanted: HashSet<_> = [StepKey::new(5, StepId(0))].into();
             let me = nix::unistd::getuid().as_raw();
-            let _ = done.0.send(procs(&root).stepds(&wanted, me));
+            let _ = done
+                .0
+                .send(procs(&root).stepds(&wanted, me, &AtomicBool::new(false)));
         });
         let found = done.1.recv_timeout(Duration::from_secs(10));
         assert_eq!(
@@ -557,7 +510,9 @@ pub(crate) mod tests {
             ]
             .into();
             let me = nix::unistd::getuid().as_raw();
-            let _ = done.0.send(procs(&root).stepds(&wanted, me));
+            let _ = done
+                .0
+                .send(procs(&root).stepds(&wanted, me, &AtomicBool::new(false)));
         });
         let found = done.1.recv_timeout(Duration::from_secs(10));
         assert_eq!(

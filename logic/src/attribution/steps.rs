@@ -206,43 +206,56 @@ impl Steps {
             })
             .copied()
             .collect();
-        // at most one pass over /proc per SCAN_GAP, however many steps start: the steps
-        // of a sample that may not search wait for the next that may
-        let wanted: HashMap<StepKey, &Path> =
-            search.iter().map(|s| (*s, present[s].as_path())).collect();
-        let found = match wanted.is_empty() {
-            true => None,
-            false => self.scans.stepds(&self.procs, &wanted, self.stepd_uid),
-        };
-        if let Some(mut stepds) = found {
-            for step in search {
-                let pid = stepds.remove(&step);
-                let place = match (pid, self.places.get(&step)) {
-                    (Some(pid), _) => {
-                        // charged from its process's start, not its socket's (made later)
-                        if let Some(started) = self.procs.started(pid) {
-                            self.starts.insert(step, Some(started));
-                        }
-                        Place::Stepd(pid)
-                    }
-                    (None, Some(Place::Unseen { gap, .. })) => {
-                        let gap = if young_socket(&present[&step]) {
-                            1
-                        } else {
-                            (gap * 2).min(MAX_SEARCH_GAP)
-                        };
-                        Place::Unseen {
-                            next: now + gap,
-                            gap,
-                        }
-                    }
-                    (None, _) => Place::Unseen {
-                        next: now + 1,
-                        gap: 1,
-                    },
-                };
-                self.places.insert(step, place);
+        // a step whose grant names its slurmstepd: that one process, alive or not
+        let mut answers: HashMap<StepKey, Option<u32>> = HashMap::new();
+        let mut scan: HashMap<StepKey, &Path> = HashMap::new();
+        for step in &search {
+            match Grant::read(&self.spool, step.job, step.step).and_then(|g| g.stepd) {
+                Some(stepd) => {
+                    let alive = stepd.alive(&self.procs, self.stepd_uid);
+                    answers.insert(*step, alive.then_some(stepd.pid));
+                }
+                None => {
+                    scan.insert(*step, present[step].as_path());
+                }
             }
+        }
+        // the others: a pass over /proc (one at a time, SCAN_GAP apart, off this thread),
+        // whose answer is for the steps not placed meanwhile
+        if let Some(found) = self.scans.stepds(&self.procs, &scan, self.stepd_uid) {
+            for step in found.searched {
+                let unplaced = matches!(self.places.get(&step), None | Some(Place::Unseen { .. }));
+                if present.contains_key(&step) && unplaced && !answers.contains_key(&step) {
+                    answers.insert(step, found.stepds.get(&step).copied());
+                }
+            }
+        }
+        for (step, pid) in answers {
+            let place = match (pid, self.places.get(&step)) {
+                (Some(pid), _) => {
+                    // charged from its process's start, not its socket's (made later)
+                    if let Some(started) = self.procs.started(pid) {
+                        self.starts.insert(step, Some(started));
+                    }
+                    Place::Stepd(pid)
+                }
+                (None, Some(Place::Unseen { gap, .. })) => {
+                    let gap = if young_socket(&present[&step]) {
+                        1
+                    } else {
+                        (gap * 2).min(MAX_SEARCH_GAP)
+                    };
+                    Place::Unseen {
+                        next: now + gap,
+                        gap,
+                    }
+                }
+                (None, _) => Place::Unseen {
+                    next: now + 1,
+                    gap: 1,
+                },
+            };
+            self.places.insert(step, place);
         }
         let Some(tree) = &self.tree else {
             return;

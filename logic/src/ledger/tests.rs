@@ -1454,3 +1454,15 @@ fn a_job_using_one_of_its_two_cpus_holds_half_its_static_share_idle() {
     // the source measures no parts: none, not all of it as rest
     assert!(view.breakdown().parts.is_empty());
 }
+
+/// The plugin a ledger names is its source's first word: not the meter's description,
+/// which names a BMC's address and user (a job's record keeps the plugin alone).
+#[test]
+fn a_ledgers_plugin_is_its_source_without_the_meters_description() {
+    let mut ledger = Ledger::default();
+    assert_eq!(ledger.plugin(), "");
+    ledger.describe_source("rust_ipmi: lan+ 10.1.2.3:623 as admin: DCMI power reading".into());
+    assert_eq!(ledger.plugin(), "rust_ipmi");
+    ledger.describe_source("rust_rapl".into());
+    assert_eq!(ledger.plugin(), "rust_rapl");
+}

@@ -20,7 +20,7 @@ use nix::unistd::{ResUid, Uid, User};
 
 use super::Host;
 use crate::attribution::StepKey;
-use crate::attribution::grant::{Grant, GrantError};
+use crate::attribution::grant::{Grant, GrantError, StepdId};
 use crate::attribution::job_record::{self, RETRY_AFTER, STEP_RECORD_KEY, StepRecordConfig};
 use crate::guard::guard;
 use crate::trusted_dir::DirError;
@@ -259,7 +259,7 @@ pub(super) fn publish(
         true => match host.step_record(address) {
             Ok(grant) => {
                 return match host.spool_dir() {
-                    Ok(spool) => publish_now_or_later(publishers, &spool, grant),
+                    Ok(spool) => publish_now_or_later(publishers, &spool, signed(grant)),
                     Err(why) => no_grant(&grant, &why),
                 };
             }
@@ -308,7 +308,7 @@ pub(super) fn publish(
                      slurmctld's job record)",
                     grant.allocation().gpus
                 );
-                write_until_written(&thread_name, stop, &spool, &grant);
+                write_until_written(&thread_name, stop, &spool, &signed(grant));
             }
             Err(why) => {
                 log::error!("step {thread_name}: {why}; slurmd charges it no GPU")
@@ -317,6 +317,15 @@ pub(super) fn publish(
     });
     if let Err(e) = asked {
         log::error!("step {name}: cannot start a thread to ask slurmctld ({e}): no GPU charged");
+    }
+}
+
+/// The step's grant as this slurmstepd writes it: naming this process, which slurmd then
+/// finds at once, without a search of /proc.
+fn signed(grant: Grant) -> Grant {
+    Grant {
+        stepd: StepdId::own(),
+        ..grant
     }
 }
 
@@ -429,12 +438,23 @@ mod tests {
             uid: 1000,
             user: "alice".into(),
             gres: whole(&[3]),
+            stepd: None,
         };
         let read = StepRecordConfig { read: true };
         let mut publishers = Publishers::default();
         let (spool, host) = stepd(Ok(own.clone()));
         publish(&host, read, 0x1000, &mut publishers);
-        assert_eq!(Grant::read(spool.path(), 7, StepId(0)), Some(own));
+        // signed by this process, which slurmd then checks alone
+        let signed = Grant::read(spool.path(), 7, StepId(0)).expect("published");
+        assert_eq!(signed.stepd.map(|s| s.pid), Some(std::process::id()));
+        assert_eq!(signed.stepd, StepdId::own());
+        assert_eq!(
+            Grant {
+                stepd: None,
+                ..signed
+            },
+            own
+        );
 
         let from_job = |spool| published(spool).map(|g| (g.gres, g.user));
         let root = Some((whole(&[1, 3]), "root".to_string()));
@@ -623,6 +643,7 @@ mod tests {
             uid: 65534,
             user: "nobody".into(),
             gres: whole(&[3]),
+            stepd: None,
         };
         if let Some(spool) = std::env::var_os(DROP_CHILD) {
             return drop_root_and_publish(PathBuf::from(spool), own);
@@ -658,8 +679,16 @@ mod tests {
             + &String::from_utf8_lossy(&child.stderr);
         assert!(child.status.success(), "{said}");
         assert!(said.contains("1 passed"), "{said}");
-        // what the child published, read back as slurmd would
-        assert_eq!(Grant::read(spool.path(), 7, StepId(0)), Some(own));
+        // what the child published, read back as slurmd would, signed by the child
+        let signed = Grant::read(spool.path(), 7, StepId(0)).expect("published");
+        assert!(signed.stepd.is_some_and(|s| s.pid != std::process::id()));
+        assert_eq!(
+            Grant {
+                stepd: None,
+                ..signed
+            },
+            own
+        );
         assert_eq!(Grant::read(spool.path(), 8, StepId(0)), None);
     }
 
@@ -679,7 +708,11 @@ mod tests {
         publish(&stepd(own.clone()), read, 0x1000, &mut publishers);
         std::thread::sleep(Duration::from_millis(600));
         seteuid(root).expect("seteuid(0)");
-        assert_eq!(published(&spool), Some(own.clone()));
+        let signed = Grant {
+            stepd: StepdId::own(),
+            ..own.clone()
+        };
+        assert_eq!(published(&spool), Some(signed));
         // a drop that outlasts the step: fini stops and joins the thread at once
         seteuid(user).expect("seteuid");
         let other = Grant { job: 8, ..own };

@@ -274,6 +274,10 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         ("summary", vec!["--summary"]),
         ("wait", vec!["--wait", "30"]),
         ("mail_slots", vec!["--wait", "30", "--mail-slots", "4"]),
+        (
+            "running_at",
+            vec!["--wait", "30", "--running-at", "1800000000"],
+        ),
         ("carbon_intensity", vec!["--carbon-intensity", "350"]),
         ("carbon_csv", vec!["--carbon-csv", &f.series]),
         ("price", vec!["--price", "0.25"]),
@@ -335,9 +339,9 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
             tried += 1;
         }
     }
-    // job 17 (jobs, plot, json, csv, summary, wait, mail_slots, config, eight figures,
-    // prometheus), usage 15, check 6, record 2
-    assert_eq!(tried, 40);
+    // job 18 (jobs, plot, json, csv, summary, wait, mail_slots, running_at, config, eight
+    // figures, prometheus), usage 15, check 6, record 2
+    assert_eq!(tried, 41);
 }
 
 #[test]

@@ -105,3 +105,25 @@ fn a_recipient_a_mailer_would_take_for_an_option_is_refused() {
     assert_eq!(option_like_recipient(&two), Some("-v"));
     assert_eq!(option_like_recipient(&["-q".to_string()]), Some("-q"));
 }
+
+/// `SLURM_JOB_RUN_TIME` as slurmctld writes it (`secs2time_str`), and what is none.
+#[test]
+fn a_run_time_is_read_as_slurmctld_writes_it() {
+    assert_eq!(run_time_s("00:01:05"), Some(65));
+    assert_eq!(run_time_s("12:00:00"), Some(43_200));
+    assert_eq!(
+        run_time_s("2-03:04:05"),
+        Some(2 * 86_400 + 3 * 3_600 + 4 * 60 + 5)
+    );
+    for bad in [
+        "",
+        "1:2",
+        "00:61:00",
+        "-1-00:00:00",
+        "a:b:c",
+        "1:2:3:4",
+        "INVALID",
+    ] {
+        assert_eq!(run_time_s(bad), None, "{bad:?}");
+    }
+}

@@ -339,3 +339,36 @@ fn a_process_titled_as_a_slurmstepd_is_not_taken_for_one() {
         Some(902)
     );
 }
+
+/// A step whose grant names its slurmstepd is placed from that one process, which here has
+/// no title and holds no socket in /proc: a search would not find it (before, the only way,
+/// a pass over every process of the host). A grant naming a pid given again (another
+/// start) or gone places nothing.
+#[test]
+fn a_slurmstepd_its_grant_names_is_placed_without_a_search_of_proc() {
+    use crate::attribution::grant::{StepdId, tests::grant};
+    let mut node = Node::new("cgroup");
+    let step = StepKey::new(5, StepId(0));
+    let socket = node.site.spool.join("n1_5.0");
+    node.sockets
+        .insert(step, UnixListener::bind(&socket).expect("bind"));
+    procs::tests::process(&node.site.proc_root, 40, "sleep 100", "0::/");
+    cgroup::tests::write(
+        &node.site.proc_root.join("40/stat"),
+        "40 (sleep) S 1 40 40 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 1234 9000000 100\n",
+    );
+    let placed = |start| {
+        let signed = Grant {
+            stepd: Some(StepdId { pid: 40, start }),
+            ..grant(5, StepId(0), Vec::new())
+        };
+        signed.publish(&node.site.spool).expect("publish");
+        let mut steps = Steps::new(&node.site.spool, None, &node.site.proc_root);
+        tick(&mut steps);
+        steps.places.get(&step).and_then(Place::stepd)
+    };
+    assert_eq!(placed(1234), Some(40));
+    assert_eq!(placed(1235), None);
+    fs::remove_dir_all(node.site.proc_root.join("40")).expect("rm");
+    assert_eq!(placed(1234), None);
+}
