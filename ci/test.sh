@@ -38,11 +38,13 @@
 # Within a release, ci/run-tests.py runs the tests side by side (TEST_JOBS, default 4: each
 # cluster claims its own ports and job ids). Each pass's time and the total are printed.
 #
-# The site-node tier (tests/tests/site_node.rs): a Debian 12 node in a VM under qemu's TCG,
-# Debian's own Slurm 22.05.8 started by its units, the 22.05.8 build's .deb installed with apt.
-# Its disk (ci/site-node/build-image.sh, cached under /var/cache/rust-energy-slurm/site-node)
-# is built in the background from the start; the VM runs as a pass of its own once the
-# 22.05.8 build is done, beside the test lane (SITE_NODE=0 leaves it out).
+# The site-node tier (tests/tests/site_node.rs): Debian nodes in VMs under qemu's TCG,
+# Debian's own Slurm started by its units, this project's .deb installed with apt: Debian 12
+# (Slurm 22.05.8: the 22.05.8 build's .deb) and Debian 13 (Slurm 24.11.5: the 24.11.5
+# build's, packaged for Debian's plugin directory). Their disks (ci/site-node/build-image.sh,
+# cached under /var/cache/rust-energy-slurm/site-node) are built in the background from the
+# start; each VM runs as a pass of its own, one after the other, beside the test lane, once
+# its .deb is built (SITE_NODE=0 leaves them out).
 #
 # Every pass runs even if an earlier one failed; the exit status says whether all passed.
 # The loader and cluster tests need root; elsewhere they fail loudly unless
@@ -214,13 +216,22 @@ echo "== disk: $(df -Pk "$base_target" | awk 'NR == 2 { printf "%.1f", $4 / 1048
 disk_sampler=$!
 
 # ---- the site node's disk, in the background from the start (debootstrap: the network)
-site_node=${SITE_NODE:-1}
-case " $sorted " in *" 22.05.8 "*) ;; *) site_node=0 ;; esac
-if [ "$site_node" = 1 ]; then
+# the site nodes: Debian's suite of each, and the Slurm release Debian ships in it
+site_nodes=""
+if [ "${SITE_NODE:-1}" = 1 ]; then
+    case " $sorted " in *" 22.05.8 "*) site_nodes="12" ;; esac
+    case " $sorted " in *" 24.11.5 "*) site_nodes="$site_nodes 13" ;; esac
+fi
+site_suite() { case $1 in 12) echo bookworm ;; 13) echo trixie ;; esac; }
+site_release() { case $1 in 12) echo 22.05.8 ;; 13) echo 24.11.5 ;; esac; }
+if [ -n "$site_nodes" ]; then
     (
-        t1=$(date +%s)
-        nice -n 19 sh ci/site-node/build-image.sh bookworm >"$logs/site-node-image.log" 2>&1
-        echo "$? $(($(date +%s) - t1))" >"$logs/site-node-image.done"
+        for n in $site_nodes; do
+            t1=$(date +%s)
+            nice -n 19 sh ci/site-node/build-image.sh "$(site_suite "$n")" \
+                >"$logs/site-node-$n-image.log" 2>&1
+            echo "$? $(($(date +%s) - t1))" >"$logs/site-node-$n-image.done"
+        done
     ) &
 fi
 
@@ -289,6 +300,17 @@ build() {
     echo "== Slurm $release: package"
     ENERGY_TEST_DEB=$(nice -n 19 sh ci/package.sh)
     echo "$ENERGY_TEST_DEB" >"$logs/deb-$release"
+    for n in $site_nodes; do
+        [ "$(site_release "$n")" = "$release" ] && [ "$release" != 22.05.8 ] || continue
+        # the same build, laid out for Debian's own Slurm of that release: its plugin
+        # directory, its packages in Depends (a site building for Debian from the upstream
+        # tarball); kept with the logs, as this release's target dir goes after its tests
+        echo "== Slurm $release: package for Debian $n's Slurm (the site node)"
+        SLURM_PLUGIN_DIR=/usr/lib/$(sh ci/multiarch.sh)/slurm-wlm \
+            SLURM_DEB_DEPENDS="slurm-wlm-basic-plugins (>= $release), slurm-wlm-basic-plugins (<< ${release%.*}.$((${release##*.} + 1))~), libslurm42t64 | libslurm42" \
+            PACKAGE_OUT="$logs/debian-$n" nice -n 19 sh ci/package.sh >"$logs/deb-site-node-$n" ||
+            echo "FAILED" >"$logs/deb-site-node-$n"
+    done
     # the RPM is built by package::the_rpm_builds_against_slurm_devel_with_a_rustup_cargo
     # (ONCE_TESTS): against a slurm-devel laid out as SchedMD's spec, its BuildRequires checked
     echo "== Slurm $release: test build"
@@ -387,29 +409,45 @@ disk_report() {
     echo "disk: $(df -Pk "$base_target" | awk 'NR == 2 { printf "%.1f", $4 / 1048576 }') GiB free, this run's peak use $(awk -v p="$peak" -v s="$disk_start" 'BEGIN { printf "%.1f", (p - s) / 1048576 }') GiB"
 }
 
-# site_node_pass: the site-node tier (tests/tests/site_node.rs) on the 22.05.8 build's .deb,
-# once the VM's disk is built; its result and time recorded as a release's are
+# site_node_pass N: the site-node tier's Debian N VM (tests/tests/site_node.rs), once its
+# disk and its .deb are built (22.05.8's for Debian 12, the Debian layout of 24.11.5's for
+# Debian 13), with the 22.05.8 build's test binaries (the VM's Slurm is the .deb's, not the
+# test build's); its result and time recorded as a release's are
 site_node_pass() {
-    local t1 rc
-    while [ ! -e "$logs/site-node-image.done" ]; do sleep 2; done
-    echo "== site node: its disk $(cut -d' ' -f1 "$logs/site-node-image.done" | sed 's/^0$/built/;s/^[1-9].*/FAILED/') in $(cut -d' ' -f2 "$logs/site-node-image.done")s (0-2 s: cached)"
+    local n=$1 t1 rc deb release
+    shift
+    release=$(site_release "$n")
+    while [ ! -e "$logs/site-node-$n-image.done" ]; do sleep 2; done
+    echo "== site node, Debian $n: its disk $(cut -d' ' -f1 "$logs/site-node-$n-image.done" | sed 's/^0$/built/;s/^[1-9].*/FAILED/') in $(cut -d' ' -f2 "$logs/site-node-$n-image.done")s (0-2 s: cached)"
+    if [ "$n" = 12 ]; then
+        deb=$(cat "$logs/deb-22.05.8")
+    else
+        # its .deb, or the release's failed build (no .deb will come)
+        while [ ! -s "$logs/deb-site-node-$n" ] &&
+            ! grep -qs FAILED "$logs/result-$release"; do sleep 2; done
+        deb=$(cat "$logs/deb-site-node-$n" 2>/dev/null || echo FAILED)
+    fi
     t1=$(date +%s)
     set +e
     (
         set -e
+        [ "$deb" != FAILED ] && [ -n "$deb" ] || {
+            echo "no .deb of Slurm $release for Debian $n (its build or package failed)"
+            exit 1
+        }
         slurm_env 22.05.8
-        ENERGY_TEST_DEB=$(cat "$logs/deb-22.05.8")
+        ENERGY_TEST_DEB=$deb
         export ENERGY_TEST_DEB
-        cat "$logs/site-node-image.log"
+        cat "$logs/site-node-$n-image.log"
         python3 ci/run-tests.py --artifacts "$logs/artifacts-22.05.8.json" --jobs 1 \
-            --only site_node:: "$@"
-    ) >"$logs/tests-site-node.log" 2>&1
+            --only "site_node::a_debian_${n}_" "$@"
+    ) >"$logs/tests-site-node-$n.log" 2>&1
     rc=$?
     set -e
-    echo "$(($(date +%s) - t1))" >"$logs/test-seconds-site-node"
+    echo "$(($(date +%s) - t1))" >"$logs/test-seconds-site-node-$n"
     if [ "$rc" = 0 ]; then echo passed; else echo "FAILED (tests, status $rc)"; fi \
-        >"$logs/result-site-node"
-    echo "== site node (Debian 12 VM): $(cat "$logs/result-site-node") in $(cat "$logs/test-seconds-site-node")s"
+        >"$logs/result-site-node-$n"
+    echo "== site node (Debian $n VM): $(cat "$logs/result-site-node-$n") in $(cat "$logs/test-seconds-site-node-$n")s"
 }
 
 # the build lane in the foreground; each release's tests start when its build is done and
@@ -429,8 +467,9 @@ for release in $order; do
         echo "== Slurm $release: build FAILED (status $rc); its tests do not run"
         continue
     fi
-    if [ "$release" = 22.05.8 ] && [ "$site_node" = 1 ]; then
-        site_node_pass "$@" &
+    if [ "$release" = 22.05.8 ] && [ -n "$site_nodes" ]; then
+        # the VMs one after the other: each takes a core or two for minutes
+        (for n in $site_nodes; do site_node_pass "$n" "$@"; done) &
     fi
     if [ "$(tier "$release")" = loader ]; then
         test_pass "$release" "$@"
@@ -465,13 +504,13 @@ seconds_of() { cat "$logs/$1-seconds-$2" 2>/dev/null || echo "?"; }
 # the output of releases that passed first, of those that failed last: a CI log's tail shows
 # what failed
 passes=$order
-[ "$site_node" = 1 ] && passes="$passes site-node"
+for n in $site_nodes; do passes="$passes site-node-$n"; done
 for want in passed failed; do
     for release in $passes; do
         result=$(cat "$logs/result-$release" 2>/dev/null || echo "FAILED (no result)")
         case $want:$result in passed:passed | failed:FAILED*) ;; *) continue ;; esac
         if [ -e "$logs/tests-$release.log" ]; then
-            echo "==== $([ "$release" = site-node ] || echo "Slurm ")$release: test output"
+            echo "==== $(case $release in site-node*) ;; *) echo "Slurm " ;; esac)$release: test output"
             cat "$logs/tests-$release.log"
         fi
     done
@@ -490,11 +529,11 @@ for release in $order; do
     summary="$summary
    Slurm $release: $result; build $(seconds_of build "$release")s, tests $(seconds_of test "$release")s ($(tier "$release") tests)"
 done
-if [ "$site_node" = 1 ]; then
-    result=$(cat "$logs/result-site-node" 2>/dev/null || echo "FAILED (no result)")
+for n in $site_nodes; do
+    result=$(cat "$logs/result-site-node-$n" 2>/dev/null || echo "FAILED (no result)")
     case $result in passed) ;; *) failed=1 ;; esac
     summary="$summary
-   site node (Debian 12 VM, Slurm 22.05.8): $result; VM tests $(seconds_of test site-node)s"
-fi
+   site node (Debian $n VM, Slurm $(site_release "$n")): $result; VM tests $(seconds_of test "site-node-$n")s"
+done
 echo "== summary (total $(($(date +%s) - t_start))s; $(disk_report)):$summary"
 exit $failed

@@ -23,7 +23,11 @@ site="slurmd slurmctld slurmdbd slurm-client munge mariadb-server fonts-dejavu-c
 # what the energy package's Depends add to those (senergy links libslurm, which Debian's
 # daemons and client do not pull): downloaded into apt's cache, not installed, so that apt
 # in the VM (no network) resolves the package's Depends itself as it would from a mirror
-fetched="libslurm38"
+case $suite in
+bookworm) fetched="libslurm38" ;; # Slurm 22.05.8
+trixie) fetched="libslurm42" ;;   # Slurm 24.11.5
+*) echo "build-image.sh: no site node for Debian $suite (bookworm, trixie)" >&2; exit 2 ;;
+esac
 key=$({ cat "$0"; echo "$suite $mirror $base $site $fetched"; } | sha256sum | cut -c1-16)
 cache_root=${SITE_NODE_CACHE:-/var/cache/rust-energy-slurm/site-node}
 cache=$cache_root/$suite-$key

@@ -143,6 +143,56 @@ record() {
     R senergy_job_json "$name" "$(as_user senergy job "$job" --json 2>&1 | tr -d '\n')"
 }
 
+# gpu_job: rust_gpu stacked on rust_rapl over two stand-in GPUs (the tests' NVML, built on
+# the host: /dev/nvidia0 and /dev/nvidia1 with no driver behind them), Slurm's cgroup/v2
+# with ConstrainDevices=yes, whose eBPF device filter is the kernel's own here: a job of the
+# ordinary user holding one GPU, at 200 W while the node's CPUs draw 300 W. Its script
+# opens both device files (its own reaches the absent driver, the other is refused by the
+# filter) and sets its GPU's power through the one the filter lets it open.
+gpu_job() {
+    local F=$LIB/fakegpu job on off
+    install -d -m 0777 "$F"
+    install -m 0755 "$P/libnvidia-ml.so.1" "$P/set_power.sh" "$F/"
+    echo "0 1" >"$F/gpus"
+    : >"$F/power.log"
+    chmod 0666 "$F/power.log"
+    for m in 0 1; do [ -e "/dev/nvidia$m" ] || mknod -m 0666 "/dev/nvidia$m" c 195 "$m"; done
+    printf 'AutoDetect=off\nName=gpu File=/dev/nvidia0\nName=gpu File=/dev/nvidia1\n' >/etc/slurm/gres.conf
+    sed -i -e 's|^AcctGatherEnergyType=.*|AcctGatherEnergyType=acct_gather_energy/rust_rapl,acct_gather_energy/rust_gpu|' \
+        -e 's|^NodeName=sitenode1 .*|NodeName=sitenode1 CPUs=2 Gres=gpu:2 State=UNKNOWN|' /etc/slurm/slurm.conf
+    echo GresTypes=gpu >>/etc/slurm/slurm.conf
+    echo ConstrainDevices=yes >>/etc/slurm/cgroup.conf
+    printf 'EnergyGpuNvmlLibrary=%s\nEnergyGpuAmdLibrary=none\n' "$F/libnvidia-ml.so.1" >>/etc/slurm/acct_gather.conf
+    systemctl restart slurmctld
+    systemctl restart slurmd
+    wait_for 120 "node up with its GPUs" sh -c 'sinfo -h -n sitenode1 -o "%t %G" | grep -Eq "^idle.*gpu:2"' || return 1
+    R gpu_node "$(sinfo -h -n sitenode1 -o '%t %G')"
+    sim_set package0=0
+    job=$(submit gpu "#!/bin/sh
+#SBATCH -n1 -c1 --gres=gpu:1
+for d in /dev/nvidia0 /dev/nvidia1; do echo \"\$d \$( (: <\$d) 2>&1 | sed 's/.*: //')\"; done >/home/$USER_NAME/gpu.devices
+$F/set_power.sh $F self:/dev 200
+while [ ! -e /home/$USER_NAME/gpu.stop ]; do :; done
+$F/set_power.sh $F self:/dev 0
+")
+    R job gpu "$job"
+    wait_for 120 "gpu running" job_running "$job" || return 1
+    wait_for 60 "gpu live figure" live_ok "$job.extern" || return 1
+    wait_for 30 "the job's GPU at 200 W" grep -q ' 200$' "$F/power.log" || return 1
+    on=$(truth)
+    sim_set package0=300
+    sleep 12
+    sim_set package0=0
+    off=$(truth)
+    R window gpu "$on" "$off"
+    touch "/home/$USER_NAME/gpu.stop"
+    wait_for 120 "gpu done" job_done "$job" || return 1
+    R final gpu "$job" "$(final_energy "$job")" "$(job_state "$job")"
+    R gpu_power_log "$(tr '\n' ';' <"$F/power.log")"
+    while read -r l; do R gpu_device "$l"; done <"/home/$USER_NAME/gpu.devices"
+    sacct -n -P -j "$job" -o JobID,ConsumedEnergyRaw,AllocTRES,State | while read -r line; do R sacct gpu "$line"; done
+}
+
 phase=$(cat "$STATE/phase" 2>/dev/null || echo setup)
 say "phase $phase"
 R phase "$phase"
@@ -187,6 +237,21 @@ setup)
     R munge_key "$(stat -c '%U %a' /etc/munge/munge.key)"
     systemctl restart munge
 
+    # Debian 13's slurmdbd (24.11.5-4+deb13u1) does not start with Debian 13's current
+    # libmariadb3 (1:11.8.9+ds-0+deb13u1): its first query fails ("mysql_query failed:
+    # 5027 Number of columns in result (=1) set execeeds maxmimum allowed number of columns
+    # (=0)") and it exits. Debian 12's Connector/C (3.3) in its place works with MariaDB
+    # 11.8: where the test stages it, slurmdbd's unit is given it, as a site would until
+    # Debian fixes the pair (docs/operations.md)
+    if [ -e "$P/libmariadb.so.3" ]; then
+        install -d "$LIB/mariadb-connector"
+        install -m 0644 "$P/libmariadb.so.3" "$LIB/mariadb-connector/"
+        install -d /etc/systemd/system/slurmdbd.service.d
+        printf '[Service]\nEnvironment=LD_LIBRARY_PATH=%s\n' "$LIB/mariadb-connector" \
+            >/etc/systemd/system/slurmdbd.service.d/mariadb-connector.conf
+        systemctl daemon-reload
+        R slurmdbd_connector "Debian 12's libmariadb.so.3 for Debian 13's slurmdbd"
+    fi
     # MariaDB for slurmdbd, as Debian ships it (unix_socket root)
     systemctl start mariadb
     mysql -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'site-node';
@@ -201,8 +266,10 @@ StorageHost=localhost
 StorageUser=slurm
 StoragePass=site-node
 StorageLoc=slurm_acct_db
-PidFile=/run/slurmdbd.pid
 EOF
+    # where the unit lets slurmdbd write its pid (Debian 13 runs it as slurm in /run/slurmdbd)
+    rundir=$(systemctl show -p RuntimeDirectory --value slurmdbd)
+    echo "PidFile=/run/${rundir:+$rundir/}slurmdbd.pid" >>/etc/slurm/slurmdbd.conf
     chown slurm:slurm /etc/slurm/slurmdbd.conf
     chmod 0600 /etc/slurm/slurmdbd.conf
 
@@ -312,6 +379,9 @@ after-reboot)
     R spool_after_reboot "$(stat -c '%U:%G %a' /var/lib/slurm/slurmd)"
     R fake_rapl_after_reboot "$(head -c 100 /sys/class/powercap/intel-rapl:0/name 2>&1)"
     alone reboot 12
+    R ledger_errors "$(ledger_errors)"
+    # ---- a GPU job under ConstrainDevices=yes
+    gpu_job
     R ledger_errors "$(ledger_errors)"
     finish ok
     ;;
