@@ -364,7 +364,11 @@ fn gpu_job_against_truth(r: &Results) {
         .split(';')
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            Some((f.first()?.parse().ok()?, *f.get(1)?, f.get(2)?.parse().ok()?))
+            Some((
+                f.first()?.parse().ok()?,
+                *f.get(1)?,
+                f.get(2)?.parse().ok()?,
+            ))
         })
         .collect();
     println!("gpu power schedule: {schedule:?}");
