@@ -12,6 +12,13 @@ use crate::ledger::Ledger;
 /// default interval of a minute.
 pub(super) const GRACE: Duration = Duration::from_secs(120);
 
+/// A job's step series (joules and watts) are written for this many of its steps at most,
+/// those of the lowest step ids (the extern and batch steps, then the first launched): a
+/// job's owner decides how many steps run at once (`srun --overlap`, MaxStepCount 40 000),
+/// and a node's series must not grow with them. The job's own series count every step's
+/// energy; sacct has each step's.
+pub(crate) const STEP_SERIES_PER_JOB: usize = 32;
+
 /// The labels of every series of one plugin on one node.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Identity {
@@ -58,7 +65,8 @@ impl Family {
 
 /// The file's text: the node's energy and power (and its parts'), and those of each job
 /// and step the ledger keeps that was on the node less than [`GRACE`] ago (a job's ended
-/// steps as long as the ledger keeps them: a minute at most, a few dozen per job), and who
+/// steps as long as the ledger keeps them: a minute at most, a few dozen per job; of
+/// [`STEP_SERIES_PER_JOB`] steps of a job at most), and who
 /// runs each job unless `owners` is `None` ([`OWNERS_KEY`](super::OWNERS_KEY)): then no series says it.
 pub(crate) fn render(
     ledger: &Ledger,
@@ -175,7 +183,10 @@ pub(crate) fn render(
                 job_idle_j.sample(JOB_IDLE_J, &labels, joules);
             }
         }
-        for (step, account) in job.steps() {
+        let mut steps: Vec<_> = job.steps().collect();
+        // Slurm's special steps (extern, batch, interactive: ids from 0xFFFF_FFF0) first
+        steps.sort_by_key(|(step, _)| (step.0 < 0xFFFF_FFF0, step.0));
+        for (step, account) in steps.into_iter().take(STEP_SERIES_PER_JOB) {
             let name = step.name();
             let labels = [node[0], node[1], ("jobid", id.as_str()), ("step", &name)];
             step_j.sample(STEP_J, &labels, account.joules);

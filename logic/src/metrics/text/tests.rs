@@ -167,3 +167,80 @@ fn a_finished_jobs_series_go_after_the_grace_period() {
     assert!(text.contains("jobid=\"7\""), "{text}");
     assert!(!text.contains("jobid=\"8\""), "{text}");
 }
+
+/// What one node's file holds at most with 256 jobs present, each with 16 parts (the most a
+/// ledger keeps), both idle kinds and 202 steps running (`srun --overlap`: how many is a job
+/// owner's to choose): a bound that no job's steps raise. Per job, 3 series (joules, watts,
+/// who), 16 parts, 2 idle kinds and 2 for each of [`STEP_SERIES_PER_JOB`] steps; per node, 3
+/// and 2 per part. Before, every step of every job had its two series: 87 040 more here.
+#[test]
+fn a_nodes_series_are_bounded_whatever_its_jobs_steps() {
+    const JOBS: u32 = 256;
+    const STEPS: u32 = 200;
+    const PARTS: usize = 16;
+    let (t0, w0) = (Instant::now(), SystemTime::now());
+    let mut ledger = Ledger::default();
+    let mut owners = HashMap::new();
+    for secs in 0..3u64 {
+        let jobs = (1..=JOBS)
+            .map(|id| ObservedJob {
+                job: id,
+                counters: None,
+                steps: [StepId::EXTERN, StepId::BATCH]
+                    .into_iter()
+                    .chain((0..STEPS).map(StepId))
+                    .map(|id| ObservedStep {
+                        id,
+                        usage_ns: None,
+                        started: Some(w0),
+                        holds: vec![],
+                    })
+                    .collect(),
+            })
+            .collect();
+        let obs = Observation {
+            unowned_cpu_ns: 0,
+            at: t0 + Duration::from_secs(secs),
+            wall: w0 + Duration::from_secs(secs),
+            node_uj: secs * 250_000_000,
+            settled: true,
+            jobs,
+            parts: (0..PARTS)
+                .map(|k| crate::ledger::Part {
+                    label: format!("part{k}"),
+                    joules: secs as f64,
+                    watts: Some(1.0),
+                })
+                .collect(),
+            counts: vec![],
+            devices: vec![],
+            watts: None,
+        };
+        ledger.update(&obs, Split::Node);
+    }
+    for id in 1..=JOBS {
+        owners.insert(
+            id,
+            Owner {
+                user: "alice".into(),
+            },
+        );
+    }
+    let text = render(&ledger, Some(&owners), &who());
+    let series = text.lines().filter(|l| !l.starts_with('#')).count();
+    let per_job = 3 + PARTS + 2 + 2 * STEP_SERIES_PER_JOB;
+    let bound = 3 + 2 * PARTS + JOBS as usize * per_job;
+    assert!(series <= bound, "{series} series for a bound of {bound}");
+    // the extern and batch steps, then steps 0 to 29: the job's first
+    let job1_steps: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("slurm_energy_step_joules_total{") && l.contains("jobid=\"1\""))
+        .collect();
+    assert_eq!(job1_steps.len(), STEP_SERIES_PER_JOB);
+    for step in ["extern", "batch", "0", "29"] {
+        let label = format!("step=\"{step}\"");
+        assert!(job1_steps.iter().any(|l| l.contains(&label)), "{step}");
+    }
+    assert!(!job1_steps.iter().any(|l| l.contains("step=\"30\"")));
+    println!("{series} series at {JOBS} jobs of {STEPS} steps and {PARTS} parts (bound {bound})");
+}
