@@ -115,8 +115,9 @@ pub struct UsageArgs {
     #[arg(
         long,
         short = 'S',
-        help = "Start: YYYY-MM-DD[THH:MM[:SS]] (local time), RFC 3339 or unix seconds \
-                [default: 30 days before the end]."
+        help = "Start, as sacct takes it: YYYY-MM-DD[THH:MM[:SS]], MMDD[YY], MM/DD[/YY], \
+                MM.DD[.YY], HH:MM[:SS] (local time), today, now[-N[seconds|minutes|hours|\
+                days|weeks]], RFC 3339 or unix seconds [default: 30 days before the end]."
     )]
     start: Option<String>,
     /// End (exclusive), same forms [default: now].
@@ -304,13 +305,13 @@ impl UsageArgs {
         let end = self
             .end
             .as_deref()
-            .map(when)
+            .map(|t| when(t, now))
             .transpose()?
             .unwrap_or(now + 1);
         let start = self
             .start
             .as_deref()
-            .map(when)
+            .map(|t| when(t, now))
             .transpose()?
             .unwrap_or(end - 30 * 86400);
         if start >= end {
@@ -520,27 +521,9 @@ fn job_id(text: &str) -> Result<Wanted, Failure> {
     }
 }
 
-/// Local `YYYY-MM-DD[THH:MM[:SS]]`, RFC 3339 or unix seconds.
-fn when(text: &str) -> Result<i64, Failure> {
-    use chrono::{Local, NaiveDate, NaiveDateTime, TimeZone};
-    if let Some(t) = crate::carbon::parse_time(text) {
-        return Ok(t);
-    }
-    let naive = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S")
-        .or_else(|_| NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M"))
-        .or_else(|_| {
-            NaiveDate::parse_from_str(text, "%Y-%m-%d").map(|d| d.and_time(Default::default()))
-        });
-    naive
-        .ok()
-        .and_then(|n| Local.from_local_datetime(&n).earliest())
-        .map(|t| t.timestamp())
-        .ok_or_else(|| {
-            Failure::Input(format!(
-                "{text:?} is not a time (YYYY-MM-DD[THH:MM[:SS]], RFC 3339 or unix seconds)"
-            ))
-        })
-}
+mod when;
+
+use when::when;
 
 #[cfg(test)]
 mod tests;

@@ -397,18 +397,3 @@ fn job_ids() {
         assert!(job_id(bad).is_err(), "{bad}");
     }
 }
-
-#[test]
-fn times() {
-    assert_eq!(
-        when("1735689600").expect("valid in this test"),
-        1_735_689_600
-    );
-    assert_eq!(
-        when("2025-01-01T00:00:00Z").expect("valid in this test"),
-        1_735_689_600
-    );
-    assert!(when("2025-01-01").is_ok());
-    assert!(when("2025-01-01T10:30").is_ok());
-    assert!(when("yesterday").is_err());
-}
