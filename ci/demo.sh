@@ -7,8 +7,9 @@
 # found), builds the plugins, starts a private Slurm
 # cluster on loopback whose node sees a simulated 2-socket AMD machine (RAPL counters that
 # wrap every ~15 s, which Slurm's own rapl plugin cannot even read), runs a job whose power
-# changes in three steps, prints sacct ConsumedEnergy beside the simulator's truth and
-# senergy's report of the job, and tears everything down.
+# changes in three steps, prints sacct ConsumedEnergy beside the simulator's truth,
+# senergy's report of the job (its node's figures kept by the Epilog, by part) and its
+# summary, and tears everything down.
 # run as `sh ci/demo.sh` too: the script is bash's (dash has no pipefail)
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -euo pipefail
@@ -51,7 +52,10 @@ target/release/raplsim run "$sim" --vendor amd --packages "$packages" --cpus "$c
 simpid=$!
 sleep 0.5
 
-printf 'PrologFlags=Contain\n' > "$work/slurm.conf.extra"
+# the nodes' Epilog keeps the node's figures with the job (SystemComment), as a site sets it
+printf '#!/bin/sh\nSENERGY=%s exec %s\n' "$repo/target/release/senergy" "$repo/conf/epilog.senergy" >"$work/epilog.sh"
+chmod 0755 "$work/epilog.sh"
+printf 'PrologFlags=Contain\nEpilog=%s\n' "$work/epilog.sh" > "$work/slurm.conf.extra"
 printf 'EnergyRaplSource=msr\n' > "$work/acct_gather.conf"
 say "starting a private Slurm cluster (munge, MariaDB, slurmdbd, slurmctld, slurmd) with AcctGatherEnergyType=acct_gather_energy/rust_rapl"
 NODES=1 ENERGY_TYPE=acct_gather_energy/rust_rapl EXTRA_PLUGIN_DIR="$work/plugins" \
@@ -99,5 +103,8 @@ sacct -n -P -j "$job" -o JobID,JobName,ConsumedEnergyRaw | while IFS='|' read -r
 done
 say "senergy job $job (the intensity and price are examples)"
 target/release/cluster client "$work/cluster" target/release/senergy job "$job" \
+    --carbon-intensity 350 --price 0.25 --currency EUR
+say "senergy job $job --summary (what the end-of-job mail adds, with MailProg=senergy)"
+target/release/cluster client "$work/cluster" target/release/senergy job "$job" --summary \
     --carbon-intensity 350 --price 0.25 --currency EUR
 say "tearing down"
