@@ -219,8 +219,9 @@ disk_sampler=$!
 # the site nodes: Debian's suite of each, and the Slurm release Debian ships in it
 site_nodes=""
 if [ "${SITE_NODE:-1}" = 1 ]; then
-    case " $sorted " in *" 22.05.8 "*) site_nodes="12" ;; esac
-    case " $sorted " in *" 24.11.5 "*) site_nodes="$site_nodes 13" ;; esac
+    # (sorted is one release a line)
+    case " $(echo $sorted) " in *" 22.05.8 "*) site_nodes="12" ;; esac
+    case " $(echo $sorted) " in *" 24.11.5 "*) site_nodes="$site_nodes 13" ;; esac
 fi
 site_suite() { case $1 in 12) echo bookworm ;; 13) echo trixie ;; esac; }
 site_release() { case $1 in 12) echo 22.05.8 ;; 13) echo 24.11.5 ;; esac; }
