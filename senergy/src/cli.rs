@@ -96,11 +96,11 @@ pub struct JobArgs {
     #[arg(long, hide = true, value_name = "N", requires = "wait",
           value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::slots::MAX_SLOTS)))]
     mail_slots: Option<u32>,
-    /// MailProg's summary: the run of the job id that was running at this unix time (the
-    /// mail's time less the job's run time): a run of the same id that ended before or
-    /// began after is another job's (the id come round again), not reported.
+    /// MailProg's summary: a run of the job id that ended before this unix time is another
+    /// job's (the id come round again), not reported. A job's own run may end well before
+    /// its mail goes (slurmctld's mail queue): MailProg gives a day before the run began.
     #[arg(long, hide = true, value_name = "UNIX", requires = "wait")]
-    running_at: Option<i64>,
+    ended_after: Option<i64>,
     #[command(flatten)]
     site: SiteArgs,
     /// Prometheus scraping the nodes' metrics (http://host:9090): emissions at each power
@@ -242,8 +242,9 @@ pub struct JobPlan {
     pub wait: Option<Duration>,
     /// MailProg's bound on summaries waiting at once ([`crate::slots`]); `None`: no bound.
     pub mail_slots: Option<u32>,
-    /// MailProg's run of the job id ([`JobArgs::running_at`]); `None`: accounting's latest.
-    pub running_at: Option<i64>,
+    /// MailProg's bound on the job id's runs ([`JobArgs::ended_after`]); `None`: accounting's
+    /// latest.
+    pub ended_after: Option<i64>,
 }
 
 /// What `senergy usage` sums, and how.
@@ -292,7 +293,7 @@ impl JobArgs {
             prometheus: self.prometheus.clone().or(site_prometheus),
             wait: self.wait.map(Duration::from_secs),
             mail_slots: self.mail_slots,
-            running_at: self.running_at,
+            ended_after: self.ended_after,
         })
     }
 }

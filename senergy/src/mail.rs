@@ -27,6 +27,11 @@ pub const DEFAULT_MAILER: &str = "/usr/bin/mail";
 const SUMMARY_WAIT_S: u64 = 60;
 const SUMMARY_LIMIT: Duration = Duration::from_secs(90);
 
+/// How long before a job's run began a run of the same id may have ended and still be taken
+/// for it: the mail of a run goes out after its end, late where slurmctld's mail queue is
+/// long; ids come round again after MaxJobId (67 million by default) jobs.
+const MAIL_QUEUE_SLACK_S: i64 = 86_400;
+
 /// The mail types of a job's end (agent.c `_mail_type_str`).
 const END_OF_JOB: [&str; 2] = ["Ended", "Failed"];
 
@@ -162,7 +167,7 @@ fn settings() -> (PathBuf, u32) {
 /// that exits or hangs takes the child, not the mail. The child waits only for a job whose
 /// figures may still come ([`crate::settle`]), and only in one of `slots` slots
 /// ([`crate::slots`]): with none free it ends at once, and says why.
-fn summary_of(job: &str, slots: u32, running_at: Option<i64>) -> Result<String, String> {
+fn summary_of(job: &str, slots: u32, ended_after: Option<i64>) -> Result<String, String> {
     let me = std::env::current_exe().map_err(|e| format!("cannot find senergy: {e}"))?;
     let wait = SUMMARY_WAIT_S.to_string();
     let slots = slots.to_string();
@@ -176,8 +181,8 @@ fn summary_of(job: &str, slots: u32, running_at: Option<i64>) -> Result<String, 
         "--mail-slots",
         &slots,
     ]);
-    if let Some(t) = running_at {
-        child.arg(format!("--running-at={t}"));
+    if let Some(t) = ended_after {
+        child.arg(format!("--ended-after={t}"));
     }
     let mut child = child
         .stdin(Stdio::null())
@@ -235,13 +240,15 @@ pub fn run(args: Vec<String>) -> u8 {
     let _ = std::io::stdin().read_to_end(&mut body);
     let body = String::from_utf8_lossy(&body);
     let (mailer, slots) = settings();
-    // the run the mail is of, where it is one run: an array's summary is of many
-    let running_at = subject(&request.args)
+    // a run of the job id that ended a day before this one began is another job's (the id
+    // come round again); the day is the mail queue's slack, where one run is mailed about
+    // (an array's summary is of many, its elements' runs apart)
+    let ended_after = subject(&request.args)
         .filter(|s| !s.starts_with("Slurm Array Summary "))
         .and_then(|_| run_time_s(&std::env::var("SLURM_JOB_RUN_TIME").ok()?))
-        .map(|run| chrono::Utc::now().timestamp() - run);
+        .map(|run| chrono::Utc::now().timestamp() - run - MAIL_QUEUE_SLACK_S);
     let summary = request.end_of_job.then(|| match &request.job {
-        Some(job) => summary_of(job, slots, running_at),
+        Some(job) => summary_of(job, slots, ended_after),
         None => Err("the subject names no job".into()),
     });
     send(&mailer, &request.args, &compose(&body, summary))

@@ -212,7 +212,7 @@ fn settled_rows(
     wanted: &[(u32, Option<u32>)],
     wait: Option<std::time::Duration>,
     mail_slots: Option<u32>,
-    running_at: Option<i64>,
+    ended_after: Option<i64>,
 ) -> Result<(Accounting, Vec<record::JobRow>), Failure> {
     let deadline = wait.map(|w| std::time::Instant::now() + w);
     let settings = wait.map(|_| ffi::slurm_settings());
@@ -228,7 +228,7 @@ fn settled_rows(
         })?;
         // an earlier job of the same id, given while slurmdbd does not hold this run yet,
         // is not this one's (waited past, as a run not in accounting yet)
-        rows.retain(|r| running_at.is_none_or(|t| r.running_at(t as f64)));
+        rows.retain(|r| ended_after.is_none_or(|t| r.end <= 0 || r.end >= t));
         let waiting = deadline.is_some_and(|d| std::time::Instant::now() < d)
             && settle::worth_waiting(&rows, measured);
         if !waiting {
@@ -266,7 +266,7 @@ fn job(mut plan: JobPlan, now: i64) -> Result<u8, Failure> {
         .iter()
         .map(|(job, task, _)| (*job, *task))
         .collect();
-    let (db, rows) = settled_rows(&wanted, plan.wait, plan.mail_slots, plan.running_at)?;
+    let (db, rows) = settled_rows(&wanted, plan.wait, plan.mail_slots, plan.ended_after)?;
     if plan.plot.is_some() && rows.len() > 1 {
         return Err(Failure::Input(format!(
             "--plot draws one job: {} are selected (name one job, or one array element)",

@@ -275,8 +275,8 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         ("wait", vec!["--wait", "30"]),
         ("mail_slots", vec!["--wait", "30", "--mail-slots", "4"]),
         (
-            "running_at",
-            vec!["--wait", "30", "--running-at", "1800000000"],
+            "ended_after",
+            vec!["--wait", "30", "--ended-after", "1800000000"],
         ),
         ("carbon_intensity", vec!["--carbon-intensity", "350"]),
         ("carbon_csv", vec!["--carbon-csv", &f.series]),
@@ -339,7 +339,7 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
             tried += 1;
         }
     }
-    // job 18 (jobs, plot, json, csv, summary, wait, mail_slots, running_at, config, eight
+    // job 18 (jobs, plot, json, csv, summary, wait, mail_slots, ended_after, config, eight
     // figures, prometheus), usage 15, check 6, record 2
     assert_eq!(tried, 41);
 }
