@@ -452,7 +452,11 @@ fn pair_against_model(r: &Results) {
         used[0],
         used[1]
     );
-    let mut sum = 0.0;
+    // each job's share of the node over its own window: the two jobs' live figures are
+    // read at different moments of a snapshot (seconds apart in a VM under TCG beside CI's
+    // tests), so their sum is not the node's over any one window, but their fractions of
+    // the node over their own windows add up to one
+    let mut fractions = 0.0;
     for (k, name) in ["busy", "idle"].iter().enumerate() {
         let at = 4 + 3 * k;
         let node_k = (b[at + 1] + b[at + 2]) / 2.0 - (a[at + 1] + a[at + 2]) / 2.0;
@@ -464,9 +468,11 @@ fn pair_against_model(r: &Results) {
             100.0 * (measured - predicted) / predicted
         );
         assert_close(name, measured, predicted, 0.03);
-        sum += measured;
+        fractions += measured / node_k;
     }
-    assert_close("the pair's sum, the node's", sum, node, 0.01);
+    // a live figure is the ledger's last sample brought forward at its power: its age, up
+    // to a second or two in the VM under load, is what this bound allows
+    assert_close("the pair's fractions of the node", fractions, 1.0, 0.02);
 }
 
 /// A Debian 12 node (Slurm 22.05.8 from Debian, kernel 6.1, systemd 252) runs the package
@@ -494,8 +500,9 @@ fn a_debian_13_site_node_measures_its_jobs_as_debian_runs_slurm() {
 
 /// A node of Debian `suite` (`os` its PRETTY_NAME's start), its Slurm from Debian, runs the
 /// package as a site would, each figure against the simulator's truth: a busy and an idle
-/// job sharing the node (each the model's share within 3%, the pair the node's within 1%),
-/// a job alone (1%), its Epilog's record and `senergy job` as its owner (1%), `senergy
+/// job sharing the node (each the model's share within 3%, their fractions of the node
+/// adding up to one within 2%), a job alone (1%), its Epilog's record and `senergy job` as
+/// its owner (1%), `senergy
 /// check` as the user, `systemctl restart slurmd` in the middle of a job (2%), a reboot
 /// (every unit back, a job alone within 1%), and a GPU job with rust_gpu stacked on
 /// rust_rapl under `ConstrainDevices=yes` (its CPUs' and its GPU's energy within 2%, the
