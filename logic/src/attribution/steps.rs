@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use super::cgroup::{CgroupTree, StepCgroup};
 use super::grant::{Grant, Owner};
@@ -22,14 +22,6 @@ const GRANT_SWEEP_SAMPLES: u64 = 60;
 /// How many samples apart the search for a step's slurmstepd is repeated, at most, while
 /// it is not found: a stale socket must not cost a pass over /proc at every sample.
 const MAX_SEARCH_GAP: u64 = 64;
-/// How long a sample waits, at most, for the grant of a step it meets for the first time:
-/// slurmstepd writes its grant just after it binds the step's socket (`msg_thr_create`,
-/// then `ENERGY_DATA_STEP_PTR`, in slurmstepd.c of every release), and a sample that falls
-/// between the two would otherwise search /proc, and charge the step's job nothing until a
-/// pass answers (its share of the node, its GPUs' use, counted as the others' or as unused).
-const GRANT_WAIT: Duration = Duration::from_millis(50);
-/// How often the grant is looked for meanwhile.
-const GRANT_POLL: Duration = Duration::from_millis(2);
 /// A step whose socket is younger than this is searched for at every sample until found:
 /// until then its job has no share (the others would be charged its part), and a loaded
 /// node can take seconds to title a new slurmstepd. Only an older socket backs off.
@@ -214,38 +206,20 @@ impl Steps {
             })
             .copied()
             .collect();
-        // a step whose grant names its slurmstepd: that one process, alive or not.
-        // slurmstepd binds its socket a few ms before it writes its grant: a step met for
-        // the first time in that gap is given GRANT_WAIT for it before /proc is searched
+        // a step whose grant names its slurmstepd: that one process, alive or not
         let mut answers: HashMap<StepKey, Option<u32>> = HashMap::new();
-        let mut waiting: Vec<StepKey> = search.iter().copied().collect();
-        let new_steps = waiting.iter().any(|s| !self.places.contains_key(s));
-        let deadline = Instant::now()
-            + if new_steps {
-                GRANT_WAIT
-            } else {
-                Duration::ZERO
-            };
-        loop {
-            waiting.retain(|step| {
-                let Some(stepd) =
-                    Grant::read(&self.spool, step.job, step.step).and_then(|g| g.stepd)
-                else {
-                    return true;
-                };
-                let alive = stepd.alive(&self.procs, self.stepd_uid);
-                answers.insert(*step, alive.then_some(stepd.pid));
-                false
-            });
-            if waiting.is_empty() || Instant::now() >= deadline {
-                break;
+        let mut scan: HashMap<StepKey, &Path> = HashMap::new();
+        for step in &search {
+            match Grant::read(&self.spool, step.job, step.step).and_then(|g| g.stepd) {
+                Some(stepd) => {
+                    let alive = stepd.alive(&self.procs, self.stepd_uid);
+                    answers.insert(*step, alive.then_some(stepd.pid));
+                }
+                None => {
+                    scan.insert(*step, present[step].as_path());
+                }
             }
-            std::thread::sleep(GRANT_POLL);
         }
-        let scan: HashMap<StepKey, &Path> = waiting
-            .iter()
-            .map(|step| (*step, present[step].as_path()))
-            .collect();
         // the others: a pass over /proc (one at a time, SCAN_GAP apart, off this thread),
         // whose answer is for the steps not placed meanwhile
         if let Some(found) = self.scans.stepds(&self.procs, &scan, self.stepd_uid) {

@@ -24,8 +24,14 @@ use crate::guard::guard;
 pub const SCAN_GAP: Duration = Duration::from_millis(500);
 
 /// How long slurmd's sampler waits for a pass it started: a longer one (a host of tens of
-/// thousands of processes) is answered at a later sample, and the sampler goes on.
-pub const SCAN_WAIT: Duration = Duration::from_millis(50);
+/// thousands of processes) is answered at a later sample, and the sampler goes on. A new
+/// step meets a pass at its first sample (slurmstepd binds the step's socket, and may ask
+/// for its first figure, before it writes its grant), and a step not placed then is
+/// charged nothing for that sample (its share, its GPUs' use): the wait covers a node's few
+/// hundred processes under load, and stays under the 100 ms a step's read waits for
+/// slurmd's answer (`ledger::reader`), which a longer hold of the sampler would leave
+/// unanswered.
+pub const SCAN_WAIT: Duration = Duration::from_millis(80);
 
 /// What one pass found: the steps it searched, and the slurmstepd of those it found.
 #[derive(Debug, Default, PartialEq)]

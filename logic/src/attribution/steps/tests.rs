@@ -372,38 +372,3 @@ fn a_slurmstepd_its_grant_names_is_placed_without_a_search_of_proc() {
     fs::remove_dir_all(node.site.proc_root.join("40")).expect("rm");
     assert_eq!(placed(1234), None);
 }
-
-/// slurmstepd binds its step's socket a few ms before it writes its grant: a sample that
-/// meets the step in that gap waits for the grant ([`GRANT_WAIT`]) and places the step at
-/// once, where a pass over /proc (which finds no untitled process) would leave it unplaced.
-#[test]
-fn a_grant_written_just_after_the_socket_places_the_step_at_its_first_sample() {
-    use crate::attribution::grant::{StepdId, tests::grant};
-    let mut node = Node::new("cgroup");
-    let step = StepKey::new(6, StepId(0));
-    let socket = node.site.spool.join("n1_6.0");
-    node.sockets
-        .insert(step, UnixListener::bind(&socket).expect("bind"));
-    procs::tests::process(&node.site.proc_root, 41, "sleep 100", "0::/");
-    cgroup::tests::write(
-        &node.site.proc_root.join("41/stat"),
-        "41 (sleep) S 1 41 41 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 9000000 100\n",
-    );
-    let spool = node.site.spool.clone();
-    let late = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(10));
-        Grant {
-            stepd: Some(StepdId {
-                pid: 41,
-                start: 777,
-            }),
-            ..grant(6, StepId(0), Vec::new())
-        }
-        .publish(&spool)
-        .expect("publish");
-    });
-    let mut steps = Steps::new(&node.site.spool, None, &node.site.proc_root);
-    tick(&mut steps);
-    late.join().expect("the grant's writer");
-    assert_eq!(steps.places.get(&step).and_then(Place::stepd), Some(41));
-}
