@@ -28,7 +28,7 @@ pub use slurm_energy_logic::Ipmi;
 pub use slurm_energy_logic::Redfish;
 #[cfg(feature = "variorum")]
 pub use slurm_energy_logic::Variorum;
-pub use slurm_energy_logic::{PmCounters, Rapl};
+pub use slurm_energy_logic::{Hwmon, PmCounters, Rapl};
 
 #[cfg(test)]
 mod rules {

@@ -16,6 +16,7 @@ use crate::family;
 use crate::gpu::GpuConfig;
 use crate::ipmi::IpmiConfig;
 use crate::metrics::MetricsConfig;
+use crate::hwmon::HwmonConfig;
 use crate::pm_counters::PmCountersConfig;
 use crate::rapl::RaplConfig;
 use crate::redfish::RedfishConfig;
@@ -90,7 +91,7 @@ struct Group {
     reference: fn() -> Vec<crate::config::KeyDoc>,
 }
 
-fn groups() -> [Group; 9] {
+fn groups() -> [Group; 10] {
     fn ok<T>(r: Result<T, ConfigError>) -> Result<(), ConfigError> {
         r.map(|_| ())
     }
@@ -136,6 +137,13 @@ fn groups() -> [Group; 9] {
             parse: |v| ok(RedfishConfig::parse(v)),
             #[cfg(test)]
             reference: RedfishConfig::reference,
+        },
+        Group {
+            name: "rust_hwmon",
+            keys: HwmonConfig::KEYS,
+            parse: |v| ok(HwmonConfig::parse(v)),
+            #[cfg(test)]
+            reference: HwmonConfig::reference,
         },
         Group {
             name: "",

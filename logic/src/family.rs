@@ -11,6 +11,7 @@
 
 use crate::attribution::{self, job_record::StepRecordConfig};
 use crate::gpu::GpuConfig;
+use crate::hwmon::HwmonConfig;
 use crate::ipmi;
 use crate::metrics;
 use crate::pm_counters::PmCountersConfig;
@@ -20,13 +21,14 @@ use crate::variorum::VariorumConfig;
 
 /// Each plugin of the family, by its name after `acct_gather_energy/`, with the keys it
 /// reads (its `Plugin::KEYS`).
-pub(crate) const PLUGINS: [(&str, &[&str]); 6] = [
+pub(crate) const PLUGINS: [(&str, &[&str]); 7] = [
     ("rust_rapl", RaplConfig::KEYS),
     ("rust_ipmi", ipmi::KEYS),
     ("rust_variorum", VariorumConfig::KEYS),
     ("rust_gpu", GpuConfig::KEYS),
     ("rust_pm_counters", PmCountersConfig::KEYS),
     ("rust_redfish", RedfishConfig::KEYS),
+    ("rust_hwmon", HwmonConfig::KEYS),
 ];
 
 /// The keys of the runtime every plugin reads beside its source's: attribution, Slurm's
@@ -110,6 +112,7 @@ mod tests {
         assert_eq!(of("rust_rapl"), crate::rapl::Rapl::KEYS);
         assert_eq!(of("rust_variorum"), crate::variorum::Variorum::KEYS);
         assert_eq!(of("rust_pm_counters"), crate::pm_counters::PmCounters::KEYS);
+        assert_eq!(of("rust_hwmon"), crate::hwmon::Hwmon::KEYS);
         #[cfg(feature = "ipmi")]
         assert_eq!(of("rust_ipmi"), crate::ipmi::Ipmi::KEYS);
         #[cfg(feature = "gpu")]

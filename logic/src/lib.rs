@@ -37,6 +37,7 @@ mod family;
 mod gpu;
 mod guard;
 pub mod hostlist;
+mod hwmon;
 mod ipmi;
 mod ledger;
 mod meter;
@@ -78,6 +79,7 @@ pub use scheduler::worker::on_abandon;
 // drive.
 #[cfg(feature = "gpu")]
 pub use gpu::Gpus;
+pub use hwmon::Hwmon;
 #[cfg(feature = "ipmi")]
 pub use ipmi::Ipmi;
 pub use pm_counters::PmCounters;
@@ -99,6 +101,7 @@ pub use ledger::{
     Breakdown, IdleHeld, Ledger, LedgerError, STATIC_POWER_SUSTAIN_SECS, ledger_path,
     unix as unix_time,
 };
+pub use hwmon::HwmonConfig;
 pub use pm_counters::{PmCountersConfig, parse_value as parse_pm_counters_value};
 #[cfg(feature = "redfish")]
 pub use redfish::RedfishBmc;

@@ -383,6 +383,22 @@ impl Integral {
     /// reset or a bad reading) is not counted, the power is integrated over that interval
     /// instead.
     pub(crate) fn add(&mut self, sample: &Sample, max_watts: f64) {
+        self.add_averaged(sample, max_watts, None);
+    }
+
+    /// Adds a sample whose power is the mean over the `window` before it was taken (an
+    /// ACPI power meter's `power1_average` over `power1_average_interval`; `None`: the
+    /// power at that instant). The energy since the last sample is then that mean over the
+    /// window's length, the trapezoid only over what the window does not cover: exact when
+    /// the windows tile the time (samples one window apart), where the trapezoid would
+    /// shift each step of power by half a window. Polled faster than the window, the
+    /// newest mean covers the whole interval.
+    pub(crate) fn add_averaged(
+        &mut self,
+        sample: &Sample,
+        max_watts: f64,
+        window: Option<Duration>,
+    ) {
         let Sample {
             watts,
             at,
@@ -399,13 +415,29 @@ impl Integral {
                 _ => None,
             }
             .filter(|rise| (0.0..=max_watts * secs).contains(rise));
+            let covered = window.map_or(0.0, |w| w.as_secs_f64().min(secs));
             self.energy_uj += match rise_j {
                 Some(rise) => rise * 1e6,
-                None => secs * (w0 + watts) / 2.0 * 1e6,
+                None => (covered * watts + (secs - covered) * (w0 + watts) / 2.0) * 1e6,
             };
         }
         self.last = Some((at, watts));
         self.last_counter_j = energy_j;
+    }
+
+    /// Whether the last energy reported is not yet the samples' (see the field).
+    pub(crate) fn unconfirmed(&self) -> bool {
+        self.unconfirmed
+    }
+
+    /// When the last sample was taken.
+    pub(crate) fn last_at(&self) -> Option<Instant> {
+        self.last.map(|(at, _)| at)
+    }
+
+    /// Sets the power of the reading a [`Screen`] holds (see the field).
+    pub(crate) fn hold(&mut self, watts: Option<f64>) {
+        self.held_watts = watts;
     }
 
     /// The energy up to the last sample.
@@ -430,13 +462,13 @@ impl Integral {
     }
 
     /// The power to show, as [`Screen::power`] says.
-    fn watts(&self) -> Option<f64> {
+    pub(crate) fn watts(&self) -> Option<f64> {
         lower(self.last.map(|(_, w)| w), self.held_watts)
     }
 
     /// The energy as of `now`: up to the last sample, plus (when `extrapolate`) the time
     /// since at the last power, up to `limit` (a stale sample is not extrapolated).
-    fn energy_at(&mut self, now: Instant, extrapolate: bool, limit: Duration) -> u64 {
+    pub(crate) fn energy_at(&mut self, now: Instant, extrapolate: bool, limit: Duration) -> u64 {
         let mut energy_uj = self.energy_uj;
         let sample = self.last.map(|(at, _)| at);
         // brought forward from a sample an earlier report already was

@@ -1,0 +1,375 @@
+//! Node energy from the kernel's hwmon power and energy sensors (`/sys/class/hwmon`): ACPI
+//! power meters (a server's, NVIDIA Grace's and Grace Hopper's rails) and any driver's
+//! `energyN_input` counters.
+//!
+//! Reading a sensor may block (an ACPI power meter's value is an ACPI method the firmware
+//! runs), so a poller thread reads them (`crate::power::Polled`, as a BMC's); Slurm's calls
+//! only read what it published. Each channel's readings pass a [`Screen`] and are added
+//! to its own [`Integral`], the one integration of power every sensor of the family goes
+//! through: a counter's rise where the channel has a counter, else its power, a mean over
+//! the channel's averaging interval honoured as such (`Integral::add_averaged`). A channel
+//! that cannot be read (a value not a number, a file gone) is named in the log once, its
+//! figure goes stale and the node's is unavailable (`NO_VAL64`), never 0; when it is read
+//! again the gap is bridged by the readings around it. Which channels make the node's
+//! energy, and which are parts beside it: `select`.
+
+mod config;
+mod select;
+mod tree;
+
+use std::time::{Duration, Instant};
+
+pub use config::HwmonConfig;
+use config::{KEY_DIR, KEY_MAX_WATTS};
+
+use crate::config::{ConfigError, KeyValues};
+use crate::plugin::{Opened, Plugin};
+use crate::power::{Blocking, Bound, Integral, Polled, Screen, Settings};
+use crate::scheduler::Polling;
+use crate::source::{Failure, PartReading, Reading, Sample, missed_after};
+use select::Kind;
+use tree::{Channel, Input, read_number};
+
+/// How often the poller reads every channel: a few small reads. A Slurm call asks for a
+/// fresh round besides (see [`FRESH_WAIT`]).
+const POLL_PERIOD: Duration = Duration::from_millis(250);
+/// A read waits at most this long for a fresh round, and only while the poller is well.
+const FRESH_WAIT: Duration = Duration::from_millis(20);
+/// hwmon's counters are 64-bit microjoules.
+const PARTS: [Kind; 4] = [Kind::Module, Kind::Grace, Kind::Cpu, Kind::Sysio];
+
+/// The rust_hwmon plugin: the node's hwmon power sensors, read by a poller thread.
+pub struct Hwmon;
+
+impl Plugin for Hwmon {
+    type Config = HwmonConfig;
+    type Source = Polled<HwmonPolling>;
+    const KEYS: &'static [&'static str] = HwmonConfig::KEYS;
+
+    fn parse_config(values: &KeyValues) -> Result<HwmonConfig, ConfigError> {
+        HwmonConfig::parse(values)
+    }
+
+    fn show_config(config: &HwmonConfig) -> Vec<(&'static str, String)> {
+        config.show()
+    }
+
+    fn open(config: &HwmonConfig) -> Result<Opened<Polled<HwmonPolling>>, String> {
+        let (polling, readout, settings) = prepare(config)?;
+        Ok(Opened {
+            source: Polled::start(&settings, polling, readout)?,
+            sample_period: Duration::from_secs(1),
+        })
+    }
+}
+
+/// The poller and the readout of the channels `config` finds, and how they are polled.
+fn prepare(config: &HwmonConfig) -> Result<(HwmonPolling, HwmonReadout, Settings), String> {
+    let rails = rails(config)?;
+    let settings = Settings {
+        period: POLL_PERIOD,
+        max_backoff: Duration::from_secs(60),
+        max_watts_key: KEY_MAX_WATTS,
+        max_watts: config.max_watts,
+        default_max_watts: config::DEFAULT_MAX_WATTS,
+    };
+    let readout = HwmonReadout {
+        period: POLL_PERIOD,
+        rails: rails
+            .iter()
+            .map(|r| {
+                (
+                    r.channel.what.clone(),
+                    r.channel.label.clone(),
+                    r.kind,
+                    r.counted,
+                )
+            })
+            .collect(),
+    };
+    let bound = settings.bound();
+    let polling = HwmonPolling {
+        rails: rails
+            .into_iter()
+            .map(|r| RailPoll {
+                screen: Screen::new(bound.clone(), r.channel.what.clone()),
+                rail: r,
+                counter: None,
+                failing: false,
+            })
+            .collect(),
+        bound,
+    };
+    Ok((polling, readout, settings))
+}
+
+/// A channel found, its kind, and whether it makes the node's energy.
+#[derive(Debug, Clone)]
+struct Rail {
+    channel: Channel,
+    kind: Kind,
+    counted: bool,
+}
+
+/// The channels under the configured directory: those counted, and the parts beside.
+fn rails(config: &HwmonConfig) -> Result<Vec<Rail>, String> {
+    let channels = tree::channels(&config.dir).map_err(|e| {
+        format!(
+            "cannot read {}: {e} (set {KEY_DIR} where hwmon is)",
+            config.dir.display()
+        )
+    })?;
+    let kinds: Vec<Kind> = channels
+        .iter()
+        .map(|c| select::kind(&c.chip, c.label.as_deref()))
+        .collect();
+    let counted = select::counted(&channels, &kinds, &config.sensors)
+        .map_err(|why| format!("{}: {why}", config.dir.display()))?;
+    Ok(channels
+        .into_iter()
+        .zip(kinds)
+        .zip(counted)
+        .filter(|((_, kind), counted)| *counted || PARTS.contains(kind))
+        .map(|((channel, kind), counted)| Rail {
+            channel,
+            kind,
+            counted,
+        })
+        .collect())
+}
+
+/// One channel as the poller reads it.
+struct RailPoll {
+    rail: Rail,
+    screen: Screen,
+    /// A counter's last value (µJ) and when it was read.
+    counter: Option<(u64, Instant)>,
+    failing: bool,
+}
+
+impl RailPoll {
+    /// One reading of the channel as a sample (none for a counter's first reading), or
+    /// why it could not be read.
+    fn sample(&mut self, now: Instant) -> Result<Option<Sample>, String> {
+        let what = &self.rail.channel.what;
+        match &self.rail.channel.input {
+            Input::Power { file, .. } => {
+                let uw = read_number(file, what, "microwatts").map_err(|e| e.to_string())?;
+                Ok(Some(Sample {
+                    watts: uw as f64 / 1e6,
+                    at: now,
+                    energy_j: None,
+                }))
+            }
+            Input::Energy(file) => {
+                let uj = read_number(file, what, "microjoules").map_err(|e| e.to_string())?;
+                let before = self.counter.replace((uj, now));
+                let Some((uj0, t0)) = before else {
+                    return Ok(None);
+                };
+                let secs = now.saturating_duration_since(t0).as_secs_f64();
+                // the power since the last read, or (a counter that fell: reset) the last
+                // power accepted; the rise itself is judged by the integral
+                let watts = if uj >= uj0 && secs > 0.0 {
+                    (uj - uj0) as f64 / 1e6 / secs
+                } else {
+                    match self.screen.power() {
+                        Some(w) => w,
+                        None => return Ok(None),
+                    }
+                };
+                Ok(Some(Sample {
+                    watts,
+                    at: now,
+                    energy_j: Some(uj as f64 / 1e6),
+                }))
+            }
+        }
+    }
+}
+
+/// The poller's side: every channel, each round.
+pub struct HwmonPolling {
+    rails: Vec<RailPoll>,
+    bound: Bound,
+}
+
+/// What a round yields for one channel: the samples its screen accepted, the averaging
+/// window they were taken over, and the power of the reading it holds.
+pub(crate) struct Round {
+    samples: Vec<Sample>,
+    window: Option<Duration>,
+    held_watts: Option<f64>,
+}
+
+/// What readers see: each channel's integral, in the rails' order.
+#[derive(Default)]
+pub(crate) struct Figures {
+    integrals: Vec<Integral>,
+}
+
+impl Polling for HwmonPolling {
+    type Link = ();
+    type Output = (Vec<Round>, f64);
+    type Published = Figures;
+    const DOING: &'static str = "reading hwmon";
+    const CONTAIN_PANICS: bool = true;
+
+    fn connect(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Every channel's failures are its own (logged once each): a round always publishes.
+    fn poll(&mut self, _: &mut ()) -> Result<(Vec<Round>, f64), Failure> {
+        Ok(self.round(Instant::now()))
+    }
+
+    fn publish((rounds, max_watts): (Vec<Round>, f64), figures: &mut Figures) {
+        figures
+            .integrals
+            .resize_with(rounds.len(), Integral::default);
+        for (round, integral) in rounds.iter().zip(&mut figures.integrals) {
+            for sample in &round.samples {
+                integral.add_averaged(sample, max_watts, round.window);
+            }
+            integral.hold(round.held_watts);
+        }
+    }
+
+    fn cannot_connect(why: &str, max_backoff: Duration) -> String {
+        format!(
+            "cannot read hwmon: {why}; retrying with backoff up to {} s",
+            max_backoff.as_secs()
+        )
+    }
+}
+
+impl HwmonPolling {
+    /// One round at `now`: each channel read once, and the bound its readings pass.
+    fn round(&mut self, now: Instant) -> (Vec<Round>, f64) {
+        let rounds = self
+            .rails
+            .iter_mut()
+            .map(|rail| {
+                let sample = rail.sample(now);
+                let samples = match sample {
+                    Ok(sample) => {
+                        if rail.failing {
+                            log::info!("{} is read again", rail.rail.channel.what);
+                            rail.failing = false;
+                        }
+                        sample.map(|s| rail.screen.judge(s)).unwrap_or_default()
+                    }
+                    Err(why) => {
+                        if !rail.failing {
+                            log::warn!("{why}; unavailable until it can be read");
+                            rail.failing = true;
+                        }
+                        Vec::new()
+                    }
+                };
+                Round {
+                    samples,
+                    window: rail.rail.channel.interval(),
+                    held_watts: rail.screen.held().map(|s| s.watts),
+                }
+            })
+            .collect();
+        (rounds, self.bound.watts)
+    }
+}
+
+/// How Slurm's reads make a reading of the channels' integrals.
+pub(crate) struct HwmonReadout {
+    period: Duration,
+    /// Each channel: what it is, its label, its kind, whether it is counted.
+    rails: Vec<(String, Option<String>, Kind, bool)>,
+}
+
+impl Blocking for HwmonPolling {
+    type Readout = HwmonReadout;
+    const THREAD: &'static str = "hwmon-poller";
+    const FRESH_WAIT: Duration = FRESH_WAIT;
+
+    fn describe(readout: &HwmonReadout) -> String {
+        let name = |(what, label, ..): &(String, Option<String>, Kind, bool)| match label {
+            Some(label) => format!("{what} ({label})"),
+            None => what.clone(),
+        };
+        let counted: Vec<String> = readout.rails.iter().filter(|r| r.3).map(name).collect();
+        let parts: Vec<&str> = PARTS
+            .iter()
+            .filter(|k| readout.rails.iter().any(|r| !r.3 && r.2 == **k))
+            .filter_map(|k| k.part_label())
+            .collect();
+        format!(
+            "hwmon power sensors {}{}; read every {:.2} s by a poller thread",
+            counted.join(" + "),
+            if parts.is_empty() {
+                String::new()
+            } else {
+                format!(", parts {} beside the node", parts.join(", "))
+            },
+            readout.period.as_secs_f64()
+        )
+    }
+
+    fn reading(readout: &mut HwmonReadout, figures: &mut Figures, now: Instant) -> Reading {
+        if figures.integrals.is_empty() {
+            return Reading::default();
+        }
+        let missed = missed_after(readout.period);
+        let mut reading = Reading {
+            complete: true,
+            ..Reading::default()
+        };
+        let mut energy_uj = 0u64;
+        let mut watts = 0.0;
+        // per part kind: energy and power, `None` once one of its channels is stale
+        let mut parts: Vec<(Kind, Option<(u64, f64)>)> = Vec::new();
+        for ((what, _, kind, counted), integral) in readout.rails.iter().zip(&mut figures.integrals)
+        {
+            let fresh = integral
+                .last_at()
+                .is_some_and(|at| now.saturating_duration_since(at) <= missed);
+            let uj = integral.energy_at(now, false, missed);
+            let w = integral.watts().filter(|_| fresh);
+            if *counted {
+                energy_uj += uj;
+                watts += w.unwrap_or(0.0);
+                reading.unsettled |= integral.unconfirmed();
+                if !fresh {
+                    reading.complete = false;
+                    reading.problems.push(format!(
+                        "{what} has not been read for over {} s",
+                        missed.as_secs()
+                    ));
+                }
+            } else if PARTS.contains(kind) {
+                match parts.iter_mut().find(|(k, _)| k == kind) {
+                    Some((_, sum)) => {
+                        *sum = sum.zip(w).map(|((e, p), w)| (e + uj, p + w));
+                    }
+                    None => parts.push((*kind, w.map(|w| (uj, w)))),
+                }
+            }
+        }
+        reading.energy_uj = energy_uj;
+        reading.watts = reading.complete.then_some(watts);
+        parts.sort_by_key(|(k, _)| *k);
+        reading.parts = parts
+            .into_iter()
+            .filter_map(|(kind, sum)| {
+                Some(PartReading {
+                    label: kind.part_label()?,
+                    energy_uj: sum.map(|(e, _)| e),
+                    watts: sum.map(|(_, w)| w),
+                })
+            })
+            .collect();
+        reading
+    }
+}
+
+#[cfg(test)]
+mod tests;
