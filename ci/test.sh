@@ -259,7 +259,7 @@ echo "== no import cycle across modules (ci/module-cycles.py)"
 python3 ci/module-cycles.py
 echo "== no file over 600 lines of code, inline tests included (ci/code-size.py)"
 python3 ci/code-size.py --check 600
-echo "== the README's figures, each on a page it links"
+echo "== the figures of README.md and docs/, each on the source page its block links, after its self-test"
 python3 ci/check-figures.py
 
 # slurm_env RELEASE: the environment that builds and tests against RELEASE
