@@ -7,9 +7,10 @@ The sources are the pages that hold the project's measurements (SOURCES): BENCHM
 figures) and docs/testing.md (the last run's times). Every other page (README.md,
 docs/*.md) states a measured figure (a percentage, joules, watts, bytes, a time, a ratio)
 outside code only in a block (bullet, table row, paragraph) that links the source holding
-it: each figure must be found on one of the source pages the block links (a link to a
-page that is no source does not count: no page quotes another's quote), a link to an
-anchor of its own page meaning the rest of that page. On a source page a block that
+it: each figure must be found on one of the source pages the block links, in the section
+the link's anchor names (the whole page where it names none; a link to a page that is no
+source does not count: no page quotes another's quote), a link to an anchor of its own
+page meaning the rest of that section. On a source page a block that
 links no source is the figure's source; one that links one is checked as elsewhere. A
 figure that is set rather than measured is not checked (SETTING: "every 10 ms", "default 5 s", "at most 60 000 bytes",
 "a node at 300 W", a tolerance "5% + 5 W", a formula's "× 1.25", a zero).
@@ -48,7 +49,7 @@ SETTING = re.compile(
 SETTING_AFTER = re.compile(r"^\s*\+\s*\d|^[^,;:()]{0,30}\bat\s+most\b")
 # code, as a fenced block is: quoted output, a log line, a configuration value
 CODE = re.compile(r"`[^`]*`")
-LINK = re.compile(r"\]\(([^)#\s]*)(?:#[^)]*)?\)")
+LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)")
 
 
 def normal(text: str) -> str:
@@ -103,25 +104,52 @@ def squeeze(s: str) -> str:
 
 
 def links(block: str, rel: str):
-    """The pages a block links, as paths from the root; "#anchor" is its own page."""
+    """The pages a block links, as (path from the root, anchor); "#anchor" is its own page."""
     out = []
-    for target in LINK.findall(block):
+    for target, anchor in LINK.findall(block):
         if target == "":
-            out.append(rel)
+            out.append((rel, anchor))
         elif not target.startswith(("http:", "https:")) and target.endswith(".md"):
-            out.append(posixpath.normpath(posixpath.join(posixpath.dirname(rel), target)))
+            out.append((posixpath.normpath(posixpath.join(posixpath.dirname(rel), target)), anchor))
     return out
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def section(text: str, anchor: str):
+    """The section of a page whose heading has that anchor, to the next heading of its level
+    or above; None where no heading has it."""
+    lines, fenced, start, level = text.splitlines(), False, None, 0
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"(#+)\s+(.*)", line)
+        if not m:
+            continue
+        if start is not None and len(m.group(1)) <= level:
+            return "\n".join(lines[start:i])
+        if start is None and slug(m.group(2)) == anchor:
+            start, level = i, len(m.group(1))
+    return "\n".join(lines[start:]) if start is not None else None
 
 
 def check(root: Path):
     """Each figure not on a page its block links: (page, figure, looked in, block)."""
     texts = {}
 
-    def page(rel: str) -> str:
-        if rel not in texts:
+    def page(rel: str, anchor: str) -> str:
+        """The linked section of a page (the whole page where the link names none)."""
+        if (rel, anchor) not in texts:
             path = root / rel
-            texts[rel] = squeeze(normal(path.read_text())) if path.is_file() else ""
-        return texts[rel]
+            text = path.read_text() if path.is_file() else ""
+            if anchor:
+                text = section(text, anchor) or ""
+            texts[(rel, anchor)] = squeeze(normal(text))
+        return texts[(rel, anchor)]
 
     checked = ["README.md"] + sorted(
         f"docs/{p.name}" for p in (root / "docs").glob("*.md")
@@ -129,13 +157,13 @@ def check(root: Path):
     failures = []
     for rel in checked:
         for block in blocks((root / rel).read_text()):
-            where = [t for t in links(block, rel) if t in SOURCES]
+            where = [(t, a) for t, a in links(block, rel) if t in SOURCES]
             if not where and rel in SOURCES:
                 continue  # the figure's source
             for fig in figures(block):
                 found = False
-                for target in where:
-                    text = page(target)
+                for target, anchor in where:
+                    text = page(target, anchor)
                     if target == rel:  # its own page, without this block
                         text = text.replace(squeeze(normal(block)), "", 1)
                     found = found or squeeze(fig) in text
@@ -151,7 +179,8 @@ def self_test() -> int:
         (root / "docs").mkdir()
         (root / "BENCHMARKS.md").write_text("a poll costs 0.07× Slurm's\n")
         (root / "docs/accuracy.md").write_text(
-            "| job | within 0.014% | 0.5% |\n\n- within 0.5% ([above](#x))\n"
+            "## X\n\n| job | within 0.014% | 0.5% |\n\n- within 0.5% ([above](#x))\n\n## Y\n\n"
+            "| job | within 0.02% |\n"
         )
         (root / "docs/testing.md").write_text("the tests take 61 min\n")
         page = (
@@ -171,6 +200,7 @@ def self_test() -> int:
             "a figure only in its own block": "- within 0.3% ([above](#x))\n",
             "a ratio its linked page lacks": page.replace("0.07×", "0.08×"),
             "a figure only on a linked page that is no source": "- 61 min ([x](../README.md))\n",
+            "a figure on the linked page, not in the linked section": "- 0.02% ([x](accuracy.md#x))\n",
         }
         for what, text in cases.items():
             (root / "docs/plugins.md").write_text(text)
@@ -194,7 +224,7 @@ def main() -> int:
         return 0
     failures = check(ROOT)
     for rel, fig, where, block in failures:
-        looked = ", ".join(where) or "no source page linked"
+        looked = ", ".join(t + (f"#{a}" if a else "") for t, a in where) or "no source page linked"
         print(f"{rel}: figure {fig!r} not on its source ({looked}): {block[:100]}...")
     print(f"check-figures: {len(failures)} figure(s) not on the pages their blocks link")
     return 1 if failures else 0
