@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod fakegpu;
 pub mod gpu_cluster;
 pub mod hardware_time;
+pub mod hwmonsim;
 pub mod inbox;
 pub mod influxdb;
 pub mod pmsim;

@@ -30,9 +30,12 @@ use crate::source::{Failure, PartReading, Reading, Sample, missed_after};
 use select::Kind;
 use tree::{Channel, Input, read_number};
 
-/// How often the poller reads every channel: a few small reads. A Slurm call asks for a
+/// How often the poller reads every channel: a few small reads (the ACPI driver caches a
+/// meter's value for its sampling time). A mean over a window is read as it stood at each
+/// read: when the meter updated it is known only to within a read, so each change of
+/// power is counted within this period of when it took effect. A Slurm call asks for a
 /// fresh round besides (see [`FRESH_WAIT`]).
-const POLL_PERIOD: Duration = Duration::from_millis(250);
+const POLL_PERIOD: Duration = Duration::from_millis(100);
 /// A read waits at most this long for a fresh round, and only while the poller is well.
 const FRESH_WAIT: Duration = Duration::from_millis(20);
 /// hwmon's counters are 64-bit microjoules.
@@ -315,15 +318,16 @@ impl Blocking for HwmonPolling {
     }
 
     fn reading(readout: &mut HwmonReadout, figures: &mut Figures, now: Instant) -> Reading {
-        if figures.integrals.is_empty() {
-            return Reading::default();
-        }
         let missed = missed_after(readout.period);
+        // nothing published yet (the meter's first reading, at open): every channel
+        // unread, the parts' list the same as later
+        figures
+            .integrals
+            .resize_with(readout.rails.len(), Integral::default);
         let mut reading = Reading {
             complete: true,
             ..Reading::default()
         };
-        let mut energy_uj = 0u64;
         let mut watts = 0.0;
         // per part kind: energy and power, `None` once one of its channels is stale
         let mut parts: Vec<(Kind, Option<(u64, f64)>)> = Vec::new();
@@ -335,7 +339,7 @@ impl Blocking for HwmonPolling {
             let uj = integral.energy_at(now, false, missed);
             let w = integral.watts().filter(|_| fresh);
             if *counted {
-                energy_uj += uj;
+                reading.energy_uj += uj;
                 watts += w.unwrap_or(0.0);
                 reading.unsettled |= integral.unconfirmed();
                 if !fresh {
@@ -346,15 +350,13 @@ impl Blocking for HwmonPolling {
                     ));
                 }
             } else if PARTS.contains(kind) {
+                let this = w.map(|w| (uj, w));
                 match parts.iter_mut().find(|(k, _)| k == kind) {
-                    Some((_, sum)) => {
-                        *sum = sum.zip(w).map(|((e, p), w)| (e + uj, p + w));
-                    }
-                    None => parts.push((*kind, w.map(|w| (uj, w)))),
+                    Some((_, sum)) => *sum = sum.zip(this).map(|((e, p), (u, w))| (e + u, p + w)),
+                    None => parts.push((*kind, this)),
                 }
             }
         }
-        reading.energy_uj = energy_uj;
         reading.watts = reading.complete.then_some(watts);
         parts.sort_by_key(|(k, _)| *k);
         reading.parts = parts
