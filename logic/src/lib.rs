@@ -101,7 +101,7 @@ pub use ledger::{
     Breakdown, IdleHeld, Ledger, LedgerError, STATIC_POWER_SUSTAIN_SECS, ledger_path,
     unix as unix_time,
 };
-pub use hwmon::HwmonConfig;
+pub use hwmon::{HwmonConfig, counted_files as hwmon_counted_files};
 pub use pm_counters::{PmCountersConfig, parse_value as parse_pm_counters_value};
 #[cfg(feature = "redfish")]
 pub use redfish::RedfishBmc;

@@ -62,6 +62,7 @@ impl Setup {
                 "rust_ipmi" => "ipmi: whole node, as its BMC sees it".into(),
                 "rust_redfish" => "redfish: whole node, as its BMC sees it".into(),
                 "rust_pm_counters" => "pm_counters: whole node, as its controller meters it".into(),
+                "rust_hwmon" => "hwmon: the power meters hwmon shows (GH200: the modules)".into(),
                 "rust_gpu" => "gpu: GPU boards".into(),
                 other => other.to_string(),
             })

@@ -106,6 +106,19 @@ fn prepare(config: &HwmonConfig) -> Result<(HwmonPolling, HwmonReadout, Settings
     Ok((polling, readout, settings))
 }
 
+/// The files of the channels that make the node's energy under `config`
+/// (`hwmonN/power1_average`, `hwmonN/energy1_input`, ...), as the plugin would choose them:
+/// what `senergy check --compare` reads by itself beside slurmd's figure.
+pub fn counted_files(config: &HwmonConfig) -> Result<Vec<std::path::PathBuf>, String> {
+    Ok(rails(config)?
+        .into_iter()
+        .filter(|r| r.counted)
+        .map(|r| match r.channel.input {
+            Input::Energy(file) | Input::Power { file, .. } => file,
+        })
+        .collect())
+}
+
 /// A channel found, its kind, and whether it makes the node's energy.
 #[derive(Debug, Clone)]
 struct Rail {
@@ -344,6 +357,9 @@ impl Blocking for HwmonPolling {
                 reading.unsettled |= integral.unconfirmed();
                 if !fresh {
                     reading.complete = false;
+                }
+                // not yet read (the poller's first round, as the plugin opens) is no problem
+                if !fresh && integral.last_at().is_some() {
                     reading.problems.push(format!(
                         "{what} has not been read for over {} s",
                         missed.as_secs()

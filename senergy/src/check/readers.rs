@@ -2,13 +2,14 @@
 //! the node's hardware through another path than the plugin's. RAPL through the kernel's
 //! perf PMU (not powercap, not the MSR files); the BMC through `ipmitool` or FreeIPMI's
 //! `ipmi-dcmi`; GPUs through `nvidia-smi` and `amd-smi`; a Redfish BMC by its own request;
-//! a Cray node controller's pm_counters files. Each says what it covers; one that is not
+//! a Cray node controller's pm_counters files; hwmon's power meters. Each says what it covers; one that is not
 //! there, or may not be read, says so ([`Unavailable`]) and is never an error of the check.
 //! This module opens the readers a node may have; [`reader`] says what a reader is, [`site`]
 //! what they are opened from; each kind of reader is a module of its own, whose parsers
 //! take the tools' real output formats and are unit-tested there.
 
 mod gpu;
+mod hwmon;
 mod ipmi;
 mod pm_counters;
 mod rapl_perf;
@@ -17,7 +18,7 @@ mod redfish;
 mod site;
 mod tool;
 
-use slurm_energy_logic::Plugin;
+use slurm_energy_logic::{Plugin, hwmon_counted_files};
 
 pub use rapl_perf::PERF_POWER_PMU;
 pub use reader::{Quantity, Reader, Scope, Slot, Unavailable};
@@ -31,6 +32,7 @@ pub fn open_all(site: &NodeConf) -> Vec<Slot> {
         slots.push(redfish::slot(site));
     }
     slots.push(pm_counters::slot(site));
+    slots.push(hwmon::slot(site));
     slots.extend(gpu::slots());
     slots
 }
@@ -48,6 +50,13 @@ pub fn probe(plugin_type: &str, site: &NodeConf) -> Result<String, String> {
     match name {
         "rust_rapl" => open::<slurm_energy_logic::Rapl>(site),
         "rust_pm_counters" => open::<slurm_energy_logic::PmCounters>(site),
+        "rust_hwmon" => {
+            let config = configured::<slurm_energy_logic::Hwmon>(site)?;
+            hwmon_counted_files(&config).map(|files| {
+                let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+                format!("hwmon power sensors {}", files.join(" + "))
+            })
+        }
         _ => {
             let slots = match name {
                 "rust_ipmi" => vec![ipmi::slot(site)],

@@ -73,6 +73,16 @@ pub fn pairing(plugin_type: &str) -> Option<(&'static [&'static str], Tolerance)
                       10 Hz, so each of slurmd's samples is up to 0.1 s old",
             },
         ),
+        "rust_hwmon" => (
+            &["hwmon"],
+            Tolerance {
+                pct: 2.0,
+                floor_watts: 2.0,
+                edge_secs: 0.0,
+                why: "the same means over the meters' averaging interval, each polling them \
+                      at its own moments",
+            },
+        ),
         "rust_gpu" => (
             &["nvidia-smi", "amd-smi"],
             Tolerance {
