@@ -116,9 +116,9 @@ Priority: optional
 Depends: $depends
 Recommends: fonts-dejavu-core
 Installed-Size: $(du -sk "$root" | cut -f1)
-Description: Slurm acct_gather_energy plugins in Rust (RAPL, IPMI, Variorum, Redfish, Cray, GPU)
+Description: Slurm acct_gather_energy plugins in Rust (RAPL, IPMI, Variorum, Redfish, Cray, hwmon, GPU)
  acct_gather_energy/rust_rapl, rust_ipmi, rust_variorum, rust_redfish,
- rust_pm_counters and rust_gpu for slurmd and slurmstepd, so that sacct,
+ rust_pm_counters, rust_hwmon and rust_gpu for slurmd and slurmstepd, so that sacct,
  sstat and scontrol show node energy and power.
  .
  $note

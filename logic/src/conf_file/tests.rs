@@ -192,5 +192,5 @@ fn every_shipped_example_checks_clean() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 6);
+    assert_eq!(checked, 7);
 }
