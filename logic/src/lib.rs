@@ -51,6 +51,7 @@ mod replace;
 mod runtime;
 mod scheduler;
 mod source;
+mod stack;
 #[cfg(test)]
 mod test_support;
 mod trusted_dir;

@@ -45,6 +45,13 @@ pub trait Plugin: 'static {
         config.clone()
     }
 
+    /// The configuration where `AcctGatherEnergyType` stacks `plugins` (its names, this
+    /// plugin's among them): a node meter whose rails another plugin covers leaves them out
+    /// (`crate::stack`). Asked in slurmd only, before [`Self::open`].
+    fn stacked(config: &Self::Config, _plugins: &[String]) -> Self::Config {
+        config.clone()
+    }
+
     /// Finds the hardware, and says how often the meter polls what it found. An error is
     /// fatal: it says, for the admin, why this node reports no energy (a sensor's own
     /// failures once open are retried, see [`crate::source::Failure`]).

@@ -60,6 +60,12 @@ pub trait Host: Send + Sync + 'static {
         1
     }
 
+    /// The plugins `AcctGatherEnergyType` names (with `acct_gather_energy/`), this one
+    /// among them; empty where slurm.conf is not known.
+    fn energy_plugin_types(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Where `EnergyAttribution=shared` keeps the node's ledger and finds its jobs; an
     /// error says what is missing.
     fn attribution_site(&self) -> Result<Site, String> {

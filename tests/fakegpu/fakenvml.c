@@ -485,11 +485,16 @@ nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
     return put_string(version, length, "fakegpu");
 }
 
+/* The control file `name.<minor>` names the device as a real one (e.g. "NVIDIA GH200
+ * 480GB"); absent: "fakegpu". */
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     if (!valid(device))
         return NVML_ERROR_INVALID_ARGUMENT;
-    return put_string(name, length, "fakegpu");
+    char file[32], text[96];
+    snprintf(file, sizeof(file), "name.%u", gpu_minor[device->index]);
+    read_control(file, text, sizeof(text));
+    return put_string(name, length, text[0] ? text : "fakegpu");
 }
 
 typedef struct {

@@ -205,6 +205,12 @@ impl FakeGpus {
     }
 
     /// See fakegpu.h: ok, hang, lost, nosupport, `reload@<ns>`.
+    /// Names GPU `minor` as NVML names a real device (`nvmlDeviceGetName`), e.g.
+    /// "NVIDIA GH200 480GB".
+    pub fn set_name(&self, minor: u32, name: &str) {
+        self.write(&format!("name.{minor}"), name);
+    }
+
     pub fn set_mode(&self, minor: u32, mode: &str) {
         self.write(&format!("mode.{minor}"), mode);
     }

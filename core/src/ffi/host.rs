@@ -38,6 +38,10 @@ impl Host for SlurmHost {
         super::slurm_conf::energy_plugin_count().unwrap_or(1)
     }
 
+    fn energy_plugin_types(&self) -> Vec<String> {
+        super::slurm_conf::energy_plugin_types()
+    }
+
     fn attribution_site(&self) -> Result<Site, String> {
         super::slurm_conf::attribution_site()
     }

@@ -41,6 +41,24 @@ pub fn energy_plugin_count() -> Option<usize> {
     })
 }
 
+/// The plugins `AcctGatherEnergyType` names, as written there; looked up once.
+pub fn energy_plugin_types() -> Vec<String> {
+    static TYPES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    TYPES
+        .get_or_init(|| {
+            slurm_conf()
+                .map(|conf| {
+                    text(conf.acct_gather_energy_type)
+                        .split(',')
+                        .map(|n| n.trim().to_string())
+                        .filter(|n| !n.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .clone()
+}
+
 /// slurm.h's `PRIVATE_DATA_*` bits for jobs, accounting usage and users: function-like
 /// macros (`SLURM_BIT(n)`) bindgen cannot expand, the same bits from 22.05 to 26.11.
 const PRIVATE_DATA_JOBS: u16 = 1 << 0;

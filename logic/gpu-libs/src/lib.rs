@@ -27,7 +27,8 @@ pub struct Device {
     /// The device file that gives access to this GPU: `(major, minor)`, as gres.conf's
     /// `File=` names it; `None` when the library cannot tell.
     pub file: Option<(u32, u32)>,
-    /// For the log: UUID or PCI bus id.
+    /// For the log, and what its energy counter covers: the product and UUID (NVML), or
+    /// the PCI bus id.
     pub name: String,
 }
 

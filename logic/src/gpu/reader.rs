@@ -119,6 +119,14 @@ fn open(openers: &[Opener], bound: &Bound) -> (Vec<OpenLibrary>, Vec<String>) {
                         d.file
                             .map_or("unknown".into(), |(ma, mi)| format!("{ma}:{mi}"))
                     );
+                    let covers = crate::stack::gpu_covers(&d.name);
+                    if covers != crate::stack::Covers::Board {
+                        log::info!(
+                            "{vendor} GPU {}: its energy counter covers {}",
+                            d.index,
+                            covers.describe()
+                        );
+                    }
                 }
                 let mut tracked = Vec::new();
                 for d in devices {

@@ -27,6 +27,7 @@ use crate::plugin::{Opened, Plugin};
 use crate::power::{Blocking, Bound, Integral, Polled, Screen, Settings};
 use crate::scheduler::Polling;
 use crate::source::{Failure, PartReading, Reading, Sample, missed_after};
+use crate::stack;
 use select::Kind;
 use tree::{Channel, Input, read_number};
 
@@ -44,20 +45,40 @@ const PARTS: [Kind; 4] = [Kind::Module, Kind::Grace, Kind::Cpu, Kind::Sysio];
 /// The rust_hwmon plugin: the node's hwmon power sensors, read by a poller thread.
 pub struct Hwmon;
 
+/// rust_hwmon's configuration: its keys, and what the plugins stacked beside it leave it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HwmonSettings {
+    /// Its acct_gather.conf keys.
+    pub keys: HwmonConfig,
+    /// rust_gpu is stacked beside it: a Grace Hopper module is rust_gpu's
+    /// (`crate::stack`).
+    pub beside_gpus: bool,
+}
+
 impl Plugin for Hwmon {
-    type Config = HwmonConfig;
+    type Config = HwmonSettings;
     type Source = Polled<HwmonPolling>;
     const KEYS: &'static [&'static str] = HwmonConfig::KEYS;
 
-    fn parse_config(values: &KeyValues) -> Result<HwmonConfig, ConfigError> {
-        HwmonConfig::parse(values)
+    fn parse_config(values: &KeyValues) -> Result<HwmonSettings, ConfigError> {
+        HwmonConfig::parse(values).map(|keys| HwmonSettings {
+            keys,
+            beside_gpus: false,
+        })
     }
 
-    fn show_config(config: &HwmonConfig) -> Vec<(&'static str, String)> {
-        config.show()
+    fn show_config(config: &HwmonSettings) -> Vec<(&'static str, String)> {
+        config.keys.show()
     }
 
-    fn open(config: &HwmonConfig) -> Result<Opened<Polled<HwmonPolling>>, String> {
+    fn stacked(config: &HwmonSettings, plugins: &[String]) -> HwmonSettings {
+        HwmonSettings {
+            beside_gpus: stack::leaves_to_gpus(plugins),
+            ..config.clone()
+        }
+    }
+
+    fn open(config: &HwmonSettings) -> Result<Opened<Polled<HwmonPolling>>, String> {
         let (polling, readout, settings) = prepare(config)?;
         Ok(Opened {
             source: Polled::start(&settings, polling, readout)?,
@@ -67,13 +88,13 @@ impl Plugin for Hwmon {
 }
 
 /// The poller and the readout of the channels `config` finds, and how they are polled.
-fn prepare(config: &HwmonConfig) -> Result<(HwmonPolling, HwmonReadout, Settings), String> {
+fn prepare(config: &HwmonSettings) -> Result<(HwmonPolling, HwmonReadout, Settings), String> {
     let rails = rails(config)?;
     let settings = Settings {
         period: POLL_PERIOD,
         max_backoff: Duration::from_secs(60),
         max_watts_key: KEY_MAX_WATTS,
-        max_watts: config.max_watts,
+        max_watts: config.keys.max_watts,
         default_max_watts: config::DEFAULT_MAX_WATTS,
     };
     let readout = HwmonReadout {
@@ -110,7 +131,11 @@ fn prepare(config: &HwmonConfig) -> Result<(HwmonPolling, HwmonReadout, Settings
 /// (`hwmonN/power1_average`, `hwmonN/energy1_input`, ...), as the plugin would choose them:
 /// what `senergy check --compare` reads by itself beside slurmd's figure.
 pub fn counted_files(config: &HwmonConfig) -> Result<Vec<std::path::PathBuf>, String> {
-    Ok(rails(config)?
+    let settings = HwmonSettings {
+        keys: config.clone(),
+        beside_gpus: false,
+    };
+    Ok(rails(&settings)?
         .into_iter()
         .filter(|r| r.counted)
         .map(|r| match r.channel.input {
@@ -128,7 +153,8 @@ struct Rail {
 }
 
 /// The channels under the configured directory: those counted, and the parts beside.
-fn rails(config: &HwmonConfig) -> Result<Vec<Rail>, String> {
+fn rails(settings: &HwmonSettings) -> Result<Vec<Rail>, String> {
+    let config = &settings.keys;
     let channels = tree::channels(&config.dir).map_err(|e| {
         format!(
             "cannot read {}: {e} (set {KEY_DIR} where hwmon is)",
@@ -139,8 +165,13 @@ fn rails(config: &HwmonConfig) -> Result<Vec<Rail>, String> {
         .iter()
         .map(|c| select::kind(&c.chip, c.label.as_deref()))
         .collect();
-    let counted = select::counted(&channels, &kinds, &config.sensors)
+    let mut counted = select::counted(&channels, &kinds, &config.sensors)
         .map_err(|why| format!("{}: {why}", config.dir.display()))?;
+    // stacked with rust_gpu on Grace Hopper: NVML's counter of each GPU covers its module,
+    // which rust_gpu charges to the jobs holding the GPU (`crate::stack`)
+    if settings.beside_gpus && config.sensors.is_empty() && kinds.contains(&Kind::Module) {
+        counted.iter_mut().for_each(|c| *c = false);
+    }
     Ok(channels
         .into_iter()
         .zip(kinds)
@@ -318,9 +349,17 @@ impl Blocking for HwmonPolling {
             .filter(|k| readout.rails.iter().any(|r| !r.3 && r.2 == **k))
             .filter_map(|k| k.part_label())
             .collect();
+        let counts = if counted.is_empty() {
+            "hwmon: no sensor counted: stacked with rust_gpu on Grace Hopper, whose NVML \
+             counters cover each module (Grace CPU and memory included) and charge it to the \
+             jobs holding its GPU (the rule for overlapping stacked plugins); the node's \
+             figure here is 0 J"
+                .to_string()
+        } else {
+            format!("hwmon power sensors {}", counted.join(" + "))
+        };
         format!(
-            "hwmon power sensors {}{}; read every {:.2} s by a poller thread",
-            counted.join(" + "),
+            "{counts}{}; read every {:.2} s by a poller thread",
             if parts.is_empty() {
                 String::new()
             } else {

@@ -39,10 +39,13 @@ fn set(root: &Path, n: u32, watts: f64) {
     );
 }
 
-fn config(root: &Path) -> HwmonConfig {
-    HwmonConfig {
-        dir: root.into(),
-        ..HwmonConfig::default()
+fn config(root: &Path) -> HwmonSettings {
+    HwmonSettings {
+        keys: HwmonConfig {
+            dir: root.into(),
+            ..HwmonConfig::default()
+        },
+        beside_gpus: false,
     }
 }
 
@@ -183,11 +186,9 @@ fn an_energy_counter_is_counted_by_its_rise() {
     write(&root.join("hwmon1/name"), "some_energy");
     write(&root.join("hwmon1/energy1_input"), "1000000000");
     write(&root.join("hwmon1/power1_input"), "5");
-    let mut d = HwmonConfig {
-        sensors: vec!["some_energy".into()],
-        ..config(root)
-    };
-    d.max_watts = Some(5000);
+    let mut d = config(root);
+    d.keys.sensors = vec!["some_energy".into()];
+    d.keys.max_watts = Some(5000);
     let (polling, readout, _) = prepare(&d).expect("prepare");
     let mut d = Driven {
         polling,
@@ -240,4 +241,50 @@ fn a_frozen_read_never_blocks_a_slurm_call() {
     assert!(!r.complete);
     // the poller stays blocked in the FIFO: its thread is left to the process's end
     std::mem::forget(opened);
+}
+
+/// Stacked with rust_gpu on Grace Hopper (either order of AcctGatherEnergyType), the
+/// modules are rust_gpu's: rust_hwmon counts none (0 J, a true figure, not unavailable)
+/// and reports every rail beside the node; alone, or told its sensors, it counts them.
+#[test]
+fn stacked_with_rust_gpu_on_grace_hopper_the_modules_are_left_to_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    grace_hopper(root, 1);
+    for (n, w) in [(0, 400.0), (1, 120.0), (2, 80.0), (3, 30.0)] {
+        set(root, n, w);
+    }
+    for order in [
+        "acct_gather_energy/rust_hwmon,acct_gather_energy/rust_gpu",
+        "acct_gather_energy/rust_gpu,acct_gather_energy/rust_hwmon",
+    ] {
+        let plugins: Vec<String> = order.split(',').map(String::from).collect();
+        let settings = Hwmon::stacked(&config(root), &plugins);
+        let (polling, readout, _) = prepare(&settings).expect("prepare");
+        let mut d = Driven {
+            polling,
+            readout,
+            figures: Figures::default(),
+            t0: Instant::now(),
+        };
+        d.round(0);
+        let r = d.round(1000);
+        assert!(r.complete);
+        assert_eq!(r.energy_uj, 0, "{order}");
+        assert_eq!(r.watts, Some(0.0));
+        let labels: Vec<&str> = r.parts.iter().map(|p| p.label).collect();
+        assert_eq!(labels, ["Module", "Grace", "Cpu", "Sysio"]);
+        assert_eq!(r.parts[0].energy_uj, Some(400_000_000));
+        let described = HwmonPolling::describe(&d.readout);
+        assert!(described.contains("no sensor counted"), "{described}");
+    }
+    // alone: the modules
+    let alone = Hwmon::stacked(&config(root), &["acct_gather_energy/rust_hwmon".into()]);
+    assert!(!alone.beside_gpus);
+    // named by the admin: as named, stacked or not
+    let mut named = config(root);
+    named.keys.sensors = vec!["grace".into()];
+    let named = Hwmon::stacked(&named, &["acct_gather_energy/rust_gpu".into()]);
+    let (_, readout, _) = prepare(&named).expect("prepare");
+    assert!(HwmonPolling::describe(&readout).contains("(Grace Power Socket 0)"));
 }

@@ -53,6 +53,8 @@ impl NodePipeline {
                 crate::source::host_name()
             );
         }
+        // stacked with a plugin whose meter covers some of its rails, it leaves them out
+        let mine = P::stacked(&mine, &host.energy_plugin_types());
         let meter = P::open(&mine).map(Meter::new)?;
         let keeper = keeper::<P>(host, &ledger, &meter);
         let asked = keeper

@@ -52,7 +52,7 @@ pub fn probe(plugin_type: &str, site: &NodeConf) -> Result<String, String> {
         "rust_pm_counters" => open::<slurm_energy_logic::PmCounters>(site),
         "rust_hwmon" => {
             let config = configured::<slurm_energy_logic::Hwmon>(site)?;
-            hwmon_counted_files(&config).map(|files| {
+            hwmon_counted_files(&config.keys).map(|files| {
                 let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
                 format!("hwmon power sensors {}", files.join(" + "))
             })

@@ -16,6 +16,8 @@ const NVML_ERROR_NOT_FOUND: c_int = 6;
 const NVML_ERROR_INSUFFICIENT_SIZE: c_int = 7;
 const NVML_ERROR_GPU_IS_LOST: c_int = 15;
 /// `NVML_DEVICE_UUID_V2_BUFFER_SIZE`.
+/// nvml.h's `NVML_DEVICE_NAME_V2_BUFFER_SIZE`.
+const NVML_DEVICE_NAME_BUFFER_SIZE: usize = 96;
 const NVML_UUID_SIZE: usize = 96;
 
 #[derive(Clone, Copy)]
@@ -26,6 +28,9 @@ struct NvmlApi {
     handle: unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> c_int,
     minor: unsafe extern "C" fn(NvmlDevice, *mut c_uint) -> c_int,
     uuid: unsafe extern "C" fn(NvmlDevice, *mut c_char, c_uint) -> c_int,
+    /// `nvmlDeviceGetName` (the product, e.g. "NVIDIA GH200 480GB"): what its energy
+    /// counter covers depends on it (`None`: absent).
+    product: Option<unsafe extern "C" fn(NvmlDevice, *mut c_char, c_uint) -> c_int>,
     energy: unsafe extern "C" fn(NvmlDevice, *mut c_ulonglong) -> c_int,
     power: unsafe extern "C" fn(NvmlDevice, *mut c_uint) -> c_int,
     /// `nvmlDeviceGetProcessUtilization`, in every NVML since 2015 (`None`: absent).
@@ -143,6 +148,7 @@ pub fn open_nvml(path: &str) -> Result<Box<dyn GpuLibrary>, String> {
             handle: symbol(&lib, "nvmlDeviceGetHandleByIndex_v2")?,
             minor: symbol(&lib, "nvmlDeviceGetMinorNumber")?,
             uuid: symbol(&lib, "nvmlDeviceGetUUID")?,
+            product: symbol(&lib, "nvmlDeviceGetName").ok(),
             energy: symbol(&lib, "nvmlDeviceGetTotalEnergyConsumption")?,
             power: symbol(&lib, "nvmlDeviceGetPowerUsage")?,
             process_utilization: symbol(&lib, "nvmlDeviceGetProcessUtilization").ok(),
@@ -243,6 +249,20 @@ impl GpuLibrary for Nvml {
                     .into_owned()
             } else {
                 format!("index {index}")
+            };
+            let mut product = [0 as c_char; NVML_DEVICE_NAME_BUFFER_SIZE];
+            let product = self
+                .api
+                .product
+                // SAFETY: a handle NVML returned; the buffer and its size.
+                .filter(|get| unsafe {
+                    get(handle, product.as_mut_ptr(), product.len() as c_uint)
+                } == NVML_SUCCESS)
+                // SAFETY: NVML NUL-terminates within the size it was given.
+                .map(|_| unsafe { CStr::from_ptr(product.as_ptr()) }.to_string_lossy().into_owned());
+            let name = match product {
+                Some(product) if !product.is_empty() => format!("{product}, {name}"),
+                _ => name,
             };
             devices.push(Device { index, file, name });
         }

@@ -13,7 +13,9 @@ use super::site::{NodeConf, configured};
 
 /// The sensors in the directory the plugin would read.
 pub(super) fn slot(site: &NodeConf) -> Slot {
-    let config = configured::<slurm_energy_logic::Hwmon>(site).unwrap_or_default();
+    let config = configured::<slurm_energy_logic::Hwmon>(site)
+        .map(|c| c.keys)
+        .unwrap_or_default();
     Slot {
         name: "hwmon",
         scope: Scope::WholeNode,
