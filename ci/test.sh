@@ -115,7 +115,11 @@ done)
 LOADER_TESTS=${LOADER_TESTS:-"
     loader:: plugin_exports:: gpu::node_and_step_energy_match_the_truth_for_both_vendors
     ipmi::dcmi_energy_over_rmcp_plus_matches_the_truth pm_counters:: redfish::
-    variorum_sampler::every_generation_speaks_the_protocol"}
+    variorum_sampler::every_generation_speaks_the_protocol
+    hwmon::a_grace_hopper_nodes_energy_is_its_modules_with_the_other_rails_beside
+    hwmon::a_sensor_that_vanishes_and_returns_is_bridged
+    hwmon::a_servers_acpi_meter_on_its_device_is_the_node
+    hwmon::a_node_without_a_power_meter_reports_unavailable_and_says_why"}
 # The release tier: those, and each plugin measured in a cluster of that release, a shared
 # node and its killed jobs (how a step's last read is known changes with the release: 25.05's
 # extern step runs no task), senergy and the package.
@@ -124,6 +128,7 @@ RELEASE_TESTS=${RELEASE_TESTS:-"$LOADER_TESTS
     cluster_ipmi::rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth
     cluster_redfish::rust_redfish_job_energy_matches_the_truth
     cluster_pm_counters::rust_pm_counters_job_energy_matches_the_truth
+    cluster_hwmon::rust_hwmon_job_energy_on_a_shared_grace_hopper_node_matches_the_truth
     cluster_variorum::rust_variorum_job_energy_matches_the_truth_with_both_api_generations
     cluster_gpu::jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl
     cluster_gpu::jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use
