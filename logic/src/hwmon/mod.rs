@@ -27,7 +27,7 @@ use crate::plugin::{Opened, Plugin};
 use crate::power::{Blocking, Bound, Integral, Polled, Screen, Settings};
 use crate::scheduler::Polling;
 use crate::source::{Failure, PartReading, Reading, Sample, missed_after};
-use crate::stack;
+
 use select::Kind;
 use tree::{Channel, Input, read_number};
 
@@ -73,7 +73,7 @@ impl Plugin for Hwmon {
 
     fn stacked(config: &HwmonSettings, plugins: &[String]) -> HwmonSettings {
         HwmonSettings {
-            beside_gpus: stack::leaves_to_gpus(plugins),
+            beside_gpus: crate::stack::leaves_to_gpus(plugins),
             ..config.clone()
         }
     }
