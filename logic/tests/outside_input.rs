@@ -34,7 +34,7 @@ use slurm_energy_logic::{Attribution, StepId, StepKey, own_step};
 use slurm_energy_logic::{CgroupTree, JobDir, count_cpus};
 use slurm_energy_logic::{ConfigError, KeyValues};
 use slurm_energy_logic::{Opened, Source};
-use slurm_energy_logic::{PmCounters, PmCountersConfig, parse_pm_counters_value};
+use slurm_energy_logic::{Hwmon, PmCounters, PmCountersConfig, parse_pm_counters_value};
 use slurm_energy_logic::{Rapl, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};
 use slurm_energy_logic::{StepRecordConfig, gres_on_node};
 
@@ -290,6 +290,11 @@ proptest! {
     #[test]
     fn pm_counters_keys(pairs in assignments(<PmCounters as Plugin>::KEYS)) {
         check_plugin::<PmCounters>(&pairs)?;
+    }
+
+    #[test]
+    fn hwmon_keys(pairs in assignments(<Hwmon as Plugin>::KEYS)) {
+        check_plugin::<Hwmon>(&pairs)?;
     }
 
     #[test]
@@ -1306,6 +1311,54 @@ proptest! {
                 prop_assert!(r.energy_uj >= last);
                 prop_assert!(r.watts.is_none_or(clean));
                 prop_assert!(r.parts.iter().all(|s| s.watts.is_none_or(clean)));
+                last = r.energy_uj;
+            }
+        }
+    }
+}
+
+// ---- hwmon ----
+
+/// A hwmon attribute: micro-units as the kernel writes them, any number, or anything.
+fn hwmon_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => (0u64..2_000_000_000).prop_map(|v| format!("{v}\n")),
+        1 => any::<u64>().prop_map(|v| format!("{v}\n")),
+        1 => number_text(),
+        1 => any_text(),
+    ]
+}
+
+proptest! {
+    #![proptest_config(cases(20))]
+
+    /// A Grace Hopper module's meter, its label and interval holding anything, read by the
+    /// plugin's poller round after round: the energy never falls, every power is finite and
+    /// not negative, and nothing panics.
+    #[test]
+    fn hwmon_files(
+        label in prop_oneof![Just("Module Power Socket 0".to_string()), any_text()],
+        interval in hwmon_value(),
+        scans in prop::collection::vec(hwmon_value(), 1..4),
+    ) {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("hwmon1");
+        fs::create_dir_all(&dir).expect("mkdir");
+        fs::write(dir.join("name"), "power_meter\n").expect("write");
+        fs::write(dir.join("power1_oem_info"), &label).expect("write");
+        fs::write(dir.join("power1_average_interval"), &interval).expect("write");
+        fs::write(dir.join("power1_average"), &scans[0]).expect("write");
+        let mut values = KeyValues::new();
+        values.set("EnergyHwmonDir", root.path().display().to_string());
+        let config = Hwmon::parse_config(&values).expect("a valid directory");
+        if let Ok(Opened { source: mut hw, .. }) = Hwmon::open(&config) {
+            let mut last = 0;
+            for scan in &scans {
+                fs::write(dir.join("power1_average"), scan).expect("write");
+                std::thread::sleep(Duration::from_millis(120));
+                let r = hw.poll(Instant::now());
+                prop_assert!(r.energy_uj >= last);
+                prop_assert!(r.watts.is_none_or(clean));
                 last = r.energy_uj;
             }
         }
