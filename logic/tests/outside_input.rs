@@ -33,8 +33,8 @@ use slurm_energy_logic::{Account, Ledger};
 use slurm_energy_logic::{Attribution, StepId, StepKey, own_step};
 use slurm_energy_logic::{CgroupTree, JobDir, count_cpus};
 use slurm_energy_logic::{ConfigError, KeyValues};
-use slurm_energy_logic::{Opened, Source};
 use slurm_energy_logic::{Hwmon, PmCounters, PmCountersConfig, parse_pm_counters_value};
+use slurm_energy_logic::{Opened, Source};
 use slurm_energy_logic::{Rapl, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};
 use slurm_energy_logic::{StepRecordConfig, gres_on_node};
 
