@@ -96,13 +96,13 @@ pub use attribution::procs::Procs;
 pub use conf_file::{Finding, Severity, check as check_acct_gather_conf, check_slurm_conf};
 pub use config::file_value;
 pub use family::plugins as family_plugins;
+pub use hwmon::{HwmonConfig, counted_files as hwmon_counted_files};
 pub use ipmi::{IpmiConfig, Target as IpmiTarget};
 pub use ledger::doorbell::{Ring, doorbell_path, freshen, ring_without_waiting};
 pub use ledger::{
     Breakdown, IdleHeld, Ledger, LedgerError, STATIC_POWER_SUSTAIN_SECS, ledger_path,
     unix as unix_time,
 };
-pub use hwmon::{HwmonConfig, counted_files as hwmon_counted_files};
 pub use pm_counters::{PmCountersConfig, parse_value as parse_pm_counters_value};
 #[cfg(feature = "redfish")]
 pub use redfish::RedfishBmc;

@@ -86,7 +86,10 @@ mod tests {
     #[test]
     fn what_a_gpus_counter_covers_by_its_name() {
         assert_eq!(gpu_covers("NVIDIA GH200 480GB"), Covers::GraceHopperModule);
-        assert_eq!(gpu_covers("NVIDIA GH200 144G HBM3e"), Covers::GraceHopperModule);
+        assert_eq!(
+            gpu_covers("NVIDIA GH200 144G HBM3e"),
+            Covers::GraceHopperModule
+        );
         assert_eq!(gpu_covers("AMD Instinct MI300A"), Covers::ApuSocket);
         assert_eq!(gpu_covers("NVIDIA H100 80GB HBM3"), Covers::Board);
         assert_eq!(gpu_covers("AMD Instinct MI300X"), Covers::Board);
