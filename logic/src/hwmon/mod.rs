@@ -37,6 +37,8 @@ use tree::{Channel, Input, read_number};
 /// power is counted within this period of when it took effect. A Slurm call asks for a
 /// fresh round besides (see [`FRESH_WAIT`]).
 const POLL_PERIOD: Duration = Duration::from_millis(100);
+/// A channel's averaging interval is read again this often.
+const INTERVAL_REREAD: Duration = Duration::from_secs(10);
 /// A read waits at most this long for a fresh round, and only while the poller is well.
 const FRESH_WAIT: Duration = Duration::from_millis(20);
 /// hwmon's counters are 64-bit microjoules.
@@ -120,6 +122,7 @@ fn prepare(config: &HwmonSettings) -> Result<(HwmonPolling, HwmonReadout, Settin
                 rail: r,
                 counter: None,
                 failing: false,
+                window: None,
             })
             .collect(),
         bound,
@@ -192,9 +195,25 @@ struct RailPoll {
     /// A counter's last value (µJ) and when it was read.
     counter: Option<(u64, Instant)>,
     failing: bool,
+    /// The averaging interval and when it was read: reading it runs an ACPI method
+    /// (`_GAI`) each time, where the mean is cached by the driver, so it is read again only
+    /// every [`INTERVAL_REREAD`] (an admin may change it).
+    window: Option<(Option<Duration>, Instant)>,
 }
 
 impl RailPoll {
+    /// The averaging interval at `now`, read again when the last read is old.
+    fn window(&mut self, now: Instant) -> Option<Duration> {
+        match self.window {
+            Some((window, at)) if now.saturating_duration_since(at) < INTERVAL_REREAD => window,
+            _ => {
+                let window = self.rail.channel.interval();
+                self.window = Some((window, now));
+                window
+            }
+        }
+    }
+
     /// One reading of the channel as a sample (none for a counter's first reading), or
     /// why it could not be read.
     fn sample(&mut self, now: Instant) -> Result<Option<Sample>, String> {
@@ -317,7 +336,7 @@ impl HwmonPolling {
                 };
                 Round {
                     samples,
-                    window: rail.rail.channel.interval(),
+                    window: rail.window(now),
                     held_watts: rail.screen.held().map(|s| s.watts),
                 }
             })

@@ -288,3 +288,27 @@ fn stacked_with_rust_gpu_on_grace_hopper_the_modules_are_left_to_it() {
     let (_, readout, _) = prepare(&named).expect("prepare");
     assert!(HwmonPolling::describe(&readout).contains("(Grace Power Socket 0)"));
 }
+
+/// The averaging interval is an ACPI method call each time it is read: read at the first
+/// round, then again only once `INTERVAL_REREAD` has passed.
+#[test]
+fn the_interval_is_read_again_only_every_ten_seconds() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    write(&root.join("hwmon0/name"), "power_meter");
+    write(&root.join("hwmon0/power1_average_interval"), "1000");
+    set(root, 0, 300.0);
+    let (mut polling, ..) = prepare(&config(root)).expect("prepare");
+    let t0 = Instant::now();
+    let rail = &mut polling.rails[0];
+    assert_eq!(rail.window(t0), Some(Duration::from_secs(1)));
+    write(&root.join("hwmon0/power1_average_interval"), "250");
+    assert_eq!(
+        rail.window(t0 + Duration::from_secs(9)),
+        Some(Duration::from_secs(1))
+    );
+    assert_eq!(
+        rail.window(t0 + INTERVAL_REREAD),
+        Some(Duration::from_millis(250))
+    );
+}
