@@ -57,6 +57,13 @@ pub struct RecordArgs {
     /// name).
     #[arg(long, value_name = "NODE")]
     pub node: Option<String>,
+    /// The node's figures as the Epilog read them (JSON), for the process of its own that
+    /// writes them in the node's turn ([`crate::epilog`]): no ledger is read.
+    #[arg(long, hide = true, value_name = "JSON", requires_all = ["job", "node", "since"])]
+    pub entry: Option<String>,
+    /// With --entry: when the node began counting the job (unix seconds).
+    #[arg(long, hide = true, value_name = "UNIX", requires = "entry")]
+    pub since: Option<f64>,
 }
 
 #[derive(Args)]

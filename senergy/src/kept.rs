@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use slurm_energy_logic::Breakdown;
+use slurm_energy_logic::{Breakdown, hostlist};
 
 use crate::record::{EXTERN_STEP, JobRow};
 use crate::scopes::Scopes;
@@ -77,6 +77,58 @@ pub fn add_breakdown(entry: &mut NodeRecord, breakdown: &Breakdown) {
 pub struct Record {
     pub v: u64,
     pub nodes: BTreeMap<String, NodeRecord>,
+    /// The parts and idle-held figures of the nodes whose entries hold their energy alone
+    /// (a job of hundreds of nodes): summed exactly here, where every node's would not fit.
+    /// A reader of an earlier release ignores it, and sees those nodes' energy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folded: Option<Folded>,
+}
+
+/// What [`Record::folded`] holds: the sums of some nodes' parts and idle-held figures,
+/// and which nodes they are.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Folded {
+    /// The nodes summed here, a Slurm host list (`nid[001000-002023]`).
+    pub nodes: String,
+    /// Their plugins, as [`NodeRecord::source`].
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<BTreeMap<String, f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_held: Option<BTreeMap<String, f64>>,
+}
+
+impl Folded {
+    /// The names of the nodes summed here.
+    fn names(&self) -> Vec<String> {
+        hostlist::expand(&self.nodes).unwrap_or_default()
+    }
+
+    /// Adds node `node`'s parts, idle-held figures and source to the sums.
+    fn add(&mut self, node: &str, entry: &NodeRecord) {
+        let mut names = self.names();
+        names.push(node.to_string());
+        self.nodes = hostlist::compress(&names);
+        for (sum, figures) in [
+            (&mut self.parts, &entry.parts),
+            (&mut self.idle_held, &entry.idle_held),
+        ] {
+            if let Some(figures) = figures {
+                let sum = sum.get_or_insert_with(BTreeMap::new);
+                for (label, j) in figures {
+                    let total = sum.entry(label.clone()).or_insert(0.0);
+                    *total = rounded(*total + j);
+                }
+            }
+        }
+        if !entry.source.is_empty() && !self.source.split(" | ").any(|s| s == entry.source) {
+            self.source = match self.source.as_str() {
+                "" => entry.source.clone(),
+                had => format!("{had} | {}", entry.source),
+            };
+        }
+    }
 }
 
 impl Record {
@@ -85,19 +137,65 @@ impl Record {
         self.nodes.values().map(|n| n.joules).sum()
     }
 
-    /// `pick`'s figures summed over the nodes, by label; `None` where no node has them.
+    /// `pick`'s figures summed over the nodes (the entries' and the folded sums), by
+    /// label; `None` where no node has them.
     pub fn summed(
         &self,
         pick: impl Fn(&NodeRecord) -> Option<&BTreeMap<String, f64>>,
     ) -> Option<BTreeMap<String, f64>> {
+        let folded = self.folded.as_ref().map(|f| NodeRecord {
+            parts: f.parts.clone(),
+            idle_held: f.idle_held.clone(),
+            ..NodeRecord::default()
+        });
         let mut sum: Option<BTreeMap<String, f64>> = None;
-        for figures in self.nodes.values().filter_map(&pick) {
+        for figures in self.nodes.values().chain(&folded).filter_map(&pick) {
             let sum = sum.get_or_insert_with(BTreeMap::new);
             for (label, j) in figures {
                 *sum.entry(label.clone()).or_default() += j;
             }
         }
         sum
+    }
+
+    /// How many nodes' parts the job's parts sum: those of entries with parts, and the
+    /// folded ones. A node whose parts went into sums another write then undid has its
+    /// energy kept and no parts ([`Seen`]).
+    pub fn nodes_with_parts(&self) -> usize {
+        let folded = self.folded.as_ref().map(Folded::names).unwrap_or_default();
+        self.nodes
+            .iter()
+            .filter(|(n, e)| e.parts.is_some() || folded.contains(n))
+            .count()
+    }
+
+    /// Whether node `node`'s parts and idle-held figures are in the folded sums.
+    fn is_folded(&self, node: &str) -> bool {
+        self.folded
+            .as_ref()
+            .is_some_and(|f| f.names().iter().any(|n| n == node))
+    }
+
+    /// Folds node `node`'s entry: its parts and idle-held figures into the sums, its
+    /// energy kept in its entry.
+    fn fold(&mut self, node: &str) {
+        let Some(entry) = self.nodes.get_mut(node) else {
+            return;
+        };
+        let full = std::mem::replace(entry, bare(entry));
+        if has_breakdown(&full) {
+            self.folded
+                .get_or_insert_with(Folded::default)
+                .add(node, &full);
+        }
+    }
+}
+
+/// An entry of the energy alone.
+fn bare(entry: &NodeRecord) -> NodeRecord {
+    NodeRecord {
+        joules: entry.joules,
+        ..NodeRecord::default()
     }
 }
 
@@ -167,62 +265,94 @@ fn plain_figures(figures: &Option<BTreeMap<String, f64>>) -> Option<BTreeMap<Str
 }
 
 /// `comment` with node `node`'s figures in our segment (added, or replacing the node's
-/// earlier ones), the rest of the comment as it was. Where the whole would not fit in
-/// [`MAX_COMMENT`], the node's parts and idle-held figures are left out; where even its
-/// energy would not, nothing is changed.
-pub fn merge(comment: &str, node: &str, entry: &NodeRecord) -> Result<String, MergeError> {
+/// earlier ones), the rest of the comment as it was, within [`MAX_COMMENT`]: where the
+/// whole would not fit, the node's parts and idle-held figures are folded into the
+/// record's sums ([`Record::folded`]), then the other nodes', in their names' order: every
+/// node's energy is kept, and the job's parts and idle-held figures stay exact. Where even
+/// that would not fit (thousands of labels), the node's energy alone is added; where even
+/// that would not, nothing is changed.
+/// The entries of `seen` that the comment lost are put back first: entries another
+/// Epilog's write undid, as this one read them earlier.
+pub fn merge(
+    comment: &str,
+    node: &str,
+    entry: &NodeRecord,
+    seen: &Seen,
+) -> Result<String, MergeError> {
     if comment.contains(['\'', '\\']) {
         return Err(MergeError::Unquotable);
     }
+    let node = plain(node);
     let full = NodeRecord {
         joules: rounded(entry.joules),
         source: plain(&entry.source),
         parts: plain_figures(&entry.parts),
         idle_held: plain_figures(&entry.idle_held),
     };
-    let bare = NodeRecord {
-        parts: None,
-        idle_held: None,
-        ..full.clone()
+    let (place, before) = match find(comment) {
+        Some((start, end, record)) => (Some((start, end)), record),
+        None => (
+            None,
+            Record {
+                v: VERSION,
+                ..Record::default()
+            },
+        ),
     };
-    let mut last = 0;
-    for entry in [full, bare] {
-        let merged = with_entry(comment, &plain(node), entry);
-        if merged.len() <= MAX_COMMENT {
+    let fits = |record: &Record| {
+        let merged = with_record(comment, place, record);
+        match merged.len() <= MAX_COMMENT {
+            true => Ok(merged),
+            false => Err(merged.len()),
+        }
+    };
+    let mut before = before;
+    for (lost, kept) in seen.lost_from(&before) {
+        before.nodes.insert(lost, kept);
+    }
+    // a folded node's parts are in the sums already: it keeps its energy alone
+    let folded = before.is_folded(&node);
+    let mut record = before.clone();
+    record.nodes.insert(
+        node.clone(),
+        if folded { bare(&full) } else { full.clone() },
+    );
+    if let Ok(merged) = fits(&record) {
+        return Ok(merged);
+    }
+    let others: Vec<String> = record
+        .nodes
+        .iter()
+        .filter(|(n, e)| **n != node && has_breakdown(e))
+        .map(|(n, _)| n.clone())
+        .collect();
+    for next in std::iter::once(node.clone()).chain(others) {
+        record.fold(&next);
+        if let Ok(merged) = fits(&record) {
             return Ok(merged);
         }
-        last = merged.len();
     }
-    Err(MergeError::TooLarge(last))
+    let mut record = before;
+    record.nodes.insert(node, bare(&full));
+    fits(&record).map_err(MergeError::TooLarge)
 }
 
-fn with_entry(comment: &str, node: &str, entry: NodeRecord) -> String {
-    let segment = |record: &Record| {
-        format!(
-            "{SEGMENT}{}",
-            serde_json::to_string(record).unwrap_or_default()
-        )
-    };
-    match find(comment) {
-        Some((start, end, mut record)) => {
-            record.nodes.insert(node.to_string(), entry);
-            format!(
-                "{}{}{}",
-                &comment[..start],
-                segment(&record),
-                &comment[end..]
-            )
-        }
-        None => {
-            let record = Record {
-                v: VERSION,
-                nodes: BTreeMap::from([(node.to_string(), entry)]),
-            };
-            match comment.trim_end() {
-                "" => segment(&record),
-                site => format!("{site} {}", segment(&record)),
-            }
-        }
+/// Whether an entry holds more than the node's energy.
+fn has_breakdown(entry: &NodeRecord) -> bool {
+    entry.parts.is_some() || entry.idle_held.is_some() || !entry.source.is_empty()
+}
+
+/// `comment` with `record` as our segment, in place of the one at `place` (its start and
+/// end), else after the site's text.
+fn with_record(comment: &str, place: Option<(usize, usize)>, record: &Record) -> String {
+    let segment = format!(
+        "{SEGMENT}{}",
+        serde_json::to_string(record).unwrap_or_default()
+    );
+    match (place, comment.trim_end()) {
+        (Some((start, end)), _) => format!("{}{segment}{}", &comment[..start], &comment[end..]),
+        (None, "") => segment,
+        (None, site) => format!("{site} {segment}"),
     }
 }
 
@@ -234,15 +364,62 @@ pub fn holds(comment: &str, node: &str, entry: &NodeRecord) -> bool {
         .is_some_and(|kept| kept.joules == rounded(entry.joules))
 }
 
+/// The entries an Epilog read in the job's record, each node's fullest: what it puts back
+/// when a later read lacks them (another node's write, made on what it read before theirs
+/// landed, undid them). A thousand nodes write one row: each write then carries what its
+/// writer saw, and an entry is lost only when every node that read it lost it too.
+#[derive(Debug, Default)]
+pub struct Seen(BTreeMap<String, NodeRecord>);
+
+impl Seen {
+    /// Keeps the entries of `record`; an entry seen with its parts keeps them.
+    fn absorb(&mut self, record: &Record) {
+        for (node, entry) in &record.nodes {
+            match self.0.get(node) {
+                Some(had) if has_breakdown(had) && !has_breakdown(entry) => {}
+                _ => {
+                    self.0.insert(node.clone(), entry.clone());
+                }
+            }
+        }
+    }
+
+    /// The entries seen that `record` holds neither as entries nor in its sums. One seen
+    /// bare (its parts folded into sums since lost) comes back bare: its energy is kept,
+    /// its parts not counted twice.
+    fn lost_from(&self, record: &Record) -> Vec<(String, NodeRecord)> {
+        let folded = record
+            .folded
+            .as_ref()
+            .map(Folded::names)
+            .unwrap_or_default();
+        self.0
+            .iter()
+            .filter(|(n, _)| !record.nodes.contains_key(*n) && !folded.contains(n))
+            .map(|(n, e)| (n.clone(), e.clone()))
+            .collect()
+    }
+}
+
 /// What the Epilog writes for node `node` of the job of `row`: the job's SystemComment
-/// with the node's figures merged in, or `None` where it holds them already (a write of
-/// ours that landed). Only the SystemComment: the AdminComment is the site's and
-/// jobstats', and is never written.
-pub fn update(row: &JobRow, node: &str, entry: &NodeRecord) -> Result<Option<String>, MergeError> {
-    if holds(&row.system_comment, node, entry) {
+/// with the node's figures merged in (and the entries `seen` before that it lost), or
+/// `None` where it holds them already (a write of ours that landed). Only the
+/// SystemComment: the AdminComment is the site's and jobstats', and is never written.
+pub fn update(
+    row: &JobRow,
+    node: &str,
+    entry: &NodeRecord,
+    seen: &mut Seen,
+) -> Result<Option<String>, MergeError> {
+    let record = read(&row.system_comment);
+    if let Some(record) = &record {
+        seen.absorb(record);
+    }
+    let lost = record.as_ref().map_or(0, |r| seen.lost_from(r).len());
+    if holds(&row.system_comment, node, entry) && lost == 0 {
         return Ok(None);
     }
-    merge(&row.system_comment, node, entry).map(Some)
+    merge(&row.system_comment, node, entry, seen).map(Some)
 }
 
 /// The job's record: the SystemComment's, and the nodes an earlier release kept in the
@@ -354,6 +531,9 @@ pub struct Kept {
     pub recorded: bool,
     /// The nodes that kept their figures, of `nodes` the job had.
     pub nodes_recorded: usize,
+    /// The nodes whose parts `parts` sums (fewer than `nodes_recorded` where some kept
+    /// their energy alone).
+    pub nodes_with_parts: usize,
     /// Over the nodes recorded, J.
     pub joules: Option<f64>,
     pub parts: Option<BTreeMap<String, f64>>,
@@ -394,6 +574,7 @@ pub fn kept(row: &JobRow) -> Kept {
     Kept {
         recorded: true,
         nodes_recorded: record.nodes.len(),
+        nodes_with_parts: record.nodes_with_parts(),
         joules: Some(record.joules()),
         parts: record.summed(|n| n.parts.as_ref()),
         idle_held: record.summed(|n| n.idle_held.as_ref()),
@@ -428,8 +609,12 @@ pub fn text(kept: &Kept, nodes: u32) -> Vec<String> {
         "kept with the job: {joules:.1} J on {} of {nodes} node(s)",
         kept.nodes_recorded
     );
+    let of = match kept.nodes_with_parts < kept.nodes_recorded {
+        true => format!(" (of {} nodes)", kept.nodes_with_parts),
+        false => String::new(),
+    };
     line += &match &kept.parts {
-        Some(parts) => format!("; parts {}", listed(parts)),
+        Some(parts) => format!("; parts{of} {}", listed(parts)),
         None => "; parts not recorded".into(),
     };
     line += &match &kept.idle_held {

@@ -391,7 +391,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Job(args) => job(args.plan()?, now),
         Command::Usage(args) => usage(args.plan(now)?, now),
         Command::Mail(args) => Ok(mail::run(args.args.clone())),
-        Command::Record(args) => Ok(epilog::run(args.job, args.node.clone())),
+        Command::Record(args) => Ok(epilog::run(args)),
     }
 }
 

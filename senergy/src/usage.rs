@@ -194,8 +194,13 @@ mod tests {
                 joules: *j,
                 ..Default::default()
             };
-            comment = crate::kept::merge(&comment, &format!("n{}", k + 1), &node)
-                .expect("a small record");
+            comment = crate::kept::merge(
+                &comment,
+                &format!("n{}", k + 1),
+                &node,
+                &crate::kept::Seen::default(),
+            )
+            .expect("a small record");
         }
         let row = JobRow {
             job_id: id,

@@ -256,7 +256,10 @@ fn plan_of(args: &[&str]) -> String {
         Command::Usage(a) => a.plan(NOW).map(|p| format!("{p:?}")),
         Command::Check(a) => a.plan().map(|p| format!("{p:?}")),
         Command::Mail(a) => Ok(format!("{:?}", a.args)),
-        Command::Record(a) => Ok(format!("{:?} {:?}", a.job, a.node)),
+        Command::Record(a) => Ok(format!(
+            "{:?} {:?} {:?} {:?}",
+            a.job, a.node, a.entry, a.since
+        )),
     };
     plan.unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }
@@ -293,6 +296,14 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         ("users", vec!["--users", "alice"]),
         ("node", vec!["--node", "n7"]),
         ("job", vec!["12"]),
+        (
+            "entry",
+            vec!["12", "--node", "n7", "--since", "1", "--entry", "{}"],
+        ),
+        (
+            "since",
+            vec!["12", "--node", "n7", "--entry", "{}", "--since", "1"],
+        ),
         ("compare", vec!["--compare", "60"]),
         ("conf", vec!["--conf", "acct_gather.conf"]),
         (
@@ -340,8 +351,9 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         }
     }
     // job 18 (jobs, plot, json, csv, summary, wait, mail_slots, ended_after, config, eight
-    // figures, prometheus), usage 15, check 6, record 2
-    assert_eq!(tried, 41);
+    // figures, prometheus), usage 15, check 6, record 4 (job, node, and the writer's entry
+    // and since)
+    assert_eq!(tried, 43);
 }
 
 #[test]

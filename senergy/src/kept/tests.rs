@@ -1,6 +1,11 @@
 use super::*;
 use crate::record::StepRow;
-use slurm_energy_logic::IdleHeld;
+use slurm_energy_logic::{IdleHeld, hostlist};
+
+/// The Epilog's merge with nothing seen before: one write.
+fn merge(comment: &str, node: &str, entry: &NodeRecord) -> Result<String, MergeError> {
+    super::merge(comment, node, entry, &Seen::default())
+}
 
 fn node(joules: f64) -> NodeRecord {
     NodeRecord {
@@ -115,6 +120,97 @@ fn the_comment_stays_within_its_bound() {
         merge(&full, "n1", &node(1.0)),
         Err(MergeError::TooLarge(n)) if n > MAX_COMMENT
     ));
+}
+
+/// A node of a big job: RAPL's parts, a GPU's, idle-held figures; `k` makes each differ.
+fn big_node(k: usize) -> NodeRecord {
+    let joules = 1000.0 + k as f64 * 1.125;
+    NodeRecord {
+        joules,
+        source: "rust_rapl + rust_gpu".into(),
+        parts: Some(BTreeMap::from([
+            ("package".to_string(), joules * 0.5),
+            ("dram".to_string(), joules * 0.125),
+            ("gpu0".to_string(), joules * 0.25),
+            ("rest".to_string(), joules * 0.125),
+        ])),
+        idle_held: Some(BTreeMap::from([("gpu".to_string(), 0.5 + k as f64 * 0.25)])),
+    }
+}
+
+#[test]
+fn a_job_of_hundreds_of_nodes_keeps_every_nodes_energy_and_its_exact_sums() {
+    // 512 nodes: past the ~350 whose whole entries fit (the benchmark `record_at_scale`
+    // merges 1 024 through slurmdbd; debug builds take seconds over these merges)
+    const N: usize = 512;
+    let names: Vec<String> = (0..N).map(|k| format!("nid{:06}", 1000 + k)).collect();
+    // the nodes' Epilogs write in any order
+    let mut order: Vec<usize> = (0..N).collect();
+    order.sort_by_key(|k| (k * 389) % N);
+    let mut comment = "reviewed by ops".to_string();
+    for &k in &order {
+        comment = merge(&comment, &names[k], &big_node(k)).expect("merged");
+        assert!(comment.len() <= MAX_COMMENT, "{} bytes", comment.len());
+    }
+    assert!(comment.starts_with("reviewed by ops senergy={"));
+    let record = read(&comment).expect("a record");
+    // every node's energy, each its own
+    assert_eq!(record.nodes.len(), N);
+    for (k, name) in names.iter().enumerate() {
+        assert_eq!(record.nodes[name].joules, big_node(k).joules, "{name}");
+    }
+    let truth = |pick: fn(&NodeRecord) -> &Option<BTreeMap<String, f64>>| {
+        let mut sum = BTreeMap::<String, f64>::new();
+        for k in 0..N {
+            for (label, j) in pick(&big_node(k)).as_ref().expect("figures") {
+                *sum.entry(label.clone()).or_default() += j;
+            }
+        }
+        sum
+    };
+    // the job's parts and idle-held figures exact (to the millijoule the record keeps)
+    for (got, want) in [
+        (record.summed(|n| n.parts.as_ref()), truth(|n| &n.parts)),
+        (
+            record.summed(|n| n.idle_held.as_ref()),
+            truth(|n| &n.idle_held),
+        ),
+    ] {
+        let got = got.expect("summed");
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>()
+        );
+        for (label, j) in &want {
+            assert!(
+                (got[label] - j).abs() < 0.001 * N as f64,
+                "{label}: {} for {j}",
+                got[label]
+            );
+        }
+    }
+    // some nodes keep their parts in their entry, the others are named in the sums
+    let folded = record.folded.as_ref().expect("folded");
+    let named = hostlist::expand(&folded.nodes).expect("a host list");
+    let full = record.nodes.values().filter(|n| n.parts.is_some()).count();
+    assert_eq!(named.len() + full, N);
+    assert!(full > 0 && !named.is_empty(), "{full} entries with parts");
+    assert_eq!(folded.source, "rust_rapl + rust_gpu");
+    // a node written again (its Epilog's retry) changes nothing but its own energy
+    let again = merge(&comment, &named[0], &big_node(0)).expect("merged");
+    let twice = read(&again).expect("a record");
+    assert_eq!(
+        twice.summed(|n| n.parts.as_ref()),
+        record.summed(|n| n.parts.as_ref())
+    );
+    // a reader of an earlier release (no sums) still finds every node's energy
+    #[derive(serde::Deserialize)]
+    struct Earlier {
+        nodes: BTreeMap<String, NodeRecord>,
+    }
+    let json = &comment[comment.find(SEGMENT).expect("ours") + SEGMENT.len()..];
+    let earlier: Earlier = serde_json::from_str(json).expect("an earlier reader's");
+    assert_eq!(earlier.nodes.len(), N);
 }
 
 #[test]
@@ -324,18 +420,77 @@ fn the_epilog_merges_into_the_system_comment_and_never_the_admin_comment() {
     for admin in [JOBSTATS, "reviewed by ops; ticket 42", ""] {
         let mut row = commented(admin, burst_buffer);
         for (name, joules) in [("n1", 1000.0), ("n2", 500.0)] {
-            let written = update(&row, name, &node(joules))
+            let written = update(&row, name, &node(joules), &mut Seen::default())
                 .expect("mergeable")
                 .expect("a write");
             assert!(written.starts_with(&format!("{burst_buffer} {SEGMENT}")));
             assert!(!written.contains(admin) || admin.is_empty(), "{written}");
             row.system_comment = written;
-            assert_eq!(update(&row, name, &node(joules)), Ok(None));
+            assert_eq!(
+                update(&row, name, &node(joules), &mut Seen::default()),
+                Ok(None)
+            );
         }
         assert_eq!(row.admin_comment, admin);
         let kept = kept(&row);
         assert_eq!((kept.nodes_recorded, kept.joules), (2, Some(1500.0)));
     }
+}
+
+/// Two Epilogs read the record at once, and the second's write undoes the first's: the
+/// first, reading it back, writes again; and a third that had read the first's entry puts
+/// it back with its own, parts and all, never counting a folded node's parts twice.
+#[test]
+fn an_entry_another_write_undid_is_put_back_by_whoever_saw_it() {
+    let mut row = commented("", "");
+    let mut n1 = Seen::default();
+    let mut n2 = Seen::default();
+    let mut n3 = Seen::default();
+    let base = row.clone();
+    // n1 and n3 read the empty record; n1 writes; n3 reads n1's record
+    row.system_comment = update(&base, "n1", &node(100.0), &mut n1)
+        .expect("mergeable")
+        .expect("a write");
+    let read_by_n3 = row.clone();
+    assert_eq!(
+        update(&read_by_n3, "n3", &node(300.0), &mut n3).map(|w| w.is_some()),
+        Ok(true)
+    );
+    // n2 had read the empty record: its write undoes n1's
+    row.system_comment = update(&base, "n2", &node(200.0), &mut n2)
+        .expect("mergeable")
+        .expect("a write");
+    assert!(!holds(&row.system_comment, "n1", &node(100.0)));
+    // n3 writes on what it reads now, and puts n1's entry back
+    row.system_comment = update(&row, "n3", &node(300.0), &mut n3)
+        .expect("mergeable")
+        .expect("a write");
+    let record = read(&row.system_comment).expect("a record");
+    assert_eq!(record.nodes.keys().collect::<Vec<_>>(), ["n1", "n2", "n3"]);
+    assert_eq!(record.nodes["n1"], node(100.0));
+    // n1, reading it back, finds its entry: nothing to write
+    assert_eq!(update(&row, "n1", &node(100.0), &mut n1), Ok(None));
+    // an entry seen bare whose parts went into sums now lost comes back bare
+    let mut folded = Record {
+        v: VERSION,
+        ..Record::default()
+    };
+    folded.nodes.insert("n4".into(), node(400.0));
+    folded.fold("n4");
+    let mut seen = Seen::default();
+    seen.absorb(&folded);
+    let lost = seen.lost_from(&record);
+    assert_eq!(
+        lost,
+        [(
+            "n4".to_string(),
+            NodeRecord {
+                joules: 400.0,
+                ..NodeRecord::default()
+            }
+        )]
+    );
+    assert!(seen.lost_from(&folded).is_empty());
 }
 
 /// jobstats wrote after the nodes' Epilogs, setting the whole AdminComment: the record,
