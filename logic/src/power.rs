@@ -383,22 +383,6 @@ impl Integral {
     /// reset or a bad reading) is not counted, the power is integrated over that interval
     /// instead.
     pub(crate) fn add(&mut self, sample: &Sample, max_watts: f64) {
-        self.add_averaged(sample, max_watts, None);
-    }
-
-    /// Adds a sample whose power is the mean over the `window` before it was taken (an
-    /// ACPI power meter's `power1_average` over `power1_average_interval`; `None`: the
-    /// power at that instant). The energy since the last sample is then that mean over the
-    /// window's length, the trapezoid only over what the window does not cover: exact when
-    /// the windows tile the time (samples one window apart), where the trapezoid would
-    /// shift each step of power by half a window. Polled faster than the window, the
-    /// newest mean covers the whole interval.
-    pub(crate) fn add_averaged(
-        &mut self,
-        sample: &Sample,
-        max_watts: f64,
-        window: Option<Duration>,
-    ) {
         let Sample {
             watts,
             at,
@@ -415,10 +399,9 @@ impl Integral {
                 _ => None,
             }
             .filter(|rise| (0.0..=max_watts * secs).contains(rise));
-            let covered = window.map_or(0.0, |w| w.as_secs_f64().min(secs));
             self.energy_uj += match rise_j {
                 Some(rise) => rise * 1e6,
-                None => (covered * watts + (secs - covered) * (w0 + watts) / 2.0) * 1e6,
+                None => secs * (w0 + watts) / 2.0 * 1e6,
             };
         }
         self.last = Some((at, watts));

@@ -38,7 +38,7 @@ fn start(tmp: &tempfile::TempDir, args: &str) -> HwmonSim {
 #[test]
 fn a_grace_hopper_nodes_energy_is_its_modules_with_the_other_rails_beside() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let sim = start(&tmp, "--platform gh200 --sockets 2 --interval-ms 200");
+    let sim = start(&tmp, "--platform gh200 --sockets 2 --interval-ms 1000");
     let (out, err, truth) = run_step(&sim, "step sleep=9500 step sensors struct", || {
         for watts in [900, 600, 1300] {
             sim.set(watts);
@@ -46,8 +46,8 @@ fn a_grace_hopper_nodes_energy_is_its_modules_with_the_other_rails_beside() {
         }
     });
     assert_eq!(joules(&out, "step", 0), 0.0);
-    // a mean's update is seen within a read (0.1 s) of when it was made: each change of
-    // power may be counted up to that early or late (about ±25 J a change here)
+    // each mean counted over its interval once the meter's phase is known; the first
+    // change dated to within half a read, further apart on a loaded machine
     assert_close("step", joules(&out, "step", 1), truth, 0.015);
     // node, grace, cpu, sysio
     assert_eq!(field(&out, "sensors", 0, "count"), "4");
@@ -68,7 +68,8 @@ fn a_grace_hopper_nodes_energy_is_its_modules_with_the_other_rails_beside() {
     );
 }
 
-/// The first module's `power1_average` vanishes for 2 s, then reads as garbage for 2 s:
+/// The first module's `power1_average` vanishes for 2 s, then reads as garbage for 2 s
+/// (each after the meter has shown 450 W for a few intervals):
 /// named in the log, the node unavailable while it is (never 0), and once it is back the
 /// gap is bridged from the readings around it (exact at constant power).
 #[test]
@@ -76,13 +77,15 @@ fn a_sensor_that_vanishes_and_returns_is_bridged() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let sim = start(
         &tmp,
-        "--platform gh200 --sockets 1 --interval-ms 200 --watts 0",
+        "--platform gh200 --sockets 1 --interval-ms 1000 --watts 0",
     );
-    let (out, err, truth) = run_step(&sim, "step sleep=10000 step", || {
+    // the meter shows 450 W for a few intervals before each fault: a gap is bridged from
+    // the readings around it, exact where the power is the same on both sides
+    let (out, err, truth) = run_step(&sim, "step sleep=13000 step", || {
         sim.set(450);
-        sleep(Duration::from_secs(1));
-        sim.glitch("vanish", 2.0);
         sleep(Duration::from_secs(3));
+        sim.glitch("vanish", 2.0);
+        sleep(Duration::from_secs(4));
         sim.glitch("garbage", 2.0);
         sleep(Duration::from_secs(3));
     });
@@ -90,7 +93,7 @@ fn a_sensor_that_vanishes_and_returns_is_bridged() {
         "step across the faults",
         joules(&out, "step", 1),
         truth,
-        0.01,
+        0.015,
     );
     assert!(
         err.contains("hwmon1/power1_average: "),
@@ -105,12 +108,14 @@ fn a_sensor_that_vanishes_and_returns_is_bridged() {
 #[test]
 fn a_servers_acpi_meter_on_its_device_is_the_node() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let sim = start(&tmp, "--platform acpi --on-device 1 --interval-ms 200");
+    let sim = start(&tmp, "--platform acpi --on-device 1 --interval-ms 1000");
     let (out, err, truth) = run_step(&sim, "step sleep=6000 step sensors", || {
         sim.set(350);
         sleep(Duration::from_secs(3));
     });
-    assert_close("step", joules(&out, "step", 1), truth, 0.01);
+    // the first change is dated to within half a read (the meter's phase is not known
+    // before it), further apart on a loaded machine
+    assert_close("step", joules(&out, "step", 1), truth, 0.015);
     assert_eq!(field(&out, "sensors", 0, "count"), "1");
     assert!(err.contains("hwmon1/device/power1_average"), "{err}");
 }

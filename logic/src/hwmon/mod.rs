@@ -6,14 +6,16 @@
 //! runs), so a poller thread reads them (`crate::power::Polled`, as a BMC's); Slurm's calls
 //! only read what it published. Each channel's readings pass a [`Screen`] and are added
 //! to its own [`Integral`], the one integration of power every sensor of the family goes
-//! through: a counter's rise where the channel has a counter, else its power, a mean over
-//! the channel's averaging interval honoured as such (`Integral::add_averaged`). A channel
+//! through: a counter's rise where the channel has a counter, else its power; a mean over
+//! the channel's averaging interval counted from when the meter published it to the next
+//! one, each dated at its interval's end once the intervals' phase is known (`means`). A channel
 //! that cannot be read (a value not a number, a file gone) is named in the log once, its
 //! figure goes stale and the node's is unavailable (`NO_VAL64`), never 0; when it is read
 //! again the gap is bridged by the readings around it. Which channels make the node's
 //! energy, and which are parts beside it: `select`.
 
 mod config;
+mod means;
 mod select;
 mod tree;
 
@@ -26,8 +28,9 @@ use crate::config::{ConfigError, KeyValues};
 use crate::plugin::{Opened, Plugin};
 use crate::power::{Blocking, Bound, Integral, Polled, Screen, Settings};
 use crate::scheduler::Polling;
-use crate::source::{Failure, PartReading, Reading, Sample, missed_after};
+use crate::source::{Failure, PartReading, Reading, Sample, Source, missed_after};
 
+use means::Means;
 use select::Kind;
 use tree::{Channel, Input, read_number};
 
@@ -37,6 +40,8 @@ use tree::{Channel, Input, read_number};
 /// power is counted within this period of when it took effect. A Slurm call asks for a
 /// fresh round besides (see [`FRESH_WAIT`]).
 const POLL_PERIOD: Duration = Duration::from_millis(100);
+/// Opening waits at most this long for the poller's first round.
+const FIRST_ROUND_WAIT: Duration = Duration::from_millis(500);
 /// A channel's averaging interval is read again this often.
 const INTERVAL_REREAD: Duration = Duration::from_secs(10);
 /// A read waits at most this long for a fresh round, and only while the poller is well.
@@ -82,8 +87,16 @@ impl Plugin for Hwmon {
 
     fn open(config: &HwmonSettings) -> Result<Opened<Polled<HwmonPolling>>, String> {
         let (polling, readout, settings) = prepare(config)?;
+        let mut source = Polled::start(&settings, polling, readout)?;
+        // the poller's first round, for the meter's first reading (a step that begins at
+        // once has a figure from its start): a few reads, or FIRST_ROUND_WAIT where one
+        // blocks, which the poller then waits out alone
+        let waiting = Instant::now();
+        while !source.poll(Instant::now()).complete && waiting.elapsed() < FIRST_ROUND_WAIT {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         Ok(Opened {
-            source: Polled::start(&settings, polling, readout)?,
+            source,
             sample_period: Duration::from_secs(1),
         })
     }
@@ -123,6 +136,7 @@ fn prepare(config: &HwmonSettings) -> Result<(HwmonPolling, HwmonReadout, Settin
                 counter: None,
                 failing: false,
                 window: None,
+                means: Means::default(),
             })
             .collect(),
         bound,
@@ -199,6 +213,8 @@ struct RailPoll {
     /// (`_GAI`) each time, where the mean is cached by the driver, so it is read again only
     /// every [`INTERVAL_REREAD`] (an admin may change it).
     window: Option<(Option<Duration>, Instant)>,
+    /// The means read, dated at their intervals' ends.
+    means: Means,
 }
 
 impl RailPoll {
@@ -214,24 +230,27 @@ impl RailPoll {
         }
     }
 
-    /// One reading of the channel as a sample (none for a counter's first reading), or
-    /// why it could not be read.
-    fn sample(&mut self, now: Instant) -> Result<Option<Sample>, String> {
+    /// One reading of the channel as samples (none for a counter's first reading, or a
+    /// mean read again), or why it could not be read. `window`: its averaging interval.
+    fn sample(&mut self, now: Instant, window: Option<Duration>) -> Result<Vec<Sample>, String> {
         let what = &self.rail.channel.what;
         match &self.rail.channel.input {
             Input::Power { file, .. } => {
                 let uw = read_number(file, what, "microwatts").map_err(|e| e.to_string())?;
-                Ok(Some(Sample {
-                    watts: uw as f64 / 1e6,
-                    at: now,
-                    energy_j: None,
-                }))
+                Ok(match window {
+                    Some(window) => self.means.read(uw, now, window),
+                    None => vec![Sample {
+                        watts: uw as f64 / 1e6,
+                        at: now,
+                        energy_j: None,
+                    }],
+                })
             }
             Input::Energy(file) => {
                 let uj = read_number(file, what, "microjoules").map_err(|e| e.to_string())?;
                 let before = self.counter.replace((uj, now));
                 let Some((uj0, t0)) = before else {
-                    return Ok(None);
+                    return Ok(Vec::new());
                 };
                 let secs = now.saturating_duration_since(t0).as_secs_f64();
                 // the power since the last read, or (a counter that fell: reset) the last
@@ -241,14 +260,14 @@ impl RailPoll {
                 } else {
                     match self.screen.power() {
                         Some(w) => w,
-                        None => return Ok(None),
+                        None => return Ok(Vec::new()),
                     }
                 };
-                Ok(Some(Sample {
+                Ok(vec![Sample {
                     watts,
                     at: now,
                     energy_j: Some(uj as f64 / 1e6),
-                }))
+                }])
             }
         }
     }
@@ -268,10 +287,11 @@ pub(crate) struct Round {
     held_watts: Option<f64>,
 }
 
-/// What readers see: each channel's integral, in the rails' order.
+/// What readers see: each channel's integral and averaging interval, in the rails' order.
 #[derive(Default)]
 pub(crate) struct Figures {
     integrals: Vec<Integral>,
+    windows: Vec<Option<Duration>>,
 }
 
 impl Polling for HwmonPolling {
@@ -294,9 +314,10 @@ impl Polling for HwmonPolling {
         figures
             .integrals
             .resize_with(rounds.len(), Integral::default);
+        figures.windows = rounds.iter().map(|r| r.window).collect();
         for (round, integral) in rounds.iter().zip(&mut figures.integrals) {
             for sample in &round.samples {
-                integral.add_averaged(sample, max_watts, round.window);
+                integral.add(sample, max_watts);
             }
             integral.hold(round.held_watts);
         }
@@ -317,16 +338,20 @@ impl HwmonPolling {
             .rails
             .iter_mut()
             .map(|rail| {
-                let sample = rail.sample(now);
-                let samples = match sample {
-                    Ok(sample) => {
+                let window = rail.window(now);
+                let samples = match rail.sample(now, window) {
+                    Ok(samples) => {
                         if rail.failing {
                             log::info!("{} is read again", rail.rail.channel.what);
                             rail.failing = false;
                         }
-                        sample.map(|s| rail.screen.judge(s)).unwrap_or_default()
+                        samples
+                            .into_iter()
+                            .flat_map(|s| rail.screen.judge(s))
+                            .collect()
                     }
                     Err(why) => {
+                        rail.means.lost();
                         if !rail.failing {
                             log::warn!("{why}; unavailable until it can be read");
                             rail.failing = true;
@@ -336,7 +361,7 @@ impl HwmonPolling {
                 };
                 Round {
                     samples,
-                    window: rail.window(now),
+                    window,
                     held_watts: rail.screen.held().map(|s| s.watts),
                 }
             })
@@ -402,8 +427,15 @@ impl Blocking for HwmonPolling {
         let mut watts = 0.0;
         // per part kind: energy and power, `None` once one of its channels is stale
         let mut parts: Vec<(Kind, Option<(u64, f64)>)> = Vec::new();
-        for ((what, _, kind, counted), integral) in readout.rails.iter().zip(&mut figures.integrals)
-        {
+        figures.windows.resize(readout.rails.len(), None);
+        let channels = readout
+            .rails
+            .iter()
+            .zip(&mut figures.integrals)
+            .zip(&figures.windows);
+        for (((what, _, kind, counted), integral), window) in channels {
+            // a mean is sampled once an interval: its last sample may be an interval old
+            let missed = window.map_or(missed, |w| missed.max(w * 3));
             let fresh = integral
                 .last_at()
                 .is_some_and(|at| now.saturating_duration_since(at) <= missed);

@@ -86,47 +86,70 @@ impl Driven {
     }
 }
 
+/// Reads every 0.1 s of meters whose 1 s intervals end at 0.35 s past each second: the
+/// file shows the mean of the last interval ended before `ms`, which `power(n, end)`
+/// gives for meter hwmon`n` and the interval ending at `end` (ms).
+fn read_meters(
+    d: &mut Driven,
+    root: &Path,
+    meters: u32,
+    from: u64,
+    to: u64,
+    power: impl Fn(u32, i64) -> f64,
+) -> Reading {
+    let mut last = None;
+    for ms in (from..=to).step_by(100) {
+        let end = (ms as i64 + 650) / 1000 * 1000 - 650;
+        for n in 0..meters {
+            set(root, n, power(n, end));
+        }
+        last = Some(d.round(ms));
+    }
+    last.expect("a round")
+}
+
 #[test]
 fn grace_hopper_counts_its_modules_and_reports_the_other_rails_beside() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
     grace_hopper(root, 2);
-    // module 0 at 400 W (grace 120, cpu 80, sysio 30), module 1 at 500 W
-    for (n, w) in [
-        (0, 400.0),
-        (1, 120.0),
-        (2, 80.0),
-        (3, 30.0),
-        (4, 500.0),
-        (5, 130.0),
-        (6, 90.0),
-        (7, 30.0),
-    ] {
-        set(root, n, w);
-    }
+    // module 0 at 400 W (grace 120, cpu 80, sysio 30), module 1 at 500 W; module 0 steps to
+    // 700 W from the interval ending at 3.35 s
+    let power = |n: u32, end: i64| match n {
+        0 if end >= 3350 => 700.0,
+        0 => 400.0,
+        1 => 120.0,
+        2 => 80.0,
+        3 | 7 => 30.0,
+        4 => 500.0,
+        5 => 130.0,
+        _ => 90.0,
+    };
     let mut d = Driven::new(root);
-    let first = d.round(0);
+    let first = read_meters(&mut d, root, 8, 0, 0, power);
     assert!(first.complete);
     assert_eq!(first.energy_uj, 0);
     assert_eq!(first.watts, Some(900.0));
     let labels: Vec<&str> = first.parts.iter().map(|p| p.label).collect();
     assert_eq!(labels, ["Grace", "Cpu", "Sysio"]);
-    d.round(1000);
-    // module 0 steps to 700 W: its next 1 s mean
-    set(root, 0, 700.0);
-    // a step is held until the next reading confirms it (the screen): module 1's second
-    // counted, module 0's not yet
-    assert_eq!(d.round(2000).energy_uj, 1_400_000_000);
-    let r = d.round(3000);
-    // 900 W for the first second; 1 200 W, each a mean over its window, for the next two
-    assert_eq!(r.energy_uj, 3_300_000_000);
-    assert_eq!(r.parts[0].energy_uj, Some(750_000_000));
+    let r = read_meters(&mut d, root, 8, 100, 5000, power);
+    // each mean is the power from its publication (its interval's end, 3.35 s, dated
+    // half-way between the reads at 3.3 and 3.4 s: the phase is not known before) to the
+    // next: module 0 400 W for 3.35 s and 700 W for 1.65 s, module 1 500 W for 5 s
+    let expected = 400.0 * 3.35 + 700.0 * 1.65 + 500.0 * 5.0;
+    assert!(
+        (r.energy_uj as f64 - expected * 1e6).abs() < 1e3,
+        "{} µJ for {expected} J",
+        r.energy_uj
+    );
+    assert_eq!(r.parts[0].energy_uj, Some(1_250_000_000));
     assert_eq!(r.parts[1].watts, Some(170.0));
     assert!(r.problems.is_empty(), "{:?}", r.problems);
     let described = HwmonPolling::describe(&d.readout);
     assert!(
-        described.contains("hwmon0/power1_average (Module Power Socket 0) + hwmon4/power1_average (Module Power Socket 1)")
-            && described.contains("parts Grace, Cpu, Sysio"),
+        described.contains(
+            "hwmon0/power1_average (Module Power Socket 0) + hwmon4/power1_average (Module Power Socket 1)"
+        ) && described.contains("parts Grace, Cpu, Sysio"),
         "{described}"
     );
 }
@@ -139,16 +162,19 @@ fn a_bad_or_vanished_value_is_named_unavailable_then_bridged() {
     write(&root.join("hwmon0/power1_average_interval"), "1000");
     set(root, 0, 300.0);
     let mut d = Driven::new(root);
-    d.round(0);
-    assert_eq!(d.round(1000).energy_uj, 300_000_000);
+    for ms in (0..=1000).step_by(100) {
+        d.round(ms);
+    }
+    assert_eq!(d.read(1000).energy_uj, 300_000_000);
     // garbage, then the file gone: nothing counted, and once the last reading is too old
-    // the node is unavailable (incomplete), never 0
+    // (three intervals) the node is unavailable (incomplete), never 0
     write(&root.join("hwmon0/power1_average"), "not a number");
     d.round(2000);
     fs::remove_file(root.join("hwmon0/power1_average")).expect("rm");
     let r = d.round(3000);
     assert_eq!(r.energy_uj, 300_000_000);
-    let r = d.read(1000 + missed_after(POLL_PERIOD).as_millis() as u64 + 1);
+    assert!(r.complete, "an interval's mean is read once an interval");
+    let r = d.read(4001);
     assert!(!r.complete);
     assert_eq!(r.watts, None);
     assert!(
@@ -171,7 +197,7 @@ fn a_bad_value_names_the_file_in_the_log_message() {
     write(&root.join("hwmon3/power1_average"), "4e8");
     let (mut polling, ..) = prepare(&config(root)).expect("prepare");
     let e = polling.rails[0]
-        .sample(Instant::now())
+        .sample(Instant::now(), None)
         .expect_err("garbage");
     assert_eq!(
         e,

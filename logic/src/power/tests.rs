@@ -467,29 +467,3 @@ fn a_power_between_confirmed_reports_is_never_below_the_nodes() {
     }
 }
 
-/// A mean over a window (an ACPI power meter's `power1_average`) is that mean over the
-/// window's length: windows that tile the time count a step exactly where the trapezoid
-/// would smear it over two samples; a gap longer than the window is bridged by the
-/// trapezoid; polled faster than the window, the newest mean covers the interval.
-#[test]
-fn a_mean_over_a_window_counts_the_window_at_that_mean() {
-    let t0 = Instant::now();
-    let at = |ms| t0 + Duration::from_millis(ms);
-    let sample = |w: f64, ms| Sample {
-        watts: w,
-        at: at(ms),
-        energy_j: None,
-    };
-    let window = Some(Duration::from_millis(1000));
-    let mut i = Integral::default();
-    i.add_averaged(&sample(100.0, 0), MAX, window);
-    // the second 1 s window averaged 300 W: 300 J, not the trapezoid's 200 J
-    i.add_averaged(&sample(300.0, 1000), MAX, window);
-    assert!((i.energy_uj - 300e6).abs() < 1.0, "{}", i.energy_uj);
-    // 3 s later: the last 1 s at 500 W, the 2 s before bridged at (300 + 500) / 2
-    i.add_averaged(&sample(500.0, 4000), MAX, window);
-    assert!((i.energy_uj - (300e6 + 500e6 + 800e6)).abs() < 1.0);
-    // 250 ms later, the same window's mean again: 250 ms at it
-    i.add_averaged(&sample(500.0, 4250), MAX, window);
-    assert!((i.energy_uj - 1725e6).abs() < 1.0, "{}", i.energy_uj);
-}

@@ -207,7 +207,10 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
     // the truth is kept every 10 ms; the means are written once an interval
     let tick = interval.min(Duration::from_millis(10));
     let mut last = Instant::now();
-    let mut window_start = last;
+    // the intervals tile the time from the start, as the firmware's: each ends one
+    // interval after the last, whenever the write comes
+    let mut window_end = last + interval;
+    let mut written = last;
     fs::write(dir.join("pid"), format!("{}\n", std::process::id())).map_err(|e| e.to_string())?;
     let mut changed_us = None;
     loop {
@@ -246,10 +249,12 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
             }
         }
         let active = |t: Option<Instant>| t.is_some_and(|t| now < t);
-        if now.duration_since(window_start) >= interval {
-            // the mean of the interval just ended, as the firmware updates it
-            let secs = now.duration_since(window_start).as_secs_f64();
-            window_start = now;
+        if now >= window_end {
+            // the mean of the interval just ended (over the time since the last write, the
+            // energy the truth holds), as the firmware updates it
+            let secs = now.duration_since(written).as_secs_f64();
+            written = now;
+            window_end += interval;
             let first = rails.iter().position(|r| r.counted);
             for (i, r) in rails.iter_mut().enumerate() {
                 let mean_uw = ((r.joules - r.window_start_j) / secs * 1e6).round() as u64;
@@ -265,7 +270,8 @@ fn run(dir: &Path, args: &[String]) -> Result<(), String> {
             }
         }
         write_atomic(&dir.join("truth"), &truth(&rails))?;
-        std::thread::sleep(tick.saturating_sub(now.elapsed()));
+        let next = (now + tick).min(window_end);
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
     }
 }
 
