@@ -4,6 +4,9 @@
 //! several subcommands share are one `#[command(flatten)]` struct each.
 
 mod help;
+mod list;
+
+pub use list::{ListArgs, ListPlan, Whose};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,9 +27,13 @@ pub const DEFAULT_CONF: &str = "/etc/slurm/senergy.conf";
     about = "Energy, emissions and cost of Slurm jobs, from Slurm's accounting",
     after_help = help::TOP
 )]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    /// With no subcommand: the jobs of a period, a line each, as sacct lists them.
+    #[command(flatten)]
+    pub list: ListArgs,
 }
 
 #[derive(Subcommand)]
@@ -114,6 +121,8 @@ pub struct JobArgs {
     /// sample's time, and power plots [default: the site file's prometheus_url].
     #[arg(long, value_name = "URL", help_heading = "Emissions and cost")]
     prometheus: Option<String>,
+    #[command(flatten)]
+    clusters: Clusters,
 }
 
 #[derive(Args)]
@@ -137,9 +146,25 @@ pub struct UsageArgs {
     #[arg(long, short = 'u', value_delimiter = ',')]
     users: Vec<String>,
     #[command(flatten)]
+    clusters: Clusters,
+    #[command(flatten)]
     output: TableJsonCsv,
     #[command(flatten)]
     site: SiteArgs,
+}
+
+/// sacct's `-M`: the clusters whose accounting is read.
+#[derive(Args)]
+pub struct Clusters {
+    /// These clusters of slurmdbd's (comma-separated), or `all` [default: this one,
+    /// slurm.conf's ClusterName].
+    #[arg(
+        long = "clusters",
+        short = 'M',
+        value_delimiter = ',',
+        value_name = "NAMES"
+    )]
+    pub names: Vec<String>,
 }
 
 #[derive(Args)]
@@ -179,7 +204,7 @@ pub struct CheckArgs {
 /// The reports' forms: a table for people, JSON or CSV for programs.
 #[derive(Args)]
 #[command(next_help_heading = "Output")]
-struct TableJsonCsv {
+pub(crate) struct TableJsonCsv {
     /// JSON (schema_version 1; its fields: docs/senergy.md, "JSON schema").
     #[arg(long, conflicts_with = "csv")]
     json: bool,
@@ -191,7 +216,7 @@ struct TableJsonCsv {
 /// The site file and the flags over it: the figures of emissions and cost.
 #[derive(Args)]
 #[command(next_help_heading = "Emissions and cost")]
-struct SiteArgs {
+pub(crate) struct SiteArgs {
     /// Site file, TOML (docs/senergy.md, "Emissions and cost") [default: $SENERGY_CONF,
     /// else /etc/slurm/senergy.conf if it exists].
     #[arg(long, value_name = "PATH")]
@@ -252,6 +277,8 @@ pub struct JobPlan {
     /// MailProg's bound on the job id's runs ([`JobArgs::ended_after`]); `None`: accounting's
     /// latest.
     pub ended_after: Option<i64>,
+    /// [`Clusters`]: none, this one.
+    pub clusters: Vec<String>,
 }
 
 /// What `senergy usage` sums, and how.
@@ -261,6 +288,8 @@ pub struct UsagePlan {
     pub period: (i64, i64),
     pub accounts: Vec<String>,
     pub users: Vec<String>,
+    /// [`Clusters`]: none, this one.
+    pub clusters: Vec<String>,
     pub output: Output,
     pub tariff: Tariff,
 }
@@ -301,6 +330,7 @@ impl JobArgs {
             wait: self.wait.map(Duration::from_secs),
             mail_slots: self.mail_slots,
             ended_after: self.ended_after,
+            clusters: self.clusters.names.clone(),
         })
     }
 }
@@ -333,6 +363,7 @@ impl UsageArgs {
             period: (start, end),
             accounts: self.accounts.clone(),
             users: self.users.clone(),
+            clusters: self.clusters.names.clone(),
             output: self.output.output(),
             tariff,
         })
@@ -382,7 +413,7 @@ impl CheckArgs {
 }
 
 impl TableJsonCsv {
-    fn output(&self) -> Output {
+    pub(crate) fn output(&self) -> Output {
         match (self.json, self.csv) {
             (true, _) => Output::Json,
             (false, true) => Output::Csv,
@@ -394,7 +425,7 @@ impl TableJsonCsv {
 impl SiteArgs {
     /// Flags over the site file; the default site file may be absent, a named one not.
     /// Also the site file's Prometheus, if it names one.
-    fn tariff(&self) -> Result<(Tariff, Option<String>), TariffError> {
+    pub(crate) fn tariff(&self) -> Result<(Tariff, Option<String>), TariffError> {
         let named = self
             .config
             .clone()

@@ -84,6 +84,9 @@ pub struct JobQuery {
     pub uids: Vec<u32>,
     /// Jobs that ran in `[start, end)`, unix seconds.
     pub window: Option<(i64, i64)>,
+    /// The clusters asked (sacct's `-M`): none, this one (slurm.conf's ClusterName);
+    /// `["all"]`, every cluster slurmdbd keeps.
+    pub clusters: Vec<String>,
 }
 
 pub struct Accounting {
@@ -420,7 +423,12 @@ impl Accounting {
         };
         let accounts = cstrings(&query.accounts);
         let uids = cstrings(&query.uids.iter().map(u32::to_string).collect::<Vec<_>>());
-        let clusters = this_cluster();
+        let clusters = match query.clusters.as_slice() {
+            [] => this_cluster(),
+            // an empty list: slurmdbd's every cluster
+            [all] if all.eq_ignore_ascii_case("all") => Vec::new(),
+            named => cstrings(named),
+        };
         // the lists hold pointers to the strings' bytes, not to the CStrings
         let ptrs = |v: &[CString]| -> Vec<*mut c_void> {
             v.iter().map(|s| s.as_ptr().cast_mut().cast()).collect()

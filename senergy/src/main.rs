@@ -37,7 +37,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use carbon::TariffError;
-use cli::{CheckPlan, Cli, Command, JobPlan, Output, UsagePlan, Wanted};
+use cli::{CheckPlan, Cli, Command, JobPlan, ListPlan, Output, UsagePlan, Wanted, Whose};
 use ffi::{Accounting, JobQuery};
 use prometheus::{NodeSamples, Prometheus};
 
@@ -213,6 +213,7 @@ fn settled_rows(
     wait: Option<std::time::Duration>,
     mail_slots: Option<u32>,
     ended_after: Option<i64>,
+    clusters: &[String],
 ) -> Result<(Accounting, Vec<record::JobRow>), Failure> {
     let deadline = wait.map(|w| std::time::Instant::now() + w);
     let settings = wait.map(|_| ffi::slurm_settings());
@@ -224,6 +225,7 @@ fn settled_rows(
         let db = Accounting::open()?;
         let mut rows = db.jobs(&JobQuery {
             jobs: wanted.to_vec(),
+            clusters: clusters.to_vec(),
             ..JobQuery::default()
         })?;
         // an earlier job of the same id, given while slurmdbd does not hold this run yet,
@@ -266,7 +268,13 @@ fn job(mut plan: JobPlan, now: i64) -> Result<u8, Failure> {
         .iter()
         .map(|(job, task, _)| (*job, *task))
         .collect();
-    let (db, rows) = settled_rows(&wanted, plan.wait, plan.mail_slots, plan.ended_after)?;
+    let (db, rows) = settled_rows(
+        &wanted,
+        plan.wait,
+        plan.mail_slots,
+        plan.ended_after,
+        &plan.clusters,
+    )?;
     if plan.plot.is_some() && rows.len() > 1 {
         return Err(Failure::Input(format!(
             "--plot draws one job: {} are selected (name one job, or one array element)",
@@ -365,6 +373,7 @@ fn usage(mut plan: UsagePlan, now: i64) -> Result<u8, Failure> {
         accounts: plan.accounts.clone(),
         uids,
         window: Some(plan.period),
+        clusters: plan.clusters.clone(),
         ..JobQuery::default()
     })?;
     read_node_features(&mut plan.tariff);
@@ -386,13 +395,53 @@ fn usage(mut plan: UsagePlan, now: i64) -> Result<u8, Failure> {
 
 fn run(cli: Cli) -> Result<u8, Failure> {
     let now = chrono::Utc::now().timestamp();
-    match &cli.command {
+    let Some(command) = &cli.command else {
+        return list(cli.list.plan(now)?, now);
+    };
+    match command {
         Command::Check(args) => Ok(check_node(args.plan()?)),
         Command::Job(args) => job(args.plan()?, now),
         Command::Usage(args) => usage(args.plan(now)?, now),
         Command::Mail(args) => Ok(mail::run(args.args.clone())),
         Command::Record(args) => Ok(epilog::run(args)),
     }
+}
+
+/// `senergy` with no subcommand: the period's jobs, a line each.
+fn list(mut plan: ListPlan, now: i64) -> Result<u8, Failure> {
+    let uids = match &plan.whose {
+        Whose::All => Vec::new(),
+        Whose::Users(users) => users.iter().map(|u| uid_of(u)).collect::<Result<_, _>>()?,
+        Whose::Caller => vec![nix::unistd::getuid().as_raw()],
+    };
+    let db = Accounting::open()?;
+    let rows = db.jobs(&JobQuery {
+        accounts: plan.accounts.clone(),
+        uids,
+        window: Some(plan.period),
+        clusters: plan.clusters.clone(),
+        ..JobQuery::default()
+    })?;
+    read_node_features(&mut plan.tariff);
+    let tariff = &plan.tariff;
+    let mut reports: Vec<_> = rows
+        .iter()
+        .map(|r| report::job_report(r, tariff, now, None))
+        .collect();
+    say_what_was_measured(&db, &mut reports, &rows, now);
+    let json = {
+        // the jobs as `senergy job --json` gives them, without their steps
+        let mut jobs = reports.clone();
+        jobs.iter_mut().for_each(|j| j.steps.clear());
+        output::jobs_json(&jobs, tariff)
+    };
+    print(
+        plan.output,
+        output::list_table(&reports, tariff, &plan.format),
+        json,
+        output::list_csv(&reports, tariff, &plan.format),
+    );
+    Ok(0)
 }
 
 fn main() -> ExitCode {

@@ -1367,6 +1367,30 @@ fn the_epilog_keeps_each_nodes_figure_with_the_job_and_an_owners_edit_is_told() 
     assert!((f64_of(&kept["joules"]) - sum).abs() < 1e-6, "{kept:#}");
     assert!(kept["tampered"].is_null(), "{shown:#}");
 
+    // `senergy` alone lists the caller's jobs of today, as sacct: alice's job, with the
+    // energy sacct gives it and its record; root's list (its own jobs) does not have it;
+    // `-M` names the clusters read
+    let listed = |user: Option<(u32, u32)>, args: &[&str]| {
+        let mut all = vec!["--csv", "--format", "id,user,energy_j,kept"];
+        all.extend(args);
+        let out = cluster.client(user, &senergy, &all);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let energy = sacct_field(&cluster, job, "ConsumedEnergyRaw");
+    let line = format!("{job},{},{energy},recorded", alice.name);
+    let alices = listed(Some((alice.uid, alice.uid)), &[]);
+    assert_eq!(
+        alices.lines().collect::<Vec<_>>(),
+        ["id,user,energy_j,kept", &line],
+        "{alices}"
+    );
+    assert!(!listed(None, &[]).contains(&line));
+    assert!(listed(None, &["-a"]).contains(&line));
+    assert!(listed(Some((alice.uid, alice.uid)), &["-M", "all"]).contains(&line));
+    let elsewhere = listed(Some((alice.uid, alice.uid)), &["-M", "another"]);
+    assert_eq!(elsewhere.trim(), "id,user,energy_j,kept");
+
     // the owner cannot write SystemComment: slurmdbd refuses, the record stays
     let sacctmgr = real_client(&cluster, "sacctmgr");
     let id = format!("jobid={job}");

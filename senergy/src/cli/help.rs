@@ -4,6 +4,8 @@
 
 /// `senergy --help`, below the list of subcommands.
 pub const TOP: &str = "\
+With no command: your jobs since midnight, a line each, as sacct lists them (the options
+above: `senergy -S now-7days -o id,name,energy_j,cost`).
 Each command's options and examples: senergy COMMAND --help.
 The manual, with the JSON schemas: docs/senergy.md (installed with the packages as
 /usr/share/doc/slurm-energy-rust/docs/senergy.md).

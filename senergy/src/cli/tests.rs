@@ -252,11 +252,12 @@ fn files() -> Files {
 fn plan_of(args: &[&str]) -> String {
     let cli = parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
     let plan = match &cli.command {
-        Command::Job(a) => a.plan().map(|p| format!("{p:?}")),
-        Command::Usage(a) => a.plan(NOW).map(|p| format!("{p:?}")),
-        Command::Check(a) => a.plan().map(|p| format!("{p:?}")),
-        Command::Mail(a) => Ok(format!("{:?}", a.args)),
-        Command::Record(a) => Ok(format!(
+        None => cli.list.plan(NOW).map(|p| format!("{p:?}")),
+        Some(Command::Job(a)) => a.plan().map(|p| format!("{p:?}")),
+        Some(Command::Usage(a)) => a.plan(NOW).map(|p| format!("{p:?}")),
+        Some(Command::Check(a)) => a.plan().map(|p| format!("{p:?}")),
+        Some(Command::Mail(a)) => Ok(format!("{:?}", a.args)),
+        Some(Command::Record(a)) => Ok(format!(
             "{:?} {:?} {:?} {:?}",
             a.job, a.node, a.entry, a.since
         )),
@@ -291,8 +292,11 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
         ("pue_csv", vec!["--pue-csv", &f.pue_series]),
         ("prometheus", vec!["--prometheus", "http://prometheus:9090"]),
         ("start", vec!["--start", "2026-11-01"]),
-        ("end", vec!["--end", "2026-12-01"]),
+        ("end", vec!["--end", "now+1days"]),
         ("accounts", vec!["--accounts", "physics,chem"]),
+        ("names", vec!["-M", "other"]),
+        ("all_users", vec!["-a"]),
+        ("format", vec!["--format", "id,energy_j"]),
         ("users", vec!["--users", "alice"]),
         ("node", vec!["--node", "n7"]),
         ("job", vec!["12"]),
@@ -317,7 +321,8 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
     ]
     .into_iter()
     .collect();
-    let bases: [(&str, Vec<&str>); 4] = [
+    let bases: [(&str, Vec<&str>); 5] = [
+        ("", vec!["--config", &f.empty]),
         ("job", vec!["job", "1", "--config", &f.empty]),
         ("usage", vec!["usage", "--config", &f.empty]),
         ("check", vec!["check"]),
@@ -326,7 +331,12 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
     let mut tried = 0;
     for (name, base) in &bases {
         let plain = plan_of(base);
-        for arg in subcommand(name).get_arguments() {
+        let command = match *name {
+            // senergy with no subcommand: the list of jobs
+            "" => Cli::command(),
+            name => subcommand(name),
+        };
+        for arg in command.get_arguments() {
             let id = arg.get_id().as_str();
             if matches!(id, "help" | "version") {
                 continue;
@@ -350,23 +360,24 @@ fn every_option_a_subcommand_offers_changes_its_plan() {
             tried += 1;
         }
     }
-    // job 18 (jobs, plot, json, csv, summary, wait, mail_slots, ended_after, config, eight
-    // figures, prometheus), usage 15, check 6, record 4 (job, node, and the writer's entry
-    // and since)
-    assert_eq!(tried, 43);
+    // the list of jobs 18 (start, end, users, all_users, accounts, format, clusters, json,
+    // csv, config, eight figures), job 19 (jobs, plot, json, csv, summary, wait,
+    // mail_slots, ended_after, config, eight figures, prometheus, clusters), usage 16,
+    // check 6, record 4 (job, node, and the writer's entry and since)
+    assert_eq!(tried, 63);
 }
 
 #[test]
 fn usage_period_defaults_to_the_30_days_before_now() {
     let f = files();
     let cli = parse(&["usage", "--config", &f.empty]).expect("parsed");
-    let Command::Usage(args) = &cli.command else {
+    let Some(Command::Usage(args)) = &cli.command else {
         panic!("not usage")
     };
     let plan = args.plan(NOW).expect("plan");
     assert_eq!(plan.period, (NOW + 1 - 30 * 86400, NOW + 1));
     let cli = parse(&["usage", "--start", "200", "--end", "100"]).expect("parsed");
-    let Command::Usage(args) = &cli.command else {
+    let Some(Command::Usage(args)) = &cli.command else {
         panic!("not usage")
     };
     assert!(matches!(args.plan(NOW), Err(Failure::Input(m)) if m.contains("empty")));
@@ -375,7 +386,7 @@ fn usage_period_defaults_to_the_30_days_before_now() {
 #[test]
 fn check_compare_window() {
     let window = |args: &[&str]| {
-        let Command::Check(a) = parse(args).expect("parsed").command else {
+        let Some(Command::Check(a)) = parse(args).expect("parsed").command else {
             panic!("not check")
         };
         a.plan().map(|p| p.compare)

@@ -76,7 +76,13 @@ mod tests {
     fn a_thousand_nodes_take_a_turn_each_within_the_cycle() {
         let nodes = names(1024);
         let turns: Vec<Turn> = nodes.iter().map(|n| Turn::of(n, &nodes)).collect();
-        assert_eq!(turns[5], Turn { index: 5, count: 1024 });
+        assert_eq!(
+            turns[5],
+            Turn {
+                index: 5,
+                count: 1024
+            }
+        );
         assert_eq!(turns[0].cycle(), TURN * 1024);
         // all Epilogs begin at the same moment: each writes at its own time, a turn apart
         // (the node whose turn it is at once, with at least half its turn left), and every

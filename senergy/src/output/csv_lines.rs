@@ -268,6 +268,28 @@ pub fn jobs_csv(jobs: &[JobReport], tariff: &Tariff) -> String {
     }))
 }
 
+/// The job lines of `jobs` (no step lines) as `senergy job --csv` writes them: the header's
+/// names, and each job's cells under them. What `senergy`'s list of jobs picks its
+/// columns from (`--format`), so that its table and CSV show the cells CSV has.
+pub fn job_cells(jobs: &[JobReport], tariff: &Tariff) -> (Vec<String>, Vec<Vec<String>>) {
+    let factors = factors_text(tariff);
+    let text = csv_text(
+        jobs.iter()
+            .map(|j| JobLine::job(j, &tariff.currency, &factors)),
+    );
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let header = reader
+        .headers()
+        .map(|h| h.iter().map(str::to_string).collect())
+        .unwrap_or_default();
+    let rows = reader
+        .records()
+        .filter_map(Result::ok)
+        .map(|r| r.iter().map(str::to_string).collect())
+        .collect();
+    (header, rows)
+}
+
 /// A line of `senergy usage --csv`: a [`UsageRow`]'s fields under their names, and the
 /// currency.
 #[derive(Serialize, Default)]

@@ -219,7 +219,7 @@ fn usage_csv_neutralises_formulas_not_numbers() {
 
 /// A job of two steps as accounting records them, in whole seconds: an 18.85 s step at
 /// 540 W recorded as 18 s, and a 1000.85 s one at 540 W recorded as 1000 s.
-fn a_short_and_a_long_step() -> JobReport {
+pub(super) fn a_short_and_a_long_step() -> JobReport {
     use crate::record::{JobRow, StepRow};
     let step = |step_id: u32, elapsed_s: u64, joules: u64| StepRow {
         step_id,

@@ -367,7 +367,7 @@ fn the_manuals_worked_example() {
         "senergy", "job", "4242", "--config", &config,
     ])
     .expect("parsed");
-    let crate::cli::Command::Job(args) = &cli.command else {
+    let Some(crate::cli::Command::Job(args)) = &cli.command else {
         panic!("not job")
     };
     let tariff = args.plan().expect("plan").tariff;
