@@ -466,4 +466,3 @@ fn a_power_between_confirmed_reports_is_never_below_the_nodes() {
         );
     }
 }
-
