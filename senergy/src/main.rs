@@ -361,7 +361,13 @@ fn job(mut plan: JobPlan, now: i64) -> Result<u8, Failure> {
     })
 }
 
-/// `senergy usage`: the period's energy per account and user.
+/// How much of a period `senergy usage` asks accounting for at once: a site's week of
+/// jobs, not its year, is in memory ([`usage::Tally`]).
+const USAGE_PAGE_S: i64 = 7 * 86400;
+
+/// `senergy usage`: the period's energy per account and user, a page of accounting at a
+/// time on one connection. A job is added in the page it ended in (it ran then, so that
+/// page's query has it); one that ran over several pages is read in each and added once.
 fn usage(mut plan: UsagePlan, now: i64) -> Result<u8, Failure> {
     let uids = plan
         .users
@@ -369,21 +375,26 @@ fn usage(mut plan: UsagePlan, now: i64) -> Result<u8, Failure> {
         .map(|u| uid_of(u))
         .collect::<Result<Vec<_>, _>>()?;
     let db = Accounting::open()?;
-    let rows = db.jobs(&JobQuery {
-        accounts: plan.accounts.clone(),
-        uids,
-        window: Some(plan.period),
-        clusters: plan.clusters.clone(),
-        ..JobQuery::default()
-    })?;
     read_node_features(&mut plan.tariff);
     let tariff = &plan.tariff;
-    let reports: Vec<_> = rows
-        .iter()
-        .map(|r| report::job_report(r, tariff, now, None))
-        .collect();
     let (start, end) = plan.period;
-    let usage = usage::usage(&reports, start, end, tariff);
+    let mut tally = usage::Tally::new(start, end);
+    let mut page = start;
+    while page < end {
+        let page_end = page.saturating_add(USAGE_PAGE_S).min(end);
+        let rows = db.jobs(&JobQuery {
+            accounts: plan.accounts.clone(),
+            uids: uids.clone(),
+            window: Some((page, page_end)),
+            clusters: plan.clusters.clone(),
+            ..JobQuery::default()
+        })?;
+        for row in rows.iter().filter(|r| r.end >= page && r.end < page_end) {
+            tally.add(&report::job_report(row, tariff, now, None));
+        }
+        page = page_end;
+    }
+    let usage = tally.finish(tariff);
     print(
         plan.output,
         output::usage_table(&usage, tariff),
@@ -407,7 +418,12 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-/// `senergy` with no subcommand: the period's jobs, a line each.
+/// `senergy` with no subcommand: the period's jobs, a line each, read a page
+/// ([`USAGE_PAGE_S`]) of accounting at a time on one connection and kept as their cells: a
+/// job is listed in the page where its run in the period begins (each page's query has
+/// every job that ran in it). What measured a job (the `source` and `method` columns)
+/// is worked out only where a column asks for it: it reads the page's overlapping jobs
+/// again.
 fn list(mut plan: ListPlan, now: i64) -> Result<u8, Failure> {
     let uids = match &plan.whose {
         Whose::All => Vec::new(),
@@ -415,31 +431,50 @@ fn list(mut plan: ListPlan, now: i64) -> Result<u8, Failure> {
         Whose::Caller => vec![nix::unistd::getuid().as_raw()],
     };
     let db = Accounting::open()?;
-    let rows = db.jobs(&JobQuery {
-        accounts: plan.accounts.clone(),
-        uids,
-        window: Some(plan.period),
-        clusters: plan.clusters.clone(),
-        ..JobQuery::default()
-    })?;
     read_node_features(&mut plan.tariff);
     let tariff = &plan.tariff;
-    let mut reports: Vec<_> = rows
-        .iter()
-        .map(|r| report::job_report(r, tariff, now, None))
-        .collect();
-    say_what_was_measured(&db, &mut reports, &rows, now);
-    let json = {
-        // the jobs as `senergy job --json` gives them, without their steps
-        let mut jobs = reports.clone();
-        jobs.iter_mut().for_each(|j| j.steps.clear());
-        output::jobs_json(&jobs, tariff)
-    };
+    let measured = plan.format.iter().any(|c| c == "source" || c == "method");
+    let (start, end) = plan.period;
+    let mut cells = Vec::new();
+    let mut page = start;
+    while page < end {
+        let page_end = page.saturating_add(USAGE_PAGE_S).min(end);
+        let last = page_end >= end;
+        let rows: Vec<record::JobRow> = db
+            .jobs(&JobQuery {
+                accounts: plan.accounts.clone(),
+                uids: uids.clone(),
+                window: Some((page, page_end)),
+                clusters: plan.clusters.clone(),
+                ..JobQuery::default()
+            })?
+            .into_iter()
+            .filter(|r| {
+                // where its run in the period begins: its start, else its end (it never
+                // ran), else now (it waits)
+                let began = [r.start, r.end, now]
+                    .into_iter()
+                    .find(|t| *t > 0)
+                    .unwrap_or(now);
+                let at = began.max(start);
+                at >= page && (at < page_end || last)
+            })
+            .collect();
+        let mut reports: Vec<_> = rows
+            .iter()
+            .map(|r| report::job_report(r, tariff, now, None))
+            .collect();
+        if measured {
+            say_what_was_measured(&db, &mut reports, &rows, now);
+        }
+        cells.extend(output::list_cells(&reports, tariff, &plan.format));
+        page = page_end;
+    }
     print(
         plan.output,
-        output::list_table(&reports, tariff, &plan.format),
-        json,
-        output::list_csv(&reports, tariff, &plan.format),
+        output::list_table(&plan.format, &cells),
+        output::list_json(&plan.format, &cells),
+        output::list_csv(&plan.format, &cells),
     );
     Ok(0)
 }

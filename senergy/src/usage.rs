@@ -115,48 +115,80 @@ pub struct Usage {
     pub total: UsageRow,
 }
 
-/// Sums the jobs that ended in `[start, end)` per account and user, ordered by account
-/// then user; running jobs are left for the period they end in.
-pub fn usage(jobs: &[JobReport], start: i64, end: i64, tariff: &Tariff) -> Usage {
-    let mut rows: BTreeMap<(String, String), UsageRow> = BTreeMap::new();
-    let mut total = UsageRow::new("", "");
-    for job in jobs
-        .iter()
-        .filter(|j| j.end.is_some_and(|e| e >= start && e < end))
-    {
-        rows.entry((job.account.clone(), job.user.clone()))
-            .or_insert_with(|| UsageRow::new(&job.account, &job.user))
-            .add(job);
-        total.add(job);
-    }
-    let mut rows: Vec<UsageRow> = rows.into_values().collect();
-    let idle_total: f64 = total.idle_held_j.values().sum();
-    for row in rows.iter_mut().chain(std::iter::once(&mut total)) {
-        let idle: f64 = row.idle_held_j.values().sum();
-        row.idle_held_share_pct = (idle_total > 0.0).then(|| 100.0 * idle / idle_total);
-    }
-    // without an intensity or a price there is no figure, not 0
-    for row in rows.iter_mut().chain(std::iter::once(&mut total)) {
-        let e = &mut row.emissions;
-        for (set, figure) in [
-            (tariff.location.is_set(), &mut row.emissions_g),
-            (tariff.price_per_kwh.is_some(), &mut row.cost),
-            (tariff.pue.is_set(), &mut e.facility_energy_j),
-            (tariff.location.is_set(), &mut e.scope2_location_g),
-            (tariff.market.is_set(), &mut e.scope2_market_g),
-            (!tariff.classes.is_empty(), &mut e.scope3_embodied_g),
-        ] {
-            if !set {
-                *figure = None;
-            }
+/// The sums of a period's jobs so far, per account and user: jobs are added a page of
+/// accounting at a time ([`Tally::add`]), so that a year of a site's jobs is never in
+/// memory at once.
+pub struct Tally {
+    start: i64,
+    end: i64,
+    rows: BTreeMap<(String, String), UsageRow>,
+    total: UsageRow,
+}
+
+impl Tally {
+    /// Nothing yet of the jobs that end in `[start, end)`.
+    pub fn new(start: i64, end: i64) -> Tally {
+        Tally {
+            start,
+            end,
+            rows: BTreeMap::new(),
+            total: UsageRow::new("", ""),
         }
     }
-    Usage {
-        start,
-        end,
-        rows,
-        total,
+
+    /// Adds `job` where it ended in the period; running jobs are left for the period they
+    /// end in.
+    pub fn add(&mut self, job: &JobReport) {
+        if !job.end.is_some_and(|e| e >= self.start && e < self.end) {
+            return;
+        }
+        self.rows
+            .entry((job.account.clone(), job.user.clone()))
+            .or_insert_with(|| UsageRow::new(&job.account, &job.user))
+            .add(job);
+        self.total.add(job);
     }
+
+    /// The period's sums per account and user, ordered by account then user.
+    pub fn finish(self, tariff: &Tariff) -> Usage {
+        let mut rows: Vec<UsageRow> = self.rows.into_values().collect();
+        let mut total = self.total;
+        let idle_total: f64 = total.idle_held_j.values().sum();
+        for row in rows.iter_mut().chain(std::iter::once(&mut total)) {
+            let idle: f64 = row.idle_held_j.values().sum();
+            row.idle_held_share_pct = (idle_total > 0.0).then(|| 100.0 * idle / idle_total);
+        }
+        // without an intensity or a price there is no figure, not 0
+        for row in rows.iter_mut().chain(std::iter::once(&mut total)) {
+            let e = &mut row.emissions;
+            for (set, figure) in [
+                (tariff.location.is_set(), &mut row.emissions_g),
+                (tariff.price_per_kwh.is_some(), &mut row.cost),
+                (tariff.pue.is_set(), &mut e.facility_energy_j),
+                (tariff.location.is_set(), &mut e.scope2_location_g),
+                (tariff.market.is_set(), &mut e.scope2_market_g),
+                (!tariff.classes.is_empty(), &mut e.scope3_embodied_g),
+            ] {
+                if !set {
+                    *figure = None;
+                }
+            }
+        }
+        Usage {
+            start: self.start,
+            end: self.end,
+            rows,
+            total,
+        }
+    }
+}
+
+/// The period's sums of `jobs`, added in one page (the tests').
+#[cfg(test)]
+pub(crate) fn usage(jobs: &[JobReport], start: i64, end: i64, tariff: &Tariff) -> Usage {
+    let mut tally = Tally::new(start, end);
+    jobs.iter().for_each(|j| tally.add(j));
+    tally.finish(tariff)
 }
 
 #[cfg(test)]

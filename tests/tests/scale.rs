@@ -312,3 +312,262 @@ fn a_job_of_many_nodes_and_a_thousand_epilogs() {
     );
     assert!(writes as f64 <= 2.0 * epilogs as f64, "{writes} writes");
 }
+
+/// `mysql` on the cluster's database (slurmdbd.conf's StoragePort, as root): its output.
+fn sql(cluster: &Cluster, query: &str) -> String {
+    let conf = fs::read_to_string(cluster.dir.join("etc/slurmdbd.conf")).expect("slurmdbd.conf");
+    let port = conf
+        .lines()
+        .find_map(|l| l.strip_prefix("StoragePort="))
+        .expect("StoragePort");
+    let out = std::process::Command::new("mysql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-P",
+            port.trim(),
+            "-u",
+            "root",
+            "-N",
+            "-B",
+        ])
+        .args(["slurm_acct_db", "-e", query])
+        .output()
+        .expect("mysql");
+    assert!(
+        out.status.success(),
+        "{query}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `cmd` through the cluster's client wrapper: its stdout, wall seconds and peak memory
+/// (MiB), as GNU time measures them.
+fn timed(cluster: &Cluster, cmd: &[&str]) -> (String, f64, f64) {
+    let report = cluster.dir.join("time.out");
+    let mut all = vec![
+        "/usr/bin/time",
+        "-f",
+        "%e %M",
+        "-o",
+        report.to_str().expect("path"),
+    ];
+    all.extend(cmd);
+    let out = cluster.client(None, Path::new("/usr/bin/env"), &all);
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = fs::read_to_string(&report).expect("time's report");
+    let f: Vec<f64> = said
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        f[0],
+        f[1] / 1024.0,
+    )
+}
+
+/// A year of a site's jobs in accounting: a few real jobs of one node (steps, energy),
+/// cloned in slurmdbd's tables into `SCALE_JOBS` (100 000) jobs with their steps, spread
+/// over the past year. `senergy usage` and `senergy -a` over the year against `sacct -a`
+/// over the same jobs and steps: time and peak memory, and usage's total energy is the
+/// sum of sacct's.
+#[test]
+#[ignore = "benchmark: 100 000 jobs in accounting (about 5 minutes, root)"]
+fn senergy_against_sacct_over_a_year_of_jobs() {
+    let Some(tmp) = root_test_dir("senergy_against_sacct_over_a_year_of_jobs") else {
+        return;
+    };
+    let jobs = env_count("SCALE_JOBS", 100_000);
+    let cluster = Cluster::up(
+        tmp.path(),
+        &ClusterSpec {
+            energy_type: RAPL,
+            sim_args: vec![Some(INTEL_SERVER)],
+            ..ClusterSpec::default()
+        },
+    );
+    cluster.sim(1).set(&["package0=120", "package1=60"]);
+    let templates: Vec<u32> = (0..3)
+        .map(|k| cluster.sbatch(&format!("#!/bin/sh\nsrun sleep {}\nsrun true\n", 2 + k)))
+        .collect();
+    for job in &templates {
+        cluster.wait_job(*job, Duration::from_secs(120));
+    }
+    let name = fs::read_to_string(cluster.dir.join("etc/slurm.conf"))
+        .expect("slurm.conf")
+        .lines()
+        .find_map(|l| l.strip_prefix("ClusterName=").map(str::to_string))
+        .expect("ClusterName");
+    let columns = |table: &str| -> Vec<String> {
+        sql(&cluster, &format!("SHOW COLUMNS FROM {name}_{table}"))
+            .lines()
+            .filter_map(|l| l.split('\t').next().map(|c| format!("`{c}`")))
+            .collect()
+    };
+    let copies = jobs.div_ceil(templates.len());
+    let spacing = 365 * 86400 / copies as i64;
+    let shifted = |col: &str, by: &str| format!("IF({col} > 0, {col} - {by}, {col})");
+    // the jobs: each template's copy k, its id 100k further, its times k spacings back
+    let job_cols: Vec<String> = columns("job_table")
+        .into_iter()
+        .filter(|c| c != "`job_db_inx`")
+        .collect();
+    let picked: Vec<String> = job_cols
+        .iter()
+        .map(|c| match c.trim_matches('`') {
+            "id_job" => "j.id_job + 100 * s.seq".to_string(),
+            "time_submit" | "time_eligible" | "time_start" | "time_end" | "mod_time" => {
+                shifted(&format!("j.{c}"), &format!("s.seq * {spacing}"))
+            }
+            c => format!("j.{c}"),
+        })
+        .collect();
+    let ids: Vec<String> = templates.iter().map(u32::to_string).collect();
+    let made = Instant::now();
+    sql(
+        &cluster,
+        &format!(
+            "INSERT INTO {name}_job_table ({}) SELECT {} FROM {name}_job_table j, seq_1_to_{copies} s \
+             WHERE j.id_job IN ({})",
+            job_cols.join(","),
+            picked.join(","),
+            ids.join(",")
+        ),
+    );
+    // their steps: the template's, on the copy's row, shifted as it is
+    let step_cols = columns("step_table");
+    let picked: Vec<String> = step_cols
+        .iter()
+        .map(|c| match c.trim_matches('`') {
+            "job_db_inx" => "n.job_db_inx".to_string(),
+            "time_start" | "time_end" | "mod_time" => {
+                shifted(&format!("st.{c}"), "(t.time_start - n.time_start)")
+            }
+            c => format!("st.{c}"),
+        })
+        .collect();
+    sql(
+        &cluster,
+        &format!(
+            "INSERT INTO {name}_step_table ({}) SELECT {} FROM {name}_step_table st \
+             JOIN {name}_job_table t ON st.job_db_inx = t.job_db_inx AND t.id_job IN ({}) \
+             JOIN {name}_job_table n ON n.id_job > t.id_job AND (n.id_job - t.id_job) % 100 = 0 \
+             AND n.id_job - t.id_job <= 100 * {copies}",
+            step_cols.join(","),
+            picked.join(","),
+            ids.join(",")
+        ),
+    );
+    let rows = sql(&cluster, &format!("SELECT COUNT(*) FROM {name}_job_table"));
+    let steps = sql(&cluster, &format!("SELECT COUNT(*) FROM {name}_step_table"));
+    println!(
+        "accounting: {} jobs, {} steps (made in {:.1} s)",
+        rows.trim(),
+        steps.trim(),
+        made.elapsed().as_secs_f64()
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    // sacct's form (no unix seconds), local time
+    let local = |t: u64| {
+        let out = std::process::Command::new("date")
+            .args(["-d", &format!("@{t}"), "+%Y-%m-%dT%H:%M:%S"])
+            .output()
+            .expect("date");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let (start, end) = (local(now - 366 * 86400), local(now + 60));
+    let senergy = senergy();
+    let senergy = senergy.to_str().expect("path");
+    let (sacct, sacct_s, sacct_mib) =
+        timed(&cluster, &["sacct", "-a", "-S", &start, "-E", &end, "-P"]);
+    let (_, sacct_x_s, _) = timed(
+        &cluster,
+        &[
+            "sacct",
+            "-a",
+            "-X",
+            "-S",
+            &start,
+            "-E",
+            &end,
+            "-P",
+            "-o",
+            "JobID,End,ConsumedEnergyRaw",
+        ],
+    );
+    let (usage, usage_s, usage_mib) = timed(
+        &cluster,
+        &[
+            senergy,
+            "usage",
+            "-S",
+            &start,
+            "-E",
+            &end,
+            "--csv",
+            "--config",
+            "/dev/null",
+        ],
+    );
+    let (listed, list_s, list_mib) = timed(
+        &cluster,
+        &[
+            senergy,
+            "-a",
+            "-S",
+            &start,
+            "-E",
+            &end,
+            "--csv",
+            "--config",
+            "/dev/null",
+        ],
+    );
+    println!(
+        "sacct -a: {} lines in {sacct_s:.1} s, {sacct_mib:.0} MiB (-X: {sacct_x_s:.1} s); \
+         senergy usage: {usage_s:.1} s ({:.2}x), {usage_mib:.0} MiB; senergy -a: {} lines in \
+         {list_s:.1} s ({:.2}x), {list_mib:.0} MiB",
+        sacct.lines().count(),
+        usage_s / sacct_s,
+        listed.lines().count(),
+        list_s / sacct_s,
+    );
+    // usage's total is the sum of sacct's job lines' energy over the jobs that ended
+    let (by_job, _, _) = timed(
+        &cluster,
+        &[
+            "sacct",
+            "-a",
+            "-X",
+            "-n",
+            "-S",
+            &start,
+            "-E",
+            &end,
+            "-P",
+            "-o",
+            "End,ConsumedEnergyRaw",
+        ],
+    );
+    let sacct_total: u64 = by_job
+        .lines()
+        .filter(|l| !l.starts_with("Unknown"))
+        .filter_map(|l| l.split('|').nth(1)?.parse::<u64>().ok())
+        .sum();
+    let total = usage
+        .lines()
+        .find(|l| l.starts_with("(all),(all),"))
+        .and_then(|l| l.split(',').nth(4)?.parse::<u64>().ok())
+        .expect("usage's total line");
+    assert_eq!(total, sacct_total, "{usage}");
+    assert_eq!(listed.lines().count(), (copies + 1) * templates.len() + 1);
+}

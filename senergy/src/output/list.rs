@@ -1,6 +1,7 @@
 //! `senergy` with no subcommand: a line per job, as sacct lists them, its columns those of
 //! `senergy job --csv`'s job lines ([`job_cells`]) that `--format` picks: the
-//! table and the CSV show the same cells, and a column CSV has is one `--format` takes.
+//! table, the CSV and the JSON show the same cells, and a column CSV has is one `--format`
+//! takes.
 
 use std::fmt::Write;
 
@@ -30,11 +31,16 @@ pub fn columns() -> Vec<String> {
     job_cells(&[], &Tariff::default()).0
 }
 
-/// The picked columns' places in a line of `header`.
-fn places(header: &[String], format: &[String]) -> Vec<usize> {
-    format
+/// The picked columns' cells of each of `jobs`, as `senergy job --csv` writes them: what
+/// the list keeps of a page of accounting (the jobs' reports go with the page).
+pub fn list_cells(jobs: &[JobReport], tariff: &Tariff, format: &[String]) -> Vec<Vec<String>> {
+    let (header, rows) = job_cells(jobs, tariff);
+    let at: Vec<usize> = format
         .iter()
         .filter_map(|f| header.iter().position(|h| h == f))
+        .collect();
+    rows.into_iter()
+        .map(|row| at.iter().map(|&k| row[k].clone()).collect())
         .collect()
 }
 
@@ -50,16 +56,16 @@ fn shown_cell(column: &str, cell: &str) -> String {
 
 /// The table: a header of the columns' names in capitals, a line per job, each column as
 /// wide as its widest cell.
-pub fn list_table(jobs: &[JobReport], tariff: &Tariff, format: &[String]) -> String {
-    let (header, rows) = job_cells(jobs, tariff);
-    let at = places(&header, format);
-    let mut lines: Vec<Vec<String>> = vec![at.iter().map(|&k| header[k].to_uppercase()).collect()];
-    lines.extend(rows.iter().map(|row| {
-        at.iter()
-            .map(|&k| shown_cell(&header[k], &row[k]))
+pub fn list_table(format: &[String], cells: &[Vec<String>]) -> String {
+    let mut lines: Vec<Vec<String>> = vec![format.iter().map(|c| c.to_uppercase()).collect()];
+    lines.extend(cells.iter().map(|row| {
+        format
+            .iter()
+            .zip(row)
+            .map(|(column, cell)| shown_cell(column, cell))
             .collect()
     }));
-    let widths: Vec<usize> = (0..at.len())
+    let widths: Vec<usize> = (0..format.len())
         .map(|c| {
             lines
                 .iter()
@@ -81,15 +87,36 @@ pub fn list_table(jobs: &[JobReport], tariff: &Tariff, format: &[String]) -> Str
 }
 
 /// The CSV: the picked columns of `senergy job --csv`'s job lines, cell for cell.
-pub fn list_csv(jobs: &[JobReport], tariff: &Tariff, format: &[String]) -> String {
-    let (header, rows) = job_cells(jobs, tariff);
-    let at = places(&header, format);
+pub fn list_csv(format: &[String], cells: &[Vec<String>]) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
-    let _ = w.write_record(at.iter().map(|&k| &header[k]));
-    for row in &rows {
-        let _ = w.write_record(at.iter().map(|&k| &row[k]));
+    let _ = w.write_record(format);
+    for row in cells {
+        let _ = w.write_record(row);
     }
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+}
+
+/// The JSON: `{schema_version, columns, jobs: [{column: cell}]}`, each cell the CSV's text
+/// (`null` where it is empty).
+pub fn list_json(format: &[String], cells: &[Vec<String>]) -> String {
+    let jobs: Vec<serde_json::Map<String, serde_json::Value>> = cells
+        .iter()
+        .map(|row| {
+            format
+                .iter()
+                .zip(row)
+                .map(|(column, cell)| {
+                    let value = match cell.is_empty() {
+                        true => serde_json::Value::Null,
+                        false => serde_json::Value::String(cell.clone()),
+                    };
+                    (column.clone(), value)
+                })
+                .collect()
+        })
+        .collect();
+    let doc = serde_json::json!({"schema_version": 1, "columns": format, "jobs": jobs});
+    format!("{doc}\n")
 }
 
 #[cfg(test)]
@@ -108,7 +135,8 @@ mod tests {
         let job = a_short_and_a_long_step();
         let tariff = Tariff::default();
         let picked = format(&["id", "energy_j", "avg_watts", "kept", "name"]);
-        let csv = list_csv(std::slice::from_ref(&job), &tariff, &picked);
+        let kept = list_cells(std::slice::from_ref(&job), &tariff, &picked);
+        let csv = list_csv(&picked, &kept);
         let full = crate::output::jobs_csv(std::slice::from_ref(&job), &tariff);
         let mut full = csv::Reader::from_reader(full.as_bytes());
         let header = full.headers().expect("a header").clone();
@@ -130,13 +158,22 @@ mod tests {
                 .expect("a job --csv column");
             assert_eq!(cell, &line[k], "{name}");
         }
-        let table = list_table(std::slice::from_ref(&job), &tariff, &picked);
+        let table = list_table(&picked, &kept);
         let mut rows = table.lines();
         let head: Vec<&str> = rows.next().expect("a header").split_whitespace().collect();
         assert_eq!(head, ["ID", "ENERGY_J", "AVG_WATTS", "KEPT", "NAME"]);
         let row = rows.next().expect("the job");
         for cell in cells.iter().filter(|c| !c.contains(' ')) {
             assert!(row.contains(cell), "{cell} in {row}");
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&list_json(&picked, &kept)).expect("JSON");
+        for (name, cell) in picked.iter().zip(cells.iter()) {
+            let want = match cell.is_empty() {
+                true => serde_json::Value::Null,
+                false => serde_json::Value::String(cell.to_string()),
+            };
+            assert_eq!(json["jobs"][0][name], want, "{name}");
         }
     }
 
