@@ -334,7 +334,7 @@ lint() {
     RUSTDOCFLAGS="-D warnings" nice -n 19 cargo doc --release --no-deps --workspace
     echo "== Slurm $1: logic's surface (ci/logic-surface.sh)"
     nice -n 19 sh ci/logic-surface.sh --check 150
-    # aarch64 (NVIDIA Grace): the workspace checked and the plugins linked, once
+    # aarch64 (NVIDIA Grace): the workspace type-checked, once
     if [ "$1" = "$first_full" ]; then
         echo "== Slurm $1: aarch64 build check (ci/aarch64-check.sh)"
         nice -n 19 sh ci/aarch64-check.sh

@@ -3,7 +3,7 @@
 //! (`slurmdb_connection_get`, `slurmdb_jobs_get`) to the safe rows of [`crate::record`],
 //! and back (`slurmdb_job_modify`: a job's SystemComment, for [`crate::kept`]),
 //! with libslurm's stderr held meanwhile (descriptor calls of libc); and the kernel's perf
-//! counters ([`perf_event`]); syslog ([`syslog`]). Nothing here decides.
+//! counters ([`perf_event`]); syslog ([`syslog()`]). Nothing here decides.
 
 pub mod perf_event;
 mod syslog;
