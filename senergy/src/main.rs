@@ -418,9 +418,9 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-/// `senergy` with no subcommand: the period's jobs, a line each, read a page
-/// ([`USAGE_PAGE_S`]) of accounting at a time on one connection and kept as their cells: a
-/// job is listed in the page where its run in the period begins (each page's query has
+/// `senergy` with no subcommand: the period's jobs, a line each, read and written a page
+/// ([`USAGE_PAGE_S`]) of accounting at a time on one connection: a job is listed in the
+/// page where its run in the period begins (each page's query has
 /// every job that ran in it). What measured a job (the `source` and `method` columns)
 /// is worked out only where a column asks for it: it reads the page's overlapping jobs
 /// again.
@@ -435,7 +435,8 @@ fn list(mut plan: ListPlan, now: i64) -> Result<u8, Failure> {
     let tariff = &plan.tariff;
     let measured = plan.format.iter().any(|c| c == "source" || c == "method");
     let (start, end) = plan.period;
-    let mut cells = Vec::new();
+    let mut writer = output::ListWriter::new(plan.output, &plan.format);
+    print!("{}", writer.begin());
     let mut page = start;
     while page < end {
         let page_end = page.saturating_add(USAGE_PAGE_S).min(end);
@@ -467,15 +468,13 @@ fn list(mut plan: ListPlan, now: i64) -> Result<u8, Failure> {
         if measured {
             say_what_was_measured(&db, &mut reports, &rows, now);
         }
-        cells.extend(output::list_cells(&reports, tariff, &plan.format));
+        print!(
+            "{}",
+            writer.page(&output::list_cells(&reports, tariff, &plan.format))
+        );
         page = page_end;
     }
-    print(
-        plan.output,
-        output::list_table(&plan.format, &cells),
-        output::list_json(&plan.format, &cells),
-        output::list_csv(&plan.format, &cells),
-    );
+    print!("{}", writer.end());
     Ok(0)
 }
 

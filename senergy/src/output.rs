@@ -24,7 +24,7 @@ pub fn amount(v: f64, decimals: usize) -> String {
 mod csv_lines;
 mod list;
 pub use csv_lines::{jobs_csv, usage_csv};
-pub use list::{DEFAULT_FORMAT, columns, list_cells, list_csv, list_json, list_table};
+pub use list::{DEFAULT_FORMAT, ListWriter, columns, list_cells};
 
 /// Bumped when a field changes meaning or goes away (adding one does not).
 pub const SCHEMA_VERSION: u32 = 1;

@@ -1,9 +1,8 @@
 //! `senergy` with no subcommand: a line per job, as sacct lists them, its columns those of
 //! `senergy job --csv`'s job lines ([`job_cells`]) that `--format` picks: the
 //! table, the CSV and the JSON show the same cells, and a column CSV has is one `--format`
-//! takes.
-
-use std::fmt::Write;
+//! takes. Written a page of accounting at a time ([`ListWriter`]): a year of jobs is
+//! never in memory at once.
 
 use super::csv_lines::job_cells;
 use super::{duration, local_time, shown};
@@ -54,89 +53,148 @@ fn shown_cell(column: &str, cell: &str) -> String {
     }
 }
 
-/// The table: a header of the columns' names in capitals, a line per job, each column as
-/// wide as its widest cell.
-pub fn list_table(format: &[String], cells: &[Vec<String>]) -> String {
-    let mut lines: Vec<Vec<String>> = vec![format.iter().map(|c| c.to_uppercase()).collect()];
-    lines.extend(cells.iter().map(|row| {
-        format
-            .iter()
-            .zip(row)
-            .map(|(column, cell)| shown_cell(column, cell))
-            .collect()
-    }));
-    let widths: Vec<usize> = (0..format.len())
-        .map(|c| {
-            lines
-                .iter()
-                .map(|l| l[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut t = String::new();
-    for line in &lines {
-        let cells: Vec<String> = line
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        let _ = writeln!(t, "{}", cells.join(" ").trim_end());
-    }
-    t
+/// A column's width in the table: sacct's way, fixed, so that each page of jobs is written
+/// as it is read (a longer cell pushes its line's next cells along).
+fn width(column: &str) -> usize {
+    let fixed = match column {
+        "start" | "end" => 19,
+        "name" | "node_list" | "source" | "method" => 16,
+        "id" | "account" | "energy_j" | "kwh" | "emissions_g" | "kept" => 12,
+        "user" | "state" | "elapsed_s" | "avg_watts" | "cost" => 10,
+        _ => 8,
+    };
+    fixed.max(column.len())
 }
 
-/// The CSV: the picked columns of `senergy job --csv`'s job lines, cell for cell.
-pub fn list_csv(format: &[String], cells: &[Vec<String>]) -> String {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    let _ = w.write_record(format);
-    for row in cells {
-        let _ = w.write_record(row);
+/// The list as it is written, a page of jobs at a time: the table, the CSV or the JSON
+/// of the same cells.
+pub struct ListWriter<'a> {
+    output: crate::cli::Output,
+    format: &'a [String],
+    jobs: usize,
+}
+
+impl<'a> ListWriter<'a> {
+    pub fn new(output: crate::cli::Output, format: &'a [String]) -> Self {
+        ListWriter {
+            output,
+            format,
+            jobs: 0,
+        }
     }
+
+    /// What comes before the jobs: the header, or the JSON's opening.
+    pub fn begin(&self) -> String {
+        use crate::cli::Output;
+        match self.output {
+            Output::Csv => csv_line(self.format),
+            Output::Json => {
+                let columns = serde_json::to_string(self.format).unwrap_or_default();
+                format!("{{\"schema_version\":1,\"columns\":{columns},\"jobs\":[")
+            }
+            Output::Table | Output::Summary => {
+                let names: Vec<String> = self.format.iter().map(|c| c.to_uppercase()).collect();
+                self.table_line(&names)
+            }
+        }
+    }
+
+    /// A page of jobs' cells.
+    pub fn page(&mut self, cells: &[Vec<String>]) -> String {
+        use crate::cli::Output;
+        let mut t = String::new();
+        for row in cells {
+            match self.output {
+                Output::Csv => t += &csv_line(row),
+                Output::Json => {
+                    if self.jobs > 0 {
+                        t.push(',');
+                    }
+                    t += &json_job(self.format, row).to_string();
+                }
+                Output::Table | Output::Summary => {
+                    let shown: Vec<String> = self
+                        .format
+                        .iter()
+                        .zip(row)
+                        .map(|(column, cell)| shown_cell(column, cell))
+                        .collect();
+                    t += &self.table_line(&shown);
+                }
+            }
+            self.jobs += 1;
+        }
+        t
+    }
+
+    /// What comes after the jobs.
+    pub fn end(&self) -> String {
+        match self.output {
+            crate::cli::Output::Json => "]}\n".to_string(),
+            _ => String::new(),
+        }
+    }
+
+    fn table_line(&self, cells: &[String]) -> String {
+        let each: Vec<String> = self
+            .format
+            .iter()
+            .zip(cells)
+            .map(|(column, cell)| format!("{cell:<w$}", w = width(column)))
+            .collect();
+        format!("{}\n", each.join(" ").trim_end())
+    }
+}
+
+/// One CSV line of `cells`.
+fn csv_line(cells: &[String]) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let _ = w.write_record(cells);
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
-/// The JSON: `{schema_version, columns, jobs: [{column: cell}]}`, each cell the CSV's text
-/// (`null` where it is empty).
-pub fn list_json(format: &[String], cells: &[Vec<String>]) -> String {
-    let jobs: Vec<serde_json::Map<String, serde_json::Value>> = cells
+/// A job's object of the JSON: each column's cell, the CSV's text, `null` where empty.
+fn json_job(format: &[String], row: &[String]) -> serde_json::Value {
+    let job: serde_json::Map<String, serde_json::Value> = format
         .iter()
-        .map(|row| {
-            format
-                .iter()
-                .zip(row)
-                .map(|(column, cell)| {
-                    let value = match cell.is_empty() {
-                        true => serde_json::Value::Null,
-                        false => serde_json::Value::String(cell.clone()),
-                    };
-                    (column.clone(), value)
-                })
-                .collect()
+        .zip(row)
+        .map(|(column, cell)| {
+            let value = match cell.is_empty() {
+                true => serde_json::Value::Null,
+                false => serde_json::Value::String(cell.clone()),
+            };
+            (column.clone(), value)
         })
         .collect();
-    let doc = serde_json::json!({"schema_version": 1, "columns": format, "jobs": jobs});
-    format!("{doc}\n")
+    serde_json::Value::Object(job)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::Output;
     use crate::output::tests::a_short_and_a_long_step;
 
     fn format(names: &[&str]) -> Vec<String> {
         names.iter().map(|n| n.to_string()).collect()
     }
 
-    /// The table and the CSV show the same cells of the same columns, the CSV's cells
-    /// those of `senergy job --csv`'s job line.
+    /// The list written in each form, in two pages.
+    fn written(output: Output, format: &[String], cells: &[Vec<String>]) -> String {
+        let mut w = ListWriter::new(output, format);
+        let (first, second) = cells.split_at(cells.len() / 2);
+        w.begin() + &w.page(first) + &w.page(second) + &w.end()
+    }
+
+    /// The table, the CSV and the JSON show the same cells of the same columns, the CSV's
+    /// cells those of `senergy job --csv`'s job line, whatever the pages.
     #[test]
-    fn the_table_and_the_csv_show_the_job_lines_cells() {
+    fn the_table_the_csv_and_the_json_show_the_job_lines_cells() {
         let job = a_short_and_a_long_step();
         let tariff = Tariff::default();
-        let picked = format(&["id", "energy_j", "avg_watts", "kept", "name"]);
-        let kept = list_cells(std::slice::from_ref(&job), &tariff, &picked);
-        let csv = list_csv(&picked, &kept);
+        let picked = format(&["id", "energy_j", "avg_watts", "kept", "name", "elapsed_s"]);
+        let jobs = vec![job.clone(), job.clone(), job.clone()];
+        let kept = list_cells(&jobs, &tariff, &picked);
         let full = crate::output::jobs_csv(std::slice::from_ref(&job), &tariff);
         let mut full = csv::Reader::from_reader(full.as_bytes());
         let header = full.headers().expect("a header").clone();
@@ -145,36 +203,44 @@ mod tests {
             .next()
             .expect("the job's line")
             .expect("a line");
+        let csv = written(Output::Csv, &picked, &kept);
         let mut list = csv::Reader::from_reader(csv.as_bytes());
         assert_eq!(
             list.headers().expect("a header").iter().collect::<Vec<_>>(),
             picked
         );
-        let cells = list.records().next().expect("a line").expect("a line");
-        for (name, cell) in picked.iter().zip(cells.iter()) {
+        let lines: Vec<csv::StringRecord> = list.records().map(|r| r.expect("a line")).collect();
+        assert_eq!(lines.len(), 3);
+        let json: serde_json::Value =
+            serde_json::from_str(&written(Output::Json, &picked, &kept)).expect("JSON");
+        assert_eq!(json["jobs"].as_array().map(Vec::len), Some(3));
+        let table = written(Output::Table, &picked, &kept);
+        let rows: Vec<&str> = table.lines().collect();
+        let head: Vec<&str> = rows[0].split_whitespace().collect();
+        assert_eq!(
+            head,
+            ["ID", "ENERGY_J", "AVG_WATTS", "KEPT", "NAME", "ELAPSED_S"]
+        );
+        for (name, cell) in picked.iter().zip(lines[2].iter()) {
             let k = header
                 .iter()
                 .position(|h| h == name)
                 .expect("a job --csv column");
             assert_eq!(cell, &line[k], "{name}");
-        }
-        let table = list_table(&picked, &kept);
-        let mut rows = table.lines();
-        let head: Vec<&str> = rows.next().expect("a header").split_whitespace().collect();
-        assert_eq!(head, ["ID", "ENERGY_J", "AVG_WATTS", "KEPT", "NAME"]);
-        let row = rows.next().expect("the job");
-        for cell in cells.iter().filter(|c| !c.contains(' ')) {
-            assert!(row.contains(cell), "{cell} in {row}");
-        }
-        let json: serde_json::Value =
-            serde_json::from_str(&list_json(&picked, &kept)).expect("JSON");
-        for (name, cell) in picked.iter().zip(cells.iter()) {
             let want = match cell.is_empty() {
                 true => serde_json::Value::Null,
                 false => serde_json::Value::String(cell.to_string()),
             };
-            assert_eq!(json["jobs"][0][name], want, "{name}");
+            assert_eq!(json["jobs"][2][name], want, "{name}");
+            let shown = shown_cell(name, cell);
+            assert!(rows[3].contains(shown.as_str()), "{shown} in {}", rows[3]);
         }
+        // fixed widths: every line's columns begin where the header's do
+        let at = rows[0].find("KEPT").expect("KEPT");
+        assert!(
+            rows[1..].iter().all(|r| r[at..].starts_with(&lines[0][3])),
+            "{table}"
+        );
     }
 
     #[test]
