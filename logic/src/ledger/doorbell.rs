@@ -153,8 +153,6 @@ struct Paced {
     /// The slurmstepds whose last read rang since the last update (a few per step's end;
     /// at most one per ring, and rings are root's).
     last_reads: Vec<u32>,
-    /// Whether a step rang the way of before, and waits for the ledger file.
-    file_wanted: bool,
 }
 
 impl Paced {
@@ -190,16 +188,6 @@ impl Pace {
     /// The slurmstepd `stepd` made its last read.
     pub(super) fn last_read(&self, stepd: u32) {
         self.lock().last_reads.push(stepd);
-    }
-
-    /// A step rang the way of before (a datagram), and waits for the ledger file.
-    pub(super) fn want_file(&self) {
-        self.lock().file_wanted = true;
-    }
-
-    /// Whether a step rang the way of before since this was last asked.
-    pub(crate) fn take_file_wanted(&self) -> bool {
-        std::mem::take(&mut self.lock().file_wanted)
     }
 
     /// The slurmstepds whose last read rang before now, each once.
@@ -296,11 +284,9 @@ impl Doorbell {
             // (a process that got a socket connected to it may send as often as it likes)
             let mut heard = |(n, sender): (usize, Option<u32>), buf: &[u8]| {
                 match Ring::heard(&buf[..n], sender, slurmd) {
-                    Some(Ring::Last { stepd }) => {
-                        pace.last_read(stepd);
-                        pace.want_file();
-                    }
-                    Some(Ring::Fresh) => pace.want_file(),
+                    // the update it wakes writes the file it waits for
+                    Some(Ring::Last { stepd }) => pace.last_read(stepd),
+                    Some(Ring::Fresh) => {}
                     None => {
                         if !std::mem::replace(&mut warned, true) {
                             log::warn!(

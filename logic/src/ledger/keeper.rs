@@ -26,14 +26,6 @@ use crate::source::{DeviceReading, Reading};
 /// The ledger is updated at the meter's samples (every second or faster), at most this
 /// often; it is a sample period (about a second) old at most.
 const LEDGER_INTERVAL: Duration = Duration::from_millis(500);
-/// How often the ledger file is written at most: at every update. Steps ask slurmd for
-/// their figures ([`super::ask`]), but the file is what a step reads while slurmd does not
-/// answer (a step's edge past its wait, a slurmd killed or restarting), what a slurmd
-/// started again continues from, and what `senergy` reads: written every 5 s instead, a
-/// slurmd killed mid-job left its jobs up to 5 s of energy short (123 J for 631 J in
-/// `cluster::a_slurmd_killed_mid_job_loses_nothing...`), and sstat and the BMC tests read
-/// figures seconds old.
-const STORE_INTERVAL: Duration = Duration::ZERO;
 
 /// slurmd's side: updates and publishes the ledger at the meter's samples.
 pub(crate) struct Keeper {
@@ -60,14 +52,16 @@ pub(crate) struct Keeper {
     /// ([`super::slots`]), and whether its last write failed (said once per episode).
     slots: Table,
     slots_failing: bool,
-    /// When the ledger file was last written (the sample's time): it is what a slurmd
-    /// started again continues from, and what a step reads when slurmd does not answer,
-    /// so it is written every [`STORE_INTERVAL`].
-    stored: Option<Instant>,
-    /// Whether a step rang the doorbell the way of before since the file was written: it
-    /// waits for the file ([`super::doorbell::freshen`]), which the next update writes.
-    file_wanted: bool,
-    /// Writes the ledger file ([`super::writer`]).
+    /// Whether this keeper updated the ledger yet: one that never did leaves the file as
+    /// it was when slurmd stops.
+    updated: bool,
+    /// Writes the ledger file at every update ([`super::writer`]). Steps ask slurmd for
+    /// their figures ([`super::ask`]), but the file is what a step reads while slurmd does
+    /// not answer (a step's edge past its wait, a slurmd killed or restarting), what a
+    /// slurmd started again continues from, and what `senergy` reads: written every 5 s
+    /// instead, a slurmd killed mid-job left its jobs up to 5 s of energy short (123 J for
+    /// 631 J in `cluster::a_slurmd_killed_mid_job_loses_nothing...`), and sstat and the BMC
+    /// tests read figures seconds old.
     writer: Writer,
     /// Whether the publisher is told who runs each job ([`Self::owners`]).
     publish_owners: bool,
@@ -144,8 +138,7 @@ impl Keeper {
             book: Arc::default(),
             slots: Table::new(&ledger_path(spool, context_id)),
             slots_failing: false,
-            stored: None,
-            file_wanted: false,
+            updated: false,
             publish_owners: false,
             owners: HashMap::new(),
             owner_time: OwnerTime::default(),
@@ -246,24 +239,14 @@ impl Keeper {
         if !last_reads.is_empty() {
             self.ended.extend(self.steps.run_by(&last_reads));
         }
-        if self.pace.take_file_wanted() {
-            self.file_wanted = true;
-        }
-        let store = self.file_wanted
-            || self
-                .stored
-                .is_none_or(|t| point.at.saturating_duration_since(t) >= STORE_INTERVAL);
-        if store {
-            self.stored = Some(point.at);
-            self.file_wanted = false;
-        }
         // handed over at every update: the publisher, where set, shows each
         let owners = self.publish_owners.then(|| {
             let kept: HashSet<u32> = self.ledger.jobs().map(|j| j.id).collect();
             self.owners.retain(|job, _| kept.contains(job));
             self.owners.clone()
         });
-        self.writer.write(&self.ledger, store, owners);
+        self.writer.write(&self.ledger, owners);
+        self.updated = true;
         // the questions asked before this sample's reading are answered by it
         self.book.update(&self.ledger, point.at);
         match self.slots.write(&self.ledger) {
@@ -403,7 +386,7 @@ fn give_back_owner_time(
 impl Drop for Keeper {
     /// slurmd stops: the file is what it continues from when it starts again.
     fn drop(&mut self) {
-        if self.stored.is_some() {
+        if self.updated {
             self.writer.finish(&self.ledger);
         }
     }

@@ -37,8 +37,6 @@ struct State {
 struct Update {
     /// The keeper's, dropped once written: the keeper copies it only while this holds it.
     ledger: Arc<Ledger>,
-    /// Whether the ledger file is written (else the update is only published).
-    store: bool,
     /// Who runs each job, for a publisher that shows owners.
     owners: Option<HashMap<u32, Owner>>,
 }
@@ -83,24 +81,14 @@ impl Writer {
         }
     }
 
-    /// Has `ledger` written where `store`, and published (with `owners`, for a publisher
-    /// that shows them): at once in the caller's thread, else by the thread, which this
-    /// wakes. An update not reached yet is replaced, its file written with this one's.
-    pub(super) fn write(
-        &mut self,
-        ledger: &Arc<Ledger>,
-        store: bool,
-        owners: Option<HashMap<u32, Owner>>,
-    ) {
-        {
-            let mut state = self.shared.lock();
-            let store = store || state.pending.as_ref().is_some_and(|p| p.store);
-            state.pending = Some(Update {
-                ledger: Arc::clone(ledger),
-                store,
-                owners,
-            });
-        }
+    /// Has `ledger` written and published (with `owners`, for a publisher that shows
+    /// them): at once in the caller's thread, else by the thread, which this wakes. An
+    /// update not reached yet is replaced by this one.
+    pub(super) fn write(&mut self, ledger: &Arc<Ledger>, owners: Option<HashMap<u32, Owner>>) {
+        self.shared.lock().pending = Some(Update {
+            ledger: Arc::clone(ledger),
+            owners,
+        });
         match &self.worker {
             Some(worker) if !worker.has_ended() => worker.control().wake(),
             _ => self.shared.write_pending(),
@@ -114,7 +102,6 @@ impl Writer {
         self.worker = None;
         self.shared.lock().pending = Some(Update {
             ledger: Arc::clone(ledger),
-            store: true,
             owners: None,
         });
         self.shared.write_pending();
@@ -136,9 +123,7 @@ impl Shared {
         let Some(update) = self.lock().pending.take() else {
             return;
         };
-        if update.store {
-            self.store(&update.ledger);
-        }
+        self.store(&update.ledger);
         if let Some(publish) = self.publisher().as_mut() {
             publish(&update.ledger, update.owners.as_ref());
         }
@@ -190,7 +175,7 @@ mod tests {
         writer.off_the_sample();
         assert!(writer.worker.is_some());
         for at in [10.0, 11.0, 12.0] {
-            writer.write(&ledger_at(at), true, None);
+            writer.write(&ledger_at(at), None);
             let until = Instant::now() + Duration::from_secs(2);
             while sampled_at(&path) != Some(at) && Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(2));
@@ -217,7 +202,7 @@ mod tests {
         }));
         writer.off_the_sample();
         let owners = HashMap::from([(7, Owner { user: "ada".into() })]);
-        writer.write(&ledger_at(20.0), true, Some(owners));
+        writer.write(&ledger_at(20.0), Some(owners));
         let published = rx.recv_timeout(Duration::from_secs(2)).expect("published");
         assert_eq!(
             published,
@@ -228,11 +213,11 @@ mod tests {
             )
         );
         assert_eq!(sampled_at(&path), Some(20.0));
-        writer.write(&ledger_at(21.0), false, None);
+        writer.write(&ledger_at(21.0), None);
         let published = rx.recv_timeout(Duration::from_secs(2)).expect("published");
         assert_eq!(published.0, 21.0);
         assert_eq!(published.1, None);
-        assert_eq!(sampled_at(&path), Some(20.0), "not stored");
+        assert_eq!(sampled_at(&path), Some(21.0));
     }
 
     /// Without a thread, each update is written before `write` returns.
@@ -241,7 +226,7 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("energy-ledger.0.json");
         let mut writer = Writer::inline(&path);
-        writer.write(&ledger_at(5.0), true, None);
+        writer.write(&ledger_at(5.0), None);
         assert_eq!(sampled_at(&path), Some(5.0));
     }
 }

@@ -116,7 +116,6 @@ fn attribution_cost_per_sample() {
         }
         let observe = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         // the same with the Prometheus metrics file written at each sample
-        keeper.stored = None;
         let file = tmp.path().join("slurm_energy.prom");
         let readable = crate::replace::Access {
             mode: 0o644,
@@ -306,8 +305,7 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     let (t, w) = later(2);
     accounting.record(&reading(200_000_000), t, w);
     keeper.pace = Arc::default();
-    // the file is written every STORE_INTERVAL: this step reads it (no doorbell)
-    keeper.stored = None;
+    // the file is written at every update: this step reads it (no doorbell)
     keeper.on_sample(&accounting, &Reading::default());
     let first = share.read();
     assert!(first.complete);
@@ -333,7 +331,6 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     let (t, w) = later(3);
     accounting.record(&reading(200_000_000), t, w);
     keeper.pace = Arc::default();
-    keeper.stored = None;
     keeper.on_sample(&accounting, &Reading::default());
     let after_fall = share.read();
     assert_eq!(after_fall.watts, Some(0.0));
@@ -419,7 +416,7 @@ fn a_step_is_charged_up_to_its_last_read_and_its_job_no_more_after_its_extern_st
 
 /// Steps ask slurmd for their figures, but the ledger file (what a step reads when slurmd
 /// does not answer, what a slurmd started again continues from, what senergy reads) is
-/// written at every update ([`STORE_INTERVAL`]), and when slurmd stops; every update is
+/// written at every update, and when slurmd stops; every update is
 /// also in the book that answers the questions.
 #[test]
 fn the_ledger_file_and_the_slots_are_written_at_each_update_and_at_the_end() {
@@ -442,14 +439,9 @@ fn the_ledger_file_and_the_slots_are_written_at_each_update_and_at_the_end() {
         };
         accounting.record(&reading, t0 + at, w0 + at);
         // each sample updates (the pace counts real time; these are a second apart)
-        let wanted = keeper.pace.take_file_wanted();
         keeper.pace = Arc::default();
-        if wanted {
-            keeper.pace.want_file();
-        }
         keeper.on_sample(&accounting, &Reading::default());
     };
-    assert_eq!(STORE_INTERVAL, Duration::ZERO);
     // to the unix time's last bit (2.4e-7 s in 2026): the sample's wall time goes through the
     // accounting's clock and the file's text
     let near = |got: Option<f64>, secs: f64| got.is_some_and(|t| (t - secs).abs() < 1e-6);
