@@ -17,6 +17,7 @@ mod kept;
 mod mail;
 mod measured;
 mod output;
+mod pages;
 mod plot;
 mod presence;
 mod prometheus;
@@ -361,13 +362,10 @@ fn job(mut plan: JobPlan, now: i64) -> Result<u8, Failure> {
     })
 }
 
-/// How much of a period `senergy usage` asks accounting for at once: a site's week of
-/// jobs, not its year, is in memory ([`usage::Tally`]).
-const USAGE_PAGE_S: i64 = 7 * 86400;
-
 /// `senergy usage`: the period's energy per account and user, a page of accounting at a
-/// time on one connection. A job is added in the page it ended in (it ran then, so that
-/// page's query has it); one that ran over several pages is read in each and added once.
+/// time ([`pages`]) on one connection. A job is added in the page it ended in (it ran then,
+/// so that page's query has it); one that ran over several pages is read in each and added
+/// once.
 fn usage(mut plan: UsagePlan, now: i64) -> Result<u8, Failure> {
     let uids = plan
         .users
@@ -379,9 +377,8 @@ fn usage(mut plan: UsagePlan, now: i64) -> Result<u8, Failure> {
     let tariff = &plan.tariff;
     let (start, end) = plan.period;
     let mut tally = usage::Tally::new(start, end);
-    let mut page = start;
-    while page < end {
-        let page_end = page.saturating_add(USAGE_PAGE_S).min(end);
+    let mut pages = pages::Pages::new(start, end);
+    while let Some((page, page_end)) = pages.next_page() {
         let rows = db.jobs(&JobQuery {
             accounts: plan.accounts.clone(),
             uids: uids.clone(),
@@ -389,10 +386,10 @@ fn usage(mut plan: UsagePlan, now: i64) -> Result<u8, Failure> {
             clusters: plan.clusters.clone(),
             ..JobQuery::default()
         })?;
+        pages.held(rows.len());
         for row in rows.iter().filter(|r| r.end >= page && r.end < page_end) {
             tally.add(&report::job_report(row, tariff, now, None));
         }
-        page = page_end;
     }
     let usage = tally.finish(tariff);
     print(
@@ -419,7 +416,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
 }
 
 /// `senergy` with no subcommand: the period's jobs, a line each, read and written a page
-/// ([`USAGE_PAGE_S`]) of accounting at a time on one connection: a job is listed in the
+/// ([`pages`]) of accounting at a time on one connection: a job is listed in the
 /// page where its run in the period begins (each page's query has
 /// every job that ran in it). What measured a job (the `source` and `method` columns)
 /// is worked out only where a column asks for it: it reads the page's overlapping jobs
@@ -437,10 +434,9 @@ fn list(mut plan: ListPlan, now: i64) -> Result<u8, Failure> {
     let (start, end) = plan.period;
     let mut writer = output::ListWriter::new(plan.output, &plan.format);
     print!("{}", writer.begin());
-    let mut page = start;
-    while page < end {
-        let page_end = page.saturating_add(USAGE_PAGE_S).min(end);
-        let last = page_end >= end;
+    let mut pages = pages::Pages::new(start, end);
+    while let Some((page, page_end)) = pages.next_page() {
+        let last = pages.is_last(page_end);
         let rows: Vec<record::JobRow> = db
             .jobs(&JobQuery {
                 accounts: plan.accounts.clone(),
@@ -461,6 +457,7 @@ fn list(mut plan: ListPlan, now: i64) -> Result<u8, Failure> {
                 at >= page && (at < page_end || last)
             })
             .collect();
+        pages.held(rows.len());
         let mut reports: Vec<_> = rows
             .iter()
             .map(|r| report::job_report(r, tariff, now, None))
@@ -472,7 +469,6 @@ fn list(mut plan: ListPlan, now: i64) -> Result<u8, Failure> {
             "{}",
             writer.page(&output::list_cells(&reports, tariff, &plan.format))
         );
-        page = page_end;
     }
     print!("{}", writer.end());
     Ok(0)
