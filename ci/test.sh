@@ -128,7 +128,6 @@ RELEASE_TESTS=${RELEASE_TESTS:-"$LOADER_TESTS
     cluster_ipmi::rust_ipmi_job_energy_over_rmcp_plus_matches_the_truth
     cluster_redfish::rust_redfish_job_energy_matches_the_truth
     cluster_pm_counters::rust_pm_counters_job_energy_matches_the_truth
-    cluster_hwmon::rust_hwmon_job_energy_on_a_shared_grace_hopper_node_matches_the_truth
     cluster_variorum::rust_variorum_job_energy_matches_the_truth_with_both_api_generations
     cluster_gpu::jobs_sharing_a_gpu_node_each_get_their_own_gpu_and_stack_with_rapl
     cluster_gpu::jobs_sharing_a_gpu_by_shards_split_it_by_shares_and_use
