@@ -16,6 +16,11 @@ use std::time::Duration;
 /// apart and a busier slurmdbd.
 pub const TURN: Duration = Duration::from_millis(300);
 
+/// The turns a name the job's node list lacks is spread over (`senergy record J --node N`
+/// by hand, or as a test stands in for many nodes): strangers to the list take turns their
+/// names pick among at least this many, not all the list's one.
+const STRANGERS: usize = 64;
+
 /// Node `index` of the job's `count` nodes: its turn in the cycle.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Turn {
@@ -25,17 +30,24 @@ pub struct Turn {
 
 impl Turn {
     /// Node `node`'s turn among `nodes` (the job's node list, in order); a node not in
-    /// the list (a name given by hand) takes a turn its name picks among theirs.
+    /// the list (a name given by hand) takes a turn its name picks among [`STRANGERS`] at
+    /// least.
     pub fn of(node: &str, nodes: &[String]) -> Turn {
-        let count = nodes.len().max(1);
-        let index = nodes.iter().position(|n| n == node).unwrap_or_else(|| {
-            // FNV-1a: the same turn for the same name on every run
-            let hash = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            });
-            (hash % count as u64) as usize
+        if let Some(index) = nodes.iter().position(|n| n == node) {
+            return Turn {
+                index,
+                count: nodes.len(),
+            };
+        }
+        let count = nodes.len().max(STRANGERS);
+        // FNV-1a: the same turn for the same name on every run
+        let hash = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
-        Turn { index, count }
+        Turn {
+            index: (hash % count as u64) as usize,
+            count,
+        }
     }
 
     /// How long the whole cycle of turns lasts.
@@ -116,12 +128,19 @@ mod tests {
     #[test]
     fn one_node_writes_at_once_and_a_stranger_takes_a_turn_among_them() {
         for now in [12.34, 12.2, 0.0] {
-            assert_eq!(Turn::of("a", &names(1)).wait(now), Duration::ZERO);
+            assert_eq!(Turn::of("nid000000", &names(1)).wait(now), Duration::ZERO);
         }
-        assert_eq!(Turn::of("a", &[]).count, 1);
-        // a name the list lacks: a turn among theirs, the same each time
+        assert_eq!(Turn::of("nid000000", &names(1)).count, 1);
+        // a name the list lacks: a turn among theirs, or STRANGERS, the same each time
         let stranger = Turn::of("login1", &names(100));
         assert!(stranger.index < 100);
         assert_eq!(stranger, Turn::of("login1", &names(100)));
+        assert_eq!(Turn::of("s01", &names(1)).count, STRANGERS);
+        assert_eq!(Turn::of("s01", &[]).count, STRANGERS);
+        // 64 strangers to a one-node list spread over the turns
+        let picked: std::collections::BTreeSet<usize> = (0..64)
+            .map(|k| Turn::of(&format!("s{k:02}"), &names(1)).index)
+            .collect();
+        assert!(picked.len() > 32, "{} turns of 64", picked.len());
     }
 }
