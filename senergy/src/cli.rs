@@ -248,14 +248,7 @@ pub(crate) struct SiteArgs {
     pue_csv: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Output {
-    Table,
-    Json,
-    Csv,
-    /// `senergy job --summary` ([`crate::summary`]).
-    Summary,
-}
+pub use crate::output::Output;
 
 /// A job as the command line names it: `(job, array task, step)`.
 pub type Wanted = (u32, Option<u32>, Option<String>);

@@ -21,6 +21,16 @@ pub fn amount(v: f64, decimals: usize) -> String {
     format!("{v:.*}", decimals.max(needed))
 }
 
+/// A report's form, as the command line asks for it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Output {
+    Table,
+    Json,
+    Csv,
+    /// `senergy job --summary` ([`crate::summary`]).
+    Summary,
+}
+
 mod csv_lines;
 mod list;
 pub use csv_lines::{jobs_csv, usage_csv};

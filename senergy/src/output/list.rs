@@ -69,13 +69,13 @@ fn width(column: &str) -> usize {
 /// The list as it is written, a page of jobs at a time: the table, the CSV or the JSON
 /// of the same cells.
 pub struct ListWriter<'a> {
-    output: crate::cli::Output,
+    output: super::Output,
     format: &'a [String],
     jobs: usize,
 }
 
 impl<'a> ListWriter<'a> {
-    pub fn new(output: crate::cli::Output, format: &'a [String]) -> Self {
+    pub fn new(output: super::Output, format: &'a [String]) -> Self {
         ListWriter {
             output,
             format,
@@ -85,7 +85,7 @@ impl<'a> ListWriter<'a> {
 
     /// What comes before the jobs: the header, or the JSON's opening.
     pub fn begin(&self) -> String {
-        use crate::cli::Output;
+        use super::Output;
         match self.output {
             Output::Csv => csv_line(self.format),
             Output::Json => {
@@ -101,7 +101,7 @@ impl<'a> ListWriter<'a> {
 
     /// A page of jobs' cells.
     pub fn page(&mut self, cells: &[Vec<String>]) -> String {
-        use crate::cli::Output;
+        use super::Output;
         let mut t = String::new();
         for row in cells {
             match self.output {
@@ -130,7 +130,7 @@ impl<'a> ListWriter<'a> {
     /// What comes after the jobs.
     pub fn end(&self) -> String {
         match self.output {
-            crate::cli::Output::Json => "]}\n".to_string(),
+            super::Output::Json => "]}\n".to_string(),
             _ => String::new(),
         }
     }
@@ -172,7 +172,7 @@ fn json_job(format: &[String], row: &[String]) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Output;
+    use crate::output::Output;
     use crate::output::tests::a_short_and_a_long_step;
 
     fn format(names: &[&str]) -> Vec<String> {
