@@ -49,7 +49,7 @@ mod rules {
     /// The crates of the plugins' code and senergy's, from this one's directory: each with
     /// its root (lib.rs or main.rs), the lint level the root sets and the one `allow` it may
     /// have (the root's line, the next line).
-    const CRATES: [(&str, &str, &str, Option<&str>); 4] = [
+    const CRATES: [(&str, &str, &str, Option<&str>); 5] = [
         ("../logic", "lib.rs", "#![forbid(unsafe_code)]", None),
         (
             "../logic/gpu-libs",
@@ -64,11 +64,17 @@ mod rules {
             "#![deny(unsafe_code)]",
             Some("mod ffi;"),
         ),
+        (
+            "../plugins/variorum-sampler",
+            "main.rs",
+            "#![deny(unsafe_code)]",
+            Some("mod sys;"),
+        ),
     ];
 
     /// `#![forbid(unsafe_code)]` fails the build on any `unsafe` in the logic, and
-    /// `#![deny(unsafe_code)]` on `unsafe` outside `ffi` here and in senergy and outside the
-    /// NVML and amd-smi calls of gpu-libs; this fails the tests on a lint level that is gone, or on
+    /// `#![deny(unsafe_code)]` on `unsafe` outside `ffi` here and in senergy, outside the
+    /// NVML and amd-smi calls of gpu-libs and outside the Variorum sampler's `sys`; this fails the tests on a lint level that is gone, or on
     /// a second `allow` (or an `expect`, or a crate-wide `allow`) that would open another
     /// door.
     #[test]

@@ -4,8 +4,8 @@
 //! Variorum may `exit()`, crash, hang or print to stdout, and is not thread-safe, so slurmd
 //! never loads it: the plugin starts this program and reads one line per sample from a
 //! pipe. The command line and the lines are `slurm_energy_logic::variorum::protocol`, shared
-//! with the plugin. Here: [`isolation`] from slurmd, [`capture`] of what the library
-//! prints, the [`library`]'s API per Variorum release, and the sampling loop.
+//! with the plugin. Here: the sampling loop; in [`sys`], what calls C: isolation from
+//! slurmd, capture of what the library prints, the library's API per Variorum release.
 //!
 //! The sampler exits when its parent dies (`PR_SET_PDEATHSIG` = SIGKILL, plus a check of
 //! `getppid()` each period) and when writing to the pipe fails (the reader is gone).
@@ -14,11 +14,7 @@
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
-mod capture;
-#[allow(unsafe_code)]
-mod isolation;
-#[allow(unsafe_code)]
-mod library;
+mod sys;
 
 use std::fs::File;
 use std::io::Write;
@@ -26,8 +22,9 @@ use std::process::ExitCode;
 
 use slurm_energy_logic::variorum::protocol::{Invocation, Line, WARMUP, monotonic_ns};
 
-use capture::Capture;
-use isolation::quit;
+use sys::capture::Capture;
+use sys::isolation::{self, quit};
+use sys::library;
 
 /// The pipe to the plugin.
 struct Results(File);
