@@ -46,8 +46,12 @@ pub struct ObservedInstance {
 }
 
 /// A process: its pid and when it started, in clock ticks after boot
-/// ([`Procs::start_ticks`]).
-type Process = (u32, u64);
+/// ([`Procs::start_ticks`]): a pid given again is another process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Process {
+    pid: u32,
+    start: u64,
+}
 
 /// Each present job's owner, and each job's devices by position ([`Holders::jobs_users`]).
 type JobsUsers = (HashMap<u32, u32>, HashMap<u32, HashSet<u32>>);
@@ -258,13 +262,13 @@ impl Holders {
             .filter_map(|&pid| Some((pid, procs.start_ticks(pid)?)))
             .collect();
         // an owner is kept while its process is reported and its pid not given again
-        self.owners.retain(|(pid, start), _| {
-            reported.contains(pid) && running.get(pid).is_none_or(|now| now == start)
+        self.owners.retain(|p, _| {
+            reported.contains(&p.pid) && running.get(&p.pid).is_none_or(|now| *now == p.start)
         });
         // a process's job is looked up when it first uses a device, until it is found
         if !running
             .iter()
-            .all(|p| self.owners.contains_key(&(*p.0, *p.1)))
+            .all(|(&pid, &start)| self.owners.contains_key(&Process { pid, start }))
         {
             self.place_jobs(procs, stepds);
         }
@@ -289,7 +293,8 @@ impl Holders {
                 if used == 0 {
                     continue;
                 }
-                let owner = start.and_then(|start| self.owner(procs, stepds, (pid, start)));
+                let owner =
+                    start.and_then(|start| self.owner(procs, stepds, Process { pid, start }));
                 let jobs = match owner {
                     Some(Owner::Job(job)) => vec![job],
                     Some(Owner::User(uid)) => {
@@ -394,7 +399,7 @@ impl Holders {
         if let Some(job) = self.owners.get(&process) {
             return Some(Owner::Job(*job));
         }
-        let (pid, start) = process;
+        let Process { pid, start } = process;
         if procs.start_ticks(pid) != Some(start) {
             return None;
         }

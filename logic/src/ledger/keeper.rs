@@ -284,9 +284,16 @@ impl Keeper {
     }
 }
 
-/// A job whose owner owns its step directories: `(job, cpus, its CPU time, its owner's
-/// directory, its owner's CPU time)` ([`OwnerTime`]).
-type Owned = (u32, u32, u64, PathBuf, u64);
+/// A job whose owner owns its step directories ([`OwnerTime`]).
+struct Owned {
+    job: u32,
+    cpus: u32,
+    /// The job's CPU time, ns.
+    job_ns: u64,
+    /// Its owner's directory, and the CPU time there, ns.
+    owner_dir: PathBuf,
+    owner_ns: u64,
+}
 
 /// The present jobs and steps not `ended` with their counters and the devices they hold
 /// (by `holders`), and the jobs whose owner owns their step directories.
@@ -329,13 +336,13 @@ fn observe_jobs(
                 if let (Some(counters), Some(c)) = (observed.counters, cgroup.as_mut())
                     && let Some((dir, owner_ns)) = c.user_usage_ns()
                 {
-                    owned.push((
+                    owned.push(Owned {
                         job,
-                        counters.cpus,
-                        counters.usage_ns,
-                        dir.to_path_buf(),
+                        cpus: counters.cpus,
+                        job_ns: counters.usage_ns,
+                        owner_dir: dir.to_path_buf(),
                         owner_ns,
-                    ));
+                    });
                 }
             }
             // the extern step is charged its job's share whatever its own CPU time
@@ -367,11 +374,11 @@ fn give_back_owner_time(
 ) -> u64 {
     let samples: Vec<OwnerSample> = owned
         .iter()
-        .map(|(job, cpus, job_ns, dir, owner_ns)| OwnerSample {
-            job: *job,
-            cpus: *cpus,
-            job_ns: *job_ns,
-            owner: (dir.as_path(), *owner_ns),
+        .map(|o| OwnerSample {
+            job: o.job,
+            cpus: o.cpus,
+            job_ns: o.job_ns,
+            owner: (o.owner_dir.as_path(), o.owner_ns),
         })
         .collect();
     let credit = owner_time.credit(&samples, usage_ns_at);
