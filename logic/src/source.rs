@@ -8,10 +8,16 @@ mod bridge;
 
 pub(crate) use bridge::{Bridged, Ends, bridge};
 
-/// The one staleness rule, for every source and every reader: something sampled every
-/// `period` has missed its samples once the last is `STALE_PERIODS` periods old, and a
-/// reading older than that (and at least [`MIN_STALE`]) is unavailable (`NO_VAL64`).
+/// The one staleness rule, for every source and every reader, in its three figures: for
+/// something sampled every `period`,
+/// - its samples are **missed** once the last is `max(STALE_PERIODS × period, MIN_MISSED)`
+///   old ([`missed_after`]: 3 periods, 2 s at least; a poller's, which the meter reads);
+/// - a reading is **stale**, unavailable (`NO_VAL64`), once it is
+///   `max(STALE_PERIODS × period, MIN_STALE)` old ([`stale_after`]: 3 periods, 10 s at
+///   least; what Slurm and the steps are given).
 const STALE_PERIODS: u32 = 3;
+/// A reading is never stale sooner: a slurmd busy for seconds (a reconfigure, a slow
+/// filesystem) does not make the node's figure unavailable.
 const MIN_STALE: Duration = Duration::from_secs(10);
 /// A sample a fast poller takes may come late by a request's time (an HTTP BMC answers in
 /// hundreds of milliseconds): a few late samples are not missing ones.
