@@ -16,8 +16,8 @@ pub(crate) use bridge::{Bridged, Ends, bridge};
 ///   `max(STALE_PERIODS × period, MIN_STALE)` old ([`stale_after`]: 3 periods, 10 s at
 ///   least; what Slurm and the steps are given).
 const STALE_PERIODS: u32 = 3;
-/// A reading is never stale sooner: a slurmd busy for seconds (a reconfigure, a slow
-/// filesystem) does not make the node's figure unavailable.
+/// A reading is never stale sooner, however short the period: a 1 s sampler a few
+/// seconds late is late, not a failed sensor.
 const MIN_STALE: Duration = Duration::from_secs(10);
 /// A sample a fast poller takes may come late by a request's time (an HTTP BMC answers in
 /// hundreds of milliseconds): a few late samples are not missing ones.
