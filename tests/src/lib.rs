@@ -522,3 +522,30 @@ pub fn assert_watts(what: &str, measured: f64, truth: f64, relative: f64) {
         relative * 100.0
     );
 }
+
+/// The Epilog that runs the shipped `conf/epilog.senergy` with the senergy built here,
+/// written in `dir`.
+pub fn shipped_epilog(dir: &Path) -> PathBuf {
+    let epilog = dir.join("epilog.sh");
+    let shipped = workspace().join("conf/epilog.senergy");
+    fs::write(
+        &epilog,
+        format!(
+            "#!/bin/sh\nSENERGY={} exec {}\n",
+            senergy().display(),
+            shipped.display()
+        ),
+    )
+    .expect("epilog");
+    fs::set_permissions(&epilog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("epilog mode");
+    epilog
+}
+
+/// A count from the environment variable `name`, else `default` (a benchmark's size).
+pub fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

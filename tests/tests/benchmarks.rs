@@ -615,14 +615,6 @@ impl Drop for Spawned {
     }
 }
 
-/// A count from the environment variable `name`, else `default`.
-fn env_count(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// The median of `rounds` timings of `f`, in ms.
 fn median_ms(rounds: usize, mut f: impl FnMut()) -> f64 {
     let mut times: Vec<f64> = (0..rounds)

@@ -1232,24 +1232,6 @@ fn system_comment(cluster: &Cluster, job: u32) -> String {
     sacct_field(cluster, job, "SystemComment")
 }
 
-/// The Epilog that runs the shipped `conf/epilog.senergy` with the senergy built here.
-fn shipped_epilog(dir: &std::path::Path) -> std::path::PathBuf {
-    let epilog = dir.join("epilog.sh");
-    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/epilog.senergy");
-    fs::write(
-        &epilog,
-        format!(
-            "#!/bin/sh\nSENERGY={} exec {}\n",
-            senergy().display(),
-            shipped.display()
-        ),
-    )
-    .expect("epilog");
-    fs::set_permissions(&epilog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("epilog mode");
-    epilog
-}
-
 /// `senergy record` as the nodes' Epilog: each node's figure of an ordinary user's 2-node
 /// job is kept in the job's SystemComment, equal to its ledger's; `senergy job` shows it
 /// to the owner; the owner cannot write SystemComment; and where

@@ -8,7 +8,7 @@
 use energy_tests as support;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -16,31 +16,6 @@ use support::cluster::{Cluster, ClusterSpec, mark};
 use support::*;
 
 const RAPL: &str = "acct_gather_energy/rust_rapl";
-
-fn env_count(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The Epilog that runs the shipped `conf/epilog.senergy` with the senergy built here.
-fn shipped_epilog(dir: &Path) -> PathBuf {
-    let epilog = dir.join("epilog.sh");
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/epilog.senergy");
-    fs::write(
-        &epilog,
-        format!(
-            "#!/bin/sh\nSENERGY={} exec {}\n",
-            senergy().display(),
-            shipped.display()
-        ),
-    )
-    .expect("epilog");
-    fs::set_permissions(&epilog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("epilog mode");
-    epilog
-}
 
 fn system_comment(cluster: &Cluster, job: u32) -> String {
     let job = job.to_string();
