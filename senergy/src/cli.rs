@@ -333,27 +333,11 @@ impl UsageArgs {
     pub fn plan(&self, now: i64) -> Result<UsagePlan, Failure> {
         // usage asks no Prometheus: the site file's prometheus_url is job's
         let (tariff, _) = self.site.tariff()?;
-        let end = self
-            .end
-            .as_deref()
-            .map(|t| when(t, now))
-            .transpose()?
-            .unwrap_or(now + 1);
-        let start = self
-            .start
-            .as_deref()
-            .map(|t| when(t, now))
-            .transpose()?
-            .unwrap_or(end - 30 * 86400);
-        if start >= end {
-            return Err(Failure::Input(format!(
-                "the period is empty: --start {} is not before --end {}",
-                crate::output::local_time(start),
-                crate::output::local_time(end)
-            )));
-        }
+        let period = period(self.start.as_deref(), self.end.as_deref(), now, |end| {
+            Ok(end - 30 * 86400)
+        })?;
         Ok(UsagePlan {
-            period: (start, end),
+            period,
             accounts: self.accounts.clone(),
             users: self.users.clone(),
             clusters: self.clusters.names.clone(),
@@ -556,6 +540,29 @@ fn job_id(text: &str) -> Result<Wanted, Failure> {
 mod when;
 
 use when::when;
+
+/// `[start, end)` from `--start` and `--end` in sacct's forms ([`when`]): the end `now`
+/// unless given, the start `default_start(end)` unless given; an empty period refused.
+fn period(
+    start: Option<&str>,
+    end: Option<&str>,
+    now: i64,
+    default_start: impl FnOnce(i64) -> Result<i64, Failure>,
+) -> Result<(i64, i64), Failure> {
+    let end = end.map(|t| when(t, now)).transpose()?.unwrap_or(now + 1);
+    let start = match start {
+        Some(t) => when(t, now)?,
+        None => default_start(end)?,
+    };
+    if start >= end {
+        return Err(Failure::Input(format!(
+            "the period is empty: --start {} is not before --end {}",
+            crate::output::local_time(start),
+            crate::output::local_time(end)
+        )));
+    }
+    Ok((start, end))
+}
 
 #[cfg(test)]
 mod tests;

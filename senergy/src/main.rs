@@ -377,20 +377,17 @@ fn usage(mut plan: UsagePlan, now: i64) -> Result<u8, Failure> {
     let tariff = &plan.tariff;
     let (start, end) = plan.period;
     let mut tally = usage::Tally::new(start, end);
-    let mut pages = pages::Pages::new(start, end);
-    while let Some((page, page_end)) = pages.next_page() {
-        let rows = db.jobs(&JobQuery {
-            accounts: plan.accounts.clone(),
-            uids: uids.clone(),
-            window: Some((page, page_end)),
-            clusters: plan.clusters.clone(),
-            ..JobQuery::default()
-        })?;
-        pages.held(rows.len());
+    let query = JobQuery {
+        accounts: plan.accounts.clone(),
+        uids,
+        clusters: plan.clusters.clone(),
+        ..JobQuery::default()
+    };
+    each_page(&db, query, plan.period, |(page, page_end), _, rows| {
         for row in rows.iter().filter(|r| r.end >= page && r.end < page_end) {
             tally.add(&report::job_report(row, tariff, now, None));
         }
-    }
+    })?;
     let usage = tally.finish(tariff);
     print(
         plan.output,
@@ -399,6 +396,25 @@ fn usage(mut plan: UsagePlan, now: i64) -> Result<u8, Failure> {
         output::usage_csv(&usage, tariff),
     );
     Ok(0)
+}
+
+/// Each page of `[start, end)`'s jobs that `query` selects, read on `db` ([`pages`]): `each`
+/// gets the page's span, whether it is the period's last, and its rows (every job that ran
+/// in the span: one that ran over several spans comes in each).
+fn each_page(
+    db: &Accounting,
+    mut query: JobQuery,
+    (start, end): (i64, i64),
+    mut each: impl FnMut((i64, i64), bool, Vec<record::JobRow>),
+) -> Result<(), Failure> {
+    let mut pages = pages::Pages::new(start, end);
+    while let Some(span) = pages.next_page() {
+        query.window = Some(span);
+        let rows = db.jobs(&query)?;
+        pages.held(rows.len());
+        each(span, pages.is_last(span.1), rows);
+    }
+    Ok(())
 }
 
 fn run(cli: Cli) -> Result<u8, Failure> {
@@ -431,24 +447,21 @@ fn list(mut plan: ListPlan, now: i64) -> Result<u8, Failure> {
     read_node_features(&mut plan.tariff);
     let tariff = &plan.tariff;
     let measured = plan.format.iter().any(|c| c == "source" || c == "method");
-    let (start, end) = plan.period;
+    let start = plan.period.0;
     let mut writer = output::ListWriter::new(plan.output, &plan.format);
     print!("{}", writer.begin());
-    let mut pages = pages::Pages::new(start, end);
-    while let Some((page, page_end)) = pages.next_page() {
-        let last = pages.is_last(page_end);
-        let rows: Vec<record::JobRow> = db
-            .jobs(&JobQuery {
-                accounts: plan.accounts.clone(),
-                uids: uids.clone(),
-                window: Some((page, page_end)),
-                clusters: plan.clusters.clone(),
-                ..JobQuery::default()
-            })?
+    let query = JobQuery {
+        accounts: plan.accounts.clone(),
+        uids,
+        clusters: plan.clusters.clone(),
+        ..JobQuery::default()
+    };
+    each_page(&db, query, plan.period, |(page, page_end), last, rows| {
+        // each job where its run in the period begins: its start, else its end (it never
+        // ran), else now (it waits)
+        let rows: Vec<record::JobRow> = rows
             .into_iter()
             .filter(|r| {
-                // where its run in the period begins: its start, else its end (it never
-                // ran), else now (it waits)
                 let began = [r.start, r.end, now]
                     .into_iter()
                     .find(|t| *t > 0)
@@ -457,7 +470,6 @@ fn list(mut plan: ListPlan, now: i64) -> Result<u8, Failure> {
                 at >= page && (at < page_end || last)
             })
             .collect();
-        pages.held(rows.len());
         let mut reports: Vec<_> = rows
             .iter()
             .map(|r| report::job_report(r, tariff, now, None))
@@ -469,7 +481,7 @@ fn list(mut plan: ListPlan, now: i64) -> Result<u8, Failure> {
             "{}",
             writer.page(&output::list_cells(&reports, tariff, &plan.format))
         );
-    }
+    })?;
     print!("{}", writer.end());
     Ok(0)
 }

@@ -4,7 +4,7 @@
 
 use clap::Args;
 
-use super::{Clusters, Output, SiteArgs, TableJsonCsv, when};
+use super::{Clusters, Output, SiteArgs, TableJsonCsv, period, when};
 use crate::Failure;
 use crate::output::{DEFAULT_FORMAT, columns};
 use crate::site::Tariff;
@@ -68,19 +68,9 @@ impl ListArgs {
     /// `--format` names that no job line has is refused, named.
     pub fn plan(&self, now: i64) -> Result<ListPlan, Failure> {
         let (tariff, _) = self.site.tariff()?;
-        let end = self.end.as_deref().map(|t| when(t, now)).transpose()?;
-        let end = end.unwrap_or(now + 1);
-        let start = match self.start.as_deref() {
-            Some(t) => when(t, now)?,
-            None => when("midnight", now)?,
-        };
-        if start >= end {
-            return Err(Failure::Input(format!(
-                "the period is empty: --start {} is not before --end {}",
-                crate::output::local_time(start),
-                crate::output::local_time(end)
-            )));
-        }
+        let period = period(self.start.as_deref(), self.end.as_deref(), now, |_| {
+            when("midnight", now)
+        })?;
         let known = columns();
         let format: Vec<String> = match self.format.is_empty() {
             true => DEFAULT_FORMAT.iter().map(|c| c.to_string()).collect(),
@@ -102,7 +92,7 @@ impl ListArgs {
             (false, false) => Whose::Users(self.users.clone()),
         };
         Ok(ListPlan {
-            period: (start, end),
+            period,
             whose,
             accounts: self.accounts.clone(),
             clusters: self.clusters.names.clone(),
