@@ -541,7 +541,7 @@ mod when;
 
 use when::when;
 
-/// `[start, end)` from `--start` and `--end` in sacct's forms ([`when`]): the end `now`
+/// `[start, end)` from `--start` and `--end` in sacct's forms ([`when()`]): the end `now`
 /// unless given, the start `default_start(end)` unless given; an empty period refused.
 fn period(
     start: Option<&str>,
