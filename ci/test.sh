@@ -151,7 +151,11 @@ RELEASE_TESTS=${RELEASE_TESTS:-"$LOADER_TESTS
 # changes; CPU time moved out of a job: cgroups a job's owner owns, v1 before 23.02 only).
 # And the static power learned from counters that step (the ledger's floor) and a GPU held
 # idle (the ledger's split of the devices' energy): the ledger's logic, while which GPUs a
-# step holds, the part each release changes, every release's GPU tests hold.
+# step holds, the part each release changes, every release's GPU tests hold. And what a
+# node's reader alone decides: the metrics file scraped and the intensity applied (the
+# ledger's figures and senergy's arithmetic), each node's own BMC by its name, a shared
+# node without cgroups (a log line and the node's figure) and an IPMI power step split on a
+# shared node alone (the split; every release's shared node runs in RELEASE_TESTS).
 # No other tier runs them.
 ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_ledger_small
     cluster::a_counter_reading_a_wrong_constant_mid_job_costs_nothing
@@ -173,7 +177,12 @@ ONCE_TESTS=${ONCE_TESTS:-"cluster_trust::a_job_of_a_thousand_steps_keeps_the_led
     cluster_conf_examples::the_rust_pm_counters_example_gives_each_mode_its_figure
     cluster_conf_examples::the_rust_redfish_example_gives_each_mode_its_figure
     cluster_trust::gpu_use_moved_out_of_its_job_is_still_its_owners
-    cluster_grant::a_grant_held_back_by_an_output_fifo_still_reaches_slurmd"}
+    cluster_grant::a_grant_held_back_by_an_output_fifo_still_reaches_slurmd
+    cluster_metrics::prometheus_scrapes_each_jobs_energy_as_sacct_shows_it
+    cluster_metrics::senergy_applies_the_intensity_at_each_power_sample_and_plots_a_three_node_job
+    cluster_redfish::each_node_reads_the_bmc_its_name_names
+    cluster_shared::shared_without_cgroups_says_why_and_is_node_wide
+    cluster_shared::shared_rust_ipmi_job_alone_with_a_power_step"}
 first_full=$(for r in $sorted; do if is_full "$r"; then echo "$r"; fi; done | head -n 1)
 
 slurm_tarball() {
