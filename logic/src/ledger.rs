@@ -15,23 +15,15 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub(crate) mod ask;
 mod charge;
-pub(crate) mod doorbell;
 mod file;
 mod floor;
-mod keeper;
 mod number;
 mod parts;
-mod reader;
-mod slots;
-mod writer;
 
 pub(crate) use file::Refused;
 pub use floor::SUSTAIN as STATIC_POWER_SUSTAIN_SECS;
-pub(crate) use keeper::Keeper;
 pub use parts::{Breakdown, IdleHeld};
-pub(crate) use reader::StepFigure;
 
 use crate::accounting::PowerWindow;
 use crate::attribution::StepId;
@@ -52,7 +44,7 @@ pub fn ledger_path(spool: &Path, context_id: u16) -> PathBuf {
 }
 
 /// The directory of the ledger at `path`: SlurmdSpoolDir.
-fn spool_of(path: &Path) -> &Path {
+pub(crate) fn spool_of(path: &Path) -> &Path {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -776,4 +768,4 @@ pub(crate) fn open_trusted(path: &Path, write: bool) -> Result<Option<fs::File>,
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

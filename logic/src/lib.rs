@@ -33,6 +33,7 @@ mod attribution;
 mod conf_file;
 mod config;
 mod counter;
+mod exchange;
 mod family;
 mod gpu;
 mod guard;
@@ -95,10 +96,10 @@ pub use variorum::Variorum;
 pub use attribution::procs::Procs;
 pub use conf_file::{Finding, Severity, check as check_acct_gather_conf, check_slurm_conf};
 pub use config::file_value;
+pub use exchange::doorbell::{Ring, doorbell_path, freshen, ring_without_waiting};
 pub use family::plugins as family_plugins;
 pub use hwmon::{HwmonConfig, counted_files as hwmon_counted_files};
 pub use ipmi::{IpmiConfig, Target as IpmiTarget};
-pub use ledger::doorbell::{Ring, doorbell_path, freshen, ring_without_waiting};
 pub use ledger::{
     Breakdown, IdleHeld, Ledger, LedgerError, STATIC_POWER_SUSTAIN_SECS, ledger_path,
     unix as unix_time,

@@ -20,12 +20,12 @@ use crate::attribution::{self, Attribution, Mode, Site, StepKey};
 use crate::config::KeyValues;
 use crate::family;
 use crate::guard::guard;
-use crate::ledger::{StepFigure, ledger_path};
+use crate::ledger::ledger_path;
 use crate::metrics::{MetricsConfig, PrivateData};
 use crate::plugin::Plugin;
 use crate::trusted_dir;
 use node::{LedgerConfig, NodePipeline};
-use step::StepPipeline;
+use step::{StepFigure, StepPipeline};
 
 /// The Slurm program the plugin runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@ use crate::attribution::holders::ObservedInstance;
 
 const LEARNED: Split = Split::Shared { idle_watts: None };
 
-pub(super) fn idle(watts: f64) -> Split {
+pub(crate) fn idle(watts: f64) -> Split {
     Split::Shared {
         idle_watts: Some(watts),
     }
@@ -26,7 +26,7 @@ fn counters(cpus: u32, usage_s: f64) -> Option<JobCounters> {
     })
 }
 
-pub(super) fn observation(
+pub(crate) fn observation(
     t0: Instant,
     w0: SystemTime,
     secs: u64,
@@ -47,7 +47,7 @@ pub(super) fn observation(
     }
 }
 
-pub(super) fn job(job: u32, cpus: u32, usage_s: f64, steps: &[(StepId, f64)]) -> ObservedJob {
+pub(crate) fn job(job: u32, cpus: u32, usage_s: f64, steps: &[(StepId, f64)]) -> ObservedJob {
     ObservedJob {
         job,
         counters: counters(cpus, usage_s),
@@ -486,15 +486,15 @@ fn a_gap_longer_than_a_wrap_window_is_bridged_where_the_powers_leave_one_number_
 #[test]
 #[ignore = "a measurement, not a check"]
 fn ledger_read_cost() {
-    use super::ask::{self, Book, Request, Want};
     use crate::attribution::StepKey;
+    use crate::exchange::ask::{self, Book, Request, Want};
     use std::sync::Arc;
     let (t0, w0) = (Instant::now(), SystemTime::now());
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("ledger.json");
     let book: Arc<Book> = Arc::default();
-    let _bell = super::doorbell::Doorbell::open(
-        &super::doorbell::doorbell_path(&path),
+    let _bell = crate::exchange::doorbell::Doorbell::open(
+        &crate::exchange::doorbell::doorbell_path(&path),
         Arc::default(),
         Arc::clone(&book),
         || {},
@@ -545,13 +545,13 @@ fn ledger_read_cost() {
         }
         let file_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
         assert!(joules > 0.0);
-        let request = Request {
-            step: Some(StepKey {
+        let request = Request::new(
+            Some(StepKey {
                 job: jobs,
                 step: StepId(0),
             }),
-            want: Want::Current,
-        };
+            Want::Current,
+        );
         let socket = ask::ask_path(&path);
         let mut asked = Vec::with_capacity(ROUNDS as usize);
         for _ in 0..ROUNDS {
@@ -563,20 +563,20 @@ fn ledger_read_cost() {
         let ask_us = asked.iter().sum::<f64>() / f64::from(ROUNDS);
         asked.sort_by(f64::total_cmp);
         // the slots: slurmd's write at an update, a step's read of its slot
-        let mut table = super::slots::Table::new(&path);
+        let mut table = crate::exchange::slots::Table::new(&path);
         table.write(&ledger).expect("slots");
         let started = Instant::now();
         for _ in 0..ROUNDS {
             table.write(&ledger).expect("slots");
         }
         let slots_write_us = started.elapsed().as_secs_f64() * 1e6 / f64::from(ROUNDS);
-        let reader = super::slots::Reader::open(&path).expect("slots");
+        let reader = crate::exchange::slots::Reader::open(&path).expect("slots");
         let mut slotted = Vec::with_capacity(ROUNDS as usize);
         for _ in 0..ROUNDS {
             let started = Instant::now();
             let read = reader.read(request.step);
             slotted.push(started.elapsed().as_secs_f64() * 1e6);
-            let super::slots::Slot::Found(answer) = read else {
+            let crate::exchange::slots::Slot::Found(answer) = read else {
                 panic!("{read:?}");
             };
             assert_eq!(answer.step, ledger.step(jobs, StepId(0)));
@@ -593,7 +593,7 @@ fn ledger_read_cost() {
             slotted[slotted.len() / 2],
             slotted[slotted.len() * 99 / 100],
             fs::metadata(&path).expect("meta").len(),
-            fs::metadata(super::slots::slots_path(&path))
+            fs::metadata(crate::exchange::slots::slots_path(&path))
                 .expect("meta")
                 .len(),
         );

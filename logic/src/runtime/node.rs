@@ -2,6 +2,7 @@
 //! goes to the ledger's keeper (attribution, the ledger, the metrics file, the answers to
 //! steps' questions), and the doorbell on which steps ask.
 
+mod keeper;
 mod sample_loop;
 
 use std::time::Instant;
@@ -10,11 +11,11 @@ use super::{Host, Read};
 use crate::accounting::{Baseline, EnergyRecord};
 use crate::attribution::Site;
 use crate::attribution::gres::GresOrder;
-use crate::ledger::Keeper;
-use crate::ledger::doorbell::{self, Doorbell};
+use crate::exchange::doorbell::{self, Doorbell};
 use crate::meter::Meter;
 use crate::metrics::{self, MetricsConfig};
 use crate::plugin::Plugin;
+use keeper::Keeper;
 use sample_loop::SampleLoop;
 
 /// What the node's ledger needs to know from acct_gather.conf.

@@ -5,10 +5,12 @@
 //! power, its time) and its baseline, so that stacked plugins and task exits cannot reset
 //! them.
 
+mod figure;
+
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::accounting::{Accounting, Baseline, EnergyRecord};
-use crate::ledger::StepFigure;
+pub(super) use figure::StepFigure;
 
 /// How long a step reports the last figure it could read (slurmd gone, its ledger
 /// unreadable) before it reports none: the figure never goes back, and is said to be old

@@ -29,7 +29,7 @@ pub const SCAN_GAP: Duration = Duration::from_millis(500);
 /// for its first figure, before it writes its grant), and a step not placed then is
 /// charged nothing for that sample (its share, its GPUs' use): the wait covers a node's few
 /// hundred processes under load, and stays under the 100 ms a step's read waits for
-/// slurmd's answer (`ledger::reader`), which a longer hold of the sampler would leave
+/// slurmd's answer (`runtime::step::StepFigure`), which a longer hold of the sampler would leave
 /// unanswered.
 pub const SCAN_WAIT: Duration = Duration::from_millis(80);
 

@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::ledger::Keeper;
-use crate::ledger::doorbell::RESAMPLE;
+use super::Keeper;
+use crate::exchange::doorbell::RESAMPLE;
 use crate::meter::Meter;
 use crate::scheduler::worker::{Control, Worker};
 

@@ -25,7 +25,7 @@ fn ledger_of(jobs: impl Iterator<Item = u32> + Clone, split: Split) -> Ledger {
                 )
             })
             .collect();
-        let obs = super::super::Observation {
+        let obs = crate::ledger::Observation {
             unowned_cpu_ns: 0,
             parts: vec![
                 Part {
@@ -355,7 +355,7 @@ fn parts_that_do_not_fit_are_asked_for() {
     let path = tmp.path().join("energy-ledger.0.json");
     let mut ledger = ledger_of(1..=2, Split::Node);
     let (t0, w0) = (Instant::now(), SystemTime::now());
-    let obs = super::super::Observation {
+    let obs = crate::ledger::Observation {
         unowned_cpu_ns: 0,
         parts: vec![Part {
             label: "x".repeat(MAX_LABEL + 1),

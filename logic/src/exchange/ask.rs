@@ -9,9 +9,9 @@
 //! kernel's `SO_PEERCRED`). No other step's figure is ever sent: the answer holds the asking
 //! step's account only, and the node's, which every step of the node may read.
 //!
-//! A slurmd of before (upgraded while jobs run, not yet restarted) does not listen there:
-//! the step knows at once and goes on as before, ringing the doorbell and reading the
-//! ledger file (`super::reader`).
+//! The question names the exchange's version it is asked in (`super`'s "Versions"); a
+//! slurmd that does not listen there (one of version 1, or one starting again) is known at
+//! once, and the step rings the doorbell and reads the ledger file instead.
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
@@ -25,13 +25,16 @@ use nix::sys::socket::{
     AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr, connect, getsockopt, recv, send, sockopt,
 };
 
-use super::{Account, Ledger, Part};
+use super::{MIN_PROTOCOL_VERSION, ONE_BACK_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use crate::attribution::{StepId, StepKey};
+use crate::ledger::{Account, Ledger, Part};
 
 /// What a step asks: its step's figure (`None` while its slurmstepd has no title yet, when
 /// it learns the node's figures only), and how fresh it must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Request {
+    /// The exchange's version it is asked in: 2 (unnamed) up to [`PROTOCOL_VERSION`].
+    pub version: u16,
     pub step: Option<StepKey>,
     pub want: Want,
 }
@@ -57,11 +60,23 @@ impl Want {
     }
 }
 
-/// The prefix of a question; a datagram without it is a ring of before.
-const ASK: &str = "ask ";
+/// The prefix of a question; a datagram without it is a ring of version 1.
+const ASK: &str = "ask";
+/// The first version whose questions name it (version 2's say `ask ` alone).
+const NAMED_FROM: u16 = 3;
 
 impl Request {
-    /// `ask <job>.<step>|- current|refresh|fresh|last <pid>`: a few dozen bytes of ASCII.
+    /// This release's question for `step`.
+    pub(crate) fn new(step: Option<StepKey>, want: Want) -> Self {
+        Self {
+            version: PROTOCOL_VERSION,
+            step,
+            want,
+        }
+    }
+
+    /// `ask<version> <job>.<step>|- current|refresh|fresh|last <pid>` (version 2: `ask`
+    /// alone): a few dozen bytes of ASCII.
     pub(crate) fn encode(self) -> String {
         let step = self
             .step
@@ -72,12 +87,29 @@ impl Request {
             Want::Fresh => "fresh".to_string(),
             Want::Last { stepd } => format!("last {stepd}"),
         };
-        format!("{ASK}{step} {want}")
+        let version = match self.version {
+            v if v >= NAMED_FROM => v.to_string(),
+            _ => String::new(),
+        };
+        format!("{ASK}{version} {step} {want}")
     }
 
-    /// A question, or `None` for anything else (a ring of before, garbage).
+    /// A question of a version this slurmd serves ([`MIN_PROTOCOL_VERSION`] to
+    /// [`PROTOCOL_VERSION`]), or `None` for anything else (a ring of version 1, a version
+    /// outside the window, garbage).
     pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
         let text = std::str::from_utf8(bytes).ok()?.strip_prefix(ASK)?;
+        let (named, text) = text.split_once(' ')?;
+        let version = match named {
+            "" => 2,
+            named => named
+                .parse()
+                .ok()
+                .filter(|v| (NAMED_FROM..=PROTOCOL_VERSION).contains(v))?,
+        };
+        if version < MIN_PROTOCOL_VERSION {
+            return None;
+        }
         let mut words = text.split(' ');
         let step = match words.next()? {
             "-" => None,
@@ -98,7 +130,20 @@ impl Request {
             },
             _ => return None,
         };
-        words.next().is_none().then_some(Self { step, want })
+        words.next().is_none().then_some(Self {
+            version,
+            step,
+            want,
+        })
+    }
+
+    /// The same question in the version before this release's, if it is not in it yet:
+    /// what a slurmd of that version reads (version 1 took no questions).
+    pub(crate) fn one_back(self) -> Option<Self> {
+        (self.version > ONE_BACK_PROTOCOL_VERSION).then_some(Self {
+            version: ONE_BACK_PROTOCOL_VERSION,
+            ..self
+        })
     }
 }
 
@@ -142,9 +187,11 @@ impl Answer {
 /// Why a question got no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unanswered {
-    /// Nobody listens, or the listener dropped the question unanswered (a slurmd of
-    /// before): known at once.
+    /// Nobody listens (a slurmd of version 1, or one starting again): known at once.
     Refused,
+    /// slurmd heard the question and closed without an answer: one of another version
+    /// that cannot read it, or one that has no update yet (before its first sample).
+    Dropped,
     /// No answer within the wait (slurmd starved or hung).
     TimedOut,
 }
@@ -183,10 +230,10 @@ pub(crate) fn ask(socket: &Path, request: Request, wait: Duration) -> Result<Ans
     let mut buf = [0u8; 4096];
     loop {
         match recv(stream.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
-            // slurmd closes once it answered; closed without an answer, it refused
-            Ok(0) => return Answer::decode(&answer).ok_or(Unanswered::Refused),
+            // slurmd closes once it answered; closed without an answer, it dropped it
+            Ok(0) => return Answer::decode(&answer).ok_or(Unanswered::Dropped),
             Ok(n) if answer.len() + n <= MAX_ANSWER => answer.extend_from_slice(&buf[..n]),
-            Ok(_) => return Err(Unanswered::Refused),
+            Ok(_) => return Err(Unanswered::Dropped),
             Err(Errno::EINTR) => {}
             Err(Errno::EAGAIN) => {
                 let left = deadline.saturating_duration_since(Instant::now());
@@ -194,7 +241,7 @@ pub(crate) fn ask(socket: &Path, request: Request, wait: Duration) -> Result<Ans
                     return Err(Unanswered::TimedOut);
                 }
             }
-            Err(_) => return Err(Unanswered::Refused),
+            Err(_) => return Err(Unanswered::Dropped),
         }
     }
 }
@@ -247,7 +294,7 @@ pub(crate) fn question(stream: &UnixStream, slurmd: u32) -> Option<Request> {
 
 /// How long slurmd waits for a connected slurmstepd to say its question.
 const QUESTION_WAIT: Duration = Duration::from_millis(20);
-/// The longest question (`ask 4294967295.4294967295 last 4294967295`, with room).
+/// The longest question (`ask65535 4294967295.4294967295 last 4294967295`, with room).
 const MAX_QUESTION: usize = 128;
 
 /// How long a question waits for an update at most: longer than any asker waits

@@ -186,7 +186,7 @@ impl Pace {
     }
 
     /// The slurmstepd `stepd` made its last read.
-    pub(super) fn last_read(&self, stepd: u32) {
+    pub(crate) fn last_read(&self, stepd: u32) {
         self.lock().last_reads.push(stepd);
     }
 

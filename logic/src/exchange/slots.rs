@@ -5,7 +5,7 @@
 //! their union; see BENCHMARKS.md, "The slots file".)
 //!
 //! The file (`energy-ledger.N.slots`, beside the ledger in SlurmdSpoolDir, root's 0600 like
-//! the ledger, opened only as [`super::open_trusted`] allows) is a header written once, the
+//! the ledger, opened only as [`crate::ledger::open_trusted`] allows) is a header written once, the
 //! node's block (the update's figures that are the node's: its account, its parts, the
 //! split) and a table of slots, each a step's key and account with the update's epoch,
 //! time, split and the node's account. A step's slot is found by its key's hash, probing
@@ -43,8 +43,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::ask::Answer;
-use super::{Account, Ledger, LedgerError, Part, open_trusted, spool_of};
 use crate::attribution::{StepId, StepKey};
+use crate::ledger::{Account, Ledger, LedgerError, Part, open_trusted, spool_of};
 use crate::replace::{Access, replace};
 use crate::trusted_dir::{self, NO_WRITE};
 

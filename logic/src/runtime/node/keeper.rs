@@ -7,11 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::ask::Book;
-use super::doorbell::Pace;
-use super::slots::Table;
-use super::writer::{Publisher, Writer};
-use super::{Ledger, Observation, ObservedJob, ObservedStep, Part, Split, ledger_path};
 use crate::accounting::Accounting;
 use crate::attribution::cgroup::{CgroupTree, usage_ns_at};
 use crate::attribution::grant::Owner;
@@ -21,10 +16,14 @@ use crate::attribution::owner_time::{OwnerSample, OwnerTime};
 use crate::attribution::procs;
 use crate::attribution::steps::{Present, Step, Steps};
 use crate::attribution::{Site, StepId, StepKey};
+use crate::exchange::ask::Book;
+use crate::exchange::doorbell::Pace;
+use crate::exchange::{Publisher, Sink};
+use crate::ledger::{Ledger, Observation, ObservedJob, ObservedStep, Part, Split, ledger_path};
 use crate::source::{DeviceReading, Reading};
 
 /// The ledger is updated at the meter's samples (every second or faster), at most this
-/// often; it is a sample period (about a second) old at most.
+/// often unless a step asks; it is a sample period (about a second) old at most.
 const LEDGER_INTERVAL: Duration = Duration::from_millis(500);
 
 /// slurmd's side: updates and publishes the ledger at the meter's samples.
@@ -42,27 +41,14 @@ pub(crate) struct Keeper {
     /// charged no more, nor their job once its extern step's is made (`Ring::Last`).
     ended: HashSet<StepKey>,
     path: PathBuf,
-    /// When the ledger was last updated, and whether a step asked for a fresh one
-    /// ([`doorbell`]): the next sample updates it as the pace of rings allows, however
-    /// often steps ring.
-    pace: Arc<Pace>,
-    /// What steps' questions are answered from, kept at each update ([`super::ask`]).
-    book: Arc<Book>,
-    /// The slots file, for the steps' periodic polls, written at each update
-    /// ([`super::slots`]), and whether its last write failed (said once per episode).
-    slots: Table,
-    slots_failing: bool,
     /// Whether this keeper updated the ledger yet: one that never did leaves the file as
     /// it was when slurmd stops.
     updated: bool,
-    /// Writes the ledger file at every update ([`super::writer`]). Steps ask slurmd for
-    /// their figures ([`super::ask`]), but the file is what a step reads while slurmd does
-    /// not answer (a step's edge past its wait, a slurmd killed or restarting), what a
-    /// slurmd started again continues from, and what `senergy` reads: written every 5 s
-    /// instead, a slurmd killed mid-job left its jobs up to 5 s of energy short (123 J for
-    /// 631 J in `cluster::a_slurmd_killed_mid_job_loses_nothing...`), and sstat and the BMC
-    /// tests read figures seconds old.
-    writer: Writer,
+    /// How often the ledger is updated at most unless a step asks ([`LEDGER_INTERVAL`];
+    /// the benchmarks update at every sample, which they time).
+    interval: Duration,
+    /// Hands each update to the node's steps, and paces the updates they ask for.
+    publisher: Publisher,
     /// Whether the publisher is told who runs each job ([`Self::owners`]).
     publish_owners: bool,
     /// Who runs each job, learned from Slurm's step records for the publisher.
@@ -132,13 +118,10 @@ impl Keeper {
             steps: Steps::new(spool, None, Path::new(procs::PROC_ROOT)),
             holders: None,
             ended: HashSet::new(),
-            writer: Writer::inline(&path),
+            publisher: Publisher::new(&path),
             path,
-            pace: Arc::default(),
-            book: Arc::default(),
-            slots: Table::new(&ledger_path(spool, context_id)),
-            slots_failing: false,
             updated: false,
+            interval: LEDGER_INTERVAL,
             publish_owners: false,
             owners: HashMap::new(),
             owner_time: OwnerTime::default(),
@@ -152,8 +135,8 @@ impl Keeper {
 
     /// Also hands the ledger to `publish` at each update (the metrics file), with who runs
     /// each job if `owners`.
-    pub(crate) fn publishing(mut self, owners: bool, publish: Publisher) -> Self {
-        self.writer.publishing(publish);
+    pub(crate) fn publishing(mut self, owners: bool, publish: Sink) -> Self {
+        self.publisher.sinking(publish);
         self.publish_owners = owners;
         self
     }
@@ -161,7 +144,7 @@ impl Keeper {
     /// Writes the ledger file in a thread of its own, off slurmd's samples (slurmd's
     /// pipeline; without it each update writes the file before it returns).
     pub(crate) fn writing_off_the_sample(mut self) -> Self {
-        self.writer.off_the_sample();
+        self.publisher.off_the_sample();
         self
     }
 
@@ -177,20 +160,20 @@ impl Keeper {
 
     /// Told by the doorbell that a step asks for a fresh ledger; paces the updates.
     pub(crate) fn pace(&self) -> Arc<Pace> {
-        Arc::clone(&self.pace)
+        Arc::clone(self.publisher.pace())
     }
 
     /// What steps' questions are answered from.
     pub(crate) fn book(&self) -> Arc<Book> {
-        Arc::clone(&self.book)
+        Arc::clone(self.publisher.book())
     }
 
     /// Takes the node's energy at a sample of its meter (`accounting`, of `reading`), and
     /// its devices'. Returns whether a step's ask still waits for a reading taken after it:
-    /// the sampler then samples again within [`super::doorbell::RESAMPLE`].
+    /// the sampler then samples again within [`crate::exchange::doorbell::RESAMPLE`].
     pub(crate) fn on_sample(&mut self, accounting: &Accounting, reading: &Reading) -> bool {
         self.take_sample(accounting, reading);
-        self.pace.awaits_newer_reading(Instant::now())
+        self.publisher.pace().awaits_newer_reading(Instant::now())
     }
 
     fn take_sample(&mut self, accounting: &Accounting, reading: &Reading) {
@@ -199,7 +182,7 @@ impl Keeper {
             return;
         };
         let devices = &reading.devices[..];
-        if !self.pace.take(now, point.at, LEDGER_INTERVAL) {
+        if !self.publisher.pace().take(now, point.at, self.interval) {
             return;
         }
         // in every mode: node mode charges each job the node's energy since it began
@@ -235,7 +218,7 @@ impl Keeper {
         };
         Arc::make_mut(&mut self.ledger).update(&observation, self.split);
         // charged up to this update, which answers their last read
-        let last_reads = self.pace.take_last_reads();
+        let last_reads = self.publisher.pace().take_last_reads();
         if !last_reads.is_empty() {
             self.ended.extend(self.steps.run_by(&last_reads));
         }
@@ -245,18 +228,8 @@ impl Keeper {
             self.owners.retain(|job, _| kept.contains(job));
             self.owners.clone()
         });
-        self.writer.write(&self.ledger, owners);
+        self.publisher.publish(&self.ledger, owners, point.at);
         self.updated = true;
-        // the questions asked before this sample's reading are answered by it
-        self.book.update(&self.ledger, point.at);
-        match self.slots.write(&self.ledger) {
-            Ok(()) => self.slots_failing = false,
-            Err(e) if !self.slots_failing => {
-                log::error!("{e}; steps ask slurmd for their figures at every poll");
-                self.slots_failing = true;
-            }
-            Err(_) => {}
-        }
     }
 
     /// The present jobs and steps with their counters and the devices they hold, the
@@ -394,7 +367,7 @@ impl Drop for Keeper {
     /// slurmd stops: the file is what it continues from when it starts again.
     fn drop(&mut self) {
         if self.updated {
-            self.writer.finish(&self.ledger);
+            self.publisher.finish(&self.ledger);
         }
     }
 }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::ledger::doorbell::{Doorbell, doorbell_path};
+use crate::exchange::doorbell::{Doorbell, doorbell_path};
 use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -39,8 +39,14 @@ fn a_question_says_the_same_at_both_ends() {
         Want::Last { stepd: u32::MAX },
     ] {
         for step in [None, batch(7), batch(u32::MAX)] {
-            let request = Request { step, want };
+            let request = Request::new(step, want);
             assert_eq!(Request::decode(request.encode().as_bytes()), Some(request));
+            // as a slurmstepd of the version before asks: read, and told apart
+            let before = request.one_back().expect("a version before");
+            assert_eq!(before.version, 2);
+            assert!(before.encode().starts_with("ask "), "{}", before.encode());
+            assert_eq!(Request::decode(before.encode().as_bytes()), Some(before));
+            assert_eq!(before.one_back(), None, "version 1 took no questions");
         }
     }
     // rings of before, and garbage, are no questions
@@ -55,6 +61,12 @@ fn a_question_says_the_same_at_both_ends() {
         b"ask 7.1 last -1",
         b"ask 7.1 fresh more",
         b"ask - stale",
+        // versions outside the window: refused, never guessed at
+        b"ask4 7.1 fresh",
+        b"ask1 7.1 fresh",
+        b"ask2 7.1 fresh",
+        b"askx 7.1 fresh",
+        b"ask3",
         b"\xff\xfe",
         b"",
     ] {
@@ -76,7 +88,7 @@ fn a_question_is_answered_for_the_asking_step_only() {
     let answer = |step| {
         let (mine, theirs) = UnixStream::pair().expect("pair");
         let want = Want::Current;
-        book.take(Request { step, want }, theirs, Instant::now());
+        book.take(Request::new(step, want), theirs, Instant::now());
         let mut bytes = Vec::new();
         (&mine).read_to_end(&mut bytes).expect("answer");
         bytes
@@ -113,14 +125,7 @@ fn a_fresh_question_is_answered_by_the_next_update_only() {
     let book = Book::default();
     let (mine, theirs) = UnixStream::pair().expect("pair");
     let step = batch(7);
-    book.take(
-        Request {
-            step,
-            want: Want::Current,
-        },
-        theirs,
-        Instant::now(),
-    );
+    book.take(Request::new(step, Want::Current), theirs, Instant::now());
     let mut bytes = Vec::new();
     (&mine).read_to_end(&mut bytes).expect("closed");
     assert!(bytes.is_empty(), "refused before the first update");
@@ -128,14 +133,7 @@ fn a_fresh_question_is_answered_by_the_next_update_only() {
     let before = Instant::now();
     let (mine, theirs) = UnixStream::pair().expect("pair");
     let asked = Instant::now();
-    book.take(
-        Request {
-            step,
-            want: Want::Last { stepd: 40 },
-        },
-        theirs,
-        asked,
-    );
+    book.take(Request::new(step, Want::Last { stepd: 40 }), theirs, asked);
     assert_eq!(book.waiting(), 1);
     book.update(&two_jobs(10.0), before);
     assert_eq!(book.waiting(), 1, "a reading taken before the question");
@@ -156,7 +154,7 @@ fn a_step_asks_slurmd_and_is_answered_on_the_doorbell() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let ledger = tmp.path().join("energy-ledger.0.json");
     let (pace, book) = (
-        Arc::new(super::super::doorbell::Pace::default()),
+        Arc::new(crate::exchange::doorbell::Pace::default()),
         Arc::new(Book::default()),
     );
     let samples = Arc::new(AtomicU32::new(0));
@@ -174,15 +172,7 @@ fn a_step_asks_slurmd_and_is_answered_on_the_doorbell() {
     book.update(&two_jobs(10.0), Instant::now());
     let socket = ask_path(&ledger);
     let wait = Duration::from_secs(2);
-    let current = ask(
-        &socket,
-        Request {
-            step: batch(7),
-            want: Want::Current,
-        },
-        wait,
-    )
-    .expect("answered");
+    let current = ask(&socket, Request::new(batch(7), Want::Current), wait).expect("answered");
     assert_eq!(current.sampled_at, 10.0);
     assert_eq!(current.step.map(|a| a.joules), Some(111.0));
     assert_eq!(
@@ -191,21 +181,10 @@ fn a_step_asks_slurmd_and_is_answered_on_the_doorbell() {
         "no sample for a current figure"
     );
     assert!(!ledger.exists(), "no file read or written");
-    let fresh = ask(
-        &socket,
-        Request {
-            step: batch(7),
-            want: Want::Fresh,
-        },
-        wait,
-    )
-    .expect("answered");
+    let fresh = ask(&socket, Request::new(batch(7), Want::Fresh), wait).expect("answered");
     assert_eq!(samples.load(Ordering::SeqCst), 1);
     assert_eq!(fresh.sampled_at, 20.0);
-    let last = Request {
-        step: batch(8),
-        want: Want::Last { stepd: 4242 },
-    };
+    let last = Request::new(batch(8), Want::Last { stepd: 4242 });
     let last = ask(&socket, last, wait).expect("answered");
     assert_eq!(last.step.map(|a| a.joules), Some(2_229.0));
     assert_eq!(pace.take_last_reads(), vec![4242]);
@@ -227,20 +206,14 @@ fn a_question_slurmd_does_not_answer_costs_the_wait_at_most() {
     let socket = ask_path(&ledger);
     let wait = Duration::from_millis(200);
     let t0 = Instant::now();
-    let fresh = Request {
-        step: batch(7),
-        want: Want::Fresh,
-    };
+    let fresh = Request::new(batch(7), Want::Fresh);
     assert_eq!(ask(&socket, fresh, wait), Err(Unanswered::TimedOut));
     let took = t0.elapsed();
     assert!(took >= wait && took < wait * 3, "{took:?}");
-    // before its first update slurmd has nothing to answer at once: refused, not waited
+    // before its first update slurmd has nothing to answer at once: dropped, not waited
     let t0 = Instant::now();
-    let current = Request {
-        step: batch(7),
-        want: Want::Current,
-    };
-    assert_eq!(ask(&socket, current, wait), Err(Unanswered::Refused));
+    let current = Request::new(batch(7), Want::Current);
+    assert_eq!(ask(&socket, current, wait), Err(Unanswered::Dropped));
     assert!(t0.elapsed() < wait, "{:?}", t0.elapsed());
     let t0 = Instant::now();
     let nobody = tmp.path().join("nobody");
@@ -254,10 +227,7 @@ fn a_question_slurmd_does_not_answer_costs_the_wait_at_most() {
 fn a_waiting_question_is_dropped_once_nobody_waits_for_it() {
     let book = Book::default();
     let t0 = Instant::now();
-    let fresh = Request {
-        step: batch(7),
-        want: Want::Fresh,
-    };
+    let fresh = Request::new(batch(7), Want::Fresh);
     let mut askers = Vec::new();
     for k in 0..3u64 {
         let (mine, theirs) = UnixStream::pair().expect("pair");

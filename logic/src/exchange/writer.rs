@@ -1,7 +1,7 @@
-//! The ledger file and the metrics file written off slurmd's sample: the keeper hands each
-//! update's ledger to a thread of its own, which replaces the ledger file (a temporary file
+//! The ledger file and the metrics file written off slurmd's sample: the publisher hands
+//! each update's ledger to a thread of its own, which replaces the ledger file (a temporary file
 //! written and renamed: a file system's work, hundreds of microseconds on a busy disk, that
-//! no sample waits for) and hands it to the publisher (the Prometheus file, where set:
+//! no sample waits for) and hands it to the sink (the Prometheus file, where set:
 //! rendered and replaced, 0.4 ms at one job and 4 ms at 256 when the sample did it). Only
 //! the latest update waits: one the thread has not reached yet is replaced by the next.
 
@@ -9,20 +9,20 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::Ledger;
 use crate::attribution::grant::Owner;
+use crate::ledger::Ledger;
 use crate::scheduler::worker::Worker;
 
 /// What is told the ledger at each update, and who runs each job when asked for (the
 /// metrics file's writer).
-pub(super) type Publisher = Box<dyn FnMut(&Ledger, Option<&HashMap<u32, Owner>>) + Send>;
+pub(crate) type Sink = Box<dyn FnMut(&Ledger, Option<&HashMap<u32, Owner>>) + Send>;
 
 /// Where the file goes, and what its thread has to write.
 struct Shared {
     path: PathBuf,
     state: Mutex<State>,
     /// Locked by the writing thread only: the keeper never waits for a render.
-    publish: Mutex<Option<Publisher>>,
+    publish: Mutex<Option<Sink>>,
 }
 
 #[derive(Default)]
@@ -37,7 +37,7 @@ struct State {
 struct Update {
     /// The keeper's, dropped once written: the keeper copies it only while this holds it.
     ledger: Arc<Ledger>,
-    /// Who runs each job, for a publisher that shows owners.
+    /// Who runs each job, for a sink that shows owners.
     owners: Option<HashMap<u32, Owner>>,
 }
 
@@ -63,8 +63,8 @@ impl Writer {
     }
 
     /// Also hands each update to `publish`, after the file.
-    pub(super) fn publishing(&mut self, publish: Publisher) {
-        *self.shared.publisher() = Some(publish);
+    pub(super) fn publishing(&mut self, publish: Sink) {
+        *self.shared.sink() = Some(publish);
     }
 
     /// Writes in a thread of its own from now on; where it cannot start (said), in the
@@ -81,7 +81,7 @@ impl Writer {
         }
     }
 
-    /// Has `ledger` written and published (with `owners`, for a publisher that shows
+    /// Has `ledger` written and published (with `owners`, for a sink that shows
     /// them): at once in the caller's thread, else by the thread, which this wakes. An
     /// update not reached yet is replaced by this one.
     pub(super) fn write(&mut self, ledger: &Arc<Ledger>, owners: Option<HashMap<u32, Owner>>) {
@@ -113,7 +113,7 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn publisher(&self) -> MutexGuard<'_, Option<Publisher>> {
+    fn sink(&self) -> MutexGuard<'_, Option<Sink>> {
         self.publish.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -124,7 +124,7 @@ impl Shared {
             return;
         };
         self.store(&update.ledger);
-        if let Some(publish) = self.publisher().as_mut() {
+        if let Some(publish) = self.sink().as_mut() {
             publish(&update.ledger, update.owners.as_ref());
         }
     }
@@ -159,10 +159,12 @@ mod tests {
     }
 
     fn ledger_at(at: f64) -> Arc<Ledger> {
-        Arc::new(Ledger {
-            sampled_at: at,
-            ..Ledger::default()
-        })
+        let account = serde_json::json!({"joules": 0.0, "watts": 0.0, "since": 0.0});
+        let text = serde_json::json!({
+            "version": crate::ledger::VERSION, "epoch": 1, "sampled_at": at,
+            "node": account, "parts": [], "jobs": [],
+        });
+        Arc::new(Ledger::parse(text.to_string().as_bytes()).expect("a ledger"))
     }
 
     /// The thread writes each update handed to it; slurmd's stop writes the last in the
@@ -187,7 +189,7 @@ mod tests {
         assert_eq!(sampled_at(&path), Some(13.0), "written as slurmd stops");
     }
 
-    /// The publisher is handed each update with its owners, in the writer's thread, and
+    /// The sink is handed each update with its owners, in the writer's thread, and
     /// an update only published leaves the file as it was.
     #[test]
     fn each_update_is_published_in_the_writers_thread() {

@@ -1,23 +1,18 @@
-//! slurmstepd's side of the ledger: its step's figure, read from slurmd's file.
+//! slurmstepd's figure of its step, from what slurmd's ledger says of it
+//! ([`crate::exchange::Client`]).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use super::ask::{self, Answer, Request, Unanswered, Want};
-use super::doorbell::{self, ANSWER_WAIT, Ring};
-use super::slots::{self, Slot};
-use super::{LEDGER_PERIOD, Ledger, LedgerError, MAX_GAP, RUN_SLACK, unix};
 use crate::accounting::MAX_PARTS;
 use crate::attribution::procs::Procs;
 use crate::attribution::{StepId, StepKey, own_step, present_steps};
+use crate::exchange::ask::{Answer, Want};
+use crate::exchange::{Client, Fetched};
+use crate::ledger::{LEDGER_PERIOD, MAX_GAP, RUN_SLACK, unix};
 use crate::source::{PartReading, Reading, stale_after};
-
-/// How long a read at one of Slurm's periodic polls waits for slurmd's answer, which it
-/// gives from memory at once: longer only while its doorbell's thread is busy (or slurmd
-/// hangs, when the step reads the file).
-const CURRENT_WAIT: Duration = Duration::from_millis(100);
 
 /// slurmstepd's side: its step's figure from slurmd's ledger, asked of slurmd at each of
 /// Slurm's calls (no source, no sampler: slurmd's meter measured it).
@@ -30,7 +25,8 @@ const CURRENT_WAIT: Duration = Duration::from_millis(100);
 /// it), the step keeps the figure it had, says so once, and goes on from the new ledger's
 /// start with the time between estimated at its last power: never a bogus figure.
 pub(crate) struct StepFigure {
-    path: PathBuf,
+    /// slurmd, asked at each read.
+    client: Client,
     /// This process: its title names its step, its tasks' end is the step's last edge.
     procs: Procs,
     pid: u32,
@@ -64,11 +60,6 @@ pub(crate) struct StepFigure {
     trouble: Option<String>,
     /// In node mode, the node's parts as the ledger last gave them, for the profile.
     parts: Vec<PartReading>,
-    /// Whether slurmd answered its last read (else it read the file).
-    answered: bool,
-    /// slurmd's slots file, held open once found ([`slots`]): Slurm's periodic polls read
-    /// their figure there.
-    slots: Option<slots::Reader>,
 }
 
 /// A part's label as a reading carries it (`&'static`, as a source's own): each distinct
@@ -128,7 +119,7 @@ impl StepFigure {
     /// step's share, else the node's energy since the step began.
     pub(crate) fn from_path(ledger: &Path, procs: &Procs, pid: u32, shared: bool) -> Self {
         Self {
-            path: ledger.to_path_buf(),
+            client: Client::new(ledger),
             procs: procs.clone(),
             pid,
             shared,
@@ -144,8 +135,6 @@ impl StepFigure {
             carried_uj: 0,
             trouble: None,
             parts: Vec::new(),
-            answered: false,
-            slots: None,
         }
     }
 
@@ -180,7 +169,7 @@ impl StepFigure {
         else {
             return false;
         };
-        let Some(spool) = self.path.parent() else {
+        let Some(spool) = self.client.ledger().parent() else {
             return false;
         };
         let siblings = present_steps(spool)
@@ -282,7 +271,7 @@ impl StepFigure {
             }
             return Err(format!(
                 "the energy ledger {} is {age:.0} s old (slurmd is not sampling)",
-                self.path.display()
+                self.client.ledger().display()
             ));
         }
         match self.counted {
@@ -364,82 +353,6 @@ impl Counted {
 }
 
 impl StepFigure {
-    /// The step's figures as fresh as `want` says, and whether slurmd left a question for a
-    /// fresh one unanswered. Asked of slurmd ([`ask`]); where it does not listen (a slurmd
-    /// starting again, or one of before) the step rings and reads the ledger file as before
-    /// the questions, waiting no longer than [`ANSWER_WAIT`] in all.
-    fn figures(
-        &mut self,
-        key: Option<StepKey>,
-        want: Want,
-        called: f64,
-    ) -> (Result<Option<Answer>, LedgerError>, bool) {
-        if want == Want::Current
-            && let Some(answer) = self.read_slot(key, called)
-        {
-            self.answered = true;
-            return (Ok(Some(answer)), false);
-        }
-        let wait = if want.waits() {
-            ANSWER_WAIT
-        } else {
-            CURRENT_WAIT
-        };
-        let request = Request { step: key, want };
-        let from_file = |path: &Path| {
-            Ledger::load(path).map(|l| l.map(|ledger| Answer::from_ledger(&ledger, key)))
-        };
-        let asked = ask::ask(&ask::ask_path(&self.path), request, wait);
-        self.answered = asked.is_ok();
-        match asked {
-            Ok(answer) => (Ok(Some(answer)), false),
-            // slurmd listens but is late: the wait is spent, the file is as good as it gets
-            Err(Unanswered::TimedOut) => (from_file(&self.path), want.waits()),
-            Err(Unanswered::Refused) => {
-                let doorbell = doorbell::doorbell_path(&self.path);
-                let unanswered = match want {
-                    Want::Current => false,
-                    Want::Refresh => {
-                        doorbell::ring_without_waiting(&doorbell);
-                        !doorbell::written_within(&self.path, LEDGER_PERIOD)
-                    }
-                    Want::Fresh => {
-                        !doorbell::freshen(&doorbell, &self.path, Ring::Fresh).is_fresh()
-                    }
-                    Want::Last { stepd } => {
-                        !doorbell::freshen(&doorbell, &self.path, Ring::Last { stepd }).is_fresh()
-                    }
-                };
-                (from_file(&self.path), unanswered)
-            }
-        }
-    }
-}
-
-impl StepFigure {
-    /// Its figures as of slurmd's last update, from its slot ([`slots`]): `None` where
-    /// slurmd writes no slots, the step has none, its slot is stale (slurmd stopped, or
-    /// another began a file of its own) or torn at every try, when it asks slurmd. A file
-    /// gone or stale is opened again at the next read.
-    fn read_slot(&mut self, key: Option<StepKey>, called: f64) -> Option<Answer> {
-        if self.slots.is_none() {
-            self.slots = slots::Reader::open(&self.path);
-        }
-        let read = self.slots.as_ref()?.read(key);
-        match read {
-            Slot::Found(answer)
-                if called - answer.sampled_at <= stale_after(LEDGER_PERIOD).as_secs_f64() =>
-            {
-                Some(answer)
-            }
-            Slot::Found(_) | Slot::Gone => {
-                self.slots = None;
-                None
-            }
-            Slot::Missing | Slot::Torn => None,
-        }
-    }
-
     /// What it reads, in one line.
     pub(crate) fn describe(&self) -> String {
         let what = if self.shared {
@@ -447,7 +360,10 @@ impl StepFigure {
         } else {
             "the node's energy since this step began"
         };
-        format!("{what}, from slurmd's ledger {}", self.path.display())
+        format!(
+            "{what}, from slurmd's ledger {}",
+            self.client.ledger().display()
+        )
     }
 
     /// The step's figure now, asked of slurmd at each of Slurm's calls (no thread, no
@@ -494,12 +410,9 @@ impl StepFigure {
             Some(_) => {
                 // slurmd's last update is older than a figure is brought forward: as its
                 // last answer said, or by the file's time where the step reads the file
-                let late = if self.answered {
-                    self.counted
-                        .is_none_or(|c| called - c.sampled_at > LEDGER_PERIOD.as_secs_f64())
-                } else {
-                    !doorbell::written_within(&self.path, LEDGER_PERIOD)
-                };
+                let late =
+                    self.client
+                        .late(self.counted.map(|c| c.sampled_at), called, LEDGER_PERIOD);
                 (
                     !periodic && !tasks,
                     !periodic && tasks && (!self.bring_forward || late),
@@ -513,7 +426,10 @@ impl StepFigure {
             (false, _, true) => Want::Refresh,
             (false, _, false) => Want::Current,
         };
-        let (loaded, unanswered) = self.figures(key, want, called);
+        let Fetched {
+            answer: loaded,
+            unanswered,
+        } = self.client.figure(key, want, called);
         self.said_last |= edge && last;
         let counted = match loaded {
             Ok(Some(view)) => {
@@ -542,7 +458,7 @@ impl StepFigure {
             Ok(None) => Err(format!(
                 "there is no energy ledger {} (slurmd does not run this plugin, or cannot \
                  write its spool dir)",
-                self.path.display()
+                self.client.ledger().display()
             )),
             Err(e) => Err(e.to_string()),
         };

@@ -3,12 +3,12 @@ use crate::accounting::Accounting;
 use crate::attribution::procs::Procs;
 use crate::attribution::steps::tests::Node;
 use crate::attribution::{Attribution, Mode, cgroup, grant};
-use crate::ledger::StepFigure;
+use crate::runtime::step::StepFigure;
 use std::fs;
 use std::time::SystemTime;
 
 /// A benchmark's sample `k`: the node at 300 W, a second after sample `k - 1`, told the
-/// keeper as an update (its pace cleared, as a step's question would).
+/// keeper as an update (the benchmark's keeper updates at every sample).
 fn node_sample(
     keeper: &mut Keeper,
     accounting: &mut Accounting,
@@ -22,7 +22,7 @@ fn node_sample(
         ..Reading::default()
     };
     accounting.record(&reading, t0 + at, w0 + at);
-    keeper.pace = Arc::default();
+    keeper.interval = Duration::ZERO;
     keeper.on_sample(accounting, &Reading::default());
 }
 
@@ -89,9 +89,9 @@ fn attribution_cost_per_sample() {
         let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         let cpu_us =
             (crate::ledger::tests::thread_cpu() - cpu).as_secs_f64() * 1e6 / f64::from(rounds);
-        // the same with no file written at all, by any thread (above, the writer's thread
-        // shares the machine's cores with the sample): its place is a directory others may
-        // write, where the write is refused at once (a `stat`)
+        // the same with no file written at all (ledger, slots), by any thread (above, the
+        // writer's thread shares the machine's cores with the sample): their place is a
+        // directory others may write, where a write is refused at once (a `stat`)
         let untrusted = tmp.path().join("untrusted");
         fs::create_dir(&untrusted).expect("dir");
         fs::set_permissions(
@@ -99,8 +99,8 @@ fn attribution_cost_per_sample() {
             std::os::unix::fs::PermissionsExt::from_mode(0o777),
         )
         .expect("chmod");
-        let untrusted = super::Writer::inline(&untrusted.join("ledger.json"));
-        let writer = std::mem::replace(&mut keeper.writer, untrusted);
+        let untrusted = Publisher::new(&untrusted.join("ledger.json"));
+        let publisher = std::mem::replace(&mut keeper.publisher, untrusted);
         let (started, cpu) = (Instant::now(), crate::ledger::tests::thread_cpu());
         for k in rounds + 1..=2 * rounds {
             node_sample(&mut keeper, &mut accounting, (t0, w0), k);
@@ -108,7 +108,7 @@ fn attribution_cost_per_sample() {
         let unstored = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
         let unstored_cpu =
             (crate::ledger::tests::thread_cpu() - cpu).as_secs_f64() * 1e6 / f64::from(rounds);
-        keeper.writer = writer;
+        keeper.publisher = publisher;
         // the part of it that finds the jobs and reads their cgroups
         let started = Instant::now();
         for _ in 0..rounds {
@@ -220,7 +220,7 @@ fn gpu_attribution_cost_per_sample() {
                 ..Reading::default()
             };
             accounting.record(&reading, t0 + at, w0 + at);
-            keeper.pace = Arc::default();
+            keeper.interval = Duration::ZERO;
             keeper.on_sample(&accounting, &Reading { devices, ..reading });
         }
         let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
@@ -304,7 +304,7 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     let later = |s| (t0 + Duration::from_secs(s), w0 + Duration::from_secs(s));
     let (t, w) = later(2);
     accounting.record(&reading(200_000_000), t, w);
-    keeper.pace = Arc::default();
+    keeper.interval = Duration::ZERO;
     // the file is written at every update: this step reads it (no doorbell)
     keeper.on_sample(&accounting, &Reading::default());
     let first = share.read();
@@ -330,7 +330,7 @@ fn a_step_reads_its_share_extrapolated_and_never_less() {
     // the published one again, not what was brought forward at the old power
     let (t, w) = later(3);
     accounting.record(&reading(200_000_000), t, w);
-    keeper.pace = Arc::default();
+    keeper.interval = Duration::ZERO;
     keeper.on_sample(&accounting, &Reading::default());
     let after_fall = share.read();
     assert_eq!(after_fall.watts, Some(0.0));
@@ -369,9 +369,9 @@ fn a_step_is_charged_up_to_its_last_read_and_its_job_no_more_after_its_extern_st
             ..Reading::default()
         };
         accounting.record(&reading, t, w);
-        keeper.pace = Arc::default();
+        keeper.interval = Duration::ZERO;
         if let Some(pid) = last_read {
-            keeper.pace.last_read(pid);
+            keeper.pace().last_read(pid);
         }
         keeper.on_sample(&accounting, &Reading::default());
         let joules = |job, step| keeper.ledger.step(job, step).map(|a| a.joules.round());
@@ -439,7 +439,7 @@ fn the_ledger_file_and_the_slots_are_written_at_each_update_and_at_the_end() {
         };
         accounting.record(&reading, t0 + at, w0 + at);
         // each sample updates (the pace counts real time; these are a second apart)
-        keeper.pace = Arc::default();
+        keeper.interval = Duration::ZERO;
         keeper.on_sample(&accounting, &Reading::default());
     };
     // to the unix time's last bit (2.4e-7 s in 2026): the sample's wall time goes through the
@@ -451,18 +451,15 @@ fn the_ledger_file_and_the_slots_are_written_at_each_update_and_at_the_end() {
     }
     let book = keeper.book();
     let (mine, theirs) = std::os::unix::net::UnixStream::pair().expect("pair");
-    let current = crate::ledger::ask::Request {
-        step: None,
-        want: crate::ledger::ask::Want::Current,
-    };
+    let current = crate::exchange::ask::Request::new(None, crate::exchange::ask::Want::Current);
     book.take(current, theirs, Instant::now());
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut &mine, &mut bytes).expect("answer");
-    let answer = crate::ledger::ask::Answer::decode(&bytes).expect("an answer");
+    let answer = crate::exchange::ask::Answer::decode(&bytes).expect("an answer");
     assert!((answer.sampled_at - crate::ledger::unix(w0) - 3.0).abs() < 1e-3);
     // the slots, which Slurm's periodic polls read, hold the same update's figures
-    let slots = crate::ledger::slots::Reader::open(&path).expect("the slots");
-    let crate::ledger::slots::Slot::Found(slotted) = slots.read(None) else {
+    let slots = crate::exchange::slots::Reader::open(&path).expect("the slots");
+    let crate::exchange::slots::Slot::Found(slotted) = slots.read(None) else {
         panic!("the node's figures in the slots");
     };
     assert_eq!(slotted, answer);
