@@ -3,6 +3,7 @@ use crate::attribution::procs;
 use crate::exchange::doorbell::ANSWER_WAIT;
 use crate::exchange::{ask, doorbell, slots};
 use crate::ledger::{self, Ledger};
+use crate::source::PartReading;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -172,65 +173,6 @@ fn a_step_rings_at_its_edges_not_at_slurms_periodic_polls() {
         "stacked: a periodic poll does not",
     );
     read_from(&mut stacked, "slurmstepd", 4, "stacked: sstat's read does");
-}
-
-/// A figure is brought forward from the ledger's sample to the call at the power it
-/// published, unless energy plugins are stacked: Slurm then adds up each plugin's
-/// answers, and what was brought forward at a power that fell would stay counted.
-#[test]
-fn a_stacked_step_takes_the_ledgers_figure_as_it_is() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let path = tmp.path().join("energy-ledger.0.json");
-    let procs = Procs::from_path(tmp.path());
-    let load = || {
-        let ledger = Ledger::load(&path).expect("ledger").expect("a ledger");
-        Answer::from_ledger(&ledger, None)
-    };
-    let t = 1_000_000.0;
-    let mut alone = StepFigure::from_path(&path, &procs, 1, false);
-    let mut stacked = StepFigure::from_path(&path, &procs, 1, false).stacked();
-    publish(&path, t - 100.0, t, 1000.0, 0.0);
-    for step in [&mut alone, &mut stacked] {
-        assert_eq!(step.count(&load(), t), Ok(0.0));
-    }
-    // sampled at 200 W, read half a second later
-    publish(&path, t - 100.0, t + 1.0, 1200.0, 200.0);
-    assert_eq!(alone.count(&load(), t + 1.5), Ok(200.0));
-    assert_eq!(stacked.count(&load(), t + 1.5), Ok(200.0));
-    assert_eq!(alone.total_uj(), 300_000_000);
-    assert_eq!(stacked.total_uj(), 200_000_000);
-}
-
-/// A step that ends after slurmd died takes slurmd's last sample as it is (not brought
-/// forward at the last power) when that came after the step's last read, and keeps its
-/// figure when it did not.
-#[test]
-fn a_step_ending_after_slurmd_died_takes_its_last_sample() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let path = tmp.path().join("energy-ledger.0.json");
-    let mut step = StepFigure::from_path(&path, &Procs::from_path(tmp.path()), 1, false);
-    let load = || {
-        let ledger = Ledger::load(&path).expect("ledger").expect("a ledger");
-        Answer::from_ledger(&ledger, None)
-    };
-    let t = 1_000_000.0;
-    publish(&path, t - 100.0, t, 1000.0, 300.0);
-    assert_eq!(step.count(&load(), t), Ok(300.0));
-    publish(&path, t - 100.0, t + 0.5, 1150.0, 300.0);
-    assert_eq!(step.count(&load(), t + 0.5), Ok(300.0));
-    assert_eq!(step.total_uj(), 150_000_000);
-    // slurmd's last sample, 0.4 s after the step's last read; slurmd died then
-    publish(&path, t - 100.0, t + 0.9, 1270.0, 300.0);
-    assert!(step.count(&load(), t + 20.0).is_err(), "stale");
-    assert_eq!(
-        step.total_uj(),
-        270_000_000,
-        "its last sample, not 19 s more at 300 W"
-    );
-    // an older sample (a ledger restored from elsewhere) changes nothing
-    publish(&path, t - 100.0, t + 0.2, 5000.0, 300.0);
-    assert!(step.count(&load(), t + 30.0).is_err(), "stale");
-    assert_eq!(step.total_uj(), 270_000_000);
 }
 
 /// In node mode a step's figure is the node's energy since its first reading, brought
