@@ -12,15 +12,8 @@ use std::collections::HashMap;
 
 use crate::attribution::{self, job_record::StepRecordConfig};
 use crate::config::{ConfigError, KeyValues};
-use crate::family;
-use crate::gpu::GpuConfig;
-use crate::hwmon::HwmonConfig;
-use crate::ipmi::IpmiConfig;
+use crate::family::{self, PluginKind};
 use crate::metrics::MetricsConfig;
-use crate::pm_counters::PmCountersConfig;
-use crate::rapl::RaplConfig;
-use crate::redfish::RedfishConfig;
-use crate::variorum::VariorumConfig;
 
 /// The keys Slurm's own acct_gather plugins register (energy ipmi and xcc, profile hdf5
 /// and influxdb, interconnect ofed and sysfs; read in Slurm 23.02.7 and 26.05.3): a file
@@ -91,60 +84,20 @@ struct Group {
     reference: fn() -> Vec<crate::config::KeyDoc>,
 }
 
-fn groups() -> [Group; 10] {
+/// The groups: each plugin's, as the family declares it, then the runtime's every plugin
+/// reads.
+fn groups() -> Vec<Group> {
     fn ok<T>(r: Result<T, ConfigError>) -> Result<(), ConfigError> {
         r.map(|_| ())
     }
-    [
-        Group {
-            name: "rust_rapl",
-            keys: RaplConfig::KEYS,
-            parse: |v| ok(RaplConfig::parse(v)),
-            #[cfg(test)]
-            reference: RaplConfig::reference,
-        },
-        Group {
-            name: "rust_ipmi",
-            keys: IpmiConfig::KEYS,
-            parse: |v| ok(IpmiConfig::parse(v)),
-            #[cfg(test)]
-            reference: IpmiConfig::reference,
-        },
-        Group {
-            name: "rust_variorum",
-            keys: VariorumConfig::KEYS,
-            parse: |v| ok(VariorumConfig::parse(v)),
-            #[cfg(test)]
-            reference: VariorumConfig::reference,
-        },
-        Group {
-            name: "rust_gpu",
-            keys: GpuConfig::KEYS,
-            parse: |v| ok(GpuConfig::parse(v)),
-            #[cfg(test)]
-            reference: GpuConfig::reference,
-        },
-        Group {
-            name: "rust_pm_counters",
-            keys: PmCountersConfig::KEYS,
-            parse: |v| ok(PmCountersConfig::parse(v)),
-            #[cfg(test)]
-            reference: PmCountersConfig::reference,
-        },
-        Group {
-            name: "rust_redfish",
-            keys: RedfishConfig::KEYS,
-            parse: |v| ok(RedfishConfig::parse(v)),
-            #[cfg(test)]
-            reference: RedfishConfig::reference,
-        },
-        Group {
-            name: "rust_hwmon",
-            keys: HwmonConfig::KEYS,
-            parse: |v| ok(HwmonConfig::parse(v)),
-            #[cfg(test)]
-            reference: HwmonConfig::reference,
-        },
+    let plugins = family::PLUGINS.iter().map(|entry| Group {
+        name: entry.name,
+        keys: entry.parsed,
+        parse: entry.parse,
+        #[cfg(test)]
+        reference: entry.reference,
+    });
+    let runtime = [
         Group {
             name: "",
             keys: attribution::KEYS,
@@ -166,7 +119,8 @@ fn groups() -> [Group; 10] {
             #[cfg(test)]
             reference: MetricsConfig::reference,
         },
-    ]
+    ];
+    plugins.chain(runtime).collect()
 }
 
 /// The file's `Key=Value` lines as Slurm's parser reads them (`#` starts a comment, keys
@@ -369,8 +323,8 @@ pub fn check_slurm_conf(conf: &str, shared: bool) -> (Vec<&'static str>, Vec<Fin
     let mut named = Vec::new();
     for plugin in value("AcctGatherEnergyType").split(',').map(str::trim) {
         let kind = plugin.strip_prefix("acct_gather_energy/").unwrap_or(plugin);
-        match family::PLUGINS.iter().find(|(name, _)| *name == kind) {
-            Some((name, _)) => named.push(*name),
+        match PluginKind::ALL.iter().find(|member| member.name() == kind) {
+            Some(member) => named.push(member.name()),
             None if kind.starts_with("rust_") => say(
                 Severity::Error,
                 format!("AcctGatherEnergyType names {plugin}, which is none of this family's"),

@@ -71,6 +71,7 @@ pub use attribution::job_record::{JobRecord, LoadJob};
 pub use attribution::{Site, StepId, StepKey, cgroup_mountpoint, own_step, spool_for_node};
 pub use config::KeyValues;
 pub use family::keys as family_keys;
+pub use family::{FamilyMember, PluginKind};
 pub use guard::guard;
 pub use metrics::PrivateData;
 pub use plugin::{Opened, Plugin};

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use slurm_energy_logic::hostlist;
+use slurm_energy_logic::{PluginKind, hostlist};
 
 use crate::record::JobRow;
 
@@ -44,28 +44,22 @@ impl Setup {
     }
 
     fn has_gpu(&self) -> bool {
-        self.short().any(|p| p == "rust_gpu")
+        self.short()
+            .any(|p| PluginKind::named(p) == Some(PluginKind::Gpu))
     }
 
     /// A source of the node's CPU side or the whole node (not only its GPUs).
     fn has_node_meter(&self) -> bool {
-        self.short().any(|p| p != "rust_gpu" && p != "none")
+        self.short()
+            .any(|p| PluginKind::named(p) != Some(PluginKind::Gpu) && p != "none")
     }
 
-    /// What the meter covers: `rapl: CPU packages+DRAM`, stacked with ` + `.
+    /// What the meter covers (each plugin's words, as the family declares them: `rapl: CPU
+    /// packages+DRAM`), stacked with ` + `.
     pub fn source(&self) -> String {
-        let parts: Vec<String> = self
+        let parts: Vec<&str> = self
             .short()
-            .map(|p| match p {
-                "rust_rapl" => "rapl: CPU packages+DRAM".to_string(),
-                "rust_variorum" => "variorum: CPU packages+DRAM (Variorum's node power)".into(),
-                "rust_ipmi" => "ipmi: whole node, as its BMC sees it".into(),
-                "rust_redfish" => "redfish: whole node, as its BMC sees it".into(),
-                "rust_pm_counters" => "pm_counters: whole node, as its controller meters it".into(),
-                "rust_hwmon" => "hwmon: the power meters hwmon shows (GH200: the modules)".into(),
-                "rust_gpu" => "gpu: GPU boards".into(),
-                other => other.to_string(),
-            })
+            .map(|p| PluginKind::named(p).map_or(p, |kind| kind.measures()))
             .collect();
         if parts.is_empty() {
             "none".into()

@@ -7,15 +7,21 @@
 /// ```ignore
 /// slurm_energy::energy_plugin! {
 ///     name: "AcctGatherEnergy RAPL plugin (Rust)",
-///     kind: "rust_rapl",                 // plugin_type "acct_gather_energy/rust_rapl"
-///     plugin: slurm_energy::Rapl,  // its slurm_energy_logic::Plugin
+///     plugin: slurm_energy::Rapl,  // its slurm_energy_logic::Plugin, a FamilyMember
 /// }
 /// ```
+///
+/// Its `plugin_type` (`acct_gather_energy/rust_rapl`) is the name the family declares for
+/// the descriptor (`slurm_energy_logic::FamilyMember::KIND`), written nowhere else.
 #[macro_export]
 macro_rules! energy_plugin {
-    (name: $name:literal, kind: $kind:literal, plugin: $plugin:ty $(,)?) => {
+    (name: $name:literal, plugin: $plugin:ty $(,)?) => {
+        const KIND: $crate::ffi::PluginKind = <$plugin as $crate::ffi::FamilyMember>::KIND;
+        const PLUGIN_TYPE: [u8; $crate::ffi::plugin_type_len(KIND)] =
+            $crate::ffi::plugin_type(KIND);
+
         static PLUGIN: $crate::ffi::Exported<$plugin> =
-            $crate::ffi::Exported::new(concat!("acct_gather_energy/", $kind));
+            $crate::ffi::Exported::new($crate::ffi::type_text(&PLUGIN_TYPE));
 
         #[unsafe(no_mangle)]
         #[allow(non_upper_case_globals)]
@@ -23,8 +29,7 @@ macro_rules! energy_plugin {
 
         #[unsafe(no_mangle)]
         #[allow(non_upper_case_globals)]
-        pub static plugin_type: [u8; concat!("acct_gather_energy/", $kind).len() + 1] =
-            $crate::ffi::nul_terminated(concat!("acct_gather_energy/", $kind));
+        pub static plugin_type: [u8; $crate::ffi::plugin_type_len(KIND)] = PLUGIN_TYPE;
 
         #[unsafe(no_mangle)]
         #[allow(non_upper_case_globals)]

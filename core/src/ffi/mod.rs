@@ -42,6 +42,52 @@ pub const fn nul_terminated<const N: usize>(text: &str) -> [u8; N] {
     out
 }
 
+/// For the macro: the family's entry a plugin's descriptor names, whose name is its
+/// `plugin_type`.
+pub use slurm_energy_logic::FamilyMember;
+/// For the macro: the plugin whose name the family declares.
+pub use slurm_energy_logic::PluginKind;
+
+/// What every `plugin_type` of the family starts with.
+const TYPE_PREFIX: &str = "acct_gather_energy/";
+
+/// The length of the `plugin_type` of plugin `kind`, its NUL included.
+pub const fn plugin_type_len(kind: PluginKind) -> usize {
+    TYPE_PREFIX.len() + kind.name().len() + 1
+}
+
+/// The `plugin_type` of plugin `kind`, NUL-terminated: `acct_gather_energy/rust_rapl`.
+pub const fn plugin_type<const N: usize>(kind: PluginKind) -> [u8; N] {
+    let (prefix, name) = (TYPE_PREFIX.as_bytes(), kind.name().as_bytes());
+    assert!(
+        prefix.len() + name.len() + 1 == N,
+        "array length must be plugin_type_len"
+    );
+    let mut out = [0u8; N];
+    let mut i = 0;
+    while i < prefix.len() + name.len() {
+        out[i] = if i < prefix.len() {
+            prefix[i]
+        } else {
+            name[i - prefix.len()]
+        };
+        assert!(out[i] != 0, "interior NUL");
+        i += 1;
+    }
+    out
+}
+
+/// The text of a NUL-terminated `plugin_type`, without its NUL.
+pub const fn type_text(bytes: &'static [u8]) -> &'static str {
+    let Some((&0, text)) = bytes.split_last() else {
+        panic!("plugin_type is NUL-terminated")
+    };
+    match std::str::from_utf8(text) {
+        Ok(text) => text,
+        Err(_) => panic!("plugin_type is UTF-8"),
+    }
+}
+
 /// A C string from any text; interior NULs (which C would cut at) become `?`.
 fn c_string(text: &str) -> std::ffi::CString {
     std::ffi::CString::new(text.replace('\0', "?")).unwrap_or_default()

@@ -4,6 +4,5 @@
 
 slurm_energy::energy_plugin! {
     name: "AcctGatherEnergy GPU plugin (Rust)",
-    kind: "rust_gpu",
     plugin: slurm_energy::Gpus,
 }

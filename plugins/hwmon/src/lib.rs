@@ -4,6 +4,5 @@
 
 slurm_energy::energy_plugin! {
     name: "AcctGatherEnergy hwmon plugin (Rust)",
-    kind: "rust_hwmon",
     plugin: slurm_energy::Hwmon,
 }

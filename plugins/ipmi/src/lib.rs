@@ -4,6 +4,5 @@
 
 slurm_energy::energy_plugin! {
     name: "AcctGatherEnergy IPMI plugin (Rust)",
-    kind: "rust_ipmi",
     plugin: slurm_energy::Ipmi,
 }

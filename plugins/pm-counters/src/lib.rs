@@ -4,6 +4,5 @@
 
 slurm_energy::energy_plugin! {
     name: "AcctGatherEnergy HPE Cray pm_counters plugin (Rust)",
-    kind: "rust_pm_counters",
     plugin: slurm_energy::PmCounters,
 }

@@ -3,6 +3,5 @@
 
 slurm_energy::energy_plugin! {
     name: "AcctGatherEnergy RAPL plugin (Rust)",
-    kind: "rust_rapl",
     plugin: slurm_energy::Rapl,
 }

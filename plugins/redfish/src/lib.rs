@@ -4,6 +4,5 @@
 
 slurm_energy::energy_plugin! {
     name: "AcctGatherEnergy Redfish plugin (Rust)",
-    kind: "rust_redfish",
     plugin: slurm_energy::Redfish,
 }

@@ -5,6 +5,5 @@
 
 slurm_energy::energy_plugin! {
     name: "AcctGatherEnergy Variorum plugin (Rust)",
-    kind: "rust_variorum",
     plugin: slurm_energy::Variorum,
 }

@@ -10,9 +10,9 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use object::{Object, ObjectSection, ObjectSymbol};
-use slurm_energy_logic::Procs;
 use slurm_energy_logic::file_value;
 use slurm_energy_logic::{Ledger, LedgerError, ledger_path, unix_time};
+use slurm_energy_logic::{PluginKind, Procs};
 use slurm_energy_logic::{Ring, doorbell_path, freshen};
 use slurm_energy_logic::{Site, cgroup_mountpoint, spool_for_node};
 
@@ -89,7 +89,9 @@ pub fn gather(settings: &SlurmSettings, node: Option<String>) -> Facts {
         .map(|l| (l.plugin_type.clone(), readers::probe(&l.plugin_type, &site)))
         .collect();
     // rust_gpu charges each job its GPUs in every mode: the split is the CPU sources'
-    let splits = ours.iter().any(|(_, t)| !t.ends_with("rust_gpu"));
+    let splits = ours
+        .iter()
+        .any(|(_, t)| PluginKind::named(t) != Some(PluginKind::Gpu));
     let shared = (splits
         && file_value(&acct_gather, "EnergyAttribution")
             .is_some_and(|v| v.eq_ignore_ascii_case("shared")))
@@ -137,7 +139,9 @@ fn site<'a>(node: &'a str, acct_gather: &'a str, plugins: &[&str]) -> NodeConf<'
         // the plugins count RAPL's DRAM domains unless told to count packages only
         rapl_dram: file_value(acct_gather, "EnergyRaplDomains")
             .is_none_or(|d| d.to_ascii_lowercase().contains("dram")),
-        redfish: plugins.iter().any(|p| p.ends_with("rust_redfish")),
+        redfish: plugins
+            .iter()
+            .any(|p| PluginKind::named(p) == Some(PluginKind::Redfish)),
     }
 }
 

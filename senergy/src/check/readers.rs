@@ -18,7 +18,7 @@ mod redfish;
 mod site;
 mod tool;
 
-use slurm_energy_logic::{Plugin, hwmon_counted_files};
+use slurm_energy_logic::{Plugin, PluginKind, hwmon_counted_files};
 
 pub use rapl_perf::PERF_POWER_PMU;
 pub use reader::{Quantity, Reader, Scope, Slot, Unavailable};
@@ -38,46 +38,43 @@ pub fn open_all(site: &NodeConf) -> Vec<Slot> {
 }
 
 /// Where slurmd has no reading from `plugin_type`: its source probed directly, as the
-/// plugin opens it (RAPL, pm_counters) or through the independent readers of its hardware
-/// (BMC, Redfish, GPUs); what was found, or why nothing.
+/// plugin opens it (RAPL, pm_counters, hwmon) or through the independent readers of its
+/// hardware (BMC, Redfish, GPUs); what was found, or why nothing. Each plugin of the family
+/// has its arm (a plugin without one does not compile).
 pub fn probe(plugin_type: &str, site: &NodeConf) -> Result<String, String> {
     use slurm_energy_logic::Source;
     fn open<P: Plugin>(site: &NodeConf) -> Result<String, String> {
         let config = configured::<P>(site)?;
         P::open(&config).map(|opened| opened.source.describe())
     }
-    let name = plugin_type.rsplit('/').next().unwrap_or(plugin_type);
-    match name {
-        "rust_rapl" => open::<slurm_energy_logic::Rapl>(site),
-        "rust_pm_counters" => open::<slurm_energy_logic::PmCounters>(site),
-        "rust_hwmon" => {
+    let Some(kind) = PluginKind::named(plugin_type) else {
+        return Err(format!("{plugin_type}: no probe"));
+    };
+    let slots = match kind {
+        PluginKind::Rapl => return open::<slurm_energy_logic::Rapl>(site),
+        PluginKind::PmCounters => return open::<slurm_energy_logic::PmCounters>(site),
+        PluginKind::Hwmon => {
             let config = configured::<slurm_energy_logic::Hwmon>(site)?;
-            hwmon_counted_files(&config.keys).map(|files| {
+            return hwmon_counted_files(&config.keys).map(|files| {
                 let files: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
                 format!("hwmon power sensors {}", files.join(" + "))
-            })
+            });
         }
-        _ => {
-            let slots = match name {
-                "rust_ipmi" => vec![ipmi::slot(site)],
-                "rust_redfish" => vec![redfish::slot(site)],
-                "rust_gpu" => gpu::slots(),
-                "rust_variorum" => vec![rapl_perf::slot(site)],
-                _ => return Err(format!("{plugin_type}: no probe")),
-            };
-            let (found, missing): (Vec<_>, Vec<_>) =
-                slots.into_iter().partition(|s| s.reader.is_ok());
-            if let Some(slot) = found.first()
-                && let Ok(reader) = &slot.reader
-            {
-                return Ok(format!("{} answers: {}", slot.name, reader.path()));
-            }
-            Err(missing
-                .iter()
-                .filter_map(|s| s.reader.as_ref().err())
-                .map(|u| format!("{} ({})", u.detail(), u.status()))
-                .collect::<Vec<_>>()
-                .join("; "))
-        }
+        PluginKind::Ipmi => vec![ipmi::slot(site)],
+        PluginKind::Redfish => vec![redfish::slot(site)],
+        PluginKind::Gpu => gpu::slots(),
+        PluginKind::Variorum => vec![rapl_perf::slot(site)],
+    };
+    let (found, missing): (Vec<_>, Vec<_>) = slots.into_iter().partition(|s| s.reader.is_ok());
+    if let Some(slot) = found.first()
+        && let Ok(reader) = &slot.reader
+    {
+        return Ok(format!("{} answers: {}", slot.name, reader.path()));
     }
+    Err(missing
+        .iter()
+        .filter_map(|s| s.reader.as_ref().err())
+        .map(|u| format!("{} ({})", u.detail(), u.status()))
+        .collect::<Vec<_>>()
+        .join("; "))
 }

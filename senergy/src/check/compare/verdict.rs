@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use slurm_energy_logic::PluginKind;
+
 use crate::check::readers::{Scope, Unavailable};
 
 /// How far apart two figures of the same hardware may be: `pct` of the reader's energy plus
@@ -19,10 +21,10 @@ pub struct Tolerance {
 }
 
 /// The readers of the same hardware a plugin reads, and the tolerance of the pair.
+/// Each plugin of the family has its arm (a plugin without one does not compile).
 pub fn pairing(plugin_type: &str) -> Option<(&'static [&'static str], Tolerance)> {
-    let name = plugin_type.rsplit('/').next().unwrap_or(plugin_type);
-    Some(match name {
-        "rust_rapl" => (
+    Some(match PluginKind::named(plugin_type)? {
+        PluginKind::Rapl => (
             &["rapl-perf"],
             Tolerance {
                 pct: 2.0,
@@ -32,7 +34,7 @@ pub fn pairing(plugin_type: &str) -> Option<(&'static [&'static str], Tolerance)
                       within ~0.1 s of slurmd's reading) and the plugin's accounting",
             },
         ),
-        "rust_variorum" => (
+        PluginKind::Variorum => (
             &["rapl-perf"],
             Tolerance {
                 pct: 5.0,
@@ -43,7 +45,7 @@ pub fn pairing(plugin_type: &str) -> Option<(&'static [&'static str], Tolerance)
                       half an interval of the change",
             },
         ),
-        "rust_ipmi" => (
+        PluginKind::Ipmi => (
             &["bmc"],
             Tolerance {
                 pct: 5.0,
@@ -53,7 +55,7 @@ pub fn pairing(plugin_type: &str) -> Option<(&'static [&'static str], Tolerance)
                       moments and integrated; DCMI gives whole watts",
             },
         ),
-        "rust_redfish" => (
+        PluginKind::Redfish => (
             &["redfish"],
             Tolerance {
                 pct: 5.0,
@@ -63,7 +65,7 @@ pub fn pairing(plugin_type: &str) -> Option<(&'static [&'static str], Tolerance)
                       refresh it every few seconds",
             },
         ),
-        "rust_pm_counters" => (
+        PluginKind::PmCounters => (
             &["pm_counters"],
             Tolerance {
                 pct: 1.0,
@@ -73,7 +75,7 @@ pub fn pairing(plugin_type: &str) -> Option<(&'static [&'static str], Tolerance)
                       10 Hz, so each of slurmd's samples is up to 0.1 s old",
             },
         ),
-        "rust_hwmon" => (
+        PluginKind::Hwmon => (
             &["hwmon"],
             Tolerance {
                 pct: 2.0,
@@ -83,7 +85,7 @@ pub fn pairing(plugin_type: &str) -> Option<(&'static [&'static str], Tolerance)
                       at its own moments",
             },
         ),
-        "rust_gpu" => (
+        PluginKind::Gpu => (
             &["nvidia-smi", "amd-smi"],
             Tolerance {
                 pct: 2.0,
@@ -93,7 +95,6 @@ pub fn pairing(plugin_type: &str) -> Option<(&'static [&'static str], Tolerance)
                       which shifts its ends",
             },
         ),
-        _ => return None,
     })
 }
 
