@@ -31,6 +31,7 @@ pub enum Output {
     Summary,
 }
 
+mod columns;
 mod csv_lines;
 mod list;
 pub use csv_lines::{jobs_csv, usage_csv};
@@ -114,7 +115,7 @@ fn reorders(c: char) -> bool {
 /// that an escape shown is never the name's own text. Sent as they are, an escape
 /// sequence in a job's name would make the terminal of whoever reads the table move its
 /// cursor, rewrite lines above (another job's figure) or set its title, and a newline
-/// would forge a line of the table. CSV and JSON have rules of their own ([`csv_lines::text`],
+/// would forge a line of the table. CSV and JSON have rules of their own ([`columns::text`],
 /// serde's escapes), and their readers want the text as it is.
 pub fn shown(text: &str) -> Cow<'_, str> {
     if !text

@@ -1,11 +1,11 @@
 //! `senergy` with no subcommand: a line per job, as sacct lists them, its columns those of
-//! `senergy job --csv`'s job lines ([`job_cells`]) that `--format` picks: the
-//! table, the CSV and the JSON show the same cells, and a column CSV has is one `--format`
-//! takes. Written a page of accounting at a time ([`ListWriter`]): a year of jobs is
-//! never in memory at once.
+//! `senergy job --csv`'s job lines ([`COLUMNS`]) that `--format` picks: the table, the CSV
+//! and the JSON show the same cells, and a column CSV has is one `--format` takes. Written
+//! a page of accounting at a time ([`ListWriter`]): a year of jobs is never in memory at
+//! once.
 
-use super::csv_lines::job_cells;
-use super::{duration, local_time, shown};
+use super::columns::{COLUMNS, Column, Line, Shown, column};
+use super::{duration, factors_text, local_time, shown};
 use crate::report::JobReport;
 use crate::site::Tariff;
 
@@ -27,58 +27,58 @@ pub const DEFAULT_FORMAT: &[&str] = &[
 
 /// Every column `--format` takes: `senergy job --csv`'s job line's, in its order.
 pub fn columns() -> Vec<String> {
-    job_cells(&[], &Tariff::default()).0
+    COLUMNS.iter().map(|c| c.name.to_string()).collect()
+}
+
+/// The columns `format` names, in its order (`--format` refuses a name that is none).
+fn picked(format: &[String]) -> Vec<&'static Column> {
+    format.iter().filter_map(|name| column(name)).collect()
 }
 
 /// The picked columns' cells of each of `jobs`, as `senergy job --csv` writes them: what
 /// the list keeps of a page of accounting (the jobs' reports go with the page).
 pub fn list_cells(jobs: &[JobReport], tariff: &Tariff, format: &[String]) -> Vec<Vec<String>> {
-    let (header, rows) = job_cells(jobs, tariff);
-    let at: Vec<usize> = format
-        .iter()
-        .filter_map(|f| header.iter().position(|h| h == f))
-        .collect();
-    rows.into_iter()
-        .map(|row| at.iter().map(|&k| row[k].clone()).collect())
+    let factors = factors_text(tariff);
+    let picked = picked(format);
+    jobs.iter()
+        .map(|job| {
+            let line = Line {
+                job,
+                step: None,
+                currency: &tariff.currency,
+                factors: &factors,
+            };
+            picked
+                .iter()
+                .map(|c| (c.cell)(&line).into_string())
+                .collect()
+        })
         .collect()
 }
 
 /// A cell as the table shows it: times as local dates and durations as sacct writes them,
 /// text with its control characters escaped.
-fn shown_cell(column: &str, cell: &str) -> String {
-    match (column, cell.parse::<i64>()) {
-        ("start" | "end", Ok(unix)) => local_time(unix),
-        ("elapsed_s", Ok(secs)) => duration(secs.unsigned_abs()),
+fn shown_cell(column: &Column, cell: &str) -> String {
+    match (column.shown, cell.parse::<i64>()) {
+        (Shown::Time, Ok(unix)) => local_time(unix),
+        (Shown::Duration, Ok(secs)) => duration(secs.unsigned_abs()),
         _ => shown(cell).into_owned(),
     }
 }
 
-/// A column's width in the table: sacct's way, fixed, so that each page of jobs is written
-/// as it is read (a longer cell pushes its line's next cells along).
-fn width(column: &str) -> usize {
-    let fixed = match column {
-        "start" | "end" => 19,
-        "name" | "node_list" | "source" | "method" => 16,
-        "id" | "account" | "energy_j" | "kwh" | "emissions_g" | "kept" => 12,
-        "user" | "state" | "elapsed_s" | "avg_watts" | "cost" => 10,
-        _ => 8,
-    };
-    fixed.max(column.len())
-}
-
 /// The list as it is written, a page of jobs at a time: the table, the CSV or the JSON
 /// of the same cells.
-pub struct ListWriter<'a> {
+pub struct ListWriter {
     output: super::Output,
-    format: &'a [String],
+    columns: Vec<&'static Column>,
     jobs: usize,
 }
 
-impl<'a> ListWriter<'a> {
-    pub fn new(output: super::Output, format: &'a [String]) -> Self {
+impl ListWriter {
+    pub fn new(output: super::Output, format: &[String]) -> Self {
         ListWriter {
             output,
-            format,
+            columns: picked(format),
             jobs: 0,
         }
     }
@@ -86,15 +86,17 @@ impl<'a> ListWriter<'a> {
     /// What comes before the jobs: the header, or the JSON's opening.
     pub fn begin(&self) -> String {
         use super::Output;
+        let names = self.columns.iter().map(|c| c.name);
         match self.output {
-            Output::Csv => csv_line(self.format),
+            Output::Csv => csv_line(names),
             Output::Json => {
-                let columns = serde_json::to_string(self.format).unwrap_or_default();
+                let names: Vec<&str> = names.collect();
+                let columns = serde_json::to_string(&names).unwrap_or_default();
                 format!("{{\"schema_version\":1,\"columns\":{columns},\"jobs\":[")
             }
             Output::Table | Output::Summary => {
-                let names: Vec<String> = self.format.iter().map(|c| c.to_uppercase()).collect();
-                self.table_line(&names)
+                let headings: Vec<&str> = self.columns.iter().map(|c| c.heading).collect();
+                self.table_line(&headings)
             }
         }
     }
@@ -110,11 +112,11 @@ impl<'a> ListWriter<'a> {
                     if self.jobs > 0 {
                         t.push(',');
                     }
-                    t += &json_job(self.format, row).to_string();
+                    t += &json_job(&self.columns, row).to_string();
                 }
                 Output::Table | Output::Summary => {
                     let shown: Vec<String> = self
-                        .format
+                        .columns
                         .iter()
                         .zip(row)
                         .map(|(column, cell)| shown_cell(column, cell))
@@ -135,27 +137,27 @@ impl<'a> ListWriter<'a> {
         }
     }
 
-    fn table_line(&self, cells: &[String]) -> String {
+    fn table_line(&self, cells: &[impl AsRef<str>]) -> String {
         let each: Vec<String> = self
-            .format
+            .columns
             .iter()
             .zip(cells)
-            .map(|(column, cell)| format!("{cell:<w$}", w = width(column)))
+            .map(|(column, cell)| format!("{:<w$}", cell.as_ref(), w = column.width))
             .collect();
         format!("{}\n", each.join(" ").trim_end())
     }
 }
 
 /// One CSV line of `cells`.
-fn csv_line(cells: &[String]) -> String {
+fn csv_line<T: AsRef<[u8]>>(cells: impl IntoIterator<Item = T>) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
     let _ = w.write_record(cells);
     String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
 }
 
 /// A job's object of the JSON: each column's cell, the CSV's text, `null` where empty.
-fn json_job(format: &[String], row: &[String]) -> serde_json::Value {
-    let job: serde_json::Map<String, serde_json::Value> = format
+fn json_job(columns: &[&Column], row: &[String]) -> serde_json::Value {
+    let job: serde_json::Map<String, serde_json::Value> = columns
         .iter()
         .zip(row)
         .map(|(column, cell)| {
@@ -163,7 +165,7 @@ fn json_job(format: &[String], row: &[String]) -> serde_json::Value {
                 true => serde_json::Value::Null,
                 false => serde_json::Value::String(cell.clone()),
             };
-            (column.clone(), value)
+            (column.name.to_string(), value)
         })
         .collect();
     serde_json::Value::Object(job)
@@ -232,7 +234,7 @@ mod tests {
                 false => serde_json::Value::String(cell.to_string()),
             };
             assert_eq!(json["jobs"][2][name], want, "{name}");
-            let shown = shown_cell(name, cell);
+            let shown = shown_cell(column(name).expect("a column"), cell);
             assert!(rows[3].contains(shown.as_str()), "{shown} in {}", rows[3]);
         }
         // fixed widths: every line's columns begin where the header's do
@@ -254,10 +256,11 @@ mod tests {
 
     #[test]
     fn times_show_as_dates_and_durations_and_text_escaped() {
-        assert_eq!(shown_cell("elapsed_s", "3725"), "01:02:05");
-        assert_eq!(shown_cell("start", "0"), local_time(0));
-        assert_eq!(shown_cell("name", "a\x1b[2J"), "a\\x1b[2J");
-        assert_eq!(shown_cell("name", "bad\u{1b}[2J"), "bad\\x1b[2J");
-        assert_eq!(shown_cell("energy_j", ""), "");
+        let shown = |name: &str, cell: &str| shown_cell(column(name).expect(name), cell);
+        assert_eq!(shown("elapsed_s", "3725"), "01:02:05");
+        assert_eq!(shown("start", "0"), local_time(0));
+        assert_eq!(shown("name", "a\x1b[2J"), "a\\x1b[2J");
+        assert_eq!(shown("name", "bad\u{1b}[2J"), "bad\\x1b[2J");
+        assert_eq!(shown("energy_j", ""), "");
     }
 }

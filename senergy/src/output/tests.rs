@@ -1,4 +1,4 @@
-use super::csv_lines::text;
+use super::columns::text;
 use super::*;
 use crate::scopes::Scopes;
 
@@ -390,4 +390,61 @@ fn a_small_figure_is_never_shown_as_zero() {
     assert_eq!(amount(600.0, 2), "600.00");
     assert_eq!(amount(0.0123, 2), "0.0123");
     assert_eq!(amount(0.0, 4), "0.0000");
+}
+
+/// A job whose every field of the JSON has a value, and a step whose every one has: array
+/// and het ids, by-scope emissions, a cost, what its nodes kept, a step's min and max node.
+pub(super) fn every_field() -> (JobReport, Tariff) {
+    use crate::kept::Tampered;
+    use std::collections::BTreeMap;
+    let mut job = a_short_and_a_long_step();
+    job.name = "sim".into();
+    job.user = "bob".into();
+    job.account = "phys".into();
+    (job.array_job_id, job.array_task_id) = (Some(5), Some(2));
+    (job.het_job_id, job.het_job_offset) = (Some(9), Some(1));
+    job.emissions_g = Some(12.5);
+    job.emissions_method = Some("hourly");
+    job.cost = Some(0.25);
+    job.measured("RAPL".into(), "ledger".into());
+    job.emissions = Scopes {
+        facility_energy_j: Some(123.5),
+        scope2_location_g: Some(1.5),
+        scope2_market_g: Some(0.25),
+        scope3_embodied_g: Some(3.0),
+        node_hours: Some(0.28),
+        node_class: Some("standard".into()),
+    };
+    let kept = &mut job.kept;
+    kept.recorded = true;
+    kept.joules = Some(550_000.5);
+    kept.parts = Some(BTreeMap::from([("cpu".to_string(), 1.5)]));
+    kept.idle_held = Some(BTreeMap::from([("gpu".to_string(), 0.5)]));
+    kept.tampered = Some(Tampered {
+        accounting_j: 1,
+        recorded_j: 550_000.5,
+        lower_bound: false,
+    });
+    kept.idle_held_scope2_location_g = Some(0.001);
+    kept.idle_held_scope2_market_g = Some(0.002);
+    let record = crate::kept::NodeRecord {
+        joules: 550_000.5,
+        source: "rust_rapl".into(),
+        parts: kept.parts.clone(),
+        idle_held: kept.idle_held.clone(),
+    };
+    kept.nodes = BTreeMap::from([("n1".to_string(), record)]);
+    (kept.nodes_recorded, kept.nodes_with_parts) = (1, 1);
+    let node = |name: &str| NodeEnergy {
+        name: name.into(),
+        energy_j: Some(3),
+    };
+    let step = &mut job.steps[0];
+    step.min_node = Some(node("n1"));
+    step.max_node = Some(node("n2"));
+    step.node_energy = vec![node("n1"), node("n2")];
+    step.max_watts = Some(600);
+    step.emissions = job.emissions.clone();
+    let tariff = Tariff::new(Some(300.0), None, Some(0.2), Some("EUR".into())).expect("tariff");
+    (job, tariff)
 }
