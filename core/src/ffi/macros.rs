@@ -25,7 +25,7 @@ macro_rules! energy_plugin {
 
         #[unsafe(no_mangle)]
         #[allow(non_upper_case_globals)]
-        pub static plugin_name: [u8; $name.len() + 1] = $crate::ffi::nul_terminated($name);
+        pub static plugin_name: [u8; $name.len() + 1] = $crate::ffi::nul_joined(&[$name]);
 
         #[unsafe(no_mangle)]
         #[allow(non_upper_case_globals)]

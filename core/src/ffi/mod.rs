@@ -24,21 +24,25 @@ pub use slurm_sys as sys;
 /// The release the plugin is built for; Slurm's loader requires an exact match.
 pub const SLURM_VERSION_NUMBER: u32 = slurm_sys::SLURM_VERSION_NUMBER;
 
-/// A NUL-terminated byte array for `plugin_name`/`plugin_type`, which Slurm reads as
-/// `char[]` through `dlsym`.
-pub const fn nul_terminated<const N: usize>(text: &str) -> [u8; N] {
-    let bytes = text.as_bytes();
-    assert!(
-        bytes.len() + 1 == N,
-        "array length must be the text length + 1"
-    );
+/// A NUL-terminated byte array of `parts` joined, for `plugin_name`/`plugin_type`, which
+/// Slurm reads as `char[]` through `dlsym`; evaluated at compile time, where a wrong length
+/// or an interior NUL fails the build.
+pub const fn nul_joined<const N: usize>(parts: &[&str]) -> [u8; N] {
     let mut out = [0u8; N];
-    let mut i = 0;
-    while i < bytes.len() {
-        assert!(bytes[i] != 0, "interior NUL");
-        out[i] = bytes[i];
-        i += 1;
+    let (mut at, mut part) = (0, 0);
+    while part < parts.len() {
+        let bytes = parts[part].as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            assert!(bytes[i] != 0, "interior NUL");
+            assert!(at + 1 < N, "array length must be the text length + 1");
+            out[at] = bytes[i];
+            at += 1;
+            i += 1;
+        }
+        part += 1;
     }
+    assert!(at + 1 == N, "array length must be the text length + 1");
     out
 }
 
@@ -58,23 +62,7 @@ pub const fn plugin_type_len(kind: PluginKind) -> usize {
 
 /// The `plugin_type` of plugin `kind`, NUL-terminated: `acct_gather_energy/rust_rapl`.
 pub const fn plugin_type<const N: usize>(kind: PluginKind) -> [u8; N] {
-    let (prefix, name) = (TYPE_PREFIX.as_bytes(), kind.name().as_bytes());
-    assert!(
-        prefix.len() + name.len() + 1 == N,
-        "array length must be plugin_type_len"
-    );
-    let mut out = [0u8; N];
-    let mut i = 0;
-    while i < prefix.len() + name.len() {
-        out[i] = if i < prefix.len() {
-            prefix[i]
-        } else {
-            name[i - prefix.len()]
-        };
-        assert!(out[i] != 0, "interior NUL");
-        i += 1;
-    }
-    out
+    nul_joined(&[TYPE_PREFIX, kind.name()])
 }
 
 /// The text of a NUL-terminated `plugin_type`, without its NUL.

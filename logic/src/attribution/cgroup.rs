@@ -333,22 +333,26 @@ struct Counter {
     file: Option<File>,
 }
 
-/// Room for any counter file read: `cpu.stat` is a few hundred bytes, a cpuset list
-/// longer than this is counted from what fits.
-const READ_SIZE: usize = 4096;
+/// Room for a limit's file: a cpuset list longer than this is counted from what fits.
+const LIMIT_READ: usize = 4096;
+/// Room for a CPU time's file, read at every sample for every step (a buffer zeroed per
+/// read: 4 KiB of it cost about a tenth of a step's read): `cpuacct.usage` is at most 20
+/// digits; `cpu.stat` is a few hundred bytes whose first line is `usage_usec`.
+const USAGE_READ: usize = 256;
 
 impl Counter {
     fn at(path: PathBuf) -> Self {
         Self { path, file: None }
     }
 
-    /// `parse` of the file's text, trimmed; `None` when it cannot be read or parsed.
-    fn read<T>(&mut self, parse: impl FnOnce(&str) -> Option<T>) -> Option<T> {
+    /// `parse` of the file's first `N` bytes as text, trimmed; `None` when it cannot be
+    /// read or parsed.
+    fn read<const N: usize, T>(&mut self, parse: impl FnOnce(&str) -> Option<T>) -> Option<T> {
         if self.file.is_none() {
             // std opens with O_CLOEXEC: tasks slurmd starts never inherit it
             self.file = File::open(&self.path).ok();
         }
-        let mut buf = [0u8; READ_SIZE];
+        let mut buf = [0u8; N];
         let read = self.file.as_ref()?.read_at(&mut buf, 0);
         let Ok(n) = read else {
             self.file = None;
@@ -420,8 +424,8 @@ impl PartialEq for StepCgroup {
 
 fn usage_ns(layout: Layout, counter: &mut Counter) -> Option<u64> {
     match layout {
-        Layout::V1 => counter.read(|t| t.parse().ok()),
-        Layout::V2 => counter.read(|stat| {
+        Layout::V1 => counter.read::<USAGE_READ, _>(|t| t.parse().ok()),
+        Layout::V2 => counter.read::<USAGE_READ, _>(|stat| {
             stat.lines()
                 .find_map(|l| l.strip_prefix("usage_usec "))
                 .and_then(|v| v.trim().parse::<u64>().ok())
@@ -449,13 +453,18 @@ impl StepCgroup {
         let (cpus, memory) = match self.limits {
             Some(limits) if self.limits_age < LIMITS_EVERY => limits,
             _ => {
-                let memory = self.job_memory.read(|t| t.parse::<u64>().ok());
+                let memory = self
+                    .job_memory
+                    .read::<LIMIT_READ, _>(|t| t.parse::<u64>().ok());
                 let memory = match self.layout {
                     Layout::V1 => memory.filter(|&m| m < V1_UNLIMITED),
                     // "max" does not parse: no limit
                     Layout::V2 => memory,
                 };
-                let cpus = self.job_cpus.read(|t| Some(count_cpus(t))).unwrap_or(0);
+                let cpus = self
+                    .job_cpus
+                    .read::<LIMIT_READ, _>(|t| Some(count_cpus(t)))
+                    .unwrap_or(0);
                 self.limits = Some((cpus, memory));
                 self.limits_age = 0;
                 (cpus, memory)
