@@ -121,7 +121,8 @@ pub use config::ConfigError;
 pub use ledger::Account;
 pub use metrics::{KEYS as METRICS_KEYS, MetricsConfig};
 pub use rapl::{
-    KEY_DOMAINS as RAPL_KEY_DOMAINS, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo,
+    KEY_DOMAINS as RAPL_KEY_DOMAINS, RaplConfig, RaplSettings, SourceChoice, SystemPaths,
+    parse_cpuinfo,
 };
 #[cfg(feature = "redfish")]
 pub use redfish::Method as RedfishMethod;

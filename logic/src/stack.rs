@@ -42,7 +42,7 @@ impl Covers {
             }
             Covers::ApuSocket => {
                 "the whole APU socket (CPU cores, GPU and HBM): stacked with rust_rapl, the \
-                 socket is counted here, rust_rapl is to leave its package out"
+                 socket is counted here, rust_rapl leaves its package out"
             }
         }
     }

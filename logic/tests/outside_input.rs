@@ -35,7 +35,9 @@ use slurm_energy_logic::{CgroupTree, JobDir, count_cpus};
 use slurm_energy_logic::{ConfigError, KeyValues};
 use slurm_energy_logic::{Hwmon, PmCounters, PmCountersConfig, parse_pm_counters_value};
 use slurm_energy_logic::{Opened, Source};
-use slurm_energy_logic::{Rapl, RaplConfig, SourceChoice, SystemPaths, parse_cpuinfo};
+use slurm_energy_logic::{
+    Rapl, RaplConfig, RaplSettings, SourceChoice, SystemPaths, parse_cpuinfo,
+};
 use slurm_energy_logic::{StepRecordConfig, gres_on_node};
 
 /// Cases of a property whose case is a parse of a short text (microseconds).
@@ -1181,7 +1183,7 @@ proptest! {
             config = RaplConfig { source: SourceChoice::Powercap, ..RaplConfig::parse(&values).expect("valid") };
         }
         let paths = SystemPaths { sys: sys.clone(), cpuinfo: dir.path().join("cpuinfo") };
-        if let Ok(rapl) = Rapl::open_at(&config, &paths) {
+        if let Ok(rapl) = Rapl::open_at(&RaplSettings { keys: config, beside_gpus: false }, &paths) {
             let writes: Vec<_> = reads.iter().map(|values| {
                 let (zone_dir, zones) = (&zone_dir, &zones);
                 move || for (i, _) in zones.iter().enumerate() {
@@ -1234,7 +1236,7 @@ proptest! {
         };
         let paths = SystemPaths { sys, cpuinfo: dir.path().join("cpuinfo") };
         let _ = parse_cpuinfo(&cpuinfo);
-        if let Ok(rapl) = Rapl::open_at(&config, &paths) {
+        if let Ok(rapl) = Rapl::open_at(&RaplSettings { keys: config, beside_gpus: false }, &paths) {
             let writes: Vec<_> = counters.iter().map(|c| {
                 let (msr, package_ids) = (&msr, &package_ids);
                 move || for cpu in 0..package_ids.len() {

@@ -169,14 +169,27 @@ pub struct RaplCounters {
 /// The rust_rapl plugin: the node's RAPL counters.
 pub struct Rapl;
 
+/// rust_rapl's configuration: its keys, and what the plugins stacked beside it leave it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RaplSettings {
+    /// Its acct_gather.conf keys.
+    pub keys: RaplConfig,
+    /// rust_gpu is stacked beside it: an MI300A socket's package is rust_gpu's
+    /// (`crate::stack`).
+    pub beside_gpus: bool,
+}
+
 impl Rapl {
     /// Opens the counters the configuration asks for, under the given system paths, to be
     /// sampled often enough that none wraps unseen.
     pub fn open_at(
-        config: &RaplConfig,
+        settings: &RaplSettings,
         paths: &SystemPaths,
     ) -> Result<Opened<RaplCounters>, String> {
-        let counters = RaplCounters::open_at(config, paths)?;
+        let mut counters = RaplCounters::open_at(&settings.keys, paths)?;
+        if settings.beside_gpus {
+            counters.leave_apu_packages(paths);
+        }
         Ok(Opened {
             sample_period: counters.sample_period(),
             source: counters,
@@ -185,19 +198,29 @@ impl Rapl {
 }
 
 impl Plugin for Rapl {
-    type Config = RaplConfig;
+    type Config = RaplSettings;
     type Source = RaplCounters;
     const KEYS: &'static [&'static str] = RaplConfig::KEYS;
 
-    fn parse_config(values: &KeyValues) -> Result<RaplConfig, ConfigError> {
-        RaplConfig::parse(values)
+    fn parse_config(values: &KeyValues) -> Result<RaplSettings, ConfigError> {
+        RaplConfig::parse(values).map(|keys| RaplSettings {
+            keys,
+            beside_gpus: false,
+        })
     }
 
-    fn show_config(config: &RaplConfig) -> Vec<(&'static str, String)> {
-        config.show()
+    fn show_config(config: &RaplSettings) -> Vec<(&'static str, String)> {
+        config.keys.show()
     }
 
-    fn open(config: &RaplConfig) -> Result<Opened<RaplCounters>, String> {
+    fn stacked(config: &RaplSettings, plugins: &[String]) -> RaplSettings {
+        RaplSettings {
+            beside_gpus: crate::stack::leaves_to_gpus(plugins),
+            ..config.clone()
+        }
+    }
+
+    fn open(config: &RaplSettings) -> Result<Opened<RaplCounters>, String> {
         Self::open_at(config, &SystemPaths::default())
     }
 }
@@ -205,10 +228,13 @@ impl Plugin for Rapl {
 impl Source for RaplCounters {
     fn describe(&self) -> String {
         let labels: Vec<&str> = self.counters.iter().map(|c| c.label.as_str()).collect();
+        let counted = match labels.is_empty() {
+            true => "no counter".to_string(),
+            false => labels.join(", "),
+        };
         format!(
-            "{}: {}; sampling every {:.2} s",
+            "{}: {counted}; sampling every {:.2} s",
             self.how,
-            labels.join(", "),
             self.sample_period().as_secs_f64()
         )
     }
@@ -282,6 +308,38 @@ impl RaplCounters {
             );
         }
         Ok(rapl)
+    }
+
+    /// Stacked with rust_gpu on AMD MI300A APUs (`crate::stack`): amd-smi's energy of each
+    /// socket covers its CPU cores, which its package counter meters too; the packages are
+    /// left to rust_gpu, which charges each socket to the jobs holding its
+    /// GPU. Said once, with what is still counted here. Elsewhere nothing changes: no other
+    /// CPU's package is inside a GPU's counter.
+    fn leave_apu_packages(&mut self, paths: &SystemPaths) {
+        let model = std::fs::read_to_string(&paths.cpuinfo)
+            .ok()
+            .and_then(|text| topology::model_name(&text));
+        let Some(model) = model.filter(|m| m.to_ascii_uppercase().contains("MI300A")) else {
+            return;
+        };
+        let (left, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.counters)
+            .into_iter()
+            .partition(|c| c.domain == Domain::Package);
+        self.counters = kept;
+        let left: Vec<&str> = left.iter().map(|c| c.label.as_str()).collect();
+        let kept: Vec<&str> = self.counters.iter().map(|c| c.label.as_str()).collect();
+        log::info!(
+            "this node's CPUs are {model} APUs and rust_gpu is stacked beside rust_rapl: \
+             amd-smi's energy of each socket covers its CPU cores, so {} {} counted by \
+             rust_gpu, not here; rust_rapl counts {}",
+            left.join(", "),
+            if left.len() == 1 { "is" } else { "are" },
+            match kept.is_empty() {
+                true => "nothing (0 J, with nothing left to meter)".to_string(),
+                false => kept.join(", "),
+            }
+        );
+        self.how = format!("{} ({model}: packages left to rust_gpu)", self.how);
     }
 
     fn has(&self, domain: Domain) -> bool {
@@ -602,6 +660,59 @@ mod tests {
         bogus_constant_run(&mut rapl, 1_000_000, |uj| {
             fs::write(dir.join("energy_uj"), format!("{uj}\n")).expect("w")
         });
+    }
+
+    /// Stacked with rust_gpu on MI300A APUs, rust_rapl leaves the sockets' packages to
+    /// rust_gpu (amd-smi's socket energy covers the CPU cores): it counts what is left,
+    /// here nothing. Alone, or on another CPU, it counts the package as ever.
+    #[test]
+    fn beside_rust_gpu_an_mi300a_package_is_left_to_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let sys = tmp.path().join("sys");
+        let dir = sys.join("class/powercap/intel-rapl:0");
+        fs::create_dir_all(&dir).expect("mkdir");
+        fs::write(dir.join("name"), "package-0\n").expect("w");
+        fs::write(dir.join("max_energy_range_uj"), "262143328850\n").expect("w");
+        let cpuinfo = tmp.path().join("cpuinfo");
+        let run = |model: &str, beside_gpus: bool| {
+            fs::write(
+                &cpuinfo,
+                format!("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: {model}\n"),
+            )
+            .expect("w");
+            fs::write(dir.join("energy_uj"), "1000000\n").expect("w");
+            let paths = SystemPaths {
+                sys: sys.clone(),
+                cpuinfo: cpuinfo.clone(),
+            };
+            let settings = RaplSettings {
+                keys: RaplConfig::default(),
+                beside_gpus,
+            };
+            let Opened { mut source, .. } = Rapl::open_at(&settings, &paths).expect("opened");
+            let t0 = Instant::now();
+            source.poll(t0);
+            fs::write(dir.join("energy_uj"), "3000000\n").expect("w");
+            let reading = source.poll(t0 + Duration::from_secs(1));
+            assert!(reading.complete);
+            (reading.energy_uj, source.describe())
+        };
+        let apu = "AMD Instinct MI300A Accelerated Processing Unit";
+        let (uj, described) = run(apu, true);
+        assert_eq!(uj, 0, "the socket is rust_gpu's");
+        assert!(described.contains("no counter"), "{described}");
+        assert!(described.contains("left to rust_gpu"), "{described}");
+        assert_eq!(
+            run(apu, false).0,
+            2_000_000,
+            "alone, the package is counted"
+        );
+        let epyc = "AMD EPYC 9654 96-Core Processor";
+        assert_eq!(
+            run(epyc, true).0,
+            2_000_000,
+            "no GPU covers an EPYC's package"
+        );
     }
 
     #[test]

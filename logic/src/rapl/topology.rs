@@ -78,6 +78,14 @@ pub struct CpuModel {
     pub model: u32,
 }
 
+/// The first CPU's `model name` in `/proc/cpuinfo`'s `text`.
+pub(crate) fn model_name(text: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key.trim() == "model name").then(|| value.trim().to_string())
+    })
+}
+
 /// The first processor's vendor, family and model from `/proc/cpuinfo` text.
 pub fn parse_cpuinfo(text: &str) -> Option<CpuModel> {
     let field = |name: &str| {

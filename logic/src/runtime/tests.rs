@@ -617,14 +617,14 @@ fn where_slurm_hides_jobs_the_metrics_file_is_roots_only() {
 fn each_idle_key_means_one_thing_under_its_plugin() {
     use crate::gpu::config::KEY_IDLE_WATTS;
     use crate::gpu::{GpuConfig, Gpus};
-    use crate::rapl::{Rapl, RaplConfig};
+    use crate::rapl::Rapl;
     let mut values = KeyValues::new();
     values.set(attribution::IDLE_KEY, "80");
     let idle = |values: &KeyValues| {
         let attribution = Attribution::parse(values).expect("attribution");
         (
             ledger_idle_watts::<Gpus>(&attribution, &GpuConfig::parse(values).expect("gpu")),
-            ledger_idle_watts::<Rapl>(&attribution, &RaplConfig::parse(values).expect("rapl")),
+            ledger_idle_watts::<Rapl>(&attribution, &Rapl::parse_config(values).expect("rapl")),
         )
     };
     let logged = crate::scheduler::tests::logged;
