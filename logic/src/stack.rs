@@ -61,6 +61,35 @@ pub(crate) fn gpu_covers(name: &str) -> Covers {
     }
 }
 
+/// A node meter's configuration: its acct_gather.conf keys, and whether rust_gpu is
+/// stacked beside it, which then takes the rails a GPU's counter covers (a Grace Hopper
+/// module from rust_hwmon, an MI300A socket's package from rust_rapl).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Stacked<K> {
+    /// Its acct_gather.conf keys.
+    pub keys: K,
+    /// rust_gpu is stacked beside it ([`leaves_to_gpus`]).
+    pub beside_gpus: bool,
+}
+
+impl<K: Clone> Stacked<K> {
+    /// As parsed: alone until slurmd says what is stacked ([`Self::among`]).
+    pub(crate) fn alone(keys: K) -> Self {
+        Self {
+            keys,
+            beside_gpus: false,
+        }
+    }
+
+    /// The same keys where `AcctGatherEnergyType` stacks `plugins`.
+    pub(crate) fn among(&self, plugins: &[String]) -> Self {
+        Self {
+            keys: self.keys.clone(),
+            beside_gpus: leaves_to_gpus(plugins),
+        }
+    }
+}
+
 /// Whether `plugins` (`AcctGatherEnergyType`'s names, with or without
 /// `acct_gather_energy/`) stacks rust_gpu.
 pub(crate) fn beside_gpus(plugins: &[String]) -> bool {

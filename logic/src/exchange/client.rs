@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::PROTOCOL_VERSION;
 use super::ask::{self, Answer, Request, Unanswered, Want};
 use super::doorbell::{self, ANSWER_WAIT, Ring};
 use super::slots::{self, Slot};
@@ -33,6 +34,10 @@ pub(crate) struct Client {
     slots: Option<slots::Reader>,
     /// Whether slurmd answered the last read (else it read the file).
     answered: bool,
+    /// The version it asks in: this release's until a slurmd of the version before
+    /// answered in its own, then that one (which this release's slurmd reads too): a
+    /// slurmd of before costs one dropped question, not one per read.
+    version: u16,
 }
 
 impl Client {
@@ -42,6 +47,7 @@ impl Client {
             path: ledger.to_path_buf(),
             slots: None,
             answered: false,
+            version: PROTOCOL_VERSION,
         }
     }
 
@@ -81,7 +87,11 @@ impl Client {
         } else {
             CURRENT_WAIT
         };
-        let asked = self.ask(Request::new(key, want), wait);
+        let request = Request {
+            version: self.version,
+            ..Request::new(key, want)
+        };
+        let asked = self.ask(request, wait);
         self.answered = asked.is_ok();
         let from_file = |path: &Path| {
             Ledger::load(path).map(|l| l.map(|ledger| Answer::from_ledger(&ledger, key)))
@@ -118,19 +128,20 @@ impl Client {
         }
     }
 
-    /// Asks `request`, then one version back while slurmd drops it unread: a slurmd of the
-    /// version before cannot read this one's question (`super`'s "Versions").
-    fn ask(&self, mut request: Request, wait: Duration) -> Result<Answer, Unanswered> {
+    /// Asks `request`, then one version back where slurmd drops it unread: a slurmd of the
+    /// version before cannot read this one's question (`super`'s "Versions"). The version
+    /// that was answered is the one asked in from then on.
+    fn ask(&mut self, request: Request, wait: Duration) -> Result<Answer, Unanswered> {
         let socket = ask::ask_path(&self.path);
-        loop {
-            match ask::ask(&socket, request, wait) {
-                Err(Unanswered::Dropped) => match request.one_back() {
-                    Some(back) => request = back,
-                    None => return Err(Unanswered::Dropped),
-                },
-                asked => return asked,
-            }
+        let asked = ask::ask(&socket, request, wait);
+        let (Err(Unanswered::Dropped), Some(back)) = (&asked, request.one_back()) else {
+            return asked;
+        };
+        let answered = ask::ask(&socket, back, wait);
+        if answered.is_ok() {
+            self.version = back.version;
         }
+        answered
     }
 
     /// Its figures as of slurmd's last update, from its slot ([`slots`]): `None` where
@@ -164,7 +175,6 @@ mod tests {
 
     use super::*;
     use crate::attribution::StepId;
-    use crate::exchange::PROTOCOL_VERSION;
     use crate::exchange::ask::ask_path;
 
     /// A slurmd of version 2 (questions without their version, no slots): a question it
@@ -210,13 +220,13 @@ mod tests {
     }
 
     /// A step of this release whose slurmd is of the version before: its question is
-    /// dropped unread, it asks again in that version's words and is answered; nothing else
-    /// is sent (no ring, no other version).
+    /// dropped unread, it asks again in that version's words and is answered, and asks in
+    /// them from then on; nothing else is sent (no ring, no other version).
     #[test]
     fn a_slurmd_of_the_version_before_is_asked_in_its_words() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let ledger = tmp.path().join("energy-ledger.0.json");
-        let slurmd = slurmd_of_version_2(&ledger, 1_234.0, 2);
+        let slurmd = slurmd_of_version_2(&ledger, 1_234.0, 3);
         let mut client = Client::new(&ledger);
         let key = Some(StepKey {
             job: 7,
@@ -230,11 +240,15 @@ mod tests {
             client.late(None, unix_now(), LEDGER_PERIOD),
             "answered: late by its answer"
         );
+        // its next read asks in the version that was answered, at once
+        let again = client.figure(key, Want::Refresh, unix_now());
+        assert!(again.answer.expect("read").is_some());
         assert_eq!(
             slurmd.join().expect("slurmd"),
             vec![
                 format!("ask{PROTOCOL_VERSION} 7.4294967291 fresh"),
-                "ask 7.4294967291 fresh".to_string()
+                "ask 7.4294967291 fresh".to_string(),
+                "ask 7.4294967291 refresh".to_string()
             ]
         );
     }

@@ -52,15 +52,9 @@ const PARTS: [Kind; 4] = [Kind::Module, Kind::Grace, Kind::Cpu, Kind::Sysio];
 /// The rust_hwmon plugin: the node's hwmon power sensors, read by a poller thread.
 pub struct Hwmon;
 
-/// rust_hwmon's configuration: its keys, and what the plugins stacked beside it leave it.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct HwmonSettings {
-    /// Its acct_gather.conf keys.
-    pub keys: HwmonConfig,
-    /// rust_gpu is stacked beside it: a Grace Hopper module is rust_gpu's
-    /// (`crate::stack`).
-    pub beside_gpus: bool,
-}
+/// rust_hwmon's configuration: its keys, and whether rust_gpu takes a Grace Hopper module
+/// (`crate::stack`).
+pub(crate) type HwmonSettings = crate::stack::Stacked<HwmonConfig>;
 
 impl Plugin for Hwmon {
     type Config = HwmonSettings;
@@ -68,10 +62,7 @@ impl Plugin for Hwmon {
     const KEYS: &'static [&'static str] = HwmonConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<HwmonSettings, ConfigError> {
-        HwmonConfig::parse(values).map(|keys| HwmonSettings {
-            keys,
-            beside_gpus: false,
-        })
+        HwmonConfig::parse(values).map(HwmonSettings::alone)
     }
 
     fn show_config(config: &HwmonSettings) -> Vec<(&'static str, String)> {
@@ -79,10 +70,7 @@ impl Plugin for Hwmon {
     }
 
     fn stacked(config: &HwmonSettings, plugins: &[String]) -> HwmonSettings {
-        HwmonSettings {
-            beside_gpus: crate::stack::leaves_to_gpus(plugins),
-            ..config.clone()
-        }
+        config.among(plugins)
     }
 
     fn open(config: &HwmonSettings) -> Result<Opened<Polled<HwmonPolling>>, String> {

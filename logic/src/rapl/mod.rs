@@ -169,15 +169,9 @@ pub struct RaplCounters {
 /// The rust_rapl plugin: the node's RAPL counters.
 pub struct Rapl;
 
-/// rust_rapl's configuration: its keys, and what the plugins stacked beside it leave it.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct RaplSettings {
-    /// Its acct_gather.conf keys.
-    pub keys: RaplConfig,
-    /// rust_gpu is stacked beside it: an MI300A socket's package is rust_gpu's
-    /// (`crate::stack`).
-    pub beside_gpus: bool,
-}
+/// rust_rapl's configuration: its keys, and whether rust_gpu takes an MI300A socket's
+/// package (`crate::stack`).
+pub type RaplSettings = crate::stack::Stacked<RaplConfig>;
 
 impl Rapl {
     /// Opens the counters the configuration asks for, under the given system paths, to be
@@ -203,10 +197,7 @@ impl Plugin for Rapl {
     const KEYS: &'static [&'static str] = RaplConfig::KEYS;
 
     fn parse_config(values: &KeyValues) -> Result<RaplSettings, ConfigError> {
-        RaplConfig::parse(values).map(|keys| RaplSettings {
-            keys,
-            beside_gpus: false,
-        })
+        RaplConfig::parse(values).map(RaplSettings::alone)
     }
 
     fn show_config(config: &RaplSettings) -> Vec<(&'static str, String)> {
@@ -214,10 +205,7 @@ impl Plugin for Rapl {
     }
 
     fn stacked(config: &RaplSettings, plugins: &[String]) -> RaplSettings {
-        RaplSettings {
-            beside_gpus: crate::stack::leaves_to_gpus(plugins),
-            ..config.clone()
-        }
+        config.among(plugins)
     }
 
     fn open(config: &RaplSettings) -> Result<Opened<RaplCounters>, String> {

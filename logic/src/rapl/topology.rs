@@ -78,22 +78,22 @@ pub struct CpuModel {
     pub model: u32,
 }
 
-/// The first CPU's `model name` in `/proc/cpuinfo`'s `text`.
-pub(crate) fn model_name(text: &str) -> Option<String> {
+/// The first processor's field `name` in `/proc/cpuinfo`'s `text`.
+fn cpuinfo_field(text: &str, name: &str) -> Option<String> {
     text.lines().find_map(|line| {
         let (key, value) = line.split_once(':')?;
-        (key.trim() == "model name").then(|| value.trim().to_string())
+        (key.trim() == name).then(|| value.trim().to_string())
     })
+}
+
+/// The first CPU's `model name` in `/proc/cpuinfo`'s `text`.
+pub(crate) fn model_name(text: &str) -> Option<String> {
+    cpuinfo_field(text, "model name")
 }
 
 /// The first processor's vendor, family and model from `/proc/cpuinfo` text.
 pub fn parse_cpuinfo(text: &str) -> Option<CpuModel> {
-    let field = |name: &str| {
-        text.lines().find_map(|line| {
-            let (key, value) = line.split_once(':')?;
-            (key.trim() == name).then(|| value.trim().to_string())
-        })
-    };
+    let field = |name: &str| cpuinfo_field(text, name);
     Some(CpuModel {
         vendor: field("vendor_id")?,
         family: field("cpu family")?.parse().ok()?,
