@@ -28,7 +28,8 @@
 //! The window is this version and the two before it ([`MIN_PROTOCOL_VERSION`]), as
 //! Slurm's: slurmd answers a question of any version in it, in the form it was asked;
 //! a step asks in its own version, then one back where slurmd dropped the question unread
-//! ([`ONE_BACK_PROTOCOL_VERSION`]), and rings and reads the file where nobody listens. A
+//! ([`ONE_BACK_PROTOCOL_VERSION`]), in that one from then on if it was answered, and rings
+//! and reads the file where nobody listens. A
 //! version outside the window is refused, never guessed at.
 //!
 //! **Retiring version 1**: the release that brings version 4 raises the minimum to 2; then
