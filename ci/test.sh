@@ -30,13 +30,15 @@
 # SLURM_FULL=none or SLURM_LOADER_ONLY=none empties that tier.
 #
 # Time (2 cores): the work is in two lanes. The build lane builds each release in turn
-# (Slurm from source in the background at nice 19 from the start, then cargo, all at nice 19);
+# (Slurm from source in the background at nice 19 from the start, then cargo, at nice 19
+# but for the first release's, which every test waits for; each release's cargo builds
+# compile every crate once: the package's and the tests' builds reuse them);
 # the test lane runs a release's tests as soon as its build is done, while the build lane
 # goes on with the next release: the tests mostly wait on Slurm jobs and simulators. The
 # build lane also runs the lints and docs of the every-test tier once its tests have
 # started, and the loader tier's tests (no cluster, a minute each) after each such build.
 # Within a release, ci/run-tests.py runs the tests side by side (TEST_JOBS, default 4: each
-# cluster claims its own ports and job ids). Each pass's time and the total are printed.
+# cluster claims its own ports and job ids; the release tier RELEASE_TEST_JOBS, default 6). Each pass's time and the total are printed.
 #
 # The site-node tier (tests/tests/site_node.rs): Debian nodes in VMs under qemu's TCG,
 # Debian's own Slurm started by its units, this project's .deb installed with apt: Debian 12
@@ -299,7 +301,11 @@ slurm_env() {
 
 # build RELEASE: the build lane's work for one release (run in a subshell)
 build() {
-    local release=$1
+    local release=$1 priority=19
+    # the first release's build holds up every test (none runs before it) and runs at the
+    # machine's priority, ahead of the Slurm builds and the site nodes' disks at nice 19;
+    # the others at nice 19 too, beside the tests
+    [ "$release" != "$(echo "$order" | head -n 1)" ] || priority=0
     echo "== Slurm $release: waiting for its build (log $logs/build-slurm-$release.log)"
     slurm_env "$release"
     if [ "$CARGO_TARGET_DIR" != "$base_target" ] && [ ! -d "$CARGO_TARGET_DIR/release" ] &&
@@ -312,13 +318,13 @@ build() {
     echo "== Slurm $release: build (target dir $CARGO_TARGET_DIR)"
     # the workspace but its tests, as ci/install.sh builds it for the package: the same
     # features (the tests' crates widen some shared ones), so the package compiles nothing
-    nice -n 19 cargo build --release --workspace --exclude energy-tests
+    nice -n "$priority" cargo build --release --workspace --exclude energy-tests
     # what checks internal.rs's step-record layout against the headers (in the test lane)
-    nice -n 19 cargo build --release --workspace --exclude energy-tests --example step-record-layout
+    nice -n "$priority" cargo build --release --workspace --exclude energy-tests --example step-record-layout
     # the loader tier tests no package
     if [ "$(tier "$release")" != loader ]; then
         echo "== Slurm $release: package"
-        ENERGY_TEST_DEB=$(nice -n 19 sh ci/package.sh)
+        ENERGY_TEST_DEB=$(nice -n "$priority" sh ci/package.sh)
         echo "$ENERGY_TEST_DEB" >"$logs/deb-$release"
     fi
     for n in $site_nodes; do
@@ -329,7 +335,7 @@ build() {
         echo "== Slurm $release: package for Debian $n's Slurm (the site node)"
         SLURM_PLUGIN_DIR=/usr/lib/$(sh ci/multiarch.sh)/slurm-wlm \
             SLURM_DEB_DEPENDS="slurm-wlm-basic-plugins (>= $release), slurm-wlm-basic-plugins (<< ${release%.*}.$((${release##*.} + 1))~), libslurm42t64 | libslurm42" \
-            PACKAGE_OUT="$logs/debian-$n" nice -n 19 sh ci/package.sh >"$logs/deb-site-node-$n" ||
+            PACKAGE_OUT="$logs/debian-$n" nice -n "$priority" sh ci/package.sh >"$logs/deb-site-node-$n" ||
             echo "FAILED" >"$logs/deb-site-node-$n"
     done
     # the RPM is built by package::the_rpm_builds_against_slurm_devel_with_a_rustup_cargo
@@ -343,7 +349,7 @@ build() {
     release) targets=$(test_targets $RELEASE_TESTS) ;;
     loader) targets=$(test_targets $LOADER_TESTS) ;;
     esac
-    nice -n 19 cargo test --release --no-run --message-format=json $targets \
+    nice -n "$priority" cargo test --release --no-run --message-format=json $targets \
         >"$logs/artifacts-$release.json"
 }
 
@@ -411,6 +417,10 @@ run_tests() {
     release)
         for t in $RELEASE_TESTS; do set -- --only "$t" "$@"; done
         for t in $ONCE_TESTS; do set -- --skip "$t" "$@"; done
+        # six at a time: by the time these run the build lane is done, and four of them
+        # kept the machine half idle (the loader tests and most clusters wait on timers;
+        # the shared node's test still runs alone)
+        set -- --jobs "${RELEASE_TEST_JOBS:-6}" "$@"
         echo "== Slurm $release: tests, those that depend on the release (RELEASE_TESTS)"
         ;;
     loader)
