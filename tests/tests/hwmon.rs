@@ -115,9 +115,10 @@ fn a_servers_acpi_meter_on_its_device_is_the_node() {
     });
     // a change is dated half-way between the read before it and the read that saw it
     // until the meter's phase is known, and again where a later one falls off the phase:
-    // within a read (0.1 s apart, more on a loaded machine) of 350 W is 35 J, 1.7% of the
-    // 2 100 J here
-    assert_close("step", joules(&out, "step", 1), truth, 0.02);
+    // within a read of 350 W, 35 J (1.7% of the 2 100 J here) where reads are 0.1 s apart
+    // as the poller times them, 52 J (2.5%) where a loaded machine runs it 0.15 s apart
+    // (seen: -1.49%; mostly within 0.02%)
+    assert_close("step", joules(&out, "step", 1), truth, 0.025);
     assert_eq!(field(&out, "sensors", 0, "count"), "1");
     assert!(err.contains("hwmon1/device/power1_average"), "{err}");
 }
