@@ -73,8 +73,17 @@ floor_learned() { [ -n "$(floor_watts)" ]; }
 final_energy() { sacct -n -X -P -j "$1" -o ConsumedEnergyRaw | head -n 1; }
 sim_set() { "$RAPLSIM" set "$SIM" "$1"; }
 units_report() {
+    local u state
     for u in munge mariadb slurmdbd slurmctld slurmd raplsim fake-rapl; do
-        R unit "$1" "$u" "$(systemctl is-active "$u.service")"
+        state=$(systemctl is-active "$u.service")
+        R unit "$1" "$u" "$state"
+        # a unit down: all it said in this boot, and how systemd saw it end
+        [ "$state" = active ] || {
+            journalctl -b -u "$u.service" --no-pager -o short-monotonic | tail -n 40 |
+                while read -r l; do R unit_journal "$u" "$l"; done
+            systemctl status --no-pager "$u.service" 2>&1 | head -n 15 |
+                while read -r l; do R unit_status "$u" "$l"; done
+        }
     done
 }
 node_idle() { sinfo -h -n sitenode1 -o %t | grep -Eq '^(idle|mix|alloc)'; }
