@@ -38,7 +38,8 @@
 # build lane also runs the lints and docs of the every-test tier once its tests have
 # started, and the loader tier's tests (no cluster, a minute each) after each such build.
 # Within a release, ci/run-tests.py runs the tests side by side (TEST_JOBS, default 4: each
-# cluster claims its own ports and job ids; the release tier RELEASE_TEST_JOBS, default 6). Each pass's time and the total are printed.
+# cluster claims its own ports and job ids; the release tier RELEASE_TEST_JOBS, default 6).
+# Each pass's time and the total are printed.
 #
 # The site-node tier (tests/tests/site_node.rs): Debian nodes in VMs under qemu's TCG,
 # Debian's own Slurm started by its units, this project's .deb installed with apt: Debian 12
@@ -340,6 +341,7 @@ build() {
     done
     # the RPM is built by package::the_rpm_builds_against_slurm_devel_with_a_rustup_cargo
     # (ONCE_TESTS): against a slurm-devel laid out as SchedMD's spec, its BuildRequires checked
+
     # every test binary for the every-test tier; for the others, only the binaries that
     # hold their tests (run-tests.py runs no unit-test binary there): a third of the build
     echo "== Slurm $release: test build"
