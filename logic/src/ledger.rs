@@ -8,30 +8,37 @@
 //! ledger left torn by a power cut is refused on load and started anew, with a new epoch
 //! that tells its readers their old figures are not continued in it.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod account;
 mod charge;
 mod file;
 mod floor;
 mod number;
+mod observation;
 mod parts;
 
+pub use account::Account;
+pub(crate) use account::JobView;
 pub(crate) use file::Refused;
 pub use floor::SUSTAIN as STATIC_POWER_SUSTAIN_SECS;
+pub(crate) use observation::{Observation, ObservedJob, ObservedStep, Part};
 pub use parts::{Breakdown, IdleHeld};
 
-use crate::accounting::PowerWindow;
 use crate::attribution::StepId;
-use crate::attribution::cgroup::JobCounters;
-use crate::attribution::holders::ObservedDevice;
 use crate::replace::{Access, replace};
 use crate::source::HardwareCount;
 use crate::trusted_dir::{self, DirError, NO_WRITE};
+use account::{Job, Rate, Step};
+// the tests (`tests.rs`, through `use super::*`) build observations of these, whose types
+// moved with `Observation` to `observation`
+#[cfg(test)]
+use crate::attribution::{cgroup::JobCounters, holders::ObservedDevice};
 use floor::Floor;
 use parts::PartValues;
 
@@ -133,29 +140,6 @@ pub enum LedgerError {
     },
 }
 
-/// One job's or one step's account, or the node's.
-#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
-pub struct Account {
-    /// Its energy, in joules.
-    #[serde(deserialize_with = "number::finite")]
-    pub joules: f64,
-    /// Its share of the node's power over the last interval.
-    #[serde(deserialize_with = "number::finite")]
-    pub watts: f64,
-    /// Unix time its counting began.
-    #[serde(deserialize_with = "number::finite")]
-    pub since: f64,
-}
-
-impl Account {
-    fn since(since: f64) -> Self {
-        Self {
-            since,
-            ..Self::default()
-        }
-    }
-}
-
 /// How a ledger splits the node's energy among its jobs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Split {
@@ -181,208 +165,6 @@ impl Split {
             Split::Shared { .. } => "shared",
             Split::Devices { .. } => "devices",
         }
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-struct Job {
-    account: Account,
-    steps: BTreeMap<StepId, Step>,
-    usage_ns: Option<u64>,
-    last_seen: f64,
-    rate: Rate,
-    /// The devices it has held (by position): a device it holds anew is charged what
-    /// nobody got of it since the job began.
-    held: BTreeSet<u32>,
-    breakdown: Breakdown,
-}
-
-impl Job {
-    /// Forgets its steps that ended ([`KEEP_ENDED_STEP`]) more than that long ago, or
-    /// beyond the [`ENDED_STEPS_KEPT`] that ended last; a step seen at `now` is running.
-    fn forget_ended_steps(&mut self, now: f64) {
-        let keep = KEEP_ENDED_STEP.as_secs_f64();
-        self.steps.retain(|_, s| now - s.last_seen <= keep);
-        let mut ended: Vec<(f64, StepId)> = self
-            .steps
-            .iter()
-            .filter(|(_, s)| s.last_seen < now)
-            .map(|(&id, s)| (s.last_seen, id))
-            .collect();
-        if let Some(excess) = ended.len().checked_sub(ENDED_STEPS_KEPT).filter(|&e| e > 0) {
-            ended.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            for (_, id) in &ended[..excess] {
-                self.steps.remove(id);
-            }
-        }
-    }
-
-    /// Its account, begun at its first step's start.
-    fn new(o: &ObservedJob, now: f64) -> Self {
-        Self {
-            account: Account::since(o.started().unwrap_or(now).min(now)),
-            ..Self::default()
-        }
-    }
-
-    /// Charges its step `id` (of `o`, as observed) `joules` of the interval `(began,
-    /// now)`; a step first seen counts from its start. Returns the step, for its parts.
-    fn charge_step(
-        &mut self,
-        o: &ObservedJob,
-        id: StepId,
-        joules: f64,
-        (began, now): (f64, f64),
-        settled: bool,
-    ) -> &mut Step {
-        let started = o.steps.iter().find(|s| s.id == id).and_then(|s| s.started);
-        let step = self.steps.entry(id).or_insert_with(|| Step {
-            account: Account::since(started.map_or(now, unix).min(now)),
-            ..Step::default()
-        });
-        step.rate
-            .charge(&mut step.account, began, now, joules, settled);
-        step
-    }
-}
-
-/// One job of a ledger, as its readers see it.
-#[derive(Debug, Clone, Copy)]
-pub struct JobView<'a> {
-    pub id: u32,
-    job: &'a Job,
-}
-
-impl JobView<'_> {
-    pub fn account(&self) -> Account {
-        self.job.account
-    }
-
-    /// Unix time of the last sample that saw it on the node.
-    pub fn last_seen(&self) -> f64 {
-        self.job.last_seen
-    }
-
-    /// Its steps' accounts, in step order.
-    pub fn steps(&self) -> impl Iterator<Item = (StepId, Account)> + '_ {
-        self.job.steps.iter().map(|(&id, s)| (id, s.account))
-    }
-
-    /// Its energy by part and what it held idle (`ledger::parts`).
-    pub fn breakdown(&self) -> &Breakdown {
-        &self.job.breakdown
-    }
-
-    /// Its step `id`'s energy by part and what it held idle.
-    pub fn step_breakdown(&self, id: StepId) -> Option<&Breakdown> {
-        self.job.steps.get(&id).map(|s| &s.breakdown)
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-struct Step {
-    account: Account,
-    usage_ns: Option<u64>,
-    rate: Rate,
-    /// Unix time of the last sample that saw it running.
-    last_seen: f64,
-    breakdown: Breakdown,
-}
-
-/// The power of an account, published with its figure: over a window of at least a second
-/// (a step's edge asks for a sample milliseconds after the one before, and the energy of so
-/// short an interval is mostly the counters' granularity), closed at settled samples only
-/// ([`PowerWindow`]). Not kept in the file: a restarted slurmd starts a new window.
-#[derive(Debug, Clone, Copy, Default)]
-struct Rate(PowerWindow);
-
-impl Rate {
-    /// Charges `account` the `joules` of an interval from `began` to `now` (`settled` or
-    /// not), and gives it the power over the last closed window (over the first window so
-    /// far, until one closes; unknown, 0, until a window spans a second).
-    fn charge(&mut self, account: &mut Account, began: f64, now: f64, joules: f64, settled: bool) {
-        // a new account's figure began with nothing at its start, which its first window
-        // does too: one found after its start is charged here the energy since then, not
-        // over this interval alone (a power far above the node's), and one that began
-        // within the interval only the part since
-        let from = if account.joules == 0.0 {
-            account.since.min(now)
-        } else {
-            began
-        };
-        self.0.begin(from, account.joules);
-        account.joules += joules;
-        account.watts = self
-            .0
-            .update(now, account.joules, settled)
-            .or_else(|| self.0.so_far(now, account.joules))
-            .unwrap_or(0.0);
-    }
-}
-
-/// What the meter and the cgroups said at one sample.
-#[derive(Debug, Clone)]
-pub struct Observation {
-    pub at: Instant,
-    pub wall: SystemTime,
-    /// The node's energy since the meter opened.
-    pub node_uj: u64,
-    /// No counter held a read undecided ([`crate::source::Reading::unsettled`]).
-    pub settled: bool,
-    /// The jobs on the node, with their counters (`None`: no cgroup found) and their steps.
-    pub jobs: Vec<ObservedJob>,
-    /// CPU time since the last observation (ns) that no job present used, of owners with
-    /// no job left on the node ([`crate::attribution::owner_time`]): in the shared split,
-    /// its part of the dynamic energy is charged to no job.
-    pub unowned_cpu_ns: u64,
-    /// The parts of the node its source measures beside it, as they are now.
-    pub parts: Vec<Part>,
-    /// The devices Slurm allocates (GPUs), in [`Split::Devices`].
-    pub devices: Vec<ObservedDevice>,
-    /// The hardware's counts behind `node_uj` ([`crate::source::Reading::counts`]).
-    pub counts: Vec<HardwareCount>,
-    /// The node's power as its meter measured it up to this sample, where it has (for a
-    /// slurmd started again, its power since it opened: what follows the time it was
-    /// away, which tells how often a counter wrapped meanwhile).
-    pub watts: Option<f64>,
-}
-
-/// A part of the node (pm_counters' cpu, memory, accelN): its energy since slurmd's meter
-/// opened and its power, for a step's `--profile=energy` samples.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Part {
-    pub label: String,
-    #[serde(deserialize_with = "number::finite")]
-    pub joules: f64,
-    #[serde(deserialize_with = "number::optional_finite")]
-    pub watts: Option<f64>,
-}
-
-#[derive(Debug, Clone)]
-pub struct ObservedJob {
-    pub job: u32,
-    pub counters: Option<JobCounters>,
-    pub steps: Vec<ObservedStep>,
-}
-
-#[derive(Debug, Clone)]
-pub struct ObservedStep {
-    pub id: StepId,
-    /// Its CPU time so far, `None` when unknown.
-    pub usage_ns: Option<u64>,
-    /// When its slurmstepd started, when known: it is charged from then.
-    pub started: Option<SystemTime>,
-    /// The devices it holds, `(position, shares)` ([`Split::Devices`]).
-    pub holds: Vec<(u32, f64)>,
-}
-
-impl ObservedJob {
-    /// When the job arrived: its first step's start.
-    fn started(&self) -> Option<f64> {
-        self.steps
-            .iter()
-            .filter_map(|s| s.started.map(unix))
-            .min_by(f64::total_cmp)
     }
 }
 
