@@ -131,9 +131,11 @@ pub struct UsageArgs {
     #[arg(
         long,
         short = 'S',
-        help = "Start, as sacct takes it: YYYY-MM-DD[THH:MM[:SS]], MMDD[YY], MM/DD[/YY], \
-                MM.DD[.YY], HH:MM[:SS] (local time), today, now[-N[seconds|minutes|hours|\
-                days|weeks]], RFC 3339 or unix seconds [default: 30 days before the end]."
+        help = "Start, as sacct takes it: YYYY-MM-DD[THH:MM[:SS]], MMDD[YY][-HH:MM[:SS]], \
+                MM/DD[/YY][-HH:MM[:SS]], MM.DD[.YY][-HH:MM[:SS]], HH:MM[:SS][AM|PM] (local \
+                time), today, tomorrow, midnight, noon, fika, teatime, now[{+|-}N[seconds|\
+                minutes|hours|days|weeks]], RFC 3339 or unix seconds [default: 30 days \
+                before the end]."
     )]
     start: Option<String>,
     /// End (exclusive), same forms [default: now].

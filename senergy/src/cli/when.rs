@@ -2,59 +2,165 @@
 //! Slurm's `src/common/parse_time.c`, as sacct calls it: a date without a year is in the
 //! past), and RFC 3339 or unix seconds for scripts.
 
-use chrono::{DateTime, Datelike, Local, NaiveDate, NaiveDateTime, NaiveTime, TimeZone};
+use chrono::{DateTime, Datelike, Days, Local, NaiveDate, NaiveDateTime, NaiveTime, TimeZone};
 
 use crate::Failure;
 
-/// `text` as a unix time, `now` the time it is relative to: `YYYY-MM-DD[THH:MM[:SS]]`,
-/// `MMDD[YY]`, `MM/DD[/YY]`, `MM.DD[.YY]`, `HH:MM[:SS]` (today), `today` and `midnight`
-/// (today's start), `now[{+|-}N[seconds|minutes|hours|days|weeks]]` (local time), RFC 3339,
-/// or unix seconds (more than 6 digits: 4 and 6 are MMDD and MMDDYY, as sacct reads them).
+/// `text` as a unix time, `now` the time it is relative to, in sacct's forms:
+/// `YYYY-MM-DD[THH:MM[:SS]]`, `MMDD[YY][-HH:MM[:SS]]`, `MM/DD[/YY][-HH:MM[:SS]]`,
+/// `MM.DD[.YY][-HH:MM[:SS]]`, `HH:MM[:SS][AM|PM]` (today), `today`, `tomorrow`,
+/// `midnight`, `noon`, `fika` (15:00), `teatime` (16:00), a word and a time together
+/// (`today 10:00`, `tomorrow noon`), `now[{+|-}N[seconds|minutes|hours|days|weeks]]`, all
+/// in local time and any case; and RFC 3339, or unix seconds (but 4 and 6 digits, which
+/// are MMDD and MMDDYY, as sacct reads them).
 pub fn when(text: &str, now: i64) -> Result<i64, Failure> {
     let bad = || {
         Failure::Input(format!(
-            "{text:?} is not a time (YYYY-MM-DD[THH:MM[:SS]], MMDD[YY], MM/DD[/YY], \
-             HH:MM[:SS], today, now-7days, RFC 3339 or unix seconds)"
+            "{text:?} is not a time (YYYY-MM-DD[THH:MM[:SS]], MMDD[YY], MM/DD[/YY][-HH:MM], \
+             HH:MM[:SS][AM|PM], today, noon, now-7days, RFC 3339 or unix seconds)"
         ))
     };
     let text = text.trim();
+    let lower = text.to_ascii_lowercase();
+    if let Some(offset) = lower.strip_prefix("now") {
+        return relative(offset).map(|s| now + s).ok_or_else(bad);
+    }
+    let digits = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if digits && !matches!(text.len(), 4 | 6) {
+        return crate::carbon::parse_time(text).ok_or_else(bad);
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Ok(t.timestamp());
+    }
     let today = DateTime::from_timestamp(now, 0)
         .map(|t| t.with_timezone(&Local).date_naive())
         .ok_or_else(bad)?;
-    if let Some(offset) = text.strip_prefix("now") {
-        return relative(offset).map(|s| now + s).ok_or_else(bad);
-    }
-    if matches!(text, "today" | "midnight") {
-        return local(today.and_time(NaiveTime::MIN)).ok_or_else(bad);
-    }
-    let digits = text.bytes().all(|b| b.is_ascii_digit());
-    if digits && matches!(text.len(), 4 | 6) {
-        let (month, day, year) = (&text[0..2], &text[2..4], text.get(4..6));
-        return dated(month, day, year, today, now).ok_or_else(bad);
-    }
-    if let Some(t) = crate::carbon::parse_time(text) {
-        return Ok(t);
-    }
-    for sep in ['/', '.'] {
-        let fields: Vec<&str> = text.split(sep).collect();
-        if let [month, day, rest @ ..] = &fields[..]
-            && fields.len() <= 3
-            && month.len() <= 2
-        {
-            return dated(month, day, rest.first().copied(), today, now).ok_or_else(bad);
+    sacct_form(&lower, today, now).ok_or_else(bad)
+}
+
+/// The words that name a day (days after today) and those that name a time of day (its
+/// hour), as `parse_time()` knows them.
+const DAY_WORDS: [(&str, u64); 2] = [("today", 0), ("tomorrow", 1)];
+const HOUR_WORDS: [(&str, u32); 4] = [("midnight", 0), ("noon", 12), ("fika", 15), ("teatime", 16)];
+
+/// A date as the text gives it: its year (`None`: in the past), month and day.
+type Dated = (Option<i32>, u32, u32);
+
+/// `text` (lower case) read as `parse_time()` reads it: dates, times and words in any
+/// order, separated by blanks, `-` or `T`; a date without a time is its start, a time
+/// without a date today's.
+fn sacct_form(text: &str, today: NaiveDate, now: i64) -> Option<i64> {
+    let bytes = text.as_bytes();
+    let (mut date, mut time): (Option<Dated>, Option<NaiveTime>) = (None, None);
+    let mut pos = 0;
+    while pos < bytes.len() {
+        let rest = &text[pos..];
+        if let Some((word, after)) = DAY_WORDS.iter().find(|(w, _)| rest.starts_with(w)) {
+            let day = today.checked_add_days(Days::new(*after))?;
+            date = Some((Some(day.year()), day.month(), day.day()));
+            pos += word.len();
+        } else if let Some((word, hour)) = HOUR_WORDS.iter().find(|(w, _)| rest.starts_with(w)) {
+            time = Some(NaiveTime::from_hms_opt(*hour, 0, 0)?);
+            pos += word.len();
+        } else if matches!(bytes[pos], b' ' | b'\t' | b'-' | b't') {
+            pos += 1;
+        } else if bytes[pos].is_ascii_digit() {
+            let len = if bytes.get(pos + 1) == Some(&b':') || bytes.get(pos + 2) == Some(&b':') {
+                let (t, len) = clock(rest)?;
+                time = Some(t);
+                len
+            } else {
+                let (d, len) = calendar(rest)?;
+                date = Some(d);
+                len
+            };
+            pos += len;
+        } else {
+            return None;
         }
     }
-    if let Ok(time) = NaiveTime::parse_from_str(text, "%H:%M:%S")
-        .or_else(|_| NaiveTime::parse_from_str(text, "%H:%M"))
-    {
-        return local(today.and_time(time)).ok_or_else(bad);
+    let day = match date {
+        None if time.is_none() => return None,
+        None => today,
+        Some((Some(year), month, day)) => NaiveDate::from_ymd_opt(year, month, day)?,
+        Some((None, month, day)) => in_the_past(month, day, today, now)?,
+    };
+    local(day.and_time(time.unwrap_or(NaiveTime::MIN)))
+}
+
+/// Up to `max` digits at the start of `text` (at least one): their value and count.
+fn number(text: &str, max: usize) -> Option<(u32, usize)> {
+    let len = text
+        .bytes()
+        .take(max)
+        .take_while(u8::is_ascii_digit)
+        .count();
+    Some((
+        text.get(..len).filter(|d| !d.is_empty())?.parse().ok()?,
+        len,
+    ))
+}
+
+/// `H[H]:MM[:SS]`, then blanks and `am` or `pm` if any: the time and the bytes read.
+fn clock(text: &str) -> Option<(NaiveTime, usize)> {
+    let (mut hour, mut pos) = number(text, 2)?;
+    let two = |at: usize| -> Option<u32> {
+        (text.get(at..at + 1)? == ":")
+            .then(|| number(&text[at + 1..], 2).filter(|&(_, len)| len == 2))?
+            .map(|(n, _)| n)
+    };
+    let minute = two(pos)?;
+    pos += 3;
+    let second = match two(pos) {
+        Some(s) => {
+            pos += 3;
+            s
+        }
+        None => 0,
+    };
+    let blanks = text[pos..].len() - text[pos..].trim_start().len();
+    let rest = &text[pos + blanks..];
+    if rest.starts_with("pm") || rest.starts_with("am") {
+        hour = match (rest.starts_with("pm"), hour) {
+            (true, 12) | (false, 0..=11) => hour,
+            (true, 0..=11) => hour + 12,
+            (false, 12) => 0,
+            _ => return None,
+        };
+        pos += blanks + 2;
     }
-    let naive = NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S")
-        .or_else(|_| NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M"))
-        .or_else(|_| {
-            NaiveDate::parse_from_str(text, "%Y-%m-%d").map(|d| d.and_time(NaiveTime::MIN))
-        });
-    naive.ok().and_then(local).ok_or_else(bad)
+    Some((NaiveTime::from_hms_opt(hour, minute, second)?, pos))
+}
+
+/// `YYYY-MM-DD`, else `MM[./]DD[[./]YY]` (`MMDD[YY]` without separators): the date and
+/// the bytes read.
+fn calendar(text: &str) -> Option<(Dated, usize)> {
+    let bytes = text.as_bytes();
+    if bytes.get(4) == Some(&b'-') && bytes.get(7) == Some(&b'-') {
+        let (year, 4) = number(text, 4)? else {
+            return None;
+        };
+        let (month, 2) = number(&text[5..], 2)? else {
+            return None;
+        };
+        let (day, len) = number(&text[8..], 2)?;
+        return Some(((Some(i32::try_from(year).ok()?), month, day), 8 + len));
+    }
+    let separator = |at: usize| usize::from(matches!(bytes.get(at), Some(b'.' | b'/')));
+    let (month, mut pos) = number(text, 2)?;
+    pos += separator(pos);
+    let (day, len) = number(&text[pos..], 2)?;
+    pos += len;
+    pos += separator(pos);
+    let year = match number(&text[pos..], 2) {
+        Some((yy, 2)) => {
+            pos += 2;
+            Some(2000 + i32::try_from(yy).ok()?)
+        }
+        Some(_) => return None,
+        None => None,
+    };
+    ((1..=12).contains(&month) && (1..=31).contains(&day)).then_some(((year, month, day), pos))
 }
 
 /// The local time `naive`, as a unix time (the earlier of a time a clock change repeats).
@@ -65,26 +171,24 @@ fn local(naive: NaiveDateTime) -> Option<i64> {
         .map(|t| t.timestamp())
 }
 
-/// The start of local day `month`/`day` of `year` (two digits, 20YY); without a year, this
-/// year's unless that is after `now`, then last year's (sacct's dates are in the past).
-fn dated(month: &str, day: &str, year: Option<&str>, today: NaiveDate, now: i64) -> Option<i64> {
-    let number = |s: &str| (!s.is_empty() && s.len() <= 2).then(|| s.parse::<u32>().ok())?;
-    let (month, day) = (number(month)?, number(day)?);
-    let at = |year: i32| local(NaiveDate::from_ymd_opt(year, month, day)?.and_time(NaiveTime::MIN));
-    match year {
-        Some(yy) => at(2000 + i32::try_from(number(yy)?).ok()?),
-        None => at(today.year())
-            .filter(|&t| t <= now)
-            .or_else(|| at(today.year() - 1)),
+/// Local day `month`/`day` without a year: this year's unless its start is after `now`,
+/// then last year's (sacct's dates are in the past).
+fn in_the_past(month: u32, day: u32, today: NaiveDate, now: i64) -> Option<NaiveDate> {
+    let this = NaiveDate::from_ymd_opt(today.year(), month, day);
+    match this.and_then(|d| local(d.and_time(NaiveTime::MIN))) {
+        Some(t) if t <= now => this,
+        _ => NaiveDate::from_ymd_opt(today.year() - 1, month, day),
     }
 }
 
-/// `[{+|-}N[unit]]` after `now`, in seconds (sacct's units, singular or plural).
+/// `[{+|-}N[unit]]` after `now` (lower case, blanks anywhere), in seconds (sacct's units,
+/// singular or plural; seconds without one).
 fn relative(offset: &str) -> Option<i64> {
+    let offset: String = offset.split_whitespace().collect();
     if offset.is_empty() {
         return Some(0);
     }
-    let (sign, rest) = match offset.as_bytes().first()? {
+    let (sign, rest) = match offset.as_bytes()[0] {
         b'+' => (1, &offset[1..]),
         b'-' => (-1, &offset[1..]),
         _ => return None,
@@ -93,12 +197,12 @@ fn relative(offset: &str) -> Option<i64> {
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(rest.len());
     let count: i64 = rest[..split].parse().ok()?;
-    let unit = match rest[split..].trim_end_matches('s') {
-        "" | "second" => 1,
-        "minute" => 60,
-        "hour" => 3_600,
-        "day" => 86_400,
-        "week" => 604_800,
+    let unit = match &rest[split..] {
+        "" | "second" | "seconds" => 1,
+        "minute" | "minutes" => 60,
+        "hour" | "hours" => 3_600,
+        "day" | "days" => 86_400,
+        "week" | "weeks" => 604_800,
         _ => return None,
     };
     count.checked_mul(unit)?.checked_mul(sign)
@@ -148,6 +252,28 @@ mod tests {
         assert_eq!(at("2025-01-01T00:00:00Z"), 1_735_689_600);
         // seconds are sacct's default unit
         assert_eq!(at("now-7"), now - 7);
+        // sacct's words, any case, blanks within `now`'s offset
+        assert_eq!(at("NOW-7DAYS"), now - 7 * 86_400);
+        assert_eq!(at("now - 1 day"), now - 86_400);
+        assert_eq!(at("Today"), start(2026, 12, 6));
+        assert_eq!(at("tomorrow"), start(2026, 12, 7));
+        assert_eq!(at("noon"), start(2026, 12, 6) + 12 * 3_600);
+        assert_eq!(at("fika"), start(2026, 12, 6) + 15 * 3_600);
+        assert_eq!(at("teatime"), start(2026, 12, 6) + 16 * 3_600);
+        assert_eq!(at("tomorrow noon"), start(2026, 12, 7) + 12 * 3_600);
+        assert_eq!(at("today-08:15"), start(2026, 12, 6) + 29_700);
+        // a date and a time together, as sacct's man page gives them
+        assert_eq!(at("12/01-10:30"), start(2026, 12, 1) + 37_800);
+        assert_eq!(at("12/01/24-10:30:15"), start(2024, 12, 1) + 37_815);
+        assert_eq!(at("3.15-17:45"), start(2026, 3, 15) + 63_900);
+        assert_eq!(at("120125-08:00"), start(2025, 12, 1) + 28_800);
+        assert_eq!(at("1224-09:00"), start(2025, 12, 24) + 32_400);
+        // the 12-hour clock
+        assert_eq!(at("2:30pm"), start(2026, 12, 6) + 52_200);
+        assert_eq!(at("2:30 PM"), start(2026, 12, 6) + 52_200);
+        assert_eq!(at("12:15am"), start(2026, 12, 6) + 900);
+        assert_eq!(at("12:15pm"), start(2026, 12, 6) + 44_100);
+        assert_eq!(at("11:59:30AM"), start(2026, 12, 6) + 43_170);
         for bad in [
             "",
             "yesterday",
@@ -159,6 +285,11 @@ mod tests {
             "12/1/2/3",
             "25:00",
             "2026-13-01",
+            "13:00pm",
+            "10:3",
+            "now-7dayss",
+            "noonish",
+            "tea",
         ] {
             assert!(when(bad, now).is_err(), "{bad:?} read as a time");
         }
