@@ -76,14 +76,19 @@ impl StepSockets {
     }
 
     /// Brings [`Self::current`] up to now: the directory is read again where a name that
-    /// may be a step's changed since the last read (or [`READ_AT_LEAST_EVERY`]).
-    pub(crate) fn refresh(&mut self) {
+    /// may be a step's changed since the last read (or [`READ_AT_LEAST_EVERY`]). Returns
+    /// whether it was read: where not, the sockets are those of the last call.
+    pub(crate) fn refresh(&mut self) -> bool {
         let changed = self.changed();
         match &mut self.kept_for {
-            Some(kept) if !changed && *kept + 1 < READ_AT_LEAST_EVERY => *kept += 1,
+            Some(kept) if !changed && *kept + 1 < READ_AT_LEAST_EVERY => {
+                *kept += 1;
+                false
+            }
             kept => {
                 self.present = present_steps(&self.spool);
                 *kept = Some(0);
+                true
             }
         }
     }

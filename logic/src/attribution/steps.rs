@@ -141,8 +141,11 @@ impl Steps {
     /// [`GRANT_SWEEP_SAMPLES`] the grants of ended steps are swept, and when `owners` is
     /// given it learns who runs each present job not in it yet.
     pub(crate) fn find(&mut self, owners: Option<&mut HashMap<u32, Owner>>) -> Present<'_> {
-        self.sockets.refresh();
-        self.locate();
+        // a sample of a node whose steps are all placed and whose sockets did not change
+        // has nothing to locate: most samples, at a cost that grew with the steps
+        if self.sockets.refresh() || !self.all_placed() {
+            self.locate();
+        }
         let present = self.sockets.current();
         if self.samples.is_multiple_of(GRANT_SWEEP_SAMPLES) {
             Grant::remove_ended(&self.spool, &present.keys().copied().collect());
@@ -181,6 +184,17 @@ impl Steps {
             .iter()
             .filter(|(_, place)| place.stepd().is_some_and(|pid| pids.contains(&pid)))
             .map(|(step, _)| *step)
+    }
+
+    /// Whether every step of the sockets last read is where it stays: its cgroup found
+    /// (its slurmstepd where no cgroup is read). [`Self::locate`] then changes nothing.
+    fn all_placed(&self) -> bool {
+        self.places.len() == self.sockets.current().len()
+            && self.places.values().all(|place| match place {
+                Place::Found(..) => true,
+                Place::Stepd(_) => self.tree.is_none(),
+                Place::Unseen { .. } => false,
+            })
     }
 
     /// Brings [`Self::places`] up to the present steps: forgets the ended ones, searches
