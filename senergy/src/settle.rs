@@ -3,7 +3,7 @@
 //! waiting could change nothing. MailProg's summary ([`crate::mail`]) waits this way, in
 //! one of slurmctld's 64 mail threads: a job that never settles held that thread for the
 //! whole wait (60 s), and a user's 10 000 jobs cancelled while pending, each with an END
-//! mail, held every mail thread for hours (issue 53, item 4). Pure: no Slurm.
+//! mail, held every mail thread for hours. Pure: no Slurm.
 
 use crate::check::FAMILY;
 use crate::record::JobRow;

@@ -1,4 +1,4 @@
-//! At most N of MailProg's summaries wait for accounting at once (issue 53, item 4). Each
+//! At most N of MailProg's summaries wait for accounting at once. Each
 //! end-of-job mail is a process of its own (slurmctld runs up to 64 MailProgs, in its
 //! 64 mail threads), so the count is kept by the kernel: N slot files in a directory of
 //! SlurmUser's, each held by an exclusive `flock` for as long as a summary waits. A process

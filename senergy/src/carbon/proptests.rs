@@ -1,4 +1,4 @@
-//! Outside input never crashes or poisons (issue 28): a carbon-intensity file (any
+//! Outside input never crashes or poisons: a carbon-intensity file (any
 //! bytes, or a grid operator's export with its times and figures broken) gives a series of
 //! finite figures >= 0 over positive steps, or an error naming its line; the site file
 //! gives a tariff of finite figures >= 0, or an error. Thousands of cases each.
