@@ -35,7 +35,7 @@ pub fn when(text: &str, now: i64) -> Result<i64, Failure> {
     let today = DateTime::from_timestamp(now, 0)
         .map(|t| t.with_timezone(&Local).date_naive())
         .ok_or_else(bad)?;
-    sacct_form(&lower, today, now).ok_or_else(bad)
+    sacct_form(&lower, today).ok_or_else(bad)
 }
 
 /// The words that name a day (days after today) and those that name a time of day (its
@@ -43,13 +43,14 @@ pub fn when(text: &str, now: i64) -> Result<i64, Failure> {
 const DAY_WORDS: [(&str, u64); 2] = [("today", 0), ("tomorrow", 1)];
 const HOUR_WORDS: [(&str, u32); 4] = [("midnight", 0), ("noon", 12), ("fika", 15), ("teatime", 16)];
 
-/// A date as the text gives it: its year (`None`: in the past), month and day.
+/// A date as the text gives it: its year (`None`: as sacct takes a date without one), month
+/// and day.
 type Dated = (Option<i32>, u32, u32);
 
 /// `text` (lower case) read as `parse_time()` reads it: dates, times and words in any
 /// order, separated by blanks, `-` or `T`; a date without a time is its start, a time
 /// without a date today's.
-fn sacct_form(text: &str, today: NaiveDate, now: i64) -> Option<i64> {
+fn sacct_form(text: &str, today: NaiveDate) -> Option<i64> {
     let bytes = text.as_bytes();
     let (mut date, mut time): (Option<Dated>, Option<NaiveTime>) = (None, None);
     let mut pos = 0;
@@ -83,7 +84,7 @@ fn sacct_form(text: &str, today: NaiveDate, now: i64) -> Option<i64> {
         None if time.is_none() => return None,
         None => today,
         Some((Some(year), month, day)) => NaiveDate::from_ymd_opt(year, month, day)?,
-        Some((None, month, day)) => in_the_past(month, day, today, now)?,
+        Some((None, month, day)) => in_the_past(month, day, today)?,
     };
     local(day.and_time(time.unwrap_or(NaiveTime::MIN)))
 }
@@ -171,14 +172,15 @@ fn local(naive: NaiveDateTime) -> Option<i64> {
         .map(|t| t.timestamp())
 }
 
-/// Local day `month`/`day` without a year: this year's unless its start is after `now`,
-/// then last year's (sacct's dates are in the past).
-fn in_the_past(month: u32, day: u32, today: NaiveDate, now: i64) -> Option<NaiveDate> {
-    let this = NaiveDate::from_ymd_opt(today.year(), month, day);
-    match this.and_then(|d| local(d.and_time(NaiveTime::MIN))) {
-        Some(t) if t <= now => this,
-        _ => NaiveDate::from_ymd_opt(today.year() - 1, month, day),
-    }
+/// Local day `month`/`day` without a year, as sacct takes it (`parse_time` with `past`
+/// set): last year's where its month is after this month, else this year's, even a day
+/// later this month (on December 6th, `1224` is this December's 24th).
+fn in_the_past(month: u32, day: u32, today: NaiveDate) -> Option<NaiveDate> {
+    let year = match month > today.month() {
+        true => today.year() - 1,
+        false => today.year(),
+    };
+    NaiveDate::from_ymd_opt(year, month, day)
 }
 
 /// `[{+|-}N[unit]]` after `now` (lower case, blanks anywhere), in seconds (sacct's units,
@@ -225,6 +227,17 @@ mod tests {
         local(day(y, m, d).and_time(NaiveTime::MIN)).expect("a local time")
     }
 
+    /// A date without a year whose month is after this one is last year's, as sacct's
+    /// `parse_time` reads it on 2026-06-15.
+    #[test]
+    fn a_date_without_a_year_in_a_later_month_is_last_years() {
+        let june = local(day(2026, 6, 15).and_hms_opt(12, 0, 0).expect("a time")).expect("local");
+        let at = |text: &str| when(text, june).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+        assert_eq!(at("0801"), start(2025, 8, 1));
+        assert_eq!(at("06/30"), start(2026, 6, 30));
+        assert_eq!(at("0101"), start(2026, 1, 1));
+    }
+
     /// The forms sacct's `-S` and `-E` take, as sacct reads them on 2026-12-06.
     #[test]
     fn times_are_read_as_sacct_reads_them() {
@@ -239,8 +252,10 @@ mod tests {
         assert_eq!(at("today"), start(2026, 12, 6));
         assert_eq!(at("midnight"), start(2026, 12, 6));
         assert_eq!(at("1201"), start(2026, 12, 1));
-        // a date without a year is in the past: December's 24th is last year's
-        assert_eq!(at("1224"), start(2025, 12, 24));
+        // a date without a year is this year's unless its month is after this one, as
+        // sacct's parse_time(past) reads it: December's 24th is this year's
+        assert_eq!(at("1224"), start(2026, 12, 24));
+        assert_eq!(at("0115"), start(2026, 1, 15));
         assert_eq!(at("120125"), start(2025, 12, 1));
         assert_eq!(at("12/01"), start(2026, 12, 1));
         assert_eq!(at("12/01/24"), start(2024, 12, 1));
@@ -267,7 +282,7 @@ mod tests {
         assert_eq!(at("12/01/24-10:30:15"), start(2024, 12, 1) + 37_815);
         assert_eq!(at("3.15-17:45"), start(2026, 3, 15) + 63_900);
         assert_eq!(at("120125-08:00"), start(2025, 12, 1) + 28_800);
-        assert_eq!(at("1224-09:00"), start(2025, 12, 24) + 32_400);
+        assert_eq!(at("1224-09:00"), start(2026, 12, 24) + 32_400);
         // the 12-hour clock
         assert_eq!(at("2:30pm"), start(2026, 12, 6) + 52_200);
         assert_eq!(at("2:30 PM"), start(2026, 12, 6) + 52_200);
