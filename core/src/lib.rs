@@ -19,16 +19,9 @@
 #[allow(unsafe_code)]
 pub mod ffi;
 
-// The plugins' descriptors, one per plugin crate (`slurm_energy::Rapl`, ...).
-#[cfg(feature = "gpu")]
-pub use slurm_energy_logic::Gpus;
-#[cfg(feature = "ipmi")]
-pub use slurm_energy_logic::Ipmi;
-#[cfg(feature = "redfish")]
-pub use slurm_energy_logic::Redfish;
-#[cfg(feature = "variorum")]
-pub use slurm_energy_logic::Variorum;
-pub use slurm_energy_logic::{Hwmon, PmCounters, Rapl};
+// The plugins' descriptors, one per plugin crate (`slurm_energy::Rapl`, ...): those the
+// family declares, each under the features its crate asks for.
+pub use slurm_energy_logic::descriptors::*;
 
 #[cfg(test)]
 mod rules {

@@ -56,15 +56,15 @@ pub trait FamilyMember: Plugin {
 
 /// Declares the family: for each plugin, one entry (`Variant { name, plugin, config,
 /// measures }`, `registers` where it registers more keys than its configuration parses),
-/// which makes its [`PluginKind`] variant, its [`Entry`] in [`PLUGINS`] (in the same order)
-/// and its descriptor's [`FamilyMember`].
+/// which makes its [`PluginKind`] variant, its [`Entry`] in [`PLUGINS`] (in the same order),
+/// its descriptor's [`FamilyMember`] and its place in [`descriptors`].
 macro_rules! family {
     ($(
         $(#[doc = $doc:literal])*
         $kind:ident {
             name: $name:literal,
             $(#[$built:meta])*
-            plugin: $plugin:ty,
+            plugin: $plugin:path,
             config: $config:ty,
             $(registers: $registers:expr,)?
             measures: $measures:literal $(,)?
@@ -88,6 +88,13 @@ macro_rules! family {
                 const KIND: PluginKind = PluginKind::$kind;
             }
         )+
+
+        /// Each plugin's descriptor, what its `energy_plugin!` call names
+        /// (`slurm_energy::Rapl`, ...): the crate's surface and core's re-export them whole,
+        /// so a plugin declared here needs no line of its own there.
+        pub mod descriptors {
+            $( $(#[$built])* pub use $plugin; )+
+        }
 
         /// Each plugin's entry, in the order of [`PluginKind`].
         pub(crate) const PLUGINS: &[Entry] = &[$(

@@ -78,19 +78,10 @@ pub use plugin::{Opened, Plugin};
 pub use runtime::{Answer, Daemon, Host, Query, RecordRefused, Runtime, Update};
 pub use scheduler::worker::on_abandon;
 
-// plugins/*: each plugin's descriptor, and the sensor trait the variorum sampler's tests
-// drive.
-#[cfg(feature = "gpu")]
-pub use gpu::Gpus;
-pub use hwmon::Hwmon;
-#[cfg(feature = "ipmi")]
-pub use ipmi::Ipmi;
-pub use pm_counters::PmCounters;
-pub use rapl::Rapl;
-#[cfg(feature = "redfish")]
-pub use redfish::Redfish;
+// plugins/*: each plugin's descriptor (as the family declares them), and the sensor trait
+// the variorum sampler's tests drive.
+pub use family::descriptors::{self, *};
 pub use source::{Failure, Sensor};
-pub use variorum::Variorum;
 
 // senergy: the ledger and doorbell it reads, the configuration it checks, and the sources
 // `senergy check` opens (the Redfish BMC by its own request).
