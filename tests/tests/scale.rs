@@ -80,7 +80,7 @@ fn cpu_seconds(pid: i32) -> f64 {
 /// of that many names, each node's spool the first node's): every node's figure kept,
 /// slurmdbd's writes per node, the longest Epilog, slurmdbd's CPU.
 #[test]
-#[ignore = "benchmark: tens of slurmds and a thousand Epilogs (about 10 minutes, root)"]
+#[ignore = "benchmark: tens of slurmds and a thousand Epilogs (about 25 minutes on 2 cores, root)"]
 fn a_job_of_many_nodes_and_a_thousand_epilogs() {
     let test = "a_job_of_many_nodes_and_a_thousand_epilogs";
     let Some(tmp) = root_test_dir(test) else {
