@@ -42,7 +42,15 @@ config_keys! {
     /// How a shared node's energy is split among its jobs (`EnergyAttribution` and its keys).
     #[derive(Debug, Clone, Copy, PartialEq)]
     pub struct Attribution {
-        /// Whether the node's energy is split among its jobs (`shared`) or not (`node`).
+        /// How the node's energy is charged to the jobs on it. `node`: each step is charged
+        /// the node's whole energy while it ran, as with Slurm's own plugins (two jobs
+        /// sharing a node are each charged the whole node). `shared`: slurmd splits the
+        /// node's energy among its jobs, the static power (`EnergyAttributionIdleWatts`) by
+        /// what each job holds (its CPUs, and its memory where every job has a memory
+        /// limit), the rest by the CPU time each uses. `shared` needs Slurm's job cgroups
+        /// (`ProctrackType=proctrack/cgroup` and `task/cgroup` in `TaskPlugin`): without
+        /// them slurmd logs why, and every step is charged the whole node. rust_gpu charges
+        /// each job the GPUs it holds in either mode. See docs/shared-nodes.md.
         pub mode: Mode = Mode::Node, {
             MODE_KEY = "EnergyAttribution": parse(|k, v| match v.to_ascii_lowercase().as_str() {
                 "node" => Ok(Mode::Node),
@@ -54,9 +62,13 @@ config_keys! {
                 Mode::Shared => "shared".into(),
             });
         }
-        /// The node meter's static power; learned when absent. Not a GPU's: rust_gpu has
-        /// its own key (`EnergyGpuIdleWatts`), so stacked with a node meter each means one
-        /// thing.
+        /// The node's static power in watts: what it draws whatever its jobs do, which
+        /// `EnergyAttribution=shared` charges to the jobs by what they hold, not by what
+        /// they use (unused with `node`). Not set: each node learns its own, the lowest
+        /// power it held over 10 s. One acct_gather.conf usually serves every node: set it
+        /// only where every node draws the same. It is the node meter's (rust_rapl,
+        /// rust_ipmi, rust_redfish, rust_hwmon, rust_pm_counters, rust_variorum); rust_gpu
+        /// does not read it, each GPU's is `EnergyGpuIdleWatts`.
         pub idle_watts: Option<f64> = None, {
             IDLE_KEY = "EnergyAttributionIdleWatts": parse(idle_watts), show(shown_idle_watts);
         }

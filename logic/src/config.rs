@@ -228,7 +228,7 @@ pub(crate) fn yes_no(b: &bool) -> String {
 pub struct KeyDoc {
     /// The key.
     pub key: &'static str,
-    /// Its field's doc text, a line each.
+    /// Its doc text, a line each: the key's own where it has one, else its field's.
     pub text: &'static str,
     /// Its default as `scontrol show config` shows it; `None` for a password.
     pub default: Option<String>,
@@ -246,6 +246,12 @@ pub struct KeyDoc {
 /// being checked. An optional `check`, `fn(&Self, &KeyValues) -> Result<(), ConfigError>`,
 /// then judges keys together. The module imports `KeyValues` and `ConfigError`, which
 /// the expansion names.
+///
+/// A field's doc lines are its keys' text in the key reference (`docs/keys.md`), which an
+/// admin reads: what the key does, in which units, what happens where it is not set, and
+/// no Rust name. A key may carry doc lines of its own (of a field given by several keys,
+/// each meaning something else): they document its `pub const` and are its text in the
+/// reference in place of its field's.
 macro_rules! config_keys {
     (
         $(#[$meta:meta])*
@@ -253,14 +259,22 @@ macro_rules! config_keys {
             $(
                 $(#[doc = $fdoc:literal])*
                 pub $field:ident: $ty:ty = $default:expr, {
-                    $( $konst:ident = $key:literal: parse($parse:expr) $(, show($show:expr))?; )+
+                    $(
+                        $(#[doc = $kdoc:literal])*
+                        $konst:ident = $key:literal: parse($parse:expr) $(, show($show:expr))?;
+                    )+
                 }
             )*
         }
         $(check: $check:expr;)?
     ) => {
         // the key names, public wherever the table's module is (a private module's stay inside)
-        $( $( #[allow(unreachable_pub)] #[doc = concat!("The acct_gather.conf key `", $key, "`.")] pub const $konst: &str = $key; )+ )*
+        $( $(
+            #[allow(unreachable_pub)]
+            #[doc = concat!("The acct_gather.conf key `", $key, "`.\n")]
+            $(#[doc = $kdoc])*
+            pub const $konst: &str = $key;
+        )+ )*
 
         $(#[$meta])*
         pub struct $name {
@@ -309,8 +323,11 @@ macro_rules! config_keys {
                 let defaults = Self::default();
                 let mut docs = Vec::new();
                 $(
-                    let text: &'static str = concat!($($fdoc, "\n",)* "");
+                    let field_text: &'static str = concat!($($fdoc, "\n",)* "");
                     $(
+                        // a key's own text, where it has one, else its field's
+                        let key_text: &'static str = concat!($($kdoc, "\n",)* "");
+                        let text = if key_text.is_empty() { field_text } else { key_text };
                         let default = None::<String> $( .or_else(|| {
                             let show: fn(&$ty) -> String = $show;
                             Some(show(&defaults.$field))

@@ -20,8 +20,13 @@ config_keys! {
     /// Whether slurmstepd reads Slurm's step record, from acct_gather.conf.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct StepRecordConfig {
-        /// Whether slurmstepd reads Slurm's internal step record (`stepd_step_rec_t`);
-        /// `no` (a site-patched Slurm, say): the GPUs come from slurmctld's job record.
+        /// `yes`: each slurmstepd reads Slurm's own record of its step, internal to
+        /// slurmstepd, to learn which GPUs the step holds (which rust_gpu charges it), on
+        /// the Slurm release series whose record layout this build knows. `no` (a
+        /// site-patched Slurm, say): that record is never read, and the GPUs come from
+        /// slurmctld's record of the job, one request per job and node; every step of a job
+        /// is then charged all the job's GPUs on the node. A release whose layout this
+        /// build does not know, or a record that fails a check, is treated as `no`.
         pub read: bool = true, {
             STEP_RECORD_KEY = "EnergyStepRecord": parse(|k, v| {
                 match v.to_ascii_lowercase().as_str() {

@@ -7,16 +7,37 @@ use super::{Group, groups};
 use crate::config::KeyValues;
 use crate::ipmi::{IGNORED_KEYS, KEY_VARIABLE};
 
-/// A table cell: one line, no `|` to end it early.
+/// A table cell: one line, no `|` to end it early, each page of the docs it names
+/// (`docs/shared-nodes.md`) a link to that page, which lies beside this one.
 fn cell(text: &str) -> String {
     text.split_whitespace()
+        .map(|word| match pages_named(word).first() {
+            Some(page) => word.replacen(&format!("docs/{page}"), &format!("[{page}]({page})"), 1),
+            None => word.to_string(),
+        })
         .collect::<Vec<_>>()
         .join(" ")
         .replace('|', "\\|")
 }
 
-/// A value no key takes.
-const PROBE: &str = "\u{1}";
+/// The pages of the docs `text` names (`docs/NAME.md`): `NAME.md` each.
+fn pages_named(text: &str) -> Vec<&str> {
+    text.match_indices("docs/")
+        .filter_map(|(at, _)| {
+            let rest = &text[at + "docs/".len()..];
+            let name = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+                .map_or(rest, |end| &rest[..end]);
+            (!name.is_empty() && rest[name.len()..].starts_with(".md"))
+                .then(|| &rest[..name.len() + ".md".len()])
+        })
+        .collect()
+}
+
+/// A value no key takes, so that its parser says what it takes: a control character, a
+/// space inside (no host name or Id has one) and a slash not at the start (no file name, and
+/// no absolute path).
+const PROBE: &str = "\u{1} \u{1}/";
 
 /// What `key` takes, as its parser says when given a value nothing takes (the parse slurmd
 /// runs, so the page cannot promise more or less): "expected seconds from 0.1 to 3600".
@@ -26,9 +47,12 @@ fn takes(group: &Group, key: &'static str) -> String {
     match (group.parse)(&values) {
         Err(e) if e.key == key => match e.reason.rfind("expected ") {
             Some(at) => e.reason[at + "expected ".len()..].to_string(),
-            // "\"\u{1}\" is not LABEL=ids": what it is not is the probe
+            // "\"\u{1} \u{1}/\" is not LABEL=ids": what it is not is the probe
             None => e.reason.replace(&format!("{PROBE:?} is not "), ""),
-        },
+        }
+        // "/redfish/v1/Chassis/<Id>": text, not a tag
+        .replace('<', "&lt;")
+        .replace('>', "&gt;"),
         _ => "any text".to_string(),
     }
 }
@@ -110,5 +134,80 @@ mod tests {
         for key in crate::family::keys() {
             assert!(page.contains(&format!("`{key}`")), "{key}");
         }
+    }
+
+    /// The figures in `text`: numbers standing alone ("1.5", "20 000" one number), not
+    /// the digits of a name or path (`/dev/ipmi0`, `libnvidia-ml.so.1`).
+    fn numbers(text: &str) -> Vec<String> {
+        let chars: Vec<char> = text.chars().collect();
+        let in_name = |c: &char| c.is_ascii_alphanumeric() || "/_.-%".contains(*c);
+        let mut found = Vec::new();
+        let mut i = 0;
+        while i < chars.len() {
+            if !chars[i].is_ascii_digit() || (i > 0 && in_name(&chars[i - 1])) {
+                i += 1;
+                continue;
+            }
+            let mut number = String::new();
+            while let Some(&c) = chars.get(i) {
+                let digit_follows = chars.get(i + 1).is_some_and(char::is_ascii_digit);
+                if c.is_ascii_digit() || (c == '.' && digit_follows) {
+                    number.push(c);
+                } else if !(matches!(c, ' ' | '\u{202f}') && digit_follows) {
+                    break;
+                }
+                i += 1;
+            }
+            // "ipmi0a", "2x": a name's
+            if !chars
+                .get(i)
+                .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_')
+            {
+                found.push(number);
+            }
+        }
+        found
+    }
+
+    /// The page is an admin's: no Rust path, intra-doc link or `None`, no constant's name;
+    /// a text that says what happens where the key is not set gives the default's figures
+    /// (a constant changed, its text cannot go on giving the old one); every page of the
+    /// docs a text names exists.
+    #[test]
+    fn the_texts_are_an_admins_and_give_the_defaults_figures() {
+        for group in groups() {
+            for d in (group.reference)() {
+                let text = cell(d.text);
+                for rust in ["::", "[`", "`None`", "`Some", "`Option"] {
+                    assert!(!text.contains(rust), "{}: {rust:?} in {text:?}", d.key);
+                }
+                let constant = text.split('`').skip(1).step_by(2).find(|code| {
+                    code.contains('_')
+                        && code
+                            .chars()
+                            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                });
+                assert!(constant.is_none(), "{}: {constant:?} in {text:?}", d.key);
+                let default = d.default.clone().unwrap_or_default();
+                if text.to_ascii_lowercase().contains("not set") {
+                    let given = numbers(&text);
+                    for figure in numbers(&default) {
+                        assert!(
+                            given.contains(&figure),
+                            "{}: the default {default:?} has {figure}, its text {text:?} not",
+                            d.key
+                        );
+                    }
+                }
+                for page in pages_named(d.text) {
+                    let path = format!("{}/../docs/{page}", env!("CARGO_MANIFEST_DIR"));
+                    assert!(std::path::Path::new(&path).is_file(), "{}: {path}", d.key);
+                }
+            }
+        }
+        assert_eq!(
+            numbers("else 20 000 W, times 1.5 (0.1 to 3600) /dev/ipmi0 libnvidia-ml.so.1."),
+            ["20000", "1.5", "0.1", "3600"]
+        );
     }
 }

@@ -18,22 +18,33 @@ const NONE: &str = "none";
 config_keys! {
     #[derive(Debug, Clone, PartialEq)]
     pub struct GpuConfig {
-        /// NVML to load; `None`: NVIDIA GPUs are not read.
+        /// The NVIDIA Management Library (NVML) that rust_gpu loads to read NVIDIA GPUs: a
+        /// file name the dynamic loader searches for, an absolute path, or `none` to read
+        /// no NVIDIA GPU (on nodes with only AMD GPUs, say).
         pub nvml: Option<String> = Some(DEFAULT_NVML.into()), {
             KEY_NVML = "EnergyGpuNvmlLibrary": parse(library), show(shown_library);
         }
-        /// amd-smi to load; `None`: AMD GPUs are not read.
+        /// ROCm's amd-smi library that rust_gpu loads to read AMD GPUs: a file name the
+        /// dynamic loader searches for (ROCm puts `/opt/rocm/lib` on its path), an absolute
+        /// path, or `none` to read no AMD GPU.
         pub amd: Option<String> = Some(DEFAULT_AMD.into()), {
             KEY_AMD = "EnergyGpuAmdLibrary": parse(library), show(shown_library);
         }
-        /// The most one GPU may draw; `None`: `DEFAULT_MAX_WATTS`.
+        /// The most power one GPU can draw, in whole watts: a GPU's energy counter rising
+        /// faster (a reset, a bad read) is not counted as energy; on a GPU without an
+        /// energy counter, a power reading above it is dropped and bridged from the
+        /// readings around it.
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyGpuMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));
         }
-        /// Each GPU's idle power, split among its holders in `shared` mode; `None`:
-        /// learned per GPU. Its own key: `EnergyAttributionIdleWatts` is a node meter's
-        /// static power, which a stacked rust_rapl reads.
+        /// Each GPU's idle power in watts. Of a GPU that several jobs share (`gres/shard`,
+        /// `gres/mps`, MIG instances) the idle part goes by the shares each job holds, the
+        /// rest by each job's use, whatever `EnergyAttribution` says; a GPU one job holds
+        /// alone is all that job's. One figure for every GPU that reads the file: set it
+        /// only where all are of one model. Not set: each GPU learns its own, the lowest
+        /// power it held over 10 s. rust_gpu does not read the node meter's
+        /// `EnergyAttributionIdleWatts`.
         pub idle_watts: Option<f64> = None, {
             KEY_IDLE_WATTS = "EnergyGpuIdleWatts": parse(idle_watts), show(shown_idle_watts);
         }

@@ -18,7 +18,8 @@ config_keys! {
     /// rust_hwmon's acct_gather.conf keys: where hwmon is, which sensors count.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct HwmonConfig {
-        /// Where the hwmon class directory is.
+        /// The kernel's hwmon class directory, whose power and energy sensors are read: an
+        /// absolute path.
         pub dir: PathBuf = PathBuf::from(DEFAULT_DIR), {
             KEY_DIR = "EnergyHwmonDir": parse(|k, v| {
                 if !v.starts_with('/') {
@@ -28,16 +29,19 @@ config_keys! {
             }),
             show(|d| d.display().to_string());
         }
-        /// Which sensors make the node's energy: `auto` (the platform's: Grace Hopper's
-        /// module rails, Grace's sockets, else every ACPI power meter), or the sensors whose
-        /// label (`powerN_label`, `powerN_oem_info`), chip name, or rail kind (`module`,
-        /// `grace`, `cpu`, `sysio`, `power_meter`) is one of these, separated by commas.
-        /// Empty: `auto`.
+        /// Which sensors make the node's energy. `auto`: on Grace Hopper (GH200, GB200's
+        /// Grace) the module rails ("Module Power Socket N", each whole superchip), on
+        /// Grace the CPU sockets ("Grace Power Socket N"), elsewhere every ACPI power meter
+        /// (chip `power_meter`); the other Grace rails are reported beside the node, never
+        /// added. Or the sensors named, separated by commas: by label (`powerN_label`,
+        /// `powerN_oem_info`), chip name, or rail kind (`module`, `grace`, `cpu`, `sysio`,
+        /// `power_meter`). slurmd's log says which sensors are counted.
         pub sensors: Vec<String> = Vec::new(), {
             KEY_SENSORS = "EnergyHwmonSensors": parse(|k, v| parse_sensors(k, v)),
             show(|names| if names.is_empty() { AUTO.to_string() } else { names.join(",") });
         }
-        /// The most the node may draw; `None`: `DEFAULT_MAX_WATTS`.
+        /// The most power the node can draw, in whole watts: a power reading above it, or
+        /// an energy counter rising faster, is not counted as energy.
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyHwmonMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));

@@ -76,7 +76,11 @@ const DEFAULT_TIMEOUT: u32 = 10;
 /// of all ones.
 pub(super) const DEFAULT_MAX_WATTS: u32 = 20_000;
 
-/// Which readings make the node's power (`EnergyIPMIPowerSensors`, `Node=...`).
+/// Which readings make the node's power, in the syntax of Slurm's plugin: `Node=DCMI` (DCMI
+/// Get Power Reading), `Node=DCMI_ENHANCED` (its enhanced statistics mode), or `Node=` SDR
+/// record ids separated by commas, whose Watts sensors are summed (`Node=16,19`). `Node` is
+/// required; other labels, separated by `;` (`Node=16,19;Socket0=16`), are accepted and not
+/// used. Not set: DCMI where the BMC has it, else the first Watts sensor of its SDR.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum PowerSensors {
     /// DCMI where the BMC supports it, else the first Watts sensor.
@@ -106,12 +110,23 @@ config_keys! {
     /// rust_ipmi's acct_gather.conf keys: which BMC, how reached, which sensors.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct IpmiConfig {
-        /// The host, out of band, wins over the device.
+        /// Where the BMC is reached: out of band at `EnergyIPMIHost`, else in-band through
+        /// `EnergyIPMIDriverDevice`; the host wins where both are given.
         pub target: Target = Target::Device(PathBuf::from(DEFAULT_DEVICE)), {
+            /// The node's BMC on the network, read out of band (IPMI over LAN, RMCP+):
+            /// `host`, `host:port` or `[IPv6 address]:port`, the port 623 where none is
+            /// given. `%n` in it is the node's name and `%h` its host's, so that one file
+            /// serves every node (`%n-bmc`). slurmd logs in with `EnergyIPMIUsername` and
+            /// `EnergyIPMIPassword` (or `EnergyIPMIPasswordFile`). Set, it wins over
+            /// `EnergyIPMIDriverDevice`. Not set: the node's own BMC is read in-band,
+            /// through `EnergyIPMIDriverDevice`.
             KEY_HOST = "EnergyIPMIHost": parse(|_, v| parse_host(v)), show(|t| match t {
                 Target::Device(_) => "(in-band)".into(),
                 Target::Lan { host, port } => format!("{host}:{port}"),
             });
+            /// The local IPMI device file through which slurmd reads the node's own BMC
+            /// in-band (it needs the `ipmi_devintf` kernel module). Used where
+            /// `EnergyIPMIHost` is not set.
             KEY_DRIVER_DEVICE = "EnergyIPMIDriverDevice": parse(|k, v| {
                 if !v.starts_with('/') {
                     return Err(ConfigError::new(k, v, "expected an absolute device path"));
@@ -123,12 +138,17 @@ config_keys! {
                 Target::Lan { .. } => "(out-of-band)".into(),
             });
         }
-        /// The user to log in as, out of band.
+        /// The BMC account slurmd logs in as out of band (with `EnergyIPMIHost`): at most
+        /// 16 ASCII characters, an administrator account (RMCP+ with cipher suite 3 needs
+        /// one). Not used in-band.
         pub username: Option<String> = None, {
             KEY_USERNAME = "EnergyIPMIUsername": parse(|_, v| Ok(Some(v.to_string()))),
                 show(|u| u.clone().unwrap_or_default());
         }
-        /// The password to log in with, out of band.
+        /// The password of `EnergyIPMIUsername`, out of band: at most 20 bytes. Never
+        /// logged nor shown by `scontrol show config`, but acct_gather.conf holding it
+        /// should be root's alone (mode `0600`): `EnergyIPMIPasswordFile` keeps it out of
+        /// the file. Not with `EnergyIPMIPasswordFile`.
         pub password: Secret = Secret::default(), {
             KEY_PASSWORD = "EnergyIPMIPassword": parse(|k, v| {
                 if v.len() > 20 {
@@ -138,29 +158,44 @@ config_keys! {
                 Ok(Secret::new(v))
             });
         }
-        /// A file holding the password, read by slurmd when it opens the BMC, so that
-        /// acct_gather.conf can stay readable by users (`crate::config::read_password_file`).
+        /// A file whose first line is the BMC password (trailing spaces trimmed), read by
+        /// slurmd as root when it opens the BMC, so that acct_gather.conf holds no password
+        /// and can stay readable by users (senergy reads it). An absolute path to a regular
+        /// file, not a link, of root (or SlurmUser) that only its owner may write: another
+        /// is refused, and the node reports no energy; one every user may read is a
+        /// warning. Not with `EnergyIPMIPassword`. `scontrol show config` shows its path.
         pub password_file: Option<PathBuf> = None, {
             KEY_PASSWORD_FILE = "EnergyIPMIPasswordFile": parse(absolute_path),
                 show(shown_password_file);
         }
-        /// How often the BMC is polled.
+        /// Seconds between two readings of the BMC's power, fractions accepted (Slurm's
+        /// plugin takes whole seconds and defaults to 30). Energy between readings is
+        /// interpolated, so a power step costs up to half a period of that step; each
+        /// reading is one DCMI request, or one per sensor of `EnergyIPMIPowerSensors`.
         pub frequency: Duration = Duration::from_secs(DEFAULT_FREQUENCY.into()), {
             // Slurm takes whole seconds; fractions are accepted too
             KEY_FREQUENCY = "EnergyIPMIFrequency": parse(|k, v| period_secs(k, v, 3600)),
                 show(|f| f.as_secs_f64().to_string());
         }
-        /// How long one poll of the BMC may take.
+        /// Whole seconds slurmd waits for the BMC to answer one request before it gives up
+        /// and reconnects, backing off.
         pub timeout: Duration = Duration::from_secs(DEFAULT_TIMEOUT.into()), {
             KEY_TIMEOUT = "EnergyIPMITimeout":
                 parse(|k, v| positive(k, v).map(|s| Duration::from_secs(s.into()))),
                 show(|t| t.as_secs().to_string());
         }
-        /// Whether energy between polls is extrapolated from the last power (`EnergyIPMICalcAdjustment`).
+        /// `yes`: a figure Slurm asks for between two readings is brought up to that moment
+        /// at the last power read, so a step's final figure is current, not a period old
+        /// (Slurm's plugin defaults to `no`). `no`: the figure is the last reading's.
         pub calc_adjustment: bool = DEFAULT_CALC_ADJUSTMENT, {
             KEY_CALC_ADJUSTMENT = "EnergyIPMICalcAdjustment": parse(boolean), show(yes_no);
         }
-        /// Which power sensors are read.
+        /// Which readings make the node's power, in the syntax of Slurm's plugin:
+        /// `Node=DCMI` (DCMI Get Power Reading), `Node=DCMI_ENHANCED` (its enhanced
+        /// statistics mode), or `Node=` SDR record ids separated by commas, whose Watts
+        /// sensors are summed (`Node=16,19`). Other labels, after a `;`
+        /// (`Node=16,19;Socket0=16`), are accepted and not used. Not set: DCMI where the
+        /// BMC has it, else the first Watts sensor of its SDR.
         pub sensors: PowerSensors = PowerSensors::Auto, {
             KEY_POWER_SENSORS = "EnergyIPMIPowerSensors": parse(|_, v| parse_power_sensors(v)),
                 show(|s| match s {
@@ -173,8 +208,10 @@ config_keys! {
                     ),
                 });
         }
-        /// `None`: the BMC's DCMI power limit (raised by a margin), else `DEFAULT_MAX_WATTS`.
-        /// Ours (Slurm's plugin has none).
+        /// The most power the node can draw, in whole watts: a reading above it (a glitch,
+        /// such as a BMC answering all ones) is dropped, never counted as energy, and
+        /// bridged from the readings around it. Not set: the BMC's active DCMI power limit
+        /// times 1.5, else 20 000 W. Slurm's plugin has no such key.
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyIPMIMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, true));

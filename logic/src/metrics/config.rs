@@ -14,26 +14,39 @@ config_keys! {
     /// left out.
     #[derive(Debug, Clone, PartialEq)]
     pub struct MetricsConfig {
-        /// The file the metrics are written to; `None`: none.
+        /// Where slurmd writes the node's and its jobs' energy and power, in Prometheus's
+        /// text format, for node_exporter's textfile collector: an absolute path ending in
+        /// `.prom`, whose directory is reached through no symbolic link. `%n` in it is the
+        /// node's name and `%h` its host's. Stacked plugins each write their own file,
+        /// named after the plugin (`energy.rust_gpu.prom` for `energy.prom`). Not set: no
+        /// file is written. See docs/prometheus.md.
         pub file: Option<PathBuf> = None, {
             FILE_KEY = "EnergyMetricsFile": parse(parse_file),
                 show(|f| f.as_ref().map_or("(none)".to_string(), |f| f.display().to_string()));
         }
-        /// The file's permission bits (`MODE_KEY`); `None` where the admin left them to
-        /// the default, which `PrivateData` decides (`InEffect`).
+        /// The file's permission bits, in octal, set exactly (slurmd's umask does not
+        /// apply); writable by root alone: `0664` or `0666` is refused, as the figures are
+        /// billed. Not set: `0644`, every local user reads the file; where slurm.conf's
+        /// `PrivateData` has `jobs`, `users` or `usage` (or `all`), `0600`, or `0640` with
+        /// `EnergyMetricsFileGroup`. `scontrol show config` shows the mode in effect and
+        /// whether `PrivateData` chose it.
         pub mode: Option<u32> = None, {
             MODE_KEY = "EnergyMetricsFileMode": parse(parse_mode),
                 show(|m| m.map_or("(default)".to_string(), |m| format!("{m:04o}")));
         }
-        /// The file's group (`GROUP_KEY`), when not slurmd's: node_exporter's, where the file
-        /// is not readable by all.
+        /// The file's group, by name or number (a name is looked up on the node):
+        /// node_exporter's, so that with mode `0640` node_exporter reads the file and other
+        /// users do not. Not set: slurmd's group.
         pub group: Option<GroupName> = None, {
             GROUP_KEY = "EnergyMetricsFileGroup":
                 parse(|_, v| if v.is_empty() { Ok(None) } else { parse_group(v).map(Some) }),
                 show(|g| g.as_ref().map_or("(slurmd's)".to_string(), GroupName::to_string));
         }
-        /// Whether the file says who runs each job (`OWNERS_KEY`); `None` where the admin
-        /// left it to the default, which `PrivateData` decides (`InEffect`).
+        /// Whether the file says who runs each job (the `slurm_energy_job_info` series, the
+        /// `user` label). `no` is for sites where Slurm hides users from each other and
+        /// node_exporter serves everyone. Not set: `yes`, or `no` where slurm.conf's
+        /// `PrivateData` has `jobs`, `users` or `usage` (or `all`). `scontrol show config`
+        /// shows the value in effect and whether `PrivateData` chose it.
         pub owners: Option<bool> = None, {
             OWNERS_KEY = "EnergyMetricsOwners": parse(|k, v| match v.to_ascii_lowercase().as_str() {
                 "yes" => Ok(Some(true)),

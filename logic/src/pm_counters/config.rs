@@ -15,7 +15,8 @@ config_keys! {
     /// rust_pm_counters' acct_gather.conf keys: where the counters are.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct PmCountersConfig {
-        /// Where the node controller's files are.
+        /// The directory of the node controller's power and energy counters on HPE Cray EX
+        /// nodes (`energy`, `power`, `cpu_energy`, `freshness`, ...): an absolute path.
         pub dir: PathBuf = PathBuf::from(DEFAULT_DIR), {
             KEY_DIR = "EnergyPmCountersDir": parse(|k, v| {
                 if !v.starts_with('/') {
@@ -25,7 +26,10 @@ config_keys! {
             }),
             show(|d| d.display().to_string());
         }
-        /// The most the node may draw; `None`: `DEFAULT_MAX_WATTS`.
+        /// The most power the node can draw, in whole watts: the energy counter rising
+        /// faster (a controller restart, a bad read) is not counted as energy, and a power
+        /// reading above it is never taken as the node's power, which estimates the energy
+        /// of a gap.
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyPmCountersMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));

@@ -33,7 +33,11 @@ config_keys! {
     /// rust_rapl's acct_gather.conf keys: which counters it reads, and where.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct RaplConfig {
-        /// Which counters are read.
+        /// Where the CPUs' RAPL energy counters are read: `powercap`, the kernel's files
+        /// under `/sys/class/powercap`; `msr`, the CPUs' model-specific registers, through
+        /// `EnergyRaplMsrDevice` (it needs the `msr` kernel module); `auto`, powercap where
+        /// its counters are readable, else the MSRs. slurmd's log says which was chosen and
+        /// why another was not.
         pub source: SourceChoice = SourceChoice::Auto, {
             KEY_SOURCE = "EnergyRaplSource": parse(|k, v| {
                 [SourceChoice::Auto, SourceChoice::Powercap, SourceChoice::Msr]
@@ -43,7 +47,9 @@ config_keys! {
             }),
             show(|s| s.as_str().into());
         }
-        /// A path with one `%d`, replaced by the CPU number.
+        /// The device file of each CPU's MSRs, read with `EnergyRaplSource=msr` (or `auto`
+        /// without readable powercap counters): an absolute path in which `%d`, once,
+        /// stands for the CPU number; `/dev/cpu/%d/msr_safe` for msr-safe.
         pub msr_device: String = DEFAULT_MSR_DEVICE.into(), {
             KEY_MSR_DEVICE = "EnergyRaplMsrDevice": parse(|k, v| {
                 if !v.starts_with('/') || v.matches("%d").count() != 1 || v.contains("%%") {
@@ -58,7 +64,11 @@ config_keys! {
             }),
             show(String::clone);
         }
-        /// `None`: package, and dram where present.
+        /// The RAPL domains whose energy, summed over the sockets, is the node's: one or
+        /// more of `package`, `dram` and `psys`, separated by commas. `psys` is the whole
+        /// platform (Intel client parts) and includes the package: listed with `package`,
+        /// the package is counted twice (a warning). A domain listed that the CPUs do not
+        /// have is an error. Not set: `package`, and `dram` where the CPUs have it.
         pub domains: Option<Vec<Domain>> = None, {
             KEY_DOMAINS = "EnergyRaplDomains": parse(|_, v| parse_domains(v).map(Some)),
             show(|d| match d {

@@ -20,28 +20,44 @@ config_keys! {
     /// rust_redfish's acct_gather.conf keys: which BMC, its credentials and chassis.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct RedfishConfig {
-        /// `http://host[:port]` or `https://host[:port]`, no path.
+        /// The BMC's Redfish service: `https://host[:port]` or `http://host[:port]`, no
+        /// path (a trailing `/redfish/v1` is accepted). `%n` in it is the node's name and
+        /// `%h` its host's, so that one file serves every node (`https://%n-bmc`). Over
+        /// http the login crosses the network in clear text (a warning). Not set:
+        /// rust_redfish reads no BMC and the node reports no energy.
         pub url: Option<String> = None, {
             KEY_URL = "EnergyRedfishUrl": parse(|_, v| parse_url(v).map(Some)),
                 show(|u| u.clone().unwrap_or_else(|| "(not set)".into()));
         }
-        /// The user to log in as.
+        /// The BMC account slurmd logs in as: a Redfish session, else basic authentication.
+        /// Not set: no login.
         pub username: Option<String> = None, {
             KEY_USERNAME = "EnergyRedfishUsername":
                 parse(|_, v| Ok(Some(v).filter(|u| !u.is_empty()).map(str::to_string))),
                 show(|u| u.clone().unwrap_or_default());
         }
-        /// The password to log in with.
+        /// The password of `EnergyRedfishUsername`. Never logged nor shown by `scontrol
+        /// show config`, but acct_gather.conf holding it should be root's alone (mode
+        /// `0600`): `EnergyRedfishPasswordFile` keeps it out of the file. Not with
+        /// `EnergyRedfishPasswordFile`.
         pub password: Secret = Secret::default(), {
             KEY_PASSWORD = "EnergyRedfishPassword": parse(|_, v| Ok(Secret::new(v)));
         }
-        /// A file holding the password, read by slurmd when it opens the BMC, so that
-        /// acct_gather.conf can stay readable by users (`crate::config::read_password_file`).
+        /// A file whose first line is the BMC password (trailing spaces trimmed), read by
+        /// slurmd as root when it opens the BMC, so that acct_gather.conf holds no password
+        /// and can stay readable by users (senergy reads it). An absolute path to a regular
+        /// file, not a link, of root (or SlurmUser) that only its owner may write: another
+        /// is refused, and the node reports no energy; one every user may read is a
+        /// warning. Not with `EnergyRedfishPassword`. `scontrol show config` shows its
+        /// path.
         pub password_file: Option<PathBuf> = None, {
             KEY_PASSWORD_FILE = "EnergyRedfishPasswordFile": parse(absolute_path),
                 show(shown_password_file);
         }
-        /// The CA certificate the BMC's certificate must chain to.
+        /// A PEM file of the CA certificates (or the certificate) the BMC's certificate is
+        /// checked against, in place of the system's trust store. Not set: the system's
+        /// trust store, as openssl finds it (SSL_CERT_FILE, SSL_CERT_DIR, else the
+        /// distribution's bundle), where a site CA installed is trusted.
         pub ca_file: Option<PathBuf> = None, {
             KEY_CA_FILE = "EnergyRedfishCaFile": parse(|k, v| {
                 if !v.starts_with('/') {
@@ -54,21 +70,28 @@ config_keys! {
                 |p| p.display().to_string(),
             ));
         }
-        /// Whether the BMC's certificate goes unchecked.
+        /// `yes`: the BMC's certificate is not checked (a self-signed BMC without a CA
+        /// file); anyone on the network path to the BMC can then pose as it, and slurmd's
+        /// log says so.
         pub insecure: bool = false, {
             KEY_INSECURE = "EnergyRedfishInsecure": parse(boolean), show(yes_no);
         }
-        /// How often the BMC is polled.
+        /// Seconds between two readings of the BMC, fractions accepted. Power between
+        /// readings is interpolated, so a power step costs up to half a period of that
+        /// step; each reading is a request the BMC answers (BMCs refresh their readings
+        /// every few seconds at best).
         pub frequency: Duration = DEFAULT_FREQUENCY, {
             KEY_FREQUENCY = "EnergyRedfishFrequency": parse(|k, v| period_secs(k, v, 3600)),
                 show(|d| d.as_secs_f64().to_string());
         }
-        /// How long one request to the BMC may take.
+        /// Seconds one request to the BMC may take, fractions accepted, before slurmd gives
+        /// up and reconnects, backing off.
         pub timeout: Duration = DEFAULT_TIMEOUT, {
             KEY_TIMEOUT = "EnergyRedfishTimeout": parse(|k, v| period_secs(k, v, 60)),
                 show(|d| d.as_secs_f64().to_string());
         }
-        /// `None`: every chassis member, summed.
+        /// The one chassis to read, by its Id (the last part of
+        /// `/redfish/v1/Chassis/<Id>`). Not set: every chassis member, their power summed.
         pub chassis: Option<String> = None, {
             KEY_CHASSIS = "EnergyRedfishChassis": parse(|k, v| {
                 if v.is_empty() || v.contains(['/', '?', '#', ' ']) {
@@ -82,8 +105,11 @@ config_keys! {
             }),
             show(|c| c.clone().unwrap_or_else(|| "(all, summed)".into()));
         }
-        /// `None`: the chassis' `PowerCapacityWatts` (raised by a margin), else
-        /// `DEFAULT_MAX_WATTS`.
+        /// The most power the node can draw (every chassis read, summed), in whole watts: a
+        /// power reading above it (a glitch) is dropped, never counted as energy, and
+        /// bridged from the readings around it; an energy counter rising faster is not
+        /// counted either. Not set: the chassis' stated `PowerCapacityWatts` (or
+        /// `PowerLimitWatts.AllowableMax`) times 1.5, else 20 000 W.
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyRedfishMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, true));

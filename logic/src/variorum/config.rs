@@ -34,7 +34,9 @@ config_keys! {
     /// rust_variorum's acct_gather.conf keys: the library, the sampler and its pace.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct VariorumConfig {
-        /// An absolute path, or a bare file name for the dynamic loader to search.
+        /// The Variorum library the sampler loads (Variorum 0.4 to 0.8): an absolute path,
+        /// or a bare file name the dynamic loader searches for (LD_LIBRARY_PATH,
+        /// ld.so.cache).
         pub library: String = DEFAULT_LIBRARY.into(), {
             KEY_LIBRARY = "EnergyVariorumLibrary": parse(|k, v| {
                 // A relative path with a slash would be resolved against slurmd's working
@@ -52,13 +54,17 @@ config_keys! {
             }),
             show(String::clone);
         }
-        /// How often the sampler calls Variorum (and the poller reads a sample).
+        /// Seconds between two samples of the node's power, fractions accepted: how often
+        /// the sampler calls Variorum. Energy between samples is interpolated, so a power
+        /// step costs up to half a period of that step.
         pub period: Duration = Duration::from_secs(DEFAULT_PERIOD_SECS), {
             KEY_FREQUENCY = "EnergyVariorumFrequency": parse(|k, v| period_secs(k, v, MAX_SECS)),
                 show(|p| p.as_secs_f64().to_string());
         }
-        /// `None`: `SAMPLER_FILE_NAME` in the plugin's directory (see
-        /// `super::set_plugin_dir`).
+        /// The helper program that loads Variorum and samples it outside slurmd, so that an
+        /// exit, a crash or a hang of the library ends only the helper, which slurmd
+        /// restarts: an absolute path. Not set: `acct_gather_energy_rust_variorum_sampler`
+        /// in the plugin's own directory, where the package installs it.
         pub sampler: Option<PathBuf> = None, {
             KEY_SAMPLER = "EnergyVariorumSampler": parse(|k, v| {
                 if !v.starts_with('/') || v.ends_with('/') || v.contains('\0') {
@@ -75,11 +81,13 @@ config_keys! {
                 Err(_) => format!("{SAMPLER_FILE_NAME} beside the plugin"),
             });
         }
-        /// How long to wait for a sample before the sampler is killed and restarted.
+        /// Whole seconds slurmd waits for a sample before it kills the sampler and starts
+        /// another.
         pub timeout: Duration = Duration::from_secs(DEFAULT_TIMEOUT_SECS), {
             KEY_TIMEOUT = "EnergyVariorumTimeout": parse(seconds), show(|t| t.as_secs().to_string());
         }
-        /// `None`: `DEFAULT_MAX_WATTS`.
+        /// The most power the node can draw, in whole watts: a reading above it (a glitch)
+        /// is dropped, never counted as energy, and bridged from the readings around it.
         pub max_watts: Option<u32> = None, {
             KEY_MAX_WATTS = "EnergyVariorumMaxWatts": parse(|k, v| parse_max_watts(k, v).map(Some)),
                 show(|w| show_max_watts(*w, DEFAULT_MAX_WATTS, false));
