@@ -34,6 +34,9 @@ const JOBCOND_FLAG_NO_TRUNC: u32 = 1 << 2;
 /// `JOBCOND_FLAG_NO_DEFAULT_USAGE` (`slurmdb.h`, `SLURM_BIT(7)`): the job named, whenever
 /// it ran (not only today's, the default window).
 const JOBCOND_FLAG_NO_DEFAULT_USAGE: u32 = 1 << 7;
+/// `JOBCOND_FLAG_NO_STEP` (`slurmdb.h`, `SLURM_BIT(1)`, 22.05 to 26.11): the jobs' own rows
+/// without their steps, as `sacct -X` asks (over a year of jobs, 1.4 s against 25.9 s).
+const JOBCOND_FLAG_NO_STEP: u32 = 1 << 1;
 /// `SLURMDB_JOB_FLAG_NOTSET` (`slurmdb.h`, `SLURM_BIT(0)`): no filter on the jobs'
 /// scheduling flags (0 would select only jobs with none of them: none).
 const SLURMDB_JOB_FLAG_NOTSET: u32 = 1;
@@ -87,6 +90,9 @@ pub struct JobQuery {
     /// The clusters asked (sacct's `-M`): none, this one (slurm.conf's ClusterName);
     /// `["all"]`, every cluster slurmdbd keeps.
     pub clusters: Vec<String>,
+    /// The jobs' own rows only, without their steps (sacct's `-X`): where only when and
+    /// where jobs ran is wanted.
+    pub jobs_only: bool,
 }
 
 pub struct Accounting {
@@ -439,8 +445,12 @@ impl Accounting {
         let step_list =
             BorrowedList::new(steps.iter_mut().map(|s| ptr::from_mut(s).cast()).collect());
 
+        let without_steps = match query.jobs_only {
+            true => JOBCOND_FLAG_NO_STEP,
+            false => 0,
+        };
         let mut cond = slurmdb_job_cond_t {
-            flags: JOBCOND_FLAG_NO_TRUNC,
+            flags: JOBCOND_FLAG_NO_TRUNC | without_steps,
             db_flags: SLURMDB_JOB_FLAG_NOTSET,
             acct_list: list_ptr(&account_list),
             userid_list: list_ptr(&uid_list),

@@ -516,6 +516,34 @@ fn senergy_against_sacct_over_a_year_of_jobs() {
         listed.lines().count(),
         list_s / sacct_s,
     );
+    // one job and a thousand, by id, among the year's: senergy job against sacct -j
+    let some: Vec<String> = (1..=copies.min(1_000))
+        .map(|k| (templates[0] + 100 * k as u32).to_string())
+        .collect();
+    let (_, sacct_one_s, _) = timed(&cluster, &["sacct", "-j", &some[0], "-P"]);
+    let (one, job_one_s, _) = timed(
+        &cluster,
+        &[senergy, "job", &some[0], "--csv", "--config", "/dev/null"],
+    );
+    let list = some.join(",");
+    let (sacct_many, sacct_many_s, sacct_many_mib) =
+        timed(&cluster, &["sacct", "-j", &list, "-P"]);
+    let mut job_args = vec![senergy, "job"];
+    job_args.extend(some.iter().map(String::as_str));
+    job_args.extend(["--csv", "--config", "/dev/null"]);
+    let (many, job_many_s, job_many_mib) = timed(&cluster, &job_args);
+    println!(
+        "one job of the year: sacct -j {sacct_one_s:.2} s, senergy job {job_one_s:.2} s \
+         ({:.2}x); {} jobs by id: sacct -j {} lines in {sacct_many_s:.1} s, \
+         {sacct_many_mib:.0} MiB; senergy job {} lines in {job_many_s:.1} s ({:.2}x), \
+         {job_many_mib:.0} MiB",
+        job_one_s / sacct_one_s,
+        some.len(),
+        sacct_many.lines().count(),
+        many.lines().count(),
+        job_many_s / sacct_many_s,
+    );
+    assert!(one.contains(&some[0]), "{one}");
     // usage's total is the sum of sacct's job lines' energy over the jobs that ended
     let (by_job, _, _) = timed(
         &cluster,
