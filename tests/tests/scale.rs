@@ -526,8 +526,7 @@ fn senergy_against_sacct_over_a_year_of_jobs() {
         &[senergy, "job", &some[0], "--csv", "--config", "/dev/null"],
     );
     let list = some.join(",");
-    let (sacct_many, sacct_many_s, sacct_many_mib) =
-        timed(&cluster, &["sacct", "-j", &list, "-P"]);
+    let (sacct_many, sacct_many_s, sacct_many_mib) = timed(&cluster, &["sacct", "-j", &list, "-P"]);
     let mut job_args = vec![senergy, "job"];
     job_args.extend(some.iter().map(String::as_str));
     job_args.extend(["--csv", "--config", "/dev/null"]);
